@@ -1,0 +1,135 @@
+// Our shard format for preprocessed MLM/NSP samples: one safetensors file per part.
+//
+//   tensor                 dtype  shape                              content
+//   input_ids              U16    [count, max_seq_length]            token ids (vocab 30522 < 65536)
+//   input_mask             U8     [count, max_seq_length]            1 real token, 0 padding
+//   segment_ids            U8     [count, max_seq_length]            0 sentence A, 1 sentence B
+//   masked_lm_positions    U16    [count, max_predictions_per_seq]   positions < max_seq_length
+//   masked_lm_ids          U16    [count, max_predictions_per_seq]   original token ids
+//   masked_lm_weights      U8     [count, max_predictions_per_seq]   1 real prediction, 0 padding
+//   next_sentence_labels   U8     [count]                            1 random next, 0 true next
+//
+//   __metadata__: format "tsgrad-bert-samples", version "1", max_seq_length,
+//                 max_predictions_per_seq, count (decimal strings).
+//
+// Samples are rows in the order they were written. Reading widens to SampleColumns
+// (Int32Array, Float32Array weights); writing refuses values the narrow types cannot hold.
+
+import { readSafetensorsFile, writeSafetensorsFile, type SafetensorsTensor } from "../../../src/nn/safetensors.ts";
+import type { SampleColumns, SampleField } from "./samples.ts";
+
+export const SHARD_FORMAT = "tsgrad-bert-samples";
+export const SHARD_VERSION = "1";
+
+/** A shard whose contents do not fit the format; names the file and the field. */
+export class ShardError extends Error {
+  constructor(
+    readonly path: string,
+    readonly field: string,
+    detail: string,
+  ) {
+    super(`${path}: ${field}: ${detail}`);
+    this.name = "ShardError";
+  }
+}
+
+type ShardDType = "U8" | "U16";
+
+/** Each field's stored dtype, largest value and row width (in SampleColumns' terms). */
+const LAYOUT: Record<SampleField, { dtype: ShardDType; max: number; width: "seq" | "pred" | "one" }> = {
+  input_ids: { dtype: "U16", max: 0xffff, width: "seq" },
+  input_mask: { dtype: "U8", max: 1, width: "seq" },
+  segment_ids: { dtype: "U8", max: 1, width: "seq" },
+  masked_lm_positions: { dtype: "U16", max: 0xffff, width: "pred" },
+  masked_lm_ids: { dtype: "U16", max: 0xffff, width: "pred" },
+  masked_lm_weights: { dtype: "U8", max: 1, width: "pred" },
+  next_sentence_labels: { dtype: "U8", max: 1, width: "one" },
+};
+const FIELDS = Object.keys(LAYOUT) as SampleField[];
+
+function rowWidth(samples: Pick<SampleColumns, "maxSeqLength" | "maxPredictionsPerSeq">, field: SampleField): number {
+  const width = LAYOUT[field].width;
+  return width === "seq" ? samples.maxSeqLength : width === "pred" ? samples.maxPredictionsPerSeq : 1;
+}
+
+function shapeOf(samples: Pick<SampleColumns, "count" | "maxSeqLength" | "maxPredictionsPerSeq">, field: SampleField): number[] {
+  return LAYOUT[field].width === "one" ? [samples.count] : [samples.count, rowWidth(samples, field)];
+}
+
+/** Writes `samples` as a shard at `path`, atomically (temp file + rename). */
+export function writeShard(path: string, samples: SampleColumns): void {
+  const tensors: Record<string, SafetensorsTensor> = {};
+  for (const field of FIELDS) {
+    const { dtype, max } = LAYOUT[field];
+    const values = samples[field];
+    const expected = samples.count * rowWidth(samples, field);
+    if (values.length !== expected) throw new ShardError(path, field, `has ${values.length} values, expected ${expected} for ${samples.count} samples`);
+    const narrow = dtype === "U16" ? new Uint16Array(values.length) : new Uint8Array(values.length);
+    for (let i = 0; i < values.length; i++) {
+      const value = values[i]!;
+      if (!(Number.isInteger(value) && value >= 0 && value <= max)) {
+        const width = rowWidth(samples, field);
+        throw new ShardError(path, field, `sample ${Math.floor(i / width)}, index ${i % width}: ${value} does not fit ${dtype} values 0..${max}`);
+      }
+      narrow[i] = value;
+    }
+    tensors[field] = { dtype, shape: shapeOf(samples, field), data: narrow } as SafetensorsTensor;
+  }
+  writeSafetensorsFile(path, tensors, {
+    format: SHARD_FORMAT,
+    version: SHARD_VERSION,
+    max_seq_length: String(samples.maxSeqLength),
+    max_predictions_per_seq: String(samples.maxPredictionsPerSeq),
+    count: String(samples.count),
+  });
+}
+
+function metadataInteger(path: string, metadata: Record<string, string>, key: string): number {
+  const text = metadata[key];
+  if (text === undefined || !/^\d+$/.test(text)) throw new ShardError(path, `__metadata__.${key}`, `expected a decimal integer, got ${JSON.stringify(text)}`);
+  return Number(text);
+}
+
+/** Reads a shard written by `writeShard`, checking format, dtypes and shapes. */
+export function readShard(path: string): SampleColumns {
+  const { tensors, metadata } = readSafetensorsFile(path);
+  if (metadata.format !== SHARD_FORMAT) throw new ShardError(path, "__metadata__.format", `expected "${SHARD_FORMAT}", got ${JSON.stringify(metadata.format)}`);
+  if (metadata.version !== SHARD_VERSION) throw new ShardError(path, "__metadata__.version", `expected "${SHARD_VERSION}", got ${JSON.stringify(metadata.version)}`);
+  const dims = {
+    count: metadataInteger(path, metadata, "count"),
+    maxSeqLength: metadataInteger(path, metadata, "max_seq_length"),
+    maxPredictionsPerSeq: metadataInteger(path, metadata, "max_predictions_per_seq"),
+  };
+  const column = (field: SampleField): Uint8Array | Uint16Array => {
+    const tensor = tensors[field];
+    if (tensor === undefined) throw new ShardError(path, field, "missing");
+    const expectedShape = shapeOf(dims, field);
+    if (tensor.dtype !== LAYOUT[field].dtype) throw new ShardError(path, field, `dtype ${tensor.dtype}, expected ${LAYOUT[field].dtype}`);
+    if (tensor.shape.join() !== expectedShape.join()) {
+      throw new ShardError(path, field, `shape [${tensor.shape.join(", ")}], expected [${expectedShape.join(", ")}] from __metadata__`);
+    }
+    return tensor.data as Uint8Array | Uint16Array;
+  };
+  const widen = (field: SampleField): Int32Array => {
+    const data = column(field);
+    const wide = new Int32Array(data.length);
+    wide.set(data);
+    return wide;
+  };
+  const widenToFloat = (field: SampleField): Float32Array => {
+    const data = column(field);
+    const wide = new Float32Array(data.length);
+    wide.set(data);
+    return wide;
+  };
+  return {
+    ...dims,
+    input_ids: widen("input_ids"),
+    input_mask: widen("input_mask"),
+    segment_ids: widen("segment_ids"),
+    masked_lm_positions: widen("masked_lm_positions"),
+    masked_lm_ids: widen("masked_lm_ids"),
+    masked_lm_weights: widenToFloat("masked_lm_weights"),
+    next_sentence_labels: widen("next_sentence_labels"),
+  };
+}

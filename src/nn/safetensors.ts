@@ -1,0 +1,242 @@
+// The safetensors format over plain typed arrays (no tensors, no framework): an 8-byte
+// little-endian header length N, N bytes of JSON (`{name: {dtype, shape, data_offsets}}`
+// plus an optional `__metadata__` string map, padded with spaces to 8-byte alignment),
+// then the tensors' bytes, little-endian, row-major, back to back without holes.
+
+import { closeSync, fsyncSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from "node:fs";
+import { basename, dirname, join } from "node:path";
+
+/** The typed array that holds each dtype's elements (16-bit floats as raw bits). */
+export interface SafetensorsArrays {
+  F64: Float64Array;
+  F32: Float32Array;
+  F16: Uint16Array;
+  BF16: Uint16Array;
+  I64: BigInt64Array;
+  U64: BigUint64Array;
+  I32: Int32Array;
+  U32: Uint32Array;
+  I16: Int16Array;
+  U16: Uint16Array;
+  I8: Int8Array;
+  U8: Uint8Array;
+  BOOL: Uint8Array;
+}
+export type SafetensorsDType = keyof SafetensorsArrays;
+
+export type SafetensorsTensor = {
+  [D in SafetensorsDType]: { dtype: D; shape: number[]; data: SafetensorsArrays[D] };
+}[SafetensorsDType];
+
+export interface SafetensorsContents {
+  tensors: Record<string, SafetensorsTensor>;
+  metadata: Record<string, string>;
+}
+
+type TypedArrayClass = { new (buffer: ArrayBuffer, byteOffset: number, length: number): ArrayBufferView; BYTES_PER_ELEMENT: number };
+
+const ARRAY_CLASSES: Record<SafetensorsDType, TypedArrayClass> = {
+  F64: Float64Array,
+  F32: Float32Array,
+  F16: Uint16Array,
+  BF16: Uint16Array,
+  I64: BigInt64Array,
+  U64: BigUint64Array,
+  I32: Int32Array,
+  U32: Uint32Array,
+  I16: Int16Array,
+  U16: Uint16Array,
+  I8: Int8Array,
+  U8: Uint8Array,
+  BOOL: Uint8Array,
+};
+
+// Typed arrays use the host's byte order and the format is little-endian.
+if (new Uint8Array(new Uint16Array([1]).buffer)[0] !== 1) throw new Error("safetensors: big-endian hosts are not supported");
+
+/** A malformed safetensors file or tensor; names the file, the tensor and the byte offset. */
+export class SafetensorsError extends Error {
+  constructor(
+    readonly source: string,
+    readonly tensor: string | undefined,
+    readonly byteOffset: number,
+    detail: string,
+  ) {
+    super(`${source}: ${tensor === undefined ? "" : `tensor "${tensor}", `}byte offset ${byteOffset}: ${detail}`);
+    this.name = "SafetensorsError";
+  }
+}
+
+function isDType(name: unknown): name is SafetensorsDType {
+  return typeof name === "string" && Object.hasOwn(ARRAY_CLASSES, name);
+}
+
+function elementCount(shape: readonly number[]): number {
+  return shape.reduce((product, dim) => product * dim, 1);
+}
+
+function validShape(shape: unknown): shape is number[] {
+  return Array.isArray(shape) && shape.every((dim) => Number.isSafeInteger(dim) && dim >= 0);
+}
+
+/** Serialises `tensors` (and string `metadata`) into the bytes of a safetensors file. */
+export function encodeSafetensors(tensors: Record<string, SafetensorsTensor>, metadata: Record<string, string> = {}): Uint8Array {
+  const source = "<encode>";
+  for (const [name, value] of Object.entries(metadata)) {
+    if (typeof value !== "string") throw new SafetensorsError(source, undefined, 0, `__metadata__.${name} is ${typeof value}, not a string`);
+  }
+  // Widest elements first, so that every tensor's data starts aligned to its element size.
+  const names = Object.keys(tensors).sort(
+    (a, b) => ARRAY_CLASSES[tensors[b]!.dtype].BYTES_PER_ELEMENT - ARRAY_CLASSES[tensors[a]!.dtype].BYTES_PER_ELEMENT,
+  );
+  const header: Record<string, unknown> = {};
+  if (Object.keys(metadata).length > 0) header.__metadata__ = metadata;
+  let dataLength = 0;
+  for (const name of names) {
+    if (name === "__metadata__") throw new SafetensorsError(source, name, 0, "the name __metadata__ is reserved");
+    const { dtype, shape, data } = tensors[name]!;
+    if (!isDType(dtype)) throw new SafetensorsError(source, name, dataLength, `unknown dtype ${String(dtype)}`);
+    if (!validShape(shape)) throw new SafetensorsError(source, name, dataLength, `invalid shape ${JSON.stringify(shape)}`);
+    const arrayClass = ARRAY_CLASSES[dtype];
+    if (!(data instanceof (arrayClass as unknown as Function))) {
+      throw new SafetensorsError(source, name, dataLength, `${dtype} data must be a ${arrayClass.name}, got ${data?.constructor?.name}`);
+    }
+    if (data.length !== elementCount(shape)) {
+      throw new SafetensorsError(source, name, dataLength, `shape [${shape.join(", ")}] needs ${elementCount(shape)} elements, data has ${data.length}`);
+    }
+    header[name] = { dtype, shape, data_offsets: [dataLength, dataLength + data.byteLength] };
+    dataLength += data.byteLength;
+  }
+  const json = new TextEncoder().encode(JSON.stringify(header));
+  const headerLength = Math.ceil(json.length / 8) * 8;
+  const bytes = new Uint8Array(8 + headerLength + dataLength);
+  new DataView(bytes.buffer).setBigUint64(0, BigInt(headerLength), true);
+  bytes.fill(0x20, 8, 8 + headerLength);
+  bytes.set(json, 8);
+  let offset = 8 + headerLength;
+  for (const name of names) {
+    const data = tensors[name]!.data;
+    bytes.set(new Uint8Array(data.buffer, data.byteOffset, data.byteLength), offset);
+    offset += data.byteLength;
+  }
+  return bytes;
+}
+
+/**
+ * Parses and validates safetensors bytes. Arrays view `bytes` where their data is aligned
+ * (copies otherwise), so they share memory with it. `source` names the bytes in errors.
+ */
+export function decodeSafetensors(bytes: Uint8Array, source = "<bytes>"): SafetensorsContents {
+  if (bytes.length < 8) throw new SafetensorsError(source, undefined, 0, `${bytes.length} bytes is too short for the 8-byte header length`);
+  const headerLength = new DataView(bytes.buffer, bytes.byteOffset, 8).getBigUint64(0, true);
+  if (headerLength > BigInt(bytes.length - 8)) {
+    throw new SafetensorsError(source, undefined, 0, `header length ${headerLength} runs past the end of the file (${bytes.length} bytes)`);
+  }
+  const dataStart = 8 + Number(headerLength);
+  let header: unknown;
+  try {
+    header = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bytes.subarray(8, dataStart)));
+  } catch (error) {
+    throw new SafetensorsError(source, undefined, 8, `header is not valid UTF-8 JSON (${(error as Error).message})`);
+  }
+  if (typeof header !== "object" || header === null || Array.isArray(header)) {
+    throw new SafetensorsError(source, undefined, 8, "header is not a JSON object");
+  }
+  const metadata = parseMetadata(source, (header as Record<string, unknown>).__metadata__);
+  const entries = Object.entries(header)
+    .filter(([name]) => name !== "__metadata__")
+    .map(([name, entry]) => parseEntry(source, name, entry, dataStart));
+  entries.sort((a, b) => a.begin - b.begin);
+  const dataLength = bytes.length - dataStart;
+  let expectedBegin = 0;
+  const tensors: Record<string, SafetensorsTensor> = {};
+  for (const { name, dtype, shape, begin, end } of entries) {
+    if (begin < expectedBegin) throw new SafetensorsError(source, name, dataStart + begin, `data overlaps the previous tensor's, which ends at byte offset ${dataStart + expectedBegin}`);
+    if (begin > expectedBegin) throw new SafetensorsError(source, name, dataStart + expectedBegin, `bytes ${dataStart + expectedBegin}..${dataStart + begin} belong to no tensor`);
+    if (end > dataLength) throw new SafetensorsError(source, name, dataStart + begin, `data ends at byte offset ${dataStart + end}, past the end of the file (${bytes.length} bytes)`);
+    tensors[name] = { dtype, shape, data: typedView(bytes, dtype, dataStart + begin, end - begin) } as SafetensorsTensor;
+    expectedBegin = end;
+  }
+  if (expectedBegin !== dataLength) {
+    throw new SafetensorsError(source, undefined, dataStart + expectedBegin, `${dataLength - expectedBegin} trailing bytes belong to no tensor`);
+  }
+  return { tensors, metadata };
+}
+
+function parseMetadata(source: string, metadata: unknown): Record<string, string> {
+  if (metadata === undefined) return {};
+  if (typeof metadata !== "object" || metadata === null || Array.isArray(metadata)) {
+    throw new SafetensorsError(source, undefined, 8, "__metadata__ is not a JSON object");
+  }
+  for (const [key, value] of Object.entries(metadata)) {
+    if (typeof value !== "string") throw new SafetensorsError(source, undefined, 8, `__metadata__.${key} is ${JSON.stringify(value)}, not a string`);
+  }
+  return metadata as Record<string, string>;
+}
+
+interface HeaderEntry {
+  name: string;
+  dtype: SafetensorsDType;
+  shape: number[];
+  begin: number;
+  end: number;
+}
+
+function parseEntry(source: string, name: string, entry: unknown, dataStart: number): HeaderEntry {
+  const fail = (detail: string) => new SafetensorsError(source, name, 8, detail);
+  if (typeof entry !== "object" || entry === null) throw fail("header entry is not a JSON object");
+  const { dtype, shape, data_offsets: offsets } = entry as Record<string, unknown>;
+  if (!isDType(dtype)) throw fail(`unknown dtype ${JSON.stringify(dtype)}`);
+  if (!validShape(shape)) throw fail(`invalid shape ${JSON.stringify(shape)}`);
+  if (!Array.isArray(offsets) || offsets.length !== 2 || !offsets.every((o) => Number.isSafeInteger(o) && o >= 0)) {
+    throw fail(`invalid data_offsets ${JSON.stringify(offsets)}`);
+  }
+  const [begin, end] = offsets as [number, number];
+  if (end < begin) throw new SafetensorsError(source, name, dataStart + begin, `data_offsets [${begin}, ${end}] end before they begin`);
+  const expectedBytes = elementCount(shape) * ARRAY_CLASSES[dtype].BYTES_PER_ELEMENT;
+  if (end - begin !== expectedBytes) {
+    throw new SafetensorsError(source, name, dataStart + begin, `shape [${shape.join(", ")}] of ${dtype} needs ${expectedBytes} bytes, data_offsets give ${end - begin}`);
+  }
+  return { name, dtype, shape, begin, end };
+}
+
+function typedView(bytes: Uint8Array, dtype: SafetensorsDType, offset: number, byteLength: number): ArrayBufferView {
+  const arrayClass = ARRAY_CLASSES[dtype];
+  const length = byteLength / arrayClass.BYTES_PER_ELEMENT;
+  const absolute = bytes.byteOffset + offset;
+  if (absolute % arrayClass.BYTES_PER_ELEMENT === 0) return new arrayClass(bytes.buffer as ArrayBuffer, absolute, length);
+  const copy = bytes.slice(offset, offset + byteLength);
+  return new arrayClass(copy.buffer, 0, length);
+}
+
+/** Writes `bytes` to `path` all or nothing: a temp file in the same folder, fsync, rename. */
+export function writeFileAtomic(path: string, bytes: Uint8Array): void {
+  const temp = join(dirname(path), `.${basename(path)}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`);
+  try {
+    const fd = openSync(temp, "w");
+    try {
+      for (let written = 0; written < bytes.length; ) written += writeSync(fd, bytes, written);
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    renameSync(temp, path);
+  } catch (error) {
+    try {
+      unlinkSync(temp);
+    } catch {
+      // The temp file was never created or is already gone.
+    }
+    throw error;
+  }
+}
+
+/** Writes a safetensors file atomically (temp file + rename). */
+export function writeSafetensorsFile(path: string, tensors: Record<string, SafetensorsTensor>, metadata: Record<string, string> = {}): void {
+  writeFileAtomic(path, encodeSafetensors(tensors, metadata));
+}
+
+/** Reads and validates a safetensors file; errors name `path`. */
+export function readSafetensorsFile(path: string): SafetensorsContents {
+  return decodeSafetensors(readFileSync(path), path);
+}
