@@ -205,7 +205,8 @@ function typedView(bytes: Uint8Array, dtype: SafetensorsDType, offset: number, b
   const length = byteLength / arrayClass.BYTES_PER_ELEMENT;
   const absolute = bytes.byteOffset + offset;
   if (absolute % arrayClass.BYTES_PER_ELEMENT === 0) return new arrayClass(bytes.buffer as ArrayBuffer, absolute, length);
-  const copy = bytes.slice(offset, offset + byteLength);
+  const copy = new Uint8Array(byteLength); // not bytes.slice: a Node Buffer's slice is a view
+  copy.set(bytes.subarray(offset, offset + byteLength));
   return new arrayClass(copy.buffer, 0, length);
 }
 

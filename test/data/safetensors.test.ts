@@ -1,0 +1,159 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import {
+  decodeSafetensors,
+  encodeSafetensors,
+  readSafetensorsFile,
+  SafetensorsError,
+  writeSafetensorsFile,
+  type SafetensorsTensor,
+} from "../../src/nn/safetensors.ts";
+
+// Written by test/fixtures/data/generate.py by hand from the spec, data in alphabetical order.
+const REFERENCE = new URL("../fixtures/data/reference.safetensors", import.meta.url).pathname;
+
+/** Safetensors bytes with `header` (any JSON) and `dataLength` zero bytes of data. */
+function rawFile(header: unknown, dataLength: number): Uint8Array {
+  const json = new TextEncoder().encode(JSON.stringify(header));
+  const bytes = new Uint8Array(8 + json.length + dataLength);
+  new DataView(bytes.buffer).setBigUint64(0, BigInt(json.length), true);
+  bytes.set(json, 8);
+  return bytes;
+}
+
+function throwsSafetensors(run: () => unknown, pattern: RegExp): void {
+  assert.throws(run, (error: unknown) => {
+    assert.ok(error instanceof SafetensorsError, String(error));
+    assert.match(error.message, pattern);
+    return true;
+  });
+}
+
+test("reads a file written by an independent Python writer, every dtype", () => {
+  const { tensors, metadata } = readSafetensorsFile(REFERENCE);
+  assert.deepEqual(metadata, { source: "generate.py", note: "hand-written" });
+  assert.deepEqual(tensors.weight, { dtype: "F32", shape: [2, 3], data: new Float32Array([1.5, -2.0, 0.25, 3.0, -0.0, 1e-3]) });
+  assert.deepEqual(tensors.ids, { dtype: "I64", shape: [3], data: new BigInt64Array([-1n, 2n ** 40n + 7n, 30521n]) });
+  assert.deepEqual(tensors.half, { dtype: "F16", shape: [2], data: new Uint16Array([0x3c00, 0xfbff]) });
+  assert.deepEqual(tensors.brain, { dtype: "BF16", shape: [2], data: new Uint16Array([0x3f80, 0xbfc0]) });
+  assert.deepEqual(tensors.mask, { dtype: "U8", shape: [4], data: new Uint8Array([0, 1, 255, 7]) });
+  assert.deepEqual(tensors.flags, { dtype: "BOOL", shape: [2], data: new Uint8Array([1, 0]) });
+  assert.deepEqual(tensors.counts, { dtype: "U16", shape: [2], data: new Uint16Array([30521, 65535]) });
+  assert.deepEqual(tensors.doubles, { dtype: "F64", shape: [1, 1], data: new Float64Array([Math.PI]) });
+  assert.deepEqual(tensors.empty, { dtype: "F32", shape: [0, 4], data: new Float32Array(0) });
+  assert.deepEqual(tensors.small, { dtype: "I8", shape: [3], data: new Int8Array([-128, 0, 127]) });
+});
+
+test("re-encoding the reference file's tensors decodes to the same tensors", () => {
+  const { tensors, metadata } = readSafetensorsFile(REFERENCE);
+  assert.deepEqual(decodeSafetensors(encodeSafetensors(tensors, metadata)), { tensors, metadata });
+});
+
+test("encoding pads the header with spaces to 8-byte alignment and writes the length little-endian", () => {
+  const bytes = encodeSafetensors({ x: { dtype: "U8", shape: [3], data: new Uint8Array([7, 8, 9]) } });
+  const headerLength = Number(new DataView(bytes.buffer).getBigUint64(0, true));
+  assert.equal(headerLength % 8, 0);
+  const header = new TextDecoder().decode(bytes.subarray(8, 8 + headerLength));
+  assert.equal(header.trimEnd(), '{"x":{"dtype":"U8","shape":[3],"data_offsets":[0,3]}}');
+  assert.match(header, /^[^ ]* *$/);
+  assert.deepEqual([...bytes.subarray(8 + headerLength)], [7, 8, 9]);
+});
+
+test("encoding places wider elements first so decoded arrays view the bytes aligned", () => {
+  const tensors: Record<string, SafetensorsTensor> = {
+    a: { dtype: "U8", shape: [3], data: new Uint8Array([1, 2, 3]) },
+    b: { dtype: "F64", shape: [1], data: new Float64Array([2.5]) },
+    c: { dtype: "I16", shape: [1], data: new Int16Array([-3]) },
+  };
+  const bytes = encodeSafetensors(tensors);
+  const decoded = decodeSafetensors(bytes).tensors;
+  assert.equal(decoded.b!.data.buffer, bytes.buffer, "F64 data is a view, not a copy");
+  assert.deepEqual(decoded, tensors);
+});
+
+test("writeSafetensorsFile round-trips through a file and leaves no temp file", () => {
+  const dir = mkdtempSync(join(tmpdir(), "tsgrad-st-"));
+  const path = join(dir, "model.safetensors");
+  const tensors: Record<string, SafetensorsTensor> = { w: { dtype: "F32", shape: [2, 2], data: new Float32Array([1, 2, 3, 4]) } };
+  writeSafetensorsFile(path, tensors, { step: "3" });
+  assert.deepEqual(readSafetensorsFile(path), { tensors, metadata: { step: "3" } });
+  assert.deepEqual(readdirSync(dir), ["model.safetensors"]);
+});
+
+test("encoding refuses data whose length disagrees with the shape", () => {
+  throwsSafetensors(() => encodeSafetensors({ w: { dtype: "F32", shape: [2, 3], data: new Float32Array(5) } }), /tensor "w".*needs 6 elements, data has 5/);
+});
+
+test("encoding refuses a typed array of the wrong kind for the dtype", () => {
+  const wrong = { dtype: "F32", shape: [2], data: new Float64Array(2) } as unknown as SafetensorsTensor;
+  throwsSafetensors(() => encodeSafetensors({ w: wrong }), /tensor "w".*F32 data must be a Float32Array, got Float64Array/);
+});
+
+test("decoding a file shorter than 8 bytes is an error at offset 0", () => {
+  throwsSafetensors(() => decodeSafetensors(new Uint8Array(5), "tiny.st"), /^tiny\.st: byte offset 0: 5 bytes is too short/);
+});
+
+test("a header length beyond the file is an error naming the file and offset 0", () => {
+  const bytes = rawFile({}, 0);
+  new DataView(bytes.buffer).setBigUint64(0, 1000n, true);
+  throwsSafetensors(() => decodeSafetensors(bytes, "big.st"), /^big\.st: byte offset 0: header length 1000 runs past the end of the file \(10 bytes\)/);
+});
+
+test("a header that is not JSON is an error at offset 8", () => {
+  const bytes = rawFile({}, 0);
+  bytes[9] = "x".charCodeAt(0);
+  throwsSafetensors(() => decodeSafetensors(bytes, "bad.st"), /^bad\.st: byte offset 8: header is not valid UTF-8 JSON/);
+});
+
+test("an unknown dtype is an error naming the tensor", () => {
+  const bytes = rawFile({ w: { dtype: "F8", shape: [1], data_offsets: [0, 1] } }, 1);
+  throwsSafetensors(() => decodeSafetensors(bytes, "f.st"), /^f\.st: tensor "w", byte offset 8: unknown dtype "F8"/);
+});
+
+test("shape times itemsize disagreeing with the byte length is an error at the tensor's data offset", () => {
+  const bytes = rawFile({ w: { dtype: "F32", shape: [2], data_offsets: [0, 12] } }, 12);
+  const dataStart = bytes.length - 12;
+  throwsSafetensors(() => decodeSafetensors(bytes, "f.st"), new RegExp(`tensor "w", byte offset ${dataStart}: shape \\[2\\] of F32 needs 8 bytes, data_offsets give 12`));
+});
+
+test("offsets past the end of the file are an error naming the tensor", () => {
+  const bytes = rawFile({ w: { dtype: "U8", shape: [8], data_offsets: [0, 8] } }, 4);
+  throwsSafetensors(() => decodeSafetensors(bytes, "f.st"), /tensor "w", byte offset \d+: data ends at byte offset \d+, past the end of the file/);
+});
+
+test("overlapping tensors are an error naming the second one", () => {
+  const bytes = rawFile({ a: { dtype: "U8", shape: [4], data_offsets: [0, 4] }, b: { dtype: "U8", shape: [2], data_offsets: [2, 4] } }, 4);
+  throwsSafetensors(() => decodeSafetensors(bytes, "f.st"), /tensor "b", byte offset \d+: data overlaps the previous tensor's/);
+});
+
+test("a hole between tensors is an error", () => {
+  const bytes = rawFile({ a: { dtype: "U8", shape: [2], data_offsets: [0, 2] }, b: { dtype: "U8", shape: [2], data_offsets: [3, 5] } }, 5);
+  throwsSafetensors(() => decodeSafetensors(bytes, "f.st"), /tensor "b", byte offset \d+: bytes \d+\.\.\d+ belong to no tensor/);
+});
+
+test("trailing bytes after the last tensor are an error", () => {
+  const bytes = rawFile({ a: { dtype: "U8", shape: [2], data_offsets: [0, 2] } }, 3);
+  throwsSafetensors(() => decodeSafetensors(bytes, "f.st"), /1 trailing bytes belong to no tensor/);
+});
+
+test("non-string metadata values are an error", () => {
+  const bytes = rawFile({ __metadata__: { step: 3 } }, 0);
+  throwsSafetensors(() => decodeSafetensors(bytes, "f.st"), /__metadata__\.step is 3, not a string/);
+});
+
+test("readSafetensorsFile names the path in errors", () => {
+  const path = join(mkdtempSync(join(tmpdir(), "tsgrad-st-")), "broken.safetensors");
+  writeFileSync(path, readFileSync(REFERENCE).subarray(0, 100));
+  throwsSafetensors(() => readSafetensorsFile(path), new RegExp(`^${path}: byte offset 0: header length`));
+});
+
+test("decoding bytes that start at an odd offset copies the unaligned data correctly", () => {
+  const tensors: Record<string, SafetensorsTensor> = { w: { dtype: "F32", shape: [2], data: new Float32Array([1.25, -7]) } };
+  const encoded = encodeSafetensors(tensors);
+  const shifted = new Uint8Array(encoded.length + 1);
+  shifted.set(encoded, 1);
+  assert.deepEqual(decodeSafetensors(shifted.subarray(1)).tensors, tensors);
+});
