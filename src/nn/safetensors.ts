@@ -3,7 +3,7 @@
 // plus an optional `__metadata__` string map, padded with spaces to 8-byte alignment),
 // then the tensors' bytes, little-endian, row-major, back to back without holes.
 
-import { closeSync, fsyncSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from "node:fs";
+import { closeSync, fstatSync, fsyncSync, openSync, readFileSync, readSync, renameSync, unlinkSync, writeSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 
 /** The typed array that holds each dtype's elements (16-bit floats as raw bits). */
@@ -122,20 +122,34 @@ export function encodeSafetensors(tensors: Record<string, SafetensorsTensor>, me
   return bytes;
 }
 
+/** Where one tensor lies in a safetensors file, from its header. */
+export interface SafetensorsEntry {
+  dtype: SafetensorsDType;
+  shape: number[];
+  /** Offset of the tensor's first byte from the start of the file. */
+  byteOffset: number;
+  byteLength: number;
+}
+
+export interface SafetensorsHeader {
+  entries: Record<string, SafetensorsEntry>;
+  metadata: Record<string, string>;
+}
+
 /**
- * Parses and validates safetensors bytes. Arrays view `bytes` where their data is aligned
- * (copies otherwise), so they share memory with it. `source` names the bytes in errors.
+ * Validates a header (`prefix` holds the file's first bytes, at least the 8-byte length)
+ * against a file of `fileLength` bytes; the caller then reads the data it needs.
  */
-export function decodeSafetensors(bytes: Uint8Array, source = "<bytes>"): SafetensorsContents {
-  if (bytes.length < 8) throw new SafetensorsError(source, undefined, 0, `${bytes.length} bytes is too short for the 8-byte header length`);
-  const headerLength = new DataView(bytes.buffer, bytes.byteOffset, 8).getBigUint64(0, true);
-  if (headerLength > BigInt(bytes.length - 8)) {
-    throw new SafetensorsError(source, undefined, 0, `header length ${headerLength} runs past the end of the file (${bytes.length} bytes)`);
+function parseHeader(prefix: Uint8Array, fileLength: number, source: string): SafetensorsHeader {
+  if (fileLength < 8) throw new SafetensorsError(source, undefined, 0, `${fileLength} bytes is too short for the 8-byte header length`);
+  const headerLength = new DataView(prefix.buffer, prefix.byteOffset, 8).getBigUint64(0, true);
+  if (headerLength > BigInt(fileLength - 8)) {
+    throw new SafetensorsError(source, undefined, 0, `header length ${headerLength} runs past the end of the file (${fileLength} bytes)`);
   }
   const dataStart = 8 + Number(headerLength);
   let header: unknown;
   try {
-    header = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bytes.subarray(8, dataStart)));
+    header = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(prefix.subarray(8, dataStart)));
   } catch (error) {
     throw new SafetensorsError(source, undefined, 8, `header is not valid UTF-8 JSON (${(error as Error).message})`);
   }
@@ -143,24 +157,53 @@ export function decodeSafetensors(bytes: Uint8Array, source = "<bytes>"): Safete
     throw new SafetensorsError(source, undefined, 8, "header is not a JSON object");
   }
   const metadata = parseMetadata(source, (header as Record<string, unknown>).__metadata__);
-  const entries = Object.entries(header)
+  const parsed = Object.entries(header)
     .filter(([name]) => name !== "__metadata__")
     .map(([name, entry]) => parseEntry(source, name, entry, dataStart));
-  entries.sort((a, b) => a.begin - b.begin);
-  const dataLength = bytes.length - dataStart;
+  parsed.sort((a, b) => a.begin - b.begin);
+  const dataLength = fileLength - dataStart;
   let expectedBegin = 0;
-  const tensors: Record<string, SafetensorsTensor> = {};
-  for (const { name, dtype, shape, begin, end } of entries) {
+  const entries: Record<string, SafetensorsEntry> = {};
+  for (const { name, dtype, shape, begin, end } of parsed) {
     if (begin < expectedBegin) throw new SafetensorsError(source, name, dataStart + begin, `data overlaps the previous tensor's, which ends at byte offset ${dataStart + expectedBegin}`);
     if (begin > expectedBegin) throw new SafetensorsError(source, name, dataStart + expectedBegin, `bytes ${dataStart + expectedBegin}..${dataStart + begin} belong to no tensor`);
-    if (end > dataLength) throw new SafetensorsError(source, name, dataStart + begin, `data ends at byte offset ${dataStart + end}, past the end of the file (${bytes.length} bytes)`);
-    tensors[name] = { dtype, shape, data: typedView(bytes, dtype, dataStart + begin, end - begin) } as SafetensorsTensor;
+    if (end > dataLength) throw new SafetensorsError(source, name, dataStart + begin, `data ends at byte offset ${dataStart + end}, past the end of the file (${fileLength} bytes)`);
+    entries[name] = { dtype, shape, byteOffset: dataStart + begin, byteLength: end - begin };
     expectedBegin = end;
   }
   if (expectedBegin !== dataLength) {
     throw new SafetensorsError(source, undefined, dataStart + expectedBegin, `${dataLength - expectedBegin} trailing bytes belong to no tensor`);
   }
+  return { entries, metadata };
+}
+
+/**
+ * Parses and validates safetensors bytes. Arrays view `bytes` where their data is aligned
+ * (copies otherwise), so they share memory with it. `source` names the bytes in errors.
+ */
+export function decodeSafetensors(bytes: Uint8Array, source = "<bytes>"): SafetensorsContents {
+  const { entries, metadata } = parseHeader(bytes, bytes.length, source);
+  const tensors: Record<string, SafetensorsTensor> = {};
+  for (const [name, { dtype, shape, byteOffset, byteLength }] of Object.entries(entries)) {
+    tensors[name] = { dtype, shape, data: typedView(bytes, dtype, byteOffset, byteLength) } as SafetensorsTensor;
+  }
   return { tensors, metadata };
+}
+
+/** Reads and validates only the header of a safetensors file, for reading its data in parts. */
+export function readSafetensorsHeader(path: string): SafetensorsHeader {
+  const fd = openSync(path, "r");
+  try {
+    const fileLength = fstatSync(fd).size;
+    const lengthBytes = new Uint8Array(8);
+    readSync(fd, lengthBytes, 0, 8, 0);
+    const headerLength = Number(new DataView(lengthBytes.buffer).getBigUint64(0, true));
+    const prefix = new Uint8Array(fileLength < 8 ? 8 : 8 + Math.min(headerLength, fileLength - 8));
+    readSync(fd, prefix, 0, prefix.length, 0);
+    return parseHeader(prefix, fileLength, path);
+  } finally {
+    closeSync(fd);
+  }
 }
 
 function parseMetadata(source: string, metadata: unknown): Record<string, string> {

@@ -7,6 +7,7 @@ import {
   decodeSafetensors,
   encodeSafetensors,
   readSafetensorsFile,
+  readSafetensorsHeader,
   SafetensorsError,
   writeSafetensorsFile,
   type SafetensorsTensor,
@@ -156,4 +157,20 @@ test("decoding bytes that start at an odd offset copies the unaligned data corre
   const shifted = new Uint8Array(encoded.length + 1);
   shifted.set(encoded, 1);
   assert.deepEqual(decodeSafetensors(shifted.subarray(1)).tensors, tensors);
+});
+
+test("readSafetensorsHeader gives each tensor's absolute byte range without reading the data", () => {
+  const { entries, metadata } = readSafetensorsHeader(REFERENCE);
+  const bytes = readFileSync(REFERENCE);
+  assert.equal(metadata.source, "generate.py");
+  const { dtype, shape, byteOffset, byteLength } = entries.counts!;
+  assert.deepEqual({ dtype, shape, byteLength }, { dtype: "U16", shape: [2], byteLength: 4 });
+  assert.deepEqual([...bytes.subarray(byteOffset, byteOffset + byteLength)], [0x39, 0x77, 0xff, 0xff]);
+});
+
+test("readSafetensorsHeader validates offsets against the file size", () => {
+  const path = join(mkdtempSync(join(tmpdir(), "tsgrad-st-")), "cut.safetensors");
+  const bytes = readFileSync(REFERENCE);
+  writeFileSync(path, bytes.subarray(0, bytes.length - 1));
+  throwsSafetensors(() => readSafetensorsHeader(path), new RegExp(`^${path}: tensor "weight", byte offset \\d+: data ends at byte offset ${bytes.length}, past the end of the file \\(${bytes.length - 1} bytes\\)`));
 });

@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { readShard, writeShard, ShardError } from "../../mlperf/bert/data/shard.ts";
+import { readShard, ShardError, ShardFile, writeShard } from "../../mlperf/bert/data/shard.ts";
 import { SAMPLE_FIELDS, type SampleColumns } from "../../mlperf/bert/data/samples.ts";
 import { readSafetensorsFile, writeSafetensorsFile } from "../../src/nn/safetensors.ts";
 import { samplesFromJsonl } from "./sample-helpers.ts";
@@ -113,4 +113,27 @@ test("readShard errors on a file that is not safetensors, naming it", () => {
   const path = join(tempDir(), "junk.safetensors");
   writeFileSync(path, "not a shard at all");
   assert.throws(() => readShard(path), (error: unknown) => error instanceof Error && error.message.startsWith(path));
+});
+
+test("ShardFile reads single samples by index, equal to the rows readShard returns", () => {
+  const samples = samplesFromJsonl(readFileSync(FIXTURE, "utf8"), 128, 20);
+  const path = join(tempDir(), "part.safetensors");
+  writeShard(path, samples);
+  const shard = new ShardFile(path);
+  assert.equal(shard.count, samples.count);
+  const target = samplesFromJsonl(readFileSync(FIXTURE, "utf8").split("\n").slice(0, 2).join("\n"), 128, 20);
+  shard.readInto(200, target, 1);
+  shard.close();
+  assert.deepEqual(target.input_ids.subarray(128), samples.input_ids.subarray(200 * 128, 201 * 128));
+  assert.deepEqual(target.masked_lm_positions.subarray(20), samples.masked_lm_positions.subarray(200 * 20, 201 * 20));
+  assert.deepEqual(target.masked_lm_weights.subarray(20), samples.masked_lm_weights.subarray(200 * 20, 201 * 20));
+  assert.equal(target.next_sentence_labels[1], samples.next_sentence_labels[200]);
+});
+
+test("ShardFile refuses an index outside the shard", () => {
+  const path = join(tempDir(), "part.safetensors");
+  writeShard(path, samplesFromJsonl(readFileSync(FIXTURE, "utf8"), 128, 20));
+  const shard = new ShardFile(path);
+  assert.throws(() => shard.readInto(229, samplesFromJsonl("", 128, 20), 0), /sample: index 229 is outside 0\.\.228/);
+  shard.close();
 });

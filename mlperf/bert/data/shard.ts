@@ -15,7 +15,14 @@
 // Samples are rows in the order they were written. Reading widens to SampleColumns
 // (Int32Array, Float32Array weights); writing refuses values the narrow types cannot hold.
 
-import { readSafetensorsFile, writeSafetensorsFile, type SafetensorsTensor } from "../../../src/nn/safetensors.ts";
+import { closeSync, openSync, readSync } from "node:fs";
+import {
+  readSafetensorsFile,
+  readSafetensorsHeader,
+  writeSafetensorsFile,
+  type SafetensorsEntry,
+  type SafetensorsTensor,
+} from "../../../src/nn/safetensors.ts";
 import type { SampleColumns, SampleField } from "./samples.ts";
 
 export const SHARD_FORMAT = "tsgrad-bert-samples";
@@ -90,9 +97,10 @@ function metadataInteger(path: string, metadata: Record<string, string>, key: st
   return Number(text);
 }
 
-/** Reads a shard written by `writeShard`, checking format, dtypes and shapes. */
-export function readShard(path: string): SampleColumns {
-  const { tensors, metadata } = readSafetensorsFile(path);
+type ShardDims = Pick<SampleColumns, "count" | "maxSeqLength" | "maxPredictionsPerSeq">;
+
+/** Checks a shard's metadata and each field's dtype and shape; returns its dimensions. */
+function checkShardHeader(path: string, tensors: Record<string, { dtype: string; shape: number[] }>, metadata: Record<string, string>): ShardDims {
   if (metadata.format !== SHARD_FORMAT) throw new ShardError(path, "__metadata__.format", `expected "${SHARD_FORMAT}", got ${JSON.stringify(metadata.format)}`);
   if (metadata.version !== SHARD_VERSION) throw new ShardError(path, "__metadata__.version", `expected "${SHARD_VERSION}", got ${JSON.stringify(metadata.version)}`);
   const dims = {
@@ -100,7 +108,7 @@ export function readShard(path: string): SampleColumns {
     maxSeqLength: metadataInteger(path, metadata, "max_seq_length"),
     maxPredictionsPerSeq: metadataInteger(path, metadata, "max_predictions_per_seq"),
   };
-  const column = (field: SampleField): Uint8Array | Uint16Array => {
+  for (const field of FIELDS) {
     const tensor = tensors[field];
     if (tensor === undefined) throw new ShardError(path, field, "missing");
     const expectedShape = shapeOf(dims, field);
@@ -108,28 +116,70 @@ export function readShard(path: string): SampleColumns {
     if (tensor.shape.join() !== expectedShape.join()) {
       throw new ShardError(path, field, `shape [${tensor.shape.join(", ")}], expected [${expectedShape.join(", ")}] from __metadata__`);
     }
-    return tensor.data as Uint8Array | Uint16Array;
-  };
-  const widen = (field: SampleField): Int32Array => {
-    const data = column(field);
-    const wide = new Int32Array(data.length);
-    wide.set(data);
+  }
+  return dims;
+}
+
+/** Reads a shard written by `writeShard`, checking format, dtypes and shapes. */
+export function readShard(path: string): SampleColumns {
+  const { tensors, metadata } = readSafetensorsFile(path);
+  const dims = checkShardHeader(path, tensors, metadata);
+  const widen = <T extends Int32Array | Float32Array>(field: SampleField, wide: T): T => {
+    wide.set(tensors[field]!.data as Uint8Array | Uint16Array);
     return wide;
   };
-  const widenToFloat = (field: SampleField): Float32Array => {
-    const data = column(field);
-    const wide = new Float32Array(data.length);
-    wide.set(data);
-    return wide;
-  };
+  const seq = dims.count * dims.maxSeqLength;
+  const pred = dims.count * dims.maxPredictionsPerSeq;
   return {
     ...dims,
-    input_ids: widen("input_ids"),
-    input_mask: widen("input_mask"),
-    segment_ids: widen("segment_ids"),
-    masked_lm_positions: widen("masked_lm_positions"),
-    masked_lm_ids: widen("masked_lm_ids"),
-    masked_lm_weights: widenToFloat("masked_lm_weights"),
-    next_sentence_labels: widen("next_sentence_labels"),
+    input_ids: widen("input_ids", new Int32Array(seq)),
+    input_mask: widen("input_mask", new Int32Array(seq)),
+    segment_ids: widen("segment_ids", new Int32Array(seq)),
+    masked_lm_positions: widen("masked_lm_positions", new Int32Array(pred)),
+    masked_lm_ids: widen("masked_lm_ids", new Int32Array(pred)),
+    masked_lm_weights: widen("masked_lm_weights", new Float32Array(pred)),
+    next_sentence_labels: widen("next_sentence_labels", new Int32Array(dims.count)),
   };
+}
+
+/** A shard open for reading single samples by index, a few small reads each, without loading it all. */
+export class ShardFile {
+  readonly count: number;
+  readonly maxSeqLength: number;
+  readonly maxPredictionsPerSeq: number;
+  private readonly fd: number;
+  private readonly entries: Record<string, SafetensorsEntry>;
+  private readonly scratch: ArrayBuffer;
+
+  constructor(readonly path: string) {
+    const { entries, metadata } = readSafetensorsHeader(path);
+    const dims = checkShardHeader(path, entries, metadata);
+    this.count = dims.count;
+    this.maxSeqLength = dims.maxSeqLength;
+    this.maxPredictionsPerSeq = dims.maxPredictionsPerSeq;
+    this.entries = entries;
+    this.scratch = new ArrayBuffer(2 * Math.max(this.maxSeqLength, this.maxPredictionsPerSeq, 1));
+    this.fd = openSync(path, "r");
+  }
+
+  /** Copies sample `index` into row `row` of `target` (whose widths match this shard's). */
+  readInto(index: number, target: SampleColumns, row: number): void {
+    if (!(Number.isInteger(index) && index >= 0 && index < this.count)) throw new ShardError(this.path, "sample", `index ${index} is outside 0..${this.count - 1}`);
+    for (const field of FIELDS) {
+      const width = rowWidth(this, field);
+      const entry = this.entries[field]!;
+      const itemBytes = LAYOUT[field].dtype === "U16" ? 2 : 1;
+      const bytes = new Uint8Array(this.scratch, 0, width * itemBytes);
+      const position = entry.byteOffset + index * width * itemBytes;
+      if (readSync(this.fd, bytes, 0, bytes.length, position) !== bytes.length) {
+        throw new ShardError(this.path, field, `short read of sample ${index} at byte offset ${position}`);
+      }
+      const narrow = itemBytes === 2 ? new Uint16Array(this.scratch, 0, width) : bytes;
+      target[field].set(narrow, row * width);
+    }
+  }
+
+  close(): void {
+    closeSync(this.fd);
+  }
 }
