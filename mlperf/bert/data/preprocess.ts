@@ -1,0 +1,511 @@
+// Masked-LM + next-sentence samples exactly as MLCommons' create_pretraining_data.py makes
+// them (tinygrad's wikipedia.py draws the same): every random decision comes from a
+// Python-identical `random.Random(RANDOM_SEED)`, one per input file, in the reference's order.
+//
+//   npx tsx mlperf/bert/data/preprocess.ts pre-train all|N|pre-eval   (see --help)
+import { existsSync, mkdirSync, readFileSync, statSync } from "node:fs";
+import { availableParallelism, freemem } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { isMainThread, parentPort, Worker, workerData } from "node:worker_threads";
+import { basedirFromEnv } from "./basedir.ts";
+import { PyRandom } from "./pyrandom.ts";
+import type { SampleColumns } from "./samples.ts";
+import { writeShard } from "./shard.ts";
+import { BertTokenizer, loadVocab, pythonStrip } from "./tokenizer.ts";
+
+/** The reference's knobs (env vars MAX_SEQ_LENGTH, MAX_PREDICTIONS_PER_SEQ, ...). */
+export interface PreprocessSettings {
+  maxSeqLength: number;
+  maxPredictionsPerSeq: number;
+  randomSeed: number;
+  dupeFactor: number;
+  maskedLmProb: number;
+  shortSeqProb: number;
+}
+
+/** MLPerf's values (tinygrad's defaults). */
+export const DEFAULT_SETTINGS: Readonly<PreprocessSettings> = {
+  maxSeqLength: 512,
+  maxPredictionsPerSeq: 76,
+  randomSeed: 12345,
+  dupeFactor: 10,
+  maskedLmProb: 0.15,
+  shortSeqProb: 0.1,
+};
+
+/** Input or settings the reference could not turn into samples; names the file or knob. */
+export class PreprocessError extends Error {
+  override name = "PreprocessError";
+}
+
+/** The eval set's size (MLCommons' pick_eval_samples.py). */
+export const EVAL_SAMPLE_COUNT = 10_000;
+
+export const PART_COUNT = 500;
+/** `results4/part-00042-of-00500`, the reference's input naming. */
+export const partName = (part: number): string => `part-${String(part).padStart(5, "0")}-of-${String(PART_COUNT).padStart(5, "0")}`;
+export const trainInputPath = (basedir: string, part: number): string => join(basedir, "results4", partName(part));
+export const evalInputPath = (basedir: string): string => join(basedir, "results4", "eval.txt");
+export const trainShardPath = (basedir: string, part: number): string => join(basedir, "train", `${partName(part)}.safetensors`);
+export const evalShardPath = (basedir: string): string => join(basedir, "eval", "eval.safetensors");
+export const vocabPath = (basedir: string): string => join(basedir, "vocab.txt");
+
+// ---------------------------------------------------------------------------------------
+// Reading: documents of segments of token ids.
+
+/** An int32 array that grows by doubling, so building never copies per element. */
+class GrowableInt32 {
+  data = new Int32Array(1024);
+  length = 0;
+
+  push(value: number): void {
+    if (this.length === this.data.length) this.reserve(1);
+    this.data[this.length++] = value;
+  }
+
+  append(values: ArrayLike<number>): void {
+    this.reserve(values.length);
+    for (let i = 0; i < values.length; i++) this.data[this.length + i] = values[i]!;
+    this.length += values.length;
+  }
+
+  reserve(extra: number): void {
+    if (this.length + extra <= this.data.length) return;
+    const grown = new Int32Array(Math.max(this.data.length * 2, this.length + extra));
+    grown.set(this.data.subarray(0, this.length));
+    this.data = grown;
+  }
+
+  toArray(): Int32Array {
+    return this.data.slice(0, this.length);
+  }
+}
+
+/** One input file's documents: segment s of document d is `tokenIds[segmentStarts[s]..segmentStarts[s+1])`. */
+export interface Documents {
+  tokenIds: Int32Array;
+  /** [segments + 1] offsets into tokenIds. */
+  segmentStarts: Int32Array;
+  /** [documents + 1] offsets into segments. */
+  documentStarts: Int32Array;
+}
+
+/**
+ * Reads results4 text as MLCommons does: every `\r` is deleted (tf.gfile), lines end at
+ * `\n`, each is stripped the Python way; an empty line ends the document, any other line's
+ * tokens (when there are some) are one segment; documents without segments are dropped.
+ */
+export function readDocuments(text: string, tokenizer: BertTokenizer): Documents {
+  const content = text.includes("\r") ? text.replaceAll("\r", "") : text;
+  const tokenIds = new GrowableInt32();
+  const segmentStarts = new GrowableInt32();
+  const documentStarts = new GrowableInt32();
+  segmentStarts.push(0);
+  documentStarts.push(0);
+  const lineIds: number[] = [];
+  const endDocument = () => {
+    if (segmentStarts.length - 1 > documentStarts.data[documentStarts.length - 1]!) documentStarts.push(segmentStarts.length - 1);
+  };
+  for (let lineStart = 0; lineStart < content.length; ) {
+    const newline = content.indexOf("\n", lineStart);
+    const lineEnd = newline < 0 ? content.length : newline;
+    const line = pythonStrip(content.slice(lineStart, lineEnd));
+    lineStart = lineEnd + 1;
+    if (line.length === 0) {
+      endDocument();
+      continue;
+    }
+    lineIds.length = 0;
+    tokenizer.tokenizeToIds(line, lineIds);
+    if (lineIds.length === 0) continue;
+    tokenIds.append(lineIds);
+    segmentStarts.push(tokenIds.length);
+  }
+  endDocument();
+  return { tokenIds: tokenIds.toArray(), segmentStarts: segmentStarts.toArray(), documentStarts: documentStarts.toArray() };
+}
+
+// ---------------------------------------------------------------------------------------
+// Instance creation.
+
+/** Ids the reference finds by name in the vocab. */
+interface SpecialIds {
+  cls: number;
+  sep: number;
+  mask: number;
+  vocabSize: number;
+}
+
+function specialIdsOf(tokenizer: BertTokenizer): SpecialIds {
+  const [cls, sep, mask] = ["[CLS]", "[SEP]", "[MASK]"].map((token) => {
+    const id = tokenizer.vocab.ids.get(token);
+    if (id === undefined) throw new PreprocessError(`vocab ${tokenizer.vocab.source} has no ${token} token`);
+    return id;
+  }) as [number, number, number];
+  return { cls, sep, mask, vocabSize: tokenizer.vocab.tokens.length };
+}
+
+/**
+ * Samples in the order made, unpadded: sample k's tokens are
+ * `tokenIds[tokenStarts[k]..tokenStarts[k+1])`, its first `segmentALengths[k]` tokens
+ * (with [CLS] and the first [SEP]) are segment 0; its predictions likewise by predictionStarts.
+ */
+export interface MadeSamples {
+  count: number;
+  tokenIds: Int32Array;
+  tokenStarts: Int32Array;
+  segmentALengths: Int32Array;
+  predictionStarts: Int32Array;
+  maskedLmPositions: Int32Array;
+  maskedLmIds: Int32Array;
+  nextSentenceLabels: Int32Array;
+  /** The reference's output order: its final `rng.shuffle(instances)` as indices. */
+  shuffledOrder: Int32Array;
+}
+
+/** Python's `round()` on a double: halves go to the even neighbour. */
+export function roundHalfEven(value: number): number {
+  const floor = Math.floor(value);
+  const fraction = value - floor;
+  if (fraction !== 0.5) return Math.round(value);
+  return floor % 2 === 0 ? floor : floor + 1;
+}
+
+/** Progress callback: samples made so far. */
+export type ProgressCallback = (samplesMade: number) => void;
+
+/** Builds samples from documents with the reference's random calls, in its order. */
+class SampleMaker {
+  private readonly tokenIds = new GrowableInt32();
+  private readonly tokenStarts = new GrowableInt32();
+  private readonly segmentALengths = new GrowableInt32();
+  private readonly predictionStarts = new GrowableInt32();
+  private readonly maskedLmPositions = new GrowableInt32();
+  private readonly maskedLmIds = new GrowableInt32();
+  private readonly nextSentenceLabels = new GrowableInt32();
+  private readonly candidates: Int32Array;
+  private readonly predictionPositions: Int32Array;
+  private readonly predictionLabels: Int32Array;
+  /** Token ranges of A and B in `documents.tokenIds`, end exclusive. */
+  private aStart = 0;
+  private aEnd = 0;
+  private bStart = 0;
+  private bEnd = 0;
+
+  constructor(
+    private readonly documents: Documents,
+    private readonly documentOrder: Int32Array,
+    private readonly special: SpecialIds,
+    private readonly settings: PreprocessSettings,
+    private readonly rng: PyRandom,
+  ) {
+    this.tokenStarts.push(0);
+    this.predictionStarts.push(0);
+    this.candidates = new Int32Array(settings.maxSeqLength);
+    this.predictionPositions = new Int32Array(settings.maxPredictionsPerSeq);
+    this.predictionLabels = new Int32Array(settings.maxPredictionsPerSeq);
+  }
+
+  get count(): number {
+    return this.tokenStarts.length - 1;
+  }
+
+  private segmentRange(documentIndex: number): [first: number, end: number] {
+    const document = this.documentOrder[documentIndex]!;
+    return [this.documents.documentStarts[document]!, this.documents.documentStarts[document + 1]!];
+  }
+
+  /** create_instances_from_document for the document at `documentIndex` of the shuffled list. */
+  addDocument(documentIndex: number): void {
+    const { rng, settings } = this;
+    const starts = this.documents.segmentStarts;
+    const [firstSegment, endSegment] = this.segmentRange(documentIndex);
+    const segmentCount = endSegment - firstSegment;
+    const maxNumTokens = settings.maxSeqLength - 3;
+    let targetLength = maxNumTokens;
+    if (rng.random() < settings.shortSeqProb) targetLength = rng.randint(2, maxNumTokens);
+
+    let chunkFirst = 0; // segment index (in the document) where the current chunk starts
+    let chunkSegments = 0;
+    let chunkTokens = 0;
+    for (let i = 0; i < segmentCount; i++) {
+      if (chunkSegments === 0) chunkFirst = i;
+      chunkSegments++;
+      chunkTokens += starts[firstSegment + i + 1]! - starts[firstSegment + i]!;
+      if (i !== segmentCount - 1 && chunkTokens < targetLength) continue;
+
+      const aSegments = chunkSegments >= 2 ? rng.randint(1, chunkSegments - 1) : 1;
+      this.aStart = starts[firstSegment + chunkFirst]!;
+      this.aEnd = starts[firstSegment + chunkFirst + aSegments]!;
+      let isRandomNext = false;
+      if (chunkSegments === 1 || rng.random() < 0.5) {
+        isRandomNext = true;
+        this.takeRandomNext(documentIndex, targetLength - (this.aEnd - this.aStart));
+        i -= chunkSegments - aSegments; // the unused segments are read again
+      } else {
+        this.bStart = this.aEnd;
+        this.bEnd = starts[firstSegment + chunkFirst + chunkSegments]!;
+      }
+      this.truncatePair(maxNumTokens);
+      this.addSample(isRandomNext);
+      chunkSegments = 0;
+      chunkTokens = 0;
+    }
+  }
+
+  /** B from a random other document: from a random segment on, until `targetBLength` tokens. */
+  private takeRandomNext(documentIndex: number, targetBLength: number): void {
+    const { rng } = this;
+    const documentCount = this.documentOrder.length;
+    let randomDocument = 0;
+    for (let attempt = 0; attempt < 10; attempt++) {
+      randomDocument = rng.randint(0, documentCount - 1);
+      if (randomDocument !== documentIndex) break;
+    }
+    const [firstSegment, endSegment] = this.segmentRange(randomDocument);
+    const starts = this.documents.segmentStarts;
+    const randomStart = rng.randint(0, endSegment - firstSegment - 1);
+    this.bStart = starts[firstSegment + randomStart]!;
+    for (let s = firstSegment + randomStart; s < endSegment; s++) {
+      this.bEnd = starts[s + 1]!;
+      if (this.bEnd - this.bStart >= targetBLength) break;
+    }
+  }
+
+  /** truncate_seq_pair: one draw per removed token, from the longer side (B on ties). */
+  private truncatePair(maxNumTokens: number): void {
+    const { rng } = this;
+    while (this.aEnd - this.aStart + (this.bEnd - this.bStart) > maxNumTokens) {
+      const fromFront = rng.random() < 0.5;
+      if (this.aEnd - this.aStart > this.bEnd - this.bStart) {
+        if (fromFront) this.aStart++;
+        else this.aEnd--;
+      } else if (fromFront) this.bStart++;
+      else this.bEnd--;
+    }
+  }
+
+  /** `[CLS] A [SEP] B [SEP]`, then create_masked_lm_predictions. */
+  private addSample(isRandomNext: boolean): void {
+    const { rng, special, settings, candidates } = this;
+    const source = this.documents.tokenIds;
+    const out = this.tokenIds;
+    const sampleStart = out.length;
+    const aLength = this.aEnd - this.aStart;
+    const bLength = this.bEnd - this.bStart;
+    const length = aLength + bLength + 3;
+    out.reserve(length);
+    out.push(special.cls);
+    out.append(source.subarray(this.aStart, this.aEnd));
+    out.push(special.sep);
+    out.append(source.subarray(this.bStart, this.bEnd));
+    out.push(special.sep);
+    const tokens = out.data.subarray(sampleStart, sampleStart + length);
+
+    let candidateCount = 0;
+    for (let position = 0; position < length; position++) {
+      const id = tokens[position]!;
+      if (id !== special.cls && id !== special.sep) candidates[candidateCount++] = position;
+    }
+    rng.shuffle(candidates.subarray(0, candidateCount));
+    const predictionCount = Math.min(
+      settings.maxPredictionsPerSeq,
+      Math.max(1, roundHalfEven(length * settings.maskedLmProb)),
+      candidateCount,
+    );
+    for (let k = 0; k < predictionCount; k++) {
+      const position = candidates[k]!;
+      const original = tokens[position]!;
+      let replacement: number;
+      if (rng.random() < 0.8) replacement = special.mask;
+      else if (rng.random() < 0.5) replacement = original;
+      else replacement = rng.randint(0, special.vocabSize - 1);
+      tokens[position] = replacement;
+      this.insertPrediction(k, position, original);
+    }
+    this.maskedLmPositions.append(this.predictionPositions.subarray(0, predictionCount));
+    this.maskedLmIds.append(this.predictionLabels.subarray(0, predictionCount));
+    this.predictionStarts.push(this.maskedLmPositions.length);
+    this.segmentALengths.push(aLength + 2);
+    this.nextSentenceLabels.push(isRandomNext ? 1 : 0);
+    this.tokenStarts.push(out.length);
+  }
+
+  /** Keeps the first `filled` predictions sorted by position (the reference sorts at the end). */
+  private insertPrediction(filled: number, position: number, label: number): void {
+    let k = filled;
+    while (k > 0 && this.predictionPositions[k - 1]! > position) {
+      this.predictionPositions[k] = this.predictionPositions[k - 1]!;
+      this.predictionLabels[k] = this.predictionLabels[k - 1]!;
+      k--;
+    }
+    this.predictionPositions[k] = position;
+    this.predictionLabels[k] = label;
+  }
+
+  finish(): MadeSamples {
+    const count = this.count;
+    const shuffledOrder = Int32Array.from({ length: count }, (_, k) => k);
+    this.rng.shuffle(shuffledOrder);
+    return {
+      count,
+      tokenIds: this.tokenIds.toArray(),
+      tokenStarts: this.tokenStarts.toArray(),
+      segmentALengths: this.segmentALengths.toArray(),
+      predictionStarts: this.predictionStarts.toArray(),
+      maskedLmPositions: this.maskedLmPositions.toArray(),
+      maskedLmIds: this.maskedLmIds.toArray(),
+      nextSentenceLabels: this.nextSentenceLabels.toArray(),
+      shuffledOrder,
+    };
+  }
+}
+
+export function validateSettings(settings: PreprocessSettings): void {
+  const integer = (name: string, value: number, min: number) => {
+    if (!Number.isSafeInteger(value) || value < min) throw new PreprocessError(`${name} must be an integer >= ${min}, got ${value}`);
+  };
+  // [CLS] a [SEP] b [SEP] needs 5 positions; randint(2, MAX_SEQ_LENGTH - 3) needs at least 5 too.
+  integer("MAX_SEQ_LENGTH", settings.maxSeqLength, 5);
+  integer("MAX_PREDICTIONS_PER_SEQ", settings.maxPredictionsPerSeq, 1);
+  integer("RANDOM_SEED", settings.randomSeed, Number.MIN_SAFE_INTEGER);
+  integer("DUPE_FACTOR", settings.dupeFactor, 1);
+  const probability = (name: string, value: number) => {
+    if (!(value >= 0 && value <= 1)) throw new PreprocessError(`${name} must be in [0, 1], got ${value}`);
+  };
+  probability("MASKED_LM_PROB", settings.maskedLmProb);
+  probability("SHORT_SEQ_PROB", settings.shortSeqProb);
+}
+
+/**
+ * create_training_instances on one input's documents: the document shuffle, DUPE_FACTOR
+ * rounds over all documents, and the final shuffle (as `shuffledOrder`).
+ */
+export function makeSamples(documents: Documents, tokenizer: BertTokenizer, settings: PreprocessSettings, onProgress?: ProgressCallback): MadeSamples {
+  validateSettings(settings);
+  const rng = new PyRandom(settings.randomSeed);
+  const documentOrder = Int32Array.from({ length: documents.documentStarts.length - 1 }, (_, d) => d);
+  rng.shuffle(documentOrder);
+  const maker = new SampleMaker(documents, documentOrder, specialIdsOf(tokenizer), settings, rng);
+  let reported = 0;
+  for (let round = 0; round < settings.dupeFactor; round++) {
+    for (let documentIndex = 0; documentIndex < documentOrder.length; documentIndex++) {
+      maker.addDocument(documentIndex);
+      if (onProgress && maker.count - reported >= 1000) {
+        reported = maker.count;
+        onProgress(reported);
+      }
+    }
+  }
+  onProgress?.(maker.count);
+  return maker.finish();
+}
+
+/** The padded columns of the made samples at `rows` (indices in made order), in that order. */
+export function toSampleColumns(made: MadeSamples, rows: ArrayLike<number>, settings: PreprocessSettings): SampleColumns {
+  const { maxSeqLength, maxPredictionsPerSeq } = settings;
+  const count = rows.length;
+  const columns: SampleColumns = {
+    count,
+    maxSeqLength,
+    maxPredictionsPerSeq,
+    input_ids: new Int32Array(count * maxSeqLength),
+    input_mask: new Int32Array(count * maxSeqLength),
+    segment_ids: new Int32Array(count * maxSeqLength),
+    masked_lm_positions: new Int32Array(count * maxPredictionsPerSeq),
+    masked_lm_ids: new Int32Array(count * maxPredictionsPerSeq),
+    masked_lm_weights: new Float32Array(count * maxPredictionsPerSeq),
+    next_sentence_labels: new Int32Array(count),
+  };
+  for (let r = 0; r < count; r++) {
+    const k = rows[r]!;
+    const tokenStart = made.tokenStarts[k]!;
+    const length = made.tokenStarts[k + 1]! - tokenStart;
+    const row = r * maxSeqLength;
+    columns.input_ids.set(made.tokenIds.subarray(tokenStart, tokenStart + length), row);
+    columns.input_mask.fill(1, row, row + length);
+    columns.segment_ids.fill(1, row + made.segmentALengths[k]!, row + length);
+    const predictionStart = made.predictionStarts[k]!;
+    const predictions = made.predictionStarts[k + 1]! - predictionStart;
+    const predictionRow = r * maxPredictionsPerSeq;
+    columns.masked_lm_positions.set(made.maskedLmPositions.subarray(predictionStart, predictionStart + predictions), predictionRow);
+    columns.masked_lm_ids.set(made.maskedLmIds.subarray(predictionStart, predictionStart + predictions), predictionRow);
+    columns.masked_lm_weights.fill(1, predictionRow, predictionRow + predictions);
+    columns.next_sentence_labels[r] = made.nextSentenceLabels[k]!;
+  }
+  return columns;
+}
+
+/** pick_eval_samples.py's rows: `int(i * (n / count))` for i = 0..count-1 (repeats when n < count). */
+export function evalPickRows(sampleCount: number, count = EVAL_SAMPLE_COUNT): Int32Array {
+  if (sampleCount === 0) throw new PreprocessError(`cannot pick ${count} eval samples from none`);
+  const step = sampleCount / count;
+  return Int32Array.from({ length: count }, (_, i) => Math.trunc(i * step));
+}
+
+/** Samples from results4-style text, in the reference's output order; `source` names it in errors. */
+export function samplesFromText(
+  text: string,
+  tokenizer: BertTokenizer,
+  settings: PreprocessSettings = DEFAULT_SETTINGS,
+  options: { source?: string; evalPick?: boolean; onProgress?: ProgressCallback } = {},
+): SampleColumns {
+  const source = options.source ?? "input text";
+  const documents = readDocuments(text, tokenizer);
+  if (documents.documentStarts.length === 1) throw new PreprocessError(`${source} has no documents (no line gives a token)`);
+  const made = makeSamples(documents, tokenizer, settings, options.onProgress);
+  const rows = options.evalPick ? Int32Array.from(evalPickRows(made.count), (k) => made.shuffledOrder[k]!) : made.shuffledOrder;
+  return toSampleColumns(made, rows, settings);
+}
+
+/** Decodes a file as strict UTF-8 (Python would raise), keeping a leading U+FEFF as Python does. */
+export function readUtf8File(path: string): string {
+  let bytes: Buffer;
+  try {
+    bytes = readFileSync(path);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    throw new PreprocessError(`cannot read input file ${path}${code === "ENOENT" ? ": it does not exist" : `: ${(error as Error).message}`}`);
+  }
+  try {
+    return new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(bytes);
+  } catch {
+    throw new PreprocessError(`input file ${path} is not valid UTF-8 (first bad byte at offset ${firstInvalidUtf8Offset(bytes)})`);
+  }
+}
+
+/** Offset of the first byte that starts no valid UTF-8 sequence (shortest form, no surrogates). */
+function firstInvalidUtf8Offset(bytes: Uint8Array): number {
+  for (let i = 0; i < bytes.length; ) {
+    const lead = bytes[i]!;
+    if (lead < 0x80) {
+      i++;
+      continue;
+    }
+    const continuations = lead >= 0xc2 && lead <= 0xdf ? 1 : lead >= 0xe0 && lead <= 0xef ? 2 : lead >= 0xf0 && lead <= 0xf4 ? 3 : 0;
+    if (continuations === 0) return i;
+    let codePoint = lead & (0x3f >> continuations);
+    for (let k = 1; k <= continuations; k++) {
+      const next = bytes[i + k];
+      if (next === undefined || (next & 0xc0) !== 0x80) return i;
+      codePoint = (codePoint << 6) | (next & 0x3f);
+    }
+    const shortest = [0, 0x80, 0x800, 0x10000][continuations]!;
+    if (codePoint < shortest || codePoint > 0x10ffff || (codePoint >= 0xd800 && codePoint <= 0xdfff)) return i;
+    i += continuations + 1;
+  }
+  return bytes.length;
+}
+
+/** Samples from a results4-style file (see `samplesFromText`). */
+export function samplesFromFile(
+  path: string,
+  tokenizer: BertTokenizer,
+  settings: PreprocessSettings = DEFAULT_SETTINGS,
+  options: { evalPick?: boolean; onProgress?: ProgressCallback } = {},
+): SampleColumns {
+  const text = readUtf8File(path);
+  if (text.length === 0) throw new PreprocessError(`input file ${path} is empty`);
+  return samplesFromText(text, tokenizer, settings, { ...options, source: `input file ${path}` });
+}
