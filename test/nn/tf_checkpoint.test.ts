@@ -22,6 +22,7 @@ const T2T = join(FIXTURES, "tf1-t2t-transformer/model.ckpt-1");
 const HALF_PLUS_TWO = join(FIXTURES, "tf1-serving-half-plus-two-mkl/variables");
 const RUST_TF2 = join(FIXTURES, "tf2-rust-regression-savedmodel/variables");
 const BERT = join(FIXTURES, "bert-uncased_L-8_H-512_A-8/bert_model.ckpt");
+const BERT_SNAPPY = join(FIXTURES, "bert-index-snappy/bert_model.ckpt");
 
 interface ReferenceEntry {
   name: string;
@@ -73,6 +74,18 @@ for (const [fixture, prefix] of [["t2t transformer (2 shards)", T2T], ["serving 
     assert.deepEqual(listing.entries.map(pickListed), reference.entries.map(pickListed));
   });
 }
+
+test("lists the BERT index recompressed by libsnappy exactly as the uncompressed original", async () => {
+  const index = await readTfCheckpointIndex(BERT_SNAPPY);
+  assert.deepEqual(
+    index.table.dataBlocks.map((block) => [block.compression, block.size, block.entries]),
+    [["snappy", 2392, 143]],
+  );
+  const listing = tfCheckpointListingJson(index) as ReferenceListing;
+  const reference = referenceListing(BERT);
+  assert.deepEqual(listing.header, reference.header);
+  assert.deepEqual(listing.entries.map(pickListed), reference.entries.map(pickListed));
+});
 
 for (const [fixture, prefix] of [["t2t transformer", T2T], ["serving half_plus_two", HALF_PLUS_TWO], ["TF2 rust regression", RUST_TF2]] as const) {
   test(`reads every ${fixture} tensor with the reference's first values and sum`, async () => {
