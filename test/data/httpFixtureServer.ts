@@ -1,5 +1,5 @@
-// A throwaway HTTP server on 127.0.0.1 (port 0) for the download tests: each test gives the
-// handler, the server records every request it saw.
+// Local stand-ins for the download tests: an HTTP server on 127.0.0.1 (port 0) that records
+// every request, Range-aware answers, test bytes, and the page Google Drive puts before big files.
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 
@@ -70,4 +70,15 @@ export function patternBytes(length: number, seed = 1): Uint8Array {
     out[i] = x & 0xff;
   }
   return out;
+}
+
+/** The shape of Drive's "can't scan this file for viruses" page (2024-). */
+export function virusScanPage(action: string, fileId: string, uuid: string): string {
+  return `<!DOCTYPE html><html><head><title>Google Drive - Virus scan warning</title></head><body>
+<div class="uc-main"><div id="uc-text"><p class="uc-warning-caption">Google Drive can't scan this file for viruses.</p>
+<p class="uc-warning-subcaption"><span class="uc-name-size"><a href="/open?id=${fileId}">results_text.tar.gz</a> (4.2G)</span>
+is too large for Google to scan for viruses. Would you still like to download this file?</p>
+<form id="download-form" action="${action}" method="get"><input type="submit" id="uc-download-link" value="Download anyway"/>
+<input type="hidden" name="id" value="${fileId}"><input type="hidden" name="export" value="download">
+<input type="hidden" name="confirm" value="t"><input type="hidden" name="uuid" value="${uuid}"></form></div></div></body></html>`;
 }

@@ -27,7 +27,7 @@ export function formatBytes(bytes: number): string {
     value /= 1000;
     unit++;
   }
-  return unit === 0 ? `${value} B` : `${value.toFixed(1)} ${UNITS[unit]}`;
+  return unit === 0 ? `${Math.round(value)} B` : `${value.toFixed(1)} ${UNITS[unit]}`;
 }
 
 /** 3725 -> "1h02m05s". */
@@ -105,7 +105,8 @@ export class ByteProgress {
 
   private describe(t: number): string {
     const seconds = (t - this.startMs) / 1000;
-    const rate = seconds > 0 ? (this.done - this.startBytes) / seconds : 0;
+    // A restart from byte 0 (server ignored Range) would make this negative.
+    const rate = seconds > 0 ? Math.max(0, this.done - this.startBytes) / seconds : 0;
     const parts = [this.label];
     if (this.total) {
       const percent = ((100 * this.done) / this.total).toFixed(1).padStart(5);

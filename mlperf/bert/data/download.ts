@@ -1,0 +1,229 @@
+// Stage 1 of the MLPerf BERT pipeline: fetch the model config, vocabulary and TF1 init
+// checkpoint (and with WIKI_TRAIN=1 the preprocessed Wikipedia text) into BASEDIR, the way
+// the reference's download script lays them out, then check their published MD5s.
+//
+//   npx tsx mlperf/bert/data/download.ts [--help]
+import { existsSync } from "node:fs";
+import { mkdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { homedir } from "node:os";
+import { isAbsolute, join } from "node:path";
+import { pathToFileURL } from "node:url";
+import { ByteProgress, type ProgressSink } from "./byteProgress.ts";
+import { parseMd5List, verifyMd5, verifyMd5List } from "./checksums.ts";
+import { confirmedDownloadUrl, driveUrl } from "./googleDrive.ts";
+import { downloadToFile, type DownloadOptions } from "./http.ts";
+import { extractTarGz } from "./untar.ts";
+
+/** A file to fetch: its name in BASEDIR, where it comes from, and what it must be. */
+export interface RemoteFile {
+  name: string;
+  url: string;
+  md5?: string;
+  size?: number;
+}
+
+/** The preprocessed Wikipedia text: a tar.gz of `folder/`, and the md5sum list of its files. */
+export interface WikiText {
+  archive: RemoteFile;
+  md5List: RemoteFile;
+  folder: string;
+}
+
+export interface DownloadPlan {
+  files: RemoteFile[];
+  /** Name of the TF checkpoint for which to write a `checkpoint` state file, if any. */
+  checkpoint?: string;
+  text?: WikiText;
+}
+
+/** The init checkpoint's name: the reference's `INIT_CKPT_DIR` holds `<name>.index` etc. */
+export const INIT_CHECKPOINT = "model.ckpt-28252";
+
+// Drive ids as in tinygrad's extra/datasets/wikipedia_download.py (from MLCommons'
+// language_model/tensorflow/bert/dataset.md); sizes and MD5s from MLCommons' table.
+export const REFERENCE_FILES: readonly RemoteFile[] = [
+  { name: "bert_config.json", url: driveUrl("1fbGClQMi2CoMv7fwrwTC5YYPooQBdcFW"), size: 314, md5: "7f59165e21b7d566db610ff6756c926b" },
+  { name: "vocab.txt", url: driveUrl("1USK108J6hMM_d27xCHi738qBL8_BT1u1"), size: 231_508, md5: "64800d5d8528ce344256daf115d4965e" },
+  {
+    name: `${INIT_CHECKPOINT}.data-00000-of-00001`,
+    url: driveUrl("1chiTBljF0Eh1U5pKs6ureVHgSbtU8OG_"),
+    size: 4_034_713_312,
+    md5: "50797acd537880bfb5a7ade80d976129",
+  },
+  { name: `${INIT_CHECKPOINT}.index`, url: driveUrl("1Q47V3K3jFRkbJ2zGCrKkKk-n0fvMZsa0"), size: 17_371, md5: "f97de3ae180eb8d479555c939d50d048" },
+  { name: `${INIT_CHECKPOINT}.meta`, url: driveUrl("1vAcVmXSLsLeQ1q7gvHnQUSth5W_f_pwv"), size: 24_740_228, md5: "dbd16c731e8a8113bc08eeed0326b8e7" },
+];
+
+/** `results_text.tar.gz` unpacks to `results4/` (500 parts and eval.txt). */
+export const REFERENCE_TEXT: WikiText = {
+  md5List: { name: "bert_reference_results_text_md5.txt", url: driveUrl("1tmMgLwoBvbEJEHXh77sqrXYw5RpqT8R_") },
+  archive: { name: "results_text.tar.gz", url: driveUrl("14xV2OUGSQDG_yDBrmbSdcDC-QGeqpfs_") },
+  folder: "results4",
+};
+
+/** What the reference fetches; the Wikipedia text only with `wikiTrain` (WIKI_TRAIN=1). */
+export function referencePlan(wikiTrain: boolean): DownloadPlan {
+  return { files: [...REFERENCE_FILES], checkpoint: INIT_CHECKPOINT, text: wikiTrain ? REFERENCE_TEXT : undefined };
+}
+
+/** `$XDG_DATA_HOME/tsgrad/wiki`, else `~/.local/share/tsgrad/wiki`. */
+export function defaultBasedir(): string {
+  const dataHome = process.env.XDG_DATA_HOME;
+  return join(dataHome && isAbsolute(dataHome) ? dataHome : join(homedir(), ".local", "share"), "tsgrad", "wiki");
+}
+
+export interface DownloadBertOptions {
+  basedir: string;
+  /** Check every file's MD5 (VERIFY_CHECKSUM=1), downloaded now or before. */
+  verifyChecksum?: boolean;
+  /** Retry and timeout settings passed to each download. */
+  http?: Pick<DownloadOptions, "retries" | "backoffMs" | "maxBackoffMs" | "idleTimeoutMs" | "sleep">;
+  /** Progress and notes (default stderr). */
+  log?: ProgressSink;
+}
+
+/** Fetches, checks and unpacks everything in `plan` into `options.basedir`. */
+export async function downloadBertData(plan: DownloadPlan, options: DownloadBertOptions): Promise<void> {
+  const log = options.log ?? process.stderr;
+  await mkdir(options.basedir, { recursive: true });
+  for (const file of plan.files) await fetchFile(file, options);
+  if (plan.checkpoint) await writeCheckpointState(options.basedir, plan.checkpoint);
+  if (plan.text) await fetchText(plan.text, options);
+  log.write(`done: ${options.basedir}\n`);
+}
+
+/** Downloads `file` unless a complete copy is there; checks its MD5 when asked. */
+async function fetchFile(file: RemoteFile, options: DownloadBertOptions): Promise<string> {
+  const log = options.log ?? process.stderr;
+  const dest = join(options.basedir, file.name);
+  const have = await sizeIfExists(dest);
+  if (have === undefined) {
+    let bar: ByteProgress | undefined;
+    await downloadToFile(file.url, dest, {
+      ...options.http,
+      expectedSize: file.size,
+      onHtmlPage: confirmedDownloadUrl,
+      onProgress: (done, total) => {
+        bar ??= new ByteProgress(file.name, total ?? file.size, log, done);
+        bar.setTotal(total ?? file.size);
+        bar.update(done);
+      },
+      onRetry: (error, delayMs) => log.write(`\n${file.name}: ${error.message}; retrying in ${delayMs} ms\n`),
+    });
+    bar?.finish();
+  } else if (file.size !== undefined && have !== file.size) {
+    throw new Error(`${dest} has ${have} bytes, expected ${file.size}: delete it to download it again`);
+  } else {
+    log.write(`${file.name}: already here, skipped\n`);
+  }
+  if (options.verifyChecksum && file.md5) {
+    const bar = new ByteProgress(`md5 ${file.name}`, file.size ?? have, log);
+    await verifyMd5(dest, file.md5, (n) => bar.add(n));
+    bar.finish();
+  }
+  return dest;
+}
+
+/** The TF `checkpoint` state file that names the init checkpoint, as the reference writes it. */
+async function writeCheckpointState(basedir: string, name: string): Promise<void> {
+  const text = `model_checkpoint_path: "${name}"\nall_model_checkpoint_paths: "${name}"\n`;
+  await writeAtomically(join(basedir, "checkpoint"), text);
+}
+
+/**
+ * The text archive is unpacked straight from the compressed stream, then deleted as the
+ * reference does; a marker file records a finished extraction so that reruns skip it.
+ */
+async function fetchText(text: WikiText, options: DownloadBertOptions): Promise<void> {
+  const log = options.log ?? process.stderr;
+  const listPath = await fetchFile(text.md5List, options);
+  const entries = parseMd5List(await readFile(listPath, "utf8"), listPath);
+  const marker = join(options.basedir, `.${text.archive.name}.extracted`);
+  const folder = join(options.basedir, text.folder);
+  const extracted = existsSync(marker);
+  if (extracted) {
+    log.write(`${text.folder}/: already extracted, skipped\n`);
+  } else {
+    const archive = await fetchFile(text.archive, options);
+    const bar = new ByteProgress(`extract ${text.archive.name}`, (await stat(archive)).size, log);
+    const summary = await extractTarGz(archive, options.basedir, { onArchiveBytes: (n) => bar.add(n) });
+    bar.finish();
+    log.write(`${text.archive.name}: ${summary.files} files, ${summary.bytes} bytes\n`);
+  }
+  if (options.verifyChecksum) {
+    let total = 0;
+    for (const { name } of entries) total += (await sizeIfExists(join(folder, name))) ?? 0;
+    const bar = new ByteProgress(`md5 ${text.folder}/ (${entries.length} files)`, total, log);
+    await verifyMd5List(folder, entries, (n) => bar.add(n));
+    bar.finish();
+  }
+  if (!extracted) {
+    await writeAtomically(marker, `${new Date().toISOString()}\n`);
+    await rm(join(options.basedir, text.archive.name), { force: true });
+  }
+}
+
+async function writeAtomically(path: string, text: string): Promise<void> {
+  const temp = `${path}.${process.pid}.tmp`;
+  await writeFile(temp, text);
+  await rename(temp, path);
+}
+
+async function sizeIfExists(path: string): Promise<number | undefined> {
+  try {
+    return (await stat(path)).size;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return undefined;
+    throw error;
+  }
+}
+
+const USAGE = `usage: npx tsx mlperf/bert/data/download.ts [--basedir DIR] [--wiki-train] [--verify-checksum]
+
+Downloads the MLPerf BERT inputs from the reference's Google Drive files into BASEDIR:
+  bert_config.json, vocab.txt, model.ckpt-28252.{index,meta,data-00000-of-00001}, checkpoint
+and with WIKI_TRAIN=1 also bert_reference_results_text_md5.txt and results_text.tar.gz,
+which is unpacked into BASEDIR/results4/ (500 parts and eval.txt) and then deleted.
+Interrupted downloads resume from <file>.part; complete files are skipped.
+
+environment (flags take precedence):
+  BASEDIR=DIR         data folder (default ${defaultBasedir()})
+  WIKI_TRAIN=1        also fetch and unpack the Wikipedia text (about 13 GB unpacked)
+  VERIFY_CHECKSUM=1   check every file's MD5 against the published ones
+`;
+
+function parseArgs(argv: string[]): { basedir: string; wikiTrain: boolean; verifyChecksum: boolean } | "help" {
+  const env = process.env;
+  const options = {
+    basedir: env.BASEDIR || defaultBasedir(),
+    wikiTrain: env.WIKI_TRAIN !== undefined && env.WIKI_TRAIN !== "" && env.WIKI_TRAIN !== "0",
+    verifyChecksum: env.VERIFY_CHECKSUM !== undefined && env.VERIFY_CHECKSUM !== "" && env.VERIFY_CHECKSUM !== "0",
+  };
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (arg === "--help" || arg === "-h") return "help";
+    else if (arg === "--wiki-train") options.wikiTrain = true;
+    else if (arg === "--verify-checksum") options.verifyChecksum = true;
+    else if (arg === "--basedir" && argv[i + 1] !== undefined) options.basedir = argv[++i]!;
+    else if (arg.startsWith("--basedir=")) options.basedir = arg.slice("--basedir=".length);
+    else throw new Error(`unknown argument ${JSON.stringify(arg)}\n\n${USAGE}`);
+  }
+  return options;
+}
+
+async function main(): Promise<void> {
+  const args = parseArgs(process.argv.slice(2));
+  if (args === "help") {
+    process.stdout.write(USAGE);
+    return;
+  }
+  process.stderr.write(`BASEDIR=${args.basedir} WIKI_TRAIN=${Number(args.wikiTrain)} VERIFY_CHECKSUM=${Number(args.verifyChecksum)}\n`);
+  await downloadBertData(referencePlan(args.wikiTrain), { basedir: args.basedir, verifyChecksum: args.verifyChecksum });
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  main().catch((error: Error) => {
+    process.stderr.write(`\nerror: ${error.message}\n`);
+    process.exitCode = 1;
+  });
+}
