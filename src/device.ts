@@ -1,0 +1,122 @@
+// Devices by name ("JS", "JS:1", "CPU:0", ...), their buffers, and the interfaces a backend implements.
+import { type DType, type TypedArray, typedArrayFor } from "./dtype.ts";
+import { GlobalCounters, TsgradError, debugLevel } from "./helpers.ts";
+import type { KernelIR } from "./codegen/ir.ts";
+
+/** A compiled kernel: call it with buffers (outputs first, as the kernel's signature says). */
+export interface Program {
+  run(buffers: Buffer[], opts?: { wait?: boolean }): number | undefined;
+}
+
+/** What a backend provides: memory, and turning kernels into runnable programs. */
+export interface Backend {
+  readonly name: string;
+  allocate(bytes: number): unknown;
+  free?(raw: unknown): void;
+  /** Host view of the buffer's bytes: the storage itself on host backends, a copy elsewhere. */
+  copyout(raw: unknown, bytes: number): Uint8Array;
+  copyin(raw: unknown, data: Uint8Array): void;
+  compile(kernel: KernelIR): Program;
+}
+
+let nextBufferId = 0;
+
+/** Device memory holding `size` elements of `dtype`. Allocated on first use. */
+export class Buffer {
+  readonly id = nextBufferId++;
+  private raw: unknown = undefined;
+  constructor(readonly device: string, readonly size: number, readonly dtype: DType) {}
+
+  get nbytes(): number {
+    return this.size * this.dtype.itemsize;
+  }
+
+  get isAllocated(): boolean {
+    return this.raw !== undefined;
+  }
+
+  /** The backend's handle for this memory, allocating it the first time. */
+  get handle(): unknown {
+    if (this.raw === undefined) {
+      this.raw = Device.backend(this.device).allocate(this.nbytes);
+      GlobalCounters.memUsed += this.nbytes;
+      freed.register(this, { device: this.device, raw: this.raw, nbytes: this.nbytes });
+    }
+    return this.raw;
+  }
+
+  copyin(data: TypedArray): this {
+    const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+    if (bytes.byteLength !== this.nbytes) throw new TsgradError(`copyin: ${bytes.byteLength} bytes into a ${this.nbytes}-byte ${this.dtype.name} buffer on ${this.device}`);
+    Device.backend(this.device).copyin(this.handle, bytes);
+    return this;
+  }
+
+  /** The contents as a fresh typed array of the buffer's dtype (16-bit floats as their bits). */
+  toTypedArray(): TypedArray {
+    const bytes = Device.backend(this.device).copyout(this.handle, this.nbytes);
+    const copy = new Uint8Array(bytes.byteLength);
+    copy.set(bytes);
+    return typedArrayFor(this.dtype, copy.buffer, 0, this.size);
+  }
+}
+
+const freed = new FinalizationRegistry<{ device: string; raw: unknown; nbytes: number }>(({ device, raw, nbytes }) => {
+  GlobalCounters.memUsed -= nbytes;
+  Device.backend(device).free?.(raw);
+});
+
+type BackendFactory = (index: number) => Backend;
+
+/** The registry of backends, and the default device. */
+export class Device {
+  private static factories = new Map<string, { factory: BackendFactory; available: () => boolean }>();
+  private static instances = new Map<string, Backend>();
+  private static defaultName: string | undefined;
+  /** Tried in order when nothing forces a device: the first available wins. */
+  static preference: string[] = [];
+
+  static register(name: string, factory: BackendFactory, available: () => boolean = () => true): void {
+    Device.factories.set(name, { factory, available });
+    if (!Device.preference.includes(name)) Device.preference.push(name);
+  }
+
+  /** "js:1" -> "JS:1"; "JS" stays "JS" (index 0). */
+  static canonicalize(name: string): string {
+    const [kind, index] = name.split(":");
+    const upper = kind!.toUpperCase();
+    if (!Device.factories.has(upper)) throw new TsgradError(`unknown device ${JSON.stringify(name)}; known: ${[...Device.factories.keys()].join(", ")}`);
+    if (index !== undefined && !/^\d+$/.test(index)) throw new TsgradError(`bad device index in ${JSON.stringify(name)}`);
+    return index === undefined || index === "0" ? upper : `${upper}:${index}`;
+  }
+
+  static backend(name: string): Backend {
+    const canonical = Device.canonicalize(name);
+    let backend = Device.instances.get(canonical);
+    if (!backend) {
+      const [kind, index] = canonical.split(":");
+      backend = Device.factories.get(kind!)!.factory(Number(index ?? 0));
+      Device.instances.set(canonical, backend);
+    }
+    return backend;
+  }
+
+  /** The device new tensors go to: `DEVICE=JS`, or `CPU=1`-style flags, else the first available. */
+  static get DEFAULT(): string {
+    if (Device.defaultName) return Device.defaultName;
+    const forced = process.env.DEVICE ?? [...Device.factories.keys()].find((k) => process.env[k] === "1");
+    if (forced) {
+      Device.defaultName = Device.canonicalize(forced);
+    } else {
+      const pick = Device.preference.find((k) => Device.factories.get(k)!.available());
+      if (!pick) throw new TsgradError("no device is available");
+      Device.defaultName = pick;
+    }
+    if (debugLevel() >= 1) console.error(`tsgrad: default device ${Device.defaultName}`);
+    return Device.defaultName;
+  }
+
+  static set DEFAULT(name: string) {
+    Device.defaultName = Device.canonicalize(name);
+  }
+}

@@ -1,0 +1,44 @@
+// Runs scheduled items on their devices, counting and (DEBUG=2) reporting each kernel.
+import { Device, type Program } from "../device.ts";
+import { GlobalCounters, debugLevel, fmtShape } from "../helpers.ts";
+import type { KernelIR } from "../codegen/ir.ts";
+import { estimateBytes } from "../codegen/lower.ts";
+import { type ExecItem, createSchedule, realizedBuffers } from "./schedule.ts";
+import type { UOp } from "../uop.ts";
+
+const programs = new WeakMap<KernelIR, Program>();
+
+/** Hooks the JIT uses to see what runs. */
+export const execObservers = new Set<(item: ExecItem) => void>();
+
+export function runItem(item: ExecItem): void {
+  for (const observe of execObservers) observe(item);
+  if (item.kind === "copy") {
+    item.dst.copyin(item.src.toTypedArray());
+    GlobalCounters.globalMem += item.src.nbytes;
+    if (debugLevel() >= 2) console.error(`copy ${item.src.nbytes} bytes ${item.src.device} -> ${item.dst.device}`);
+    return;
+  }
+  const { kernel, buffers } = item;
+  let program = programs.get(kernel);
+  if (!program) {
+    program = Device.backend(buffers[0]!.device).compile(kernel);
+    programs.set(kernel, program);
+  }
+  const seconds = program.run(buffers, { wait: debugLevel() >= 2 }) ?? 0;
+  GlobalCounters.kernelCount++;
+  GlobalCounters.globalOps += kernel.flops;
+  GlobalCounters.globalMem += estimateBytes(kernel);
+  GlobalCounters.timeSumS += seconds;
+  if (debugLevel() >= 2) {
+    const gflops = seconds > 0 ? kernel.flops / seconds / 1e9 : 0;
+    console.error(`*** ${buffers[0]!.device.padEnd(6)} ${String(GlobalCounters.kernelCount).padStart(4)} ${kernel.name.padEnd(28)} ${fmtShape(kernel.outputShape).padEnd(20)} ${(seconds * 1e3).toFixed(3).padStart(9)} ms ${gflops.toFixed(2).padStart(8)} GFLOP/s`);
+  }
+}
+
+/** Computes `roots` (and everything they need that is not computed yet). */
+export function realizeNodes(roots: readonly UOp[]): void {
+  const { items, outputs } = createSchedule(roots);
+  for (const item of items) runItem(item);
+  for (const [node, buffer] of outputs) realizedBuffers.set(node, buffer);
+}

@@ -1,0 +1,194 @@
+// Cuts the lazy graph into kernels. The one place that decides fusion:
+// - elementwise ops and movement ops never get their own kernel: they are inlined into users;
+// - a reduce fuses with its elementwise inputs and with the elementwise ops after it, unless its
+//   result is read by several users, broadcast (expanded) afterwards, or read inside another reduce,
+//   where recomputing it would multiply the work: then it is stored;
+// - CONTIGUOUS, COPY and ASSIGN are always stored; requested outputs are stored.
+import { Buffer } from "../device.ts";
+import { TsgradError, fmtShape } from "../helpers.ts";
+import { type KernelBuffer, type KernelIR } from "../codegen/ir.ts";
+import { lowerKernel } from "../codegen/lower.ts";
+import { UOp } from "../uop.ts";
+
+export type ExecItem =
+  | { readonly kind: "kernel"; readonly kernel: KernelIR; readonly buffers: Buffer[] }
+  | { readonly kind: "copy"; readonly src: Buffer; readonly dst: Buffer };
+
+/** Nodes already computed, and where: later schedules read them instead of recomputing. */
+export const realizedBuffers = new WeakMap<UOp, Buffer>();
+
+/** The buffer that holds `u`'s elements contiguously in `u`'s shape, if there is one. */
+export function storedBuffer(u: UOp): Buffer | undefined {
+  return realizedBuffers.get(u) ?? u.baseBuffer;
+}
+
+const isSource = (u: UOp): boolean => u.op === "CONST" || u.op === "INDEX";
+const isLeaf = (u: UOp): boolean => isSource(u) || storedBuffer(u) !== undefined;
+
+export interface Schedule {
+  items: ExecItem[];
+  /** The buffer each materialised node was written to. */
+  outputs: Map<UOp, Buffer>;
+}
+
+export function createSchedule(roots: readonly UOp[]): Schedule {
+  const nodes = UOp.toposort(roots, isLeaf);
+  const users = new Map<UOp, number>();
+  for (const n of nodes) if (!isLeaf(n)) for (const s of n.src) users.set(s, (users.get(s) ?? 0) + 1);
+
+  const stored = new Set<UOp>();
+  for (const r of roots) if (!isLeaf(r)) stored.add(r);
+  for (const n of nodes) {
+    if (isLeaf(n)) continue;
+    if (n.op === "CONTIGUOUS" || n.op === "ASSIGN" || n.op === "COPY") stored.add(n);
+    if (n.op === "REDUCE" && (users.get(n) ?? 0) > 1) stored.add(n);
+    if (n.op === "COPY" && !isLeaf(n.src[0]!)) stored.add(n.src[0]!);
+  }
+  markBroadcastReduces(stored);
+
+  const outputs = new Map<UOp, Buffer>();
+  const steps: Step[] = [];
+  for (const n of nodes) {
+    if (!stored.has(n)) continue;
+    let out: Buffer;
+    if (n.op === "ASSIGN") {
+      const target = storedBuffer(n.src[0]!);
+      if (!target) throw new TsgradError(`assign: the target ${fmtShape(n.shape)} must be a realized buffer, not a lazy view`);
+      out = target;
+    } else {
+      out = new Buffer(n.device, n.numel, n.dtype);
+    }
+    outputs.set(n, out);
+    const bufferOf = (u: UOp): Buffer => outputs.get(u) ?? storedBuffer(u)!;
+    if (n.op === "COPY") {
+      const src = bufferOf(n.src[0]!);
+      steps.push({ node: n, items: [{ kind: "copy", src, dst: out }], inputs: [n.src[0]!] });
+      continue;
+    }
+    steps.push({ node: n, ...kernelsFor(n, out, stored, bufferOf) });
+  }
+  return { items: orderSteps(steps, stored), outputs };
+}
+
+/** What computes one stored node, and the nodes it reads. */
+interface Step {
+  node: UOp;
+  items: ExecItem[];
+  inputs: UOp[];
+}
+/** Stores every reduce that would otherwise be recomputed per broadcast element or per iteration of an outer reduce. */
+function markBroadcastReduces(stored: Set<UOp>): void {
+  let changed = true;
+  while (changed) {
+    changed = false;
+    for (const root of [...stored]) {
+      const seen = new Set<string>();
+      const walk = (n: UOp, underExpand: boolean, inReduce: boolean): void => {
+        if (n !== root && (stored.has(n) || isLeaf(n))) return;
+        const key = `${n.id}|${underExpand}|${inReduce}`;
+        if (seen.has(key)) return;
+        seen.add(key);
+        if (n.op === "REDUCE" && n !== root) {
+          if (underExpand || inReduce) {
+            stored.add(n);
+            changed = true;
+            return;
+          }
+        }
+        if (n.op === "REDUCE") inReduce = true;
+        if (n.op === "EXPAND") underExpand = true;
+        for (const s of n.src) walk(s, underExpand, inReduce);
+      };
+      walk(root.op === "ASSIGN" ? root.src[1]! : root, false, false);
+    }
+  }
+}
+
+/** The kernel(s) computing `node` into `out`: two when an in-place write would clobber its own inputs. */
+function kernelsFor(node: UOp, out: Buffer, stored: Set<UOp>, bufferOf: (u: UOp) => Buffer): { items: ExecItem[]; inputs: UOp[] } {
+  const value = node.op === "ASSIGN" ? node.src[1]! : node;
+  const inputs = new Map<UOp, number>();
+  const buffers: Buffer[] = [out];
+  const seen = new Set<UOp>();
+  const walk = (n: UOp, top: boolean): void => {
+    if (seen.has(n)) return;
+    seen.add(n);
+    if (!top && (stored.has(n) || isLeaf(n))) {
+      if (!isSource(n)) {
+        inputs.set(n, buffers.length);
+        buffers.push(bufferOf(n));
+      }
+      return;
+    }
+    for (const s of n.src) walk(s, false);
+  };
+  walk(value, value === node);
+  const inputNodes = [...inputs.keys()];
+  const kernelBuffers: KernelBuffer[] = buffers.map((b) => ({ dtype: b.dtype, size: b.size }));
+  const kernel = lowerKernel({ value, inputs, buffers: kernelBuffers });
+  if (!readsOwnOutputElsewhere(kernel, buffers)) return { items: [{ kind: "kernel", kernel, buffers }], inputs: inputNodes };
+  // an in-place write that reads its target elsewhere (w.assign(w.flip(0))): compute into a temporary, then copy
+  const temp = new Buffer(out.device, out.size, out.dtype);
+  const first = lowerKernel({ value, inputs, buffers: [{ dtype: temp.dtype, size: temp.size }, ...kernelBuffers.slice(1)] });
+  const tempNode = UOp.buffer(temp).reshape(value.shape);
+  const second = lowerKernel({ value: tempNode, inputs: new Map([[tempNode, 1]]), buffers: [kernelBuffers[0]!, { dtype: temp.dtype, size: temp.size }] });
+  const items: ExecItem[] = [
+    { kind: "kernel", kernel: first, buffers: [temp, ...buffers.slice(1)] },
+    { kind: "kernel", kernel: second, buffers: [out, temp] },
+  ];
+  return { items, inputs: inputNodes };
+}
+/** True when the kernel loads its output buffer at an index other than the one it stores to. */
+function readsOwnOutputElsewhere(kernel: KernelIR, buffers: readonly Buffer[]): boolean {
+  const aliased = new Set(buffers.map((b, slot) => (slot > 0 && b === buffers[0] ? slot : -1)).filter((s) => s > 0));
+  if (aliased.size === 0) return false;
+  const loads: string[] = [];
+  let storeKey = "";
+  const scan = (stmts: KernelIR["body"]): void => {
+    for (const s of stmts) {
+      if (s.kind === "loop") scan(s.body);
+      else if (s.kind === "def" && s.expr.op === "LOAD" && aliased.has(s.expr.buf)) loads.push(s.expr.index.key);
+      else if (s.kind === "store") storeKey = s.index.key;
+    }
+  };
+  scan(kernel.body);
+  return loads.some((k) => k !== storeKey);
+}
+
+/**
+ * Orders steps so each runs after the steps that produce what it reads (read after write), and every
+ * in-place write (ASSIGN) runs after the steps that read the target's old contents (write after read).
+ */
+function orderSteps(steps: readonly Step[], stored: ReadonlySet<UOp>): ExecItem[] {
+  const producerOf = new Map<UOp, number>();
+  const assignsTo = new Map<Buffer, number[]>();
+  steps.forEach((step, i) => {
+    producerOf.set(step.node, i);
+    if (step.node.op === "ASSIGN") {
+      const target = storedBuffer(step.node.src[0]!)!;
+      assignsTo.set(target, [...(assignsTo.get(target) ?? []), i]);
+    }
+  });
+  const deps = steps.map(() => new Set<number>());
+  steps.forEach((step, i) => {
+    for (const input of step.inputs) {
+      const producer = producerOf.get(input);
+      if (producer !== undefined) deps[i]!.add(producer);
+      else if (!stored.has(input)) {
+        for (const writer of assignsTo.get(storedBuffer(input)!) ?? []) if (writer !== i) deps[writer]!.add(i);
+      }
+    }
+  });
+  const state = new Map<number, "visiting" | "done">();
+  const order: ExecItem[] = [];
+  const visit = (i: number): void => {
+    if (state.get(i) === "done") return;
+    if (state.get(i) === "visiting") throw new TsgradError("schedule: a buffer is both read and assigned in a cycle; realize() between the two");
+    state.set(i, "visiting");
+    for (const d of deps[i]!) visit(d);
+    state.set(i, "done");
+    order.push(...steps[i]!.items);
+  };
+  steps.forEach((_, i) => visit(i));
+  return order;
+}

@@ -1,0 +1,60 @@
+// Small shared pieces: environment knobs, errors, counters, array helpers.
+
+/** Every error tsgrad throws on bad input: the message names the shape, dtype, device, path or offset. */
+export class TsgradError extends Error {
+  override name = "TsgradError";
+}
+
+/** An environment knob, read once per call; numbers parse as numbers. */
+export function getenv(key: string, fallback: number): number;
+export function getenv(key: string, fallback: string): string;
+export function getenv(key: string, fallback: number | string): number | string {
+  const raw = process.env[key];
+  if (raw === undefined || raw === "") return fallback;
+  if (typeof fallback === "number") {
+    const value = Number(raw);
+    if (Number.isNaN(value)) throw new TsgradError(`environment variable ${key}=${JSON.stringify(raw)} is not a number`);
+    return value;
+  }
+  return raw;
+}
+
+/** DEBUG=2 prints one line per kernel; DEBUG=4 also prints its source. Read live so tests can change it. */
+export function debugLevel(): number {
+  return getenv("DEBUG", 0);
+}
+
+/** Counts what ran, for benchmarks and tests (`GlobalCounters.reset()` between measurements). */
+export const GlobalCounters = {
+  kernelCount: 0,
+  globalOps: 0,
+  globalMem: 0,
+  timeSumS: 0,
+  memUsed: 0,
+  reset(): void {
+    this.kernelCount = 0;
+    this.globalOps = 0;
+    this.globalMem = 0;
+    this.timeSumS = 0;
+  },
+};
+
+export const prod = (xs: readonly number[]): number => xs.reduce((a, b) => a * b, 1);
+
+export const range = (n: number): number[] => Array.from({ length: n }, (_, i) => i);
+
+export const arraysEqual = <T>(a: readonly T[], b: readonly T[]): boolean =>
+  a.length === b.length && a.every((x, i) => x === b[i]);
+
+/** Row-major strides of a contiguous array of `shape`. */
+export function stridesFor(shape: readonly number[]): number[] {
+  const strides = new Array<number>(shape.length);
+  let step = 1;
+  for (let i = shape.length - 1; i >= 0; i--) {
+    strides[i] = step;
+    step *= shape[i]!;
+  }
+  return strides;
+}
+
+export const fmtShape = (shape: readonly number[]): string => `[${shape.join(", ")}]`;

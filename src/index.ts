@@ -1,0 +1,12 @@
+// tsgrad's public API.
+import { Device } from "./device.ts";
+import { jsBackend } from "./runtime/js.ts";
+
+Device.register("JS", () => jsBackend());
+
+export { Tensor, broadcastShapes } from "./tensor.ts";
+export type { TensorOptions, ReduceOptions, IndexSpec, TensorData, NestedArray } from "./tensor.ts";
+export { dtypes, promote, type DType, type DTypeName } from "./dtype.ts";
+export { Device, Buffer } from "./device.ts";
+export { GlobalCounters, TsgradError, getenv } from "./helpers.ts";
+export { UOp } from "./uop.ts";

@@ -1,0 +1,149 @@
+// Integer index expressions over loop variables, simplified with their ranges so that
+// movement ops (reshape, permute, expand, pad, shrink, flip) cost nothing but index math.
+
+export type Idx = IConst | IVar | ISum | IMul | IDiv | IMod;
+interface Base { readonly min: number; readonly max: number; readonly key: string }
+export interface IConst extends Base { readonly kind: "const"; readonly value: number }
+export interface IVar extends Base { readonly kind: "var"; readonly name: string }
+export interface ISum extends Base { readonly kind: "sum"; readonly terms: readonly Idx[] }
+export interface IMul extends Base { readonly kind: "mul"; readonly a: Idx; readonly c: number }
+export interface IDiv extends Base { readonly kind: "div"; readonly a: Idx; readonly c: number }
+export interface IMod extends Base { readonly kind: "mod"; readonly a: Idx; readonly c: number }
+
+export const iconst = (value: number): IConst => ({ kind: "const", value, min: value, max: value, key: String(value) });
+
+/** A loop variable taking values 0..size-1. */
+export const ivar = (name: string, size: number): Idx => (size === 1 ? iconst(0) : { kind: "var", name, min: 0, max: size - 1, key: name });
+
+export function iadd(...parts: Idx[]): Idx {
+  const flat: Idx[] = [];
+  for (const p of parts) p.kind === "sum" ? flat.push(...p.terms) : flat.push(p);
+  // combine like terms: c1*x + c2*x = (c1+c2)*x
+  const coeffs = new Map<string, { term: Idx; c: number }>();
+  let constant = 0;
+  for (const p of flat) {
+    if (p.kind === "const") { constant += p.value; continue; }
+    const [term, c] = p.kind === "mul" ? [p.a, p.c] : [p, 1];
+    const entry = coeffs.get(term.key);
+    entry ? (entry.c += c) : coeffs.set(term.key, { term, c });
+  }
+  const terms: Idx[] = [];
+  for (const { term, c } of coeffs.values()) if (c !== 0) terms.push(imul(term, c));
+  terms.sort((x, y) => (x.key < y.key ? -1 : x.key > y.key ? 1 : 0));
+  if (constant !== 0 || terms.length === 0) terms.push(iconst(constant));
+  if (terms.length === 1) return terms[0]!;
+  return {
+    kind: "sum", terms,
+    min: terms.reduce((s, t) => s + t.min, 0),
+    max: terms.reduce((s, t) => s + t.max, 0),
+    key: `(${terms.map((t) => t.key).join("+")})`,
+  };
+}
+
+export function imul(a: Idx, c: number): Idx {
+  if (c === 0) return iconst(0);
+  if (c === 1) return a;
+  if (a.kind === "const") return iconst(a.value * c);
+  if (a.kind === "mul") return imul(a.a, a.c * c);
+  if (a.kind === "sum") return iadd(...a.terms.map((t) => imul(t, c)));
+  const [min, max] = c > 0 ? [a.min * c, a.max * c] : [a.max * c, a.min * c];
+  return { kind: "mul", a, c, min, max, key: `${a.key}*${c}` };
+}
+
+/** Floor division by a positive constant. */
+export function idiv(a: Idx, c: number): Idx {
+  if (c === 1) return a;
+  if (a.kind === "const") return iconst(Math.floor(a.value / c));
+  if (a.min >= 0 && a.max < c) return iconst(0);
+  if (a.kind === "div") return idiv(a.a, a.c * c);
+  if (a.kind === "mul" && a.c % c === 0) return imul(a.a, a.c / c);
+  if (a.kind === "mul" && a.c > 0 && c % a.c === 0) return idiv(a.a, c / a.c);
+  if (a.kind === "sum") {
+    // floor((q*c + r) / c) = q + floor(r / c) for integer q
+    const whole: Idx[] = [];
+    const rest: Idx[] = [];
+    for (const t of a.terms) {
+      if (t.kind === "mul" && t.c % c === 0) whole.push(imul(t.a, t.c / c));
+      else if (t.kind === "const" && t.value % c === 0) whole.push(iconst(t.value / c));
+      else rest.push(t);
+    }
+    if (whole.length > 0) return iadd(...whole, idiv(iadd(...rest), c));
+  }
+  return { kind: "div", a, c, min: Math.floor(a.min / c), max: Math.floor(a.max / c), key: `(${a.key}/${c})` };
+}
+
+/** Floor modulo by a positive constant. */
+export function imod(a: Idx, c: number): Idx {
+  if (c === 1) return iconst(0);
+  if (a.kind === "const") return iconst(((a.value % c) + c) % c);
+  if (a.min >= 0 && a.max < c) return a;
+  if (a.kind === "mul" && a.c % c === 0) return iconst(0);
+  if (a.kind === "mod" && a.c % c === 0) return imod(a.a, c);
+  if (a.kind === "sum") {
+    const rest = a.terms.filter((t) => !((t.kind === "mul" && t.c % c === 0) || (t.kind === "const" && t.value % c === 0)));
+    if (rest.length < a.terms.length) return imod(iadd(...rest), c);
+  }
+  const [min, max] = a.min >= 0 ? [0, Math.min(c - 1, a.max)] : [0, c - 1];
+  return { kind: "mod", a, c, min, max, key: `(${a.key}%${c})` };
+}
+
+/** lo <= expr < hi; a list of these is a validity condition (all must hold). */
+export interface Bound { readonly expr: Idx; readonly lo: number; readonly hi: number }
+
+/** Adds a bound to a condition, dropping bounds that the ranges already prove. `null` means never valid. */
+export function andBound(cond: readonly Bound[] | null, expr: Idx, lo: number, hi: number): Bound[] | null {
+  if (cond === null) return null;
+  if (expr.min >= lo && expr.max < hi) return [...cond];
+  if (expr.max < lo || expr.min >= hi) return null;
+  return [...cond, { expr, lo, hi }];
+}
+
+export const condKey = (cond: readonly Bound[] | null): string =>
+  cond === null ? "never" : cond.map((b) => `${b.lo}<=${b.expr.key}<${b.hi}`).join("&");
+
+/** Flat index of a row-major array of `shape` at `idx`. */
+export function flatIndex(idx: readonly Idx[], shape: readonly number[]): Idx {
+  let stride = 1;
+  const terms: Idx[] = [];
+  for (let d = shape.length - 1; d >= 0; d--) {
+    terms.push(imul(idx[d]!, stride));
+    stride *= shape[d]!;
+  }
+  return iadd(...terms);
+}
+
+/** The per-axis indices of a row-major array of `shape` at flat index `flat`. */
+export function unflatIndex(flat: Idx, shape: readonly number[]): Idx[] {
+  const out = new Array<Idx>(shape.length);
+  let stride = 1;
+  for (let d = shape.length - 1; d >= 0; d--) {
+    out[d] = shape[d] === 1 ? iconst(0) : imod(idiv(flat, stride), shape[d]!);
+    stride *= shape[d]!;
+  }
+  return out;
+}
+
+/** The variables an expression reads. */
+export function varsOf(e: Idx, into = new Set<string>()): Set<string> {
+  switch (e.kind) {
+    case "const": break;
+    case "var": into.add(e.name); break;
+    case "sum": e.terms.forEach((t) => varsOf(t, into)); break;
+    default: varsOf(e.a, into);
+  }
+  return into;
+}
+
+/** Renders with a language's floor division and modulo (both only ever see non-negative values where it matters). */
+export function renderIdx(e: Idx, div: (a: string, c: number) => string, mod: (a: string, c: number) => string): string {
+  switch (e.kind) {
+    case "const": return String(e.value);
+    case "var": return e.name;
+    case "sum": return `(${e.terms.map((t) => renderIdx(t, div, mod)).join(" + ")})`;
+    case "mul": return `${wrap(renderIdx(e.a, div, mod))}*${e.c}`;
+    case "div": return div(renderIdx(e.a, div, mod), e.c);
+    case "mod": return mod(renderIdx(e.a, div, mod), e.c);
+  }
+}
+
+const wrap = (s: string): string => (/^[\w.]+$/.test(s) || s.startsWith("(") ? s : `(${s})`);

@@ -1,0 +1,770 @@
+// The Tensor: a lazy handle on a UOp graph. Every op builds nodes; realize() or a read runs them.
+import { Device } from "./device.ts";
+import {
+  type DType, type DTypeName, type TypedArray, castScalar, defaultFloatFromEnv, dtypeOf, dtypes,
+  f16BitsToF32, bf16BitsToF32, f32ToBf16Bits, f32ToF16Bits, isFloat, promote, typedArrayFor,
+} from "./dtype.ts";
+import { Buffer } from "./device.ts";
+import { computeGradients } from "./gradient.ts";
+import { TsgradError, arraysEqual, fmtShape, prod, range } from "./helpers.ts";
+import { realizeNodes } from "./engine/realize.ts";
+import { storedBuffer } from "./engine/schedule.ts";
+import { randomBits } from "./random.ts";
+import { type BinaryOp, type Pads, type UnaryOp, UOp } from "./uop.ts";
+
+export type NestedArray = number | boolean | NestedArray[];
+export type TensorData = NestedArray | TypedArray | readonly number[];
+export interface TensorOptions {
+  dtype?: DType | DTypeName;
+  device?: string;
+  requiresGrad?: boolean;
+}
+export interface ReduceOptions {
+  axis?: number | number[] | null;
+  keepdim?: boolean;
+}
+/** One entry per axis: a number picks (and drops the axis), [start, stop, step] slices, null adds an axis, "..." fills. */
+export type IndexSpec = number | [number?, number?, number?] | null | "...";
+
+const toDtype = (d: DType | DTypeName | undefined, fallback: DType): DType => (d === undefined ? fallback : typeof d === "string" ? dtypeOf(d) : d);
+
+let uniqueTag = 0;
+const requiringGrad = new Set<WeakRef<Tensor>>();
+
+export class Tensor {
+  /** The node this tensor currently stands for (replaced by a buffer view once realized). */
+  node: UOp;
+  grad: Tensor | null = null;
+  private _requiresGrad = false;
+
+  /** Dropout and other train-only behaviour switch on this. */
+  static training = false;
+  /** dtype of new float tensors (`DEFAULT_FLOAT=HALF` gives float16). */
+  static defaultFloat: DType = defaultFloatFromEnv();
+  private static seed = 0;
+  private static rngCalls = 0;
+
+  constructor(data: TensorData | UOp, opts: TensorOptions = {}) {
+    if (data instanceof UOp) {
+      this.node = data;
+    } else {
+      const device = Device.canonicalize(opts.device ?? Device.DEFAULT);
+      const { flat, shape, inferred } = flatten(data);
+      const dtype = toDtype(opts.dtype, inferred);
+      const buffer = new Buffer(device, flat.length, dtype);
+      buffer.copyin(encode(flat, dtype));
+      this.node = UOp.buffer(buffer).reshape(shape);
+    }
+    if (opts.requiresGrad) this.requiresGrad = true;
+  }
+
+  get shape(): number[] { return [...this.node.shape]; }
+  get dtype(): DType { return this.node.dtype; }
+  get device(): string { return this.node.device; }
+  get ndim(): number { return this.node.shape.length; }
+  get numel(): number { return this.node.numel; }
+
+  get requiresGrad(): boolean { return this._requiresGrad; }
+  set requiresGrad(on: boolean) {
+    if (on && !this._requiresGrad) {
+      if (!isFloat(this.dtype)) throw new TsgradError(`requiresGrad needs a float tensor, got ${this.dtype.name}`);
+      // a parameter must be its own node: equal lazy values are shared, gradients must not be
+      if (!storedBuffer(this.node)) this.node = this.node.contiguous(uniqueTag++);
+      requiringGrad.add(new WeakRef(this));
+    }
+    this._requiresGrad = on;
+  }
+
+  toString(): string {
+    return `<Tensor ${fmtShape(this.shape)} ${this.dtype.name} on ${this.device}>`;
+  }
+
+  // ---------------------------------------------------------------- creation
+
+  static full(shape: readonly number[], value: number, opts: TensorOptions = {}): Tensor {
+    const dtype = toDtype(opts.dtype, Number.isInteger(value) && opts.dtype === undefined && typeof value === "number" ? Tensor.defaultFloat : Tensor.defaultFloat);
+    const device = Device.canonicalize(opts.device ?? Device.DEFAULT);
+    checkShape(shape);
+    const node = UOp.const(castScalar(value, dtype), dtype, device).reshape(shape.map(() => 1)).expand(shape);
+    return new Tensor(node, opts);
+  }
+  static zeros(shape: readonly number[], opts: TensorOptions = {}): Tensor { return Tensor.full(shape, 0, opts); }
+  static ones(shape: readonly number[], opts: TensorOptions = {}): Tensor { return Tensor.full(shape, 1, opts); }
+  /** Uninitialised storage (zeros on the host backends). */
+  static empty(shape: readonly number[], opts: TensorOptions = {}): Tensor {
+    checkShape(shape);
+    const dtype = toDtype(opts.dtype, Tensor.defaultFloat);
+    const buffer = new Buffer(Device.canonicalize(opts.device ?? Device.DEFAULT), prod(shape as number[]), dtype);
+    return new Tensor(UOp.buffer(buffer).reshape(shape), opts);
+  }
+  /** [start, start+step, ...) below stop; `Tensor.arange(5)` is [0, 1, 2, 3, 4]. */
+  static arange(start: number, stop?: number, step = 1, opts: TensorOptions = {}): Tensor {
+    if (stop === undefined) [start, stop] = [0, start];
+    if (step === 0) throw new TsgradError("arange: step must not be 0");
+    const n = Math.max(0, Math.ceil((stop - start) / step));
+    const allInt = [start, stop, step].every(Number.isInteger);
+    const dtype = toDtype(opts.dtype, allInt ? dtypes.int32 : Tensor.defaultFloat);
+    const device = Device.canonicalize(opts.device ?? Device.DEFAULT);
+    const index = new Tensor(UOp.index(n, device));
+    return index.cast(isFloat(dtype) ? dtypes.float32 : dtype).mul(step).add(start).cast(dtype);
+  }
+  /** The n x m identity. */
+  static eye(n: number, m = n, opts: TensorOptions = {}): Tensor {
+    const rows = Tensor.arange(n, undefined, 1, { device: opts.device }).reshape([n, 1]);
+    const cols = Tensor.arange(m, undefined, 1, { device: opts.device }).reshape([1, m]);
+    return rows.eq(cols).cast(toDtype(opts.dtype, Tensor.defaultFloat));
+  }
+  /** Makes every random op reproducible from here on. */
+  static manualSeed(seed: number): void {
+    Tensor.seed = seed >>> 0;
+    Tensor.rngCalls = 0;
+  }
+  /** Uniform in [0, 1). */
+  static rand(shape: readonly number[], opts: TensorOptions = {}): Tensor {
+    checkShape(shape);
+    const device = Device.canonicalize(opts.device ?? Device.DEFAULT);
+    const bits = new Tensor(randomBits(prod(shape as number[]), Tensor.seed, Tensor.rngCalls++, device));
+    // 23 random mantissa bits under exponent 0 give [1, 2); minus 1 gives [0, 1)
+    const one = bits.shr(9).bitwiseOr(0x3f800000).bitcast(dtypes.float32).sub(1);
+    return one.reshape(shape).cast(toDtype(opts.dtype, Tensor.defaultFloat)).withGrad(opts);
+  }
+  static uniform(shape: readonly number[], low = 0, high = 1, opts: TensorOptions = {}): Tensor {
+    const dtype = toDtype(opts.dtype, Tensor.defaultFloat);
+    return Tensor.rand(shape, { ...opts, dtype: dtypes.float32, requiresGrad: false }).mul(high - low).add(low).cast(dtype).withGrad(opts);
+  }
+  /** Standard normal, by Box-Muller. */
+  static randn(shape: readonly number[], opts: TensorOptions = {}): Tensor {
+    const dtype = toDtype(opts.dtype, Tensor.defaultFloat);
+    const u = Tensor.rand([2, ...shape], { ...opts, dtype: dtypes.float32, requiresGrad: false });
+    const [u1, u2] = [u.index(0), u.index(1)];
+    const radius = Tensor.ones(shape, { device: u.device, dtype: dtypes.float32 }).sub(u1).log().mul(-2).sqrt();
+    return radius.mul(u2.mul(2 * Math.PI).cos()).cast(dtype).withGrad(opts);
+  }
+  static normal(shape: readonly number[], mean = 0, std = 1, opts: TensorOptions = {}): Tensor {
+    const dtype = toDtype(opts.dtype, Tensor.defaultFloat);
+    return Tensor.randn(shape, { ...opts, dtype: dtypes.float32, requiresGrad: false }).mul(std).add(mean).cast(dtype).withGrad(opts);
+  }
+  /** Normal(mean, std) truncated to [mean + a*std, mean + b*std], by inverting the CDF (as TensorFlow and tinygrad do). */
+  static truncNormal(shape: readonly number[], { mean = 0, std = 1, a = -2, b = 2 } = {}, opts: TensorOptions = {}): Tensor {
+    const dtype = toDtype(opts.dtype, Tensor.defaultFloat);
+    const cdf = (x: number): number => 0.5 * (1 + erfScalar(x / Math.SQRT2));
+    const [lo, hi] = [cdf(a), cdf(b)];
+    const u = Tensor.uniform(shape, 2 * lo - 1, 2 * hi - 1, { ...opts, dtype: dtypes.float32, requiresGrad: false });
+    const z = u.erfinv().mul(Math.SQRT2).clip(a, b);
+    return z.mul(std).add(mean).cast(dtype).withGrad(opts);
+  }
+  /** Integers uniform in [low, high). */
+  static randint(shape: readonly number[], low: number, high: number, opts: TensorOptions = {}): Tensor {
+    return Tensor.rand(shape, { ...opts, dtype: dtypes.float32 }).mul(high - low).floor().add(low).cast(toDtype(opts.dtype, dtypes.int32));
+  }
+
+  private withGrad(opts: TensorOptions): Tensor {
+    if (opts.requiresGrad) this.requiresGrad = true;
+    return this;
+  }
+
+  // ---------------------------------------------------------------- realize and read
+
+  /** Computes this tensor (and `others`) now. */
+  realize(...others: Tensor[]): this {
+    Tensor.realizeAll([this, ...others]);
+    return this;
+  }
+
+  static realizeAll(tensors: readonly Tensor[]): void {
+    const pending = tensors.filter((t) => !storedBuffer(t.node) && t.node.op !== "CONST");
+    if (pending.length === 0) return;
+    realizeNodes(pending.map((t) => t.node));
+    for (const t of pending) {
+      const buffer = storedBuffer(t.node)!;
+      t.node = UOp.buffer(buffer).reshape(t.node.shape);
+    }
+  }
+
+  /** The values as a flat row-major typed array (16-bit floats decoded to Float32Array, int64 to BigInt64Array). */
+  toArray(): TypedArray {
+    const t = storedBuffer(this.node) ? this : this.contiguous();
+    t.realize();
+    const raw = storedBuffer(t.node)!.toTypedArray();
+    if (this.dtype === dtypes.float16) return Float32Array.from(raw as Uint16Array, f16BitsToF32);
+    if (this.dtype === dtypes.bfloat16) return Float32Array.from(raw as Uint16Array, bf16BitsToF32);
+    return raw;
+  }
+
+  /** The values as nested arrays of numbers (booleans for bool). */
+  tolist(): NestedArray {
+    const flat = Array.from(this.toArray() as ArrayLike<number | bigint>, (v) => (this.dtype === dtypes.bool ? v !== 0 : Number(v)));
+    const build = (dim: number, offset: number): NestedArray => {
+      if (dim === this.ndim) return flat[offset]!;
+      const stride = prod(this.shape.slice(dim + 1));
+      return range(this.shape[dim]!).map((i) => build(dim + 1, offset + i * stride));
+    };
+    return build(0, 0);
+  }
+
+  /** The value of a one-element tensor. */
+  item(): number {
+    if (this.numel !== 1) throw new TsgradError(`item() needs one element, tensor has shape ${fmtShape(this.shape)}`);
+    return Number(this.toArray()[0]);
+  }
+
+  /** A copy on another device. */
+  to(device: string): Tensor {
+    return new Tensor(this.node.copyTo(Device.canonicalize(device)));
+  }
+
+  // ---------------------------------------------------------------- assignment and autograd
+
+  /** Writes `value` into this tensor's storage (realizing this tensor first if needed). */
+  assign(value: Tensor | number): this {
+    const v = this.operand(value).cast(this.dtype);
+    if (!arraysEqual(v.shape, this.shape)) throw new TsgradError(`assign: value shape ${fmtShape(v.shape)} differs from target ${fmtShape(this.shape)}`);
+    if (v.device !== this.device) throw new TsgradError(`assign: value on ${v.device}, target on ${this.device}`);
+    if (!storedBuffer(this.node)) this.realize();
+    this.node = this.node.assign(v.node);
+    return this;
+  }
+
+  /** Replaces the contents, without autograd history: `t.replace(other)` points t at other's value. */
+  detach(): Tensor {
+    return new Tensor(this.node);
+  }
+
+  /** Fills `.grad` of every tensor with requiresGrad that this (scalar) tensor depends on. */
+  backward(gradient?: Tensor): void {
+    if (!gradient && this.numel !== 1) throw new TsgradError(`backward() without a gradient needs a scalar, got shape ${fmtShape(this.shape)}`);
+    const seed = gradient ?? Tensor.ones(this.shape, { dtype: this.dtype, device: this.device });
+    const params: Tensor[] = [];
+    for (const ref of requiringGrad) {
+      const t = ref.deref();
+      if (!t) requiringGrad.delete(ref);
+      else if (t.requiresGrad) params.push(t);
+    }
+    const byNode = new Map<UOp, Tensor[]>();
+    for (const p of params) byNode.set(p.node, [...(byNode.get(p.node) ?? []), p]);
+    const grads = computeGradients(this.node, seed.node, new Set(byNode.keys()));
+    for (const [node, g] of grads) {
+      for (const p of byNode.get(node)!) {
+        const grad = new Tensor(g);
+        p.grad = p.grad ? p.grad.add(grad) : grad;
+      }
+    }
+  }
+
+  // ---------------------------------------------------------------- elementwise
+
+  /** A tensor or scalar as a tensor broadcastable with this one; scalars take this tensor's dtype where they fit. */
+  private operand(x: Tensor | number | boolean): Tensor {
+    if (x instanceof Tensor) return x;
+    const value = typeof x === "boolean" ? Number(x) : x;
+    let dtype = this.dtype;
+    if (!isFloat(dtype) && !Number.isInteger(value)) dtype = Tensor.defaultFloat;
+    else if (dtype === dtypes.bool && typeof x !== "boolean") dtype = dtypes.int32;
+    return new Tensor(UOp.const(castScalar(value, dtype), dtype, this.device));
+  }
+
+  /** Both operands broadcast to one shape and promoted to one dtype. */
+  private broadcastWith(x: Tensor | number | boolean, reverse = false): [Tensor, Tensor] {
+    const other = this.operand(x);
+    let [a, b]: [Tensor, Tensor] = reverse ? [other, this] : [this, other];
+    if (a.device !== b.device) throw new TsgradError(`devices ${a.device} and ${b.device} differ; copy with to()`);
+    const dtype = promote(a.dtype, b.dtype);
+    const shape = broadcastShapes(a.shape, b.shape);
+    return [a.cast(dtype).broadcastTo(shape), b.cast(dtype).broadcastTo(shape)];
+  }
+
+  private binary(op: BinaryOp, x: Tensor | number | boolean, reverse = false): Tensor {
+    const [a, b] = this.broadcastWith(x, reverse);
+    return new Tensor(a.node.alu(op, b.node));
+  }
+
+  private unary(op: UnaryOp): Tensor {
+    return new Tensor(this.node.alu(op));
+  }
+
+  private float(): Tensor {
+    return isFloat(this.dtype) ? this : this.cast(Tensor.defaultFloat);
+  }
+
+  add(x: Tensor | number): Tensor { return this.binary("ADD", x); }
+  sub(x: Tensor | number): Tensor { const [a, b] = this.broadcastWith(x); return a.add(b.neg()); }
+  mul(x: Tensor | number): Tensor { return this.binary("MUL", x); }
+  /** True division (integers become floats); `idiv` truncates. */
+  div(x: Tensor | number): Tensor {
+    const [a, b] = this.broadcastWith(x);
+    return a.float().mul(b.float().reciprocal());
+  }
+  idiv(x: Tensor | number): Tensor { return this.binary("IDIV", x); }
+  mod(x: Tensor | number): Tensor { return this.binary("MOD", x); }
+  neg(): Tensor { return this.dtype === dtypes.bool ? this.logicalNot() : this.unary("NEG"); }
+  reciprocal(): Tensor { return this.float().unary("RECIP"); }
+  sqrt(): Tensor { return this.float().unary("SQRT"); }
+  rsqrt(): Tensor { return this.sqrt().reciprocal(); }
+  exp2(): Tensor { return this.float().unary("EXP2"); }
+  log2(): Tensor { return this.float().unary("LOG2"); }
+  exp(): Tensor { return this.float().mul(Math.LOG2E).exp2(); }
+  log(): Tensor { return this.log2().mul(Math.LN2); }
+  sin(): Tensor { return this.float().unary("SIN"); }
+  cos(): Tensor { return this.float().add(Math.PI / 2).sin(); }
+  square(): Tensor { return this.mul(this); }
+  trunc(): Tensor { return isFloat(this.dtype) ? this.unary("TRUNC") : this; }
+  floor(): Tensor { const t = this.trunc(); return t.gt(this).where(t.sub(1), t); }
+  ceil(): Tensor { const t = this.trunc(); return t.lt(this).where(t.add(1), t); }
+  round(): Tensor { return this.add(0.5).floor(); }
+  relu(): Tensor { return this.maximum(0); }
+  sigmoid(): Tensor { return this.neg().exp().add(1).reciprocal(); }
+  tanh(): Tensor { return this.mul(2).sigmoid().mul(2).sub(1); }
+  abs(): Tensor { return this.relu().add(this.neg().relu()); }
+  sign(): Tensor { return this.gt(0).cast(this.dtype).sub(this.lt(0).cast(this.dtype)); }
+  /** Error function, Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7, below float32 resolution near 1). */
+  erf(): Tensor {
+    const x = this.float();
+    const t = x.abs().mul(0.3275911).add(1).reciprocal();
+    const poly = t.mul(1.061405429).add(-1.453152027).mul(t).add(1.421413741).mul(t).add(-0.284496736).mul(t).add(0.254829592).mul(t);
+    return x.sign().mul(poly.mul(x.square().neg().exp()).neg().add(1));
+  }
+  /** Inverse error function (Giles' single-precision approximation), used by truncated normal init. */
+  erfinv(): Tensor {
+    const x = this.float();
+    const w = x.neg().mul(x).add(1).log().neg();
+    const small = w.sub(2.5);
+    const p1 = [2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503, -0.00417768164, 0.246640727, 1.50140941]
+      .reduce<Tensor | null>((acc, c) => (acc ? acc.mul(small).add(c) : small.mul(0).add(c)), null)!;
+    const big = w.sqrt().sub(3);
+    const p2 = [-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613, 0.00943887047, 1.00167406, 2.83297682]
+      .reduce<Tensor | null>((acc, c) => (acc ? acc.mul(big).add(c) : big.mul(0).add(c)), null)!;
+    return w.lt(5).where(p1, p2).mul(x);
+  }
+  /** GELU with the exact erf form, as BERT uses. */
+  gelu(): Tensor { return this.mul(0.5).mul(this.mul(Math.SQRT1_2).erf().add(1)); }
+  pow(x: Tensor | number): Tensor {
+    if (typeof x === "number" && Number.isInteger(x) && x >= 0 && x <= 4) {
+      let out: Tensor = Tensor.onesLike(this);
+      for (let i = 0; i < x; i++) out = out.mul(this);
+      return out;
+    }
+    const [a, b] = this.broadcastWith(x);
+    // sign of a negative base with an integer exponent: (-1)^b
+    const magnitude = a.abs().log().mul(b).exp();
+    const odd = b.float().abs().mod(2).eq(1);
+    return a.lt(0).logicalAnd(odd).where(magnitude.neg(), magnitude).mul(a.eq(0).logicalAnd(b.eq(0)).where(1, 1));
+  }
+  maximum(x: Tensor | number): Tensor { return this.binary("MAX", x); }
+  minimum(x: Tensor | number): Tensor { const [a, b] = this.broadcastWith(x); return a.neg().maximum(b.neg()).neg(); }
+  clip(min: number, max: number): Tensor { return this.maximum(min).minimum(max); }
+
+  lt(x: Tensor | number): Tensor { return this.binary("CMPLT", x); }
+  gt(x: Tensor | number): Tensor { return this.binary("CMPLT", x, true); }
+  ne(x: Tensor | number): Tensor { return this.binary("CMPNE", x); }
+  eq(x: Tensor | number): Tensor { return this.ne(x).logicalNot(); }
+  ge(x: Tensor | number): Tensor { return this.lt(x).logicalNot(); }
+  le(x: Tensor | number): Tensor { return this.gt(x).logicalNot(); }
+  logicalNot(): Tensor { return new Tensor(this.cast(dtypes.bool).node.alu("NEG")); }
+  logicalAnd(x: Tensor | boolean): Tensor { return this.cast(dtypes.bool).binary("AND", x instanceof Tensor ? x.cast(dtypes.bool) : x); }
+  logicalOr(x: Tensor | boolean): Tensor { return this.cast(dtypes.bool).binary("OR", x instanceof Tensor ? x.cast(dtypes.bool) : x); }
+  bitwiseAnd(x: Tensor | number): Tensor { return this.binary("AND", x); }
+  bitwiseOr(x: Tensor | number): Tensor { return this.binary("OR", x); }
+  bitwiseXor(x: Tensor | number): Tensor { return this.binary("XOR", x); }
+  shl(bits: number): Tensor { return this.binary("SHL", bits); }
+  shr(bits: number): Tensor { return this.binary("SHR", bits); }
+
+  /** `cond.where(a, b)`: a where cond is true, else b. */
+  where(a: Tensor | number, b: Tensor | number): Tensor {
+    const device = this.device;
+    const ta = a instanceof Tensor ? a : undefined;
+    const tb = b instanceof Tensor ? b : undefined;
+    const like = ta ?? tb;
+    const dtype = ta && tb ? promote(ta.dtype, tb.dtype) : like ? (!isFloat(like.dtype) && !Number.isInteger(like === ta ? b : a) ? Tensor.defaultFloat : like.dtype)
+      : [a, b].every((v) => Number.isInteger(v)) ? dtypes.int32 : Tensor.defaultFloat;
+    const asTensor = (v: Tensor | number): Tensor => (v instanceof Tensor ? v.cast(dtype) : new Tensor(UOp.const(castScalar(v, dtype), dtype, device)));
+    const [x, y] = [asTensor(a), asTensor(b)];
+    const shape = broadcastShapes(broadcastShapes(this.shape, x.shape), y.shape);
+    return new Tensor(this.cast(dtypes.bool).broadcastTo(shape).node.alu("WHERE", x.broadcastTo(shape).node, y.broadcastTo(shape).node));
+  }
+
+  cast(dtype: DType | DTypeName): Tensor {
+    const d = toDtype(dtype, this.dtype);
+    return d === this.dtype ? this : new Tensor(this.node.cast(d));
+  }
+  bitcast(dtype: DType | DTypeName): Tensor { return new Tensor(this.node.bitcast(toDtype(dtype, this.dtype))); }
+
+  static zerosLike(t: Tensor): Tensor { return Tensor.zeros(t.shape, { dtype: t.dtype, device: t.device }); }
+  static onesLike(t: Tensor): Tensor { return Tensor.ones(t.shape, { dtype: t.dtype, device: t.device }); }
+
+  // ---------------------------------------------------------------- reductions
+
+  private axes(axis: number | number[] | null | undefined): number[] {
+    if (axis === null || axis === undefined) return range(this.ndim);
+    return (Array.isArray(axis) ? axis : [axis]).map((a) => this.normalizeAxis(a));
+  }
+
+  normalizeAxis(axis: number, ndim = this.ndim): number {
+    const a = axis < 0 ? axis + ndim : axis;
+    if (!Number.isInteger(a) || a < 0 || a >= ndim) throw new TsgradError(`axis ${axis} is out of range for a tensor of shape ${fmtShape(this.shape)}`);
+    return a;
+  }
+
+  private reduce(op: "ADD" | "MAX", { axis, keepdim = false }: ReduceOptions): Tensor {
+    const axes = this.axes(axis);
+    const out = new Tensor(this.node.reduce(op, axes));
+    return keepdim ? out : out.reshape(this.shape.filter((_, i) => !axes.includes(i)));
+  }
+
+  /** Sum; small ints sum as int32, 16-bit floats accumulate in float32. */
+  sum(opts: ReduceOptions = {}): Tensor {
+    const acc = this.dtype === dtypes.float16 || this.dtype === dtypes.bfloat16 ? dtypes.float32
+      : this.dtype.kind === "bool" || (this.dtype.kind === "int" && this.dtype.itemsize < 4) ? dtypes.int32
+      : this.dtype.kind === "uint" && this.dtype.itemsize < 4 ? dtypes.uint32 : this.dtype;
+    const out = this.cast(acc).reduce("ADD", opts);
+    return isFloat(this.dtype) ? out.cast(this.dtype) : out;
+  }
+  max(opts: ReduceOptions = {}): Tensor { return this.reduce("MAX", opts); }
+  min(opts: ReduceOptions = {}): Tensor { return this.neg().max(opts).neg(); }
+  mean(opts: ReduceOptions = {}): Tensor {
+    const n = this.axes(opts.axis).reduce((p, a) => p * this.shape[a]!, 1);
+    return this.float().sum(opts).div(n);
+  }
+  /** Variance with Bessel's correction by default (`correction: 0` for the population variance). */
+  var(opts: ReduceOptions & { correction?: number } = {}): Tensor {
+    const n = this.axes(opts.axis).reduce((p, a) => p * this.shape[a]!, 1);
+    const centered = this.float().sub(this.mean({ axis: opts.axis, keepdim: true }));
+    return centered.square().sum(opts).div(Math.max(0, n - (opts.correction ?? 1)));
+  }
+  std(opts: ReduceOptions & { correction?: number } = {}): Tensor { return this.var(opts).sqrt(); }
+  /** Index of the first maximum along `axis` (of the flattened tensor when axis is omitted). */
+  argmax(opts: { axis?: number; keepdim?: boolean } = {}): Tensor {
+    if (opts.axis === undefined) return this.flatten().argmax({ axis: 0 });
+    const axis = this.normalizeAxis(opts.axis);
+    const n = this.shape[axis]!;
+    const isMax = this.eq(this.max({ axis, keepdim: true }));
+    const countdown = Tensor.arange(n, 0, -1, { device: this.device }).reshape(this.shape.map((s, i) => (i === axis ? n : 1)));
+    const first = isMax.where(countdown, 0).max({ axis, keepdim: opts.keepdim });
+    return first.neg().add(n).cast(dtypes.int32);
+  }
+  argmin(opts: { axis?: number; keepdim?: boolean } = {}): Tensor { return this.neg().argmax(opts); }
+
+  // ---------------------------------------------------------------- movement (views: no copies)
+
+  reshape(shape: readonly number[]): Tensor {
+    const unknown = shape.filter((s) => s === -1).length;
+    if (unknown > 1) throw new TsgradError(`reshape to ${fmtShape(shape)}: only one -1 is allowed`);
+    const known = prod(shape.filter((s) => s !== -1) as number[]);
+    const resolved = shape.map((s) => (s === -1 ? (known === 0 ? 0 : this.numel / known) : s));
+    if (resolved.some((s) => !Number.isInteger(s) || s < 0) || prod(resolved) !== this.numel) {
+      throw new TsgradError(`cannot reshape ${fmtShape(this.shape)} (${this.numel} elements) to ${fmtShape(shape)}`);
+    }
+    return new Tensor(this.node.reshape(resolved));
+  }
+  permute(order: readonly number[]): Tensor {
+    const axes = order.map((a) => this.normalizeAxis(a));
+    if (axes.length !== this.ndim || new Set(axes).size !== axes.length) throw new TsgradError(`permute ${fmtShape(order)} is not a permutation of the ${this.ndim} axes of ${fmtShape(this.shape)}`);
+    return new Tensor(this.node.permute(axes));
+  }
+  /** Swaps two axes (the last two by default). */
+  transpose(dim0 = -2, dim1 = -1): Tensor {
+    const order = range(this.ndim);
+    const [a, b] = [this.normalizeAxis(dim0), this.normalizeAxis(dim1)];
+    [order[a], order[b]] = [order[b]!, order[a]!];
+    return this.permute(order);
+  }
+  get T(): Tensor { return this.transpose(); }
+  /** Broadcasts size-1 axes (and new leading axes) to `shape`; -1 keeps an axis. */
+  expand(shape: readonly number[]): Tensor {
+    const resolved = shape.map((s, i) => (s === -1 ? this.shape[i - (shape.length - this.ndim)]! : s));
+    return this.broadcastTo(resolved);
+  }
+  broadcastTo(shape: readonly number[]): Tensor {
+    if (arraysEqual(shape, this.shape)) return this;
+    if (shape.length < this.ndim) throw new TsgradError(`cannot broadcast ${fmtShape(this.shape)} to ${fmtShape(shape)}`);
+    const padded = [...Array(shape.length - this.ndim).fill(1), ...this.shape] as number[];
+    padded.forEach((s, i) => {
+      if (s !== 1 && s !== shape[i]) throw new TsgradError(`cannot broadcast ${fmtShape(this.shape)} to ${fmtShape(shape)}: axis ${i - (shape.length - this.ndim)} has ${s}, not 1 or ${shape[i]}`);
+    });
+    return new Tensor(this.node.reshape(padded).expand(shape));
+  }
+  /** Pads each axis with [before, after] elements of `value` (null: no padding on that axis). */
+  pad(pads: readonly ([number, number] | null)[], value = 0): Tensor {
+    if (pads.length !== this.ndim) throw new TsgradError(`pad needs one entry per axis: ${pads.length} given for shape ${fmtShape(this.shape)}`);
+    const p: Pads = pads.map((x) => x ?? [0, 0]);
+    if (p.some(([b, a]) => b < 0 || a < 0)) return this.shrink(p.map(([b, a], i) => [Math.max(0, -b), this.shape[i]! - Math.max(0, -a)])).pad(p.map(([b, a]) => [Math.max(0, b), Math.max(0, a)]), value);
+    const out = new Tensor(this.node.pad(p));
+    if (value === 0) return out;
+    const inside = new Tensor(Tensor.ones(this.shape, { dtype: dtypes.bool, device: this.device }).node.pad(p));
+    return inside.where(out, value);
+  }
+  /** Keeps [start, end) of each axis (null: all of it). */
+  shrink(bounds: readonly ([number, number] | null)[]): Tensor {
+    if (bounds.length !== this.ndim) throw new TsgradError(`shrink needs one entry per axis: ${bounds.length} given for shape ${fmtShape(this.shape)}`);
+    const b: Pads = bounds.map((x, i) => x ?? [0, this.shape[i]!]);
+    b.forEach(([s, e], i) => {
+      if (s < 0 || e > this.shape[i]! || s > e) throw new TsgradError(`shrink [${s}, ${e}) is out of range for axis ${i} of ${fmtShape(this.shape)}`);
+    });
+    return new Tensor(this.node.shrink(b));
+  }
+  flip(axis: number | number[]): Tensor {
+    const axes = this.axes(axis);
+    return new Tensor(this.node.flip(range(this.ndim).map((i) => axes.includes(i))));
+  }
+  /** numpy-style indexing: `t.index(0, [1, 3], null, "...")`. */
+  index(...spec: IndexSpec[]): Tensor {
+    const ellipsis = spec.indexOf("...");
+    const real = spec.filter((s) => s !== null && s !== "...").length;
+    if (real > this.ndim) throw new TsgradError(`too many indices (${real}) for shape ${fmtShape(this.shape)}`);
+    const full: IndexSpec[] = ellipsis >= 0
+      ? [...spec.slice(0, ellipsis), ...Array<IndexSpec>(this.ndim - real).fill([]), ...spec.slice(ellipsis + 1)]
+      : [...spec, ...Array<IndexSpec>(this.ndim - real).fill([])];
+    let t: Tensor = this;
+    const finalShape: number[] = [];
+    const bounds: [number, number][] = [];
+    const flips: number[] = [];
+    const steps: number[] = [];
+    let axis = 0;
+    for (const s of full) {
+      if (s === null) { finalShape.push(1); continue; }
+      const size = this.shape[axis]!;
+      if (typeof s === "number") {
+        const i = s < 0 ? s + size : s;
+        if (!Number.isInteger(i) || i < 0 || i >= size) throw new TsgradError(`index ${s} is out of range for axis ${axis} with size ${size}`);
+        bounds.push([i, i + 1]);
+        steps.push(1);
+      } else {
+        const [start, stop, step = 1] = s as [number?, number?, number?];
+        if (step === 0) throw new TsgradError(`slice step must not be 0 (axis ${axis})`);
+        const clampIdx = (v: number, lo: number, hi: number): number => Math.min(hi, Math.max(lo, v < 0 ? v + size : v));
+        let lo: number, hi: number;
+        if (step > 0) { lo = clampIdx(start ?? 0, 0, size); hi = Math.max(lo, clampIdx(stop ?? size, 0, size)); }
+        else { hi = clampIdx(start ?? size - 1, -1, size - 1) + 1; lo = Math.min(hi, clampIdx(stop ?? -size - 1, -1, size - 1) + 1); }
+        bounds.push([lo, hi]);
+        if (step < 0) flips.push(axis);
+        steps.push(Math.abs(step));
+        finalShape.push(Math.ceil((hi - lo) / Math.abs(step)));
+      }
+      axis++;
+    }
+    t = t.shrink(bounds);
+    if (flips.length) t = t.flip(flips);
+    if (steps.some((s) => s > 1)) {
+      // take every step-th element: pad to a multiple of step, split the axis, keep the first of each group
+      const padded = t.pad(t.shape.map((n, i) => [0, Math.ceil(n / steps[i]!) * steps[i]! - n] as [number, number]));
+      const split = padded.reshape(padded.shape.flatMap((n, i) => [n / steps[i]!, steps[i]!]));
+      t = split.shrink(split.shape.map((n, i) => (i % 2 === 1 ? [0, 1] : [0, n]) as [number, number]));
+    }
+    return t.reshape(finalShape);
+  }
+  /** Joins tensors along an existing axis. */
+  static cat(tensors: readonly Tensor[], axis = 0): Tensor {
+    if (tensors.length === 0) throw new TsgradError("cat needs at least one tensor");
+    const first = tensors[0]!;
+    const a = first.normalizeAxis(axis);
+    for (const t of tensors) {
+      if (t.ndim !== first.ndim || t.shape.some((s, i) => i !== a && s !== first.shape[i])) {
+        throw new TsgradError(`cat along axis ${axis}: shapes ${tensors.map((x) => fmtShape(x.shape)).join(", ")} differ off that axis`);
+      }
+    }
+    const total = tensors.reduce((s, t) => s + t.shape[a]!, 0);
+    let offset = 0;
+    const parts = tensors.map((t) => {
+      const p = t.pad(t.shape.map((_, i) => (i === a ? [offset, total - offset - t.shape[a]!] : [0, 0]) as [number, number]));
+      offset += t.shape[a]!;
+      return p;
+    });
+    return parts.reduce((acc, p) => acc.add(p));
+  }
+  cat(others: readonly Tensor[], axis = 0): Tensor { return Tensor.cat([this, ...others], axis); }
+  /** Joins tensors along a new axis. */
+  static stack(tensors: readonly Tensor[], axis = 0): Tensor {
+    const a = axis < 0 ? axis + tensors[0]!.ndim + 1 : axis;
+    return Tensor.cat(tensors.map((t) => t.unsqueeze(a)), a);
+  }
+  /** Splits into pieces of `sizes` (or equal pieces of one size) along `axis`. */
+  split(sizes: number | number[], axis = 0): Tensor[] {
+    const a = this.normalizeAxis(axis);
+    const n = this.shape[a]!;
+    const lengths = typeof sizes === "number" ? range(Math.ceil(n / sizes)).map((i) => Math.min(sizes, n - i * sizes)) : sizes;
+    if (lengths.reduce((s, x) => s + x, 0) !== n) throw new TsgradError(`split sizes ${fmtShape(lengths)} do not add up to ${n} (axis ${axis} of ${fmtShape(this.shape)})`);
+    let start = 0;
+    return lengths.map((len) => {
+      const piece = this.shrink(this.shape.map((s, i) => (i === a ? [start, start + len] : [0, s]) as [number, number]));
+      start += len;
+      return piece;
+    });
+  }
+  chunk(chunks: number, axis = 0): Tensor[] { return this.split(Math.ceil(this.shape[this.normalizeAxis(axis)]! / chunks), axis); }
+  squeeze(axis?: number): Tensor {
+    if (axis === undefined) return this.reshape(this.shape.filter((s) => s !== 1));
+    const a = this.normalizeAxis(axis);
+    return this.shape[a] === 1 ? this.reshape(this.shape.filter((_, i) => i !== a)) : this;
+  }
+  unsqueeze(axis: number): Tensor {
+    const a = this.normalizeAxis(axis, this.ndim + 1);
+    return this.reshape([...this.shape.slice(0, a), 1, ...this.shape.slice(a)]);
+  }
+  flatten(startDim = 0, endDim = -1): Tensor {
+    if (this.ndim === 0) return this.reshape([1]);
+    const [s, e] = [this.normalizeAxis(startDim), this.normalizeAxis(endDim)];
+    return this.reshape([...this.shape.slice(0, s), prod(this.shape.slice(s, e + 1)), ...this.shape.slice(e + 1)]);
+  }
+  /** A tensor stored in its own buffer in row-major order. */
+  contiguous(): Tensor { return new Tensor(this.node.contiguous()); }
+  /** out[..., i, ...] = this[..., index[..., i, ...], ...] along `axis`; index has this tensor's rank. */
+  gather(axis: number, index: Tensor): Tensor {
+    const a = this.normalizeAxis(axis);
+    if (index.ndim !== this.ndim) throw new TsgradError(`gather: index rank ${index.ndim} differs from tensor rank ${this.ndim} (${fmtShape(index.shape)} vs ${fmtShape(this.shape)})`);
+    index.shape.forEach((s, i) => {
+      if (i !== a && s > this.shape[i]!) throw new TsgradError(`gather: index ${fmtShape(index.shape)} is larger than ${fmtShape(this.shape)} on axis ${i}`);
+    });
+    const n = this.shape[a]!;
+    const source = this.shrink(this.shape.map((s, i) => (i === a ? [0, s] : [0, index.shape[i]!]) as [number, number]));
+    const moved = source.unsqueeze(-1).transpose(a, -1); // the gathered axis last, size 1 where it was
+    const onehot = index.unsqueeze(-1).eq(Tensor.arange(n, undefined, 1, { device: this.device }));
+    return onehot.where(moved.broadcastTo([...index.shape, n]), 0).sum({ axis: -1 });
+  }
+
+  // ---------------------------------------------------------------- neural-network ops
+
+  /** Matrix product with numpy's rules: 1-D vectors, batched and broadcast leading axes. */
+  matmul(w: Tensor): Tensor {
+    if (this.ndim === 0 || w.ndim === 0) throw new TsgradError(`matmul needs at least 1-D operands, got ${fmtShape(this.shape)} and ${fmtShape(w.shape)}`);
+    const x = this.ndim === 1 ? this.unsqueeze(0) : this;
+    const y = w.ndim === 1 ? w.unsqueeze(-1) : w;
+    const k = x.shape[x.ndim - 1]!;
+    if (y.shape[y.ndim - 2] !== k) throw new TsgradError(`matmul: ${fmtShape(this.shape)} @ ${fmtShape(w.shape)}: inner sizes ${k} and ${y.shape[y.ndim - 2]} differ`);
+    // x[..., m, 1, k] * y^T[..., 1, n, k], summed over k
+    const prod = x.unsqueeze(-2).mul(y.transpose(-1, -2).unsqueeze(-3));
+    let out = prod.sum({ axis: -1 });
+    if (this.ndim === 1) out = out.squeeze(-2);
+    if (w.ndim === 1) out = out.squeeze(-1);
+    return out;
+  }
+  dot(w: Tensor): Tensor { return this.matmul(w); }
+  /** x @ weight.T + bias, with weight as [out, in] (PyTorch's layout). */
+  linear(weight: Tensor, bias?: Tensor): Tensor {
+    const out = this.matmul(weight.T);
+    return bias ? out.add(bias) : out;
+  }
+  softmax(axis = -1): Tensor {
+    const shifted = this.float().sub(this.float().max({ axis, keepdim: true }));
+    const e = shifted.exp();
+    return e.div(e.sum({ axis, keepdim: true }));
+  }
+  logSoftmax(axis = -1): Tensor {
+    const shifted = this.float().sub(this.float().max({ axis, keepdim: true }));
+    return shifted.sub(shifted.exp().sum({ axis, keepdim: true }).log());
+  }
+  /** Normalises over the last `axes` axes (default: the last one). */
+  layerNorm({ axis = -1, eps = 1e-5 }: { axis?: number | number[]; eps?: number } = {}): Tensor {
+    const centered = this.sub(this.mean({ axis, keepdim: true }));
+    return centered.mul(centered.square().mean({ axis, keepdim: true }).add(eps).rsqrt());
+  }
+  /** Zeroes a fraction p of elements and scales the rest by 1/(1-p), only while `Tensor.training`. */
+  dropout(p = 0.5): Tensor {
+    if (!Tensor.training || p === 0) return this;
+    if (p < 0 || p >= 1) throw new TsgradError(`dropout probability ${p} must be in [0, 1)`);
+    const keep = Tensor.rand(this.shape, { device: this.device, dtype: dtypes.float32 }).ge(p);
+    return keep.where(this.mul(1 / (1 - p)), 0);
+  }
+  /** One-hot encoding along a new last axis. */
+  oneHot(numClasses: number): Tensor {
+    return this.unsqueeze(-1).eq(Tensor.arange(numClasses, undefined, 1, { device: this.device })).cast(dtypes.int32);
+  }
+  /** Rows of `weight` ([vocab, dim]) picked by integer ids of any shape. */
+  static embedding(ids: Tensor, weight: Tensor): Tensor {
+    const [vocab, dim] = weight.shape as [number, number];
+    const onehot = ids.unsqueeze(-1).eq(Tensor.arange(vocab, undefined, 1, { device: ids.device }));
+    return onehot.unsqueeze(-1).where(weight, 0).sum({ axis: -2 }).reshape([...ids.shape, dim]);
+  }
+  /**
+   * Cross-entropy of logits [..., classes] against integer labels [...]: targets equal to
+   * `ignoreIndex` count zero, `weights` scale each element; mean divides by the sum of the weights used.
+   */
+  sparseCategoricalCrossentropy(labels: Tensor, { ignoreIndex = -1, weights, reduction = "mean", labelSmoothing = 0 }: { ignoreIndex?: number; weights?: Tensor; reduction?: "none" | "mean" | "sum"; labelSmoothing?: number } = {}): Tensor {
+    if (!arraysEqual(labels.shape, this.shape.slice(0, -1))) throw new TsgradError(`sparseCategoricalCrossentropy: labels ${fmtShape(labels.shape)} must match logits ${fmtShape(this.shape)} without the class axis`);
+    const classes = this.shape[this.ndim - 1]!;
+    const logProbs = this.logSoftmax(-1);
+    const onehot = labels.unsqueeze(-1).eq(Tensor.arange(classes, undefined, 1, { device: this.device }));
+    let loss = onehot.where(logProbs, 0).sum({ axis: -1 }).neg();
+    if (labelSmoothing > 0) loss = loss.mul(1 - labelSmoothing).sub(logProbs.mean({ axis: -1 }).mul(labelSmoothing));
+    let w = labels.ne(ignoreIndex).cast(loss.dtype);
+    if (weights) w = w.mul(weights.cast(loss.dtype));
+    loss = loss.mul(w);
+    if (reduction === "none") return loss;
+    if (reduction === "sum") return loss.sum();
+    return loss.sum().div(w.sum().maximum(1e-12));
+  }
+  /** softmax(q k^T / sqrt(d) + mask) v; a boolean mask keeps where true, a float mask is added. */
+  scaledDotProductAttention(key: Tensor, value: Tensor, { mask, dropout = 0 }: { mask?: Tensor; dropout?: number } = {}): Tensor {
+    const d = this.shape[this.ndim - 1]!;
+    let scores = this.matmul(key.transpose(-1, -2)).mul(1 / Math.sqrt(d));
+    if (mask) scores = mask.dtype === dtypes.bool ? mask.where(scores, -Infinity) : scores.add(mask);
+    return scores.softmax(-1).dropout(dropout).matmul(value);
+  }
+}
+
+function checkShape(shape: readonly number[]): void {
+  if (shape.some((s) => !Number.isInteger(s) || s < 0)) throw new TsgradError(`bad shape ${fmtShape(shape)}: sizes must be non-negative integers`);
+}
+
+export function broadcastShapes(a: readonly number[], b: readonly number[]): number[] {
+  const n = Math.max(a.length, b.length);
+  const out: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const x = a[a.length - n + i] ?? 1;
+    const y = b[b.length - n + i] ?? 1;
+    if (x !== y && x !== 1 && y !== 1) throw new TsgradError(`shapes ${fmtShape(a)} and ${fmtShape(b)} do not broadcast (axis ${i}: ${x} vs ${y})`);
+    out.push(x === 1 ? y : x);
+  }
+  return out;
+}
+
+function flatten(data: TensorData): { flat: ArrayLike<number | bigint>; shape: number[]; inferred: DType } {
+  if (ArrayBuffer.isView(data)) {
+    const inferred: Record<string, DType> = {
+      Float32Array: dtypes.float32, Float64Array: dtypes.float32, Int32Array: dtypes.int32, Uint8Array: dtypes.uint8,
+      Int8Array: dtypes.int8, Int16Array: dtypes.int16, Uint16Array: dtypes.uint16, Uint32Array: dtypes.uint32, BigInt64Array: dtypes.int64,
+    };
+    return { flat: data as TypedArray, shape: [(data as TypedArray).length], inferred: inferred[data.constructor.name] ?? dtypes.float32 };
+  }
+  const shape: number[] = [];
+  let probe: unknown = data;
+  while (Array.isArray(probe)) {
+    shape.push(probe.length);
+    probe = probe[0];
+  }
+  const flat: number[] = [];
+  let allBool = true, allInt = true;
+  const walk = (x: unknown, dim: number): void => {
+    if (dim === shape.length) {
+      if (Array.isArray(x)) throw new TsgradError(`ragged nested array: expected shape ${fmtShape(shape)}`);
+      if (typeof x === "boolean") { flat.push(x ? 1 : 0); allInt = false; return; }
+      if (typeof x !== "number") throw new TsgradError(`tensor data must be numbers or booleans, found ${typeof x}`);
+      allBool = false;
+      if (!Number.isInteger(x)) allInt = false;
+      flat.push(x);
+      return;
+    }
+    if (!Array.isArray(x) || x.length !== shape[dim]) throw new TsgradError(`ragged nested array: expected ${shape[dim]} elements on axis ${dim} (shape ${fmtShape(shape)})`);
+    for (const y of x) walk(y, dim + 1);
+  };
+  walk(data, 0);
+  const inferred = flat.length > 0 && allBool ? dtypes.bool : allInt && flat.length > 0 ? dtypes.int32 : Tensor.defaultFloat;
+  return { flat, shape, inferred };
+}
+
+function encode(flat: ArrayLike<number | bigint>, dtype: DType): TypedArray {
+  const out = typedArrayFor(dtype, new ArrayBuffer(flat.length * dtype.itemsize));
+  for (let i = 0; i < flat.length; i++) {
+    const v = flat[i]!;
+    if (dtype === dtypes.int64) (out as BigInt64Array)[i] = typeof v === "bigint" ? v : BigInt(Math.trunc(v));
+    else if (dtype === dtypes.float16) (out as Uint16Array)[i] = f32ToF16Bits(Number(v));
+    else if (dtype === dtypes.bfloat16) (out as Uint16Array)[i] = f32ToBf16Bits(Number(v));
+    else (out as Float32Array)[i] = castScalar(Number(v), dtype);
+  }
+  return out;
+}
+
+/** erf on a host number (for constants such as the truncated normal's bounds). */
+function erfScalar(x: number): number {
+  const t = 1 / (1 + 0.3275911 * Math.abs(x));
+  const y = 1 - ((((1.061405429 * t - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * Math.exp(-x * x);
+  return Math.sign(x) * y;
+}
