@@ -43,24 +43,46 @@ export class ShardError extends Error {
 type ShardDType = "U8" | "U16";
 
 /** Each field's stored dtype, largest value and row width (in SampleColumns' terms). */
-const LAYOUT: Record<SampleField, { dtype: ShardDType; max: number; width: "seq" | "pred" | "one" }> = {
-  input_ids: { dtype: "U16", max: 0xffff, width: "seq" },
-  input_mask: { dtype: "U8", max: 1, width: "seq" },
-  segment_ids: { dtype: "U8", max: 1, width: "seq" },
-  masked_lm_positions: { dtype: "U16", max: 0xffff, width: "pred" },
-  masked_lm_ids: { dtype: "U16", max: 0xffff, width: "pred" },
-  masked_lm_weights: { dtype: "U8", max: 1, width: "pred" },
-  next_sentence_labels: { dtype: "U8", max: 1, width: "one" },
+const LAYOUT: Record<SampleField, { dtype: ShardDType; max: number }> = {
+  input_ids: { dtype: "U16", max: 0xffff },
+  input_mask: { dtype: "U8", max: 1 },
+  segment_ids: { dtype: "U8", max: 1 },
+  masked_lm_positions: { dtype: "U16", max: 0xffff },
+  masked_lm_ids: { dtype: "U16", max: 0xffff },
+  masked_lm_weights: { dtype: "U8", max: 1 },
+  next_sentence_labels: { dtype: "U8", max: 1 },
 };
 const FIELDS = Object.keys(LAYOUT) as SampleField[];
 
-function rowWidth(samples: Pick<SampleColumns, "maxSeqLength" | "maxPredictionsPerSeq">, field: SampleField): number {
-  const width = LAYOUT[field].width;
-  return width === "seq" ? samples.maxSeqLength : width === "pred" ? samples.maxPredictionsPerSeq : 1;
+// The two helpers below describe SampleColumns in general (every reader uses them); they
+// live here, the lowest of the sample-file modules, until samples.ts takes them.
+
+/** Values per sample of `field`: max_seq_length, max_predictions_per_seq or 1. */
+export function fieldWidth(field: SampleField, dims: Pick<SampleColumns, "maxSeqLength" | "maxPredictionsPerSeq">): number {
+  if (field === "input_ids" || field === "input_mask" || field === "segment_ids") return dims.maxSeqLength;
+  return field === "next_sentence_labels" ? 1 : dims.maxPredictionsPerSeq;
 }
 
-function shapeOf(samples: Pick<SampleColumns, "count" | "maxSeqLength" | "maxPredictionsPerSeq">, field: SampleField): number[] {
-  return LAYOUT[field].width === "one" ? [samples.count] : [samples.count, rowWidth(samples, field)];
+/** `count` zeroed samples of the given widths. */
+export function emptySamples(count: number, { maxSeqLength, maxPredictionsPerSeq }: Pick<SampleColumns, "maxSeqLength" | "maxPredictionsPerSeq">): SampleColumns {
+  const seq = count * maxSeqLength;
+  const pred = count * maxPredictionsPerSeq;
+  return {
+    count,
+    maxSeqLength,
+    maxPredictionsPerSeq,
+    input_ids: new Int32Array(seq),
+    input_mask: new Int32Array(seq),
+    segment_ids: new Int32Array(seq),
+    masked_lm_positions: new Int32Array(pred),
+    masked_lm_ids: new Int32Array(pred),
+    masked_lm_weights: new Float32Array(pred),
+    next_sentence_labels: new Int32Array(count),
+  };
+}
+
+function shapeOf(dims: Pick<SampleColumns, "count" | "maxSeqLength" | "maxPredictionsPerSeq">, field: SampleField): number[] {
+  return field === "next_sentence_labels" ? [dims.count] : [dims.count, fieldWidth(field, dims)];
 }
 
 /** Writes `samples` as a shard at `path`, atomically (temp file + rename). */
@@ -69,13 +91,13 @@ export function writeShard(path: string, samples: SampleColumns): void {
   for (const field of FIELDS) {
     const { dtype, max } = LAYOUT[field];
     const values = samples[field];
-    const expected = samples.count * rowWidth(samples, field);
+    const expected = samples.count * fieldWidth(field, samples);
     if (values.length !== expected) throw new ShardError(path, field, `has ${values.length} values, expected ${expected} for ${samples.count} samples`);
     const narrow = dtype === "U16" ? new Uint16Array(values.length) : new Uint8Array(values.length);
     for (let i = 0; i < values.length; i++) {
       const value = values[i]!;
       if (!(Number.isInteger(value) && value >= 0 && value <= max)) {
-        const width = rowWidth(samples, field);
+        const width = fieldWidth(field, samples);
         throw new ShardError(path, field, `sample ${Math.floor(i / width)}, index ${i % width}: ${value} does not fit ${dtype} values 0..${max}`);
       }
       narrow[i] = value;
@@ -124,22 +146,9 @@ function checkShardHeader(path: string, tensors: Record<string, { dtype: string;
 export function readShard(path: string): SampleColumns {
   const { tensors, metadata } = readSafetensorsFile(path);
   const dims = checkShardHeader(path, tensors, metadata);
-  const widen = <T extends Int32Array | Float32Array>(field: SampleField, wide: T): T => {
-    wide.set(tensors[field]!.data as Uint8Array | Uint16Array);
-    return wide;
-  };
-  const seq = dims.count * dims.maxSeqLength;
-  const pred = dims.count * dims.maxPredictionsPerSeq;
-  return {
-    ...dims,
-    input_ids: widen("input_ids", new Int32Array(seq)),
-    input_mask: widen("input_mask", new Int32Array(seq)),
-    segment_ids: widen("segment_ids", new Int32Array(seq)),
-    masked_lm_positions: widen("masked_lm_positions", new Int32Array(pred)),
-    masked_lm_ids: widen("masked_lm_ids", new Int32Array(pred)),
-    masked_lm_weights: widen("masked_lm_weights", new Float32Array(pred)),
-    next_sentence_labels: widen("next_sentence_labels", new Int32Array(dims.count)),
-  };
+  const samples = emptySamples(dims.count, dims);
+  for (const field of FIELDS) samples[field].set(tensors[field]!.data as Uint8Array | Uint16Array);
+  return samples;
 }
 
 /** A shard open for reading single samples by index, a few small reads each, without loading it all. */
@@ -166,7 +175,7 @@ export class ShardFile {
   readInto(index: number, target: SampleColumns, row: number): void {
     if (!(Number.isInteger(index) && index >= 0 && index < this.count)) throw new ShardError(this.path, "sample", `index ${index} is outside 0..${this.count - 1}`);
     for (const field of FIELDS) {
-      const width = rowWidth(this, field);
+      const width = fieldWidth(field, this);
       const entry = this.entries[field]!;
       const itemBytes = LAYOUT[field].dtype === "U16" ? 2 : 1;
       const bytes = new Uint8Array(this.scratch, 0, width * itemBytes);

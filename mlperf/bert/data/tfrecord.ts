@@ -9,7 +9,8 @@
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import { maskedCrc32c } from "../../../src/crc32c.ts";
 import { writeFileAtomic } from "../../../src/nn/safetensors.ts";
-import { SAMPLE_FIELDS, type SampleColumns, type SampleField } from "./samples.ts";
+import { SAMPLE_FIELDS, type SampleColumns } from "./samples.ts";
+import { emptySamples, fieldWidth } from "./shard.ts";
 
 /** A corrupt or unexpected TFRecord file; names the file and the byte offset of the record. */
 export class TFRecordError extends Error {
@@ -309,11 +310,6 @@ function lengthDelimited(field: number, payload: number[]): number[] {
 
 type SampleDims = Pick<SampleColumns, "maxSeqLength" | "maxPredictionsPerSeq">;
 
-function widthOf(field: SampleField, dims: SampleDims): number {
-  if (field === "input_ids" || field === "input_mask" || field === "segment_ids") return dims.maxSeqLength;
-  return field === "next_sentence_labels" ? 1 : dims.maxPredictionsPerSeq;
-}
-
 /** Decodes one record as a sample and returns its dimensions (from input_ids and masked_lm_ids). */
 function decodeSampleRecord(path: string, record: TFRecord, recordIndex: number): { features: Map<string, ExampleFeature>; dims: SampleDims } {
   let features: Map<string, ExampleFeature>;
@@ -337,7 +333,7 @@ function copySampleInto(path: string, record: TFRecord, recordIndex: number, fea
     const expectedKind = field === "masked_lm_weights" ? "float" : "int64";
     if (feature === undefined) throw fail("is missing");
     if (feature.kind !== expectedKind) throw fail(`is a ${feature.kind} list, expected ${expectedKind}`);
-    const width = widthOf(field, target);
+    const width = fieldWidth(field, target);
     if (feature.values.length !== width) throw fail(`has ${feature.values.length} values, expected ${width}`);
     if (feature.kind === "int64") {
       for (const value of feature.values) if (value < 0 || value > 0x7fffffff) throw fail(`value ${value} is outside 0..2^31-1`);
@@ -346,39 +342,22 @@ function copySampleInto(path: string, record: TFRecord, recordIndex: number, fea
   }
 }
 
-function emptyColumns(count: number, { maxSeqLength, maxPredictionsPerSeq }: SampleDims): SampleColumns {
-  const seq = count * maxSeqLength;
-  const pred = count * maxPredictionsPerSeq;
-  return {
-    count,
-    maxSeqLength,
-    maxPredictionsPerSeq,
-    input_ids: new Int32Array(seq),
-    input_mask: new Int32Array(seq),
-    segment_ids: new Int32Array(seq),
-    masked_lm_positions: new Int32Array(pred),
-    masked_lm_ids: new Int32Array(pred),
-    masked_lm_weights: new Float32Array(pred),
-    next_sentence_labels: new Int32Array(count),
-  };
-}
-
 /** The first `count` rows of `columns`, copied into arrays of exactly that size. */
 function truncateColumns(columns: SampleColumns, count: number): SampleColumns {
-  const result = emptyColumns(count, columns);
-  for (const field of SAMPLE_FIELDS) result[field].set(columns[field].subarray(0, count * widthOf(field, columns)));
+  const result = emptySamples(count, columns);
+  for (const field of SAMPLE_FIELDS) result[field].set(columns[field].subarray(0, count * fieldWidth(field, columns)));
   return result;
 }
 
 /** Reads every sample of a reference TFRecord file into columns, streaming through the file. */
 export function readTFRecordSamples(path: string): SampleColumns {
-  let columns = emptyColumns(0, { maxSeqLength: 0, maxPredictionsPerSeq: 0 });
+  let columns = emptySamples(0, { maxSeqLength: 0, maxPredictionsPerSeq: 0 });
   let count = 0;
   for (const record of readTFRecords(path)) {
     const { features, dims } = decodeSampleRecord(path, record, count);
-    if (count === 0) columns = emptyColumns(1024, dims);
+    if (count === 0) columns = emptySamples(1024, dims);
     if (count === columns.count) {
-      const grown = emptyColumns(columns.count * 2, columns);
+      const grown = emptySamples(columns.count * 2, columns);
       for (const field of SAMPLE_FIELDS) grown[field].set(columns[field]);
       columns = grown;
     }
@@ -452,7 +431,7 @@ export function encodeTFRecordSamples(samples: SampleColumns): Uint8Array {
   for (let sample = 0; sample < samples.count; sample++) {
     const features = new Map<string, ExampleFeature>();
     for (const field of SAMPLE_FIELDS) {
-      const width = widthOf(field, samples);
+      const width = fieldWidth(field, samples);
       const values = [...samples[field].subarray(sample * width, (sample + 1) * width)];
       features.set(field, field === "masked_lm_weights" ? { kind: "float", values } : { kind: "int64", values });
     }
