@@ -5,14 +5,15 @@
 //   npx tsx mlperf/bert/data/preprocess.ts pre-train all|N|pre-eval   (see --help)
 import { existsSync, mkdirSync, readFileSync, statSync } from "node:fs";
 import { availableParallelism, freemem } from "node:os";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { isMainThread, parentPort, Worker, workerData } from "node:worker_threads";
 import { basedirFromEnv } from "./basedir.ts";
+import { formatDuration } from "./byteProgress.ts";
 import { PyRandom } from "./pyrandom.ts";
 import type { SampleColumns } from "./samples.ts";
-import { writeShard } from "./shard.ts";
-import { BertTokenizer, loadVocab, pythonStrip } from "./tokenizer.ts";
+import { ShardError, writeShard } from "./shard.ts";
+import { BertTokenizer, loadVocab, pythonStrip, VocabError } from "./tokenizer.ts";
 
 /** The reference's knobs (env vars MAX_SEQ_LENGTH, MAX_PREDICTIONS_PER_SEQ, ...). */
 export interface PreprocessSettings {
@@ -508,4 +509,271 @@ export function samplesFromFile(
   const text = readUtf8File(path);
   if (text.length === 0) throw new PreprocessError(`input file ${path} is empty`);
   return samplesFromText(text, tokenizer, settings, { ...options, source: `input file ${path}` });
+}
+
+// ---------------------------------------------------------------------------------------
+// The command line: pre-train all|N, pre-eval; NUM_WORKERS worker threads over whole parts.
+
+const USAGE = `Usage: npx tsx mlperf/bert/data/preprocess.ts pre-train all|N | pre-eval [options]
+
+Turns BASEDIR/results4/part-NNNNN-of-00500 (pre-train) or BASEDIR/results4/eval.txt (pre-eval)
+into masked-LM/NSP sample shards, exactly as MLCommons' create_pretraining_data.py (and
+tinygrad's wikipedia.py) would make them, with BASEDIR/vocab.txt:
+  pre-train all   every part: BASEDIR/train/part-NNNNN-of-00500.safetensors
+  pre-train N     part N only (0..499)
+  pre-eval        BASEDIR/eval/eval.safetensors: 10,000 samples picked as pick_eval_samples.py does
+Shards already present are skipped (each is written to a temp file and renamed when complete).
+
+Options (each also read from the environment variable shown; flags win):
+  --basedir DIR                  BASEDIR                  (default: $XDG_DATA_HOME/tsgrad/wiki or ~/.local/share/tsgrad/wiki)
+  --num-workers N                NUM_WORKERS              parts processed at once (default: CPUs, at most one per 4 GiB of free memory)
+  --max-seq-length N             MAX_SEQ_LENGTH           (default 512)
+  --max-predictions-per-seq N    MAX_PREDICTIONS_PER_SEQ  (default 76)
+  --random-seed N                RANDOM_SEED              (default 12345)
+  --dupe-factor N                DUPE_FACTOR              (default 10)
+  --masked-lm-prob P             MASKED_LM_PROB           (default 0.15)
+  --short-seq-prob P             SHORT_SEQ_PROB           (default 0.1)
+  -h, --help                     this text
+`;
+
+/** A worker's peak memory on a full Wikipedia part at MLPerf settings, with room to spare. */
+const WORKER_MEMORY_BYTES = 4 * 2 ** 30;
+
+export type Command = { kind: "pre-train"; parts: number[] } | { kind: "pre-eval" };
+
+/** What to make, where and how: the parsed command line. */
+export interface CliOptions {
+  command: Command;
+  basedir: string;
+  numWorkers: number;
+  settings: PreprocessSettings;
+}
+
+const SETTING_KNOBS: [key: keyof PreprocessSettings, env: string, flag: string][] = [
+  ["maxSeqLength", "MAX_SEQ_LENGTH", "max-seq-length"],
+  ["maxPredictionsPerSeq", "MAX_PREDICTIONS_PER_SEQ", "max-predictions-per-seq"],
+  ["randomSeed", "RANDOM_SEED", "random-seed"],
+  ["dupeFactor", "DUPE_FACTOR", "dupe-factor"],
+  ["maskedLmProb", "MASKED_LM_PROB", "masked-lm-prob"],
+  ["shortSeqProb", "SHORT_SEQ_PROB", "short-seq-prob"],
+];
+
+function parseNumber(name: string, text: string): number {
+  const value = Number(text);
+  if (text.trim() === "" || !Number.isFinite(value)) throw new PreprocessError(`${name}: expected a number, got ${JSON.stringify(text)}`);
+  return value;
+}
+
+/** Reads the command, flags and environment; null for --help. */
+export function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv = process.env): CliOptions | null {
+  const flagValues = new Map<string, string>();
+  const positional: string[] = [];
+  const valueFlags = new Set(["basedir", "num-workers", ...SETTING_KNOBS.map(([, , flag]) => flag)]);
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (arg === "-h" || arg === "--help") return null;
+    if (!arg.startsWith("--")) {
+      positional.push(arg);
+      continue;
+    }
+    const equals = arg.indexOf("=");
+    const flag = arg.slice(2, equals < 0 ? undefined : equals);
+    if (!valueFlags.has(flag)) throw new PreprocessError(`unknown option ${arg} (see --help)`);
+    const value = equals < 0 ? argv[++i] : arg.slice(equals + 1);
+    if (value === undefined) throw new PreprocessError(`option --${flag} needs a value`);
+    flagValues.set(flag, value);
+  }
+
+  let command: Command;
+  if (positional[0] === "pre-eval" && positional.length === 1) command = { kind: "pre-eval" };
+  else if (positional[0] === "pre-train" && positional.length === 2 && positional[1] === "all") {
+    command = { kind: "pre-train", parts: Array.from({ length: PART_COUNT }, (_, part) => part) };
+  } else if (positional[0] === "pre-train" && positional.length === 2 && /^\d+$/.test(positional[1]!) && Number(positional[1]) < PART_COUNT) {
+    command = { kind: "pre-train", parts: [Number(positional[1])] };
+  } else throw new PreprocessError(`expected "pre-train all", "pre-train N" (0..${PART_COUNT - 1}) or "pre-eval", got ${JSON.stringify(positional.join(" "))} (see --help)`);
+
+  const settings = { ...DEFAULT_SETTINGS };
+  for (const [key, envName, flag] of SETTING_KNOBS) {
+    const text = flagValues.get(flag) ?? env[envName];
+    if (text !== undefined && text !== "") settings[key] = parseNumber(flagValues.has(flag) ? `--${flag}` : envName, text);
+  }
+  validateSettings(settings);
+
+  const workersText = flagValues.get("num-workers") ?? env.NUM_WORKERS;
+  const numWorkers =
+    workersText !== undefined && workersText !== ""
+      ? parseNumber("NUM_WORKERS", workersText)
+      : Math.max(1, Math.min(availableParallelism(), Math.floor(freemem() / WORKER_MEMORY_BYTES)));
+  if (!Number.isSafeInteger(numWorkers) || numWorkers < 1) throw new PreprocessError(`NUM_WORKERS must be an integer >= 1, got ${workersText}`);
+
+  const basedirFlag = flagValues.get("basedir");
+  return { command, basedir: basedirFlag ? basedirFlag : basedirFromEnv(env), numWorkers, settings };
+}
+
+/** One input file to one shard: the unit of work of a worker. */
+interface Job {
+  part: number | "eval";
+  inputPath: string;
+  shardPath: string;
+}
+
+type WorkerMessage =
+  | { kind: "progress"; part: Job["part"]; samples: number }
+  | { kind: "done"; part: Job["part"]; samples: number; inputBytes: number };
+
+/** Makes one job's shard; `onProgress` sees samples made so far. */
+function runJob(job: Job, tokenizer: BertTokenizer, settings: PreprocessSettings, onProgress: ProgressCallback): number {
+  const columns = samplesFromFile(job.inputPath, tokenizer, settings, { evalPick: job.part === "eval", onProgress });
+  writeShard(job.shardPath, columns);
+  return columns.count;
+}
+
+/** Progress over parts and samples on stderr: a redrawn line on a terminal, else one per part. */
+class PartProgress {
+  private readonly startMs = Date.now();
+  private partsDone = 0;
+  private samplesDone = 0;
+  private inputBytesDone = 0;
+  private readonly inFlight = new Map<Job["part"], number>();
+  private lastDrawMs = 0;
+
+  constructor(
+    private readonly totalParts: number,
+    private readonly skipped: number,
+  ) {}
+
+  update(message: WorkerMessage): void {
+    if (message.kind === "progress") this.inFlight.set(message.part, message.samples);
+    else {
+      this.inFlight.delete(message.part);
+      this.partsDone++;
+      this.samplesDone += message.samples;
+      this.inputBytesDone += message.inputBytes;
+    }
+    const now = Date.now();
+    if (message.kind === "done" || (process.stderr.isTTY && now - this.lastDrawMs > 250)) this.draw(now, message.kind === "done");
+  }
+
+  private draw(now: number, partFinished: boolean): void {
+    this.lastDrawMs = now;
+    const seconds = (now - this.startMs) / 1000;
+    let samples = this.samplesDone;
+    for (const inFlight of this.inFlight.values()) samples += inFlight;
+    const rate = samples / Math.max(seconds, 1e-3);
+    const remainingParts = this.totalParts - this.partsDone;
+    const eta = this.partsDone > 0 ? formatDuration((seconds / this.partsDone) * remainingParts) : "?";
+    const line =
+      `parts ${this.partsDone}/${this.totalParts}` +
+      (this.skipped > 0 ? ` (+${this.skipped} already done)` : "") +
+      ` | ${samples.toLocaleString("en-US")} samples, ${Math.round(rate).toLocaleString("en-US")}/s` +
+      ` | ${(this.inputBytesDone / 1e6 / Math.max(seconds, 1e-3)).toFixed(2)} MB/s of text | ${formatDuration(seconds)} elapsed, ETA ${eta}`;
+    if (process.stderr.isTTY) process.stderr.write(`\r\x1b[K${line}${partFinished && remainingParts === 0 ? "\n" : ""}`);
+    else if (partFinished) process.stderr.write(`${line}\n`);
+  }
+}
+
+const WORKER_ROLE = "tsgrad-bert-preprocess";
+
+/** A worker thread running this file; under tsx, the worker first registers tsx's loader. */
+function startWorker(data: { role: string; vocabPath: string; settings: PreprocessSettings }): Worker {
+  const self = import.meta.url;
+  if (!self.endsWith(".ts")) return new Worker(new URL(self), { workerData: data });
+  const bootstrap = `import(${JSON.stringify(import.meta.resolve("tsx/esm/api"))}).then((tsx) => { tsx.register(); return import(${JSON.stringify(self)}); })`;
+  return new Worker(bootstrap, { eval: true, workerData: data });
+}
+
+/** Runs the jobs on `numWorkers` threads, each taking the next job when it finishes one. */
+function runJobsOnWorkers(jobs: Job[], numWorkers: number, vocabFile: string, settings: PreprocessSettings, progress: PartProgress): Promise<void> {
+  const queue = [...jobs];
+  return new Promise((resolve, reject) => {
+    const workers: Worker[] = [];
+    let running = 0;
+    let failed = false;
+    const fail = (error: Error) => {
+      if (failed) return;
+      failed = true;
+      for (const worker of workers) void worker.terminate();
+      reject(error);
+    };
+    const giveWork = (worker: Worker) => {
+      const job = queue.shift();
+      if (job === undefined) {
+        void worker.terminate();
+        if (--running === 0 && !failed) resolve();
+        return;
+      }
+      worker.postMessage(job);
+    };
+    for (let w = 0; w < Math.min(numWorkers, jobs.length); w++) {
+      const worker = startWorker({ role: WORKER_ROLE, vocabPath: vocabFile, settings });
+      workers.push(worker);
+      running++;
+      worker.on("message", (message: WorkerMessage) => {
+        progress.update(message);
+        if (message.kind === "done") giveWork(worker);
+      });
+      worker.on("error", fail);
+      worker.on("exit", (code) => {
+        if (code !== 0 && !failed && queue.length + running > 0) fail(new PreprocessError(`a preprocessing worker exited with code ${code}`));
+      });
+      giveWork(worker);
+    }
+  });
+}
+
+function workerMain(): void {
+  const { vocabPath: vocabFile, settings } = workerData as { vocabPath: string; settings: PreprocessSettings };
+  const tokenizer = new BertTokenizer(loadVocab(vocabFile));
+  const port = parentPort!;
+  port.on("message", (job: Job) => {
+    const post = (message: WorkerMessage) => port.postMessage(message);
+    const samples = runJob(job, tokenizer, settings, (made) => post({ kind: "progress", part: job.part, samples: made }));
+    post({ kind: "done", part: job.part, samples, inputBytes: statSync(job.inputPath).size });
+  });
+}
+
+/** `pre-train` or `pre-eval` under `basedir` (see USAGE); parts whose shard exists are skipped. */
+export async function makeShards({ command, basedir, numWorkers: requestedWorkers, settings }: CliOptions): Promise<void> {
+  const vocabFile = vocabPath(basedir);
+  const tokenizer = new BertTokenizer(loadVocab(vocabFile)); // fails early on a missing vocab
+  const jobs: Job[] =
+    command.kind === "pre-eval"
+      ? [{ part: "eval", inputPath: evalInputPath(basedir), shardPath: evalShardPath(basedir) }]
+      : command.parts.map((part) => ({ part, inputPath: trainInputPath(basedir, part), shardPath: trainShardPath(basedir, part) }));
+  const pending = jobs.filter((job) => !existsSync(job.shardPath));
+  const missing = pending.find((job) => !existsSync(job.inputPath));
+  if (missing) throw new PreprocessError(`input file ${missing.inputPath} does not exist (download it first: WIKI_TRAIN=1 npx tsx mlperf/bert/data/download.ts)`);
+  process.stderr.write(
+    `${command.kind}: ${pending.length} of ${jobs.length} shard(s) to make in ${basedir} (MAX_SEQ_LENGTH=${settings.maxSeqLength} ` +
+      `MAX_PREDICTIONS_PER_SEQ=${settings.maxPredictionsPerSeq} DUPE_FACTOR=${settings.dupeFactor} RANDOM_SEED=${settings.randomSeed} ` +
+      `MASKED_LM_PROB=${settings.maskedLmProb} SHORT_SEQ_PROB=${settings.shortSeqProb})\n`,
+  );
+  if (pending.length === 0) return;
+  for (const job of pending) mkdirSync(join(job.shardPath, ".."), { recursive: true });
+  const progress = new PartProgress(pending.length, jobs.length - pending.length);
+  const numWorkers = Math.min(requestedWorkers, pending.length);
+  if (numWorkers === 1) {
+    for (const job of pending) {
+      const samples = runJob(job, tokenizer, settings, (made) => progress.update({ kind: "progress", part: job.part, samples: made }));
+      progress.update({ kind: "done", part: job.part, samples, inputBytes: statSync(job.inputPath).size });
+    }
+  } else {
+    await runJobsOnWorkers(pending, numWorkers, vocabFile, settings, progress);
+  }
+}
+
+async function cliMain(argv: string[]): Promise<void> {
+  const options = parseCommandLine(argv);
+  if (options === null) process.stdout.write(USAGE);
+  else await makeShards(options);
+}
+
+if (!isMainThread && (workerData as { role?: string } | null)?.role === WORKER_ROLE) {
+  workerMain();
+} else if (isMainThread && process.argv[1] !== undefined && fileURLToPath(import.meta.url) === resolve(process.argv[1])) {
+  cliMain(process.argv.slice(2)).catch((error: Error) => {
+    const expected = error instanceof PreprocessError || error instanceof VocabError || error instanceof ShardError;
+    process.stderr.write(`\npreprocess: ${expected ? error.message : error.stack}\n`);
+    process.exitCode = 1;
+  });
 }
