@@ -90,6 +90,12 @@ export class Device {
     return index === undefined || index === "0" ? upper : `${upper}:${index}`;
   }
 
+  /** Whether a backend kind ("JS", "CPU", ...) works on this machine. */
+  static isAvailable(kind: string): boolean {
+    const entry = Device.factories.get(kind.toUpperCase());
+    return entry !== undefined && entry.available();
+  }
+
   static backend(name: string): Backend {
     const canonical = Device.canonicalize(name);
     let backend = Device.instances.get(canonical);
