@@ -206,8 +206,9 @@ function decodeTensor(bytes: Uint8Array, entry: TfCheckpointEntry, file: string)
   const elements = entry.shape.reduce((product, dim) => product * dim, 1);
   const dtype = DTYPES[entry.dtypeEnum];
   if (dtype && !dtype.array) return decodeStrings(bytes, elements, entry, where);
-  if (maskedCrc32c(bytes) !== entry.crc32cMasked) {
-    throw new TfChecksumError(`${where}: masked crc32c stored ${hex32(entry.crc32cMasked)} but computed ${hex32(maskedCrc32c(bytes))}`);
+  const computed = maskedCrc32c(bytes);
+  if (computed !== entry.crc32cMasked) {
+    throw new TfChecksumError(`${where}: masked crc32c stored ${hex32(entry.crc32cMasked)} but computed ${hex32(computed)}`);
   }
   if (!dtype?.array) throw new TfCheckpointError(`${where}: dtype ${entry.dtype} cannot be read`);
   const length = elements * (dtype.elementsPerItem ?? 1);
@@ -268,12 +269,12 @@ function* protoFields(message: Uint8Array, what: string): Generator<ProtoField> 
       pos = length.next + length.value;
       if (pos > message.length) throw new TfCheckpointError(`${what}: field ${field} runs past the end of the ${message.length}-byte message`);
       yield { field, bytes: message.subarray(length.next, pos) };
-    } else if (wireType === 5) {
-      if (pos + 4 > message.length) throw new TfCheckpointError(`${what}: field ${field} runs past the end of the message`);
-      yield { field, fixed: new DataView(message.buffer, message.byteOffset + pos, 4).getUint32(0, true) };
-      pos += 4;
-    } else if (wireType === 1) {
-      pos += 8; // no fixed64 field is read; skip it
+    } else if (wireType === 5 || wireType === 1) {
+      const width = wireType === 5 ? 4 : 8;
+      if (pos + width > message.length) throw new TfCheckpointError(`${what}: field ${field} runs past the end of the ${message.length}-byte message`);
+      // No bundle field is a fixed64, so only fixed32 values are handed on.
+      if (width === 4) yield { field, fixed: new DataView(message.buffer, message.byteOffset + pos, 4).getUint32(0, true) };
+      pos += width;
     } else {
       throw new TfCheckpointError(`${what}: unsupported protobuf wire type ${wireType} at byte ${pos}`);
     }
