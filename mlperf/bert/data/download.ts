@@ -5,9 +5,10 @@
 //   npx tsx mlperf/bert/data/download.ts [--help]
 import { existsSync } from "node:fs";
 import { mkdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
-import { homedir } from "node:os";
-import { isAbsolute, join } from "node:path";
+import { join } from "node:path";
 import { pathToFileURL } from "node:url";
+import { getenv } from "../../../src/helpers.ts";
+import { basedirFromEnv, defaultBasedir } from "./basedir.ts";
 import { ByteProgress, type ProgressSink } from "./byteProgress.ts";
 import { parseMd5List, verifyMd5, verifyMd5List } from "./checksums.ts";
 import { confirmedDownloadUrl, driveUrl } from "./googleDrive.ts";
@@ -66,12 +67,6 @@ export function referencePlan(wikiTrain: boolean): DownloadPlan {
   return { files: [...REFERENCE_FILES], checkpoint: INIT_CHECKPOINT, text: wikiTrain ? REFERENCE_TEXT : undefined };
 }
 
-/** `$XDG_DATA_HOME/tsgrad/wiki`, else `~/.local/share/tsgrad/wiki`. */
-export function defaultBasedir(): string {
-  const dataHome = process.env.XDG_DATA_HOME;
-  return join(dataHome && isAbsolute(dataHome) ? dataHome : join(homedir(), ".local", "share"), "tsgrad", "wiki");
-}
-
 export interface DownloadBertOptions {
   basedir: string;
   /** Check every file's MD5 (VERIFY_CHECKSUM=1), downloaded now or before. */
@@ -108,7 +103,8 @@ async function fetchFile(file: RemoteFile, options: DownloadBertOptions): Promis
         bar.setTotal(total ?? file.size);
         bar.update(done);
       },
-      onRetry: (error, delayMs) => log.write(`\n${file.name}: ${error.message}; retrying in ${delayMs} ms\n`),
+      // On a terminal the bar's line is still open: end it before the note.
+      onRetry: (error, delayMs) => log.write(`${log.isTTY ? "\n" : ""}${file.name}: ${error.message}; retrying in ${delayMs} ms\n`),
     });
     bar?.finish();
   } else if (file.size !== undefined && have !== file.size) {
@@ -193,16 +189,15 @@ environment (flags take precedence):
 `;
 
 function parseArgs(argv: string[]): { basedir: string; wikiTrain: boolean; verifyChecksum: boolean } | "help" {
-  const env = process.env;
+  if (argv.includes("--help") || argv.includes("-h")) return "help";
   const options = {
-    basedir: env.BASEDIR || defaultBasedir(),
-    wikiTrain: env.WIKI_TRAIN !== undefined && env.WIKI_TRAIN !== "" && env.WIKI_TRAIN !== "0",
-    verifyChecksum: env.VERIFY_CHECKSUM !== undefined && env.VERIFY_CHECKSUM !== "" && env.VERIFY_CHECKSUM !== "0",
+    basedir: basedirFromEnv(),
+    wikiTrain: getenv("WIKI_TRAIN", 0) !== 0,
+    verifyChecksum: getenv("VERIFY_CHECKSUM", 0) !== 0,
   };
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
-    if (arg === "--help" || arg === "-h") return "help";
-    else if (arg === "--wiki-train") options.wikiTrain = true;
+    if (arg === "--wiki-train") options.wikiTrain = true;
     else if (arg === "--verify-checksum") options.verifyChecksum = true;
     else if (arg === "--basedir" && argv[i + 1] !== undefined) options.basedir = argv[++i]!;
     else if (arg.startsWith("--basedir=")) options.basedir = arg.slice("--basedir=".length);
