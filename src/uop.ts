@@ -98,10 +98,8 @@ export class UOp {
   reshape(shape: readonly number[]): UOp {
     if (arraysEqual(shape, this.shape)) return this;
     if (prod(shape as number[]) !== this.numel) throw new TsgradError(`reshape from ${fmtShape(this.shape)} to ${fmtShape(shape)}: element counts differ`);
-    // a reshape of a reshape is one reshape
-    const base = this.op === "RESHAPE" ? this.src[0]! : this;
-    if (arraysEqual(shape, base.shape)) return base;
-    return UOp.make("RESHAPE", this.dtype, [base], [...shape], shape, this.device);
+    // reshapes are not merged here: a reshaped tensor may be a gradient target in its own right
+    return UOp.make("RESHAPE", this.dtype, [this], [...shape], shape, this.device);
   }
 
   permute(order: readonly number[]): UOp {
@@ -144,7 +142,8 @@ export class UOp {
 
   /** The buffer behind this node when it is a buffer or a reshape of one. */
   get baseBuffer(): Buffer | undefined {
-    const base = this.op === "RESHAPE" ? this.src[0]! : this;
+    let base: UOp = this;
+    while (base.op === "RESHAPE") base = base.src[0]!;
     return base.op === "BUFFER" ? (base.arg as Buffer) : undefined;
   }
 

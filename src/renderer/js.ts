@@ -37,7 +37,8 @@ function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, kern
   }
 }
 
-const idx = (e: Idx): string => renderIdx(e, (a, c) => `Math.floor(${a} / ${c})`, (a, c) => `(${a} % ${c})`);
+const idx = (e: Idx): string =>
+  renderIdx(e, (a, c) => `Math.floor(${a} / ${c})`, (a, c, nonNegative) => (nonNegative ? `(${a} % ${c})` : `((${a} % ${c} + ${c}) % ${c})`));
 
 function cond(bounds: readonly Bound[]): string {
   const parts: string[] = [];

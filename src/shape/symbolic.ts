@@ -134,15 +134,22 @@ export function varsOf(e: Idx, into = new Set<string>()): Set<string> {
   return into;
 }
 
-/** Renders with a language's floor division and modulo (both only ever see non-negative values where it matters). */
-export function renderIdx(e: Idx, div: (a: string, c: number) => string, mod: (a: string, c: number) => string): string {
+/**
+ * Renders with a language's division and modulo. Both are floor operations here; `nonNegative`
+ * tells the renderer when the dividend cannot be negative, so plain truncating forms are exact.
+ */
+export function renderIdx(
+  e: Idx,
+  div: (a: string, c: number, nonNegative: boolean) => string,
+  mod: (a: string, c: number, nonNegative: boolean) => string,
+): string {
   switch (e.kind) {
     case "const": return String(e.value);
     case "var": return e.name;
     case "sum": return `(${e.terms.map((t) => renderIdx(t, div, mod)).join(" + ")})`;
     case "mul": return `${wrap(renderIdx(e.a, div, mod))}*${e.c}`;
-    case "div": return div(renderIdx(e.a, div, mod), e.c);
-    case "mod": return mod(renderIdx(e.a, div, mod), e.c);
+    case "div": return div(renderIdx(e.a, div, mod), e.c, e.a.min >= 0);
+    case "mod": return mod(renderIdx(e.a, div, mod), e.c, e.a.min >= 0);
   }
 }
 
