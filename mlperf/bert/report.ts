@@ -221,7 +221,7 @@ function niceTicks(low: number, high: number, count: number): number[] {
   const candidates = [1, 2, 2.5, 5, 10].map((f) => f * magnitude);
   const step = candidates.reduce((best, c) => (Math.abs(span / c - count) < Math.abs(span / best - count) ? c : best));
   const ticks: number[] = [];
-  for (let t = Math.ceil(low / step) * step; t <= high + step * 1e-9; t += step) ticks.push(Math.abs(t) < step * 1e-9 ? 0 : t);
+  for (let i = Math.ceil(low / step - 1e-9); i <= Math.floor(high / step + 1e-9); i++) ticks.push(i * step);
   return ticks;
 }
 
@@ -263,7 +263,9 @@ function renderChart(spec: ChartSpec, chartIndex: number): string {
     yHigh = Math.max(yHigh, spec.target.y);
   }
   if (xHigh === xLow) xHigh = xLow + 1;
-  const pad = (yHigh - yLow) * 0.06 || Math.abs(yHigh) * 0.1 || 1;
+  // A flat line (a constant LR, up to rounding) gets a range of +-10% around it.
+  const flat = yHigh - yLow <= Math.abs(yHigh) * 1e-6;
+  const pad = flat ? Math.abs(yHigh) * 0.1 || 1 : (yHigh - yLow) * 0.06;
   yLow = yLow >= 0 && yLow - pad < 0 ? 0 : yLow - pad; // an all-positive axis stops at 0
   yHigh += pad;
   const xTicks = niceTicks(xLow, xHigh, 6);
