@@ -123,6 +123,21 @@ test("a corrupted header is an error at its offset", async () => {
   await assert.rejects(extractTarGz(archive, await tempDir()), /bad-header\.tar\.gz: header checksum \d+ does not match computed \d+.*\(at byte 512 /);
 });
 
+test("a type-NUL entry whose name ends in / is a directory, as pre-POSIX tars wrote them", async () => {
+  const tar = Buffer.from(gunzipSync(await readFile(join(FIXTURES, "text.tar.gz"))));
+  assert.equal(tar.toString("latin1", 0, 9), "results4/");
+  tar[156] = 0; // typeflag '5' -> NUL; then the checksum again, as octal with NUL and space
+  tar.fill(0x20, 148, 156);
+  const sum = tar.subarray(0, 512).reduce((a, b) => a + b, 0);
+  tar.write(sum.toString(8).padStart(6, "0") + "\0 ", 148, "latin1");
+  const archive = join(await tempDir(), "v7-dir.tar.gz");
+  await writeFile(archive, gzipSync(tar));
+  const dest = await tempDir();
+  const summary = await extractTarGz(archive, dest);
+  assert.equal(summary.directories, 1);
+  assert.equal(await readFile(join(dest, "results4", "eval.txt"), "utf8"), "Eval sentence one.\nEval sentence two.\n");
+});
+
 test("reports every compressed byte read", async () => {
   let read = 0;
   await extractTarGz(join(FIXTURES, "text.tar.gz"), await tempDir(), { onArchiveBytes: (n) => (read += n) });

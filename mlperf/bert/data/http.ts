@@ -90,17 +90,7 @@ async function attempt(url: string, part: string, options: DownloadOptions): Pro
     start = 0;
   }
   if (start > 0 && start === options.expectedSize) return;
-  const cookies = new CookieJar();
-  const headers: Record<string, string> = start > 0 ? { Range: `bytes=${start}-` } : {};
-  let { response, finalUrl } = await get(url, headers, cookies, options.idleTimeoutMs ?? 60_000);
-  for (let pages = 0; isHtmlPage(response) && options.onHtmlPage; pages++) {
-    if (pages === MAX_HTML_PAGES) {
-      response.destroy();
-      throw new DownloadError(`still an HTML page after ${MAX_HTML_PAGES} confirmations`, finalUrl, false);
-    }
-    const next = options.onHtmlPage(await readText(response, finalUrl), finalUrl);
-    ({ response, finalUrl } = await get(next, headers, cookies, options.idleTimeoutMs ?? 60_000));
-  }
+  const { response, finalUrl } = await openFile(url, start, options);
   const status = response.statusCode ?? 0;
   if (status === 416 && start > 0) {
     response.resume();
@@ -120,8 +110,9 @@ async function attempt(url: string, part: string, options: DownloadOptions): Pro
     await rm(part);
     throw new DownloadError(`server resumed at the wrong byte (wanted ${start}); restarting`, finalUrl, true);
   }
-  const length = Number(response.headers["content-length"] ?? NaN);
-  const total = resumed ? (contentRangeTotal(response) ?? start + length) : Number.isNaN(length) ? undefined : length;
+  const lengthHeader = response.headers["content-length"];
+  const length = lengthHeader === undefined ? undefined : Number(lengthHeader);
+  const total = resumed ? (contentRangeTotal(response) ?? (length === undefined ? undefined : start + length)) : length;
   let done = resumed ? start : 0;
   options.onProgress?.(done, total);
   const counter = new Transform({
@@ -135,6 +126,27 @@ async function attempt(url: string, part: string, options: DownloadOptions): Pro
   if (total !== undefined && done !== total) {
     throw new DownloadError(`connection closed at byte ${done} of ${total}`, finalUrl, true);
   }
+}
+
+/** The response that carries the file from byte `start`: past redirects and any HTML pages. */
+async function openFile(
+  url: string,
+  start: number,
+  options: DownloadOptions,
+): Promise<{ response: http.IncomingMessage; finalUrl: string }> {
+  const idleTimeoutMs = options.idleTimeoutMs ?? 60_000;
+  const cookies = new CookieJar();
+  const headers: Record<string, string> = start > 0 ? { Range: `bytes=${start}-` } : {};
+  let opened = await get(url, headers, cookies, idleTimeoutMs);
+  for (let pages = 0; isHtmlPage(opened.response) && options.onHtmlPage; pages++) {
+    if (pages === MAX_HTML_PAGES) {
+      opened.response.destroy();
+      throw new DownloadError(`still an HTML page after ${MAX_HTML_PAGES} confirmations`, opened.finalUrl, false);
+    }
+    const next = options.onHtmlPage(await readText(opened.response, opened.finalUrl), opened.finalUrl);
+    opened = await get(next, headers, cookies, idleTimeoutMs);
+  }
+  return opened;
 }
 
 /** GET following redirects; resolves once the final response's headers are in. */

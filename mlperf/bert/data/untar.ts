@@ -82,20 +82,22 @@ async function extractEntries(reader: ByteReader, archive: string, destDir: stri
     if (block.length < BLOCK) throw new TarError(archive, reader.offset, "truncated archive: it ends inside a header");
     if (block.every((byte) => byte === 0)) break;
     const header = parseHeader(block, archive, offset);
-    const size = pax.has("size") ? Number(pax.get("size")) : header.size;
     if (header.type === "L" || header.type === "K" || header.type === "x" || header.type === "g") {
-      if (size > MAX_META_BYTES) throw new TarError(archive, offset, `${size}-byte metadata entry is too large`);
-      const body = await readBody(reader, size, archive, "metadata entry");
+      if (header.size > MAX_META_BYTES) throw new TarError(archive, offset, `${header.size}-byte metadata entry is too large`);
+      const body = await readBody(reader, header.size, archive, "metadata entry");
       if (header.type === "L") longName = cString(body);
       if (header.type === "x") pax = parsePax(body, archive, offset);
       continue; // 'K' (long link name) and 'g' (global pax) matter only for what we refuse or ignore
     }
     const name = pax.get("path") ?? longName ?? header.name;
     const linkName = pax.get("linkpath") ?? header.linkName;
+    const size = pax.has("size") ? Number(pax.get("size")) : header.size;
     longName = undefined;
     pax = new Map();
     const target = safeTarget(destDir, name, archive, offset);
-    switch (header.type) {
+    // Pre-POSIX tars mark directories only by a trailing slash on a type-NUL entry.
+    const type = header.type === "\0" && name.endsWith("/") ? "5" : header.type;
+    switch (type) {
       case "0":
       case "\0":
       case "7":
@@ -111,13 +113,13 @@ async function extractEntries(reader: ByteReader, archive: string, destDir: stri
         break;
       case "1":
       case "2":
-        throw new TarError(archive, offset, `refusing ${header.type === "1" ? "hard" : "symbolic"} link ${name} -> ${linkName}`);
+        throw new TarError(archive, offset, `refusing ${type === "1" ? "hard" : "symbolic"} link ${name} -> ${linkName}`);
       case "3":
       case "4":
       case "6":
         throw new TarError(archive, offset, `refusing device or FIFO entry ${name}`);
       default:
-        throw new TarError(archive, offset, `unsupported tar entry type ${JSON.stringify(header.type)} for ${name}`);
+        throw new TarError(archive, offset, `unsupported tar entry type ${JSON.stringify(type)} for ${name}`);
     }
   }
   // Read to the end so that gzip checks its CRC and length trailer.
