@@ -121,7 +121,7 @@ export function parseRunLog(text: string, name: string): RunLog {
     const evaluation = parseEvalLine(line);
     if (evaluation !== null) consoleEvals.push({ samples: evaluation.samples, maskedLmAccuracy: evaluation.maskedLmAccuracy });
     const knob = HPARAM_LINE.exec(line);
-    if (knob !== null && !line.includes(":::MLLOG ")) run.knobs.set(knob[1]!, knob[2]!.trim());
+    if (knob !== null) run.knobs.set(knob[1]!, knob[2]!.trim());
   }
   const parsed = parseMllog(text);
   run.unreadableRecords = parsed.problems.length;
@@ -129,7 +129,10 @@ export function parseRunLog(text: string, name: string): RunLog {
     const key = fields.key;
     const time = typeof fields.time_ms === "number" ? fields.time_ms : Number(fields.time_ms);
     const metadata = (typeof fields.metadata === "object" && fields.metadata !== null ? fields.metadata : {}) as { [name: string]: unknown };
-    if (typeof key !== "string") continue;
+    if (typeof key !== "string" || !Number.isFinite(time)) {
+      run.unreadableRecords++;
+      continue;
+    }
     if (key === K.INIT_START) run.initStartMs = Math.min(run.initStartMs ?? Infinity, time);
     else if (key === K.INIT_STOP) run.initStopMs = time;
     else if (key === K.RUN_START) run.runStartMs = time;
@@ -232,7 +235,7 @@ export function formatCount(value: number): string {
   if (abs >= 1e9) return `${trim((value / 1e9).toFixed(2))}G`;
   if (abs >= 1e6) return `${trim((value / 1e6).toFixed(2))}M`;
   if (abs >= 1e3) return `${trim((value / 1e3).toFixed(1))}k`;
-  return trim(value.toPrecision(3).includes("e") ? value.toFixed(0) : String(Number(value.toPrecision(3))));
+  return String(Number(value.toPrecision(3)));
 }
 
 const formatRate = (value: number) => (value === 0 ? "0" : value.toExponential(1));
@@ -254,7 +257,7 @@ function renderChart(spec: ChartSpec, chartIndex: number): string {
   }
   const xs = all.map((p) => p.x);
   const ys = all.map((p) => p.y).sort((a, b) => a - b);
-  let xLow = Math.min(0, ...xs);
+  const xLow = Math.min(0, ...xs);
   let xHigh = Math.max(...xs);
   let yLow = spec.robustY ? quantile(ys, 0.01) : ys[0]!;
   let yHigh = spec.robustY ? quantile(ys, 0.99) : ys[ys.length - 1]!;
@@ -270,7 +273,6 @@ function renderChart(spec: ChartSpec, chartIndex: number): string {
   yHigh += pad;
   const xTicks = niceTicks(xLow, xHigh, 6);
   const yTicks = niceTicks(yLow, yHigh, 5);
-  xLow = Math.min(xLow, xTicks[0] ?? xLow);
   const toX = (x: number) => margin.left + ((x - xLow) / (xHigh - xLow)) * plotWidth;
   const toY = (y: number) => margin.top + plotHeight - ((y - yLow) / (yHigh - yLow)) * plotHeight;
   const f = (v: number) => v.toFixed(1);

@@ -120,6 +120,13 @@ test("parseRunLog takes evaluations from MLLOG records over console eval lines",
   assert.deepEqual(parseRunLog(consoleLog(20, 10) + mllog, "both").evals, [{ samples: 660, maskedLmAccuracy: 0.5 }]);
 });
 
+test("parseRunLog skips and counts MLLOG lines it cannot read", () => {
+  const run = parseRunLog(`:::MLLOG {"key": "run_start", "time_ms": \n:::MLLOG {"key": "run_start", "value": null}\n`, "broken");
+  assert.equal(run.unreadableRecords, 2);
+  assert.equal(run.runStartMs, null);
+  assert.match(renderRunReport([run]), /broken: 2 unreadable MLLOG line\(s\) skipped/);
+});
+
 function fakeRun(minutes: number, status: string | null): RunLog {
   const run = parseRunLog("", "fake");
   return { ...run, runStartMs: 0, runStopMs: status === null ? null : minutes * 60e3, status };
