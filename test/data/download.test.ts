@@ -3,7 +3,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { createHash } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import { mkdtemp, readFile, readdir, writeFile } from "node:fs/promises";
 import type http from "node:http";
@@ -12,7 +12,7 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { downloadBertData, referencePlan, type DownloadPlan, type RemoteFile } from "../../mlperf/bert/data/download.ts";
 import { ChecksumError } from "../../mlperf/bert/data/checksums.ts";
-import { patternBytes, sendBytes, startServer, virusScanPage, type FixtureServer } from "./httpFixtureServer.ts";
+import { sendBytes, startServer, virusScanPage, type FixtureServer } from "./httpFixtureServer.ts";
 
 const FIXTURES = new URL("../fixtures/download/", import.meta.url).pathname;
 const md5 = (bytes: Uint8Array) => createHash("md5").update(bytes).digest("hex");
@@ -36,7 +36,7 @@ function driveStandIn(files: Record<string, Uint8Array>): (req: http.IncomingMes
 
 const CONFIG = new TextEncoder().encode('{"hidden_size": 1024}\n');
 const VOCAB = new TextEncoder().encode("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\n");
-const CKPT_DATA = patternBytes(200_000, 7);
+const CKPT_DATA = new Uint8Array(randomBytes(200_000));
 
 function smallPlan(origin: string): DownloadPlan {
   const file = (name: string, id: string, bytes: Uint8Array): RemoteFile => ({ name, url: `${origin}/uc?id=${id}&export=download`, size: bytes.length, md5: md5(bytes) });

@@ -1,14 +1,15 @@
 // downloadToFile against local servers: plain, Range-capable, connection-dropping, failing.
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import { mkdtemp, readFile, readdir, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { downloadToFile, DownloadError } from "../../mlperf/bert/data/http.ts";
-import { patternBytes, sendBytes, startServer } from "./httpFixtureServer.ts";
+import { sendBytes, startServer } from "./httpFixtureServer.ts";
 
-const FILE = patternBytes(300_000);
+const FILE = new Uint8Array(randomBytes(300_000));
 const noSleep = async () => {};
 
 async function tempDir(): Promise<string> {

@@ -1,5 +1,5 @@
 // Local stand-ins for the download tests: an HTTP server on 127.0.0.1 (port 0) that records
-// every request, Range-aware answers, test bytes, and the page Google Drive puts before big files.
+// every request, Range-aware answers, and the page Google Drive puts before big files.
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 
@@ -57,19 +57,6 @@ export function sendBytes(
   }
   res.writeHead(200, { "Content-Length": bytes.length, ...headers });
   res.end(bytes);
-}
-
-/** Deterministic non-repeating test bytes. */
-export function patternBytes(length: number, seed = 1): Uint8Array {
-  const out = new Uint8Array(length);
-  let x = seed >>> 0 || 1;
-  for (let i = 0; i < length; i++) {
-    x ^= x << 13;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    out[i] = x & 0xff;
-  }
-  return out;
 }
 
 /** The shape of Drive's "can't scan this file for viruses" page (2024-). */
