@@ -55,7 +55,7 @@ export const REFERENCE_FILES: readonly RemoteFile[] = [
   { name: `${INIT_CHECKPOINT}.meta`, url: driveUrl("1vAcVmXSLsLeQ1q7gvHnQUSth5W_f_pwv"), size: 24_740_228, md5: "dbd16c731e8a8113bc08eeed0326b8e7" },
 ];
 
-/** `results_text.tar.gz` unpacks to `results4/` (500 parts and eval.txt). */
+/** `results_text.tar.gz` unpacks to `results4/` (500 parts, eval.txt, eval.md5). */
 export const REFERENCE_TEXT: WikiText = {
   md5List: { name: "bert_reference_results_text_md5.txt", url: driveUrl("1tmMgLwoBvbEJEHXh77sqrXYw5RpqT8R_") },
   archive: { name: "results_text.tar.gz", url: driveUrl("14xV2OUGSQDG_yDBrmbSdcDC-QGeqpfs_") },
@@ -179,7 +179,7 @@ const USAGE = `usage: npx tsx mlperf/bert/data/download.ts [--basedir DIR] [--wi
 Downloads the MLPerf BERT inputs from the reference's Google Drive files into BASEDIR:
   bert_config.json, vocab.txt, model.ckpt-28252.{index,meta,data-00000-of-00001}, checkpoint
 and with WIKI_TRAIN=1 also bert_reference_results_text_md5.txt and results_text.tar.gz,
-which is unpacked into BASEDIR/results4/ (500 parts and eval.txt) and then deleted.
+which is unpacked into BASEDIR/results4/ (500 parts, eval.txt, eval.md5) and then deleted.
 Interrupted downloads resume from <file>.part; complete files are skipped.
 
 environment (flags take precedence):
