@@ -3,10 +3,10 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { withTempDir } from "./tempDir.ts";
 import { bertEvalIntervalSamples, checkCompliance, type ComplianceResult, type Ruleset } from "../../mlperf/bert/compliance.ts";
 
 const fixtures = fileURLToPath(new URL("../fixtures/mllog/", import.meta.url));
@@ -207,17 +207,14 @@ test("the CLI passes a compliant log and fails a broken one with a clear message
   const ok = runCli([v41Path, "--ruleset", "4.1.0"]);
   assert.equal(ok.status, 0);
   assert.match(ok.stdout, /PASS: .*tinycorp_v4\.1_tinybox_green_result_0\.txt \(ruleset 4\.1\.0, closed division\) is compliant/);
-  const dir = mkdtempSync(path.join(tmpdir(), "compliance-test-"));
-  try {
+  withTempDir((dir) => {
     const broken = path.join(dir, "result_0.txt");
     writeFileSync(broken, editedV41(without("run_stop")));
     const bad = runCli([broken]);
     assert.equal(bad.status, 1);
     assert.match(bad.stdout, /ERROR: Required EXACTLY_ONE occurrence of 'run_stop' but found 0/);
     assert.match(bad.stdout, /FAIL: .*result_0\.txt \(ruleset 5\.0\.0, closed division\): 1 error$/m);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+  });
 });
 
 test("the CLI refuses a ruleset without BERT", () => {

@@ -1,9 +1,9 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { withTempDir } from "./tempDir.ts";
 import {
   formatMllogLine,
   logBertHyperparameters,
@@ -18,15 +18,6 @@ import { checkCompliance } from "../../mlperf/bert/compliance.ts";
 
 const fixtures = fileURLToPath(new URL("../fixtures/mllog/", import.meta.url));
 const thisFile = fileURLToPath(import.meta.url);
-
-function withTempDir(body: (dir: string) => void): void {
-  const dir = mkdtempSync(path.join(tmpdir(), "mllog-test-"));
-  try {
-    body(dir);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
-}
 
 /** 1-based line of this file that ends with `marker`, to know where a call sits. */
 function lineEndingWith(marker: string): number {

@@ -1,10 +1,10 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { withTempDir } from "./tempDir.ts";
 import {
   formatEvalLine,
   formatStepLine,
@@ -29,15 +29,6 @@ const exampleStep: StepStats = {
   step: 12, samples: 792, totalMs: 345.6, hostMs: 1.2, dataMs: 0.4, deviceMs: 344.0,
   loss: 7.1234, learningRate: 1.2e-4, memoryGB: 0.52, gflops: 123.4,
 };
-
-function withTempDir(body: (dir: string) => void): void {
-  const dir = mkdtempSync(path.join(tmpdir(), "report-test-"));
-  try {
-    body(dir);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
-}
 
 /** A console log of `steps` steps of a fake run, with eval lines every `evalEvery` steps. */
 function consoleLog(steps: number, evalEvery = 0): string {
