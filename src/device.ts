@@ -24,6 +24,10 @@ let nextBufferId = 0;
 /** Device memory holding `size` elements of `dtype`. Allocated on first use. */
 export class Buffer {
   readonly id = nextBufferId++;
+  /** Bumped by every assign into this buffer: a BUFFER node names a (buffer, version) pair. */
+  version = 0;
+  /** How many tensors were pointed at this buffer by realize(): above 1, an assign copies first. */
+  realizedBy = 0;
   private raw: unknown = undefined;
   constructor(readonly device: string, readonly size: number, readonly dtype: DType) {}
 

@@ -177,6 +177,7 @@ export class Tensor {
     realizeNodes(pending.map((t) => t.node));
     for (const t of pending) {
       const buffer = storedBuffer(t.node)!;
+      buffer.realizedBy++;
       t.node = UOp.buffer(buffer).reshape(t.node.shape);
     }
   }
@@ -220,6 +221,9 @@ export class Tensor {
     const v = this.operand(value).cast(this.dtype);
     if (!arraysEqual(v.shape, this.shape)) throw new TsgradError(`assign: value shape ${fmtShape(v.shape)} differs from target ${fmtShape(this.shape)}`);
     if (v.device !== this.device) throw new TsgradError(`assign: value on ${v.device}, target on ${this.device}`);
+    if (!storedBuffer(this.node)) this.realize();
+    // equal lazy values share one buffer when realized; writing must not change the other tensors
+    if (storedBuffer(this.node)!.realizedBy > 1) this.node = this.node.contiguous(uniqueTag++);
     if (!storedBuffer(this.node)) this.realize();
     this.node = this.node.assign(v.node);
     return this;

@@ -171,7 +171,10 @@ export class UOp {
 
 function argKey(arg: unknown): string {
   if (arg === undefined) return "";
-  if (typeof arg === "object" && arg !== null && "id" in arg && typeof (arg as { id: unknown }).id === "number") return `buf${(arg as { id: number }).id}`;
+  if (typeof arg === "object" && arg !== null && "version" in arg) {
+    const buffer = arg as Buffer;
+    return `buf${buffer.id}v${buffer.version}`;
+  }
   if (typeof arg === "number") return Object.is(arg, -0) ? "-0" : String(arg);
   return JSON.stringify(arg);
 }

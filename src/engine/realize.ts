@@ -3,7 +3,7 @@ import { Device, type Program } from "../device.ts";
 import { GlobalCounters, debugLevel, fmtShape } from "../helpers.ts";
 import type { KernelIR } from "../codegen/ir.ts";
 import { estimateBytes } from "../codegen/lower.ts";
-import { type ExecItem, createSchedule, realizedBuffers } from "./schedule.ts";
+import { type ExecItem, createSchedule, recordRealized } from "./schedule.ts";
 import type { UOp } from "../uop.ts";
 
 const programs = new WeakMap<KernelIR, Program>();
@@ -40,5 +40,7 @@ export function runItem(item: ExecItem): void {
 export function realizeNodes(roots: readonly UOp[]): void {
   const { items, outputs } = createSchedule(roots);
   for (const item of items) runItem(item);
-  for (const [node, buffer] of outputs) realizedBuffers.set(node, buffer);
+  // an assigned buffer holds a new value: nodes that stood for its old value no longer do
+  for (const [node, buffer] of outputs) if (node.op === "ASSIGN") buffer.version++;
+  for (const [node, buffer] of outputs) recordRealized(node, buffer);
 }

@@ -14,12 +14,21 @@ export type ExecItem =
   | { readonly kind: "kernel"; readonly kernel: KernelIR; readonly buffers: Buffer[] }
   | { readonly kind: "copy"; readonly src: Buffer; readonly dst: Buffer };
 
-/** Nodes already computed, and where: later schedules read them instead of recomputing. */
-export const realizedBuffers = new WeakMap<UOp, Buffer>();
+/**
+ * Nodes already computed, and where. An entry holds only while its buffer has not been assigned
+ * since (the buffer's version is unchanged); after that the node is computed again from its sources.
+ */
+const realized = new WeakMap<UOp, { buffer: Buffer; version: number }>();
+
+export function recordRealized(node: UOp, buffer: Buffer): void {
+  realized.set(node, { buffer, version: buffer.version });
+}
 
 /** The buffer that holds `u`'s elements contiguously in `u`'s shape, if there is one. */
 export function storedBuffer(u: UOp): Buffer | undefined {
-  return realizedBuffers.get(u) ?? u.baseBuffer;
+  const entry = realized.get(u);
+  if (entry && entry.buffer.version === entry.version) return entry.buffer;
+  return u.baseBuffer;
 }
 
 const isSource = (u: UOp): boolean => u.op === "CONST" || u.op === "INDEX";
@@ -45,6 +54,7 @@ export function createSchedule(roots: readonly UOp[]): Schedule {
     if (n.op === "COPY" && !isLeaf(n.src[0]!)) stored.add(n.src[0]!);
   }
   markBroadcastReduces(stored);
+  stageCrossReadingAssigns(nodes, stored);
 
   const outputs = new Map<UOp, Buffer>();
   const steps: Step[] = [];
@@ -101,6 +111,32 @@ function markBroadcastReduces(stored: Set<UOp>): void {
       };
       walk(root.op === "ASSIGN" ? root.src[1]! : root, false, false);
     }
+  }
+}
+
+/**
+ * An assigned value that reads the old contents of another assign's target is computed into its own
+ * buffer first: otherwise two in-place writes that read each other's targets (w1 from w2 and w2 from w1,
+ * as in one optimizer step over a model) would each have to run before the other.
+ */
+function stageCrossReadingAssigns(nodes: readonly UOp[], stored: Set<UOp>): void {
+  const assigns = nodes.filter((n) => n.op === "ASSIGN");
+  if (assigns.length < 2) return;
+  const targets = new Map(assigns.map((a) => [storedBuffer(a.src[0]!)!, a]));
+  for (const a of assigns) {
+    const value = a.src[1]!;
+    if (isLeaf(value) || stored.has(value)) continue;
+    const seen = new Set<UOp>();
+    const readsOtherTarget = (n: UOp): boolean => {
+      if (seen.has(n)) return false;
+      seen.add(n);
+      if (stored.has(n) || isLeaf(n)) {
+        const buffer = storedBuffer(n);
+        return buffer !== undefined && targets.has(buffer) && targets.get(buffer) !== a;
+      }
+      return n.src.some(readsOtherTarget);
+    };
+    if (readsOtherTarget(value)) stored.add(value);
   }
 }
 

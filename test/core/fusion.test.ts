@@ -1,0 +1,48 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { GlobalCounters, Tensor } from "../../src/index.ts";
+
+const device = "JS";
+const input = (shape: number[], seed: number): Tensor =>
+  new Tensor(Float32Array.from({ length: shape.reduce((a, b) => a * b, 1) }, (_, i) => Math.sin(i * 0.37 + seed)), { device }).reshape(shape).realize();
+
+/** Kernels run to realize `t`, with every input already realized. */
+function kernelsFor(t: Tensor): number {
+  GlobalCounters.reset();
+  t.realize();
+  return GlobalCounters.kernelCount;
+}
+
+test("a.add(b).mul(c) is one kernel", () => {
+  const [a, b, c] = [input([16, 16], 1), input([16, 16], 2), input([16], 3)];
+  assert.equal(kernelsFor(a.add(b).mul(c)), 1);
+});
+
+test("a.mul(b).sum() is one kernel", () => {
+  assert.equal(kernelsFor(input([64], 1).mul(input([64], 2)).sum()), 1);
+});
+
+test("softmax over an axis is at most 3 kernels", () => {
+  assert.ok(kernelsFor(input([8, 32], 1).softmax(-1)) <= 3);
+});
+
+test("a matmul with a bias add and gelu after it is at most 2 kernels", () => {
+  const n = kernelsFor(input([8, 16], 1).matmul(input([16, 12], 2)).add(input([12], 3)).gelu());
+  assert.ok(n <= 2, `${n} kernels`);
+});
+
+test("movement ops are views: a transpose feeding an add costs no extra kernel", () => {
+  assert.equal(kernelsFor(input([8, 4], 1).T.add(input([4, 8], 2)).flip(0).pad([[1, 1], null])), 1);
+});
+
+test("a reduce broadcast back over its input is stored, not recomputed per element", () => {
+  const x = input([4, 64], 1);
+  const centered = x.sub(x.mean({ axis: 1, keepdim: true }));
+  assert.equal(kernelsFor(centered), 2);
+  assert.ok(GlobalCounters.globalOps < 4 * 64 * 10, "mean recomputed per element");
+});
+
+test("a value realized once is not computed again", () => {
+  const y = input([32], 1).exp().realize();
+  assert.equal(kernelsFor(y.add(1)), 1);
+});
