@@ -1,7 +1,10 @@
 // tsgrad's public API.
 import { Device } from "./device.ts";
 import { jsBackend } from "./runtime/js.ts";
+import { cpuAvailable, cpuBackend } from "./runtime/cpu.ts";
 
+// registered first: the native CPU device is the default wherever a C compiler works
+Device.register("CPU", () => cpuBackend(), cpuAvailable);
 Device.register("JS", () => jsBackend());
 
 export { Tensor, broadcastShapes } from "./tensor.ts";

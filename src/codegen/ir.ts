@@ -41,6 +41,8 @@ export interface KernelIR {
   readonly outputShape: readonly number[];
   /** Arithmetic operations the kernel performs, for GFLOP/s. */
   readonly flops: number;
+  /** How many leading (perfectly nested) output loops backends with threads split across them; 0: none. */
+  readonly parallel: number;
 }
 
 /** The identity of each reduce: the accumulator's starting value. */

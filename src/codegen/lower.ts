@@ -50,6 +50,7 @@ class Lowerer {
       body,
       outputShape: root.shape,
       flops: this.flops,
+      parallel: parallelLoops(root.shape.filter((n) => n !== 1), this.flops + root.numel),
     };
   }
 
@@ -164,6 +165,20 @@ class Lowerer {
   private boundsToBool(bounds: readonly Bound[], key: string): Operand {
     return this.define(dtypes.bool, { op: "VALID", valid: bounds }, `${key}|inside`);
   }
+}
+
+/** Threads pay off above this much work (operations plus elements written). */
+const PARALLEL_MIN_WORK = 1 << 16;
+
+/** How many leading output loops to split across threads: enough for several chunks per thread. */
+function parallelLoops(loopSizes: readonly number[], work: number): number {
+  if (work < PARALLEL_MIN_WORK) return 0;
+  let chunks = 1;
+  for (let n = 0; n < loopSizes.length; n++) {
+    chunks *= loopSizes[n]!;
+    if (chunks >= 64) return n + 1;
+  }
+  return loopSizes.length;
 }
 
 /** Bytes a kernel reads and writes (each buffer once). */

@@ -1,0 +1,234 @@
+// Renders the loop IR as a C function `void name(T0* b0, const T1* b1, ..., int threads)`.
+// Semantics follow the JS renderer (the reference): float32 math in float, 16-bit floats stored
+// as their bits and computed in float, integers wrap, bool is 0/1 in a uint8_t, division by zero gives 0.
+import type { DType } from "../dtype.ts";
+import { type Bound, type Idx, renderIdx } from "../shape/symbolic.ts";
+import type { AluOp, Expr, KernelIR, Operand, Stmt } from "../codegen/ir.ts";
+
+export interface CRenderOptions {
+  /** Buffers never alias (false when one buffer is passed in two slots, as an in-place assign does). */
+  readonly restrict: boolean;
+}
+
+/** The C type a dtype is computed in. */
+const computeType: Record<DType["name"], string> = {
+  bool: "uint8_t", int8: "int8_t", uint8: "uint8_t", int16: "int16_t", uint16: "uint16_t", int32: "int32_t",
+  uint32: "uint32_t", int64: "int64_t", float16: "float", bfloat16: "float", float32: "float", float64: "double",
+};
+/** The C type a dtype is stored in. */
+const storageType = (d: DType): string => (d.name === "float16" || d.name === "bfloat16" ? "uint16_t" : computeType[d.name]);
+
+/** Inline helpers every kernel may use: exact 16-bit float conversions, wrapping casts, safe division. */
+export const C_PRELUDE = `#include <stdint.h>
+#include <string.h>
+#include <math.h>
+static inline float tg_h2f(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
+  if (exp == 0) { float m = (float)mant * 5.9604644775390625e-8f; return sign ? -m : m; }
+  bits = exp == 0x1f ? (sign | 0x7f800000 | (mant << 13)) : (sign | ((exp + 112) << 23) | (mant << 13));
+  float f; memcpy(&f, &bits, 4); return f;
+}
+static inline uint16_t tg_f2h(float v) {
+  uint32_t x; memcpy(&x, &v, 4);
+  uint32_t sign = (x >> 16) & 0x8000, exp = (x >> 23) & 0xff, mant = x & 0x7fffff;
+  if (exp == 0xff) return (uint16_t)(sign | 0x7c00 | (mant ? 0x200 : 0));
+  int e = (int)exp - 127 + 15;
+  if (e >= 0x1f) return (uint16_t)(sign | 0x7c00);
+  if (e <= 0) {
+    if (e < -10) return (uint16_t)sign;
+    mant |= 0x800000;
+    int shift = 14 - e;
+    uint32_t half = 1u << (shift - 1), h = mant >> shift, rest = mant & ((1u << shift) - 1);
+    if (rest > half || (rest == half && (h & 1))) h++;
+    return (uint16_t)(sign | h);
+  }
+  uint32_t h = ((uint32_t)e << 10) | (mant >> 13), rest = mant & 0x1fff;
+  if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) h++;
+  return (uint16_t)(sign | h);
+}
+static inline float tg_b2f(uint16_t h) { uint32_t bits = (uint32_t)h << 16; float f; memcpy(&f, &bits, 4); return f; }
+static inline uint16_t tg_f2b(float v) {
+  uint32_t x; memcpy(&x, &v, 4);
+  if ((x & 0x7f800000) == 0x7f800000 && (x & 0x7fffff)) return (uint16_t)((x >> 16) | 0x40);
+  return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+}
+/* JavaScript's ToUint32: truncate, then wrap modulo 2^32 (NaN and infinities give 0) */
+static inline uint32_t tg_wrap32(double x) {
+  if (x > -2147483648.0 && x < 2147483648.0) return (uint32_t)(int32_t)x;
+  if (x != x || isinf(x)) return 0;
+  double m = fmod(trunc(x), 4294967296.0);
+  return (uint32_t)(m < 0 ? m + 4294967296.0 : m);
+}
+static inline int64_t tg_trunc64(double x) {
+  if (x != x) return 0;
+  if (x >= 9223372036854775807.0) return INT64_MAX;
+  if (x <= -9223372036854775808.0) return INT64_MIN;
+  return (int64_t)x;
+}
+/* truncating division and remainder; by 0 gives 0, and MIN / -1 wraps instead of trapping */
+#define TG_IDIV(T, a, b) ((b) == 0 ? (T)0 : ((b) == -1 ? (T)(0u - (uint64_t)(a)) : (T)((a) / (b))))
+#define TG_IMOD(T, a, b) ((b) == 0 || (b) == -1 ? (T)0 : (T)((a) % (b)))
+#define TG_UDIV(T, a, b) ((b) == 0 ? (T)0 : (T)((a) / (b)))
+#define TG_UMOD(T, a, b) ((b) == 0 ? (T)0 : (T)((a) % (b)))
+`;
+
+export function renderC(kernel: KernelIR, fnName: string, opts: CRenderOptions): string {
+  const params = kernel.buffers.map((b, slot) => {
+    const constness = slot === 0 ? "" : "const ";
+    return `${constness}${storageType(b.dtype)}* ${opts.restrict ? "restrict " : ""}b${slot}`;
+  });
+  const lines = [`void ${fnName}(${[...params, "int threads"].join(", ")}) {`];
+  renderBlock(kernel.body, lines, "  ", kernel, kernel.parallel);
+  lines.push("}");
+  return lines.join("\n");
+}
+
+/** The loop variables' C type: 32-bit unless a buffer is too large for it. */
+const indexType = (kernel: KernelIR): string => (kernel.buffers.some((b) => b.size >= 2 ** 31) ? "int64_t" : "int32_t");
+
+function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, kernel: KernelIR, parallel: number): void {
+  for (const s of stmts) {
+    switch (s.kind) {
+      case "loop":
+        // the first `parallel` perfectly nested output loops are split across threads
+        if (parallel > 0) out.push(`${indent}#pragma omp parallel for schedule(static) num_threads(threads)${parallel > 1 ? ` collapse(${parallel})` : ""}`);
+        out.push(`${indent}for (${indexType(kernel)} ${s.var} = 0; ${s.var} < ${s.size}; ${s.var}++) {`);
+        renderBlock(s.body, out, indent + "  ", kernel, 0);
+        out.push(`${indent}}`);
+        parallel = 0;
+        break;
+      case "def":
+        out.push(`${indent}${computeType[s.dtype.name]} ${s.name} = ${renderExpr(s.expr, s.dtype, kernel)};`);
+        break;
+      case "acc":
+        out.push(`${indent}${computeType[s.dtype.name]} ${s.name} = ${identity(s.op, s.dtype)};`);
+        break;
+      case "update": {
+        const acc: Operand = { kind: "val", name: s.name, dtype: s.dtype };
+        out.push(`${indent}${s.name} = ${renderAlu(s.op === "ADD" ? "ADD" : "MAX", [acc, s.value], s.dtype)};`);
+        break;
+      }
+      case "store":
+        out.push(`${indent}b${s.buf}[${idx(s.index)}] = ${toStorage(operand(s.value), s.dtype)};`);
+        break;
+    }
+  }
+}
+
+function identity(op: "ADD" | "MAX", d: DType): string {
+  if (op === "ADD") return "0";
+  switch (d.kind) {
+    case "float": return "-INFINITY";
+    case "int": return d.name === "int64" ? "INT64_MIN" : `INT${d.itemsize * 8}_MIN`;
+    default: return "0";
+  }
+}
+
+const idx = (e: Idx): string => renderIdx(e, (a, c) => `(${a} / ${c})`, (a, c) => `(${a} % ${c})`);
+
+function cond(bounds: readonly Bound[]): string {
+  const parts: string[] = [];
+  for (const b of bounds) {
+    const e = idx(b.expr);
+    if (b.expr.min < b.lo) parts.push(`${e} >= ${b.lo}`);
+    if (b.expr.max >= b.hi) parts.push(`${e} < ${b.hi}`);
+  }
+  return parts.join(" && ") || "1";
+}
+
+function renderExpr(e: Expr, dtype: DType, kernel: KernelIR): string {
+  if (e.op === "LOAD") {
+    const load = fromStorage(`b${e.buf}[${idx(e.index)}]`, kernel.buffers[e.buf]!.dtype);
+    return e.valid.length ? `(${cond(e.valid)} ? ${load} : 0)` : load;
+  }
+  if (e.op === "VALID") return `(uint8_t)(${cond(e.valid)})`;
+  if (e.op === "INDEX") return `(int32_t)(${idx(e.index)})`;
+  return renderAlu(e.op, e.srcs, dtype);
+}
+
+/** A literal in the dtype's C type (infinities and NaN by name, -0 kept). */
+export function literal(value: number, d: DType): string {
+  if (d.name === "bool") return value ? "1" : "0";
+  if (d.kind === "float") {
+    const suffix = d.name === "float64" ? "" : "f";
+    if (Number.isNaN(value)) return "NAN";
+    if (!Number.isFinite(value)) return value > 0 ? "INFINITY" : "-INFINITY";
+    const text = Object.is(value, -0) ? "-0.0" : value.toPrecision(17);
+    return `${text.includes(".") || text.includes("e") ? text : text + ".0"}${suffix}`;
+  }
+  if (d.name === "int64") return `${value}LL`;
+  if (d.name === "uint32") return `${value}u`;
+  if (d.name === "int32" && value === -2147483648) return "INT32_MIN";
+  return String(value);
+}
+
+function operand(o: Operand): string {
+  return o.kind === "val" ? o.name : literal(o.value, o.dtype);
+}
+
+function fromStorage(x: string, d: DType): string {
+  if (d.name === "float16") return `tg_h2f(${x})`;
+  if (d.name === "bfloat16") return `tg_b2f(${x})`;
+  return x;
+}
+
+function toStorage(x: string, d: DType): string {
+  if (d.name === "float16") return `tg_f2h(${x})`;
+  if (d.name === "bfloat16") return `tg_f2b(${x})`;
+  return x;
+}
+
+/** Integer arithmetic wraps: do it unsigned (no undefined behaviour) and convert back. */
+function wrapped(op: string, a: string, b: string, d: DType): string {
+  const t = computeType[d.name];
+  const u = d.itemsize === 8 ? "uint64_t" : "uint32_t";
+  return `(${t})((${u})${a} ${op} (${u})${b})`;
+}
+
+/** Math functions are computed in double and rounded, as JavaScript's Math does. */
+function viaDouble(fn: string, a: string, d: DType): string {
+  return d.name === "float64" ? `${fn}(${a})` : `(float)${fn}((double)${a})`;
+}
+
+function renderAlu(op: AluOp, srcs: readonly Operand[], d: DType): string {
+  const [a, b, c] = srcs.map(operand) as [string, string, string];
+  const from = srcs[0]!.dtype;
+  const t = computeType[d.name];
+  const isInt = d.kind === "int" || d.kind === "uint";
+  switch (op) {
+    case "ADD": return d.name === "bool" ? `(${a} | ${b})` : isInt ? wrapped("+", a, b, d) : `(${a} + ${b})`;
+    case "MUL": return d.name === "bool" ? `(${a} & ${b})` : isInt ? wrapped("*", a, b, d) : `(${a} * ${b})`;
+    case "IDIV": return isInt ? `TG_${d.kind === "uint" ? "U" : "I"}DIV(${t}, ${a}, ${b})` : `(${t})trunc((double)${a} / (double)${b})`;
+    case "MOD": return isInt ? `TG_${d.kind === "uint" ? "U" : "I"}MOD(${t}, ${a}, ${b})` : `(${t})fmod((double)${a}, (double)${b})`;
+    case "MAX": return d.kind === "float" ? `((${a} > ${b} || ${a} != ${a}) ? ${a} : ${b})` : `(${a} > ${b} ? ${a} : ${b})`;
+    case "CMPLT": return `(uint8_t)(${a} < ${b})`;
+    case "CMPNE": return `(uint8_t)(${a} != ${b})`;
+    case "AND": return `(${t})(${a} & ${b})`;
+    case "OR": return `(${t})(${a} | ${b})`;
+    case "XOR": return `(${t})(${a} ^ ${b})`;
+    case "SHL": return d.itemsize === 8 ? `(${t})((uint64_t)${a} << (${b} & 63))` : `(${t})((uint32_t)${a} << (${b} & 31))`;
+    case "SHR": return d.itemsize === 8 ? `(${t})(${a} >> (${b} & 63))` : `(${t})(${a} >> (${b} & 31))`;
+    case "NEG": return d.name === "bool" ? `(uint8_t)!${a}` : isInt ? wrapped("-", "0", a, d) : `(-${a})`;
+    case "RECIP": return isInt ? `TG_${d.kind === "uint" ? "U" : "I"}DIV(${t}, 1, ${a})` : `(${t})(1 / ${a})`;
+    case "SQRT": return d.name === "float64" ? `sqrt(${a})` : `sqrtf(${a})`;
+    case "EXP2": return viaDouble("exp2", a, d);
+    case "LOG2": return viaDouble("log2", a, d);
+    case "SIN": return viaDouble("sin", a, d);
+    case "TRUNC": return d.kind === "float" ? (d.name === "float64" ? `trunc(${a})` : `truncf(${a})`) : a;
+    case "WHERE": return `(${a} ? ${b} : ${c})`;
+    case "CAST": return renderCast(a, from, d);
+    case "BITCAST": return `({ ${storageType(from)} in_ = ${toStorage(a, from)}; ${storageType(d)} out_; memcpy(&out_, &in_, sizeof out_); ${fromStorage("out_", d)}; })`;
+  }
+}
+
+function renderCast(x: string, from: DType, to: DType): string {
+  switch (to.name) {
+    case "bool": return `(uint8_t)(${x} != 0)`;
+    case "float16": return `tg_h2f(tg_f2h((float)${x}))`;
+    case "bfloat16": return `tg_b2f(tg_f2b((float)${x}))`;
+    case "float32": return `(float)${x}`;
+    case "float64": return `(double)${x}`;
+    case "int64": return from.kind === "float" ? `tg_trunc64(${x})` : `(int64_t)${x}`;
+    default: return from.kind === "float" ? `(${computeType[to.name]})tg_wrap32(${x})` : `(${computeType[to.name]})${x}`;
+  }
+}

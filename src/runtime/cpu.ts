@@ -1,0 +1,91 @@
+// The CPU device: kernels rendered to C, compiled by the system compiler into cached shared
+// libraries, loaded with koffi and called directly on the buffers' memory (ArrayBuffers, no copies).
+import koffi from "koffi";
+import { availableParallelism } from "node:os";
+import type { Backend, Buffer, Program } from "../device.ts";
+import type { KernelIR } from "../codegen/ir.ts";
+import { C_PRELUDE, renderC } from "../renderer/c.ts";
+import { debugLevel, getenv } from "../helpers.ts";
+import { compileLibraries, findCompiler } from "./compiler_cache.ts";
+
+type KernelFn = (...args: unknown[]) => void;
+
+/** A C function name from the kernel's name (which is already an identifier). */
+const functionName = (kernel: KernelIR): string => kernel.name.replace(/\W/g, "_");
+
+/** The full C source of one kernel. */
+export function cSource(kernel: KernelIR, restrict: boolean): string {
+  return `${C_PRELUDE}\n${renderC(kernel, functionName(kernel), { restrict })}\n`;
+}
+
+const loaded = new Map<string, KernelFn>();
+
+/** Loads (once) the kernel function out of a compiled library. */
+function loadKernel(path: string, kernel: KernelIR): KernelFn {
+  let fn = loaded.get(path);
+  if (!fn) {
+    const params = [...kernel.buffers.map(() => "void *"), "int"].join(", ");
+    fn = koffi.load(path).func(`void ${functionName(kernel)}(${params})`) as KernelFn;
+    loaded.set(path, fn);
+  }
+  return fn;
+}
+
+/** Compiles the kernels of several not-yet-compiled programs in one go (the compiler runs in parallel). */
+export function compilePrograms(programs: readonly CpuProgram[], restrict = true): void {
+  const compiler = findCompiler();
+  if (!compiler) throw new Error("CPU device: no working C compiler");
+  const todo = programs.filter((p) => !p.fn(restrict));
+  const sources = todo.map((p) => cSource(p.kernel, restrict));
+  if (debugLevel() >= 4) sources.forEach((s) => console.error(s.slice(C_PRELUDE.length)));
+  const paths = compileLibraries(compiler, sources);
+  todo.forEach((p, i) => p.setFn(restrict, loadKernel(paths[i]!, p.kernel)));
+}
+
+/** THREADS=n caps the threads a kernel uses (default: every core). */
+export const threadCount = (): number => Math.max(1, getenv("THREADS", availableParallelism()));
+
+/** Programs created but not compiled yet: the first run compiles all of them together. */
+const pending = new Set<CpuProgram>();
+
+export class CpuProgram implements Program {
+  private restricted: KernelFn | undefined;
+  private aliased: KernelFn | undefined;
+  constructor(readonly kernel: KernelIR) {
+    pending.add(this);
+  }
+
+  fn(restrict: boolean): KernelFn | undefined {
+    return restrict ? this.restricted : this.aliased;
+  }
+
+  setFn(restrict: boolean, fn: KernelFn): void {
+    if (restrict) this.restricted = fn;
+    else this.aliased = fn;
+    pending.delete(this);
+  }
+
+  run(buffers: Buffer[]): number {
+    // one buffer in two slots (an in-place assign) must not be promised to the compiler as unaliased
+    const restrict = new Set(buffers).size === buffers.length;
+    if (!this.fn(restrict)) compilePrograms(restrict ? [this, ...[...pending].filter((p) => p !== this)] : [this], restrict);
+    const fn = this.fn(restrict)!;
+    const args = [...buffers.map((b) => b.handle), threadCount()];
+    const start = performance.now();
+    fn(...args);
+    return (performance.now() - start) / 1000;
+  }
+}
+
+/** Whether this machine can compile kernels (probes the compiler once). */
+export const cpuAvailable = (): boolean => findCompiler() !== null;
+
+export function cpuBackend(): Backend {
+  return {
+    name: "CPU",
+    allocate: (bytes) => new ArrayBuffer(bytes),
+    copyout: (raw, bytes) => new Uint8Array(raw as ArrayBuffer, 0, bytes),
+    copyin: (raw, data) => new Uint8Array(raw as ArrayBuffer).set(data),
+    compile: (kernel) => new CpuProgram(kernel),
+  };
+}

@@ -1,0 +1,82 @@
+// The C renderer computes exactly what the JS renderer (the reference) computes.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { Device, Tensor, dtypes } from "../../src/index.ts";
+import type { TypedArray } from "../../src/dtype.ts";
+
+const hasCpu = Device.isAvailable("CPU");
+
+/** Runs `build` on JS and on CPU and returns both results' raw values. */
+function onBoth(build: (device: string) => Tensor): [TypedArray, TypedArray] {
+  return [build("JS").toArray(), build("CPU").toArray()];
+}
+
+function assertSame(build: (device: string) => Tensor): void {
+  const [js, cpu] = onBoth(build);
+  assert.deepEqual(Array.from(cpu as ArrayLike<number>), Array.from(js as ArrayLike<number>));
+}
+
+test("int32 add and multiply wrap around", { skip: !hasCpu }, () => {
+  assertSame((device) => {
+    const a = new Tensor([2147483647, -2147483648, 123456789, 65536], { dtype: dtypes.int32, device });
+    return a.add(1).mul(a).add(a.mul(65536));
+  });
+});
+
+test("narrow integer casts wrap like the reference", { skip: !hasCpu }, () => {
+  assertSame((device) => new Tensor([300, -129, 255.9, -0.5, 1e10, -3e9], { dtype: dtypes.float32, device }).cast(dtypes.int8));
+  assertSame((device) => new Tensor([300, -129, 70000, -1], { dtype: dtypes.int32, device }).cast(dtypes.uint16));
+  assertSame((device) => new Tensor([1e10, -3e9, 4294967295, 2147483648.5], { dtype: dtypes.float64, device }).cast(dtypes.int32));
+});
+
+test("integer division and modulo truncate, and by zero give 0", { skip: !hasCpu }, () => {
+  assertSame((device) => {
+    const a = new Tensor([7, -7, 7, -7, 5, -2147483648], { dtype: dtypes.int32, device });
+    const b = new Tensor([2, 2, -2, 0, 0, -1], { dtype: dtypes.int32, device });
+    return a.idiv(b).mul(1000).add(a.mod(b));
+  });
+});
+
+test("float16 and bfloat16 round to nearest even on store and cast", { skip: !hasCpu }, () => {
+  // 1 + 2^-11 is a float16 tie (rounds down to even), 1 + 3*2^-11 rounds up; tiny values go subnormal
+  const values = [1 + 2 ** -11, 1 + 3 * 2 ** -11, 65519, 65520, 1e-7, -3.00048828125, 1 + 2 ** -8, 1 + 3 * 2 ** -8, NaN, -Infinity];
+  assertSame((device) => new Tensor(values, { dtype: dtypes.float32, device }).cast(dtypes.float16).bitcast(dtypes.uint16));
+  assertSame((device) => new Tensor(values, { dtype: dtypes.float32, device }).cast(dtypes.bfloat16).bitcast(dtypes.uint16));
+  assertSame((device) => new Tensor(values, { dtype: dtypes.float16, device }).mul(3).add(1).cast(dtypes.float32));
+});
+
+test("bitcast reinterprets the bits", { skip: !hasCpu }, () => {
+  assertSame((device) => new Tensor([1, -2.5, 0.1, -0], { dtype: dtypes.float32, device }).bitcast(dtypes.int32));
+  assertSame((device) => new Tensor([1065353216, -1], { dtype: dtypes.int32, device }).bitcast(dtypes.float32).add(1));
+});
+
+test("padded loads read only inside the source and give 0 outside", { skip: !hasCpu }, () => {
+  assertSame((device) => {
+    const a = new Tensor([[1, 2, 3], [4, 5, 6]], { dtype: dtypes.float32, device });
+    return a.pad([[2, 1], [3, 2]]).add(a.flip(1).pad([[1, 2], [0, 5]])).sum({ axis: 0 });
+  });
+});
+
+test("transcendental ops match the reference bit for bit", { skip: !hasCpu }, () => {
+  assertSame((device) => {
+    const x = Tensor.arange(-20, 20, 1, { device }).cast(dtypes.float32).mul(0.37);
+    return x.exp().add(x.abs().add(1).log()).add(x.sin()).add(x.abs().sqrt());
+  });
+});
+
+test("bool logic and comparisons give 0/1", { skip: !hasCpu }, () => {
+  assertSame((device) => {
+    const a = new Tensor([1, 5, -3, 0, NaN], { dtype: dtypes.float32, device });
+    return a.lt(2).logicalAnd(a.ne(0)).logicalOr(a.eq(5)).where(a.maximum(0), -1);
+  });
+});
+
+test("max reductions of integers start from the type's minimum", { skip: !hasCpu }, () => {
+  assertSame((device) => new Tensor([[-5, -7], [-2147483647, -9]], { dtype: dtypes.int32, device }).max({ axis: 1 }));
+  assertSame((device) => new Tensor([[-5, -7], [-100, -9]], { dtype: dtypes.int8, device }).max({ axis: 0 }));
+});
+
+test("shifts and bitwise ops on unsigned and signed ints", { skip: !hasCpu }, () => {
+  assertSame((device) => new Tensor([1, 0x80000000, 0xffffffff], { dtype: dtypes.uint32, device }).shl(3).bitwiseXor(new Tensor([5, 6, 7], { dtype: dtypes.uint32, device })).shr(1));
+  assertSame((device) => new Tensor([-8, 100, -1], { dtype: dtypes.int8, device }).shl(2).shr(1));
+});
