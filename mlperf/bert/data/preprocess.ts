@@ -203,6 +203,8 @@ class SampleMaker {
   ) {
     this.tokenStarts.push(0);
     this.predictionStarts.push(0);
+    // Each round uses every token about once, plus [CLS]/[SEP]s: sized up front, no regrowth.
+    this.tokenIds.reserve(Math.ceil(documents.tokenIds.length * settings.dupeFactor * 1.05));
     this.candidates = new Int32Array(settings.maxSeqLength);
     this.predictionPositions = new Int32Array(settings.maxPredictionsPerSeq);
     this.predictionLabels = new Int32Array(settings.maxPredictionsPerSeq);
@@ -642,6 +644,10 @@ class PartProgress {
     private readonly skipped: number,
   ) {}
 
+  get made(): ShardsMade {
+    return { shards: this.partsDone, samples: this.samplesDone, inputBytes: this.inputBytesDone };
+  }
+
   update(message: WorkerMessage): void {
     if (message.kind === "progress") this.inFlight.set(message.part, message.samples);
     else {
@@ -732,8 +738,15 @@ function workerMain(): void {
   });
 }
 
+/** What `makeShards` made (shards already present are not counted). */
+export interface ShardsMade {
+  shards: number;
+  samples: number;
+  inputBytes: number;
+}
+
 /** `pre-train` or `pre-eval` under `basedir` (see USAGE); parts whose shard exists are skipped. */
-export async function makeShards({ command, basedir, numWorkers: requestedWorkers, settings }: CliOptions): Promise<void> {
+export async function makeShards({ command, basedir, numWorkers: requestedWorkers, settings }: CliOptions): Promise<ShardsMade> {
   const vocabFile = vocabPath(basedir);
   const tokenizer = new BertTokenizer(loadVocab(vocabFile)); // fails early on a missing vocab
   const jobs: Job[] =
@@ -748,7 +761,7 @@ export async function makeShards({ command, basedir, numWorkers: requestedWorker
       `MAX_PREDICTIONS_PER_SEQ=${settings.maxPredictionsPerSeq} DUPE_FACTOR=${settings.dupeFactor} RANDOM_SEED=${settings.randomSeed} ` +
       `MASKED_LM_PROB=${settings.maskedLmProb} SHORT_SEQ_PROB=${settings.shortSeqProb})\n`,
   );
-  if (pending.length === 0) return;
+  if (pending.length === 0) return { shards: 0, samples: 0, inputBytes: 0 };
   for (const job of pending) mkdirSync(join(job.shardPath, ".."), { recursive: true });
   const progress = new PartProgress(pending.length, jobs.length - pending.length);
   const numWorkers = Math.min(requestedWorkers, pending.length);
@@ -760,6 +773,7 @@ export async function makeShards({ command, basedir, numWorkers: requestedWorker
   } else {
     await runJobsOnWorkers(pending, numWorkers, vocabFile, settings, progress);
   }
+  return progress.made;
 }
 
 async function cliMain(argv: string[]): Promise<void> {

@@ -49,6 +49,13 @@ export class PyRandom {
   randbelow(n: number): number {
     if (!Number.isSafeInteger(n) || n <= 0) throw new RangeError(`randbelow: n=${n} must be a positive safe integer`);
     const bits = bitLength(n);
+    if (bits <= 32) {
+      // getrandbits(k) for k <= 32 inlined: this is the hot loop of every shuffle.
+      const shift = 32 - bits;
+      let r = this.nextUint32() >>> shift;
+      while (r >= n) r = this.nextUint32() >>> shift;
+      return r;
+    }
     let r = this.getrandbits(bits);
     while (r >= n) r = this.getrandbits(bits);
     return r;
