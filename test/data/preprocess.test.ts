@@ -161,3 +161,31 @@ test("pre-train on two workers writes each part's shard, identical to the refere
   await makeShards(options);
   assert.equal(statSync(trainShardPath(basedir, 0)).mtimeMs, writtenAt);
 });
+
+test("a part that fails in a worker rejects with the file named and leaves no shard for it", async () => {
+  const basedir = tempDir();
+  mkdirSync(join(basedir, "results4"));
+  copyFileSync(VOCAB, join(basedir, "vocab.txt"));
+  copyFileSync(INPUT, trainInputPath(basedir, 0));
+  writeFileSync(trainInputPath(basedir, 1), "");
+  const options = { command: { kind: "pre-train" as const, parts: [0, 1] }, basedir, numWorkers: 2, settings: settings(128, 20, 1) };
+  await assert.rejects(makeShards(options), (error: Error) => error.message.includes(trainInputPath(basedir, 1)) && /empty/.test(error.message));
+  assert.ok(!readdirSync(join(basedir, "train")).includes("part-00001-of-00500.safetensors"));
+});
+
+test("a missing vocab stops the command before any work, naming the path", async () => {
+  const basedir = tempDir();
+  const options = { command: { kind: "pre-eval" as const }, basedir, numWorkers: 1, settings: DEFAULT_SETTINGS };
+  await assert.rejects(makeShards(options), (error: Error) => error.message.includes(join(basedir, "vocab.txt")) && /does not exist/.test(error.message));
+});
+
+test("pre-eval writes the picked 10,000 samples of eval.txt to eval/eval.safetensors", async () => {
+  const basedir = tempDir();
+  mkdirSync(join(basedir, "results4"));
+  copyFileSync(VOCAB, join(basedir, "vocab.txt"));
+  copyFileSync(INPUT, join(basedir, "results4", "eval.txt"));
+  await makeShards({ command: { kind: "pre-eval" }, basedir, numWorkers: 1, settings: settings(128, 20, 2) });
+  const written = readShard(join(basedir, "eval", "eval.safetensors"));
+  assert.deepEqual(written, samplesFromFile(INPUT, tokenizer, settings(128, 20, 2), { evalPick: true }));
+  assert.equal(written.count, 10_000);
+});

@@ -704,7 +704,7 @@ function runJobsOnWorkers(jobs: Job[], numWorkers: number, vocabFile: string, se
     const giveWork = (worker: Worker) => {
       const job = queue.shift();
       if (job === undefined) {
-        void worker.terminate();
+        worker.postMessage(null); // lets it exit with code 0
         if (--running === 0 && !failed) resolve();
         return;
       }
@@ -720,7 +720,7 @@ function runJobsOnWorkers(jobs: Job[], numWorkers: number, vocabFile: string, se
       });
       worker.on("error", fail);
       worker.on("exit", (code) => {
-        if (code !== 0 && !failed && queue.length + running > 0) fail(new PreprocessError(`a preprocessing worker exited with code ${code}`));
+        if (code !== 0) fail(new PreprocessError(`a preprocessing worker exited with code ${code}`));
       });
       giveWork(worker);
     }
@@ -731,7 +731,11 @@ function workerMain(): void {
   const { vocabPath: vocabFile, settings } = workerData as { vocabPath: string; settings: PreprocessSettings };
   const tokenizer = new BertTokenizer(loadVocab(vocabFile));
   const port = parentPort!;
-  port.on("message", (job: Job) => {
+  port.on("message", (job: Job | null) => {
+    if (job === null) {
+      port.close();
+      return;
+    }
     const post = (message: WorkerMessage) => port.postMessage(message);
     const samples = runJob(job, tokenizer, settings, (made) => post({ kind: "progress", part: job.part, samples: made }));
     post({ kind: "done", part: job.part, samples, inputBytes: statSync(job.inputPath).size });
