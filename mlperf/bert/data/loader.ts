@@ -58,18 +58,24 @@ const STREAM_FILE_ORDER = 1;
 const STREAM_SHUFFLE = 2;
 const STREAM_FAKE = 3;
 
-/** The `counter`-th random uint32 of `stream` under `seed`; any safe integers. */
-export function randomUint32(seed: number, stream: number, counter: number): number {
-  const high = (value: number) => Math.floor(value / 2 ** 32) >>> 0;
-  let h = mix32((seed >>> 0) ^ mix32(high(seed) + 0x9e3779b9));
-  h = mix32(h ^ mix32(stream + 0x85ebca6b));
-  h = mix32(h ^ (counter >>> 0));
-  return mix32(h ^ mix32(high(counter) + 0xc2b2ae35));
-}
+/** Random uint32s addressed by a counter: the same (seed, stream, counter), the same number. */
+export class CounterRandom {
+  private readonly key: number;
 
-/** A random integer in [0, n) from a random uint32. */
-function below(n: number, random: number): number {
-  return Math.floor((random / 2 ** 32) * n);
+  constructor(seed: number, stream: number) {
+    const seedKey = mix32((seed >>> 0) ^ mix32(((seed / 2 ** 32) >>> 0) + 0x9e3779b9));
+    this.key = mix32(seedKey ^ mix32(stream + 0x85ebca6b));
+  }
+
+  /** The `counter`-th number (any safe non-negative integer). */
+  at(counter: number): number {
+    return mix32(mix32(this.key ^ (counter >>> 0)) + ((counter / 2 ** 32) >>> 0));
+  }
+
+  /** The `counter`-th number scaled to an integer in [0, n). */
+  below(n: number, counter: number): number {
+    return Math.floor((this.at(counter) / 2 ** 32) * n);
+  }
 }
 
 // ---- sample order ----------------------------------------------------------------------
@@ -91,21 +97,25 @@ export class TrainSampleOrder {
   private cursor = 0;
   private readonly buffer: SampleRef[] = [];
   private emitted = 0;
+  private readonly fileOrderRandom: CounterRandom;
+  private readonly shuffleRandom: CounterRandom;
 
   constructor(
     private readonly fileCount: number,
     private readonly countOf: (file: number) => number,
-    private readonly seed: number,
+    seed: number,
     private readonly shuffleBuffer: number,
     private readonly cycleLength: number,
   ) {
+    this.fileOrderRandom = new CounterRandom(seed, STREAM_FILE_ORDER);
+    this.shuffleRandom = new CounterRandom(seed, STREAM_SHUFFLE);
     this.startEpoch();
   }
 
   /** The next sample of the shuffled, endless stream. */
   next(): SampleRef {
     while (this.buffer.length < this.shuffleBuffer) this.buffer.push(this.nextInterleaved());
-    const pick = below(this.buffer.length, randomUint32(this.seed, STREAM_SHUFFLE, this.emitted++));
+    const pick = this.shuffleRandom.below(this.buffer.length, this.emitted++);
     const ref = this.buffer[pick]!;
     this.buffer[pick] = this.nextInterleaved();
     return ref;
@@ -114,7 +124,7 @@ export class TrainSampleOrder {
   private startEpoch(): void {
     const order = Array.from({ length: this.fileCount }, (_, i) => i);
     for (let i = order.length - 1; i > 0; i--) {
-      const j = below(i + 1, randomUint32(this.seed, STREAM_FILE_ORDER, this.epoch * REF_BASE + i));
+      const j = this.fileOrderRandom.below(i + 1, this.epoch * REF_BASE + i);
       [order[i], order[j]] = [order[j]!, order[i]!];
     }
     this.epochFiles = order;
@@ -271,8 +281,9 @@ const FIRST_WORD_ID = 999; // ids below are [PAD], [unusedN] and the special tok
 export function fakeBatch(batchSize: number, maxSeqLength: number, maxPredictionsPerSeq: number, seed: number, vocabSize = 30522): SampleColumns {
   if (maxSeqLength < 5) throw new LoaderError(`fake samples need max_seq_length >= 5, got ${maxSeqLength}`);
   const batch = emptySamples(batchSize, { maxSeqLength, maxPredictionsPerSeq });
+  const fakeRandom = new CounterRandom(seed, STREAM_FAKE);
   let counter = 0;
-  const random = (n: number) => below(n, randomUint32(seed, STREAM_FAKE, counter++));
+  const random = (n: number) => fakeRandom.below(n, counter++);
   for (let row = 0; row < batchSize; row++) {
     const length = 5 + random(maxSeqLength - 4); // 5..maxSeqLength
     const firstSep = 1 + 1 + random(length - 4); // A has at least one token, B too

@@ -103,6 +103,7 @@ export function encodeTFRecord(data: Uint8Array): Uint8Array {
 /** An Example's features: int64 and float lists as numbers, bytes lists as raw bytes. */
 export type ExampleFeature = { kind: "int64"; values: number[] } | { kind: "float"; values: number[] } | { kind: "bytes"; values: Uint8Array[] };
 
+const UTF8 = new TextDecoder();
 const VARINT = 0;
 const FIXED64 = 1;
 const LENGTH_DELIMITED = 2;
@@ -201,7 +202,7 @@ function decodeFeatureEntry(entry: ProtoReader): [string, ExampleFeature] {
   let feature: ExampleFeature = { kind: "int64", values: [] };
   while (!entry.done()) {
     const key = entry.varint();
-    if (key === ((1 << 3) | LENGTH_DELIMITED)) name = new TextDecoder().decode(entry.bytes.subarray(...entry.delimited()));
+    if (key === ((1 << 3) | LENGTH_DELIMITED)) name = UTF8.decode(entry.bytes.subarray(...entry.delimited()));
     else if (key === ((2 << 3) | LENGTH_DELIMITED)) feature = decodeFeature(new ProtoReader(entry.bytes, ...entry.delimited()));
     else entry.skip(key & 7);
   }
@@ -273,37 +274,60 @@ function decodeBytesList(list: ProtoReader): Uint8Array[] {
 
 /** Encodes int64 and float features as a `tf.train.Example`, packed, as TensorFlow writes it. */
 export function encodeExample(features: Map<string, ExampleFeature>): Uint8Array {
-  const entries: number[] = [];
+  const entries: Uint8Array[] = [];
   for (const [name, feature] of features) {
-    let list: number[];
+    let list: Uint8Array;
     if (feature.kind === "int64") {
-      list = lengthDelimited(1, feature.values.flatMap(varintBytes));
+      const varints = new Uint8Array(10 * feature.values.length);
+      let length = 0;
+      for (const value of feature.values) length = writeVarint(varints, length, value);
+      list = lengthDelimited(1, [varints.subarray(0, length)]);
     } else if (feature.kind === "float") {
-      const floats = new Uint8Array(new Float32Array(feature.values).buffer);
-      list = lengthDelimited(1, [...floats]);
+      list = lengthDelimited(1, [new Uint8Array(new Float32Array(feature.values).buffer)]);
     } else {
-      list = feature.values.flatMap((value) => lengthDelimited(1, [...value]));
+      list = concat(feature.values.map((value) => lengthDelimited(1, [value])));
     }
-    const featureBytes = lengthDelimited(feature.kind === "bytes" ? 1 : feature.kind === "float" ? 2 : 3, list);
-    const entry = [...lengthDelimited(1, [...new TextEncoder().encode(name)]), ...lengthDelimited(2, featureBytes)];
-    entries.push(...lengthDelimited(1, entry));
+    const featureBytes = lengthDelimited(feature.kind === "bytes" ? 1 : feature.kind === "float" ? 2 : 3, [list]);
+    entries.push(lengthDelimited(1, [lengthDelimited(1, [new TextEncoder().encode(name)]), lengthDelimited(2, [featureBytes])]));
   }
-  return Uint8Array.from(lengthDelimited(1, entries));
+  return lengthDelimited(1, entries);
 }
 
-function varintBytes(value: number): number[] {
+/** Writes `value` as a varint (negative numbers as 64-bit two's complement) at `at`; returns the end. */
+function writeVarint(bytes: Uint8Array, at: number, value: number): number {
+  if (value >= 0 && value <= 0x7fffffff) {
+    while (value > 0x7f) {
+      bytes[at++] = (value & 0x7f) | 0x80;
+      value >>>= 7;
+    }
+    bytes[at++] = value;
+    return at;
+  }
   let rest = BigInt.asUintN(64, BigInt(value));
-  const out: number[] = [];
-  do {
-    const low = Number(rest & 0x7fn);
+  while (rest > 0x7fn) {
+    bytes[at++] = Number(rest & 0x7fn) | 0x80;
     rest >>= 7n;
-    out.push(rest > 0n ? low | 0x80 : low);
-  } while (rest > 0n);
-  return out;
+  }
+  bytes[at++] = Number(rest);
+  return at;
 }
 
-function lengthDelimited(field: number, payload: number[]): number[] {
-  return [...varintBytes((field << 3) | LENGTH_DELIMITED), ...varintBytes(payload.length), ...payload];
+function concat(parts: Uint8Array[]): Uint8Array {
+  const bytes = new Uint8Array(parts.reduce((total, part) => total + part.length, 0));
+  let offset = 0;
+  for (const part of parts) {
+    bytes.set(part, offset);
+    offset += part.length;
+  }
+  return bytes;
+}
+
+/** Field `field` holding the concatenated `parts`, length-prefixed. */
+function lengthDelimited(field: number, parts: Uint8Array[]): Uint8Array {
+  const payload = concat(parts);
+  const prefix = new Uint8Array(20);
+  const prefixLength = writeVarint(prefix, writeVarint(prefix, 0, (field << 3) | LENGTH_DELIMITED), payload.length);
+  return concat([prefix.subarray(0, prefixLength), payload]);
 }
 
 // ---- samples ---------------------------------------------------------------------------
@@ -437,13 +461,7 @@ export function encodeTFRecordSamples(samples: SampleColumns): Uint8Array {
     }
     records.push(encodeTFRecord(encodeExample(features)));
   }
-  const bytes = new Uint8Array(records.reduce((total, record) => total + record.length, 0));
-  let offset = 0;
-  for (const record of records) {
-    bytes.set(record, offset);
-    offset += record.length;
-  }
-  return bytes;
+  return concat(records);
 }
 
 /** Writes the samples as a reference TFRecord file, atomically (temp file + rename). */
