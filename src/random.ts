@@ -12,27 +12,30 @@ function rotl(x: UOp, r: number): UOp {
   return x.alu("SHL", u32(r, x)).alu("OR", x.alu("SHR", u32(32 - r, x)));
 }
 
-/** Threefry-2x32 of counter words (x0, x1) under key (k0, k1): two uint32 outputs per element. */
-export function threefry2x32(x0: UOp, x1: UOp, k0: number, k1: number): [UOp, UOp] {
-  const keys = [k0 >>> 0, k1 >>> 0, (k0 ^ k1 ^ PARITY) >>> 0];
-  let a = x0.alu("ADD", u32(keys[0]!, x0));
-  let b = x1.alu("ADD", u32(keys[1]!, x1));
+/** Threefry-2x32 of counter words (x0, x1) under key (k0, k1) (uint32, shaped like x0): two uint32 outputs per element. */
+export function threefry2x32(x0: UOp, x1: UOp, k0: UOp, k1: UOp): [UOp, UOp] {
+  const keys = [k0, k1, k0.alu("XOR", k1).alu("XOR", u32(PARITY, k0))];
+  let a = x0.alu("ADD", keys[0]!);
+  let b = x1.alu("ADD", keys[1]!);
   for (let block = 0; block < 5; block++) {
     for (let r = 0; r < 4; r++) {
       a = a.alu("ADD", b);
       b = rotl(b, ROTATIONS[(block % 2) * 4 + r]!).alu("XOR", a);
     }
-    a = a.alu("ADD", u32(keys[(block + 1) % 3]!, a));
-    b = b.alu("ADD", u32((keys[(block + 2) % 3]! + block + 1) >>> 0, b));
+    a = a.alu("ADD", keys[(block + 1) % 3]!);
+    b = b.alu("ADD", keys[(block + 2) % 3]!.alu("ADD", u32(block + 1, b)));
   }
   return [a, b];
 }
 
-/** `n` uniformly random uint32 words for (seed, call counter). */
-export function randomBits(n: number, seed: number, counter: number, device: string): UOp {
+/**
+ * `n` uniformly random uint32 words under key (seed, counter): `counter` is a one-element uint32 node
+ * (read from a device buffer, so a replayed JIT draws new numbers each call).
+ */
+export function randomBits(n: number, seed: number, counter: UOp, device: string): UOp {
   const half = Math.ceil(n / 2);
   const index = UOp.index(half, device).bitcast(dtypes.uint32);
   const zero = u32(0, index);
-  const [lo, hi] = threefry2x32(index, zero, seed, counter);
+  const [lo, hi] = threefry2x32(index, zero, u32(seed, index), counter.reshape([1]).expand([half]));
   return lo.reshape([half, 1]).pad([[0, 0], [0, 1]]).alu("ADD", hi.reshape([half, 1]).pad([[0, 0], [1, 0]])).reshape([half * 2]).shrink([[0, n]]);
 }

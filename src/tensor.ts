@@ -30,6 +30,8 @@ const toDtype = (d: DType | DTypeName | undefined, fallback: DType): DType => (d
 
 let uniqueTag = 0;
 const requiringGrad = new Set<WeakRef<Tensor>>();
+/** Tensors with an assign not yet run: the JIT runs them inside the captured call. */
+const pendingAssigns = new Set<Tensor>();
 
 export class Tensor {
   /** The node this tensor currently stands for (replaced by a buffer view once realized). */
@@ -42,7 +44,12 @@ export class Tensor {
   /** dtype of new float tensors (`DEFAULT_FLOAT=HALF` gives float16). */
   static defaultFloat: DType = defaultFloatFromEnv();
   private static seed = 0;
-  private static rngCalls = 0;
+  /**
+   * Per device: a uint32 counter kept on the device plus the calls made since it last advanced.
+   * A draw's key is counter + calls; the JIT advances the counter after each call, so a replayed
+   * step draws new numbers while the kernels (with their baked-in call offsets) stay the same.
+   */
+  private static rngCounters = new Map<string, { counter: Tensor; calls: number }>();
 
   constructor(data: TensorData | UOp, opts: TensorOptions = {}) {
     if (data instanceof UOp) {
@@ -117,13 +124,32 @@ export class Tensor {
   /** Makes every random op reproducible from here on. */
   static manualSeed(seed: number): void {
     Tensor.seed = seed >>> 0;
-    Tensor.rngCalls = 0;
+    Tensor.rngCounters.clear();
+  }
+  /** Advances each device's RNG counter past the draws made so far; the tensors to realize for that. */
+  static rngState(): Tensor[] {
+    const advanced: Tensor[] = [];
+    for (const state of Tensor.rngCounters.values()) {
+      if (state.calls === 0) continue;
+      state.counter.assign(state.counter.add(state.calls));
+      state.calls = 0;
+      advanced.push(state.counter);
+    }
+    return advanced;
+  }
+  private static nextRngKey(device: string): UOp {
+    let state = Tensor.rngCounters.get(device);
+    if (!state) {
+      state = { counter: new Tensor(Uint32Array.from([0]), { device }), calls: 0 };
+      Tensor.rngCounters.set(device, state);
+    }
+    return state.counter.add(state.calls++).node;
   }
   /** Uniform in [0, 1). */
   static rand(shape: readonly number[], opts: TensorOptions = {}): Tensor {
     checkShape(shape);
     const device = Device.canonicalize(opts.device ?? Device.DEFAULT);
-    const bits = new Tensor(randomBits(prod(shape as number[]), Tensor.seed, Tensor.rngCalls++, device));
+    const bits = new Tensor(randomBits(prod(shape as number[]), Tensor.seed, Tensor.nextRngKey(device), device));
     // 23 random mantissa bits under exponent 0 give [1, 2); minus 1 gives [0, 1)
     const one = bits.shr(9).bitwiseOr(0x3f800000).bitcast(dtypes.float32).sub(1);
     return one.reshape(shape).cast(toDtype(opts.dtype, Tensor.defaultFloat)).withGrad(opts);
@@ -171,13 +197,20 @@ export class Tensor {
     return this;
   }
 
+  /** Tensors assigned to since they were last realized. */
+  static pendingAssigns(): Tensor[] {
+    return [...pendingAssigns];
+  }
+
   static realizeAll(tensors: readonly Tensor[]): void {
+    for (const t of tensors) pendingAssigns.delete(t);
     const pending = tensors.filter((t) => !storedBuffer(t.node) && t.node.op !== "CONST");
     if (pending.length === 0) return;
     realizeNodes(pending.map((t) => t.node));
+    for (const t of pendingAssigns) if (storedBuffer(t.node)) pendingAssigns.delete(t);
     for (const t of pending) {
       const buffer = storedBuffer(t.node)!;
-      buffer.realizedBy++;
+      if (t.node.op !== "ASSIGN") buffer.realizedBy++; // an assign's target already belongs to its tensor
       t.node = UOp.buffer(buffer).reshape(t.node.shape);
     }
   }
@@ -226,6 +259,7 @@ export class Tensor {
     if (storedBuffer(this.node)!.realizedBy > 1) this.node = this.node.contiguous(uniqueTag++);
     if (!storedBuffer(this.node)) this.realize();
     this.node = this.node.assign(v.node);
+    pendingAssigns.add(this);
     return this;
   }
 

@@ -1,0 +1,128 @@
+// Capture and replay: the second call of a jitted function records the kernels it ran, later
+// calls run that list again with the new inputs' buffers swapped in, skipping scheduling and codegen.
+import type { Buffer } from "../device.ts";
+import { TsgradError, fmtShape, getenv } from "../helpers.ts";
+import { Tensor } from "../tensor.ts";
+import { UOp } from "../uop.ts";
+import { execObservers, runItem } from "./realize.ts";
+import { type ExecItem, storedBuffer } from "./schedule.ts";
+
+/** What a jitted function may return: tensors, arrays of them, records of them, or nothing. */
+export type JitOutput = Tensor | readonly JitOutput[] | { readonly [key: string]: JitOutput } | undefined | void;
+
+interface InputSignature {
+  shape: readonly number[];
+  dtype: string;
+  device: string;
+}
+
+let firstCallDepth = 0;
+/** True while a jitted function runs its first, uncaptured call (IGNORE_JIT_FIRST_BEAM skips BEAM then). */
+export const isJitFirstCall = (): boolean => firstCallDepth > 0;
+
+/**
+ * Wraps `fn` so that its kernels are captured on the second call and replayed afterwards.
+ * Inputs are the Tensor arguments (shapes, dtypes and devices must stay those of the capture);
+ * anything else `fn` reads must live in tensors (a learning rate, an RNG counter), not in JS numbers.
+ * `JIT=0` turns capture off: every call then runs `fn` normally.
+ */
+export class TinyJit<A extends Tensor[], R extends JitOutput> {
+  private calls = 0;
+  private captured: ExecItem[] | undefined;
+  private capturedInputs: Buffer[] = [];
+  private signature: InputSignature[] = [];
+  private output: R | undefined;
+
+  constructor(private readonly fn: (...args: A) => R) {}
+
+  /** Forgets the capture: the next call runs uncaptured again. */
+  reset(): void {
+    this.calls = 0;
+    this.captured = undefined;
+    this.output = undefined;
+  }
+
+  get isCaptured(): boolean {
+    return this.captured !== undefined;
+  }
+
+  call(...args: A): R {
+    Tensor.realizeAll(args.map((a) => (storedBuffer(a.node) ? a : (a.node = a.contiguous().node, a))));
+    if (getenv("JIT", 1) === 0) return this.runAndRealize(args);
+    if (this.captured) return this.replay(args);
+    this.calls++;
+    if (this.calls === 1) {
+      firstCallDepth++;
+      try {
+        return this.runAndRealize(args);
+      } finally {
+        firstCallDepth--;
+      }
+    }
+    const items: ExecItem[] = [];
+    const record = (item: ExecItem): void => void items.push(item);
+    execObservers.add(record);
+    let out: R;
+    try {
+      out = this.runAndRealize(args);
+    } finally {
+      execObservers.delete(record);
+    }
+    this.captured = items;
+    this.capturedInputs = args.map((a) => storedBuffer(a.node)!);
+    this.signature = args.map(signatureOf);
+    this.output = out;
+    return out;
+  }
+
+  private runAndRealize(args: A): R {
+    const out = this.fn(...args);
+    // also what the call assigned (optimizer updates) and the RNG counters, so replays repeat them
+    Tensor.realizeAll([...tensorsIn(out), ...Tensor.rngState(), ...Tensor.pendingAssigns()]);
+    return out;
+  }
+
+  private replay(args: A): R {
+    if (args.length !== this.signature.length) throw new TsgradError(`jit: captured with ${this.signature.length} tensor arguments, called with ${args.length}`);
+    const swap = new Map<Buffer, Buffer>();
+    args.forEach((a, i) => {
+      const want = this.signature[i]!;
+      const got = signatureOf(a);
+      if (got.dtype !== want.dtype || got.device !== want.device || fmtShape(got.shape) !== fmtShape(want.shape)) {
+        throw new TsgradError(`jit: argument ${i} is ${fmtShape(got.shape)} ${got.dtype} on ${got.device}, but the capture was ${fmtShape(want.shape)} ${want.dtype} on ${want.device}; call reset() to capture again`);
+      }
+      swap.set(this.capturedInputs[i]!, storedBuffer(a.node)!);
+    });
+    for (const item of this.captured!) runItem(swapBuffers(item, swap));
+    return freshOutputs(this.output) as R;
+  }
+}
+
+/** `jit(fn)` returns a function with the same signature that captures and replays, plus `reset()`. */
+export function jit<A extends Tensor[], R extends JitOutput>(fn: (...args: A) => R): ((...args: A) => R) & { reset(): void; jit: TinyJit<A, R> } {
+  const j = new TinyJit(fn);
+  return Object.assign((...args: A) => j.call(...args), { reset: () => j.reset(), jit: j });
+}
+
+const signatureOf = (t: Tensor): InputSignature => ({ shape: t.shape, dtype: t.dtype.name, device: t.device });
+
+function swapBuffers(item: ExecItem, swap: ReadonlyMap<Buffer, Buffer>): ExecItem {
+  if (swap.size === 0) return item;
+  const sub = (b: Buffer): Buffer => swap.get(b) ?? b;
+  return item.kind === "copy" ? { kind: "copy", src: sub(item.src), dst: sub(item.dst) } : { kind: "kernel", kernel: item.kernel, buffers: item.buffers.map(sub) };
+}
+
+function tensorsIn(out: JitOutput): Tensor[] {
+  if (out instanceof Tensor) return [out];
+  if (out === undefined || out === null) return [];
+  if (Array.isArray(out)) return out.flatMap(tensorsIn);
+  return Object.values(out as Record<string, JitOutput>).flatMap(tensorsIn);
+}
+
+/** New Tensor objects over the captured output buffers, so callers never hold the jit's own objects. */
+function freshOutputs(out: JitOutput): JitOutput {
+  if (out instanceof Tensor) return new Tensor(UOp.buffer(storedBuffer(out.node)!).reshape(out.shape));
+  if (out === undefined || out === null) return out;
+  if (Array.isArray(out)) return out.map(freshOutputs);
+  return Object.fromEntries(Object.entries(out as Record<string, JitOutput>).map(([k, v]) => [k, freshOutputs(v)]));
+}
