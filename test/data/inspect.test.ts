@@ -4,7 +4,7 @@ import { execFileSync, spawnSync } from "node:child_process";
 import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { detectSampleFormat, openSampleFile, readSamples, sampleJson } from "../../mlperf/bert/data/inspect.ts";
+import { detectSampleFormat, openSampleFile, readSamples, sampleJson, summarize } from "../../mlperf/bert/data/inspect.ts";
 import { emptySamples, writeShard } from "../../mlperf/bert/data/shard.ts";
 import { writeTFRecordSamples } from "../../mlperf/bert/data/tfrecord.ts";
 import { SAMPLE_FIELDS } from "../../mlperf/bert/data/samples.ts";
@@ -66,6 +66,23 @@ test("inspect --jsonl prints every sample of a shard as the reference fixture ha
 test("inspect --jsonl --limit prints the first samples of a TFRecord", () => {
   const expected = FIXTURE_LINES.slice(0, 2).map((line) => JSON.stringify(JSON.parse(line)) + "\n").join("");
   assert.equal(inspect(tfrecordPath, "--jsonl", "--limit", "2"), expected);
+});
+
+test("summarize counts tokens, predictions and random next sentences as the fixture has them", () => {
+  const rows = FIXTURE_LINES.map((line) => JSON.parse(line) as Record<string, number[]>);
+  const total = (field: string) => rows.reduce((sum, row) => sum + row[field]!.reduce((a, b) => a + b, 0), 0);
+  const mean = (field: string) => Number((total(field) / rows.length).toFixed(2));
+  assert.deepEqual(summarize(tfrecordPath), {
+    file: tfrecordPath,
+    format: "TFRecord of tf.train.Example",
+    samples: 229,
+    max_seq_length: 128,
+    max_predictions_per_seq: 20,
+    "tokens per sample (mean)": mean("input_mask"),
+    "masked predictions per sample (mean)": mean("masked_lm_weights"),
+    "random next sentence (fraction)": mean("next_sentence_labels"),
+    "largest token id": Math.max(...rows.flatMap((row) => row.input_ids!)),
+  });
 });
 
 test("inspect without options prints a summary", () => {

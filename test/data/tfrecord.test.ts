@@ -184,3 +184,13 @@ test("Example int64 lists carry negative values (10-byte varints) and bytes list
   ]);
   assert.deepEqual(decodeExample(encodeExample(features)), features);
 });
+
+test("a record length far beyond the file is a truncation error, not a huge allocation", () => {
+  const path = tempFile("huge-length.tfrecord");
+  const header = new Uint8Array(12);
+  const view = new DataView(header.buffer);
+  view.setBigUint64(0, 2n ** 50n, true);
+  view.setUint32(8, maskedCrc32c(header.subarray(0, 8)), true);
+  writeFileSync(path, Buffer.concat([readFileSync(REFERENCE), header]));
+  throwsTFRecord(() => readTFRecordSamples(path), path, 2645, /truncated record: 12 of 1125899906842640 bytes/);
+});

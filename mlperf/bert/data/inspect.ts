@@ -59,25 +59,46 @@ export function sampleJson(samples: SampleColumns, index: number): string {
   return JSON.stringify(sample);
 }
 
-/** Counts and averages that say whether a file looks like BERT pretraining data. */
-export function summarize(path: string, format: SampleFormat, samples: SampleColumns): Record<string, string | number> {
-  const sum = (values: Int32Array | Float32Array) => {
-    let total = 0;
-    for (const value of values) total += value;
-    return total;
-  };
-  const perSample = (total: number) => (samples.count === 0 ? 0 : Number((total / samples.count).toFixed(2)));
+/** Calls `visit` with each of the first `limit` samples in turn, as a one-sample batch; returns the file's count. */
+function forEachSample(path: string, limit: number, visit: (sample: SampleColumns) => void): number {
+  const file = openSampleFile(path);
+  try {
+    const sample = emptySamples(1, file);
+    for (let index = 0; index < Math.min(limit, file.count); index++) {
+      file.readInto(index, sample, 0);
+      visit(sample);
+    }
+    return file.count;
+  } finally {
+    file.close();
+  }
+}
+
+/** Counts and averages that say whether a file looks like BERT pretraining data; reads one sample at a time. */
+export function summarize(path: string): Record<string, string | number> {
+  const format = detectSampleFormat(path);
+  let widths = { maxSeqLength: 0, maxPredictionsPerSeq: 0 };
+  let tokens = 0;
+  let predictions = 0;
+  let randomNext = 0;
   let maxTokenId = 0;
-  for (const id of samples.input_ids) maxTokenId = Math.max(maxTokenId, id);
+  const count = forEachSample(path, Infinity, (sample) => {
+    widths = sample;
+    for (const real of sample.input_mask) tokens += real;
+    for (const weight of sample.masked_lm_weights) predictions += weight;
+    for (const id of sample.input_ids) maxTokenId = Math.max(maxTokenId, id);
+    randomNext += sample.next_sentence_labels[0]!;
+  });
+  const perSample = (total: number) => (count === 0 ? 0 : Number((total / count).toFixed(2)));
   return {
     file: path,
     format: format === "shard" ? "tsgrad sample shard (safetensors)" : "TFRecord of tf.train.Example",
-    samples: samples.count,
-    max_seq_length: samples.maxSeqLength,
-    max_predictions_per_seq: samples.maxPredictionsPerSeq,
-    "tokens per sample (mean)": perSample(sum(samples.input_mask)),
-    "masked predictions per sample (mean)": perSample(sum(samples.masked_lm_weights)),
-    "random next sentence (fraction)": perSample(sum(samples.next_sentence_labels)),
+    samples: count,
+    max_seq_length: widths.maxSeqLength,
+    max_predictions_per_seq: widths.maxPredictionsPerSeq,
+    "tokens per sample (mean)": perSample(tokens),
+    "masked predictions per sample (mean)": perSample(predictions),
+    "random next sentence (fraction)": perSample(randomNext),
     "largest token id": maxTokenId,
   };
 }
@@ -111,24 +132,18 @@ function parseArgs(argv: string[]): { path: string; jsonl: boolean; limit: numbe
   return path === undefined ? "no file given" : { path, jsonl, limit };
 }
 
-/** Streams samples as JSON lines, one sample read at a time, so big files need little memory. */
+/** Prints samples as JSON lines, reading one at a time so that big files need little memory. */
 function printJsonl(path: string, limit: number): void {
-  const file = openSampleFile(path);
-  try {
-    const row = emptySamples(1, file);
-    const end = Math.min(limit, file.count);
-    let lines: string[] = [];
-    for (let index = 0; index < end; index++) {
-      file.readInto(index, row, 0);
-      lines.push(sampleJson(row, 0));
-      if (lines.length === 256 || index === end - 1) {
-        process.stdout.write(lines.join("\n") + "\n");
-        lines = [];
-      }
-    }
-  } finally {
-    file.close();
-  }
+  let lines: string[] = [];
+  const flush = () => {
+    if (lines.length > 0) process.stdout.write(lines.join("\n") + "\n");
+    lines = [];
+  };
+  forEachSample(path, limit, (sample) => {
+    lines.push(sampleJson(sample, 0));
+    if (lines.length === 256) flush();
+  });
+  flush();
 }
 
 function main(argv: string[]): number {
@@ -147,8 +162,7 @@ function main(argv: string[]): number {
     if (args.jsonl) {
       printJsonl(args.path, args.limit);
     } else {
-      const summary = summarize(args.path, detectSampleFormat(args.path), readSamples(args.path));
-      for (const [key, value] of Object.entries(summary)) process.stdout.write(`${key}: ${value}\n`);
+      for (const [key, value] of Object.entries(summarize(args.path))) process.stdout.write(`${key}: ${value}\n`);
     }
   } catch (error) {
     process.stderr.write(`inspect: ${(error as Error).message}\n`);

@@ -41,6 +41,7 @@ export interface TFRecord {
 export function* readTFRecords(path: string): Generator<TFRecord> {
   const fd = openSync(path, "r");
   try {
+    const fileLength = fstatSync(fd).size;
     let buffer = new Uint8Array(CHUNK_BYTES);
     let start = 0; // first unconsumed byte in buffer
     let end = 0; // end of valid bytes in buffer
@@ -74,7 +75,10 @@ export function* readTFRecords(path: string): Generator<TFRecord> {
       }
       const length = Number(view.getBigUint64(0, true));
       const total = HEADER_BYTES + length + FOOTER_BYTES;
-      if (!fill(total)) throw new TFRecordError(path, recordOffset, `truncated record: ${end - start} of ${total} bytes`);
+      // Checked before reading so that a corrupt length cannot ask for a huge buffer.
+      if (recordOffset + total > fileLength || !fill(total)) {
+        throw new TFRecordError(path, recordOffset, `truncated record: ${fileLength - recordOffset} of ${total} bytes`);
+      }
       const data = buffer.subarray(start + HEADER_BYTES, start + HEADER_BYTES + length);
       const stored = new DataView(buffer.buffer, buffer.byteOffset + start + HEADER_BYTES + length, 4).getUint32(0, true);
       if (maskedCrc32c(data) !== stored) throw new TFRecordError(path, recordOffset, `bad CRC of the ${length}-byte record data`);
