@@ -43,6 +43,8 @@ export interface KernelIR {
   readonly flops: number;
   /** How many leading (perfectly nested) output loops backends with threads split across them; 0: none. */
   readonly parallel: number;
+  /** The options the kernel was lowered with (opts.ts `optsKey`). */
+  readonly opts: string;
 }
 
 /** The identity of each reduce: the accumulator's starting value. */

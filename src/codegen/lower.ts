@@ -1,11 +1,15 @@
 // Lowers one scheduled kernel (a root UOp whose inputs are buffers) into the loop IR.
 // Movement ops become index arithmetic; each reduce becomes a loop with an accumulator.
+// Options (opts.ts) shape the loops: upcast output axes become lanes computed in lockstep, sharing
+// loads and reduce loops; the innermost reduce loop can be unrolled. A one-hot sum (embedding, gather)
+// collapses to one guarded load at the runtime index.
 import { dtypes, type DType } from "../dtype.ts";
 import {
-  type Bound, type Idx, andBound, condKey, flatIndex, iadd, iconst, imul, ivar, unflatIndex,
+  type Bound, type Idx, andBound, condKey, flatIndex, iadd, iconst, imul, iruntime, ivar, unflatIndex, varsOf,
 } from "../shape/symbolic.ts";
 import { type Pads, type ReduceArg, type UOp, isElementwise } from "../uop.ts";
 import type { AluOp, Expr, KernelBuffer, KernelIR, Operand, Stmt } from "./ir.ts";
+import { type KernelOpts, NO_OPTS, optsKey } from "./opts.ts";
 
 /** A kernel as the scheduler hands it over: what to compute and where its inputs live. */
 export interface KernelSpec {
@@ -16,50 +20,123 @@ export interface KernelSpec {
   readonly buffers: readonly KernelBuffer[];
 }
 
-export function lowerKernel(spec: KernelSpec): KernelIR {
-  return new Lowerer(spec).run();
+/** Chooses a kernel's options by hand-written rules (heuristics.ts registers itself here). */
+let defaultOpts: (spec: KernelSpec) => KernelOpts = () => NO_OPTS;
+export function setDefaultOpts(choose: (spec: KernelSpec) => KernelOpts): void {
+  defaultOpts = choose;
 }
+
+const specs = new WeakMap<KernelIR, KernelSpec>();
+
+/** The spec a kernel was lowered from, to lower it again with other options (BEAM). */
+export const kernelSpecOf = (kernel: KernelIR): KernelSpec | undefined => specs.get(kernel);
+
+export function lowerKernel(spec: KernelSpec, opts?: KernelOpts): KernelIR {
+  const kernel = new Lowerer(spec, opts ?? defaultOpts(spec)).run();
+  specs.set(kernel, spec);
+  return kernel;
+}
+
+/** One value wanted: `node` at per-axis index `idx`, where `valid` holds. */
+interface Request {
+  readonly node: UOp;
+  readonly idx: readonly Idx[];
+  readonly valid: readonly Bound[];
+}
+
+interface Scope {
+  stmts: Stmt[];
+  cache: Map<string, Operand>;
+  trips: number;
+}
+
+/** What a movement op does to an index: the source index, and bounds that must hold (PAD). `null`: never inside. */
+export function moveIndex(node: UOp, idx: readonly Idx[]): { srcIdx: Idx[]; inside: Bound[] | null } {
+  const src = node.src[0]!;
+  switch (node.op) {
+    case "RESHAPE": return { srcIdx: unflatIndex(flatIndex(idx, node.shape), src.shape), inside: [] };
+    case "PERMUTE": {
+      const srcIdx = new Array<Idx>(idx.length);
+      (node.arg as number[]).forEach((from, to) => (srcIdx[from] = idx[to]!));
+      return { srcIdx, inside: [] };
+    }
+    case "EXPAND": return { srcIdx: idx.map((i, d) => (src.shape[d] === 1 ? iconst(0) : i)), inside: [] };
+    case "SHRINK": return { srcIdx: idx.map((i, d) => iadd(i, iconst((node.arg as Pads)[d]![0]))), inside: [] };
+    case "FLIP": return { srcIdx: idx.map((i, d) => ((node.arg as boolean[])[d] ? iadd(iconst(src.shape[d]! - 1), imul(i, -1)) : i)), inside: [] };
+    case "PAD": {
+      let inside: Bound[] | null = [];
+      const srcIdx = idx.map((i, d) => {
+        const shifted = iadd(i, iconst(-(node.arg as Pads)[d]![0]));
+        inside = andBound(inside, shifted, 0, src.shape[d]!);
+        return shifted;
+      });
+      return { srcIdx, inside };
+    }
+    default: throw new Error(`moveIndex: ${node.op} is not a movement op`);
+  }
+}
+
+const isMovement = (op: string): boolean => ["RESHAPE", "PERMUTE", "EXPAND", "SHRINK", "FLIP", "PAD"].includes(op);
 
 class Lowerer {
   private names = 0;
   private loops = 0;
-  private scopes: { stmts: Stmt[]; cache: Map<string, Operand>; trips: number }[] = [];
+  private scopes: Scope[] = [];
   private flops = 0;
   private hasReduce = false;
+  /** While collecting (a dry run), the reduces met, instead of emitting their loops. */
+  private collecting: Request[] | null = null;
 
-  constructor(private readonly spec: KernelSpec) {}
+  constructor(private readonly spec: KernelSpec, private readonly opts: KernelOpts) {}
 
   run(): KernelIR {
     const root = this.spec.value;
     const body: Stmt[] = [];
     this.scopes.push({ stmts: body, cache: new Map(), trips: 1 });
-    const idx = root.shape.map((size, d) => {
-      if (size === 1) return iconst(0);
-      const name = `i${d}`;
-      const loop: Stmt = { kind: "loop", var: name, size, body: [] };
-      this.emit(loop);
-      this.scopes.push({ stmts: loop.body, cache: new Map(), trips: this.top.trips * size });
-      return ivar(name, size);
+    const amounts = root.shape.map((size, d) => {
+      const u = this.opts.upcast.filter((x) => x.axis === d).reduce((a, x) => a * x.amount, 1);
+      if (size % u !== 0) throw new Error(`lowerKernel: upcast ${u} does not divide axis ${d} of size ${size}`);
+      return u;
     });
-    const value = this.gen(root, idx, []);
-    this.emit({ kind: "store", buf: 0, index: flatIndex(idx, root.shape), value, dtype: this.spec.buffers[0]!.dtype });
-    const kind = this.hasReduce ? "r" : "E";
+    const outer = root.shape.map((size, d) => {
+      const trips = size / amounts[d]!;
+      if (trips === 1) return iconst(0);
+      const name = `i${d}`;
+      this.openLoop(name, trips);
+      return ivar(name, trips);
+    });
+    // every combination of upcast offsets is one lane
+    let lanes: Idx[][] = [[]];
+    root.shape.forEach((_, d) => {
+      const u = amounts[d]!;
+      lanes = lanes.flatMap((lane) => Array.from({ length: u }, (_, c) => [...lane, u === 1 ? outer[d]! : iadd(imul(outer[d]!, u), iconst(c))]));
+    });
+    const values = this.genAll(lanes.map((idx) => ({ node: root, idx, valid: [] })));
+    lanes.forEach((idx, i) => this.emit({ kind: "store", buf: 0, index: flatIndex(idx, root.shape), value: values[i]!, dtype: this.spec.buffers[0]!.dtype }));
+    const loopCount = outer.filter((i) => i.kind !== "const").length;
     return {
-      name: [kind, ...root.shape.filter((s) => s !== 1)].join("_"),
+      name: [this.hasReduce ? "r" : "E", ...root.shape.filter((s) => s !== 1)].join("_"),
       buffers: this.spec.buffers,
       body,
       outputShape: root.shape,
       flops: this.flops,
-      parallel: parallelLoops(root.shape.filter((n) => n !== 1), this.flops + root.numel),
+      parallel: Math.min(this.opts.parallel, loopCount),
+      opts: optsKey(this.opts),
     };
   }
 
-  private get top() {
+  private get top(): Scope {
     return this.scopes[this.scopes.length - 1]!;
   }
 
   private emit(stmt: Stmt): void {
     this.top.stmts.push(stmt);
+  }
+
+  private openLoop(name: string, size: number): void {
+    const loop: Stmt = { kind: "loop", var: name, size, body: [] };
+    this.emit(loop);
+    this.scopes.push({ stmts: loop.body, cache: new Map(), trips: this.top.trips * size });
   }
 
   private lookup(key: string): Operand | undefined {
@@ -79,106 +156,230 @@ class Lowerer {
     return operand;
   }
 
+  /**
+   * Values for several requests at once. The reduces they need are found by a dry run first, so that
+   * all lanes of one reduce share one loop; then the values are generated (the reduces hit the cache).
+   */
+  private genAll(requests: readonly Request[]): Operand[] {
+    const found = this.collectReduces(requests);
+    const groups = new Map<UOp, Request[]>();
+    for (const r of found) groups.set(r.node, [...(groups.get(r.node) ?? []), r]);
+    for (const [node, lanes] of groups) this.reduceLanes(node, lanes);
+    return requests.map((r) => this.gen(r.node, r.idx, r.valid));
+  }
+
+  /** The reduces `requests` read (not those nested inside them), each lane once. */
+  private collectReduces(requests: readonly Request[]): Request[] {
+    const saved = { names: this.names, flops: this.flops, collecting: this.collecting };
+    const found: Request[] = [];
+    this.collecting = found;
+    this.scopes.push({ stmts: [], cache: new Map(), trips: this.top.trips });
+    for (const r of requests) this.gen(r.node, r.idx, r.valid);
+    this.scopes.pop();
+    Object.assign(this, saved);
+    const seen = new Set<string>();
+    return found.filter((r) => {
+      const key = requestKey(r);
+      if (seen.has(key) || this.lookup(key)) return false;
+      seen.add(key);
+      return true;
+    });
+  }
+
   /** The value of `node` at per-axis index `idx`, where `valid` holds (null: never valid, so 0). */
   private gen(node: UOp, idx: readonly Idx[], valid: readonly Bound[] | null): Operand {
     if (valid === null) return { kind: "lit", value: 0, dtype: node.dtype };
-    const slot = this.spec.inputs.get(node);
     if (node.op === "CONST") return { kind: "lit", value: node.arg as number, dtype: node.dtype };
-    const key = `${node.id}|${idx.map((i) => i.key).join(",")}|${condKey(valid)}`;
+    const key = requestKey({ node, idx, valid });
     const hit = this.lookup(key);
     if (hit) return hit;
 
+    const slot = this.spec.inputs.get(node);
     if (node.op === "INDEX") return this.define(node.dtype, { op: "INDEX", index: idx[0]! }, key);
-    if (slot !== undefined) {
-      return this.define(node.dtype, { op: "LOAD", buf: slot, index: flatIndex(idx, node.shape), valid }, key);
-    }
+    if (slot !== undefined) return this.define(node.dtype, { op: "LOAD", buf: slot, index: flatIndex(idx, node.shape), valid }, key);
     if (isElementwise(node.op)) {
       const srcs = node.src.map((s) => this.gen(s, idx, valid));
       return this.define(node.dtype, { op: node.op as AluOp, srcs }, key);
     }
-    const src = node.src[0]!;
-    switch (node.op) {
-      case "RESHAPE":
-        return this.gen(src, unflatIndex(flatIndex(idx, node.shape), src.shape), valid);
-      case "PERMUTE": {
-        const order = node.arg as number[];
-        const srcIdx = new Array<Idx>(order.length);
-        order.forEach((from, to) => (srcIdx[from] = idx[to]!));
-        return this.gen(src, srcIdx, valid);
-      }
-      case "EXPAND":
-        return this.gen(src, idx.map((i, d) => (src.shape[d] === 1 ? iconst(0) : i)), valid);
-      case "SHRINK":
-        return this.gen(src, idx.map((i, d) => iadd(i, iconst((node.arg as Pads)[d]![0]))), valid);
-      case "FLIP":
-        return this.gen(src, idx.map((i, d) => ((node.arg as boolean[])[d] ? iadd(iconst(src.shape[d]! - 1), imul(i, -1)) : i)), valid);
-      case "PAD": {
-        const pads = node.arg as Pads;
-        let inside: Bound[] | null = [];
-        const srcIdx = idx.map((i, d) => {
-          const shifted = iadd(i, iconst(-pads[d]![0]));
-          inside = andBound(inside, shifted, 0, src.shape[d]!);
-          return shifted;
-        });
-        if (inside === null) return { kind: "lit", value: 0, dtype: node.dtype };
-        const both = inside.length ? [...valid, ...(inside as Bound[])] : valid;
-        const value = this.gen(src, srcIdx, both);
-        if ((inside as Bound[]).length === 0) return value;
-        // outside the source the padded value is 0: select with the bounds as a bool
-        const isInside = this.boundsToBool(inside, key);
-        return this.define(node.dtype, { op: "WHERE", srcs: [isInside, value, { kind: "lit", value: 0, dtype: node.dtype }] }, key);
-      }
-      case "REDUCE":
-        return this.reduce(node, idx, valid, key);
-      case "CONTIGUOUS":
-        return this.gen(src, idx, valid);
-      default:
-        throw new Error(`lowerKernel: ${node.op} must be scheduled as its own step, not fused`);
+    if (isMovement(node.op)) {
+      const { srcIdx, inside } = moveIndex(node, idx);
+      if (inside === null) return { kind: "lit", value: 0, dtype: node.dtype };
+      const value = this.gen(node.src[0]!, srcIdx, inside.length ? [...valid, ...inside] : valid);
+      return inside.length ? this.select(inside, value, key) : value;
     }
+    if (node.op === "REDUCE") {
+      if (this.collecting) {
+        this.collecting.push({ node, idx, valid });
+        return { kind: "val", name: "collecting", dtype: node.dtype };
+      }
+      this.reduceLanes(node, [{ node, idx, valid }]);
+      return this.lookup(key)!;
+    }
+    if (node.op === "CONTIGUOUS") return this.gen(node.src[0]!, idx, valid);
+    throw new Error(`lowerKernel: ${node.op} must be scheduled as its own step, not fused`);
   }
 
-  private reduce(node: UOp, idx: readonly Idx[], valid: readonly Bound[], key: string): Operand {
+  /** `value` where every bound holds, else 0. */
+  private select(bounds: readonly Bound[], value: Operand, key: string): Operand {
+    const inside = this.define(dtypes.bool, { op: "VALID", valid: bounds }, `${key}|inside`);
+    return this.define(value.dtype, { op: "WHERE", srcs: [inside, value, { kind: "lit", value: 0, dtype: value.dtype }] }, key);
+  }
+
+  /** One reduce at several lanes: one accumulator per lane, one shared loop nest (or no loop, if it collapses). */
+  private reduceLanes(node: UOp, lanes: readonly Request[]): void {
     this.hasReduce = true;
+    if (this.collapseOneHot(node, lanes)) return;
     const { op, axes } = node.arg as ReduceArg;
     const src = node.src[0]!;
-    const acc = `acc${this.names++}`;
-    this.emit({ kind: "acc", name: acc, dtype: node.dtype, op });
-    const srcIdx = [...idx];
+    const accs = lanes.map(() => `acc${this.names++}`);
+    accs.forEach((name) => this.emit({ kind: "acc", name, dtype: node.dtype, op }));
     const outer = this.scopes.length;
+    const loopIdx = new Map<number, Idx>();
+    const last = axes[axes.length - 1]!;
+    const unroll = src.shape[last]! % this.opts.unroll === 0 ? this.opts.unroll : 1;
     for (const axis of axes) {
+      const size = axis === last ? src.shape[axis]! / unroll : src.shape[axis]!;
       const name = `r${this.loops++}`;
-      const loop: Stmt = { kind: "loop", var: name, size: src.shape[axis]!, body: [] };
-      this.emit(loop);
-      this.scopes.push({ stmts: loop.body, cache: new Map(), trips: this.top.trips * src.shape[axis]! });
-      srcIdx[axis] = ivar(name, src.shape[axis]!);
+      if (size > 1) this.openLoop(name, size);
+      loopIdx.set(axis, ivar(name, size));
     }
-    const value = this.gen(src, srcIdx, valid);
-    this.emit({ kind: "update", name: acc, dtype: node.dtype, op, value });
-    this.flops += this.top.trips;
+    // each lane reads the source at the loop variables, `unroll` consecutive steps of the last axis per trip
+    const requests = lanes.flatMap((lane) => Array.from({ length: unroll }, (_, step) => {
+      const idx = lane.idx.map((i, d) => {
+        const loop = loopIdx.get(d);
+        if (!loop) return i;
+        return d === last && unroll > 1 ? iadd(imul(loop, unroll), iconst(step)) : loop;
+      });
+      return { node: src, idx, valid: lane.valid };
+    }));
+    const values = this.genAll(requests);
+    accs.forEach((name, l) => {
+      for (let step = 0; step < unroll; step++) {
+        this.emit({ kind: "update", name, dtype: node.dtype, op, value: values[l * unroll + step]! });
+        this.flops += this.top.trips;
+      }
+    });
     this.scopes.length = outer;
-    const result: Operand = { kind: "val", name: acc, dtype: node.dtype };
-    this.top.cache.set(key, result);
-    return result;
+    lanes.forEach((lane, l) => this.top.cache.set(requestKey(lane), { kind: "val", name: accs[l]!, dtype: node.dtype }));
   }
 
-  /** lo <= e < hi for every bound, as a bool value. */
-  private boundsToBool(bounds: readonly Bound[], key: string): Operand {
-    return this.define(dtypes.bool, { op: "VALID", valid: bounds }, `${key}|inside`);
+  /**
+   * sum over r of WHERE(r == x, v, 0), with x not depending on r, is v at r = x (0 when x is out of range):
+   * embedding and gather written as one-hot sums become one guarded load instead of a loop over the vocabulary.
+   */
+  private collapseOneHot(node: UOp, lanes: readonly Request[]): boolean {
+    const { op, axes } = node.arg as ReduceArg;
+    if (op !== "ADD" || axes.length !== 1) return false;
+    const axis = axes[0]!;
+    const src = node.src[0]!;
+    const size = src.shape[axis]!;
+    for (const lane of lanes) {
+      const r = ivar(`collapse${this.loops}`, size);
+      const idx = lane.idx.map((i, d) => (d === axis ? r : i));
+      const match = matchOneHot(src, idx, r, this.spec.inputs);
+      if (!match) return false;
+      const x = this.gen(match.other, match.otherIdx, lane.valid);
+      // r = x - offset, a runtime index: v is read there when 0 <= r < size
+      const xIdx = x.kind === "lit" ? iconst(x.value) : iruntime(x.name, ...dtypeRange(x.dtype));
+      const at = iadd(xIdx, imul(match.offset, -1));
+      const inside = andBound([], at, 0, size);
+      const laneKey = requestKey(lane);
+      const atIdx = lane.idx.map((i, d) => (d === axis ? at : i));
+      if (inside === null) {
+        this.top.cache.set(laneKey, { kind: "lit", value: 0, dtype: node.dtype });
+        continue;
+      }
+      const [value] = this.genAll([{ node: match.value, idx: atIdx, valid: [...lane.valid, ...inside] }]);
+      this.top.cache.set(laneKey, inside.length ? this.select(inside, value!, laneKey) : value!);
+    }
+    this.loops++;
+    return true;
   }
 }
 
-/** Threads pay off above this much work (operations plus elements written). */
-const PARALLEL_MIN_WORK = 1 << 16;
+/** The cache key of a request. */
+const requestKey = (r: Request): string => `${r.node.id}|${r.idx.map((i) => i.key).join(",")}|${condKey(r.valid)}`;
 
-/** How many leading output loops to split across threads: enough for several chunks per thread. */
-function parallelLoops(loopSizes: readonly number[], work: number): number {
-  if (work < PARALLEL_MIN_WORK) return 0;
-  let chunks = 1;
-  for (let n = 0; n < loopSizes.length; n++) {
-    chunks *= loopSizes[n]!;
-    if (chunks >= 64) return n + 1;
+/** The values an integer dtype can hold, as the range of a runtime index. */
+function dtypeRange(d: DType): [number, number] {
+  if (d.kind === "uint" || d.kind === "bool") return [0, d.kind === "bool" ? 1 : 2 ** (8 * d.itemsize) - 1];
+  return [-(2 ** (8 * d.itemsize - 1)), 2 ** (8 * d.itemsize - 1) - 1];
+}
+
+type Inputs = ReadonlyMap<UOp, number>;
+
+/** Follows movement ops (not PAD) down to the node that computes the value or is loaded; undefined when a PAD is in the way. */
+function throughMoves(node: UOp, idx: readonly Idx[], inputs: Inputs): { node: UOp; idx: readonly Idx[] } | undefined {
+  while (isMovement(node.op) && !inputs.has(node)) {
+    if (node.op === "PAD") return undefined;
+    idx = moveIndex(node, idx).srcIdx;
+    node = node.src[0]!;
   }
-  return loopSizes.length;
+  return { node, idx };
+}
+
+/**
+ * Matches WHERE(NOT(a != b), v, 0) at `idx` where one side is exactly r + offset (r the reduce variable,
+ * offset free of r) and the other side does not depend on r.
+ */
+function matchOneHot(src: UOp, idx: readonly Idx[], r: Idx, inputs: Inputs): { value: UOp; other: UOp; otherIdx: readonly Idx[]; offset: Idx } | undefined {
+  const computed = (u: UOp, at: readonly Idx[]) => {
+    const found = throughMoves(u, at, inputs);
+    return found && !inputs.has(found.node) ? found : undefined;
+  };
+  const where = computed(src, idx);
+  if (!where || where.node.op !== "WHERE") return undefined;
+  const zero = computed(where.node.src[2]!, where.idx);
+  if (!zero || zero.node.op !== "CONST" || zero.node.arg !== 0) return undefined;
+  const not = computed(where.node.src[0]!, where.idx);
+  if (!not || not.node.op !== "NEG" || not.node.dtype !== dtypes.bool) return undefined;
+  const ne = computed(not.node.src[0]!, not.idx);
+  if (!ne || ne.node.op !== "CMPNE") return undefined;
+  const rName = (r as { name: string }).name;
+  for (const [a, b] of [[0, 1], [1, 0]] as const) {
+    const sideA = ne.node.src[a]!, sideB = ne.node.src[b]!;
+    if (!isIntegral(sideA.dtype) || !isIntegral(sideB.dtype)) return undefined;
+    const e = asIndex(sideA, ne.idx, inputs);
+    if (!e || dependsOn(sideB, ne.idx, rName, inputs)) continue;
+    const terms = e.kind === "sum" ? e.terms : [e];
+    const rTerms = terms.filter((t) => varsOf(t).has(rName));
+    if (rTerms.length !== 1 || rTerms[0]!.kind !== "var") continue;
+    const offset = iadd(...terms.filter((t) => t !== rTerms[0]));
+    return { value: where.node.src[1]!, other: sideB, otherIdx: ne.idx, offset };
+  }
+  return undefined;
+}
+
+const isIntegral = (d: DType): boolean => d.kind === "int" || d.kind === "uint";
+
+/** An INDEX-derived integer value (index, constants, +, * by constants, integer casts) as an index expression. */
+function asIndex(node: UOp, idx: readonly Idx[], inputs: Inputs): Idx | undefined {
+  const at = throughMoves(node, idx, inputs);
+  if (!at || inputs.has(at.node)) return undefined;
+  const n = at.node;
+  if (n.op === "INDEX") return at.idx[0]!;
+  if (n.op === "CONST") return Number.isInteger(n.arg) ? iconst(n.arg as number) : undefined;
+  if (n.op === "CAST" && isIntegral(n.dtype) && isIntegral(n.src[0]!.dtype) && n.dtype.itemsize >= 4) return asIndex(n.src[0]!, at.idx, inputs);
+  if (n.op === "ADD") {
+    const [a, b] = [asIndex(n.src[0]!, at.idx, inputs), asIndex(n.src[1]!, at.idx, inputs)];
+    return a && b ? iadd(a, b) : undefined;
+  }
+  if (n.op === "MUL") {
+    const [a, b] = [asIndex(n.src[0]!, at.idx, inputs), asIndex(n.src[1]!, at.idx, inputs)];
+    if (a && b?.kind === "const") return imul(a, b.value);
+    if (b && a?.kind === "const") return imul(b, a.value);
+  }
+  return undefined;
+}
+
+/** Whether `node` at `idx` reads loop variable `name` anywhere (a reduce inside counts when its output index does). */
+function dependsOn(node: UOp, idx: readonly Idx[], name: string, inputs: Inputs): boolean {
+  if (idx.every((i) => !varsOf(i).has(name))) return false;
+  if (node.op === "CONST") return false;
+  if (inputs.has(node)) return true;
+  if (isMovement(node.op)) return dependsOn(node.src[0]!, moveIndex(node, idx).srcIdx, name, inputs);
+  if (isElementwise(node.op) || node.op === "CONTIGUOUS") return node.src.some((s) => dependsOn(s, idx, name, inputs));
+  return true;
 }
 
 /** Bytes a kernel reads and writes (each buffer once). */

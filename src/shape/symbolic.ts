@@ -15,6 +15,9 @@ export const iconst = (value: number): IConst => ({ kind: "const", value, min: v
 /** A loop variable taking values 0..size-1. */
 export const ivar = (name: string, size: number): Idx => (size === 1 ? iconst(0) : { kind: "var", name, min: 0, max: size - 1, key: name });
 
+/** A value only known when the kernel runs (a loaded integer held in local `name`), within [min, max]. */
+export const iruntime = (name: string, min: number, max: number): Idx => ({ kind: "var", name, min, max, key: name });
+
 export function iadd(...parts: Idx[]): Idx {
   const flat: Idx[] = [];
   for (const p of parts) p.kind === "sum" ? flat.push(...p.terms) : flat.push(p);

@@ -1,0 +1,25 @@
+// Kernel options in tinygrad's sense: how one kernel's loops are shaped, without changing what it computes.
+
+/** Computes `amount` neighbouring elements of output axis `axis` in lockstep (register tiling). */
+export interface Upcast {
+  readonly axis: number;
+  readonly amount: number;
+}
+
+export interface KernelOpts {
+  /** Output axes computed several elements at a time: loads they share are done once, reduce loops are shared. */
+  readonly upcast: readonly Upcast[];
+  /** The innermost reduce loop does this many iterations per trip (1: none). */
+  readonly unroll: number;
+  /** Leading output loops split across threads (0: none). */
+  readonly parallel: number;
+}
+
+export const NO_OPTS: KernelOpts = { upcast: [], unroll: 1, parallel: 0 };
+
+/** A stable text form: cache keys and DEBUG output. */
+export const optsKey = (o: KernelOpts): string =>
+  `u${o.upcast.map((u) => `${u.axis}x${u.amount}`).join(",")}|r${o.unroll}|p${o.parallel}`;
+
+/** How many elements each iteration of the kernel computes. */
+export const upcastWidth = (o: KernelOpts): number => o.upcast.reduce((w, u) => w * u.amount, 1);
