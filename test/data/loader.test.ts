@@ -128,6 +128,17 @@ test("a loader over only empty files is an error rather than an endless loop", (
   assert.throws(() => trainBatches({ ...OPTIONS, files: empty }).next(), /every train file is empty/);
 });
 
+test("an empty TFRecord file among the train files is skipped, whatever its (unknown) widths", () => {
+  const [empty] = makeFiles([0], "tfrecord");
+  const ids = takeIds(trainBatches({ ...OPTIONS, files: [empty!, ...FILES] }), 10).flat();
+  assert.equal(ids.length, 40);
+});
+
+test("a batch size that is not a positive integer is refused", () => {
+  assert.throws(() => trainBatches({ ...OPTIONS, batchSize: 0 }).next(), /batch size must be a positive integer, got 0/);
+  assert.throws(() => evalBatches({ files: FILES, batchSize: 2.5 }).next(), /batch size must be a positive integer, got 2.5/);
+});
+
 test("eval batches give the samples in file order, wrapping around", () => {
   const ids = takeIds(evalBatches({ files: FILES, batchSize: 10 }), 4).flat();
   const everySample = SIZES.flatMap((size, file) => Array.from({ length: size }, (_, i) => sampleId(file, i)));

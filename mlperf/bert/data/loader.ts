@@ -12,7 +12,7 @@ import { readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { isMainThread, parentPort, Worker, workerData } from "node:worker_threads";
 import { openSampleFile, type SampleFile } from "./inspect.ts";
-import { emptySamples, fieldWidth } from "./shard.ts";
+import { emptySamples } from "./shard.ts";
 import { SAMPLE_FIELDS, type SampleColumns } from "./samples.ts";
 
 /** Bad loader input (no files, files of different widths); names the file where there is one. */
@@ -166,15 +166,14 @@ export class TrainSampleOrder {
 class SampleFiles {
   private readonly open = new Map<number, SampleFile>();
   private readonly counts = new Map<number, number>();
-  readonly dims: { maxSeqLength: number; maxPredictionsPerSeq: number };
+  /** The widths of the first file with samples (an empty TFRecord has none to tell). */
+  private widths: { path: string; maxSeqLength: number; maxPredictionsPerSeq: number } | undefined;
 
   constructor(
     readonly paths: string[],
     private readonly keepOpen: number,
   ) {
     if (paths.length === 0) throw new LoaderError("no sample files given");
-    const first = this.get(0);
-    this.dims = { maxSeqLength: first.maxSeqLength, maxPredictionsPerSeq: first.maxPredictionsPerSeq };
   }
 
   get(file: number): SampleFile {
@@ -183,12 +182,7 @@ class SampleFiles {
       this.open.delete(file);
     } else {
       sampleFile = openSampleFile(this.paths[file]!);
-      const dims = this.dims ?? sampleFile;
-      if (sampleFile.maxSeqLength !== dims.maxSeqLength || sampleFile.maxPredictionsPerSeq !== dims.maxPredictionsPerSeq) {
-        const widths = `${sampleFile.maxSeqLength}/${sampleFile.maxPredictionsPerSeq}`;
-        sampleFile.close();
-        throw new LoaderError(`${this.paths[file]}: max_seq_length/max_predictions_per_seq ${widths}, but ${this.paths[0]} has ${dims.maxSeqLength}/${dims.maxPredictionsPerSeq}`);
-      }
+      if (sampleFile.count > 0) this.checkWidths(sampleFile);
       this.counts.set(file, sampleFile.count);
     }
     this.open.set(file, sampleFile);
@@ -200,13 +194,23 @@ class SampleFiles {
     return sampleFile;
   }
 
+  private checkWidths(sampleFile: SampleFile): void {
+    const { path, maxSeqLength, maxPredictionsPerSeq } = sampleFile;
+    this.widths ??= { path, maxSeqLength, maxPredictionsPerSeq };
+    if (maxSeqLength !== this.widths.maxSeqLength || maxPredictionsPerSeq !== this.widths.maxPredictionsPerSeq) {
+      sampleFile.close();
+      const expected = `${this.widths.maxSeqLength}/${this.widths.maxPredictionsPerSeq}`;
+      throw new LoaderError(`${path}: max_seq_length/max_predictions_per_seq ${maxSeqLength}/${maxPredictionsPerSeq}, but ${this.widths.path} has ${expected}`);
+    }
+  }
+
   count(file: number): number {
     return this.counts.get(file) ?? this.get(file).count;
   }
 
   /** A batch holding the given samples, in order. */
   read(refs: SampleRef[]): SampleColumns {
-    const batch = emptySamples(refs.length, this.dims);
+    const batch = emptySamples(refs.length, this.widths!); // set: refs only name files with samples
     refs.forEach((ref, row) => this.get(Math.floor(ref / REF_BASE)).readInto(ref % REF_BASE, batch, row));
     return batch;
   }
@@ -217,14 +221,17 @@ class SampleFiles {
   }
 }
 
-function checkBatchSize(batchSize: number): void {
-  if (!(Number.isInteger(batchSize) && batchSize > 0)) throw new LoaderError(`batch size must be a positive integer, got ${batchSize}`);
+function checkPositiveInteger(name: string, value: number): void {
+  if (!(Number.isInteger(value) && value > 0)) throw new LoaderError(`${name} must be a positive integer, got ${value}`);
 }
 
 /** Endless train batches, deterministic for `seed`; starts at batch `startStep`. */
 export function* trainBatches(options: TrainLoaderOptions): Generator<SampleColumns, never> {
   const { files, batchSize, seed, shuffleBuffer = 1000, cycleLength = 4, startStep = 0 } = options;
-  checkBatchSize(batchSize);
+  checkPositiveInteger("batch size", batchSize);
+  checkPositiveInteger("shuffle buffer", shuffleBuffer);
+  checkPositiveInteger("cycle length", cycleLength);
+  if (!(Number.isInteger(startStep) && startStep >= 0)) throw new LoaderError(`start step must be a non-negative integer, got ${startStep}`);
   const sampleFiles = new SampleFiles(files, 2 * cycleLength + 2);
   try {
     const order = new TrainSampleOrder(files.length, (file) => sampleFiles.count(file), seed, shuffleBuffer, cycleLength);
@@ -238,7 +245,7 @@ export function* trainBatches(options: TrainLoaderOptions): Generator<SampleColu
 /** Endless eval batches: the files' samples in order, wrapping around; starts at `startStep`. */
 export function* evalBatches(options: EvalLoaderOptions): Generator<SampleColumns, never> {
   const { files, batchSize, startStep = 0 } = options;
-  checkBatchSize(batchSize);
+  checkPositiveInteger("batch size", batchSize);
   const sampleFiles = new SampleFiles(files, files.length);
   try {
     const starts = [0]; // first global index of each file, then the total
