@@ -205,10 +205,11 @@ export class Tensor {
   static realizeAll(tensors: readonly Tensor[]): void {
     for (const t of tensors) pendingAssigns.delete(t);
     const pending = tensors.filter((t) => !storedBuffer(t.node) && t.node.op !== "CONST");
-    if (pending.length === 0) return;
-    realizeNodes(pending.map((t) => t.node));
+    if (pending.length > 0) realizeNodes(pending.map((t) => t.node));
     for (const t of pendingAssigns) if (storedBuffer(t.node)) pendingAssigns.delete(t);
-    for (const t of pending) {
+    // a tensor whose equal lazy value another tensor realized already shares that buffer: it owns it too
+    const shared = tensors.filter((t) => !pending.includes(t) && t.node.op !== "ASSIGN" && !t.node.baseBuffer && storedBuffer(t.node));
+    for (const t of [...pending, ...shared]) {
       const buffer = storedBuffer(t.node)!;
       if (t.node.op !== "ASSIGN") buffer.realizedBy++; // an assign's target already belongs to its tensor
       t.node = UOp.buffer(buffer).reshape(t.node.shape);
