@@ -293,7 +293,7 @@ export function fakeBatch(batchSize: number, maxSeqLength: number, maxPrediction
   const random = (n: number) => fakeRandom.below(n, counter++);
   for (let row = 0; row < batchSize; row++) {
     const length = 5 + random(maxSeqLength - 4); // 5..maxSeqLength
-    const firstSep = 1 + 1 + random(length - 4); // A has at least one token, B too
+    const firstSep = 2 + random(length - 4); // A and B get at least one token each
     const ids = batch.input_ids.subarray(row * maxSeqLength, (row + 1) * maxSeqLength);
     for (let i = 0; i < length; i++) ids[i] = FIRST_WORD_ID + random(vocabSize - FIRST_WORD_ID);
     ids[0] = CLS_ID;

@@ -23,7 +23,7 @@ import {
   type SafetensorsEntry,
   type SafetensorsTensor,
 } from "../../../src/nn/safetensors.ts";
-import type { SampleColumns, SampleField } from "./samples.ts";
+import { SAMPLE_FIELDS, type SampleColumns, type SampleField } from "./samples.ts";
 
 export const SHARD_FORMAT = "tsgrad-bert-samples";
 export const SHARD_VERSION = "1";
@@ -42,7 +42,7 @@ export class ShardError extends Error {
 
 type ShardDType = "U8" | "U16";
 
-/** Each field's stored dtype, largest value and row width (in SampleColumns' terms). */
+/** Each field's stored dtype and the largest value it may hold. */
 const LAYOUT: Record<SampleField, { dtype: ShardDType; max: number }> = {
   input_ids: { dtype: "U16", max: 0xffff },
   input_mask: { dtype: "U8", max: 1 },
@@ -52,7 +52,6 @@ const LAYOUT: Record<SampleField, { dtype: ShardDType; max: number }> = {
   masked_lm_weights: { dtype: "U8", max: 1 },
   next_sentence_labels: { dtype: "U8", max: 1 },
 };
-const FIELDS = Object.keys(LAYOUT) as SampleField[];
 
 // The two helpers below describe SampleColumns in general (every reader uses them); they
 // live here, the lowest of the sample-file modules, until samples.ts takes them.
@@ -88,7 +87,7 @@ function shapeOf(dims: Pick<SampleColumns, "count" | "maxSeqLength" | "maxPredic
 /** Writes `samples` as a shard at `path`, atomically (temp file + rename). */
 export function writeShard(path: string, samples: SampleColumns): void {
   const tensors: Record<string, SafetensorsTensor> = {};
-  for (const field of FIELDS) {
+  for (const field of SAMPLE_FIELDS) {
     const { dtype, max } = LAYOUT[field];
     const values = samples[field];
     const expected = samples.count * fieldWidth(field, samples);
@@ -130,7 +129,7 @@ function checkShardHeader(path: string, tensors: Record<string, { dtype: string;
     maxSeqLength: metadataInteger(path, metadata, "max_seq_length"),
     maxPredictionsPerSeq: metadataInteger(path, metadata, "max_predictions_per_seq"),
   };
-  for (const field of FIELDS) {
+  for (const field of SAMPLE_FIELDS) {
     const tensor = tensors[field];
     if (tensor === undefined) throw new ShardError(path, field, "missing");
     const expectedShape = shapeOf(dims, field);
@@ -147,7 +146,7 @@ export function readShard(path: string): SampleColumns {
   const { tensors, metadata } = readSafetensorsFile(path);
   const dims = checkShardHeader(path, tensors, metadata);
   const samples = emptySamples(dims.count, dims);
-  for (const field of FIELDS) samples[field].set(tensors[field]!.data as Uint8Array | Uint16Array);
+  for (const field of SAMPLE_FIELDS) samples[field].set(tensors[field]!.data as Uint8Array | Uint16Array);
   return samples;
 }
 
@@ -174,7 +173,7 @@ export class ShardFile {
   /** Copies sample `index` into row `row` of `target` (whose widths match this shard's). */
   readInto(index: number, target: SampleColumns, row: number): void {
     if (!(Number.isInteger(index) && index >= 0 && index < this.count)) throw new ShardError(this.path, "sample", `index ${index} is outside 0..${this.count - 1}`);
-    for (const field of FIELDS) {
+    for (const field of SAMPLE_FIELDS) {
       const width = fieldWidth(field, this);
       const entry = this.entries[field]!;
       const itemBytes = LAYOUT[field].dtype === "U16" ? 2 : 1;
