@@ -47,6 +47,11 @@ test("lower-casing sees the whole word, so the final-sigma rule looks past punct
   assert.deepEqual(tokenizer.tokenize("OΔΟΣ'Α ΟΔΟΣ."), ["o", "##δ", "##ο", "##σ", "'", "α", "ο", "##δ", "##ος", "."]);
 });
 
+test("final sigma uses Unicode 14's case properties (U+1171E was a case-ignorable Mn, now Mc)", () => {
+  assert.deepEqual(tokenizer.tokenize("ΑΣ\u{1171e}Α"), ["α", "##σ", "##α"]);
+  assert.deepEqual(tokenizer.tokenize("ΑΣ\u{1171e}"), ["α", "##ς"]);
+});
+
 test("punctuation made by NFD is split off (U+1FEF decomposes to a backtick)", () => {
   assert.deepEqual(tokenizer.tokenize("α\u1fefβ"), ["α", "`", "β"]);
 });

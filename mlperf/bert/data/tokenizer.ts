@@ -154,6 +154,30 @@ function flagsOf(cp: number): number {
 }
 for (let cp = 0; cp < 0x80; cp++) flagsOf(cp);
 
+// Two characters whose case properties changed after Unicode 14, which Greek final sigma
+// sees: U+0295 was a cased Ll (now Lo), U+1171E a case-ignorable Mn (now Mc).
+const CASE_CHANGED_AFTER_UNICODE_14 = /[\u0295\u{1171e}]/u;
+const CASED = /^\p{Cased}$/u;
+const CASE_IGNORABLE = /^\p{Case_Ignorable}$/u;
+const isCased = (char: string) => char === "\u0295" || (char !== "\u{1171e}" && CASED.test(char));
+const isCaseIgnorable = (char: string) => char === "\u{1171e}" || (char !== "\u0295" && CASE_IGNORABLE.test(char));
+
+/** Python's `str.lower()`: full case mapping plus the final-sigma rule, with Unicode 14 properties. */
+function lowerCase(text: string): string {
+  if (!CASE_CHANGED_AFTER_UNICODE_14.test(text)) return text.toLowerCase();
+  // Only capital sigma depends on context, so the rest may be mapped one character at a time.
+  const chars = Array.from(text);
+  const isFinalSigma = (i: number) => {
+    let before = i - 1;
+    while (before >= 0 && isCaseIgnorable(chars[before]!)) before--;
+    if (before < 0 || !isCased(chars[before]!)) return false;
+    let after = i + 1;
+    while (after < chars.length && isCaseIgnorable(chars[after]!)) after++;
+    return after === chars.length || !isCased(chars[after]!);
+  };
+  return chars.map((char, i) => (char === "\u03a3" ? (isFinalSigma(i) ? "\u03c2" : "\u03c3") : char.toLowerCase())).join("");
+}
+
 /** The code point at `text[i]` (a lone surrogate stands for itself). */
 function codePointAt(text: string, i: number): number {
   return text.codePointAt(i)!;
@@ -173,7 +197,7 @@ function normalizeWord(word: string): string {
     } else if (flagsOf(unit) & UNASSIGNED_IN_UNICODE_14) unassigned = true;
   }
   if (ascii) return word.toLowerCase();
-  if (!unassigned) return stripNonspacingMarks(word.toLowerCase().normalize("NFD"));
+  if (!unassigned) return stripNonspacingMarks(lowerCase(word).normalize("NFD"));
   // Python leaves code points it thinks unassigned alone; they neither case (so they end a
   // final-sigma context just as a word boundary does) nor reorder in NFD (they are starters).
   let result = "";
@@ -182,12 +206,12 @@ function normalizeWord(word: string): string {
     const cp = codePointAt(word, i);
     const width = cp > 0xffff ? 2 : 1;
     if (flagsOf(cp) & UNASSIGNED_IN_UNICODE_14) {
-      result += stripNonspacingMarks(word.slice(runStart, i).toLowerCase().normalize("NFD")) + word.slice(i, i + width);
+      result += stripNonspacingMarks(lowerCase(word.slice(runStart, i)).normalize("NFD")) + word.slice(i, i + width);
       runStart = i + width;
     }
     i += width;
   }
-  return result + stripNonspacingMarks(word.slice(runStart).toLowerCase().normalize("NFD"));
+  return result + stripNonspacingMarks(lowerCase(word.slice(runStart)).normalize("NFD"));
 }
 
 function stripNonspacingMarks(text: string): string {
