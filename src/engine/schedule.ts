@@ -8,7 +8,7 @@ import { Buffer } from "../device.ts";
 import { TsgradError, fmtShape } from "../helpers.ts";
 import { type KernelBuffer, type KernelIR } from "../codegen/ir.ts";
 import { lowerKernel } from "../codegen/lower.ts";
-import { UOp } from "../uop.ts";
+import { MOVEMENT_OPS, UOp, isElementwise } from "../uop.ts";
 
 export type ExecItem =
   | { readonly kind: "kernel"; readonly kernel: KernelIR; readonly buffers: Buffer[] }
@@ -53,7 +53,7 @@ export function createSchedule(roots: readonly UOp[]): Schedule {
     if (n.op === "REDUCE" && (users.get(n) ?? 0) > 1) stored.add(n);
     if (n.op === "COPY" && !isLeaf(n.src[0]!)) stored.add(n.src[0]!);
   }
-  markBroadcastReduces(stored);
+  markRecomputedWork(stored);
   stageCrossReadingAssigns(nodes, stored);
 
   const outputs = new Map<UOp, Buffer>();
@@ -86,8 +86,12 @@ interface Step {
   items: ExecItem[];
   inputs: UOp[];
 }
-/** Stores every reduce that would otherwise be recomputed per broadcast element or per iteration of an outer reduce. */
-function markBroadcastReduces(stored: Set<UOp>): void {
+/**
+ * Stores what would otherwise be recomputed many times: a reduce read under a broadcast (expand) or
+ * inside another reduce's loop, and an expensive elementwise chain read under a broadcast (the
+ * operands of a matmul in a backward pass, softmax probabilities feeding attention).
+ */
+function markRecomputedWork(stored: Set<UOp>): void {
   let changed = true;
   while (changed) {
     changed = false;
@@ -98,9 +102,15 @@ function markBroadcastReduces(stored: Set<UOp>): void {
         const key = `${n.id}|${underExpand}|${inReduce}`;
         if (seen.has(key)) return;
         seen.add(key);
-        if (n.op === "REDUCE" && n !== root) {
-          if (underExpand || inReduce) {
-            stored.add(n);
+        if (n.op === "REDUCE" && n !== root && (underExpand || inReduce)) {
+          stored.add(n);
+          changed = true;
+          return;
+        }
+        if (n.op === "EXPAND") {
+          const chain = skipMovement(n.src[0]!);
+          if (!stored.has(chain) && !isLeaf(chain) && isElementwise(chain.op) && inlineCost(chain, stored) > EXPENSIVE) {
+            stored.add(chain);
             changed = true;
             return;
           }
@@ -112,6 +122,20 @@ function markBroadcastReduces(stored: Set<UOp>): void {
       walk(root.op === "ASSIGN" ? root.src[1]! : root, false, false);
     }
   }
+}
+
+/** Inline cost above which a broadcast elementwise chain is stored rather than recomputed per use. */
+const EXPENSIVE = 8;
+const TRANSCENDENTAL = new Set(["EXP2", "LOG2", "SIN", "SQRT", "RECIP"]);
+
+const skipMovement = (n: UOp): UOp => (MOVEMENT_OPS.has(n.op) ? skipMovement(n.src[0]!) : n);
+
+/** ALU operations computed inline for one element of `n` (transcendentals count 4), up to stored inputs. */
+function inlineCost(n: UOp, stored: ReadonlySet<UOp>, seen = new Set<UOp>()): number {
+  if (seen.has(n) || stored.has(n) || isLeaf(n)) return 0;
+  seen.add(n);
+  const own = isElementwise(n.op) && n.op !== "CAST" ? (TRANSCENDENTAL.has(n.op) ? 4 : 1) : 0;
+  return own + n.src.reduce((sum, s) => sum + inlineCost(s, stored, seen), 0);
 }
 
 /**
