@@ -11,7 +11,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { PyRandom } from "../mlperf/bert/data/pyrandom.ts";
-import { DEFAULT_SETTINGS, makeShards, trainInputPath } from "../mlperf/bert/data/preprocess.ts";
+import { trainInputPath } from "../mlperf/bert/data/basedir.ts";
+import { DEFAULT_SETTINGS, makeShards } from "../mlperf/bert/data/preprocess.ts";
 
 const FIXTURES = new URL("../test/fixtures/bert-preprocess/", import.meta.url).pathname;
 

@@ -4,7 +4,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { homedir, tmpdir } from "node:os";
 import { join } from "node:path";
 import {
   DEFAULT_SETTINGS,
@@ -16,10 +16,9 @@ import {
   roundHalfEven,
   samplesFromFile,
   samplesFromText,
-  trainInputPath,
-  trainShardPath,
   type PreprocessSettings,
 } from "../../mlperf/bert/data/preprocess.ts";
+import { basedirFromEnv, defaultBasedir, trainInputPath, trainShardPath } from "../../mlperf/bert/data/basedir.ts";
 import { SAMPLE_FIELDS, type SampleColumns } from "../../mlperf/bert/data/samples.ts";
 import { readShard } from "../../mlperf/bert/data/shard.ts";
 import { BertTokenizer, loadVocab } from "../../mlperf/bert/data/tokenizer.ts";
@@ -188,4 +187,10 @@ test("pre-eval writes the picked 10,000 samples of eval.txt to eval/eval.safeten
   const written = readShard(join(basedir, "eval", "eval.safetensors"));
   assert.deepEqual(written, samplesFromFile(INPUT, tokenizer, settings(128, 20, 2), { evalPick: true }));
   assert.equal(written.count, 10_000);
+});
+
+test("BASEDIR wins, else $XDG_DATA_HOME/tsgrad/wiki, else ~/.local/share/tsgrad/wiki", () => {
+  assert.equal(basedirFromEnv({ BASEDIR: "/data/wiki", XDG_DATA_HOME: "/xdg" }), "/data/wiki");
+  assert.equal(basedirFromEnv({ XDG_DATA_HOME: "/xdg" }), "/xdg/tsgrad/wiki");
+  assert.equal(defaultBasedir({}), join(homedir(), ".local", "share", "tsgrad", "wiki"));
 });

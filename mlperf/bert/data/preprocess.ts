@@ -8,7 +8,7 @@ import { availableParallelism, freemem } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { isMainThread, parentPort, Worker, workerData } from "node:worker_threads";
-import { basedirFromEnv } from "./basedir.ts";
+import { basedirFromEnv, evalInputPath, evalShardPath, PART_COUNT, trainInputPath, trainShardPath, vocabPath } from "./basedir.ts";
 import { formatDuration } from "./byteProgress.ts";
 import { PyRandom } from "./pyrandom.ts";
 import type { SampleColumns } from "./samples.ts";
@@ -42,15 +42,6 @@ export class PreprocessError extends Error {
 
 /** The eval set's size (MLCommons' pick_eval_samples.py). */
 export const EVAL_SAMPLE_COUNT = 10_000;
-
-export const PART_COUNT = 500;
-/** `results4/part-00042-of-00500`, the reference's input naming. */
-export const partName = (part: number): string => `part-${String(part).padStart(5, "0")}-of-${String(PART_COUNT).padStart(5, "0")}`;
-export const trainInputPath = (basedir: string, part: number): string => join(basedir, "results4", partName(part));
-export const evalInputPath = (basedir: string): string => join(basedir, "results4", "eval.txt");
-export const trainShardPath = (basedir: string, part: number): string => join(basedir, "train", `${partName(part)}.safetensors`);
-export const evalShardPath = (basedir: string): string => join(basedir, "eval", "eval.safetensors");
-export const vocabPath = (basedir: string): string => join(basedir, "vocab.txt");
 
 // ---------------------------------------------------------------------------------------
 // Reading: documents of segments of token ids.
