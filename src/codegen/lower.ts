@@ -10,6 +10,7 @@ import {
 import { type Pads, type ReduceArg, type UOp, isElementwise } from "../uop.ts";
 import type { AluOp, Expr, KernelBuffer, KernelIR, Operand, Stmt } from "./ir.ts";
 import { type KernelOpts, NO_OPTS, optsKey } from "./opts.ts";
+import { heuristicOpts } from "./heuristics.ts";
 
 /** A kernel as the scheduler hands it over: what to compute and where its inputs live. */
 export interface KernelSpec {
@@ -20,19 +21,15 @@ export interface KernelSpec {
   readonly buffers: readonly KernelBuffer[];
 }
 
-/** Chooses a kernel's options by hand-written rules (heuristics.ts registers itself here). */
-let defaultOpts: (spec: KernelSpec) => KernelOpts = () => NO_OPTS;
-export function setDefaultOpts(choose: (spec: KernelSpec) => KernelOpts): void {
-  defaultOpts = choose;
-}
-
 const specs = new WeakMap<KernelIR, KernelSpec>();
 
 /** The spec a kernel was lowered from, to lower it again with other options (BEAM). */
 export const kernelSpecOf = (kernel: KernelIR): KernelSpec | undefined => specs.get(kernel);
 
+/** The kernel with `opts`, or with the hand-written heuristics' choice. */
 export function lowerKernel(spec: KernelSpec, opts?: KernelOpts): KernelIR {
-  const kernel = new Lowerer(spec, opts ?? defaultOpts(spec)).run();
+  const chosen = opts ?? heuristicOpts(spec, new Lowerer(spec, NO_OPTS).run());
+  const kernel = new Lowerer(spec, chosen).run();
   specs.set(kernel, spec);
   return kernel;
 }

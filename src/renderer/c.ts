@@ -78,7 +78,7 @@ export function renderC(kernel: KernelIR, fnName: string, opts: CRenderOptions):
     return `${constness}${storageType(b.dtype)}* ${opts.restrict ? "restrict " : ""}b${slot}`;
   });
   const lines = [`void ${fnName}(${[...params, "int threads"].join(", ")}) {`];
-  renderBlock(kernel.body, lines, "  ", kernel, kernel.parallel);
+  renderBlock(kernel.body, lines, "  ", { kernel, products: new Map() }, kernel.parallel);
   lines.push("}");
   return lines.join("\n");
 }
@@ -86,25 +86,39 @@ export function renderC(kernel: KernelIR, fnName: string, opts: CRenderOptions):
 /** The loop variables' C type: 32-bit unless a buffer is too large for it. */
 const indexType = (kernel: KernelIR): string => (kernel.buffers.some((b) => b.size >= 2 ** 31) ? "int64_t" : "int32_t");
 
-function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, kernel: KernelIR, parallel: number): void {
+interface RenderContext {
+  readonly kernel: KernelIR;
+  /** Float products by name: a sum of products accumulates with fused multiply-adds. */
+  readonly products: Map<string, readonly Operand[]>;
+}
+
+function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, ctx: RenderContext, parallel: number): void {
+  const { kernel } = ctx;
   for (const s of stmts) {
     switch (s.kind) {
       case "loop":
         // the first `parallel` perfectly nested output loops are split across threads
         if (parallel > 0) out.push(`${indent}#pragma omp parallel for schedule(static) num_threads(threads)${parallel > 1 ? ` collapse(${parallel})` : ""}`);
         out.push(`${indent}for (${indexType(kernel)} ${s.var} = 0; ${s.var} < ${s.size}; ${s.var}++) {`);
-        renderBlock(s.body, out, indent + "  ", kernel, 0);
+        renderBlock(s.body, out, indent + "  ", ctx, 0);
         out.push(`${indent}}`);
         parallel = 0;
         break;
       case "def":
         out.push(`${indent}${computeType[s.dtype.name]} ${s.name} = ${renderExpr(s.expr, s.dtype, kernel)};`);
+        if (s.expr.op === "MUL" && s.dtype.kind === "float") ctx.products.set(s.name, s.expr.srcs);
         break;
       case "acc":
         out.push(`${indent}${computeType[s.dtype.name]} ${s.name} = ${identity(s.op, s.dtype)};`);
         break;
       case "update": {
         const acc: Operand = { kind: "val", name: s.name, dtype: s.dtype };
+        // the one place results may differ from the JS reference in the last bit: matmul speed needs the FMA
+        const product = s.op === "ADD" && s.value.kind === "val" ? ctx.products.get(s.value.name) : undefined;
+        if (product) {
+          out.push(`${indent}${s.name} = ${s.dtype.name === "float64" ? "fma" : "fmaf"}(${operand(product[0]!)}, ${operand(product[1]!)}, ${s.name});`);
+          break;
+        }
         out.push(`${indent}${s.name} = ${renderAlu(s.op === "ADD" ? "ADD" : "MAX", [acc, s.value], s.dtype)};`);
         break;
       }

@@ -67,8 +67,12 @@ export function idiv(a: Idx, c: number): Idx {
     const rest: Idx[] = [];
     for (const t of a.terms) {
       if (t.kind === "mul" && t.c % c === 0) whole.push(imul(t.a, t.c / c));
-      else if (t.kind === "const" && t.value % c === 0) whole.push(iconst(t.value / c));
-      else rest.push(t);
+      else if (t.kind === "const") {
+        // the constant's multiple of c comes out whole, its remainder stays
+        const remainder = ((t.value % c) + c) % c;
+        if (t.value !== remainder) whole.push(iconst((t.value - remainder) / c));
+        rest.push(iconst(remainder));
+      } else rest.push(t);
     }
     if (whole.length > 0) return iadd(...whole, idiv(iadd(...rest), c));
   }
@@ -83,8 +87,11 @@ export function imod(a: Idx, c: number): Idx {
   if (a.kind === "mul" && a.c % c === 0) return iconst(0);
   if (a.kind === "mod" && a.c % c === 0) return imod(a.a, c);
   if (a.kind === "sum") {
-    const rest = a.terms.filter((t) => !((t.kind === "mul" && t.c % c === 0) || (t.kind === "const" && t.value % c === 0)));
-    if (rest.length < a.terms.length) return imod(iadd(...rest), c);
+    const rest = a.terms
+      .filter((t) => !(t.kind === "mul" && t.c % c === 0))
+      .map((t) => (t.kind === "const" ? iconst(((t.value % c) + c) % c) : t));
+    const changed = rest.length < a.terms.length || a.terms.some((t) => t.kind === "const" && (t.value < 0 || t.value >= c));
+    if (changed) return imod(iadd(...rest), c);
   }
   const [min, max] = a.min >= 0 ? [0, Math.min(c - 1, a.max)] : [0, c - 1];
   return { kind: "mod", a, c, min, max, key: `(${a.key}%${c})` };

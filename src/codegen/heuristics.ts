@@ -1,0 +1,83 @@
+// Hand-written kernel options: what every kernel gets unless BEAM searched better ones.
+// Reduce kernels upcast the output axes that loads are shared along (register tiles for matmul) or
+// that loads are contiguous along (vector lanes); big kernels split their outer loops across threads.
+import type { Idx } from "../shape/symbolic.ts";
+import { varsOf } from "../shape/symbolic.ts";
+import type { KernelIR, Stmt } from "./ir.ts";
+import type { KernelSpec } from "./lower.ts";
+import type { KernelOpts, Upcast } from "./opts.ts";
+
+/** Work (operations plus elements written) below which threads cost more than they save. */
+const PARALLEL_MIN_WORK = 1 << 16;
+/** Lanes (accumulators) at most: beyond this, registers spill. */
+const MAX_LANES = 32;
+
+/** How output axis `axis` relates to the loads inside the reduce loops. */
+export interface AxisFacts {
+  readonly axis: number;
+  readonly size: number;
+  /** Loads whose index does not use the axis: shared by all its lanes when upcast. */
+  readonly reuse: number;
+  /** Loads that step by one element along the axis: upcast lanes read neighbours (vectorisable). */
+  readonly contiguous: number;
+}
+
+/** The loads inside reduce loops, from a plain lowering. */
+function reduceLoads(body: readonly Stmt[], inReduce = false, out: Idx[] = []): Idx[] {
+  for (const s of body) {
+    if (s.kind === "loop") reduceLoads(s.body, inReduce || s.var.startsWith("r"), out);
+    else if (s.kind === "def" && s.expr.op === "LOAD" && inReduce) out.push(s.expr.index);
+  }
+  return out;
+}
+
+const hasUnitTerm = (e: Idx, name: string): boolean =>
+  e.kind === "var" ? e.name === name : e.kind === "sum" && e.terms.some((t) => t.kind === "var" && t.name === name);
+
+/** Per output axis: how upcasting it would share or vectorise loads. */
+export function axisFacts(plain: KernelIR): AxisFacts[] {
+  const loads = reduceLoads(plain.body);
+  return plain.outputShape.flatMap((size, axis) => {
+    if (size === 1) return [];
+    const name = `i${axis}`;
+    const reuse = loads.filter((l) => !varsOf(l).has(name)).length;
+    const contiguous = loads.filter((l) => hasUnitTerm(l, name)).length;
+    return [{ axis, size, reuse, contiguous }];
+  });
+}
+
+/** How many leading output loops to split across threads: enough chunks for every thread, when the work is big. */
+export function parallelLoops(loopTrips: readonly number[], work: number): number {
+  if (work < PARALLEL_MIN_WORK) return 0;
+  let chunks = 1;
+  for (let n = 0; n < loopTrips.length; n++) {
+    chunks *= loopTrips[n]!;
+    if (chunks >= 64) return n + 1;
+  }
+  return loopTrips.length;
+}
+
+/** The output loops' trip counts under some upcasts (loops of one trip vanish). */
+export function loopTrips(shape: readonly number[], upcast: readonly Upcast[]): number[] {
+  return shape.map((size, d) => upcast.filter((u) => u.axis === d).reduce((n, u) => n / u.amount, size)).filter((n) => n > 1);
+}
+
+/** Options for `spec`, judged from its plain lowering (no options). */
+export function heuristicOpts(spec: KernelSpec, plain: KernelIR): KernelOpts {
+  const work = plain.flops + spec.value.numel;
+  const upcast: Upcast[] = [];
+  if (plain.name.startsWith("r")) {
+    // most shared loads first, then contiguous ones; later (inner) axes win ties
+    const ranked = axisFacts(plain)
+      .filter((f) => f.reuse > 0 || f.contiguous > 0)
+      .sort((a, b) => 2 * b.reuse + b.contiguous - (2 * a.reuse + a.contiguous) || b.axis - a.axis);
+    let lanes = 1;
+    for (const f of ranked.slice(0, 2)) {
+      const amount = [8, 4, 2].find((n) => f.size % n === 0 && lanes * n <= MAX_LANES && (upcast.length === 0 || n <= 4));
+      if (!amount) continue;
+      upcast.push({ axis: f.axis, amount });
+      lanes *= amount;
+    }
+  }
+  return { upcast, unroll: 1, parallel: parallelLoops(loopTrips(spec.value.shape, upcast), work) };
+}
