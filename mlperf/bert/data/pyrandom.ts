@@ -11,6 +11,8 @@ const MATRIX_A = 0x9908b0df;
 /** Python's `random.Random(seed)` for an integer seed. */
 export class PyRandom {
   private readonly state = new Uint32Array(N);
+  /** The tempered outputs of the current state, handed out in order. */
+  private readonly tempered = new Uint32Array(N);
   private index = N;
 
   constructor(seed: number | bigint) {
@@ -20,12 +22,7 @@ export class PyRandom {
   /** One 32-bit MT19937 output (`genrand_uint32`). */
   nextUint32(): number {
     if (this.index >= N) this.twist();
-    let y = this.state[this.index++]!;
-    y ^= y >>> 11;
-    y ^= (y << 7) & 0x9d2c5680;
-    y ^= (y << 15) & 0xefc60000;
-    y ^= y >>> 18;
-    return y >>> 0;
+    return this.tempered[this.index++]!;
   }
 
   /** `random()`: a double in [0, 1) with 53 random bits, from two outputs. */
@@ -122,9 +119,26 @@ export class PyRandom {
 
   private twist(): void {
     const mt = this.state;
-    for (let kk = 0; kk < N; kk++) {
-      const y = (mt[kk]! & UPPER_MASK) | (mt[(kk + 1) % N]! & LOWER_MASK);
-      mt[kk] = mt[(kk + M) % N]! ^ (y >>> 1) ^ (y & 1 ? MATRIX_A : 0);
+    let kk = 0;
+    for (; kk < N - M; kk++) {
+      const y = (mt[kk]! & UPPER_MASK) | (mt[kk + 1]! & LOWER_MASK);
+      mt[kk] = mt[kk + M]! ^ (y >>> 1) ^ (y & 1 ? MATRIX_A : 0);
+    }
+    for (; kk < N - 1; kk++) {
+      const y = (mt[kk]! & UPPER_MASK) | (mt[kk + 1]! & LOWER_MASK);
+      mt[kk] = mt[kk + M - N]! ^ (y >>> 1) ^ (y & 1 ? MATRIX_A : 0);
+    }
+    const y = (mt[N - 1]! & UPPER_MASK) | (mt[0]! & LOWER_MASK);
+    mt[N - 1] = mt[M - 1]! ^ (y >>> 1) ^ (y & 1 ? MATRIX_A : 0);
+    // Tempering all 624 outputs in one tight loop is cheaper than one at a time.
+    const out = this.tempered;
+    for (let k = 0; k < N; k++) {
+      let t = mt[k]!;
+      t ^= t >>> 11;
+      t ^= (t << 7) & 0x9d2c5680;
+      t ^= (t << 15) & 0xefc60000;
+      t ^= t >>> 18;
+      out[k] = t;
     }
     this.index = 0;
   }
