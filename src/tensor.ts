@@ -11,6 +11,7 @@ import { realizeNodes } from "./engine/realize.ts";
 import { storedBuffer } from "./engine/schedule.ts";
 import { randomBits } from "./random.ts";
 import { type BinaryOp, type Pads, type UnaryOp, UOp } from "./uop.ts";
+import { type Lazy, MultiLazy, allReduce, multiDeviceName, splitDeviceName, splitSizes } from "./multi.ts";
 
 export type NestedArray = number | boolean | NestedArray[];
 export type TensorData = NestedArray | TypedArray | readonly number[];
@@ -34,8 +35,8 @@ const requiringGrad = new Set<WeakRef<Tensor>>();
 const pendingAssigns = new Set<Tensor>();
 
 export class Tensor {
-  /** The node this tensor currently stands for (replaced by a buffer view once realized). */
-  node: UOp;
+  /** The node this tensor currently stands for (replaced by a buffer view once realized); one per device when spread over several. */
+  node: Lazy;
   grad: Tensor | null = null;
   private _requiresGrad = false;
 
@@ -51,16 +52,15 @@ export class Tensor {
    */
   private static rngCounters = new Map<string, { counter: Tensor; calls: number }>();
 
-  constructor(data: TensorData | UOp, opts: TensorOptions = {}) {
-    if (data instanceof UOp) {
+  constructor(data: TensorData | Lazy, opts: TensorOptions = {}) {
+    if (data instanceof UOp || data instanceof MultiLazy) {
       this.node = data;
     } else {
-      const device = Device.canonicalize(opts.device ?? Device.DEFAULT);
       const { flat, shape, inferred } = flatten(data);
       const dtype = toDtype(opts.dtype, inferred);
-      const buffer = new Buffer(device, flat.length, dtype);
-      buffer.copyin(encode(flat, dtype));
-      this.node = UOp.buffer(buffer).reshape(shape);
+      const encoded = encode(flat, dtype);
+      const nodes = resolveDevices(opts.device).map((device) => UOp.buffer(new Buffer(device, flat.length, dtype).copyin(encoded)).reshape(shape));
+      this.node = nodes.length === 1 ? nodes[0]! : new MultiLazy(nodes, null);
     }
     if (opts.requiresGrad) this.requiresGrad = true;
   }
@@ -76,7 +76,7 @@ export class Tensor {
     if (on && !this._requiresGrad) {
       if (!isFloat(this.dtype)) throw new TsgradError(`requiresGrad needs a float tensor, got ${this.dtype.name}`);
       // a parameter must be its own node: equal lazy values are shared, gradients must not be
-      if (!storedBuffer(this.node)) this.node = this.node.contiguous(uniqueTag++);
+      if (!isStored(this.node)) this.node = this.node.contiguous(uniqueTag++);
       requiringGrad.add(new WeakRef(this));
     }
     this._requiresGrad = on;
@@ -89,6 +89,8 @@ export class Tensor {
   // ---------------------------------------------------------------- creation
 
   static full(shape: readonly number[], value: number, opts: TensorOptions = {}): Tensor {
+    const multi = onEachDevice(opts, (o) => Tensor.full(shape, value, o));
+    if (multi) return multi;
     const dtype = toDtype(opts.dtype, Number.isInteger(value) && opts.dtype === undefined && typeof value === "number" ? Tensor.defaultFloat : Tensor.defaultFloat);
     const device = Device.canonicalize(opts.device ?? Device.DEFAULT);
     checkShape(shape);
@@ -99,6 +101,8 @@ export class Tensor {
   static ones(shape: readonly number[], opts: TensorOptions = {}): Tensor { return Tensor.full(shape, 1, opts); }
   /** Uninitialised storage (zeros on the host backends). */
   static empty(shape: readonly number[], opts: TensorOptions = {}): Tensor {
+    const multi = onEachDevice(opts, (o) => Tensor.empty(shape, o));
+    if (multi) return multi;
     checkShape(shape);
     const dtype = toDtype(opts.dtype, Tensor.defaultFloat);
     const buffer = new Buffer(Device.canonicalize(opts.device ?? Device.DEFAULT), prod(shape as number[]), dtype);
@@ -106,6 +110,8 @@ export class Tensor {
   }
   /** [start, start+step, ...) below stop; `Tensor.arange(5)` is [0, 1, 2, 3, 4]. */
   static arange(start: number, stop?: number, step = 1, opts: TensorOptions = {}): Tensor {
+    const multi = onEachDevice(opts, (o) => Tensor.arange(start, stop, step, o));
+    if (multi) return multi;
     if (stop === undefined) [start, stop] = [0, start];
     if (step === 0) throw new TsgradError("arange: step must not be 0");
     const n = Math.max(0, Math.ceil((stop - start) / step));
@@ -143,10 +149,13 @@ export class Tensor {
       state = { counter: new Tensor(Uint32Array.from([0]), { device }), calls: 0 };
       Tensor.rngCounters.set(device, state);
     }
-    return state.counter.add(state.calls++).node;
+    return state.counter.add(state.calls++).node as UOp;
   }
   /** Uniform in [0, 1). */
   static rand(shape: readonly number[], opts: TensorOptions = {}): Tensor {
+    // on several devices every device draws the same numbers: replicated weights start equal
+    const multi = onEachDevice(opts, (o) => Tensor.rand(shape, o));
+    if (multi) return multi;
     checkShape(shape);
     const device = Device.canonicalize(opts.device ?? Device.DEFAULT);
     const bits = new Tensor(randomBits(prod(shape as number[]), Tensor.seed, Tensor.nextRngKey(device), device));
@@ -204,23 +213,26 @@ export class Tensor {
 
   static realizeAll(tensors: readonly Tensor[]): void {
     for (const t of tensors) pendingAssigns.delete(t);
-    const pending = tensors.filter((t) => !storedBuffer(t.node) && t.node.op !== "CONST");
-    if (pending.length > 0) realizeNodes(pending.map((t) => t.node));
-    for (const t of pendingAssigns) if (storedBuffer(t.node)) pendingAssigns.delete(t);
+    const pending = tensors.filter((t) => !isStored(t.node) && !shardsOf(t.node).every((u) => u.op === "CONST"));
+    if (pending.length > 0) realizeNodes(pending.flatMap((t) => shardsOf(t.node)));
+    for (const t of pendingAssigns) if (isStored(t.node)) pendingAssigns.delete(t);
     // a tensor whose equal lazy value another tensor realized already shares that buffer: it owns it too
-    const shared = tensors.filter((t) => !pending.includes(t) && t.node.op !== "ASSIGN" && !t.node.baseBuffer && storedBuffer(t.node));
+    const shared = tensors.filter((t) => !pending.includes(t) && t.node.op !== "ASSIGN" && t.node instanceof UOp && !t.node.baseBuffer && storedBuffer(t.node));
     for (const t of [...pending, ...shared]) {
-      const buffer = storedBuffer(t.node)!;
-      if (t.node.op !== "ASSIGN") buffer.realizedBy++; // an assign's target already belongs to its tensor
-      t.node = UOp.buffer(buffer).reshape(t.node.shape);
+      t.node = mapShards(t.node, (u) => {
+        const buffer = storedBuffer(u)!;
+        if (u.op !== "ASSIGN") buffer.realizedBy++; // an assign's target already belongs to its tensor
+        return UOp.buffer(buffer).reshape(u.shape);
+      });
     }
   }
 
   /** The values as a flat row-major typed array (16-bit floats decoded to Float32Array, int64 to BigInt64Array). */
   toArray(): TypedArray {
+    if (this.node instanceof MultiLazy) return new Tensor(this.node.copyTo(this.node.devices[0]!)).toArray();
     const t = storedBuffer(this.node) ? this : this.contiguous();
     t.realize();
-    const raw = storedBuffer(t.node)!.toTypedArray();
+    const raw = storedBuffer(t.node as UOp)!.toTypedArray();
     if (this.dtype === dtypes.float16) return Float32Array.from(raw as Uint16Array, f16BitsToF32);
     if (this.dtype === dtypes.bfloat16) return Float32Array.from(raw as Uint16Array, bf16BitsToF32);
     return raw;
@@ -243,9 +255,32 @@ export class Tensor {
     return Number(this.toArray()[0]);
   }
 
-  /** A copy on another device. */
-  to(device: string): Tensor {
-    return new Tensor(this.node.copyTo(Device.canonicalize(device)));
+  /** A copy on another device; on several devices ("CPU:0,CPU:1" or a list), a copy on each (replicated). */
+  to(device: string | readonly string[]): Tensor {
+    const devices = resolveDevices(typeof device === "string" ? device : multiDeviceName(device));
+    const whole = this.node instanceof MultiLazy ? this.node.copyTo(devices[0]!) : this.node;
+    if (devices.length === 1) return new Tensor(whole.copyTo(devices[0]!));
+    return new Tensor(new MultiLazy(devices.map((d) => whole.copyTo(d)), null));
+  }
+
+  /** Splits along `axis` over `devices` (equal blocks): device i holds block i. */
+  shard(devices: string | readonly string[], axis = 0): Tensor {
+    const list = resolveDevices(typeof devices === "string" ? devices : multiDeviceName(devices));
+    const a = this.normalizeAxis(axis);
+    if (this.node instanceof MultiLazy && multiDeviceName(this.node.devices) === multiDeviceName(list)) return new Tensor(this.node.relayout(a));
+    const whole = this.node instanceof MultiLazy ? this.node.copyTo(list[0]!) : this.node;
+    const sizes = splitSizes(this.shape[a]!, list.length, this.shape, a);
+    let start = 0;
+    return new Tensor(new MultiLazy(list.map((d, i) => {
+      const block = whole.shrink(this.shape.map((n, dim) => (dim === a ? [start, start + sizes[i]!] : [0, n]) as [number, number]));
+      if (i === list.length - 1) start = 0; else start += sizes[i]!;
+      return block.copyTo(d);
+    }), a));
+  }
+
+  /** The devices this tensor lives on (one entry unless it is spread over several). */
+  get devices(): string[] {
+    return this.node instanceof MultiLazy ? this.node.devices : [this.node.device];
   }
 
   // ---------------------------------------------------------------- assignment and autograd
@@ -255,11 +290,11 @@ export class Tensor {
     const v = this.operand(value).cast(this.dtype);
     if (!arraysEqual(v.shape, this.shape)) throw new TsgradError(`assign: value shape ${fmtShape(v.shape)} differs from target ${fmtShape(this.shape)}`);
     if (v.device !== this.device) throw new TsgradError(`assign: value on ${v.device}, target on ${this.device}`);
-    if (!storedBuffer(this.node)) this.realize();
+    if (!isStored(this.node)) this.realize();
     // equal lazy values share one buffer when realized; writing must not change the other tensors
-    if (storedBuffer(this.node)!.realizedBy > 1) this.node = this.node.contiguous(uniqueTag++);
-    if (!storedBuffer(this.node)) this.realize();
-    this.node = this.node.assign(v.node);
+    if (shardsOf(this.node).some((u) => storedBuffer(u)!.realizedBy > 1)) this.node = this.node.contiguous(uniqueTag++);
+    if (!isStored(this.node)) this.realize();
+    this.node = this.node instanceof MultiLazy ? this.node.assign(v.node) : this.node.assign(single(v.node, "assign", this.node));
     pendingAssigns.add(this);
     return this;
   }
@@ -280,13 +315,13 @@ export class Tensor {
       else if (t.requiresGrad) params.push(t);
     }
     const byNode = new Map<UOp, Tensor[]>();
-    for (const p of params) byNode.set(p.node, [...(byNode.get(p.node) ?? []), p]);
-    const grads = computeGradients(this.node, seed.node, new Set(byNode.keys()));
-    for (const [node, g] of grads) {
-      for (const p of byNode.get(node)!) {
-        const grad = new Tensor(g);
-        p.grad = p.grad ? p.grad.add(grad) : grad;
-      }
+    for (const p of params) for (const u of shardsOf(p.node)) byNode.set(u, [...(byNode.get(u) ?? []), p]);
+    // on several devices the loss is replicated (an all-reduce made it so): one copy carries the whole gradient
+    const grads = computeGradients(shardsOf(this.node)[0]!, shardsOf(seed.node)[0]!, new Set(byNode.keys()));
+    const touched = new Set([...grads.keys()].flatMap((u) => byNode.get(u)!));
+    for (const p of touched) {
+      const grad = new Tensor(gradientFor(p.node, grads));
+      p.grad = p.grad ? p.grad.add(grad) : grad;
     }
   }
 
@@ -299,7 +334,7 @@ export class Tensor {
     let dtype = this.dtype;
     if (!isFloat(dtype) && !Number.isInteger(value)) dtype = Tensor.defaultFloat;
     else if (dtype === dtypes.bool && typeof x !== "boolean") dtype = dtypes.int32;
-    return new Tensor(UOp.const(castScalar(value, dtype), dtype, this.device));
+    return new Tensor(constOn(this.node, castScalar(value, dtype), dtype));
   }
 
   /** Both operands broadcast to one shape and promoted to one dtype. */
@@ -314,11 +349,11 @@ export class Tensor {
 
   private binary(op: BinaryOp, x: Tensor | number | boolean, reverse = false): Tensor {
     const [a, b] = this.broadcastWith(x, reverse);
-    return new Tensor(a.node.alu(op, b.node));
+    return new Tensor(alu(a.node, op, b.node));
   }
 
   private unary(op: UnaryOp): Tensor {
-    return new Tensor(this.node.alu(op));
+    return new Tensor(alu(this.node, op));
   }
 
   private float(): Tensor {
@@ -398,7 +433,7 @@ export class Tensor {
   eq(x: Tensor | number): Tensor { return this.ne(x).logicalNot(); }
   ge(x: Tensor | number): Tensor { return this.lt(x).logicalNot(); }
   le(x: Tensor | number): Tensor { return this.gt(x).logicalNot(); }
-  logicalNot(): Tensor { return new Tensor(this.cast(dtypes.bool).node.alu("NEG")); }
+  logicalNot(): Tensor { return new Tensor(alu(this.cast(dtypes.bool).node, "NEG")); }
   logicalAnd(x: Tensor | boolean): Tensor { return this.cast(dtypes.bool).binary("AND", x instanceof Tensor ? x.cast(dtypes.bool) : x); }
   logicalOr(x: Tensor | boolean): Tensor { return this.cast(dtypes.bool).binary("OR", x instanceof Tensor ? x.cast(dtypes.bool) : x); }
   bitwiseAnd(x: Tensor | number): Tensor { return this.binary("AND", x); }
@@ -415,10 +450,10 @@ export class Tensor {
     const like = ta ?? tb;
     const dtype = ta && tb ? promote(ta.dtype, tb.dtype) : like ? (!isFloat(like.dtype) && !Number.isInteger(like === ta ? b : a) ? Tensor.defaultFloat : like.dtype)
       : [a, b].every((v) => Number.isInteger(v)) ? dtypes.int32 : Tensor.defaultFloat;
-    const asTensor = (v: Tensor | number): Tensor => (v instanceof Tensor ? v.cast(dtype) : new Tensor(UOp.const(castScalar(v, dtype), dtype, device)));
+    const asTensor = (v: Tensor | number): Tensor => (v instanceof Tensor ? v.cast(dtype) : new Tensor(constOn(this.node, castScalar(v, dtype), dtype)));
     const [x, y] = [asTensor(a), asTensor(b)];
     const shape = broadcastShapes(broadcastShapes(this.shape, x.shape), y.shape);
-    return new Tensor(this.cast(dtypes.bool).broadcastTo(shape).node.alu("WHERE", x.broadcastTo(shape).node, y.broadcastTo(shape).node));
+    return new Tensor(alu(this.cast(dtypes.bool).broadcastTo(shape).node, "WHERE", x.broadcastTo(shape).node, y.broadcastTo(shape).node));
   }
 
   cast(dtype: DType | DTypeName): Tensor {
@@ -737,6 +772,49 @@ export class Tensor {
     if (mask) scores = mask.dtype === dtypes.bool ? mask.where(scores, -Infinity) : scores.add(mask);
     return scores.softmax(-1).dropout(dropout).matmul(value);
   }
+}
+
+/** "CPU:0,CPU:1" -> canonical names; nothing given -> the default device. */
+function resolveDevices(device: string | undefined): string[] {
+  return splitDeviceName(device ?? Device.DEFAULT).map((d) => Device.canonicalize(d));
+}
+
+/** With several devices in `opts.device`, makes the tensor on each and replicates it; otherwise undefined. */
+function onEachDevice(opts: TensorOptions, make: (opts: TensorOptions) => Tensor): Tensor | undefined {
+  if (opts.device === undefined || !opts.device.includes(",")) return undefined;
+  const parts = resolveDevices(opts.device).map((device) => make({ ...opts, device, requiresGrad: false }).node as UOp);
+  return new Tensor(new MultiLazy(parts, null), opts);
+}
+
+/** An elementwise op on single- or multi-device nodes; mixing the two is a device mismatch. */
+function alu(node: Lazy, op: UnaryOp | BinaryOp | "WHERE", ...others: Lazy[]): Lazy {
+  if (node instanceof MultiLazy) return node.alu(op, ...others);
+  return node.alu(op, ...others.map((o) => single(o, op, node)));
+}
+
+function single(node: Lazy, what: string, like: UOp): UOp {
+  if (node instanceof MultiLazy) throw new TsgradError(`${what}: device sets differ: ${like.device} and ${node.device}; move both to the same devices with to() or shard()`);
+  return node;
+}
+
+const shardsOf = (node: Lazy): readonly UOp[] => (node instanceof MultiLazy ? node.shards : [node]);
+const isStored = (node: Lazy): boolean => shardsOf(node).every((u) => storedBuffer(u) !== undefined);
+const mapShards = (node: Lazy, fn: (u: UOp) => UOp): Lazy => (node instanceof MultiLazy ? new MultiLazy(node.shards.map(fn), node.axis) : fn(node));
+
+/** A scalar constant on the device(s) of `like`. */
+function constOn(like: Lazy, value: number, dtype: DType): Lazy {
+  if (like instanceof MultiLazy) return new MultiLazy(like.devices.map((d) => UOp.const(value, dtype, d)), null);
+  return UOp.const(value, dtype, like.device);
+}
+
+/**
+ * A parameter's gradient from per-node gradients: on one device, its own; spread over several, each
+ * device holds the part from its own shard of the batch, so a replicated parameter sums them (all-reduce).
+ */
+function gradientFor(node: Lazy, grads: ReadonlyMap<UOp, UOp>): Lazy {
+  if (!(node instanceof MultiLazy)) return grads.get(node)!;
+  const parts = node.shards.map((u) => grads.get(u) ?? UOp.const(0, u.dtype, u.device).reshape(u.shape.map(() => 1)).expand(u.shape));
+  return new MultiLazy(node.axis === null ? allReduce("ADD", parts) : parts, node.axis);
 }
 
 function checkShape(shape: readonly number[]): void {

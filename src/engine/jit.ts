@@ -4,6 +4,7 @@ import type { Buffer } from "../device.ts";
 import { TsgradError, fmtShape, getenv } from "../helpers.ts";
 import { Tensor } from "../tensor.ts";
 import { UOp } from "../uop.ts";
+import { MultiLazy } from "../multi.ts";
 import { execObservers, runItem } from "./realize.ts";
 import { type ExecItem, storedBuffer } from "./schedule.ts";
 
@@ -29,7 +30,7 @@ export const isJitFirstCall = (): boolean => firstCallDepth > 0;
 export class TinyJit<A extends Tensor[], R extends JitOutput> {
   private calls = 0;
   private captured: ExecItem[] | undefined;
-  private capturedInputs: Buffer[] = [];
+  private capturedInputs: Buffer[][] = [];
   private signature: InputSignature[] = [];
   private output: R | undefined;
 
@@ -47,7 +48,8 @@ export class TinyJit<A extends Tensor[], R extends JitOutput> {
   }
 
   call(...args: A): R {
-    Tensor.realizeAll(args.map((a) => (storedBuffer(a.node) ? a : (a.node = a.contiguous().node, a))));
+    for (const a of args) if (!buffersOf(a)) a.node = a.contiguous().node;
+    Tensor.realizeAll(args);
     if (getenv("JIT", 1) === 0) return this.runAndRealize(args);
     if (this.captured) return this.replay(args);
     this.calls++;
@@ -69,7 +71,7 @@ export class TinyJit<A extends Tensor[], R extends JitOutput> {
       execObservers.delete(record);
     }
     this.captured = items;
-    this.capturedInputs = args.map((a) => storedBuffer(a.node)!);
+    this.capturedInputs = args.map((a) => buffersOf(a)!);
     this.signature = args.map(signatureOf);
     this.output = out;
     return out;
@@ -91,7 +93,7 @@ export class TinyJit<A extends Tensor[], R extends JitOutput> {
       if (got.dtype !== want.dtype || got.device !== want.device || fmtShape(got.shape) !== fmtShape(want.shape)) {
         throw new TsgradError(`jit: argument ${i} is ${fmtShape(got.shape)} ${got.dtype} on ${got.device}, but the capture was ${fmtShape(want.shape)} ${want.dtype} on ${want.device}; call reset() to capture again`);
       }
-      swap.set(this.capturedInputs[i]!, storedBuffer(a.node)!);
+      buffersOf(a)!.forEach((buffer, shard) => swap.set(this.capturedInputs[i]![shard]!, buffer));
     });
     for (const item of this.captured!) runItem(swapBuffers(item, swap));
     return freshOutputs(this.output) as R;
@@ -105,6 +107,13 @@ export function jit<A extends Tensor[], R extends JitOutput>(fn: (...args: A) =>
 }
 
 const signatureOf = (t: Tensor): InputSignature => ({ shape: t.shape, dtype: t.dtype.name, device: t.device });
+
+/** The buffers holding a realized tensor (one per device), or undefined while it is lazy. */
+function buffersOf(t: Tensor): Buffer[] | undefined {
+  const shards = t.node instanceof MultiLazy ? t.node.shards : [t.node];
+  const buffers = shards.map((u) => storedBuffer(u));
+  return buffers.every((b) => b !== undefined) ? (buffers as Buffer[]) : undefined;
+}
 
 function swapBuffers(item: ExecItem, swap: ReadonlyMap<Buffer, Buffer>): ExecItem {
   if (swap.size === 0) return item;
@@ -121,7 +130,10 @@ function tensorsIn(out: JitOutput): Tensor[] {
 
 /** New Tensor objects over the captured output buffers, so callers never hold the jit's own objects. */
 function freshOutputs(out: JitOutput): JitOutput {
-  if (out instanceof Tensor) return new Tensor(UOp.buffer(storedBuffer(out.node)!).reshape(out.shape));
+  if (out instanceof Tensor) {
+    const view = (u: UOp): UOp => UOp.buffer(storedBuffer(u)!).reshape(u.shape);
+    return new Tensor(out.node instanceof MultiLazy ? new MultiLazy(out.node.shards.map(view), out.node.axis) : view(out.node));
+  }
   if (out === undefined || out === null) return out;
   if (Array.isArray(out)) return out.map(freshOutputs);
   return Object.fromEntries(Object.entries(out as Record<string, JitOutput>).map(([k, v]) => [k, freshOutputs(v)]));

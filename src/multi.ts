@@ -1,0 +1,189 @@
+// Tensors spread over several devices: one lazy node per device, either replicated (axis null:
+// every device holds the whole tensor) or sharded along one axis (device i holds the i-th block).
+// Ops run per device; a reduction over the sharded axis ends in an all-reduce.
+import type { DType } from "./dtype.ts";
+import { TsgradError, arraysEqual, fmtShape, prod } from "./helpers.ts";
+import { type BinaryOp, type Pads, type ReduceKind, type UnaryOp, UOp } from "./uop.ts";
+
+/** A device list written as one name: "CPU:0,CPU:1". */
+export const multiDeviceName = (devices: readonly string[]): string => devices.join(",");
+export const splitDeviceName = (name: string): string[] => name.split(",").map((d) => d.trim());
+
+export class MultiLazy {
+  readonly op = "MULTI" as const;
+  readonly shape: readonly number[];
+
+  constructor(readonly shards: readonly UOp[], readonly axis: number | null) {
+    const first = shards[0]!;
+    if (new Set(shards.map((s) => s.device)).size !== shards.length) throw new TsgradError(`a multi-device tensor needs distinct devices, got ${shards.map((s) => s.device).join(", ")}`);
+    if (axis === null) {
+      for (const s of shards) if (!arraysEqual(s.shape, first.shape)) throw new TsgradError(`replicated shards differ in shape: ${shards.map((x) => fmtShape(x.shape)).join(", ")}`);
+      this.shape = first.shape;
+    } else {
+      this.shape = first.shape.map((size, i) => (i === axis ? shards.reduce((n, s) => n + s.shape[i]!, 0) : size));
+    }
+  }
+
+  get dtype(): DType { return this.shards[0]!.dtype; }
+  get devices(): string[] { return this.shards.map((s) => s.device); }
+  get device(): string { return multiDeviceName(this.devices); }
+  get numel(): number { return prod(this.shape as number[]); }
+
+  private map(fn: (shard: UOp, i: number) => UOp, axis = this.axis): MultiLazy {
+    return new MultiLazy(this.shards.map(fn), axis);
+  }
+
+  /** The same tensor, laid out along `axis` (null: replicated) — views when going from replicated to sharded. */
+  relayout(axis: number | null): MultiLazy {
+    if (axis === this.axis) return this;
+    if (this.axis === null) {
+      const sizes = splitSizes(this.shape[axis!]!, this.shards.length, this.shape, axis!);
+      let start = 0;
+      return this.map((s, i) => {
+        const bounds: Pads = s.shape.map((n, d) => (d === axis ? [start, start + sizes[i]!] : [0, n]));
+        start += sizes[i]!;
+        return s.shrink(bounds);
+      }, axis);
+    }
+    if (axis === null) return this.gatherToAll();
+    return this.gatherToAll().relayout(axis);
+  }
+
+  /** Every device gets the whole tensor (each shard copied to every other device). */
+  private gatherToAll(): MultiLazy {
+    const a = this.axis!;
+    const total = this.shape[a]!;
+    return this.map((_, target) => {
+      let offset = 0;
+      const parts = this.shards.map((s) => {
+        const piece = s.copyTo(this.shards[target]!.device).pad(s.shape.map((n, d) => (d === a ? [offset, total - offset - n] : [0, 0])));
+        offset += s.shape[a]!;
+        return piece;
+      });
+      return parts.reduce((acc, p) => acc.alu("ADD", p));
+    }, null);
+  }
+
+  alu(op: UnaryOp | BinaryOp | "WHERE", ...others: (UOp | MultiLazy)[]): MultiLazy {
+    const multis = others.map((o) => {
+      if (!(o instanceof MultiLazy) || !arraysEqual(o.devices, this.devices)) {
+        throw new TsgradError(`${op}: device sets differ: ${this.device} and ${o.device}; move both to the same devices with to() or shard()`);
+      }
+      return o;
+    });
+    // sharded wins over replicated (a replicated operand is sliced, which costs nothing)
+    const axis = [this, ...multis].find((m) => m.axis !== null)?.axis ?? null;
+    for (const m of [this, ...multis]) {
+      if (m.axis !== null && m.axis !== axis) throw new TsgradError(`${op}: operands are sharded on different axes (${m.axis} and ${axis}); reshard one with shard()`);
+    }
+    const [first, ...rest] = [this, ...multis].map((m) => m.relayout(axis));
+    return first!.map((s, i) => s.alu(op, ...rest.map((r) => r.shards[i]!)));
+  }
+
+  cast(dtype: DType): MultiLazy { return this.map((s) => s.cast(dtype)); }
+  bitcast(dtype: DType): MultiLazy { return this.map((s) => s.bitcast(dtype)); }
+  contiguous(tag?: number): MultiLazy { return this.map((s) => s.contiguous(tag)); }
+
+  reduce(op: ReduceKind, axes: number[]): MultiLazy {
+    const partial = this.map((s) => s.reduce(op, axes));
+    if (this.axis === null || !axes.includes(this.axis)) return partial;
+    return new MultiLazy(allReduce(op, partial.shards), null);
+  }
+
+  reshape(shape: readonly number[]): MultiLazy {
+    if (this.axis === null) return this.map((s) => s.reshape(shape), null);
+    // the sharded axis must survive as one axis whose leading part splits the same way
+    const before = prod(this.shape.slice(0, this.axis) as number[]);
+    let newAxis = 0;
+    while (newAxis < shape.length && prod(shape.slice(0, newAxis) as number[]) < before) newAxis++;
+    const n = this.shards.length;
+    const ok = prod(shape.slice(0, newAxis) as number[]) === before && newAxis < shape.length && this.shards.every((s) => (s.numel * n) === this.numel) && shape[newAxis]! % n === 0;
+    if (!ok) throw new TsgradError(`reshape of a tensor sharded on axis ${this.axis} from ${fmtShape(this.shape)} to ${fmtShape(shape)} would split the sharded axis; gather it first with to()`);
+    return this.map((s) => s.reshape(shape.map((size, i) => (i === newAxis ? size / n : size))), newAxis);
+  }
+
+  permute(order: readonly number[]): MultiLazy {
+    return this.map((s) => s.permute(order), this.axis === null ? null : order.indexOf(this.axis));
+  }
+
+  expand(shape: readonly number[]): MultiLazy {
+    return this.map((s) => s.expand(shape.map((size, i) => (i === this.axis ? s.shape[i]! : size))));
+  }
+
+  pad(pads: Pads): MultiLazy {
+    if (this.axis !== null && (pads[this.axis]![0] !== 0 || pads[this.axis]![1] !== 0)) return this.relayout(null).pad(pads);
+    return this.map((s) => s.pad(pads));
+  }
+
+  shrink(bounds: Pads): MultiLazy {
+    if (this.axis !== null && (bounds[this.axis]![0] !== 0 || bounds[this.axis]![1] !== this.shape[this.axis])) return this.relayout(null).shrink(bounds);
+    return this.map((s) => s.shrink(bounds.map((b, i) => (i === this.axis ? [0, s.shape[i]!] : b))));
+  }
+
+  flip(axes: readonly boolean[]): MultiLazy {
+    if (this.axis !== null && axes[this.axis]) return this.relayout(null).flip(axes);
+    return this.map((s) => s.flip(axes));
+  }
+
+  assign(value: UOp | MultiLazy): MultiLazy {
+    if (!(value instanceof MultiLazy) || !arraysEqual(value.devices, this.devices)) throw new TsgradError(`assign: value on ${value.device}, target on ${this.device}`);
+    const v = value.relayout(this.axis);
+    return this.map((s, i) => s.assign(v.shards[i]!));
+  }
+
+  /** One device gets the whole tensor. */
+  copyTo(device: string): UOp {
+    const whole = this.axis === null ? this : this.gatherToAll();
+    const local = whole.shards.find((s) => s.device === device);
+    return local ?? whole.shards[0]!.copyTo(device);
+  }
+}
+
+/** Sizes of the blocks a sharded axis splits into: equal, or a clear error. */
+export function splitSizes(size: number, devices: number, shape: readonly number[], axis: number): number[] {
+  if (size % devices !== 0) throw new TsgradError(`cannot shard axis ${axis} of ${fmtShape(shape)} evenly over ${devices} devices: ${size} is not a multiple of ${devices}`);
+  return Array(devices).fill(size / devices);
+}
+
+/**
+ * Sum (or max) of one same-shaped tensor per device, left on every device. A ring: the data is cut
+ * into one chunk per device; n-1 steps pass partial chunks around the ring (reduce-scatter), n-1 more
+ * pass the finished chunks (all-gather), so each device sends and receives 2(n-1)/n of the data.
+ */
+export function allReduce(op: ReduceKind, shards: readonly UOp[]): UOp[] {
+  const n = shards.length;
+  if (n === 1) return [...shards];
+  const shape = shards[0]!.shape;
+  const numel = shards[0]!.numel;
+  const combine = (a: UOp, b: UOp): UOp => a.alu(op === "ADD" ? "ADD" : "MAX", b);
+  if (numel < n) {
+    // too small to cut: every device adds up everyone's copy
+    return shards.map((target) => shards.map((s) => s.copyTo(target.device)).reduce(combine));
+  }
+  const bounds: [number, number][] = Array.from({ length: n }, (_, c) => [Math.floor((c * numel) / n), Math.floor(((c + 1) * numel) / n)]);
+  const chunk = (u: UOp, c: number): UOp => u.reshape([numel]).shrink([bounds[c]!]);
+  // chunks[d][c]: device d's current version of chunk c
+  const chunks = shards.map((s) => bounds.map((_, c) => chunk(s, c)));
+  for (let step = 0; step < n - 1; step++) {
+    const sent = shards.map((_, d) => {
+      const c = (d - step + n) % n;
+      return { to: (d + 1) % n, c, value: chunks[d]![c]! };
+    });
+    for (const { to, c, value } of sent) chunks[to]![c] = combine(chunks[to]![c]!, value.copyTo(shards[to]!.device));
+  }
+  // device d now holds the finished chunk (d + 1) % n; pass finished chunks around
+  for (let step = 0; step < n - 1; step++) {
+    const sent = shards.map((_, d) => {
+      const c = (d + 1 - step + n) % n;
+      return { to: (d + 1) % n, c, value: chunks[d]![c]! };
+    });
+    for (const { to, c, value } of sent) chunks[to]![c] = value.copyTo(shards[to]!.device);
+  }
+  return chunks.map((parts) => {
+    const padded = parts.map((p, c) => p.pad([[bounds[c]![0], numel - bounds[c]![1]]]));
+    return padded.reduce((a, b) => a.alu("ADD", b)).reshape(shape);
+  });
+}
+
+/** Node of a tensor: a single-device UOp or a multi-device one. */
+export type Lazy = UOp | MultiLazy;

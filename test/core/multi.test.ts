@@ -1,0 +1,113 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { Tensor, TsgradError, UOp } from "../../src/index.ts";
+import { allReduce } from "../../src/multi.ts";
+import { jit } from "../../src/engine/jit.ts";
+import { assertClose, values } from "./harness.ts";
+
+const devs = (n: number): string[] => Array.from({ length: n }, (_, i) => `JS:${i}`);
+const data = (n: number, seed = 1): number[] => Array.from({ length: n }, (_, i) => Math.sin(i * 0.7 + seed));
+
+test("shard splits the batch axis and reading gathers it back", () => {
+  const t = new Tensor(data(12), { device: "JS" }).reshape([6, 2]);
+  const s = t.shard(devs(3), 0);
+  assert.deepEqual(s.devices, ["JS", "JS:1", "JS:2"]);
+  assert.deepEqual(s.shape, [6, 2]);
+  assert.deepEqual(s.tolist(), t.tolist());
+});
+
+test("to(devices) replicates", () => {
+  const r = new Tensor([1, 2, 3], { device: "JS" }).to(devs(2));
+  assert.deepEqual(r.devices, ["JS", "JS:1"]);
+  assert.deepEqual(r.mul(2).tolist(), [2, 4, 6]);
+});
+
+test("ops on a sharded and a replicated tensor run per device", () => {
+  const x = new Tensor(data(8), { device: "JS" }).reshape([4, 2]);
+  const w = new Tensor([[1, 2], [3, 4]], { device: "JS", dtype: "float32" });
+  const expected = values(x.matmul(w).relu());
+  assertClose(values(x.shard(devs(2)).matmul(w.to(devs(2))).relu()), expected);
+});
+
+test("a reduction over the sharded axis all-reduces; over another axis it stays sharded", () => {
+  const x = new Tensor(data(24), { device: "JS" }).reshape([6, 4]);
+  const s = x.shard(devs(3));
+  assertClose(values(s.sum({ axis: 0 })), values(x.sum({ axis: 0 })));
+  assertClose([s.mean().item()], [x.mean().item()]);
+  const rows = s.max({ axis: 1 });
+  assert.equal((rows.node as { axis: number | null }).axis, 0);
+  assertClose(values(rows), values(x.max({ axis: 1 })));
+});
+
+test("a ring all-reduce sums exactly, for sizes that do not split evenly", () => {
+  for (const n of [2, 3, 4]) {
+    for (const size of [1, 5, 17]) {
+      const parts = devs(n).map((d, i) => new Tensor(data(size, i), { device: d, dtype: "float32" }).node as UOp);
+      const sums = allReduce("ADD", parts);
+      const expected = data(size, 0).map((_, j) => devs(n).reduce((s, _, i) => s + Math.fround(data(size, i)[j]!), 0));
+      for (const u of sums) assertClose(values(new Tensor(u)), expected, { atol: 1e-5 });
+    }
+  }
+});
+
+test("an uneven batch split is rejected naming the batch and the device count", () => {
+  assert.throws(() => Tensor.zeros([5, 2], { device: "JS" }).shard(devs(2)), (e: unknown) => e instanceof TsgradError && e.message.includes("5 is not a multiple of 2") && e.message.includes("[5, 2]"));
+});
+
+test("mixing tensors on mismatched device sets is a clear error", () => {
+  const a = Tensor.zeros([4], { device: "JS" }).shard(devs(2));
+  const b = Tensor.zeros([4], { device: "JS" }).shard(["JS", "JS:2"]);
+  assert.throws(() => a.add(b), (e: unknown) => e instanceof TsgradError && e.message.includes("JS,JS:1") && e.message.includes("JS,JS:2"));
+  assert.throws(() => a.add(Tensor.zeros([4], { device: "JS:3" })), (e: unknown) => e instanceof TsgradError && e.message.includes("JS,JS:1") && e.message.includes("JS:3"));
+});
+
+/** A small MLP regression trained with SGD; the batch sharded over `devices`, weights replicated. */
+function train(devices: string[], steps: number, useJit: boolean): { losses: number[]; weights: number[][] } {
+  Tensor.manualSeed(0);
+  const device = devices.length === 1 ? devices[0]! : devices.join(",");
+  const w1 = Tensor.normal([3, 8], 0, 0.5, { device, requiresGrad: true });
+  const w2 = Tensor.normal([8, 1], 0, 0.5, { device, requiresGrad: true });
+  Tensor.realizeAll([w1, w2]);
+  const step = (x: Tensor, y: Tensor): Tensor => {
+    const loss = x.matmul(w1).tanh().matmul(w2).sub(y).square().mean();
+    w1.grad = w2.grad = null;
+    loss.backward();
+    for (const w of [w1, w2]) w.assign(w.sub(w.grad!.mul(0.1)));
+    return loss;
+  };
+  const run = useJit ? jit(step) : step;
+  const losses: number[] = [];
+  for (let i = 0; i < steps; i++) {
+    let x = new Tensor(data(36, i), { device: "JS", dtype: "float32" }).reshape([12, 3]);
+    let y = new Tensor(data(12, i + 100), { device: "JS", dtype: "float32" }).reshape([12, 1]);
+    if (devices.length > 1) [x, y] = [x.shard(devices), y.shard(devices)];
+    else [x, y] = [x.to(devices[0]!), y.to(devices[0]!)];
+    const loss = run(x, y);
+    Tensor.realizeAll([loss, w1, w2]);
+    losses.push(loss.item());
+  }
+  return { losses, weights: [values(w1), values(w2)] };
+}
+
+test("data-parallel training on 2 and 3 devices matches one device, step for step", () => {
+  const one = train(["JS"], 4, false);
+  for (const n of [2, 3]) {
+    const many = train(devs(n), 4, false);
+    assertClose(many.losses, one.losses, { atol: 1e-6, what: `losses on ${n} devices` });
+    many.weights.forEach((w, i) => assertClose(w, one.weights[i]!, { atol: 1e-6, what: `weights ${i} on ${n} devices` }));
+  }
+});
+
+test("a jitted data-parallel step replays on every device", () => {
+  const one = train(["JS"], 5, false);
+  const many = train(devs(2), 5, true);
+  assertClose(many.losses, one.losses, { atol: 1e-6, what: "losses" });
+  many.weights.forEach((w, i) => assertClose(w, one.weights[i]!, { atol: 1e-6, what: `weights ${i}` }));
+});
+
+test("replicated weights stay identical on every device", () => {
+  train(devs(3), 2, false);
+  const w = Tensor.normal([2, 2], 0, 1, { device: devs(3).join(",") }).realize();
+  const copies = (w.node as unknown as { shards: UOp[] }).shards.map((u) => values(new Tensor(u)));
+  for (const c of copies.slice(1)) assert.deepEqual(c, copies[0]);
+});
