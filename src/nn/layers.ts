@@ -1,0 +1,77 @@
+// The small layers models are built from. Each holds its parameters as Tensor properties, so
+// `getStateDict` finds them under the property names (`dense.weight`, `LayerNorm.bias`, ...).
+import { Tensor } from "../tensor.ts";
+import { TsgradError } from "../helpers.ts";
+
+/** Makes a fresh initial value for a parameter of `shape`. */
+export type Initializer = (shape: number[]) => Tensor;
+
+/** PyTorch's default for Linear: uniform in ±1/sqrt(fanIn). */
+export const uniformFanIn = (fanIn: number): Initializer => (shape) => {
+  const bound = 1 / Math.sqrt(fanIn);
+  return Tensor.uniform(shape, -bound, bound);
+};
+/** Truncated normal (±2 std), BERT's initialiser: `truncatedNormal(0.02)`. */
+export const truncatedNormal = (std: number): Initializer => (shape) => Tensor.truncNormal(shape, { std });
+/** Standard normal, PyTorch's default for Embedding. */
+export const standardNormal: Initializer = (shape) => Tensor.randn(shape);
+export const zeros: Initializer = (shape) => Tensor.zeros(shape);
+export const ones: Initializer = (shape) => Tensor.ones(shape);
+
+/** A trainable parameter: its own realized buffer, with requiresGrad. */
+export function parameter(init: Initializer, shape: number[]): Tensor {
+  const t = init(shape).contiguous().realize();
+  t.requiresGrad = true;
+  return t;
+}
+
+/** y = x @ weight.T + bias, weight stored [out, in] as PyTorch does. */
+export class Linear {
+  weight: Tensor;
+  bias?: Tensor;
+  constructor(
+    readonly inFeatures: number,
+    readonly outFeatures: number,
+    { bias = true, weightInit = uniformFanIn(inFeatures), biasInit = uniformFanIn(inFeatures) }: { bias?: boolean; weightInit?: Initializer; biasInit?: Initializer } = {},
+  ) {
+    this.weight = parameter(weightInit, [outFeatures, inFeatures]);
+    if (bias) this.bias = parameter(biasInit, [outFeatures]);
+  }
+  forward(x: Tensor): Tensor {
+    if (x.shape[x.ndim - 1] !== this.inFeatures) throw new TsgradError(`Linear(${this.inFeatures} -> ${this.outFeatures}): input has shape [${x.shape.join(", ")}]`);
+    return x.linear(this.weight, this.bias);
+  }
+}
+
+/** Rows of a [vocabSize, dim] table picked by integer ids. */
+export class Embedding {
+  weight: Tensor;
+  constructor(readonly vocabSize: number, readonly dim: number, { init = standardNormal }: { init?: Initializer } = {}) {
+    this.weight = parameter(init, [vocabSize, dim]);
+  }
+  forward(ids: Tensor): Tensor {
+    return Tensor.embedding(ids, this.weight);
+  }
+}
+
+/** Normalises the last axis, then scales by weight and shifts by bias. */
+export class LayerNorm {
+  weight: Tensor;
+  bias: Tensor;
+  constructor(readonly dim: number, readonly eps = 1e-5) {
+    this.weight = parameter(ones, [dim]);
+    this.bias = parameter(zeros, [dim]);
+  }
+  forward(x: Tensor): Tensor {
+    if (x.shape[x.ndim - 1] !== this.dim) throw new TsgradError(`LayerNorm(${this.dim}): input has shape [${x.shape.join(", ")}]`);
+    return x.layerNorm({ eps: this.eps }).mul(this.weight).add(this.bias);
+  }
+}
+
+/** Zeroes a fraction p of the inputs while `Tensor.training`; no parameters. */
+export class Dropout {
+  constructor(readonly p = 0.5) {}
+  forward(x: Tensor): Tensor {
+    return x.dropout(this.p);
+  }
+}

@@ -1,0 +1,101 @@
+// Learning-rate schedules. The step count and the rate are tensors that a step assigns to, so a
+// jitted train step that reads `optimizer.lr` sees every change without being rebuilt.
+import { dtypes } from "../dtype.ts";
+import { TsgradError } from "../helpers.ts";
+import { Tensor } from "../tensor.ts";
+import type { Optimizer } from "./optim.ts";
+import type { HasStateDict, StateDict } from "./state.ts";
+
+/** Sets an optimizer's learning rate from a function of the number of steps taken. */
+export abstract class LRScheduler implements HasStateDict {
+  /** float32 [1]: how many times `step` ran. */
+  readonly stepCount: Tensor;
+
+  constructor(readonly optimizer: Optimizer) {
+    this.stepCount = new Tensor([0], { dtype: dtypes.float32, device: optimizer.lr.device });
+  }
+
+  /** The learning rate after `steps` steps (a float32 tensor shaped like `steps`). */
+  abstract lrAt(steps: Tensor): Tensor;
+
+  /** Counts a step and sets the new rate, lazily; returns what to realize. */
+  scheduleStep(): Tensor[] {
+    this.stepCount.assign(this.stepCount.add(1));
+    return [this.stepCount, this.optimizer.lr.assign(this.lrAt(this.stepCount))];
+  }
+
+  step(): void {
+    Tensor.realizeAll(this.scheduleStep());
+  }
+
+  stateDict(): StateDict {
+    return { step: this.stepCount };
+  }
+
+  /** Sets the rate for the current step count, so the first step already runs with the scheduled rate. */
+  protected applyCurrent(): void {
+    this.optimizer.lr.assign(this.lrAt(this.stepCount)).realize();
+  }
+}
+
+export interface PolynomialDecayOptions {
+  initialLr: number;
+  endLr?: number;
+  totalSteps: number;
+  warmupSteps: number;
+  power?: number;
+}
+
+/**
+ * Linear warmup from 0 to `initialLr` over `warmupSteps`, then polynomial decay towards `endLr`,
+ * as tinygrad's MLPerf BERT (after the MLCommons reference) computes it for step s:
+ *   s <= warmup: initialLr * s / warmup
+ *   otherwise:   (initialLr - endLr) * (1 - (s - warmup) / (totalSteps - warmup + 1))^power + endLr
+ * The first step therefore runs with LR 0.
+ */
+export class PolynomialDecayWithWarmup extends LRScheduler {
+  readonly initialLr: number;
+  readonly endLr: number;
+  readonly totalSteps: number;
+  readonly warmupSteps: number;
+  readonly power: number;
+
+  constructor(optimizer: Optimizer, { initialLr, endLr = 0, totalSteps, warmupSteps, power = 1 }: PolynomialDecayOptions) {
+    super(optimizer);
+    if (!(totalSteps > 0) || !(warmupSteps >= 0)) throw new TsgradError(`PolynomialDecayWithWarmup: totalSteps ${totalSteps} must be > 0 and warmupSteps ${warmupSteps} >= 0`);
+    this.initialLr = initialLr;
+    this.endLr = endLr;
+    this.totalSteps = totalSteps;
+    this.warmupSteps = Math.min(warmupSteps, totalSteps);
+    this.power = power;
+    this.applyCurrent();
+  }
+
+  lrAt(steps: Tensor): Tensor {
+    const decayLength = this.totalSteps - this.warmupSteps + 1;
+    const remaining = steps.sub(this.warmupSteps).div(decayLength).neg().add(1);
+    const decayed = remaining.pow(this.power).mul(this.initialLr - this.endLr).add(this.endLr);
+    if (this.warmupSteps === 0) return decayed;
+    const warming = steps.mul(this.initialLr / this.warmupSteps);
+    return steps.le(this.warmupSteps).where(warming, decayed);
+  }
+}
+
+/** Schedulers of several optimizers (an OptimizerGroup's), stepped together. */
+export class LRSchedulerGroup implements HasStateDict {
+  readonly schedulers: LRScheduler[];
+  constructor(...schedulers: LRScheduler[]) {
+    this.schedulers = schedulers;
+  }
+  scheduleStep(): Tensor[] {
+    return this.schedulers.flatMap((s) => s.scheduleStep());
+  }
+  step(): void {
+    Tensor.realizeAll(this.scheduleStep());
+  }
+  stateDict(): StateDict {
+    const state: StateDict = {};
+    this.schedulers.forEach((s, i) => (state[`${i}.step`] = s.stepCount));
+    return state;
+  }
+}

@@ -1,0 +1,91 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { Device, Tensor } from "../../src/index.ts";
+import { jit } from "../../src/engine/jit.ts";
+import { SGD } from "../../src/nn/optim.ts";
+import { LRSchedulerGroup, PolynomialDecayWithWarmup, type PolynomialDecayOptions } from "../../src/nn/schedules.ts";
+
+Device.DEFAULT = process.env.DEVICE ?? "JS";
+
+/** The reference's schedule (tinygrad's MLPerf BERT, after MLCommons) on plain numbers. */
+function referenceLr(step: number, { initialLr, endLr = 0, totalSteps, warmupSteps, power = 1 }: PolynomialDecayOptions): number {
+  if (step <= warmupSteps) return (step / warmupSteps) * initialLr;
+  return (initialLr - endLr) * (1 - (step - warmupSteps) / (totalSteps - warmupSteps + 1)) ** power + endLr;
+}
+
+const optimizer = (): SGD => {
+  const w = new Tensor([1.5]);
+  w.requiresGrad = true;
+  return new SGD([w.realize()], { lr: 123 });
+};
+
+const closeTo = (actual: number, expected: number): void =>
+  assert.ok(Math.abs(actual - expected) <= 1e-6 * Math.max(1, Math.abs(expected)), `${actual}, expected ${expected}`);
+
+/** The learning rate before each of the first `steps` steps. */
+function lrs(options: PolynomialDecayOptions, steps: number): number[] {
+  const opt = optimizer();
+  const schedule = new PolynomialDecayWithWarmup(opt, options);
+  const seen: number[] = [];
+  for (let i = 0; i < steps; i++) {
+    seen.push(opt.lr.item());
+    schedule.step();
+  }
+  return seen;
+}
+
+test("warmup starts at 0 and rises linearly to the initial rate", () => {
+  const options = { initialLr: 0.004, totalSteps: 100, warmupSteps: 4 };
+  const seen = lrs(options, 5);
+  [0, 0.001, 0.002, 0.003, 0.004].forEach((expected, step) => closeTo(seen[step]!, expected));
+});
+
+test("after warmup the rate decays linearly (power 1) as the reference computes it", () => {
+  const options = { initialLr: 0.004, totalSteps: 20, warmupSteps: 4 };
+  const seen = lrs(options, 21);
+  seen.forEach((lr, step) => closeTo(lr, referenceLr(step, options)));
+  closeTo(seen[5]!, 0.004 * (1 - 1 / 17));
+  closeTo(seen[20]!, 0.004 * (1 - 16 / 17));
+});
+
+test("power 2 squares the decay and a non-zero end rate is the floor it approaches", () => {
+  const options = { initialLr: 0.1, endLr: 0.01, totalSteps: 10, warmupSteps: 2, power: 2 };
+  lrs(options, 11).forEach((lr, step) => closeTo(lr, referenceLr(step, options)));
+});
+
+test("without warmup the first step already runs at the initial rate", () => {
+  const seen = lrs({ initialLr: 0.5, totalSteps: 9, warmupSteps: 0 }, 3);
+  closeTo(seen[0]!, 0.5);
+  closeTo(seen[1]!, 0.5 * (1 - 1 / 10));
+});
+
+test("a scheduler group steps every scheduler together", () => {
+  const [a, b] = [optimizer(), optimizer()];
+  const group = new LRSchedulerGroup(
+    new PolynomialDecayWithWarmup(a, { initialLr: 1, totalSteps: 10, warmupSteps: 2 }),
+    new PolynomialDecayWithWarmup(b, { initialLr: 2, totalSteps: 10, warmupSteps: 2 }),
+  );
+  group.step();
+  closeTo(a.lr.item(), 0.5);
+  closeTo(b.lr.item(), 1);
+  assert.deepEqual(Object.keys(group.stateDict()), ["0.step", "1.step"]);
+  assert.equal(group.schedulers[1]!.stepCount.item(), 1);
+});
+
+test("a jitted function that reads the learning rate sees each scheduled change", () => {
+  const opt = optimizer();
+  const schedule = new PolynomialDecayWithWarmup(opt, { initialLr: 0.4, totalSteps: 100, warmupSteps: 4 });
+  const scaled = jit((x: Tensor) => x.mul(opt.lr));
+  const x = new Tensor([10]);
+  const seen: number[] = [];
+  for (let i = 0; i < 5; i++) {
+    seen.push(scaled(x).item());
+    schedule.step();
+  }
+  [0, 1, 2, 3, 4].forEach((expected, i) => closeTo(seen[i]!, expected));
+  assert.ok(scaled.jit.isCaptured, "the function was captured and replayed");
+});
+
+test("bad schedule settings are refused", () => {
+  assert.throws(() => new PolynomialDecayWithWarmup(optimizer(), { initialLr: 1, totalSteps: 0, warmupSteps: 1 }), /totalSteps 0 must be > 0/);
+});
