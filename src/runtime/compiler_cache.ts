@@ -71,6 +71,14 @@ export const compileStats = { compiled: 0, cached: 0, seconds: 0 };
  * (one compiler process per core). Throws CompileError with the compiler's message.
  */
 export function compileLibraries(compiler: Compiler, sources: readonly string[]): string[] {
+  const paths = compileEach(compiler, sources);
+  const failed = paths.find((p) => typeof p !== "string");
+  if (failed) throw new CompileError(failed.error);
+  return paths as string[];
+}
+
+/** Like compileLibraries, but each source that does not compile gives its error instead of a path. */
+export function compileEach(compiler: Compiler, sources: readonly string[]): (string | { error: string })[] {
   const paths = sources.map((src) => libraryPath(compiler, src));
   const missing = [...new Set(paths.map((p, i) => (existsSync(p) ? -1 : i)).filter((i) => i >= 0).map((i) => paths[i]!))];
   compileStats.cached += sources.length - missing.length;
@@ -97,13 +105,12 @@ export function compileLibraries(compiler: Compiler, sources: readonly string[])
   compileStats.compiled += jobs.length;
   compileStats.seconds += (performance.now() - start) / 1000;
   if (debugLevel() >= 3) console.error(`tsgrad: compiled ${jobs.length} kernel(s) in ${(performance.now() - start).toFixed(0)} ms`);
-  let failure: string | undefined;
+  const errors = new Map<string, string>();
   for (const { path, stem } of jobs) {
     if (existsSync(`${stem}.so`)) renameSync(`${stem}.so`, path);
-    else failure ??= `compiling ${path.replace(/\.so$/, ".c")} failed:\n${readFileSync(`${stem}.err`, "utf8").slice(0, 4000)}`;
+    else errors.set(path, `compiling ${path.replace(/\.so$/, ".c")} failed:\n${readFileSync(`${stem}.err`, "utf8").slice(0, 4000)}`);
     rmSync(`${stem}.c`, { force: true });
     rmSync(`${stem}.err`, { force: true });
   }
-  if (failure) throw new CompileError(failure);
-  return paths;
+  return paths.map((p) => (errors.has(p) ? { error: errors.get(p)! } : p));
 }

@@ -6,7 +6,8 @@ import type { Backend, Buffer, Program } from "../device.ts";
 import type { KernelIR } from "../codegen/ir.ts";
 import { C_PRELUDE, renderC } from "../renderer/c.ts";
 import { debugLevel, getenv } from "../helpers.ts";
-import { compileLibraries, findCompiler } from "./compiler_cache.ts";
+import { compileEach, compileLibraries, findCompiler } from "./compiler_cache.ts";
+import { beamSearch } from "../engine/search.ts";
 
 type KernelFn = (...args: unknown[]) => void;
 
@@ -36,10 +37,33 @@ export function compilePrograms(programs: readonly CpuProgram[], restrict = true
   const compiler = findCompiler();
   if (!compiler) throw new Error("CPU device: no working C compiler");
   const todo = programs.filter((p) => !p.fn(restrict));
+  for (const p of todo) if (!p.searched) p.useSearched(beamSearch(p.kernel, "CPU", timeKernels));
   const sources = todo.map((p) => cSource(p.kernel, restrict));
   if (debugLevel() >= 4) sources.forEach((s) => console.error(s.slice(C_PRELUDE.length)));
   const paths = compileLibraries(compiler, sources);
   todo.forEach((p, i) => p.setFn(restrict, loadKernel(paths[i]!, p.kernel)));
+}
+
+/** Times candidate kernels (BEAM) on scratch buffers of the kernel's sizes; Infinity for those that do not compile. */
+function timeKernels(kernels: readonly KernelIR[]): number[] {
+  const compiler = findCompiler()!;
+  const libraries = compileEach(compiler, kernels.map((k) => cSource(k, true)));
+  const args = [...(kernels[0]?.buffers ?? []).map((b) => new ArrayBuffer(b.size * b.dtype.itemsize)), threadCount()];
+  let best = Infinity;
+  return kernels.map((kernel, i) => {
+    const library = libraries[i]!;
+    if (typeof library !== "string") return Infinity;
+    const fn = loadKernel(library, kernel);
+    let fastest = Infinity;
+    // a candidate far slower than the best so far is not worth more runs
+    for (let run = 0; run === 0 || (run < 3 && fastest < 2 * best); run++) {
+      const start = performance.now();
+      fn(...args);
+      fastest = Math.min(fastest, (performance.now() - start) / 1000);
+    }
+    best = Math.min(best, fastest);
+    return fastest;
+  });
 }
 
 /** THREADS=n caps the threads a kernel uses (default: every core). */
@@ -51,8 +75,15 @@ const pending = new Set<CpuProgram>();
 export class CpuProgram implements Program {
   private restricted: KernelFn | undefined;
   private aliased: KernelFn | undefined;
-  constructor(readonly kernel: KernelIR) {
+  /** Whether BEAM had its say on the kernel's options (it leaves the kernel as is when BEAM=0). */
+  searched = false;
+  constructor(public kernel: KernelIR) {
     pending.add(this);
+  }
+
+  useSearched(kernel: KernelIR): void {
+    this.kernel = kernel;
+    this.searched = true;
   }
 
   fn(restrict: boolean): KernelFn | undefined {

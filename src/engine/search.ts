@@ -1,0 +1,153 @@
+// BEAM search over kernel options: BEAM=N keeps the N fastest option sets each round, extending each by
+// one more option, until a round finds nothing faster. Candidates are compiled together and timed on
+// scratch buffers by the backend; the winner is cached on disk by (kernel, device) so later runs skip the search.
+import { createHash } from "node:crypto";
+import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { debugLevel, getenv } from "../helpers.ts";
+import type { KernelIR } from "../codegen/ir.ts";
+import { type KernelSpec, kernelSpecOf, lowerKernel } from "../codegen/lower.ts";
+import { type KernelOpts, NO_OPTS, optsKey, upcastWidth } from "../codegen/opts.ts";
+import { heuristicOpts, loopTrips } from "../codegen/heuristics.ts";
+import { cacheDir, writeAtomic } from "../runtime/compiler_cache.ts";
+
+/** Times each kernel (seconds; Infinity when it does not compile). */
+export type TimeKernels = (kernels: readonly KernelIR[]) => number[];
+
+/** The search's limits, read from the environment (tinygrad's names). */
+export function searchLimits() {
+  return {
+    beam: getenv("BEAM", 0),
+    /** Most IR statements a candidate may have (code size). */
+    uopsMax: getenv("BEAM_UOPS_MAX", 3000),
+    /** Most elements a candidate computes per iteration (upcast lanes times unroll). */
+    upcastMax: getenv("BEAM_UPCAST_MAX", 256),
+    /** Most threads' worth of local work: the CPU has no local memory, so this only caps parallel loops' depth. */
+    localMax: getenv("BEAM_LOCAL_MAX", 1024),
+  };
+}
+
+const memo = new Map<string, KernelOpts>();
+
+/** Counts searches and cache hits, for tests and DEBUG output. */
+export const searchStats = { searched: 0, cacheHits: 0 };
+
+/** The searched kernel for `kernel` on `device` (the kernel itself when it cannot be searched). */
+export function beamSearch(kernel: KernelIR, device: string, time: TimeKernels): KernelIR {
+  const spec = kernelSpecOf(kernel);
+  const limits = searchLimits();
+  if (!spec || limits.beam <= 0) return kernel;
+  const key = searchKey(spec, device);
+  const cached = memo.get(key) ?? readCached(key);
+  if (cached) {
+    searchStats.cacheHits++;
+    memo.set(key, cached);
+    return lowerKernel(spec, cached);
+  }
+  const start = performance.now();
+  const best = search(spec, limits, time);
+  searchStats.searched++;
+  memo.set(key, best.opts);
+  mkdirSync(join(cacheDir(), "beam"), { recursive: true });
+  writeAtomic(cachePath(key), JSON.stringify(best.opts));
+  if (debugLevel() >= 2) console.error(`BEAM=${limits.beam} ${kernel.name}: ${optsKey(best.opts)} ${(best.seconds * 1e6).toFixed(1)} us, searched in ${((performance.now() - start) / 1000).toFixed(2)} s`);
+  return best.kernel;
+}
+
+interface Candidate {
+  opts: KernelOpts;
+  kernel: KernelIR;
+  seconds: number;
+}
+
+function search(spec: KernelSpec, limits: ReturnType<typeof searchLimits>, time: TimeKernels): Candidate {
+  const plain = lowerKernel(spec, NO_OPTS);
+  const seen = new Set<string>();
+  const evaluate = (options: readonly KernelOpts[]): Candidate[] => {
+    const fresh: { opts: KernelOpts; kernel: KernelIR }[] = [];
+    for (const opts of options) {
+      if (seen.has(optsKey(opts))) continue;
+      seen.add(optsKey(opts));
+      const kernel = lowerKernel(spec, opts);
+      if (fits(kernel, opts, limits)) fresh.push({ opts, kernel });
+    }
+    const seconds = time(fresh.map((c) => c.kernel));
+    return fresh.map((c, i) => ({ ...c, seconds: seconds[i]! }));
+  };
+  let beam = evaluate([heuristicOpts(spec, plain), NO_OPTS]).sort(bySpeed).slice(0, limits.beam);
+  if (beam.length === 0) return { opts: NO_OPTS, kernel: plain, seconds: Infinity };
+  for (;;) {
+    const next = evaluate(beam.flatMap((c) => extensions(c.opts, spec, plain)));
+    const merged = [...beam, ...next].sort(bySpeed).slice(0, limits.beam);
+    if (merged[0]!.seconds >= beam[0]!.seconds) return beam[0]!;
+    beam = merged;
+  }
+}
+
+const bySpeed = (a: Candidate, b: Candidate): number => a.seconds - b.seconds;
+
+function fits(kernel: KernelIR, opts: KernelOpts, limits: ReturnType<typeof searchLimits>): boolean {
+  return countStmts(kernel.body) <= limits.uopsMax && upcastWidth(opts) * opts.unroll <= limits.upcastMax && 2 ** opts.parallel <= limits.localMax;
+}
+
+function countStmts(body: KernelIR["body"]): number {
+  return body.reduce((n, s) => n + 1 + (s.kind === "loop" ? countStmts(s.body) : 0), 0);
+}
+
+/** Every option set one step beyond `opts`: one more upcast, a different unroll, more or fewer parallel loops. */
+function extensions(opts: KernelOpts, spec: KernelSpec, plain: KernelIR): KernelOpts[] {
+  const out: KernelOpts[] = [];
+  const shape = spec.value.shape;
+  shape.forEach((size, axis) => {
+    const left = opts.upcast.filter((u) => u.axis === axis).reduce((n, u) => n / u.amount, size);
+    for (const amount of [2, 3, 4, 8]) if (left % amount === 0 && left > 1) out.push({ ...opts, upcast: [...opts.upcast, { axis, amount }] });
+  });
+  const reduceSize = lastReduceSize(plain);
+  for (const unroll of [2, 4, 8]) if (reduceSize % unroll === 0 && unroll !== opts.unroll) out.push({ ...opts, unroll });
+  const loops = loopTrips(shape, opts.upcast).length;
+  for (let parallel = 0; parallel <= Math.min(loops, 3); parallel++) if (parallel !== opts.parallel) out.push({ ...opts, parallel });
+  return out;
+}
+
+/** The trip count of the innermost reduce loop (1 when there is none). */
+function lastReduceSize(kernel: KernelIR): number {
+  let size = 1;
+  const walk = (body: KernelIR["body"]): void => {
+    for (const s of body) if (s.kind === "loop") {
+      if (s.var.startsWith("r")) size = s.size;
+      walk(s.body);
+    }
+  };
+  walk(kernel.body);
+  return size;
+}
+
+/** (what the kernel computes, device, threads): the plain lowering's IR names the computation exactly. */
+function searchKey(spec: KernelSpec, device: string): string {
+  const plain = lowerKernel(spec, NO_OPTS);
+  const ir = JSON.stringify(plain.body, (_, v) => (typeof v === "object" && v !== null && "kind" in v && "min" in v && "key" in v ? v.key : v));
+  const buffers = plain.buffers.map((b) => `${b.dtype.name}[${b.size}]`).join(",");
+  return createHash("sha256").update(`${device}|${getenv("THREADS", 0)}|${buffers}|${ir}`).digest("hex").slice(0, 32);
+}
+
+const cachePath = (key: string): string => join(cacheDir(), "beam", `${key}.json`);
+
+function readCached(key: string): KernelOpts | undefined {
+  const path = cachePath(key);
+  if (!existsSync(path)) return undefined;
+  try {
+    return JSON.parse(readFileSync(path, "utf8")) as KernelOpts;
+  } catch {
+    return undefined; // a damaged entry is searched again and overwritten
+  }
+}
+
+/**
+ * Forgets the searched options held in memory, so the next kernels read them from disk (or search again);
+ * with `{ onDisk: true }` also deletes the on-disk caches of searched options and compiled kernels.
+ * The MLPerf init phase logs `cache_clear` around this call.
+ */
+export function clearKernelCache({ onDisk = false } = {}): void {
+  memo.clear();
+  if (onDisk) for (const folder of ["beam", "cpu"]) rmSync(join(cacheDir(), folder), { recursive: true, force: true });
+}
