@@ -69,8 +69,9 @@ class GrowableInt32 {
     this.data = grown;
   }
 
-  toArray(): Int32Array {
-    return this.data.slice(0, this.length);
+  /** The filled part, as a view: no copy of what may be hundreds of megabytes. */
+  filled(): Int32Array {
+    return this.data.subarray(0, this.length);
   }
 }
 
@@ -115,7 +116,7 @@ export function readDocuments(text: string, tokenizer: BertTokenizer): Documents
     segmentStarts.push(tokenIds.length);
   }
   endDocument();
-  return { tokenIds: tokenIds.toArray(), segmentStarts: segmentStarts.toArray(), documentStarts: documentStarts.toArray() };
+  return { tokenIds: tokenIds.filled(), segmentStarts: segmentStarts.filled(), documentStarts: documentStarts.filled() };
 }
 
 // ---------------------------------------------------------------------------------------
@@ -344,13 +345,13 @@ class SampleMaker {
     this.rng.shuffle(shuffledOrder);
     return {
       count,
-      tokenIds: this.tokenIds.toArray(),
-      tokenStarts: this.tokenStarts.toArray(),
-      segmentALengths: this.segmentALengths.toArray(),
-      predictionStarts: this.predictionStarts.toArray(),
-      maskedLmPositions: this.maskedLmPositions.toArray(),
-      maskedLmIds: this.maskedLmIds.toArray(),
-      nextSentenceLabels: this.nextSentenceLabels.toArray(),
+      tokenIds: this.tokenIds.filled(),
+      tokenStarts: this.tokenStarts.filled(),
+      segmentALengths: this.segmentALengths.filled(),
+      predictionStarts: this.predictionStarts.filled(),
+      maskedLmPositions: this.maskedLmPositions.filled(),
+      maskedLmIds: this.maskedLmIds.filled(),
+      nextSentenceLabels: this.nextSentenceLabels.filled(),
       shuffledOrder,
     };
   }
