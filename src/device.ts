@@ -53,6 +53,7 @@ export class Buffer {
     const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
     if (bytes.byteLength !== this.nbytes) throw new TsgradError(`copyin: ${bytes.byteLength} bytes into a ${this.nbytes}-byte ${this.dtype.name} buffer on ${this.device}`);
     Device.backend(this.device).copyin(this.handle, bytes);
+    this.version++; // new contents: nodes that stood for the old ones no longer do
     return this;
   }
 

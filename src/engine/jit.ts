@@ -4,7 +4,7 @@ import type { Buffer } from "../device.ts";
 import { TsgradError, fmtShape, getenv } from "../helpers.ts";
 import { Tensor } from "../tensor.ts";
 import { UOp } from "../uop.ts";
-import { MultiLazy } from "../multi.ts";
+import { type Lazy, MultiLazy } from "../multi.ts";
 import { execObservers, runItem } from "./realize.ts";
 import { type ExecItem, storedBuffer } from "./schedule.ts";
 
@@ -50,6 +50,12 @@ export class TinyJit<A extends Tensor[], R extends JitOutput> {
   call(...args: A): R {
     for (const a of args) if (!buffersOf(a)) a.node = a.contiguous().node;
     Tensor.realizeAll(args);
+    // inputs count as new data on every call: a result computed from the same buffers before
+    // must not be taken from the cache (the capture would then record nothing)
+    for (const a of args) {
+      for (const buffer of buffersOf(a)!) buffer.version++;
+      a.node = bufferView(a.node);
+    }
     if (getenv("JIT", 1) === 0) return this.runAndRealize(args);
     if (this.captured) return this.replay(args);
     this.calls++;
@@ -128,12 +134,15 @@ function tensorsIn(out: JitOutput): Tensor[] {
   return Object.values(out as Record<string, JitOutput>).flatMap(tensorsIn);
 }
 
+/** A node that reads a realized tensor's buffer(s) as they are now. */
+function bufferView(node: Lazy): Lazy {
+  const view = (u: UOp): UOp => UOp.buffer(storedBuffer(u)!).reshape(u.shape);
+  return node instanceof MultiLazy ? new MultiLazy(node.shards.map(view), node.axis) : view(node);
+}
+
 /** New Tensor objects over the captured output buffers, so callers never hold the jit's own objects. */
 function freshOutputs(out: JitOutput): JitOutput {
-  if (out instanceof Tensor) {
-    const view = (u: UOp): UOp => UOp.buffer(storedBuffer(u)!).reshape(u.shape);
-    return new Tensor(out.node instanceof MultiLazy ? new MultiLazy(out.node.shards.map(view), out.node.axis) : view(out.node));
-  }
+  if (out instanceof Tensor) return new Tensor(bufferView(out.node));
   if (out === undefined || out === null) return out;
   if (Array.isArray(out)) return out.map(freshOutputs);
   return Object.fromEntries(Object.entries(out as Record<string, JitOutput>).map(([k, v]) => [k, freshOutputs(v)]));

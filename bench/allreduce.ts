@@ -1,0 +1,32 @@
+// All-reduce bandwidth over virtual devices: GB/s of one device's gradient (algorithm bandwidth:
+// bytes per device / time) for 2..6 devices, with the ring schedule of src/multi.ts, jitted.
+// BERT-large's gradient is 335M floats (1.34 GB per device); the default is a slice of it to fit a
+// shared machine: --numel 335000000 measures the full size.
+// Usage: npx tsx bench/allreduce.ts [--numel 16777216] [--device CPU] [--repeats 3]
+import { parseArgs } from "node:util";
+import { Device, Tensor } from "../src/index.ts";
+import { jit } from "../src/engine/jit.ts";
+
+const { values } = parseArgs({ options: { numel: { type: "string", default: String(16 * 1024 * 1024) }, device: { type: "string" }, repeats: { type: "string", default: "3" } } });
+const numel = Number(values.numel);
+const kind = values.device ?? Device.DEFAULT.split(":")[0]!;
+const repeats = Number(values.repeats);
+
+const results: Record<string, unknown>[] = [];
+for (let n = 2; n <= 6; n++) {
+  const devices = Array.from({ length: n }, (_, i) => `${kind}:${i}`);
+  // one different gradient per device: a sharded tensor of n blocks, summed over the sharded axis
+  const grads = Tensor.rand([n, numel], { device: devices[0] }).shard(devices, 0).realize();
+  const reduce = jit((g: Tensor) => g.sum({ axis: 0 }));
+  for (let i = 0; i < 2; i++) reduce(grads).realize(); // compile and capture
+  const times: number[] = [];
+  for (let i = 0; i < repeats; i++) {
+    const start = performance.now();
+    reduce(grads).realize();
+    times.push((performance.now() - start) / 1000);
+  }
+  times.sort((a, b) => a - b);
+  const seconds = times[Math.floor(times.length / 2)]!;
+  results.push({ devices: n, numel, bytes_per_device: numel * 4, median_s: +seconds.toFixed(4), algbw_GBps: +((numel * 4) / seconds / 1e9).toFixed(3) });
+}
+console.log(JSON.stringify({ device: kind, schedule: "ring", results }, null, 2));
