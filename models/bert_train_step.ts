@@ -1,0 +1,139 @@
+// One BERT training step and one eval step as plain functions of tensors, so that a JIT can wrap
+// them: the train step is forward, backward of loss*scale, unscale, clip by global norm 1.0,
+// LAMB step and LR schedule step; the eval step gives the four MLPerf metrics.
+import { dtypes, type DType } from "../src/dtype.ts";
+import { TsgradError, fmtShape, getenv } from "../src/helpers.ts";
+import { Tensor } from "../src/tensor.ts";
+import { LAMB, OptimizerGroup } from "../src/nn/optim.ts";
+import { LRSchedulerGroup, PolynomialDecayWithWarmup } from "../src/nn/schedules.ts";
+import { getStateDict } from "../src/nn/state.ts";
+import { type BertBatch, type BertForPretraining, type BertMetrics, bertPretrainingLosses, bertPretrainingMetrics } from "./bert.ts";
+
+export interface BertOptimizerOptions {
+  lr: number;
+  totalSteps: number;
+  warmupSteps: number;
+  power?: number;
+  weightDecay?: number;
+  eps?: number;
+  b1?: number;
+  b2?: number;
+}
+
+/** True for parameters LAMB must not decay: biases and LayerNorm weights, as the reference excludes them. */
+export const isNoDecayParameter = (name: string): boolean => name.endsWith("bias") || name.includes("LayerNorm");
+
+/**
+ * The reference's optimisation: LAMB with weight decay on all but biases and LayerNorm
+ * parameters (two LAMBs joined by an OptimizerGroup), each with its polynomial-decay schedule.
+ */
+export function createBertOptimizer(model: BertForPretraining, { lr, totalSteps, warmupSteps, power = 1, weightDecay = 0.01, eps = 1e-6, b1 = 0.9, b2 = 0.999 }: BertOptimizerOptions): { optimizer: OptimizerGroup; scheduler: LRSchedulerGroup } {
+  const named = Object.entries(getStateDict(model));
+  const decayed = named.filter(([name]) => !isNoDecayParameter(name)).map(([, t]) => t);
+  const notDecayed = named.filter(([name]) => isNoDecayParameter(name)).map(([, t]) => t);
+  const optimizers = [new LAMB(decayed, { lr, b1, b2, eps, weightDecay }), new LAMB(notDecayed, { lr, b1, b2, eps, weightDecay: 0 })];
+  const schedule = { initialLr: lr, endLr: 0, totalSteps, warmupSteps, power };
+  return { optimizer: new OptimizerGroup(...optimizers), scheduler: new LRSchedulerGroup(...optimizers.map((o) => new PolynomialDecayWithWarmup(o, schedule))) };
+}
+
+export interface TrainStepOptions {
+  /** The loss is multiplied by this before backward and the gradients divided after (fp16 loss scaling). */
+  lossScale: number;
+  /** The batch is split into this many micro-batches whose gradients add up before one update. */
+  gradientAccSteps: number;
+  /** Gradients are scaled down so that their global L2 norm is at most this. */
+  maxGradNorm: number;
+}
+
+/** `LOSS_SCALER` (default 2^10 for float16, 1 otherwise) and `GRADIENT_ACC_STEPS` (default 1). */
+export function trainStepOptionsFromEnv(paramDtype: DType): TrainStepOptions {
+  return {
+    lossScale: getenv("LOSS_SCALER", paramDtype === dtypes.float16 ? 2 ** 10 : 1),
+    gradientAccSteps: getenv("GRADIENT_ACC_STEPS", 1),
+    maxGradNorm: 1.0,
+  };
+}
+
+export interface BertTrainState {
+  model: BertForPretraining;
+  optimizer: OptimizerGroup;
+  scheduler: LRSchedulerGroup;
+}
+
+/** Runs `fn` with `Tensor.training` set to `on`, restoring it afterwards. */
+function withTraining<T>(on: boolean, fn: () => T): T {
+  const before = Tensor.training;
+  Tensor.training = on;
+  try {
+    return fn();
+  } finally {
+    Tensor.training = before;
+  }
+}
+
+/** One optimisation step on `batch`; returns the (realized) mean training loss. */
+export function bertTrainStep({ model, optimizer, scheduler }: BertTrainState, batch: BertBatch, { lossScale, gradientAccSteps, maxGradNorm }: TrainStepOptions): Tensor {
+  return withTraining(true, () => {
+    optimizer.zeroGrad();
+    const params = optimizer.params;
+    let loss: Tensor | undefined;
+    for (const micro of splitBatch(batch, gradientAccSteps)) {
+      const microLoss = bertPretrainingLosses(model.forward(micro), micro).loss.div(gradientAccSteps);
+      microLoss.mul(lossScale).backward();
+      loss = loss ? loss.add(microLoss) : microLoss;
+      // with several micro-batches, keep only the summed gradients between them
+      if (gradientAccSteps > 1) Tensor.realizeAll([loss, ...params.map((p) => p.grad!)]);
+    }
+    clipGradients(params, lossScale, maxGradNorm);
+    Tensor.realizeAll([loss!, ...optimizer.scheduleStep()]);
+    scheduler.step();
+    return loss!;
+  });
+}
+
+/** Unscales every gradient and divides them all by max(1, globalNorm / maxNorm); the norm is taken in float32. */
+function clipGradients(params: readonly Tensor[], lossScale: number, maxNorm: number): void {
+  const unscaled = params.map((p) => (lossScale === 1 ? p.grad! : p.grad!.div(lossScale)));
+  const squares = unscaled.map((g) => g.cast(dtypes.float32).square().sum());
+  const globalNorm = squares.reduce((a, b) => a.add(b)).sqrt();
+  const divisor = globalNorm.gt(maxNorm).where(globalNorm.div(maxNorm), 1);
+  params.forEach((p, i) => (p.grad = unscaled[i]!.div(divisor).cast(p.grad!.dtype)));
+}
+
+/** The batch in `parts` equal slices along the batch axis. */
+function splitBatch(batch: BertBatch, parts: number): BertBatch[] {
+  if (parts === 1) return [batch];
+  const size = batch.inputIds.shape[0]!;
+  if (!Number.isInteger(parts) || parts < 1 || size % parts !== 0) throw new TsgradError(`GRADIENT_ACC_STEPS=${parts} does not divide the batch of ${size} (input_ids ${fmtShape(batch.inputIds.shape)})`);
+  const entries = Object.entries(batch) as [keyof BertBatch, Tensor][];
+  const pieces = entries.map(([key, t]) => [key, t.chunk(parts, 0)] as const);
+  return Array.from({ length: parts }, (_, i) => Object.fromEntries(pieces.map(([key, chunks]) => [key, chunks[i]!])) as unknown as BertBatch);
+}
+
+/** The batch's tensors in the reference's field order, the form a jitted step takes them in. */
+export const bertBatchTensors = (b: BertBatch): BertBatchTensors => [b.inputIds, b.segmentIds, b.inputMask, b.maskedLmPositions, b.maskedLmIds, b.maskedLmWeights, b.nextSentenceLabels];
+export type BertBatchTensors = [Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor];
+const batchOf = ([inputIds, segmentIds, inputMask, maskedLmPositions, maskedLmIds, maskedLmWeights, nextSentenceLabels]: BertBatchTensors): BertBatch =>
+  ({ inputIds, segmentIds, inputMask, maskedLmPositions, maskedLmIds, maskedLmWeights, nextSentenceLabels });
+
+/**
+ * The train step as a function of the batch tensors alone, ready for `jit`:
+ *   const step = jit(makeBertTrainStep(state, options)); const loss = step(...bertBatchTensors(batch));
+ */
+export function makeBertTrainStep(state: BertTrainState, options: TrainStepOptions): (...batch: BertBatchTensors) => Tensor {
+  return (...tensors) => bertTrainStep(state, batchOf(tensors), options);
+}
+
+/** The eval step as a function of the batch tensors alone, ready for `jit`. */
+export function makeBertEvalStep(model: BertForPretraining): (...batch: BertBatchTensors) => BertMetrics {
+  return (...tensors) => bertEvalStep(model, batchOf(tensors));
+}
+
+/** The four metrics on `batch`, dropout off; every tensor realized. */
+export function bertEvalStep(model: BertForPretraining, batch: BertBatch): BertMetrics {
+  return withTraining(false, () => {
+    const metrics = bertPretrainingMetrics(model.forward(batch), batch);
+    Tensor.realizeAll(Object.values(metrics));
+    return metrics;
+  });
+}
