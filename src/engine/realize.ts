@@ -11,6 +11,15 @@ const programs = new WeakMap<KernelIR, Program>();
 /** Hooks the JIT uses to see what runs. */
 export const execObservers = new Set<(item: ExecItem) => void>();
 
+function programFor(item: ExecItem & { kind: "kernel" }): Program {
+  let program = programs.get(item.kernel);
+  if (!program) {
+    program = Device.backend(item.buffers[0]!.device).compile(item.kernel);
+    programs.set(item.kernel, program);
+  }
+  return program;
+}
+
 export function runItem(item: ExecItem): void {
   for (const observe of execObservers) observe(item);
   if (item.kind === "copy") {
@@ -20,11 +29,7 @@ export function runItem(item: ExecItem): void {
     return;
   }
   const { kernel, buffers } = item;
-  let program = programs.get(kernel);
-  if (!program) {
-    program = Device.backend(buffers[0]!.device).compile(kernel);
-    programs.set(kernel, program);
-  }
+  const program = programFor(item);
   const seconds = program.run(buffers, { wait: debugLevel() >= 2 }) ?? 0;
   GlobalCounters.kernelCount++;
   GlobalCounters.globalOps += kernel.flops;
@@ -39,6 +44,8 @@ export function runItem(item: ExecItem): void {
 /** Computes `roots` (and everything they need that is not computed yet). */
 export function realizeNodes(roots: readonly UOp[]): void {
   const { items, outputs } = createSchedule(roots);
+  // every program first: backends that compile lazily then build the whole schedule's kernels together
+  for (const item of items) if (item.kind === "kernel") programFor(item);
   for (const item of items) runItem(item);
   // an assigned buffer holds a new value: nodes that stood for its old value no longer do
   for (const [node, buffer] of outputs) if (node.op === "ASSIGN") buffer.version++;

@@ -2,7 +2,7 @@
 // disk by a hash of (compiler, flags, machine, source), so a second run compiles nothing.
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, linkSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { availableParallelism, cpus, homedir } from "node:os";
 import { join } from "node:path";
 import { TsgradError, debugLevel } from "../helpers.ts";
@@ -42,11 +42,11 @@ export function findCompiler(): Compiler | null {
   // no contraction into fused multiply-adds behind our back: elementwise results match the JS reference bit for bit
   const base = ["-O3", "-march=native", "-ffp-contract=off", "-fPIC", "-shared", "-std=gnu11"];
   const identity = (flags: readonly string[]) => `${version.stdout.split("\n")[0]}|${flags.join(" ")}|${cpus()[0]?.model ?? ""}`;
-  const probeSource = "#include <stdint.h>\nint tg_probe(int x) { int s = 0;\n#pragma omp parallel for reduction(+:s)\nfor (int i = 0; i < x; i++) s += i;\nreturn s; }\n";
+  const probeSource = "#include <stdint.h>\nint tg_kernel(int x) { int s = 0;\n#pragma omp parallel for reduction(+:s)\nfor (int i = 0; i < x; i++) s += i;\nreturn s; }\n";
   for (const flags of [[...base, "-fopenmp"], base]) {
     const compiler = { command, flags, identity: identity(flags) };
     try {
-      compileLibraries(compiler, [probeSource]);
+      compileLibraries(compiler, [{ prelude: "", code: probeSource }]);
       probed = compiler;
       if (debugLevel() >= 1) console.error(`tsgrad: C compiler ${command} ${flags.join(" ")}`);
       return probed;
@@ -57,60 +57,100 @@ export function findCompiler(): Compiler | null {
   return (probed = null);
 }
 
-/** The path of the shared library for `source` in the cache. */
-function libraryPath(compiler: Compiler, source: string): string {
-  const hash = createHash("sha256").update(compiler.identity).update("\0").update(source).digest("hex").slice(0, 32);
-  return join(cacheDir(), "cpu", `${hash}.so`);
+/** A C function to compile: `code` defines it under the name `tg_kernel`, after `prelude` (shared helpers). */
+export interface CFunction {
+  readonly prelude: string;
+  readonly code: string;
 }
 
-/** Counts compiler runs, for tests and DEBUG output. */
+/** Where a compiled function lives: its library in the cache and its symbol there. */
+export interface CompiledFunction {
+  readonly path: string;
+  readonly symbol: string;
+}
+
+const hashOf = (compiler: Compiler, fn: CFunction): string =>
+  createHash("sha256").update(compiler.identity).update("\0").update(fn.prelude).update("\0").update(fn.code).digest("hex").slice(0, 32);
+
+/** Counts compiled and cached functions, for tests and DEBUG output. */
 export const compileStats = { compiled: 0, cached: 0, seconds: 0 };
 
 /**
- * The shared library of each source, compiling the ones not in the cache in parallel
- * (one compiler process per core). Throws CompileError with the compiler's message.
+ * Each function's library, compiling the ones not in the cache. Compiler start-up dominates small
+ * kernels, so missing functions are batched into one translation unit per core, compiled in parallel;
+ * each function's cache entry is a hard link to its batch's library. Throws CompileError with the compiler's message.
  */
-export function compileLibraries(compiler: Compiler, sources: readonly string[]): string[] {
-  const paths = compileEach(compiler, sources);
-  const failed = paths.find((p) => typeof p !== "string");
-  if (failed) throw new CompileError(failed.error);
-  return paths as string[];
+export function compileLibraries(compiler: Compiler, functions: readonly CFunction[]): CompiledFunction[] {
+  const compiled = compileEach(compiler, functions);
+  const failed = compiled.find((c) => "error" in c);
+  if (failed && "error" in failed) throw new CompileError(failed.error);
+  return compiled as CompiledFunction[];
 }
 
-/** Like compileLibraries, but each source that does not compile gives its error instead of a path. */
-export function compileEach(compiler: Compiler, sources: readonly string[]): (string | { error: string })[] {
-  const paths = sources.map((src) => libraryPath(compiler, src));
-  const missing = [...new Set(paths.map((p, i) => (existsSync(p) ? -1 : i)).filter((i) => i >= 0).map((i) => paths[i]!))];
-  compileStats.cached += sources.length - missing.length;
-  if (missing.length === 0) return paths;
+/** Like compileLibraries, but a function that does not compile gives its error instead. */
+export function compileEach(compiler: Compiler, functions: readonly CFunction[]): (CompiledFunction | { error: string })[] {
   const dir = join(cacheDir(), "cpu");
-  mkdirSync(dir, { recursive: true });
-  const start = performance.now();
-  const jobs = missing.map((path) => {
-    const source = sources[paths.indexOf(path)]!;
-    const stem = `${path}.${process.pid}.${Math.random().toString(36).slice(2)}`;
-    writeAtomic(path.replace(/\.so$/, ".c"), source);
-    writeFileSync(`${stem}.c`, source);
-    return { path, stem };
-  });
-  const quote = (s: string) => `'${s.replace(/'/g, "'\\''")}'`;
-  const width = Math.max(1, availableParallelism());
-  const script: string[] = [];
-  jobs.forEach(({ stem }, i) => {
-    script.push(`${[compiler.command, ...compiler.flags, "-o", `${stem}.so`, `${stem}.c`, "-lm"].map(quote).join(" ")} 2> ${quote(`${stem}.err`)} &`);
-    if ((i + 1) % width === 0) script.push("wait");
-  });
-  script.push("wait");
-  spawnSync("sh", ["-c", script.join("\n")], { stdio: "ignore" });
-  compileStats.compiled += jobs.length;
-  compileStats.seconds += (performance.now() - start) / 1000;
-  if (debugLevel() >= 3) console.error(`tsgrad: compiled ${jobs.length} kernel(s) in ${(performance.now() - start).toFixed(0)} ms`);
+  const hashes = functions.map((fn) => hashOf(compiler, fn));
+  const entries = hashes.map((hash) => ({ path: join(dir, `${hash}.so`), symbol: `tg_${hash}` }));
+  const missing = [...new Set(hashes.filter((_, i) => !existsSync(entries[i]!.path)))];
+  compileStats.cached += functions.length - missing.length;
   const errors = new Map<string, string>();
-  for (const { path, stem } of jobs) {
-    if (existsSync(`${stem}.so`)) renameSync(`${stem}.so`, path);
-    else errors.set(path, `compiling ${path.replace(/\.so$/, ".c")} failed:\n${readFileSync(`${stem}.err`, "utf8").slice(0, 4000)}`);
+  if (missing.length > 0) {
+    mkdirSync(dir, { recursive: true });
+    const start = performance.now();
+    const byHash = new Map(hashes.map((h, i) => [h, functions[i]!]));
+    const width = Math.min(missing.length, Math.max(1, availableParallelism()));
+    const batches = Array.from({ length: width }, (_, b) => missing.filter((_, i) => i % width === b));
+    const failedBatches = buildBatches(compiler, dir, batches, byHash);
+    // a failed batch is compiled one function at a time, to pin the error on the function that has it
+    for (const batch of failedBatches) {
+      const singles = batch.map((h) => [h]);
+      const stillFailing = new Set(buildBatches(compiler, dir, singles, byHash, errors).flat());
+      for (const h of stillFailing) errors.set(h, errors.get(h) ?? `compiling ${join(dir, `${h}.c`)} failed`);
+    }
+    compileStats.compiled += missing.length;
+    compileStats.seconds += (performance.now() - start) / 1000;
+    if (debugLevel() >= 3) console.error(`tsgrad: compiled ${missing.length} kernel(s) in ${width} batch(es) in ${(performance.now() - start).toFixed(0)} ms`);
+  }
+  return entries.map((e, i) => (errors.has(hashes[i]!) ? { error: errors.get(hashes[i]!)! } : e));
+}
+
+/** Compiles each batch (one library per batch, in parallel); returns the batches that failed. */
+function buildBatches(compiler: Compiler, dir: string, batches: readonly string[][], byHash: ReadonlyMap<string, CFunction>, errors?: Map<string, string>): string[][] {
+  const quote = (s: string) => `'${s.replace(/'/g, "'\\''")}'`;
+  const jobs = batches.map((hashes) => {
+    const stem = join(dir, `batch.${process.pid}.${Math.random().toString(36).slice(2)}`);
+    const prelude = byHash.get(hashes[0]!)!.prelude;
+    const units = hashes.map((h) => {
+      const fn = byHash.get(h)!;
+      writeAtomic(join(dir, `${h}.c`), `${fn.prelude}\n${fn.code}\n`);
+      return fn.code.replace(/\btg_kernel\b/g, `tg_${h}`);
+    });
+    writeFileSync(`${stem}.c`, `${prelude}\n${units.join("\n\n")}\n`);
+    return { hashes, stem };
+  });
+  const script = jobs.map(({ stem }) => `${[compiler.command, ...compiler.flags, "-o", `${stem}.so`, `${stem}.c`, "-lm"].map(quote).join(" ")} 2> ${quote(`${stem}.err`)} &`);
+  spawnSync("sh", ["-c", [...script, "wait"].join("\n")], { stdio: "ignore" });
+  const failed: string[][] = [];
+  for (const { hashes, stem } of jobs) {
+    if (existsSync(`${stem}.so`)) {
+      for (const h of hashes) linkInto(`${stem}.so`, join(dir, `${h}.so`));
+      rmSync(`${stem}.so`);
+    } else {
+      failed.push(hashes);
+      if (errors && hashes.length === 1) errors.set(hashes[0]!, `compiling ${join(dir, `${hashes[0]}.c`)} failed:\n${readFileSync(`${stem}.err`, "utf8").slice(0, 4000)}`);
+    }
     rmSync(`${stem}.c`, { force: true });
     rmSync(`${stem}.err`, { force: true });
   }
-  return paths.map((p) => (errors.has(p) ? { error: errors.get(p)! } : p));
+  return failed;
+}
+
+/** Publishes a library under its cache name (another process may have published it first: fine). */
+function linkInto(source: string, target: string): void {
+  try {
+    linkSync(source, target);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
+  }
 }

@@ -6,28 +6,25 @@ import type { Backend, Buffer, Program } from "../device.ts";
 import type { KernelIR } from "../codegen/ir.ts";
 import { C_PRELUDE, renderC } from "../renderer/c.ts";
 import { debugLevel, getenv } from "../helpers.ts";
-import { compileEach, compileLibraries, findCompiler } from "./compiler_cache.ts";
+import { type CFunction, type CompiledFunction, compileEach, compileLibraries, findCompiler } from "./compiler_cache.ts";
 import { beamSearch } from "../engine/search.ts";
 
 type KernelFn = (...args: unknown[]) => void;
 
-/** A C function name from the kernel's name (which is already an identifier). */
-const functionName = (kernel: KernelIR): string => kernel.name.replace(/\W/g, "_");
-
-/** The full C source of one kernel. */
-export function cSource(kernel: KernelIR, restrict: boolean): string {
-  return `${C_PRELUDE}\n${renderC(kernel, functionName(kernel), { restrict })}\n`;
+/** One kernel as a C function (named `tg_kernel` until the compiler cache names it by hash). */
+export function cFunction(kernel: KernelIR, restrict: boolean): CFunction {
+  return { prelude: C_PRELUDE, code: `// ${kernel.name} ${kernel.opts}\n${renderC(kernel, "tg_kernel", { restrict })}` };
 }
 
 const loaded = new Map<string, KernelFn>();
 
 /** Loads (once) the kernel function out of a compiled library. */
-function loadKernel(path: string, kernel: KernelIR): KernelFn {
-  let fn = loaded.get(path);
+function loadKernel({ path, symbol }: CompiledFunction, kernel: KernelIR): KernelFn {
+  let fn = loaded.get(symbol);
   if (!fn) {
     const params = [...kernel.buffers.map(() => "void *"), "int"].join(", ");
-    fn = koffi.load(path).func(`void ${functionName(kernel)}(${params})`) as KernelFn;
-    loaded.set(path, fn);
+    fn = koffi.load(path).func(`void ${symbol}(${params})`) as KernelFn;
+    loaded.set(symbol, fn);
   }
   return fn;
 }
@@ -38,21 +35,21 @@ export function compilePrograms(programs: readonly CpuProgram[], restrict = true
   if (!compiler) throw new Error("CPU device: no working C compiler");
   const todo = programs.filter((p) => !p.fn(restrict));
   for (const p of todo) if (!p.searched) p.useSearched(beamSearch(p.kernel, "CPU", timeKernels));
-  const sources = todo.map((p) => cSource(p.kernel, restrict));
-  if (debugLevel() >= 4) sources.forEach((s) => console.error(s.slice(C_PRELUDE.length)));
-  const paths = compileLibraries(compiler, sources);
-  todo.forEach((p, i) => p.setFn(restrict, loadKernel(paths[i]!, p.kernel)));
+  const functions = todo.map((p) => cFunction(p.kernel, restrict));
+  if (debugLevel() >= 4) functions.forEach((f) => console.error(f.code));
+  const compiled = compileLibraries(compiler, functions);
+  todo.forEach((p, i) => p.setFn(restrict, loadKernel(compiled[i]!, p.kernel)));
 }
 
 /** Times candidate kernels (BEAM) on scratch buffers of the kernel's sizes; Infinity for those that do not compile. */
 function timeKernels(kernels: readonly KernelIR[]): number[] {
   const compiler = findCompiler()!;
-  const libraries = compileEach(compiler, kernels.map((k) => cSource(k, true)));
+  const libraries = compileEach(compiler, kernels.map((k) => cFunction(k, true)));
   const args = [...(kernels[0]?.buffers ?? []).map((b) => new ArrayBuffer(b.size * b.dtype.itemsize)), threadCount()];
   let best = Infinity;
   return kernels.map((kernel, i) => {
     const library = libraries[i]!;
-    if (typeof library !== "string") return Infinity;
+    if ("error" in library) return Infinity;
     const fn = loadKernel(library, kernel);
     let fastest = Infinity;
     // a candidate far slower than the best so far is not worth more runs
