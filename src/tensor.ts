@@ -25,7 +25,7 @@ export interface ReduceOptions {
   keepdim?: boolean;
 }
 /** One entry per axis: a number picks (and drops the axis), [start, stop, step] slices, null adds an axis, "..." fills. */
-export type IndexSpec = number | [number?, number?, number?] | null | "...";
+export type IndexSpec = number | [(number | null)?, (number | null)?, (number | null)?] | null | "...";
 
 const toDtype = (d: DType | DTypeName | undefined, fallback: DType): DType => (d === undefined ? fallback : typeof d === "string" ? dtypeOf(d) : d);
 
@@ -602,7 +602,8 @@ export class Tensor {
         bounds.push([i, i + 1]);
         steps.push(1);
       } else {
-        const [start, stop, step = 1] = s as [number?, number?, number?];
+        const [start, stop, stepOrNull] = s as [number | null | undefined, number | null | undefined, number | null | undefined];
+        const step = stepOrNull ?? 1;
         if (step === 0) throw new TsgradError(`slice step must not be 0 (axis ${axis})`);
         const clampIdx = (v: number, lo: number, hi: number): number => Math.min(hi, Math.max(lo, v < 0 ? v + size : v));
         let lo: number, hi: number;

@@ -1,6 +1,6 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { Tensor, dtypes } from "../../src/index.ts";
+import { Tensor, UOp, dtypes } from "../../src/index.ts";
 import { testDevices } from "../devices.ts";
 import { assertClose, checkOp, fromNd, values } from "./harness.ts";
 import { type Nd, matmul, nd, permute, randomNd, softmax } from "./ref.ts";
@@ -140,9 +140,8 @@ for (const device of testDevices()) {
 
 test("threefry2x32 matches the Random123 known-answer vectors", async () => {
   const { threefry2x32 } = await import("../../src/random.ts");
-  const { UOp } = await import("../../src/index.ts");
-  const word = (v: number) => new Tensor(Uint32Array.from([v]), { device: "JS" }).node;
-  const run = (x0: number, x1: number, k0: number, k1: number) => threefry2x32(word(x0), word(x1), word(k0), word(k1)).map((u: InstanceType<typeof UOp>) => new Tensor(u).item());
+  const word = (v: number) => new Tensor(Uint32Array.from([v]), { device: "JS" }).node as UOp;
+  const run = (x0: number, x1: number, k0: number, k1: number) => threefry2x32(word(x0), word(x1), word(k0), word(k1)).map((u) => new Tensor(u).item());
   assert.deepEqual(run(0, 0, 0, 0), [0x6b200159, 0x99ba4efe]);
   assert.deepEqual(run(0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff), [0x1cb996fc, 0xbb002be7]);
   assert.deepEqual(run(0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344), [0xc4923a9c, 0x483df7a0]);
