@@ -11,6 +11,10 @@ import type { KernelOpts, Upcast } from "./opts.ts";
 const PARALLEL_MIN_WORK = 1 << 16;
 /** Lanes (accumulators) at most: beyond this, registers spill. */
 const MAX_LANES = 32;
+/** Statements the upcast copies of a reduce loop's body may add up to: big fused bodies stay narrow. */
+const LOOP_BODY_BUDGET = 256;
+/** Statements the upcast copies of the whole kernel may add up to (compile time grows with code size). */
+const KERNEL_BUDGET = 4000;
 
 /** How output axis `axis` relates to the loads inside the reduce loops. */
 export interface AxisFacts {
@@ -20,6 +24,16 @@ export interface AxisFacts {
   readonly reuse: number;
   /** Loads that step by one element along the axis: upcast lanes read neighbours (vectorisable). */
   readonly contiguous: number;
+}
+
+/** Statements in a block, nested ones included. */
+export function countStmts(body: readonly Stmt[]): number {
+  return body.reduce((n, s) => n + 1 + (s.kind === "loop" ? countStmts(s.body) : 0), 0);
+}
+
+/** Statements inside the innermost reduce loops (what upcasting copies once per lane in the hot loop). */
+function reduceBodySize(body: readonly Stmt[], inReduce = false): number {
+  return body.reduce((n, s) => n + (s.kind === "loop" ? reduceBodySize(s.body, inReduce || s.var.startsWith("r")) : inReduce ? 1 : 0), 0);
 }
 
 /** The loads inside reduce loops, from a plain lowering. */
@@ -71,9 +85,10 @@ export function heuristicOpts(spec: KernelSpec, plain: KernelIR): KernelOpts {
     const ranked = axisFacts(plain)
       .filter((f) => f.reuse > 0 || f.contiguous > 0)
       .sort((a, b) => 2 * b.reuse + b.contiguous - (2 * a.reuse + a.contiguous) || b.axis - a.axis);
+    const maxLanes = Math.min(MAX_LANES, LOOP_BODY_BUDGET / Math.max(1, reduceBodySize(plain.body)), KERNEL_BUDGET / countStmts(plain.body));
     let lanes = 1;
     for (const f of ranked.slice(0, 2)) {
-      const amount = [8, 4, 2].find((n) => f.size % n === 0 && lanes * n <= MAX_LANES && (upcast.length === 0 || n <= 4));
+      const amount = [8, 4, 2].find((n) => f.size % n === 0 && lanes * n <= maxLanes && (upcast.length === 0 || n <= 4));
       if (!amount) continue;
       upcast.push({ axis: f.axis, amount });
       lanes *= amount;

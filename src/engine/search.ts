@@ -8,7 +8,7 @@ import { debugLevel, getenv } from "../helpers.ts";
 import type { KernelIR } from "../codegen/ir.ts";
 import { type KernelSpec, kernelSpecOf, lowerKernel } from "../codegen/lower.ts";
 import { type KernelOpts, NO_OPTS, optsKey, upcastWidth } from "../codegen/opts.ts";
-import { heuristicOpts, loopTrips } from "../codegen/heuristics.ts";
+import { countStmts, heuristicOpts, loopTrips } from "../codegen/heuristics.ts";
 import { cacheDir, writeAtomic } from "../runtime/compiler_cache.ts";
 
 /** Times each kernel (seconds; Infinity when it does not compile). */
@@ -90,9 +90,6 @@ function fits(kernel: KernelIR, opts: KernelOpts, limits: ReturnType<typeof sear
   return countStmts(kernel.body) <= limits.uopsMax && upcastWidth(opts) * opts.unroll <= limits.upcastMax && 2 ** opts.parallel <= limits.localMax;
 }
 
-function countStmts(body: KernelIR["body"]): number {
-  return body.reduce((n, s) => n + 1 + (s.kind === "loop" ? countStmts(s.body) : 0), 0);
-}
 
 /** Every option set one step beyond `opts`: one more upcast, a different unroll, more or fewer parallel loops. */
 function extensions(opts: KernelOpts, spec: KernelSpec, plain: KernelIR): KernelOpts[] {
