@@ -75,8 +75,9 @@ export class Tensor {
   set requiresGrad(on: boolean) {
     if (on && !this._requiresGrad) {
       if (!isFloat(this.dtype)) throw new TsgradError(`requiresGrad needs a float tensor, got ${this.dtype.name}`);
-      // a parameter must be its own node: equal lazy values are shared, gradients must not be
-      if (!isStored(this.node)) this.node = this.node.contiguous(uniqueTag++);
+      // a parameter must be its own node: equal lazy values are shared (realized ones too), gradients must not be
+      const sharesBuffer = shardsOf(this.node).some((u) => (storedBuffer(u)?.realizedBy ?? 0) > 1);
+      if (!isStored(this.node) || sharesBuffer) this.node = this.node.contiguous(uniqueTag++);
       requiringGrad.add(new WeakRef(this));
     }
     this._requiresGrad = on;

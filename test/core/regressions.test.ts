@@ -17,3 +17,17 @@ for (const device of testDevices()) {
     assert.deepEqual(second.tolist(), [2, 2, 2]);
   });
 }
+
+for (const device of testDevices()) {
+  test(`parameters realized from equal values before requiring grad get separate gradients (${device})`, () => {
+    // once the realize fix above made both tensors views of the one shared buffer, they were one
+    // graph node, and backward gave each the sum of both gradients
+    const first = Tensor.zeros([3], { device }).contiguous().realize();
+    const second = Tensor.zeros([3], { device }).contiguous().realize();
+    first.requiresGrad = true;
+    second.requiresGrad = true;
+    first.mul(new Tensor([1, 2, 3], { device })).add(second.mul(new Tensor([10, 20, 30], { device }))).sum().backward();
+    assert.deepEqual(first.grad!.tolist(), [1, 2, 3]);
+    assert.deepEqual(second.grad!.tolist(), [10, 20, 30]);
+  });
+}
