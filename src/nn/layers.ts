@@ -18,11 +18,11 @@ export const standardNormal: Initializer = (shape) => Tensor.randn(shape);
 export const zeros: Initializer = (shape) => Tensor.zeros(shape);
 export const ones: Initializer = (shape) => Tensor.ones(shape);
 
-/** A trainable parameter: its own realized buffer, with requiresGrad. */
+/** A trainable parameter with its own realized buffer (requiresGrad first: equal initial values must not share one). */
 export function parameter(init: Initializer, shape: number[]): Tensor {
-  const t = init(shape).contiguous().realize();
+  const t = init(shape);
   t.requiresGrad = true;
-  return t;
+  return t.realize();
 }
 
 /** y = x @ weight.T + bias, weight stored [out, in] as PyTorch does. */
