@@ -9,10 +9,10 @@ import type { KernelOpts, Upcast } from "./opts.ts";
 
 /** Work (operations plus elements written) below which threads cost more than they save. */
 const PARALLEL_MIN_WORK = 1 << 16;
-/** Lanes (accumulators) at most: beyond this, registers spill. */
-const MAX_LANES = 32;
+/** Lanes (accumulators) at most: 8x16 float lanes are 16 AVX registers, the best matmul tile measured here. */
+const MAX_LANES = 128;
 /** Statements the upcast copies of a reduce loop's body may add up to: big fused bodies stay narrow. */
-const LOOP_BODY_BUDGET = 256;
+const LOOP_BODY_BUDGET = 512;
 /** Statements the upcast copies of the whole kernel may add up to (compile time grows with code size). */
 const KERNEL_BUDGET = 4000;
 
@@ -71,9 +71,10 @@ export function parallelLoops(loopTrips: readonly number[], work: number): numbe
   return loopTrips.length;
 }
 
-/** The output loops' trip counts under some upcasts (loops of one trip vanish). */
-export function loopTrips(shape: readonly number[], upcast: readonly Upcast[]): number[] {
-  return shape.map((size, d) => upcast.filter((u) => u.axis === d).reduce((n, u) => n / u.amount, size)).filter((n) => n > 1);
+/** The output loops' trip counts, outermost first, under some upcasts and loop order (loops of one trip vanish). */
+export function loopTrips(shape: readonly number[], upcast: readonly Upcast[], outer: readonly number[] = []): number[] {
+  const order = [...outer, ...shape.map((_, d) => d).filter((d) => !outer.includes(d))];
+  return order.map((d) => upcast.filter((u) => u.axis === d).reduce((n, u) => n / u.amount, shape[d]!)).filter((n) => n > 1);
 }
 
 /** Options for `spec`, judged from its plain lowering (no options). */
@@ -88,11 +89,17 @@ export function heuristicOpts(spec: KernelSpec, plain: KernelIR): KernelOpts {
     const maxLanes = Math.min(MAX_LANES, LOOP_BODY_BUDGET / Math.max(1, reduceBodySize(plain.body)), KERNEL_BUDGET / countStmts(plain.body));
     let lanes = 1;
     for (const f of ranked.slice(0, 2)) {
-      const amount = [8, 4, 2].find((n) => f.size % n === 0 && lanes * n <= maxLanes && (upcast.length === 0 || n <= 4));
+      // the first (vector) axis gets the wide upcast, the second the rows of the register tile
+      const amount = (upcast.length === 0 ? [16, 8, 4, 2] : [8, 4, 2]).find((n) => f.size % n === 0 && lanes * n <= maxLanes);
       if (!amount) continue;
       upcast.push({ axis: f.axis, amount });
       lanes *= amount;
     }
   }
-  return { upcast, unroll: 1, parallel: parallelLoops(loopTrips(spec.value.shape, upcast), work) };
+  // a two-axis tile walks the vector axis's tiles outermost (after batch axes): that axis's panel of the
+  // second operand stays in cache while the tile moves along the other axis
+  const outer = upcast.length === 2
+    ? [...spec.value.shape.map((_, d) => d).filter((d) => d < Math.min(upcast[0]!.axis, upcast[1]!.axis) && spec.value.shape[d]! > 1), upcast[0]!.axis]
+    : [];
+  return { upcast, unroll: 1, parallel: parallelLoops(loopTrips(spec.value.shape, upcast, outer), work), outer };
 }

@@ -95,13 +95,13 @@ class Lowerer {
       if (size % u !== 0) throw new Error(`lowerKernel: upcast ${u} does not divide axis ${d} of size ${size}`);
       return u;
     });
-    const outer = root.shape.map((size, d) => {
-      const trips = size / amounts[d]!;
-      if (trips === 1) return iconst(0);
-      const name = `i${d}`;
-      this.openLoop(name, trips);
-      return ivar(name, trips);
-    });
+    const order = [...this.opts.outer, ...root.shape.map((_, d) => d).filter((d) => !this.opts.outer.includes(d))];
+    const outer = new Array<Idx>(root.shape.length);
+    for (const d of order) {
+      const trips = root.shape[d]! / amounts[d]!;
+      outer[d] = trips === 1 ? iconst(0) : ivar(`i${d}`, trips);
+      if (trips > 1) this.openLoop(`i${d}`, trips);
+    }
     // every combination of upcast offsets is one lane
     let lanes: Idx[][] = [[]];
     root.shape.forEach((_, d) => {

@@ -13,13 +13,15 @@ export interface KernelOpts {
   readonly unroll: number;
   /** Leading output loops split across threads (0: none). */
   readonly parallel: number;
+  /** Output axes whose loops come first, outermost first (the rest follow in order): which data stays in cache. */
+  readonly outer: readonly number[];
 }
 
-export const NO_OPTS: KernelOpts = { upcast: [], unroll: 1, parallel: 0 };
+export const NO_OPTS: KernelOpts = { upcast: [], unroll: 1, parallel: 0, outer: [] };
 
 /** A stable text form: cache keys and DEBUG output. */
 export const optsKey = (o: KernelOpts): string =>
-  `u${o.upcast.map((u) => `${u.axis}x${u.amount}`).join(",")}|r${o.unroll}|p${o.parallel}`;
+  `u${o.upcast.map((u) => `${u.axis}x${u.amount}`).join(",")}|r${o.unroll}|p${o.parallel}${o.outer.length ? `|o${o.outer.join(",")}` : ""}`;
 
 /** How many elements each iteration of the kernel computes. */
 export const upcastWidth = (o: KernelOpts): number => o.upcast.reduce((w, u) => w * u.amount, 1);

@@ -97,11 +97,14 @@ function extensions(opts: KernelOpts, spec: KernelSpec, plain: KernelIR): Kernel
   const shape = spec.value.shape;
   shape.forEach((size, axis) => {
     const left = opts.upcast.filter((u) => u.axis === axis).reduce((n, u) => n / u.amount, size);
-    for (const amount of [2, 3, 4, 8]) if (left % amount === 0 && left > 1) out.push({ ...opts, upcast: [...opts.upcast, { axis, amount }] });
+    for (const amount of [2, 4, 8, 16]) if (left % amount === 0 && left > 1) out.push({ ...opts, upcast: [...opts.upcast, { axis, amount }] });
+    // or this axis's loop outermost (or back in order)
+    const outer = opts.outer[0] === axis ? [] : [axis];
+    if (size > 1) out.push({ ...opts, outer });
   });
   const reduceSize = lastReduceSize(plain);
   for (const unroll of [2, 4, 8]) if (reduceSize % unroll === 0 && unroll !== opts.unroll) out.push({ ...opts, unroll });
-  const loops = loopTrips(shape, opts.upcast).length;
+  const loops = loopTrips(shape, opts.upcast, opts.outer).length;
   for (let parallel = 0; parallel <= Math.min(loops, 3); parallel++) if (parallel !== opts.parallel) out.push({ ...opts, parallel });
   return out;
 }

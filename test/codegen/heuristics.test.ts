@@ -18,7 +18,7 @@ test("a matmul is tiled in registers along both output axes", () => {
   const a = Tensor.empty([64, 32], { device: "JS" });
   const b = Tensor.empty([32, 48], { device: "JS" });
   const [kernel] = kernelsFor(a.matmul(b));
-  assert.deepEqual(upcasts(kernel!), [8, 4]);
+  assert.deepEqual(upcasts(kernel!), [16, 8]);
 });
 
 test("a reduce over a long fused expression is upcast little", () => {

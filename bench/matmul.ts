@@ -1,0 +1,154 @@
+// float32 matmul GFLOP/s on the CPU device (BEAM=0 and BEAM=2, 1 and 2 threads) beside numpy's OpenBLAS
+// sgemm on the same shapes in the same run. Prints JSON on stdout, progress on stderr. Medians of --reps runs;
+// tsgrad figures are kernel time (what DEBUG=2 reports), numpy's the time of np.matmul.
+import { spawnSync } from "node:child_process";
+import { parseArgs } from "node:util";
+import { GlobalCounters, Tensor } from "../src/index.ts";
+
+interface Shape {
+  readonly name: string;
+  readonly batch: number;
+  readonly m: number;
+  readonly k: number;
+  readonly n: number;
+}
+
+const SHAPES: readonly Shape[] = [
+  { name: "512^3", batch: 1, m: 512, k: 512, n: 512 },
+  { name: "1024^3", batch: 1, m: 1024, k: 1024, n: 1024 },
+  { name: "2048^3", batch: 1, m: 2048, k: 2048, n: 2048 },
+  { name: "bert_ffn_in 1024x768x3072", batch: 1, m: 1024, k: 768, n: 3072 },
+  { name: "bert_ffn_out 1024x3072x768", batch: 1, m: 1024, k: 3072, n: 768 },
+  { name: "bert_proj 1024x768x768", batch: 1, m: 1024, k: 768, n: 768 },
+  { name: "bert_attention 96x(128x64@64x128)", batch: 96, m: 128, k: 64, n: 128 },
+];
+
+const HELP = `usage: tsx bench/matmul.ts [--reps N] [--beam 0,2] [--threads 1,2] [--shapes 512^3,1024^3] [--no-numpy]
+
+Times float32 matmuls on the CPU device for each BEAM and THREADS value, and numpy (OpenBLAS)
+on the same shapes, and prints JSON: GFLOP/s medians per shape and configuration, and the ratio
+of each tsgrad figure to numpy's with the same thread count.
+Shapes: ${SHAPES.map((s) => s.name.split(" ")[0]).join(", ")}`;
+
+const median = (xs: readonly number[]): number => {
+  const sorted = [...xs].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+};
+
+const flopsOf = (s: Shape): number => 2 * s.batch * s.m * s.k * s.n;
+
+/** Deterministic inputs in [-1, 1). */
+function data(count: number, seed: number): Float32Array {
+  let state = seed >>> 0;
+  return Float32Array.from({ length: count }, () => {
+    state = (Math.imul(state, 1664525) + 1013904223) >>> 0;
+    return state / 2 ** 31 - 1;
+  });
+}
+
+/** GFLOP/s of each run: fresh input buffers every time, so nothing is reused from an earlier realize. */
+function timeTsgrad(shape: Shape, reps: number): number[] {
+  const dims = (r: number, c: number) => (shape.batch > 1 ? [shape.batch, r, c] : [r, c]);
+  const a = data(shape.batch * shape.m * shape.k, 1);
+  const b = data(shape.batch * shape.k * shape.n, 2);
+  const runs: number[] = [];
+  for (let rep = 0; rep <= reps; rep++) {
+    const x = new Tensor(a, { device: "CPU" }).reshape(dims(shape.m, shape.k));
+    const w = new Tensor(b, { device: "CPU" }).reshape(dims(shape.k, shape.n));
+    Tensor.realizeAll([x, w]);
+    GlobalCounters.reset();
+    x.matmul(w).realize();
+    // the first run compiles (and searches, with BEAM): not timed
+    if (rep > 0) runs.push(flopsOf(shape) / GlobalCounters.timeSumS / 1e9);
+  }
+  return runs;
+}
+
+const NUMPY_SCRIPT = `
+import json, sys, time
+import numpy as np
+shapes, reps = json.loads(sys.argv[1]), int(sys.argv[2])
+out = {}
+rng = np.random.default_rng(0)
+for s in shapes:
+    dims = lambda r, c: (s["batch"], r, c) if s["batch"] > 1 else (r, c)
+    a = rng.standard_normal(dims(s["m"], s["k"]), dtype=np.float32)
+    b = rng.standard_normal(dims(s["k"], s["n"]), dtype=np.float32)
+    np.matmul(a, b)
+    runs = []
+    for _ in range(reps):
+        t = time.perf_counter(); np.matmul(a, b); runs.append(time.perf_counter() - t)
+    out[s["name"]] = [2 * s["batch"] * s["m"] * s["k"] * s["n"] / r / 1e9 for r in runs]
+print(json.dumps(out))
+`;
+
+/** numpy's GFLOP/s per shape with `threads` OpenBLAS threads, or undefined when numpy is missing. */
+function timeNumpy(shapes: readonly Shape[], reps: number, threads: number): Record<string, number[]> | undefined {
+  const env: NodeJS.ProcessEnv = { ...process.env, OPENBLAS_NUM_THREADS: String(threads), OMP_NUM_THREADS: String(threads) };
+  // OpenBLAS picks its fastest kernels with these unset
+  delete env.OPENBLAS_CORETYPE;
+  delete env.OPENBLAS_L2_SIZE;
+  const result = spawnSync("python3", ["-c", NUMPY_SCRIPT, JSON.stringify(shapes), String(reps)], { env, encoding: "utf8" });
+  if (result.status !== 0) {
+    console.error(`numpy reference unavailable: ${result.stderr.trim().split("\n").pop()}`);
+    return undefined;
+  }
+  return JSON.parse(result.stdout) as Record<string, number[]>;
+}
+
+function main(): void {
+  const { values } = parseArgs({
+    options: {
+      reps: { type: "string", default: "3" },
+      beam: { type: "string", default: "0,2" },
+      threads: { type: "string", default: "1,2" },
+      shapes: { type: "string" },
+      "no-numpy": { type: "boolean", default: false },
+      help: { type: "boolean", default: false },
+    },
+  });
+  if (values.help) {
+    console.log(HELP);
+    return;
+  }
+  const reps = Number(values.reps);
+  const beams = values.beam!.split(",").map(Number);
+  const threadCounts = values.threads!.split(",").map(Number);
+  const wanted = values.shapes?.split(",");
+  const shapes = wanted ? SHAPES.filter((s) => wanted.includes(s.name.split(" ")[0]!)) : SHAPES;
+  if (shapes.length === 0 || !Number.isInteger(reps) || reps < 1) {
+    console.error(HELP);
+    process.exitCode = 2;
+    return;
+  }
+
+  const table: Record<string, Record<string, number>> = Object.fromEntries(shapes.map((s) => [s.name, {}]));
+  for (const threads of threadCounts) {
+    if (!values["no-numpy"]) {
+      console.error(`numpy, ${threads} thread(s)`);
+      const numpy = timeNumpy(shapes, reps, threads);
+      if (numpy) for (const s of shapes) table[s.name]![`numpy_t${threads}`] = median(numpy[s.name]!);
+    }
+    for (const beam of beams) {
+      process.env.THREADS = String(threads);
+      process.env.BEAM = String(beam);
+      for (const s of shapes) {
+        console.error(`tsgrad BEAM=${beam} THREADS=${threads} ${s.name}`);
+        table[s.name]![`beam${beam}_t${threads}`] = median(timeTsgrad(s, reps));
+      }
+    }
+  }
+  const round = (x: number) => Math.round(x * 100) / 100;
+  const results = shapes.map((s) => {
+    const gflops = Object.fromEntries(Object.entries(table[s.name]!).map(([k, v]) => [k, round(v)]));
+    const ratioToNumpy = Object.fromEntries(Object.entries(table[s.name]!).flatMap(([k, v]) => {
+      const numpy = table[s.name]![`numpy_${k.split("_")[1]}`];
+      return k.startsWith("beam") && numpy ? [[k, round(v / numpy)]] : [];
+    }));
+    return { shape: s.name, batch: s.batch, m: s.m, k: s.k, n: s.n, gflops, ratioToNumpy };
+  });
+  console.log(JSON.stringify({ note: "medians; kernel time for tsgrad; shared machine, noisy", reps, results }, null, 2));
+}
+
+main();
