@@ -1,11 +1,11 @@
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
 import { Device, Tensor, dtypes } from "../../src/index.ts";
 import { jit } from "../../src/engine/jit.ts";
-import { getStateDict, storageOf } from "../../src/nn/state.ts";
+import { getStateDict, loadStateDict, storageOf, tensorFromStorage } from "../../src/nn/state.ts";
 import {
   BERT_PRESETS, BertForPretraining, bertConfigFromJson, bertParameterCount, bertParameterShapes, bertPretrainingLosses, bertPretrainingMetrics,
   type BertBatch, type BertConfig,
@@ -115,6 +115,30 @@ test("forward gives masked-LM logits at the masked positions and NSP logits", ()
   assert.deepEqual(maskedLmLogits.shape, [BATCH, PREDICTIONS, SMALL.vocabSize]);
   assert.deepEqual(nextSentenceLogits.shape, [BATCH, 2]);
   assert.ok(values(maskedLmLogits).every(Number.isFinite));
+});
+
+test("forward logits and both losses match a numpy reference to 1e-4 (test/fixtures/bert/generate.py)", () => {
+  const golden = JSON.parse(readFileSync(new URL("../fixtures/bert/tiny_forward.json", import.meta.url), "utf8"));
+  const model = new BertForPretraining(SMALL, { disableDropout: true });
+  // the generator's weights: parameter k holds 0.05 * sin(1.3k + 0.7j) at flat index j (LayerNorm weights 1 + that)
+  const state = Object.fromEntries([...bertParameterShapes(SMALL)].map(([name, shape], k) => {
+    const data = Float32Array.from({ length: shape.reduce((a, b) => a * b, 1) }, (_, j) => 0.05 * Math.sin(1.3 * k + 0.7 * j) + (name.endsWith("LayerNorm.weight") ? 1 : 0));
+    return [name, tensorFromStorage(data, shape, dtypes.float32)];
+  }));
+  loadStateDict(model, state);
+  const b = golden.batch;
+  const int = (data: number[][] | number[]) => new Tensor(data, { dtype: "int32" });
+  const batch: BertBatch = {
+    inputIds: int(b.input_ids), segmentIds: int(b.segment_ids), inputMask: int(b.input_mask), maskedLmPositions: int(b.masked_lm_positions),
+    maskedLmIds: int(b.masked_lm_ids), maskedLmWeights: new Tensor(b.masked_lm_weights, { dtype: "float32" }), nextSentenceLabels: int(b.next_sentence_labels),
+  };
+  const outputs = model.forward(batch);
+  const losses = bertPretrainingLosses(outputs, batch);
+  const close = (actual: number[], expected: number[], what: string) =>
+    actual.forEach((a, i) => assert.ok(Math.abs(a - expected[i]!) <= 1e-5 + 1e-4 * Math.abs(expected[i]!), `${what}[${i}]: ${a}, numpy ${expected[i]}`));
+  close(values(outputs.maskedLmLogits), golden.masked_lm_logits.flat(2), "masked_lm_logits");
+  close(values(outputs.nextSentenceLogits), golden.next_sentence_logits.flat(), "next_sentence_logits");
+  close([losses.maskedLmLoss.item(), losses.nextSentenceLoss.item()], [golden.masked_lm_loss, golden.next_sentence_loss], "losses");
 });
 
 /** Hand-made outputs for the loss and metric tests: 1 sample, 3 predictions over 4 words. */
