@@ -1,0 +1,452 @@
+// Renders the loop IR as a CUDA C kernel `extern "C" __global__ void name(T0* b0, const T1* b1, ...)`.
+// The output loops become the grid: one thread per output iteration (exact grid, bounds check), or,
+// for reduces with few outputs, one block per output whose threads split the reduce loop and combine
+// with warp shuffles ("group" mode). Semantics follow the JS renderer (the reference) as the C renderer
+// does: float32 math in float, 16-bit floats stored as bits and computed in float, integers wrap, bool
+// is 0/1 in a byte, integer division by zero gives 0. No headers: NVRTC needs no include path.
+// Differences from the reference: exp2/log2/sin of 32-bit floats use CUDA's float functions (within
+// 2 ulp) rather than double math rounded, and group reduces add in a different order.
+import type { DType } from "../dtype.ts";
+import { getenv } from "../helpers.ts";
+import { type Bound, type Idx, renderIdx, varsOf } from "../shape/symbolic.ts";
+import type { AluOp, Expr, KernelIR, Operand, Stmt } from "../codegen/ir.ts";
+
+/** Grid and block sizes (x, y, z) and dynamic shared memory of one launch. */
+export interface CudaLaunch {
+  readonly grid: readonly [number, number, number];
+  readonly block: readonly [number, number, number];
+  readonly sharedBytes: number;
+}
+
+/** One kernel's CUDA source (without `CUDA_PRELUDE`) and how to launch it. */
+export interface CudaKernelSource {
+  readonly code: string;
+  readonly launch: CudaLaunch;
+}
+
+export interface CudaRenderOptions {
+  /** Buffers never alias (false when one buffer is passed in two slots, as an in-place assign does). */
+  readonly restrict: boolean;
+  /** Threads per block when each thread computes one output iteration. */
+  readonly blockSize?: number;
+  /** Threads that split each output's reduce loop (0: one thread per output). Default: `groupSize(kernel)`. */
+  readonly group?: number;
+}
+
+/** The CUDA type a dtype is computed in. */
+const computeType: Record<DType["name"], string> = {
+  bool: "unsigned char", int8: "signed char", uint8: "unsigned char", int16: "short", uint16: "unsigned short", int32: "int",
+  uint32: "unsigned int", int64: "long long", float16: "float", bfloat16: "float", float32: "float", float64: "double",
+};
+/** The CUDA type a dtype is stored in. */
+export const storageType = (d: DType): string => (d.name === "float16" || d.name === "bfloat16" ? "unsigned short" : computeType[d.name]);
+
+/** Helpers every kernel may use: exact 16-bit float conversions, JS-style casts, safe division, warp shuffles. */
+export const CUDA_PRELUDE = `#define TG_INF __int_as_float(0x7f800000)
+#define TG_NAN __int_as_float(0x7fc00000)
+#define TG_DINF __longlong_as_double(0x7ff0000000000000LL)
+#define TG_DNAN __longlong_as_double(0x7ff8000000000000LL)
+__device__ __forceinline__ float tg_h2f(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+/* round to nearest even in hardware; NaN keeps its sign and becomes quiet, as the reference does */
+__device__ __forceinline__ unsigned short tg_f2h(float f) {
+  unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return f != f ? (unsigned short)(((__float_as_uint(f) >> 16) & 0x8000u) | 0x7e00u) : h;
+}
+__device__ __forceinline__ float tg_b2f(unsigned short h) { return __uint_as_float((unsigned int)h << 16); }
+__device__ __forceinline__ unsigned short tg_f2b(float v) {
+  unsigned int x = __float_as_uint(v);
+  if ((x & 0x7f800000u) == 0x7f800000u && (x & 0x7fffffu)) return (unsigned short)((x >> 16) | 0x40u);
+  return (unsigned short)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+/* JavaScript's ToUint32: truncate, then wrap modulo 2^32 (NaN and infinities give 0) */
+__device__ __forceinline__ unsigned int tg_wrap32(double x) {
+  if (x > -2147483648.0 && x < 2147483648.0) return (unsigned int)(int)x;
+  if (x - x != 0.0) return 0u;
+  double m = fmod(trunc(x), 4294967296.0);
+  return (unsigned int)(m < 0 ? m + 4294967296.0 : m);
+}
+__device__ __forceinline__ long long tg_trunc64(double x) {
+  if (x != x) return 0;
+  if (x >= 9223372036854775807.0) return 9223372036854775807LL;
+  if (x <= -9223372036854775808.0) return -9223372036854775807LL - 1;
+  return (long long)x;
+}
+/* floor division of a possibly negative index */
+template <typename A, typename C> __device__ __forceinline__ A tg_floordiv(A a, C c) { A q = a / c; return q * c != a && (a < 0) != (c < 0) ? q - 1 : q; }
+template <typename O, typename I> __device__ __forceinline__ O tg_bitcast(I x) { union { I i; O o; } u; u.i = x; return u.o; }
+/* truncating division and remainder; by 0 gives 0, and MIN / -1 wraps instead of trapping */
+#define TG_IDIV(T, a, b) ((b) == 0 ? (T)0 : ((b) == -1 ? (T)(0ull - (unsigned long long)(a)) : (T)((a) / (b))))
+#define TG_IMOD(T, a, b) ((b) == 0 || (b) == -1 ? (T)0 : (T)((a) % (b)))
+#define TG_UDIV(T, a, b) ((b) == 0 ? (T)0 : (T)((a) / (b)))
+#define TG_UMOD(T, a, b) ((b) == 0 ? (T)0 : (T)((a) % (b)))
+/* warp shuffles for every compute type (narrow integers travel as int) */
+template <typename T> __device__ __forceinline__ T tg_shfl(T v, int lane) { return (T)__shfl_xor_sync(0xffffffffu, (int)v, lane); }
+template <> __device__ __forceinline__ unsigned int tg_shfl(unsigned int v, int lane) { return __shfl_xor_sync(0xffffffffu, v, lane); }
+template <> __device__ __forceinline__ long long tg_shfl(long long v, int lane) { return __shfl_xor_sync(0xffffffffu, v, lane); }
+template <> __device__ __forceinline__ float tg_shfl(float v, int lane) { return __shfl_xor_sync(0xffffffffu, v, lane); }
+template <> __device__ __forceinline__ double tg_shfl(double v, int lane) { return __shfl_xor_sync(0xffffffffu, v, lane); }
+`;
+
+/** Default threads per block for one-thread-per-output kernels (`CUDA_BLOCK`). */
+const defaultBlockSize = (): number => getenv("CUDA_BLOCK", 256);
+
+/** The leading, perfectly nested output loops (the grid) and the statements inside the innermost one. */
+export function splitOutputLoops(kernel: KernelIR): { loops: { var: string; size: number }[]; body: readonly Stmt[] } {
+  const loops: { var: string; size: number }[] = [];
+  let body: readonly Stmt[] = kernel.body;
+  while (body.length === 1 && body[0]!.kind === "loop" && body[0]!.var.startsWith("i")) {
+    loops.push({ var: body[0]!.var, size: body[0]!.size });
+    body = body[0]!.body;
+  }
+  return { loops, body };
+}
+
+/**
+ * Threads per output for group reduces, 0 for one thread per output. Group mode is for reduces right
+ * inside the output loops that are long and either have few outputs (too few threads otherwise) or
+ * share no loads between outputs (rows of a softmax or a norm: one thread per row would read uncoalesced).
+ */
+export function groupSize(kernel: KernelIR): number {
+  const { loops, body } = splitOutputLoops(kernel);
+  const outputs = loops.reduce((n, l) => n * l.size, 1);
+  const reduces = body.filter((s): s is Stmt & { kind: "loop" } => s.kind === "loop");
+  const reduceTrips = Math.max(0, ...reduces.map((s) => s.size));
+  if (reduceTrips < 64 || outputs > 1 << 19) return 0;
+  if (outputs >= 1 << 14 && sharesLoads(loops, reduces)) return 0;
+  return Math.min(256, Math.max(32, 2 ** Math.floor(Math.log2(reduceTrips / 4))));
+}
+
+/** Whether some load inside the reduce loops is the same for several outputs (a matmul's operands are). */
+function sharesLoads(loops: readonly { var: string; size: number }[], reduces: readonly Stmt[]): boolean {
+  const indices: Idx[] = [];
+  const collect = (stmts: readonly Stmt[]): void => stmts.forEach((s) => {
+    if (s.kind === "loop") collect(s.body);
+    else if (s.kind === "def" && s.expr.op === "LOAD") indices.push(s.expr.index);
+  });
+  collect(reduces);
+  return indices.some((index) => loops.some((l) => !varsOf(index).has(l.var)));
+}
+
+export function renderCuda(kernel: KernelIR, fnName: string, opts: CudaRenderOptions): CudaKernelSource {
+  const group = opts.group ?? groupSize(kernel);
+  const blockSize = group > 0 ? group : (opts.blockSize ?? defaultBlockSize());
+  const { loops, body } = splitOutputLoops(kernel);
+  const outputs = loops.reduce((n, l) => n * l.size, 1);
+  const index = indexType(kernel);
+  const lines = [`extern "C" __global__ void __launch_bounds__(${blockSize}) ${fnName}(${kernelParams(kernel, opts.restrict)}) {`];
+  if (group > 0) {
+    lines.push(`  __shared__ unsigned long long tg_partial[32];`);
+    lines.push(`  ${index} gid = blockIdx.x;`);
+  } else {
+    lines.push(`  ${index} gid = (${index})blockIdx.x * ${blockSize} + threadIdx.x;`);
+    lines.push(`  if (gid >= ${outputs}) return;`);
+  }
+  lines.push(...outputIndices(loops, index, "gid", "  "));
+  const ctx: RenderContext = { kernel, products: new Map(), group };
+  renderBlock(body, lines, "  ", ctx, true);
+  lines.push("}");
+  const blocks = group > 0 ? outputs : Math.ceil(outputs / blockSize);
+  return { code: lines.join("\n"), launch: { grid: [blocks, 1, 1], block: [blockSize, 1, 1], sharedBytes: 0 } };
+}
+
+/** The parameter list: the output first, inputs const. */
+export function kernelParams(kernel: KernelIR, restrict: boolean): string {
+  return kernel.buffers
+    .map((b, slot) => `${slot === 0 ? "" : "const "}${storageType(b.dtype)}* ${restrict ? "__restrict__ " : ""}b${slot}`)
+    .join(", ");
+}
+
+/** Each output loop variable from one flat index (row-major over the loops). */
+export function outputIndices(loops: readonly { var: string; size: number }[], index: string, flat: string, indent: string): string[] {
+  let stride = 1;
+  const out: string[] = [];
+  for (let d = loops.length - 1; d >= 0; d--) {
+    const { var: name, size } = loops[d]!;
+    const quotient = stride === 1 ? flat : `(${flat} / ${stride})`;
+    out.unshift(`${indent}${index} ${name} = ${d === 0 ? quotient : `${quotient} % ${size}`};`);
+    stride *= size;
+  }
+  return out;
+}
+
+/** The loop variables' type: 32-bit unless a buffer is too large for it. */
+export const indexType = (kernel: KernelIR): string => (kernel.buffers.some((b) => b.size >= 2 ** 31) ? "long long" : "int");
+
+export interface RenderContext {
+  readonly kernel: KernelIR;
+  /** Float products by name: a sum of products accumulates with fused multiply-adds. */
+  readonly products: Map<string, readonly Operand[]>;
+  /** Threads per output in group mode (0: none). */
+  readonly group: number;
+}
+
+/** Renders statements; `top` marks the innermost output loop's body, where group mode splits reduce loops. */
+export function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, ctx: RenderContext, top = false): void {
+  const index = indexType(ctx.kernel);
+  const vectors = vectorLoads(stmts, ctx.kernel);
+  for (let n = 0; n < stmts.length; n++) {
+    const s = stmts[n]!;
+    switch (s.kind) {
+      case "loop":
+        if (top && ctx.group > 0) {
+          out.push(`${indent}for (${index} ${s.var} = threadIdx.x; ${s.var} < ${s.size}; ${s.var} += ${ctx.group}) {`);
+          renderBlock(s.body, out, indent + "  ", ctx);
+          out.push(`${indent}}`);
+          // accumulators of this level (not those of reduces nested in the loop) hold per-thread parts
+          const declared = new Set(stmts.flatMap((t) => (t.kind === "acc" ? [t.name] : [])));
+          for (const acc of updatedAccs(s.body)) if (declared.has(acc[0])) out.push(...groupCombine(acc, ctx.group, indent));
+        } else {
+          out.push(`${indent}for (${index} ${s.var} = 0; ${s.var} < ${s.size}; ${s.var}++) {`);
+          renderBlock(s.body, out, indent + "  ", ctx);
+          out.push(`${indent}}`);
+        }
+        break;
+      case "def": {
+        const vector = vectors.get(n);
+        if (vector === null) break; // loaded by an earlier vector load
+        if (vector) {
+          out.push(...vector.map((line) => indent + line));
+          break;
+        }
+        out.push(`${indent}${computeType[s.dtype.name]} ${s.name} = ${renderExpr(s.expr, s.dtype, ctx.kernel)};`);
+        if (s.expr.op === "MUL" && s.dtype.kind === "float") ctx.products.set(s.name, s.expr.srcs);
+        break;
+      }
+      case "acc":
+        out.push(`${indent}${computeType[s.dtype.name]} ${s.name} = ${identity(s.op, s.dtype)};`);
+        break;
+      case "update":
+        out.push(`${indent}${s.name} = ${accumulate(s.name, s.op, s.value, s.dtype, ctx)};`);
+        break;
+      case "store": {
+        const line = `b${s.buf}[${idx(s.index)}] = ${toStorage(operand(s.value), s.dtype)};`;
+        // in group mode every thread holds the combined value: one of them writes it
+        out.push(`${indent}${top && ctx.group > 0 ? `if (threadIdx.x == 0) ${line}` : line}`);
+        break;
+      }
+    }
+  }
+}
+
+/** The new accumulator value; products accumulate with a fused multiply-add, as the C renderer does. */
+function accumulate(name: string, op: "ADD" | "MAX", value: Operand, d: DType, ctx: RenderContext): string {
+  const product = op === "ADD" && value.kind === "val" ? ctx.products.get(value.name) : undefined;
+  if (product) return `${d.name === "float64" ? "fma" : "fmaf"}(${operand(product[0]!)}, ${operand(product[1]!)}, ${name})`;
+  return renderAlu(op, [{ kind: "val", name, dtype: d }, value], d);
+}
+
+/** Accumulators updated anywhere inside `stmts`, with their reduce op and dtype. */
+function updatedAccs(stmts: readonly Stmt[], found = new Map<string, { op: "ADD" | "MAX"; dtype: DType }>()): Map<string, { op: "ADD" | "MAX"; dtype: DType }> {
+  for (const s of stmts) {
+    if (s.kind === "update") found.set(s.name, { op: s.op, dtype: s.dtype });
+    else if (s.kind === "loop") updatedAccs(s.body, found);
+  }
+  return found;
+}
+
+/** Combines one accumulator across the block: shuffles within each warp, then warp 0 over the warps' results. */
+function groupCombine([name, { op, dtype }]: [string, { op: "ADD" | "MAX"; dtype: DType }], group: number, indent: string): string[] {
+  const t = computeType[dtype.name];
+  const other: Operand = { kind: "val", name: "tg_other", dtype };
+  const combine = `${name} = ${renderAlu(op, [{ kind: "val", name, dtype }, other], dtype)};`;
+  const warps = Math.max(1, group / 32);
+  const lines = [`for (int tg_lane = 16; tg_lane > 0; tg_lane >>= 1) { ${t} tg_other = tg_shfl(${name}, tg_lane); ${combine} }`];
+  if (warps > 1) {
+    lines.push(
+      `if ((threadIdx.x & 31) == 0) ((${t}*)tg_partial)[threadIdx.x >> 5] = ${name};`,
+      `__syncthreads();`,
+      `${name} = ((${t}*)tg_partial)[0];`,
+      `for (int tg_w = 1; tg_w < ${warps}; tg_w++) { ${t} tg_other = ((${t}*)tg_partial)[tg_w]; ${combine} }`,
+      // the partials are read by everyone before the next combine overwrites them
+      `__syncthreads();`,
+    );
+  }
+  return lines.map((l) => indent + l);
+}
+
+function identity(op: "ADD" | "MAX", d: DType): string {
+  if (op === "ADD") return "0";
+  switch (d.kind) {
+    case "float": return d.name === "float64" ? "-TG_DINF" : "-TG_INF";
+    case "int": return d.name === "int64" ? "(-9223372036854775807LL - 1)" : String(-(2 ** (d.itemsize * 8 - 1)));
+    default: return "0";
+  }
+}
+
+// indices are floor divisions; truncating C forms are exact when the dividend is not negative
+export const idx = (e: Idx): string =>
+  renderIdx(
+    e,
+    (a, c, nonNegative) => (nonNegative ? `(${a} / ${c})` : `tg_floordiv(${a}, ${c})`),
+    (a, c, nonNegative) => (nonNegative ? `(${a} % ${c})` : `(((${a}) % ${c} + ${c}) % ${c})`),
+  );
+
+function cond(bounds: readonly Bound[]): string {
+  const parts: string[] = [];
+  for (const b of bounds) {
+    const e = idx(b.expr);
+    if (b.expr.min < b.lo) parts.push(`${e} >= ${b.lo}`);
+    if (b.expr.max >= b.hi) parts.push(`${e} < ${b.hi}`);
+  }
+  return parts.join(" && ") || "1";
+}
+
+export function renderExpr(e: Expr, dtype: DType, kernel: KernelIR): string {
+  if (e.op === "LOAD") {
+    const load = fromStorage(`b${e.buf}[${idx(e.index)}]`, kernel.buffers[e.buf]!.dtype);
+    return e.valid.length ? `(${cond(e.valid)} ? ${load} : 0)` : load;
+  }
+  if (e.op === "VALID") return `(unsigned char)(${cond(e.valid)})`;
+  if (e.op === "INDEX") return `(int)(${idx(e.index)})`;
+  return renderAlu(e.op, e.srcs, dtype);
+}
+
+/** A literal in the dtype's CUDA type (infinities and NaN as bit patterns, -0 kept). */
+export function literal(value: number, d: DType): string {
+  if (d.name === "bool") return value ? "1" : "0";
+  if (d.kind === "float") {
+    const double = d.name === "float64";
+    if (Number.isNaN(value)) return double ? "TG_DNAN" : "TG_NAN";
+    if (!Number.isFinite(value)) return `${value > 0 ? "" : "-"}${double ? "TG_DINF" : "TG_INF"}`;
+    const text = Object.is(value, -0) ? "-0.0" : value.toPrecision(17);
+    return `${text.includes(".") || text.includes("e") ? text : text + ".0"}${double ? "" : "f"}`;
+  }
+  if (d.name === "int64") return value === -(2 ** 63) ? "(-9223372036854775807LL - 1)" : `${value}LL`;
+  if (d.name === "uint32") return `${value}u`;
+  if (d.name === "int32" && value === -2147483648) return "(-2147483647 - 1)";
+  return String(value);
+}
+
+export function operand(o: Operand): string {
+  return o.kind === "val" ? o.name : literal(o.value, o.dtype);
+}
+
+function fromStorage(x: string, d: DType): string {
+  if (d.name === "float16") return `tg_h2f(${x})`;
+  if (d.name === "bfloat16") return `tg_b2f(${x})`;
+  return x;
+}
+
+export function toStorage(x: string, d: DType): string {
+  if (d.name === "float16") return `tg_f2h(${x})`;
+  if (d.name === "bfloat16") return `tg_f2b(${x})`;
+  return x;
+}
+
+/** Integer arithmetic wraps: do it unsigned (no undefined behaviour) and convert back. */
+function wrapped(op: string, a: string, b: string, d: DType): string {
+  const u = d.itemsize === 8 ? "unsigned long long" : "unsigned int";
+  return `(${computeType[d.name]})((${u})${a} ${op} (${u})${b})`;
+}
+
+/** Math of 32-bit floats uses CUDA's float functions; float64 the double ones. */
+const mathFn = (fn: string, a: string, d: DType): string => (d.name === "float64" ? `${fn}(${a})` : `${fn}f(${a})`);
+
+function renderAlu(op: AluOp, srcs: readonly Operand[], d: DType): string {
+  const [a, b, c] = srcs.map(operand) as [string, string, string];
+  const from = srcs[0]!.dtype;
+  const t = computeType[d.name];
+  const isInt = d.kind === "int" || d.kind === "uint";
+  const signedness = d.kind === "uint" ? "U" : "I";
+  switch (op) {
+    case "ADD": return d.name === "bool" ? `(${a} | ${b})` : isInt ? wrapped("+", a, b, d) : `(${a} + ${b})`;
+    case "MUL": return d.name === "bool" ? `(${a} & ${b})` : isInt ? wrapped("*", a, b, d) : `(${a} * ${b})`;
+    case "IDIV": return isInt ? `TG_${signedness}DIV(${t}, ${a}, ${b})` : `(${t})trunc((double)${a} / (double)${b})`;
+    case "MOD": return isInt ? `TG_${signedness}MOD(${t}, ${a}, ${b})` : `(${t})fmod((double)${a}, (double)${b})`;
+    case "MAX": return d.kind === "float" ? `((${a} > ${b} || ${a} != ${a}) ? ${a} : ${b})` : `(${a} > ${b} ? ${a} : ${b})`;
+    case "CMPLT": return `(unsigned char)(${a} < ${b})`;
+    case "CMPNE": return `(unsigned char)(${a} != ${b})`;
+    case "AND": return `(${t})(${a} & ${b})`;
+    case "OR": return `(${t})(${a} | ${b})`;
+    case "XOR": return `(${t})(${a} ^ ${b})`;
+    case "SHL": return d.itemsize === 8 ? `(${t})((unsigned long long)${a} << (${b} & 63))` : `(${t})((unsigned int)${a} << (${b} & 31))`;
+    case "SHR": return d.itemsize === 8 ? `(${t})(${a} >> (${b} & 63))` : `(${t})(${a} >> (${b} & 31))`;
+    case "NEG": return d.name === "bool" ? `(unsigned char)!${a}` : isInt ? wrapped("-", "0", a, d) : `(-${a})`;
+    case "RECIP": return isInt ? `TG_${signedness}DIV(${t}, 1, ${a})` : `(${t})(1 / ${a})`;
+    case "SQRT": return mathFn("sqrt", a, d);
+    case "EXP2": return mathFn("exp2", a, d);
+    case "LOG2": return mathFn("log2", a, d);
+    case "SIN": return mathFn("sin", a, d);
+    case "TRUNC": return d.kind === "float" ? mathFn("trunc", a, d) : a;
+    case "WHERE": return `(${a} ? ${b} : ${c})`;
+    case "CAST": return renderCast(a, from, d);
+    case "BITCAST": return fromStorage(`tg_bitcast<${storageType(d)}>((${storageType(from)})${toStorage(a, from)})`, d);
+  }
+}
+
+function renderCast(x: string, from: DType, to: DType): string {
+  switch (to.name) {
+    case "bool": return `(unsigned char)(${x} != 0)`;
+    case "float16": return `tg_h2f(tg_f2h((float)${x}))`;
+    case "bfloat16": return `tg_b2f(tg_f2b((float)${x}))`;
+    case "float32": return `(float)${x}`;
+    case "float64": return `(double)${x}`;
+    case "int64": return from.kind === "float" ? `tg_trunc64(${x})` : `(long long)${x}`;
+    default: return from.kind === "float" ? `(${computeType[to.name]})tg_wrap32(${x})` : `(${computeType[to.name]})${x}`;
+  }
+}
+
+/** Vector types by (storage type, lanes): what one aligned load of neighbouring elements reads. */
+const vectorTypes: Record<string, string> = {
+  "float:2": "float2", "float:4": "float4", "int:2": "int2", "int:4": "int4", "unsigned int:2": "uint2", "unsigned int:4": "uint4",
+  "unsigned short:2": "ushort2", "unsigned short:4": "ushort4",
+};
+const fields = ["x", "y", "z", "w"];
+
+/** The constant term of an index and the rest, and whether the rest is a multiple of `n` for every value of its variables. */
+function splitConstant(e: Idx): { rest: string; offset: number; restAligned: (n: number) => boolean } {
+  const terms = e.kind === "sum" ? e.terms : [e];
+  const constant = terms.find((t) => t.kind === "const");
+  const others = terms.filter((t) => t.kind !== "const");
+  return {
+    rest: others.map((t) => t.key).join("+"),
+    offset: constant?.kind === "const" ? constant.value : 0,
+    restAligned: (n) => others.every((t) => t.kind === "mul" && t.c % n === 0),
+  };
+}
+
+interface LaneLoad {
+  readonly position: number;
+  readonly name: string;
+  readonly dtype: DType;
+  readonly index: Idx;
+}
+
+/**
+ * Unguarded loads of neighbouring elements (upcast lanes) whose first element is aligned become one vector
+ * load: statement position -> the lines defining all of them (at the first), or null (defined there already).
+ * Only indices over loop variables qualify, so that the load can move up to the first lane.
+ */
+function vectorLoads(stmts: readonly Stmt[], kernel: KernelIR): Map<number, string[] | null> {
+  const rows = new Map<string, Map<number, LaneLoad>>();
+  stmts.forEach((s, position) => {
+    if (s.kind !== "def" || s.expr.op !== "LOAD" || s.expr.valid.length > 0) return;
+    if (![...varsOf(s.expr.index)].every((v) => /^[ir]\d+$/.test(v))) return;
+    const { rest, offset } = splitConstant(s.expr.index);
+    const key = `${s.expr.buf}|${rest}`;
+    if (!rows.has(key)) rows.set(key, new Map());
+    rows.get(key)!.set(offset, { position, name: s.name, dtype: s.dtype, index: s.expr.index });
+  });
+  const result = new Map<number, string[] | null>();
+  for (const [key, row] of rows) {
+    const buf = Number(key.split("|")[0]);
+    const stored = storageType(kernel.buffers[buf]!.dtype);
+    for (const [offset, base] of [...row].sort((x, y) => x[0] - y[0])) {
+      const lanesOf = (n: number) => Array.from({ length: n }, (_, l) => row.get(offset + l));
+      const fits = (n: number) => vectorTypes[`${stored}:${n}`] !== undefined && offset % n === 0 && splitConstant(base.index).restAligned(n)
+        && lanesOf(n).every((lane) => lane !== undefined && !result.has(lane.position));
+      const n = [4, 2].find(fits);
+      if (!n) continue;
+      const lanes = lanesOf(n) as LaneLoad[];
+      const vtype = vectorTypes[`${stored}:${n}`]!;
+      const tmp = `vec_${base.name}`;
+      const lines = [`${vtype} ${tmp} = *(const ${vtype}*)(b${buf} + ${idx(base.index)});`];
+      lanes.forEach((lane, l) => {
+        lines.push(`${computeType[lane.dtype.name]} ${lane.name} = ${fromStorage(`${tmp}.${fields[l]}`, kernel.buffers[buf]!.dtype)};`);
+        result.set(lane.position, null);
+      });
+      result.set(Math.min(...lanes.map((lane) => lane.position)), lines);
+    }
+  }
+  return result;
+}

@@ -1,0 +1,212 @@
+// Tensor-core matmul for CUDA: a kernel whose plain lowering is one float32 sum over k of products of two
+// float16 (or two bfloat16) loads, A at (m, k) and B at (n, k) with affine indices, is rendered as a tiled
+// `mma.sync` (m16n8k16, float32 accumulation) kernel. Tiles go through shared memory (any strides work;
+// unit strides load 16 bytes at a time); whatever follows the reduce (casts, bias, activation) runs per
+// output element on the accumulators, as the plain kernel would.
+import type { KernelIR, Stmt } from "../codegen/ir.ts";
+import type { Idx } from "../shape/symbolic.ts";
+import { type CudaKernelSource, kernelParams, outputIndices, renderBlock, splitOutputLoops } from "./cuda.ts";
+
+interface Loop {
+  readonly var: string;
+  readonly size: number;
+}
+
+/** An index as constant + sum of coefficient * variable (undefined when it divides or takes a modulo). */
+interface Affine {
+  readonly constant: number;
+  readonly coef: ReadonlyMap<string, number>;
+}
+
+interface Operand {
+  readonly buf: number;
+  readonly affine: Affine;
+}
+
+/** A kernel that tensor cores can compute: C[batch, m, n] = epilogue(sum_k A[.., m, k] * B[.., n, k]). */
+export interface MatmulPattern {
+  readonly kernel: KernelIR;
+  readonly input: "f16" | "bf16";
+  readonly a: Operand;
+  readonly b: Operand;
+  readonly m: Loop;
+  readonly n: Loop;
+  readonly k: Loop;
+  /** Every other output loop, each a slice of the grid's z dimension. */
+  readonly batch: readonly Loop[];
+  readonly acc: string;
+  /** The statements after the reduce loop, reading the accumulator. */
+  readonly epilogue: readonly Stmt[];
+}
+
+function affine(e: Idx): Affine | undefined {
+  const coef = new Map<string, number>();
+  let constant = 0;
+  for (const t of e.kind === "sum" ? e.terms : [e]) {
+    if (t.kind === "const") constant += t.value;
+    else if (t.kind === "var") coef.set(t.name, (coef.get(t.name) ?? 0) + 1);
+    else if (t.kind === "mul" && t.a.kind === "var") coef.set(t.a.name, (coef.get(t.a.name) ?? 0) + t.c);
+    else return undefined;
+  }
+  return { constant, coef };
+}
+
+/**
+ * The pattern in a plain lowering (no upcasts): output loops around [acc, loop k { load a; load b;
+ * optional casts; mul; optional cast; update }, epilogue]. Undefined when the kernel is anything else.
+ */
+export function matchMatmul(kernel: KernelIR): MatmulPattern | undefined {
+  const { loops, body } = splitOutputLoops(kernel);
+  const [accStmt, loopStmt, ...epilogue] = body;
+  if (accStmt?.kind !== "acc" || accStmt.op !== "ADD" || accStmt.dtype.name !== "float32") return undefined;
+  if (loopStmt?.kind !== "loop" || epilogue.some((s) => s.kind === "loop" || s.kind === "acc" || s.kind === "update")) return undefined;
+  const defs = new Map<string, Stmt & { kind: "def" }>();
+  const loads: (Stmt & { kind: "def" })[] = [];
+  let update: (Stmt & { kind: "update" }) | undefined;
+  for (const s of loopStmt.body) {
+    if (s.kind === "def") {
+      defs.set(s.name, s);
+      if (s.expr.op === "LOAD") loads.push(s);
+    } else if (s.kind === "update" && s.name === accStmt.name && !update) update = s;
+    else return undefined;
+  }
+  if (!update || loads.length !== 2 || defs.size > 6) return undefined;
+  // from the update back to the product: casts to float32 are exact for products of 16-bit floats
+  const through = (name: string): string => {
+    const d = defs.get(name);
+    return d && d.expr.op === "CAST" && d.expr.srcs[0]!.kind === "val" ? through(d.expr.srcs[0]!.name) : name;
+  };
+  if (update.value.kind !== "val") return undefined;
+  const product = defs.get(through(update.value.name));
+  if (!product || product.expr.op !== "MUL") return undefined;
+  const factors = product.expr.srcs.map((o) => (o.kind === "val" ? through(o.name) : ""));
+  if (!loads.every((l) => factors.includes(l.name)) || factors[0] === factors[1]) return undefined;
+  const types = loads.map((l) => (l.expr.op === "LOAD" ? kernel.buffers[l.expr.buf]!.dtype.name : ""));
+  if (types[0] !== types[1] || (types[0] !== "float16" && types[0] !== "bfloat16")) return undefined;
+  const operands = loads.map((l) => (l.expr.op === "LOAD" && l.expr.valid.length === 0 ? { buf: l.expr.buf, affine: affine(l.expr.index) } : undefined));
+  const k = { var: loopStmt.var, size: loopStmt.size };
+  const known = new Set([k.var, ...loops.map((l) => l.var)]);
+  if (!operands.every((o) => o?.affine && [...o.affine.coef.keys()].every((v) => known.has(v)))) return undefined;
+  const [first, second] = operands as Operand[];
+  if (!first!.affine.coef.get(k.var) || !second!.affine.coef.get(k.var)) return undefined;
+  // m: read by the first operand only; n: by the second only; the biggest such loop of each
+  const only = (mine: Operand, other: Operand) => loops.filter((l) => mine.affine.coef.get(l.var) && !other.affine.coef.get(l.var)).sort((x, y) => y.size - x.size)[0];
+  const m = only(first!, second!), n = only(second!, first!);
+  if (!m || !n) return undefined;
+  return {
+    kernel, input: types[0] === "float16" ? "f16" : "bf16", a: first!, b: second!, m, n, k,
+    batch: loops.filter((l) => l !== m && l !== n), acc: accStmt.name, epilogue,
+  };
+}
+
+/** Block tile: BM x BN outputs, BK deep; 8 warps as 2 x 4, each 64 x 32 (4 x 4 mma tiles of 16 x 8). */
+const BM = 128, BN = 128, BK = 32, THREADS = 256;
+/** Shared tiles are stored k-contiguous with 8 halves of padding: fragment reads hit 32 different banks. */
+const PITCH = BK + 8;
+
+/** Whether 8 neighbours along `along` (unit stride) always start 16-byte aligned: one vector load reads them. */
+const vectorAlong = (o: Operand, along: Loop): boolean =>
+  o.affine.coef.get(along.var) === 1 && along.size % 8 === 0 && o.affine.constant % 8 === 0
+  && [...o.affine.coef].every(([v, c]) => v === along.var || c % 8 === 0);
+
+/** Renders the tensor-core kernel for a matched pattern. */
+export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: boolean): CudaKernelSource {
+  const { kernel, m, n, k, batch } = p;
+  const lines = [
+    `extern "C" __global__ void __launch_bounds__(${THREADS}) ${fnName}(${kernelParams(kernel, restrict)}) {`,
+    `  __shared__ __align__(16) unsigned short As[${BM}][${PITCH}];`,
+    `  __shared__ __align__(16) unsigned short Bs[${BN}][${PITCH}];`,
+    `  const int tid = threadIdx.x, warp = tid >> 5, g = (tid & 31) >> 2, t = tid & 3;`,
+    `  const int wm = (warp >> 2) * 64, wn = (warp & 3) * 32;`,
+    `  const int m0 = blockIdx.y * ${BM}, n0 = blockIdx.x * ${BN};`,
+    ...outputIndices(batch, "int", "(int)blockIdx.z", "  "),
+    `  float c[4][4][4] = {};`,
+    `  for (int k0 = 0; k0 < ${k.size}; k0 += ${BK}) {`,
+    ...tileLoad("As", p.a, m, p, BM),
+    ...tileLoad("Bs", p.b, n, p, BN),
+    `    __syncthreads();`,
+    `    #pragma unroll`,
+    `    for (int kk = 0; kk < ${BK}; kk += 16) {`,
+    `      unsigned a[4][4], b[4][2];`,
+    `      #pragma unroll`,
+    `      for (int i = 0; i < 4; i++) {`,
+    `        const unsigned short* lo = &As[wm + i * 16 + g][kk + t * 2];`,
+    `        const unsigned short* hi = &As[wm + i * 16 + g + 8][kk + t * 2];`,
+    `        a[i][0] = *(const unsigned*)lo; a[i][1] = *(const unsigned*)hi; a[i][2] = *(const unsigned*)(lo + 8); a[i][3] = *(const unsigned*)(hi + 8);`,
+    `        const unsigned short* col = &Bs[wn + i * 8 + g][kk + t * 2];`,
+    `        b[i][0] = *(const unsigned*)col; b[i][1] = *(const unsigned*)(col + 8);`,
+    `      }`,
+    `      #pragma unroll`,
+    `      for (int i = 0; i < 4; i++)`,
+    `        #pragma unroll`,
+    `        for (int j = 0; j < 4; j++)`,
+    `          asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.${p.input}.${p.input}.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"`,
+    `            : "+f"(c[i][j][0]), "+f"(c[i][j][1]), "+f"(c[i][j][2]), "+f"(c[i][j][3])`,
+    `            : "r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]), "r"(b[j][0]), "r"(b[j][1]));`,
+    `    }`,
+    `    __syncthreads();`,
+    `  }`,
+    // accumulator e of tile (i, j) is row g (+8 for e >= 2), columns 2t and 2t+1
+    `  #pragma unroll`,
+    `  for (int i = 0; i < 4; i++)`,
+    `    #pragma unroll`,
+    `    for (int j = 0; j < 4; j++)`,
+    `      #pragma unroll`,
+    `      for (int e = 0; e < 4; e++) {`,
+    `        const int ${m.var} = m0 + wm + i * 16 + g + (e >> 1) * 8, ${n.var} = n0 + wn + j * 8 + t * 2 + (e & 1);`,
+    `        if (${m.var} >= ${m.size} || ${n.var} >= ${n.size}) continue;`,
+    `        float ${p.acc} = c[i][j][e];`,
+  ];
+  renderBlock(p.epilogue, lines, "        ", { kernel, products: new Map(), group: 0 });
+  lines.push("      }", "}");
+  const batches = batch.reduce((s, l) => s * l.size, 1);
+  return {
+    code: lines.join("\n"),
+    launch: { grid: [Math.ceil(n.size / BN), Math.ceil(m.size / BM), batches], block: [THREADS, 1, 1], sharedBytes: 0 },
+  };
+}
+
+/** Global -> shared copy of one operand's tile: rows along `row` (m or n), BK columns along k, zero outside. */
+function tileLoad(tile: string, o: Operand, row: Loop, p: MatmulPattern, rows: number): string[] {
+  const { k } = p;
+  const base = [String(o.affine.constant), ...[...o.affine.coef].filter(([v]) => v !== row.var && v !== k.var).map(([v, c]) => `${v} * ${c}`)].join(" + ");
+  const address = (r: string, kk: string) => `b${o.buf}[${base} + (${r}) * ${o.affine.coef.get(row.var) ?? 0} + (${kk}) * ${o.affine.coef.get(k.var)!}]`;
+  const start = row === p.m ? "m0" : "n0";
+  if (vectorAlong(o, k)) {
+    return [
+      `    for (int e = tid; e < ${(rows * BK) / 8}; e += ${THREADS}) {`,
+      `      const int r = e / ${BK / 8}, kk = (e % ${BK / 8}) * 8, gr = ${start} + r, gk = k0 + kk;`,
+      `      *(uint4*)&${tile}[r][kk] = gr < ${row.size} && gk < ${k.size} ? *(const uint4*)&${address("gr", "gk")} : make_uint4(0, 0, 0, 0);`,
+      `    }`,
+    ];
+  }
+  if (vectorAlong(o, row)) {
+    // neighbouring lanes take neighbouring k: their 2-byte shared stores fall in distinct banks
+    return [
+      `    for (int e = tid; e < ${(rows * BK) / 8}; e += ${THREADS}) {`,
+      `      const int kk = e % ${BK}, r = (e / ${BK}) * 8, gr = ${start} + r, gk = k0 + kk;`,
+      `      const uint4 v = gr < ${row.size} && gk < ${k.size} ? *(const uint4*)&${address("gr", "gk")} : make_uint4(0, 0, 0, 0);`,
+      `      const unsigned short* h = (const unsigned short*)&v;`,
+      `      #pragma unroll`,
+      `      for (int j = 0; j < 8; j++) ${tile}[r + j][kk] = h[j];`,
+      `    }`,
+    ];
+  }
+  // k fastest when k is the unit stride (coalesced), else rows fastest
+  const kFastest = o.affine.coef.get(k.var) === 1 || o.affine.coef.get(row.var) !== 1;
+  return [
+    `    for (int e = tid; e < ${rows * BK}; e += ${THREADS}) {`,
+    kFastest
+      ? `      const int r = e / ${BK}, kk = e % ${BK}, gr = ${start} + r, gk = k0 + kk;`
+      : `      const int r = e % ${rows}, kk = e / ${rows}, gr = ${start} + r, gk = k0 + kk;`,
+    `      ${tile}[r][kk] = gr < ${row.size} && gk < ${k.size} ? ${address("gr", "gk")} : (unsigned short)0;`,
+    `    }`,
+  ];
+}
+
+/** Work below which the tiled kernel's fixed costs are not worth it. */
+const MIN_FLOPS = 2 ** 22;
+
+/** Whether a pattern is big enough for tensor cores (every dimension at least one mma tile). */
+export const worthTensorCores = (p: MatmulPattern): boolean =>
+  p.m.size >= 16 && p.n.size >= 8 && p.k.size >= 16 && 2 * p.m.size * p.n.size * p.k.size * p.batch.reduce((s, l) => s * l.size, 1) >= MIN_FLOPS;
