@@ -286,10 +286,13 @@ export class BertForPretraining {
   }
 }
 
-/** Masked-LM cross-entropy (weighted mean over `masked_lm_weights`) + NSP cross-entropy, in float32. */
+/** 16-bit logits go to float32 for the softmax; wider ones stay as they are. */
+const atLeastFloat32 = (t: Tensor): Tensor => (t.dtype.itemsize < 4 ? t.cast(dtypes.float32) : t);
+
+/** Masked-LM cross-entropy (weighted mean over `masked_lm_weights`) + NSP cross-entropy, in float32 or wider. */
 export function bertPretrainingLosses({ maskedLmLogits, nextSentenceLogits }: BertOutputs, { maskedLmIds, maskedLmWeights, nextSentenceLabels }: BertLabels): BertLosses {
-  const maskedLmLoss = maskedLmLogits.cast(dtypes.float32).sparseCategoricalCrossentropy(maskedLmIds, { weights: maskedLmWeights });
-  const nextSentenceLoss = nextSentenceLogits.cast(dtypes.float32).sparseCategoricalCrossentropy(nextSentenceLabels.reshape([-1]));
+  const maskedLmLoss = atLeastFloat32(maskedLmLogits).sparseCategoricalCrossentropy(maskedLmIds, { weights: maskedLmWeights });
+  const nextSentenceLoss = atLeastFloat32(nextSentenceLogits).sparseCategoricalCrossentropy(nextSentenceLabels.reshape([-1]));
   return { loss: maskedLmLoss.add(nextSentenceLoss), maskedLmLoss, nextSentenceLoss };
 }
 
