@@ -112,12 +112,13 @@ export interface BertLosses {
   maskedLmLoss: Tensor;
   nextSentenceLoss: Tensor;
 }
-export interface BertMetrics {
+/** A type, not an interface, so that a jitted eval step may return it as a record of tensors. */
+export type BertMetrics = {
   maskedLmAccuracy: Tensor;
   nextSentenceAccuracy: Tensor;
   maskedLmLoss: Tensor;
   nextSentenceLoss: Tensor;
-}
+};
 
 interface Init {
   weight: ReturnType<typeof truncatedNormal>;

@@ -11,7 +11,7 @@ import {
   type BertBatch, type BertConfig,
 } from "../../models/bert.ts";
 import { bertParameterNames } from "../../models/bert_tf_names.ts";
-import { bertBatchTensors, bertEvalStep, createBertOptimizer, isNoDecayParameter, makeBertTrainStep } from "../../models/bert_train_step.ts";
+import { bertBatchTensors, bertEvalStep, createBertOptimizer, isNoDecayParameter, makeBertEvalStep, makeBertTrainStep } from "../../models/bert_train_step.ts";
 import { writeTfBundle, type BundleTensor } from "../nn/tf_bundle_writer.ts";
 
 Device.DEFAULT = process.env.DEVICE ?? "JS";
@@ -177,7 +177,7 @@ test("biases and LayerNorm parameters are the ones without weight decay", () => 
   assert.equal(names.length, 2 + 2 * (6 + 4) + 1 + 4 + 1); // embeddings LN; per layer 6 dense biases and 2 LNs; pooler; head dense bias, LN, output bias; NSP
 });
 
-test("the jitted train step lowers the loss on a fixed batch, then the eval step reports four metrics", () => {
+test("the jitted train step lowers the loss on a fixed batch; the eval step, jitted or not, reports four metrics", () => {
   Tensor.manualSeed(3);
   const model = new BertForPretraining(SMALL, { disableDropout: true });
   const { optimizer, scheduler } = createBertOptimizer(model, { lr: 0.2, totalSteps: 50, warmupSteps: 1 });
@@ -192,6 +192,13 @@ test("the jitted train step lowers the loss on a fixed batch, then the eval step
   const metrics = bertEvalStep(model, batch);
   assert.deepEqual(Object.keys(metrics), ["maskedLmAccuracy", "nextSentenceAccuracy", "maskedLmLoss", "nextSentenceLoss"]);
   assert.ok(metrics.maskedLmAccuracy.item() >= 0 && metrics.maskedLmAccuracy.item() <= 1);
+  assert.ok(Math.abs(metrics.maskedLmLoss.item() + metrics.nextSentenceLoss.item() - losses[7]!) < losses[0]! - losses[7]!, "eval sees the trained weights");
+  const evalStep = jit(makeBertEvalStep(model));
+  for (let i = 0; i < 3; i++) {
+    const replayed = evalStep(...bertBatchTensors(batch));
+    for (const key of Object.keys(metrics) as (keyof typeof metrics)[]) assert.equal(replayed[key].item(), metrics[key].item(), `${key}, call ${i + 1}`);
+  }
+  assert.ok(evalStep.jit.isCaptured);
 });
 
 /** Our parameter's TF name and TF shape (kernels [in, out]), the inverse of bert_tf_names' mapping. */
