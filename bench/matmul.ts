@@ -1,6 +1,7 @@
 // float32 matmul GFLOP/s on the CPU device (BEAM=0 and BEAM=2, 1 and 2 threads) beside numpy's OpenBLAS
 // sgemm on the same shapes in the same run. Prints JSON on stdout, progress on stderr. Medians of --reps runs;
-// tsgrad figures are kernel time (what DEBUG=2 reports), numpy's the time of np.matmul.
+// tsgrad figures are kernel time (what DEBUG=2 reports), numpy's the time of np.matmul. Each (BEAM, THREADS)
+// runs in its own process: kernels are chosen once per process, as in a real run.
 import { spawnSync } from "node:child_process";
 import { parseArgs } from "node:util";
 import { GlobalCounters, Tensor } from "../src/index.ts";
@@ -105,6 +106,7 @@ function main(): void {
       threads: { type: "string", default: "1,2" },
       shapes: { type: "string" },
       "no-numpy": { type: "boolean", default: false },
+      worker: { type: "boolean", default: false },
       help: { type: "boolean", default: false },
     },
   });
@@ -123,6 +125,15 @@ function main(): void {
     return;
   }
 
+  if (values.worker) {
+    // one configuration, set by the parent through BEAM and THREADS
+    console.log(JSON.stringify(Object.fromEntries(shapes.map((s) => {
+      console.error(`tsgrad BEAM=${process.env.BEAM} THREADS=${process.env.THREADS} ${s.name}`);
+      return [s.name, timeTsgrad(s, reps)];
+    }))));
+    return;
+  }
+
   const table: Record<string, Record<string, number>> = Object.fromEntries(shapes.map((s) => [s.name, {}]));
   for (const threads of threadCounts) {
     if (!values["no-numpy"]) {
@@ -131,12 +142,12 @@ function main(): void {
       if (numpy) for (const s of shapes) table[s.name]![`numpy_t${threads}`] = median(numpy[s.name]!);
     }
     for (const beam of beams) {
-      process.env.THREADS = String(threads);
-      process.env.BEAM = String(beam);
-      for (const s of shapes) {
-        console.error(`tsgrad BEAM=${beam} THREADS=${threads} ${s.name}`);
-        table[s.name]![`beam${beam}_t${threads}`] = median(timeTsgrad(s, reps));
-      }
+      const args = ["--import", "tsx", process.argv[1]!, "--worker", "--reps", String(reps), "--shapes", shapes.map((s) => s.name.split(" ")[0]).join(",")];
+      const env = { ...process.env, BEAM: String(beam), THREADS: String(threads) };
+      const worker = spawnSync(process.execPath, args, { env, encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
+      if (worker.status !== 0) throw new Error(`BEAM=${beam} THREADS=${threads} run failed (exit ${worker.status})`);
+      const runs = JSON.parse(worker.stdout) as Record<string, number[]>;
+      for (const s of shapes) table[s.name]![`beam${beam}_t${threads}`] = median(runs[s.name]!);
     }
   }
   const round = (x: number) => Math.round(x * 100) / 100;

@@ -1,75 +1,73 @@
-// BEAM search: the searched kernel computes the same numbers, and a second run reads the choice from disk.
-import { test } from "node:test";
+// BEAM search and the kernel caches, each run in a fresh process (as a user's second run would be):
+// the searched kernel computes the same numbers, and a second run neither searches nor compiles.
+import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
 import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Device, Tensor, dtypes } from "../../src/index.ts";
-import { clearKernelCache, searchStats } from "../../src/engine/search.ts";
-import { compileStats } from "../../src/runtime/compiler_cache.ts";
+import { Device } from "../../src/index.ts";
+import { clearKernelCache } from "../../src/engine/search.ts";
 
 const hasCpu = Device.isAvailable("CPU");
+const CHILD = join(import.meta.dirname, "small-matmul-child.ts");
 
-/** Runs `body` with environment variables set (and a fresh kernel cache folder), restoring them after. */
-function withEnv(vars: Record<string, string>, body: (cache: string) => void): void {
-  const cache = mkdtempSync(join(tmpdir(), "tsgrad-beam-"));
-  const saved = Object.fromEntries(Object.keys({ ...vars, TSGRAD_CACHE: "" }).map((k) => [k, process.env[k]]));
-  Object.assign(process.env, vars, { TSGRAD_CACHE: cache });
-  try {
-    body(cache);
-  } finally {
-    for (const [k, v] of Object.entries(saved)) v === undefined ? delete process.env[k] : (process.env[k] = v);
-    clearKernelCache();
-    rmSync(cache, { recursive: true, force: true });
-  }
+interface ChildReport {
+  values: number[];
+  searched: number;
+  cacheHits: number;
+  compiled: number;
+  cached: number;
 }
 
-/** A small matmul plus bias on fresh input buffers (fresh buffers: nothing is reused from an earlier realize). */
-function smallMatmul(): number[] {
-  const x = new Tensor(Array.from({ length: 4 * 6 }, (_, i) => ((i * 7) % 11) - 5), { dtype: dtypes.float32, device: "CPU" }).reshape([4, 6]);
-  const w = new Tensor(Array.from({ length: 6 * 2 }, (_, i) => ((i * 5) % 7) * 0.25), { dtype: dtypes.float32, device: "CPU" }).reshape([6, 2]);
-  return Array.from(x.matmul(w).add(1).toArray() as Float32Array);
+/** Runs the small matmul in a fresh process with `env` and kernel cache folder `cache`. */
+function runChild(cache: string, env: Record<string, string>): ChildReport {
+  const run = spawnSync(process.execPath, ["--import", "tsx", CHILD], { env: { ...process.env, BEAM: "", ...env, TSGRAD_CACHE: cache }, encoding: "utf8" });
+  assert.equal(run.status, 0, run.stderr);
+  return JSON.parse(run.stdout) as ChildReport;
 }
+
+/** One cache folder, four runs in order: plain twice, then BEAM=1 twice. */
+let cache = "";
+const runs: Record<"plain" | "plainAgain" | "beam" | "beamAgain", ChildReport> = {} as never;
+before(() => {
+  if (!hasCpu) return;
+  cache = mkdtempSync(join(tmpdir(), "tsgrad-cache-"));
+  runs.plain = runChild(cache, {});
+  runs.plainAgain = runChild(cache, {});
+  runs.beam = runChild(cache, { BEAM: "1" });
+  runs.beamAgain = runChild(cache, { BEAM: "1" });
+});
+after(() => {
+  if (cache) rmSync(cache, { recursive: true, force: true });
+});
+
+test("a second run compiles nothing: kernels come from the disk cache", { skip: !hasCpu }, () => {
+  assert.ok(runs.plain.compiled > 0, "the first run compiles");
+  assert.deepEqual(runs.plainAgain.values, runs.plain.values);
+  assert.equal(runs.plainAgain.compiled, 0);
+  assert.ok(runs.plainAgain.cached > 0);
+});
 
 test("a BEAM-searched kernel gives the same numbers as the heuristic one", { skip: !hasCpu }, () => {
-  const plain = smallMatmul();
-  withEnv({ BEAM: "1" }, () => {
-    const before = searchStats.searched;
-    assert.deepEqual(smallMatmul(), plain);
-    assert.ok(searchStats.searched > before, "the kernel was searched");
-  });
+  assert.deepEqual(runs.beam.values, runs.plain.values);
+  assert.equal(runs.beam.searched, 1, "the matmul kernel was searched");
 });
 
-test("the second run takes the searched options from the disk cache", { skip: !hasCpu }, () => {
-  withEnv({ BEAM: "1" }, (cache) => {
-    const first = smallMatmul();
-    assert.ok(readdirSync(join(cache, "beam")).length > 0, "options written to the cache folder");
-    clearKernelCache(); // forget what is in memory, as a new process would
-    const searched = searchStats.searched;
-    const hits = searchStats.cacheHits;
-    assert.deepEqual(smallMatmul(), first);
-    assert.equal(searchStats.searched, searched, "no new search");
-    assert.ok(searchStats.cacheHits > hits, "options read back");
-  });
-});
-
-test("compiled kernels are reused from the disk cache", { skip: !hasCpu }, () => {
-  withEnv({}, () => {
-    const compiledBefore = compileStats.compiled;
-    const first = smallMatmul();
-    const compiled = compileStats.compiled;
-    assert.ok(compiled > compiledBefore, "the first run compiles");
-    const cachedBefore = compileStats.cached;
-    assert.deepEqual(smallMatmul(), first);
-    assert.equal(compileStats.compiled, compiled, "the second run compiles nothing");
-    assert.ok(compileStats.cached > cachedBefore, "it finds the libraries in the cache");
-  });
+test("a second BEAM run takes the searched options from the disk cache", { skip: !hasCpu }, () => {
+  assert.ok(readdirSync(join(cache, "beam")).length > 0, "options written to the cache folder");
+  assert.deepEqual(runs.beamAgain.values, runs.beam.values);
+  assert.equal(runs.beamAgain.searched, 0, "no new search");
+  assert.equal(runs.beamAgain.cacheHits, 1, "the options are read back");
 });
 
 test("clearKernelCache({ onDisk: true }) empties the cache folders", { skip: !hasCpu }, () => {
-  withEnv({ BEAM: "1" }, (cache) => {
-    smallMatmul();
+  const saved = process.env.TSGRAD_CACHE;
+  process.env.TSGRAD_CACHE = cache;
+  try {
     clearKernelCache({ onDisk: true });
-    assert.deepEqual(readdirSync(cache), []);
-  });
+  } finally {
+    saved === undefined ? delete process.env.TSGRAD_CACHE : (process.env.TSGRAD_CACHE = saved);
+  }
+  assert.deepEqual(readdirSync(cache), []);
 });
