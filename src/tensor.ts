@@ -154,12 +154,13 @@ export class Tensor {
   }
   /** Uniform in [0, 1). */
   static rand(shape: readonly number[], opts: TensorOptions = {}): Tensor {
-    // on several devices every device draws the same numbers: replicated weights start equal
-    const multi = onEachDevice(opts, (o) => Tensor.rand(shape, o));
-    if (multi) return multi;
     checkShape(shape);
-    const device = Device.canonicalize(opts.device ?? Device.DEFAULT);
-    const bits = new Tensor(randomBits(prod(shape as number[]), Tensor.seed, Tensor.nextRngKey(device), device));
+    const devices = resolveDevices(opts.device);
+    // one key for all devices (the first device's stream, copied): replicas draw the same numbers,
+    // so replicated weights start equal and a sharded tensor's dropout slices one logical mask
+    const key = Tensor.nextRngKey(devices[0]!);
+    const draws = devices.map((d) => randomBits(prod(shape as number[]), Tensor.seed, key.copyTo(d), d));
+    const bits = new Tensor(draws.length === 1 ? draws[0]! : new MultiLazy(draws, null));
     // 23 random mantissa bits under exponent 0 give [1, 2); minus 1 gives [0, 1)
     const one = bits.shr(9).bitwiseOr(0x3f800000).bitcast(dtypes.float32).sub(1);
     return one.reshape(shape).cast(toDtype(opts.dtype, Tensor.defaultFloat)).withGrad(opts);

@@ -7,7 +7,7 @@
 import { Buffer } from "../device.ts";
 import { TsgradError, fmtShape } from "../helpers.ts";
 import { type KernelBuffer, type KernelIR } from "../codegen/ir.ts";
-import { lowerKernel } from "../codegen/lower.ts";
+import { type KernelSpec, lowerKernel } from "../codegen/lower.ts";
 import { MOVEMENT_OPS, UOp, isElementwise } from "../uop.ts";
 
 export type ExecItem =
@@ -185,7 +185,7 @@ function kernelsFor(node: UOp, out: Buffer, stored: Set<UOp>, bufferOf: (u: UOp)
   walk(value, value === node);
   const inputNodes = [...inputs.keys()];
   const kernelBuffers: KernelBuffer[] = buffers.map((b) => ({ dtype: b.dtype, size: b.size }));
-  const kernel = lowerKernel({ value, inputs, buffers: kernelBuffers });
+  const kernel = lowerCached({ value, inputs, buffers: kernelBuffers }, out.device);
   if (!readsOwnOutputElsewhere(kernel, buffers)) return { items: [{ kind: "kernel", kernel, buffers }], inputs: inputNodes };
   // an in-place write that reads its target elsewhere (w.assign(w.flip(0))): compute into a temporary, then copy
   const temp = new Buffer(out.device, out.size, out.dtype);
@@ -198,6 +198,43 @@ function kernelsFor(node: UOp, out: Buffer, stored: Set<UOp>, bufferOf: (u: UOp)
   ];
   return { items, inputs: inputNodes };
 }
+/** Kernels lowered before, by structure: a training loop schedules the same kernels over new buffers every step. */
+const lowered = new Map<string, KernelIR>();
+
+function lowerCached(spec: KernelSpec, device: string): KernelIR {
+  const key = `${device.split(":")[0]}|${structureKey(spec)}`;
+  let kernel = lowered.get(key);
+  if (!kernel) {
+    kernel = lowerKernel(spec);
+    lowered.set(key, kernel);
+  }
+  return kernel;
+}
+
+/** What the lowering depends on: the inlined graph's ops, dtypes, shapes and arguments, with inputs as slots. */
+function structureKey({ value, inputs, buffers }: KernelSpec): string {
+  const ids = new Map<UOp, number>();
+  const parts: string[] = [];
+  const visit = (n: UOp): number => {
+    const known = ids.get(n);
+    if (known !== undefined) return known;
+    const slot = inputs.get(n);
+    const desc = slot !== undefined
+      ? `@${slot}:${n.dtype.name}:${n.shape.join("x")}`
+      : `${n.op}:${n.dtype.name}:${n.shape.join("x")}:${argString(n.arg)}(${n.src.map(visit).join(",")})`;
+    const id = parts.length;
+    parts.push(desc);
+    ids.set(n, id);
+    return id;
+  };
+  visit(value);
+  return `${parts.join(";")}|${buffers.map((b) => `${b.dtype.name}:${b.size}`).join(",")}`;
+}
+
+/** Numbers by String (JSON would print NaN and Infinity both as null), the rest as JSON. */
+const argString = (arg: unknown): string =>
+  arg === undefined ? "" : typeof arg === "number" ? (Object.is(arg, -0) ? "-0" : String(arg)) : JSON.stringify(arg);
+
 /** True when the kernel loads its output buffer at an index other than the one it stores to. */
 function readsOwnOutputElsewhere(kernel: KernelIR, buffers: readonly Buffer[]): boolean {
   const aliased = new Set(buffers.map((b, slot) => (slot > 0 && b === buffers[0] ? slot : -1)).filter((s) => s > 0));

@@ -1,0 +1,16 @@
+// Data parallelism for models: replicate every parameter over a device set, in place.
+import { Tensor } from "../tensor.ts";
+import { getParameters } from "./state.ts";
+
+/**
+ * Moves every parameter of `model` onto each of `devices` (replicated), keeping the same Tensor
+ * objects so tied weights stay tied. Create optimizers after this: their state then lives on every
+ * device too. Inputs are then sharded along the batch: `x.shard(devices, 0)`.
+ */
+export function replicateParameters(model: unknown, devices: readonly string[]): void {
+  const params = getParameters(model);
+  const unique = [...new Set(params)];
+  // realized right away: each replica is then its own buffer, as a gradient target must be
+  for (const p of unique) p.node = p.to(devices).node;
+  Tensor.realizeAll(unique);
+}
