@@ -2,8 +2,10 @@
 import { Device } from "./device.ts";
 import { jsBackend } from "./runtime/js.ts";
 import { cpuAvailable, cpuBackend } from "./runtime/cpu.ts";
+import { cudaAvailable, cudaBackend } from "./runtime/cuda.ts";
 
-// registered first: the native CPU device is the default wherever a C compiler works
+// in order of preference: a GPU when one answers, else the native CPU device wherever a C compiler works
+Device.register("CUDA", (index) => cudaBackend(index), cudaAvailable);
 Device.register("CPU", () => cpuBackend(), cpuAvailable);
 Device.register("JS", () => jsBackend());
 

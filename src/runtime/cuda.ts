@@ -1,0 +1,257 @@
+// The CUDA device: kernels rendered to CUDA C (renderer/cuda.ts), compiled by NVRTC or nvcc into cubins
+// cached on disk, loaded and launched through the driver API (libcuda via koffi), on memory from a
+// caching allocator.
+//
+// Devices are `CUDA`, `CUDA:1`, ... one per GPU, each on its primary context. Nothing is loaded until
+// first used: `cudaAvailable()` is false (and cheap, and never throws) where libcuda is missing or no GPU
+// answers, and then nothing else here runs.
+//
+// How kernels map to the GPU (renderer/cuda.ts, cuda_opts.ts, cuda_matmul.ts):
+// - the output loops are flattened onto the grid, one thread per output iteration (CUDA_BLOCK threads a
+//   block, default 256), with a bounds check; reduces are loops inside the thread;
+// - a long reduce with few outputs, or whose rows no two outputs share (softmax, norms), runs in "group"
+//   mode: one block per output, its threads split the reduce loop and combine with warp shuffles;
+// - reduces with many outputs get small register tiles (up to 4 x 4 upcast lanes), aligned neighbouring
+//   loads become float4/ushort4 loads;
+// - a float32 sum of products of two float16 (or bfloat16) inputs, whatever follows it, becomes a
+//   tensor-core kernel (mma.sync m16n8k16, 128 x 128 tiles through shared memory); TC=0 turns it off;
+// - BEAM=n searches the loop options on the GPU (timed with events) as on the CPU; tensor-core kernels
+//   are not searched.
+//
+// Environment: TSGRAD_LIBCUDA / TSGRAD_LIBNVRTC (library paths), CUDA_BLOCK, TC, BEAM, DEBUG (>= 2 times
+// each kernel with events, >= 3 reports compiles), TSGRAD_CACHE (where cubins are cached, under cuda/).
+// Semantics match the JS reference as the C backend does, except that float32 exp2/log2/sin use CUDA's
+// float functions (within 2 ulp) and reduces may add in another order (group mode, tensor cores).
+import type { Backend, Buffer, Program } from "../device.ts";
+import type { KernelIR } from "../codegen/ir.ts";
+import { debugLevel, getenv } from "../helpers.ts";
+import { beamSearch } from "../engine/search.ts";
+import { CUDA_PRELUDE, type CudaLaunch } from "../renderer/cuda.ts";
+import { type CudaForm, cudaForm, renderCudaForm } from "../renderer/cuda_opts.ts";
+import { CachingAllocator } from "./cuda_allocator.ts";
+import { compileCuda } from "./cuda_compile.ts";
+import { ATTRIBUTE, type CudaDriver, CudaError, type Handle, cudaDriver, loadCudaDriver, out } from "./cuda_driver.ts";
+
+/** Device memory as the CUDA backend hands it out. */
+export interface CudaMemory {
+  readonly pointer: number;
+  readonly bytes: number;
+}
+
+/** Whether a GPU answers (loads libcuda once; false, never an exception, where there is none). */
+export function cudaAvailable(): boolean {
+  try {
+    return loadCudaDriver() !== null;
+  } catch {
+    return false;
+  }
+}
+
+/** How many GPUs the driver sees (0 without a driver). */
+export function cudaDeviceCount(): number {
+  const d = loadCudaDriver();
+  return d ? out<number>(d, "cuDeviceGetCount") : 0;
+}
+
+let currentContext: Handle | undefined;
+
+/** One GPU: its context, architecture and memory. */
+export class CudaDevice {
+  readonly driver: CudaDriver;
+  readonly context: Handle;
+  /** The compile target, e.g. "sm_90". */
+  readonly arch: string;
+  readonly allocator: CachingAllocator;
+  private readonly peers = new Set<number>();
+
+  constructor(readonly index: number) {
+    this.driver = cudaDriver();
+    const count = out<number>(this.driver, "cuDeviceGetCount");
+    if (index >= count) throw new CudaError(`CUDA:${index} does not exist: the driver sees ${count} GPU(s)`);
+    const device = out<number>(this.driver, "cuDeviceGet", index);
+    this.context = out<Handle>(this.driver, "cuDevicePrimaryCtxRetain", device);
+    const major = out<number>(this.driver, "cuDeviceGetAttribute", ATTRIBUTE.computeCapabilityMajor, device);
+    const minor = out<number>(this.driver, "cuDeviceGetAttribute", ATTRIBUTE.computeCapabilityMinor, device);
+    this.arch = `sm_${major}${minor}`;
+    const d = this.driver;
+    this.allocator = new CachingAllocator(
+      (bytes) => (this.activate(), out<number>(d, "cuMemAlloc_v2", bytes)),
+      (pointer) => (this.activate(), d.check("cuMemFree_v2", d.cuMemFree_v2(pointer))),
+      (e) => e instanceof CudaError && e.message.includes("CUDA_ERROR_OUT_OF_MEMORY"),
+    );
+    if (debugLevel() >= 1) console.error(`tsgrad: CUDA:${index} ${this.arch}`);
+  }
+
+  /** Makes this device's context the thread's current one (the driver's calls act on it). */
+  activate(): void {
+    if (currentContext === this.context) return;
+    this.driver.check("cuCtxSetCurrent", this.driver.cuCtxSetCurrent(this.context));
+    currentContext = this.context;
+  }
+
+  /** Lets this device read `peer`'s memory directly, when the hardware can (once per pair). */
+  enablePeer(peer: CudaDevice): void {
+    if (this.peers.has(peer.index) || peer === this) return;
+    this.peers.add(peer.index);
+    if (!out<number>(this.driver, "cuDeviceCanAccessPeer", this.index, peer.index)) return;
+    this.activate();
+    const result = this.driver.cuCtxEnablePeerAccess(peer.context, 0);
+    // 704: CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+    if (result !== 704) this.driver.check("cuCtxEnablePeerAccess", result, `CUDA:${this.index} -> CUDA:${peer.index}`);
+  }
+}
+
+/** A kernel ready to launch: its function in a loaded module and its launch dimensions. */
+interface Loaded {
+  readonly fn: Handle;
+  readonly launch: CudaLaunch;
+}
+
+/** Programs created but not compiled yet: the first run compiles those of its device together, in one module. */
+const pending = new Set<CudaProgram>();
+
+/** A kernel compiled for one device, in both aliasing variants (compiled on first use of each). */
+export class CudaProgram implements Program {
+  readonly loaded = new Map<boolean, Loaded>();
+  private readonly params: globalThis.Buffer[];
+  private events: [Handle, Handle] | undefined;
+  private form: CudaForm | undefined;
+
+  constructor(readonly device: CudaDevice, readonly kernel: KernelIR) {
+    this.params = kernel.buffers.map(() => globalThis.Buffer.alloc(8));
+    pending.add(this);
+  }
+
+  /** The kernel's form on the GPU: searched (BEAM), tensor cores, or GPU-shaped loops. */
+  chosenForm(): CudaForm {
+    if (this.form) return this.form;
+    const form = cudaForm(this.kernel);
+    if (form.kind === "loops" && getenv("BEAM", 0) > 0) {
+      return (this.form = { kind: "loops", kernel: beamSearch(this.kernel, "CUDA", (ks) => timeCandidates(this.device, ks)) });
+    }
+    return (this.form = form);
+  }
+
+  run(buffers: Buffer[], opts: { wait?: boolean } = {}): number | undefined {
+    // one buffer in two slots (an in-place assign) must not be promised to the compiler as unaliased
+    const restrict = new Set(buffers).size === buffers.length;
+    if (!this.loaded.has(restrict)) {
+      const others = restrict ? [...pending].filter((p) => p !== this && p.device === this.device) : [];
+      compileTogether(this.device, [this, ...others], restrict);
+    }
+    const { fn, launch } = this.loaded.get(restrict)!;
+    buffers.forEach((b, i) => this.params[i]!.writeBigUInt64LE(BigInt((b.handle as CudaMemory).pointer)));
+    return launchKernel(this.device, fn, launch, this.params, this.kernel.name, opts.wait ? this.timingEvents() : undefined);
+  }
+
+  private timingEvents(): [Handle, Handle] {
+    this.events ??= [out<Handle>(this.device.driver, "cuEventCreate", 0), out<Handle>(this.device.driver, "cuEventCreate", 0)];
+    return this.events;
+  }
+}
+
+/** Compiles several programs' kernels as one module (the compiler starts once; the cache keeps the whole batch). */
+function compileTogether(device: CudaDevice, programs: readonly CudaProgram[], restrict: boolean): void {
+  const names = programs.map((p, i) => `${p.kernel.name.replace(/\W/g, "_")}_${i}`);
+  const rendered = programs.map((p, i) => renderCudaForm(p.chosenForm(), names[i]!, restrict));
+  const source = `${CUDA_PRELUDE}\n${rendered.map((r) => r.code).join("\n\n")}\n`;
+  const what = programs.length === 1 ? programs[0]!.kernel.name : `${programs.length} kernels (${programs[0]!.kernel.name}, ...)`;
+  const fns = loadFunctions(device, source, names, what);
+  programs.forEach((p, i) => {
+    p.loaded.set(restrict, { fn: fns[i]!, launch: rendered[i]!.launch });
+    if (restrict) pending.delete(p);
+  });
+}
+
+/** Compiles (or finds in the cache) and loads a module; the handles of its functions `names`. */
+function loadFunctions(device: CudaDevice, source: string, names: readonly string[], what: string): Handle[] {
+  const cubin = compileCuda(source, device.arch, what);
+  device.activate();
+  const module = out<Handle>(device.driver, "cuModuleLoadData", cubin);
+  return names.map((name) => out<Handle>(device.driver, "cuModuleGetFunction", module, name));
+}
+
+/** Launches on the default stream; with `events`, waits and returns the kernel's seconds. */
+function launchKernel(device: CudaDevice, fn: Handle, launch: CudaLaunch, params: globalThis.Buffer[], name: string, events?: [Handle, Handle]): number | undefined {
+  const d = device.driver;
+  device.activate();
+  if (events) d.check("cuEventRecord", d.cuEventRecord(events[0], null), name);
+  const [gx, gy, gz] = launch.grid, [bx, by, bz] = launch.block;
+  d.check("cuLaunchKernel", d.cuLaunchKernel(fn, gx, gy, gz, bx, by, bz, launch.sharedBytes, null, params, null), `${name} grid ${launch.grid} block ${launch.block}`);
+  if (!events) return undefined;
+  d.check("cuEventRecord", d.cuEventRecord(events[1], null), name);
+  d.check("cuEventSynchronize", d.cuEventSynchronize(events[1]), name);
+  return out<number>(d, "cuEventElapsedTime", events[0], events[1]) / 1000;
+}
+
+/** Times BEAM's candidates on scratch buffers of the kernel's sizes (Infinity for those that fail to compile or launch). */
+function timeCandidates(device: CudaDevice, kernels: readonly KernelIR[]): number[] {
+  const buffers = (kernels[0]?.buffers ?? []).map((b) => device.allocator.alloc(b.size * b.dtype.itemsize));
+  const params = buffers.map((pointer) => {
+    const p = globalThis.Buffer.alloc(8);
+    p.writeBigUInt64LE(BigInt(pointer));
+    return p;
+  });
+  const events: [Handle, Handle] = [out<Handle>(device.driver, "cuEventCreate", 0), out<Handle>(device.driver, "cuEventCreate", 0)];
+  try {
+    return kernels.map((kernel) => {
+      try {
+        const rendered = renderCudaForm({ kind: "loops", kernel }, "candidate", true);
+        const [fn] = loadFunctions(device, `${CUDA_PRELUDE}\n${rendered.code}\n`, ["candidate"], `BEAM candidate of ${kernel.name}`);
+        let fastest = Infinity;
+        for (let run = 0; run < 3; run++) fastest = Math.min(fastest, launchKernel(device, fn!, rendered.launch, params, kernel.name, events)!);
+        return fastest;
+      } catch {
+        return Infinity;
+      }
+    });
+  } finally {
+    buffers.forEach((pointer, i) => device.allocator.free(pointer, kernels[0]!.buffers[i]!.size * kernels[0]!.buffers[i]!.dtype.itemsize));
+  }
+}
+
+const devices = new Map<number, CudaDevice>();
+
+/** The device `CUDA:index` (its context made on first use). */
+export function cudaDevice(index: number): CudaDevice {
+  let device = devices.get(index);
+  if (!device) {
+    device = new CudaDevice(index);
+    devices.set(index, device);
+  }
+  return device;
+}
+
+/** The backend of `CUDA:index`. Its `transfer` copies device to device (peer to peer where the GPUs allow). */
+export function cudaBackend(index: number): Backend & { transfer(dst: CudaMemory, src: CudaMemory, srcIndex: number): void } {
+  const device = cudaDevice(index);
+  const d = device.driver;
+  return {
+    name: index === 0 ? "CUDA" : `CUDA:${index}`,
+    allocate: (bytes): CudaMemory => ({ pointer: device.allocator.alloc(bytes), bytes }),
+    free: (raw) => device.allocator.free((raw as CudaMemory).pointer, (raw as CudaMemory).bytes),
+    copyout: (raw, bytes) => {
+      const host = new Uint8Array(bytes);
+      device.activate();
+      d.check("cuMemcpyDtoH_v2", d.cuMemcpyDtoH_v2(host, (raw as CudaMemory).pointer, bytes), `${bytes} bytes from CUDA:${index}`);
+      return host;
+    },
+    copyin: (raw, data) => {
+      device.activate();
+      d.check("cuMemcpyHtoD_v2", d.cuMemcpyHtoD_v2((raw as CudaMemory).pointer, data, data.byteLength), `${data.byteLength} bytes to CUDA:${index}`);
+    },
+    compile: (kernel) => new CudaProgram(device, kernel),
+    transfer: (dst, src, srcIndex) => {
+      const bytes = Math.min(dst.bytes, src.bytes);
+      if (srcIndex === index) {
+        device.activate();
+        d.check("cuMemcpyDtoD_v2", d.cuMemcpyDtoD_v2(dst.pointer, src.pointer, bytes), `${bytes} bytes on CUDA:${index}`);
+        return;
+      }
+      const source = cudaDevice(srcIndex);
+      device.enablePeer(source);
+      device.activate();
+      d.check("cuMemcpyPeer", d.cuMemcpyPeer(dst.pointer, device.context, src.pointer, source.context, bytes), `${bytes} bytes CUDA:${srcIndex} -> CUDA:${index}`);
+    },
+  };
+}
