@@ -61,7 +61,7 @@ export function axisFacts(plain: KernelIR): AxisFacts[] {
 }
 
 /** How many leading output loops to split across threads: enough chunks for every thread, when the work is big. */
-export function parallelLoops(loopTrips: readonly number[], work: number): number {
+function parallelLoops(loopTrips: readonly number[], work: number): number {
   if (work < PARALLEL_MIN_WORK) return 0;
   let chunks = 1;
   for (let n = 0; n < loopTrips.length; n++) {

@@ -48,7 +48,7 @@ interface Scope {
 }
 
 /** What a movement op does to an index: the source index, and bounds that must hold (PAD). `null`: never inside. */
-export function moveIndex(node: UOp, idx: readonly Idx[]): { srcIdx: Idx[]; inside: Bound[] | null } {
+function moveIndex(node: UOp, idx: readonly Idx[]): { srcIdx: Idx[]; inside: Bound[] | null } {
   const src = node.src[0]!;
   switch (node.op) {
     case "RESHAPE": return { srcIdx: unflatIndex(flatIndex(idx, node.shape), src.shape), inside: [] };

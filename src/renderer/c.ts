@@ -161,7 +161,7 @@ function renderExpr(e: Expr, dtype: DType, kernel: KernelIR): string {
 }
 
 /** A literal in the dtype's C type (infinities and NaN by name, -0 kept). */
-export function literal(value: number, d: DType): string {
+function literal(value: number, d: DType): string {
   if (d.name === "bool") return value ? "1" : "0";
   if (d.kind === "float") {
     const suffix = d.name === "float64" ? "" : "f";
