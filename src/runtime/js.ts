@@ -1,6 +1,6 @@
 // The JS device: buffers are ArrayBuffers, kernels are JavaScript functions compiled once per source.
 import {
-  bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits, type DTypeName, typedArrayFor,
+  bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits, type DTypeName, type TypedArray, typedArrayFor,
 } from "../dtype.ts";
 import type { Backend, Buffer, Program } from "../device.ts";
 import type { KernelIR } from "../codegen/ir.ts";
@@ -42,12 +42,23 @@ export const jsKernelHelpers = {
 type KernelFn = (bufs: unknown[], helpers: typeof jsKernelHelpers) => void;
 const compiled = new Map<string, KernelFn>();
 
+/** One typed view per buffer, made on first use (a kernel call should not allocate). */
+const views = new WeakMap<Buffer, TypedArray>();
+const viewOf = (b: Buffer): TypedArray => {
+  let view = views.get(b);
+  if (!view) {
+    view = typedArrayFor(b.dtype, b.handle as ArrayBuffer, 0, b.size);
+    views.set(b, view);
+  }
+  return view;
+};
+
 export class JsProgram implements Program {
   constructor(readonly kernel: KernelIR, private readonly fn: KernelFn) {}
   run(buffers: Buffer[]): number {
-    const views = buffers.map((b) => typedArrayFor(b.dtype, b.handle as ArrayBuffer, 0, b.size));
+    const args = buffers.map(viewOf);
     const start = performance.now();
-    this.fn(views, jsKernelHelpers);
+    this.fn(args, jsKernelHelpers);
     return (performance.now() - start) / 1000;
   }
 }
