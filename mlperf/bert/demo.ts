@@ -1,0 +1,212 @@
+// The embedded demo (`npm run demo`): the whole benchmark flow on data the project makes itself,
+// small enough for a laptop. It generates the demo corpus and its vocab (demo_corpus.ts),
+// preprocesses them with the real pipeline into BASEDIR's layout, then runs the trainer's two
+// phases exactly as run_and_time does (INITMLPERF=1 BENCHMARK=N, then RUNMLPERF=1, two
+// processes appending to one MLPerf log) on a small BERT, until masked-LM accuracy reaches 0.72.
+// Everything goes under one run folder: ./runs/<timestamp> unless --out says otherwise.
+import { spawn } from "node:child_process";
+import { createWriteStream, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { evalShardPath, trainShardPath, vocabPath } from "./data/basedir.ts";
+import { samplesFromText, type PreprocessSettings } from "./data/preprocess.ts";
+import { BertTokenizer, parseVocab } from "./data/tokenizer.ts";
+import { writeShard } from "./data/shard.ts";
+import { DEMO_CORPUS_DEFAULTS, generateDemoCorpus, type DemoCorpus, type DemoCorpusOptions } from "./demo_corpus.ts";
+import { checkCompliance } from "./compliance.ts";
+import { writeRunReport } from "./report.ts";
+
+export interface DemoModel {
+  hiddenSize: number;
+  numHiddenLayers: number;
+  numAttentionHeads: number;
+  intermediateSize: number;
+}
+
+export interface DemoSettings {
+  corpus: DemoCorpusOptions;
+  preprocess: PreprocessSettings;
+  /** Train shards the corpus is split into (the loader interleaves them). */
+  trainParts: number;
+  model: DemoModel;
+  /** Knobs of the run (the trainer's names); BASEDIR and the paths are added per run. */
+  knobs: Record<string, string | number>;
+  /** Fake steps of the init phase (BENCHMARK): two capture the jitted steps, a third replays them. */
+  initSteps: number;
+}
+
+export const DEMO_SETTINGS: Readonly<DemoSettings> = {
+  corpus: DEMO_CORPUS_DEFAULTS,
+  preprocess: { maxSeqLength: 32, maxPredictionsPerSeq: 5, randomSeed: 12345, dupeFactor: 5, maskedLmProb: 0.15, shortSeqProb: 0.1 },
+  trainParts: 4,
+  model: { hiddenSize: 64, numHiddenLayers: 2, numAttentionHeads: 2, intermediateSize: 256 },
+  knobs: {
+    BS: 32, EVAL_BS: 128, OPT_BASE_LEARNING_RATE: 0.002, NUM_WARMUP_STEPS: 20, TRAIN_STEPS: 1500, EVAL_STEP_FREQ: 50,
+    TARGET: 0.72, DISABLE_DROPOUT: 1, LOGMLPERF: 1, SUBMISSION_PLATFORM: "cpu", CKPT: 1, SAVE_CKPT_FREQ: 500, KEEP_CKPT_AMOUNT: 2,
+  },
+  initSteps: 3,
+};
+
+export interface DemoData {
+  basedir: string;
+  trainSamples: number;
+  evalSamples: number;
+  vocabSize: number;
+}
+
+/**
+ * Writes the demo's BASEDIR: vocab.txt, bert_config.json, train/ shards, eval/eval.safetensors,
+ * all through the real tokenizer and sample maker (the reference's create_pretraining_data.py).
+ */
+export function prepareDemoData(basedir: string, settings: DemoSettings = DEMO_SETTINGS, corpus: Omit<DemoCorpus, "words"> = generateDemoCorpus(settings.corpus)): DemoData {
+  mkdirSync(basedir, { recursive: true });
+  writeFileSync(vocabPath(basedir), corpus.vocabText);
+  writeFileSync(join(basedir, "demo_train.txt"), corpus.trainText);
+  writeFileSync(join(basedir, "demo_eval.txt"), corpus.evalText);
+  const tokenizer = new BertTokenizer(parseVocab(corpus.vocabText, vocabPath(basedir)));
+  const vocabSize = tokenizer.vocab.tokens.length;
+  const { model, preprocess, trainParts } = settings;
+  writeFileSync(join(basedir, "bert_config.json"), JSON.stringify({
+    vocab_size: vocabSize, hidden_size: model.hiddenSize, num_hidden_layers: model.numHiddenLayers,
+    num_attention_heads: model.numAttentionHeads, intermediate_size: model.intermediateSize, hidden_act: "gelu",
+    hidden_dropout_prob: 0.1, attention_probs_dropout_prob: 0.1, max_position_embeddings: preprocess.maxSeqLength,
+    type_vocab_size: 2, initializer_range: 0.02,
+  }, null, 2) + "\n");
+
+  // documents are separated by blank lines: split the text into parts at document boundaries
+  const documents = corpus.trainText.split("\n\n");
+  let trainSamples = 0;
+  for (let part = 0; part < trainParts; part++) {
+    const text = documents.filter((_, d) => d % trainParts === part).join("\n\n");
+    const samples = samplesFromText(text, tokenizer, { ...preprocess, randomSeed: preprocess.randomSeed + part }, { source: `demo train part ${part}` });
+    mkdirSync(join(trainShardPath(basedir, part), ".."), { recursive: true });
+    writeShard(trainShardPath(basedir, part), samples);
+    trainSamples += samples.count;
+  }
+  const evalSamples = samplesFromText(corpus.evalText, tokenizer, { ...preprocess, dupeFactor: 1 }, { source: "demo eval text" });
+  mkdirSync(join(evalShardPath(basedir), ".."), { recursive: true });
+  writeShard(evalShardPath(basedir), evalSamples);
+  return { basedir, trainSamples, evalSamples: evalSamples.count, vocabSize };
+}
+
+/** Every knob of the demo run, as environment variables for the trainer. */
+export function demoEnvironment(runDir: string, data: DemoData, settings: DemoSettings = DEMO_SETTINGS, seed = 12345): Record<string, string> {
+  const evalBs = Number(settings.knobs.EVAL_BS);
+  const knobs: Record<string, string | number> = {
+    ...settings.knobs,
+    SEED: seed,
+    BASEDIR: data.basedir,
+    INIT_CKPT_DIR: data.basedir,
+    SAVE_CKPT_DIR: join(runDir, "ckpts"),
+    MAX_SEQ_LENGTH: settings.preprocess.maxSeqLength,
+    MAX_PREDICTIONS_PER_SEQ: settings.preprocess.maxPredictionsPerSeq,
+    MAX_EVAL_STEPS: Math.ceil(data.evalSamples / evalBs),
+    // every evaluation covers the demo's whole eval set (knobs.ts checks EVAL_BS*MAX_EVAL_STEPS against it)
+    EVAL_SET_SIZE: data.evalSamples,
+    // a cache of compiled kernels for this run only: the init phase clears it, as MLPerf requires
+    TSGRAD_CACHE: join(runDir, "kernel-cache"),
+  };
+  return Object.fromEntries(Object.entries(knobs).map(([name, value]) => [name, String(value)]));
+}
+
+const TRAIN_SCRIPT = fileURLToPath(new URL("./train.ts", import.meta.url));
+const TSX_LOADER = import.meta.resolve("tsx");
+
+/** Runs train.ts in `cwd` with `env`, copying its stdout to ours and to `log`; resolves with its exit code. */
+export function runTrainerProcess(cwd: string, env: Record<string, string>, log: NodeJS.WritableStream, quiet = false): Promise<number> {
+  return new Promise((resolvePromise, reject) => {
+    const child = spawn(process.execPath, ["--import", TSX_LOADER, TRAIN_SCRIPT], { cwd, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", quiet ? "pipe" : "inherit"] });
+    child.stdout!.on("data", (chunk: Buffer) => {
+      log.write(chunk);
+      if (!quiet) process.stdout.write(chunk);
+    });
+    let stderr = "";
+    child.stderr?.on("data", (chunk: Buffer) => void (stderr += chunk.toString()));
+    child.on("error", reject);
+    child.on("close", (code) => {
+      if (code !== 0 && quiet) process.stderr.write(stderr);
+      resolvePromise(code ?? 1);
+    });
+  });
+}
+
+export interface DemoRun {
+  runDir: string;
+  consoleLogPath: string;
+  mlperfLogPath: string;
+  reportPath: string;
+  exitCode: number;
+}
+
+const timestamp = (date: Date): string => date.toISOString().replace(/[-:]/g, "").replace("T", "_").slice(0, 15);
+const mmddhhmm = (date: Date): string => [date.getMonth() + 1, date.getDate(), date.getHours(), date.getMinutes()].map((n) => String(n).padStart(2, "0")).join("");
+
+/** Prepares the data, runs both phases, checks the MLPerf log and writes the run report. */
+export async function runDemo(runDir: string, { settings = DEMO_SETTINGS, seed = 12345, quiet = false, env = {} }: { settings?: DemoSettings; seed?: number; quiet?: boolean; env?: Record<string, string> } = {}): Promise<DemoRun> {
+  mkdirSync(runDir, { recursive: true });
+  const say = (line: string) => void (quiet || console.error(line));
+  say(`demo: preparing the corpus and shards in ${join(runDir, "data")}`);
+  const data = prepareDemoData(join(runDir, "data"), settings);
+  say(`demo: ${data.trainSamples} train samples, ${data.evalSamples} eval samples, vocab ${data.vocabSize}`);
+  const consoleLogPath = join(runDir, `bert_demo_${mmddhhmm(new Date())}_${seed}.log`);
+  const log = createWriteStream(consoleLogPath);
+  const knobs = { ...demoEnvironment(runDir, data, settings, seed), ...env };
+  let exitCode = await runTrainerProcess(runDir, { ...knobs, INITMLPERF: "1", BENCHMARK: String(settings.initSteps) }, log, quiet);
+  if (exitCode === 0) exitCode = await runTrainerProcess(runDir, { ...knobs, RUNMLPERF: "1" }, log, quiet);
+  await new Promise<void>((done) => log.end(done));
+  const mlperfLogPath = join(runDir, `result_bert_${seed}.log`);
+  const reportPath = join(runDir, "report.html");
+  if (existsSync(mlperfLogPath)) writeRunReport([consoleLogPath], reportPath, { title: "tsgrad BERT demo" });
+  return { runDir, consoleLogPath, mlperfLogPath, reportPath, exitCode };
+}
+
+const USAGE = `usage: npm run demo [-- --out DIR] [-- --seed N]
+
+Generates the demo corpus, preprocesses it with the real pipeline, and trains a small BERT
+through both MLPerf phases (init, then the timed run) to masked-LM accuracy 0.72, with the
+MLPerf log (checked here against the official rules), the console log, checkpoints and an
+HTML report in one run folder (default ./runs/<timestamp>). Trainer knobs set in the
+environment (BS=..., TRAIN_STEPS=..., DEVICE=JS, ...) override the demo's.`;
+
+async function main(argv: string[]): Promise<number> {
+  let out: string | undefined;
+  let seed = 12345;
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (arg === "--help" || arg === "-h") {
+      console.log(USAGE);
+      return 0;
+    } else if (arg === "--out") {
+      out = argv[++i];
+    } else if (arg === "--seed") {
+      seed = Number(argv[++i]);
+    } else {
+      console.error(`demo: unknown option ${arg}\n\n${USAGE}`);
+      return 2;
+    }
+  }
+  if (out === undefined && argv.includes("--out")) {
+    console.error("demo: --out needs a folder");
+    return 2;
+  }
+  if (!Number.isInteger(seed) || seed < 0) {
+    console.error(`demo: --seed must be a non-negative integer, got ${argv[argv.indexOf("--seed") + 1]}`);
+    return 2;
+  }
+  const runDir = resolve(out ?? join("runs", timestamp(new Date())));
+  const overrides = Object.fromEntries(Object.keys(DEMO_SETTINGS.knobs).filter((k) => process.env[k]).map((k) => [k, process.env[k]!]));
+  const run = await runDemo(runDir, { seed, env: overrides });
+  console.log(`\nrun folder:  ${run.runDir}`);
+  console.log(`console log: ${run.consoleLogPath}`);
+  if (existsSync(run.mlperfLogPath)) {
+    const compliance = checkCompliance(readFileSync(run.mlperfLogPath, "latin1"));
+    console.log(`MLPerf log:  ${run.mlperfLogPath} (${compliance.errors.length === 0 ? "compliant" : `NOT compliant: ${compliance.errors.map((e) => e.message).join("; ")}`})`);
+    console.log(`report:      ${run.reportPath}`);
+  }
+  console.log(`checkpoints: ${join(run.runDir, "ckpts")}`);
+  return run.exitCode;
+}
+
+if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  process.exitCode = await main(process.argv.slice(2));
+}

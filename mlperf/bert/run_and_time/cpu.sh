@@ -1,0 +1,29 @@
+#!/bin/bash
+# MLPerf Training BERT on any CPU (the default device: C kernels built by the system compiler).
+# Two processes, as the reference: the untimed init phase (clear the kernel cache, compile and
+# BEAM-search every kernel on fake data), then the timed run phase (train on BASEDIR's shards
+# to masked-LM accuracy 0.72). Both append to one console log and one MLPerf log.
+# Any knob below can be overridden from the environment (BS=16 ./cpu.sh).
+set -eo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../../.." && pwd)"
+
+export MODEL="bert"
+export SUBMISSION_PLATFORM="${SUBMISSION_PLATFORM:-cpu}"
+export DEFAULT_FLOAT="${DEFAULT_FLOAT:-FLOAT}" GPUS="${GPUS:-1}" BS="${BS:-8}" EVAL_BS="${EVAL_BS:-8}"
+
+export BEAM="${BEAM:-2}"
+export IGNORE_JIT_FIRST_BEAM="${IGNORE_JIT_FIRST_BEAM:-1}"
+export BASEDIR="${BASEDIR:-${XDG_DATA_HOME:-$HOME/.local/share}/tsgrad/wiki}"
+
+export LOGMLPERF="${LOGMLPERF:-1}"
+export SEED="${SEED:-$RANDOM}"
+DATETIME=$(date "+%m%d%H%M")
+LOGFILE="bert_cpu_${DATETIME}_${SEED}.log"
+
+TRAIN=("$ROOT/node_modules/.bin/tsx" "$ROOT/mlperf/bert/train.ts")
+
+# init
+BENCHMARK="${INIT_BENCHMARK:-10}" INITMLPERF=1 "${TRAIN[@]}" | tee "$LOGFILE"
+
+# run
+RUNMLPERF=1 "${TRAIN[@]}" | tee -a "$LOGFILE"

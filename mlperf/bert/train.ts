@@ -1,0 +1,398 @@
+// The MLPerf BERT trainer, tinygrad's train_bert in TypeScript. Knobs come from the environment
+// (knobs.ts, the reference's names) or flags; run_and_time/*.sh run it twice:
+//
+//   INITMLPERF=1 BENCHMARK=10 npx tsx mlperf/bert/train.ts   # untimed: clear caches, compile on fake data
+//   RUNMLPERF=1 npx tsx mlperf/bert/train.ts                 # timed: train on the shards to TARGET
+//   BENCHMARK=20 npx tsx mlperf/bert/train.ts                # 20 steps, then the estimated training time
+//
+// Console: one line per step (report.ts formatStepLine), one per evaluation (formatEvalLine),
+// progress bars on stderr. MLPerf log (LOGMLPERF=1): result_bert_<SEED>.log in the working folder.
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import "../../src/index.ts";
+import { Device } from "../../src/device.ts";
+import { dtypes } from "../../src/dtype.ts";
+import { GlobalCounters } from "../../src/helpers.ts";
+import { Tensor } from "../../src/tensor.ts";
+import { jit } from "../../src/engine/jit.ts";
+import { clearKernelCache } from "../../src/engine/search.ts";
+import { getStateDict, loadTrainingState, safeSave, saveTrainingState } from "../../src/nn/state.ts";
+import { BERT_PRESETS, BertForPretraining, bertConfigFromJson, type BertBatch, type BertConfig } from "../../models/bert.ts";
+import { bertEvalStep, bertTrainStep, createBertOptimizer, type BertTrainState } from "../../models/bert_train_step.ts";
+import { fakeBatch, listSampleFiles, prefetchBatches, evalBatches } from "./data/loader.ts";
+import type { SampleColumns } from "./data/samples.ts";
+import { evalShardPath, trainShardPath } from "./data/basedir.ts";
+import { MLLOG_KEYS as K, MlperfLogger, logBertHyperparameters, logSubmissionInfo, type SystemDescription } from "./mllog.ts";
+import { formatEvalLine, formatStepLine } from "./report.ts";
+import { CountProgress } from "./progress.ts";
+import { ByteProgress } from "./data/byteProgress.ts";
+import { KnobError, hparamLines, knobsHelp, parseKnobs, validateKnobs, type Knobs } from "./knobs.ts";
+
+/** Data or setup the run cannot start without (missing shards, systems file); says how to make it. */
+export class TrainerError extends Error {
+  override name = "TrainerError";
+}
+
+const SYSTEMS_DIR = fileURLToPath(new URL("./systems/", import.meta.url));
+const INIT_CHECKPOINT = "model.ckpt-28252";
+
+export interface TrainOptions {
+  /** Where console lines go (stdout by default). */
+  print?: (line: string) => void;
+  /** Where the MLPerf log is written (the working folder by default, as the reference does). */
+  logDir?: string;
+}
+
+export interface TrainResult {
+  phase: "init" | "run" | "benchmark";
+  stepsRun: number;
+  /** The last evaluation's masked-LM accuracy (null when none ran). */
+  accuracy: number | null;
+  converged: boolean;
+  interrupted: boolean;
+  mlperfLogPath: string | null;
+  finalModelPath: string | null;
+  checkpoints: string[];
+}
+
+/** The train and eval shard folders of a BASEDIR, as preprocess.ts writes them. */
+export const shardFolders = (basedir: string): { train: string; eval: string } => ({
+  train: dirname(trainShardPath(basedir, 0)),
+  eval: dirname(evalShardPath(basedir)),
+});
+
+/** The sample files of the run phase; a clear error with the command that makes them when absent. */
+export function findShards(basedir: string): { train: string[]; eval: string[] } {
+  const folders = shardFolders(basedir);
+  const filesIn = (dir: string) => (existsSync(dir) ? listSampleFiles(dir) : []);
+  const train = filesIn(folders.train);
+  const evalFiles = filesIn(folders.eval);
+  const preprocess = `BASEDIR=${basedir} npx tsx mlperf/bert/data/preprocess.ts`;
+  if (train.length === 0) {
+    const first = existsSync(join(basedir, "results4")) ? "" : `WIKI_TRAIN=1 BASEDIR=${basedir} npx tsx mlperf/bert/data/download.ts, then `;
+    throw new TrainerError(`no training shards in ${folders.train}: make them with ${first}${preprocess} pre-train all`);
+  }
+  if (evalFiles.length === 0) throw new TrainerError(`no eval shards in ${folders.eval}: make them with ${preprocess} pre-eval`);
+  return { train, eval: evalFiles };
+}
+
+/** systems/<platform>.json, the submission records' source. */
+export function readSystem(platform: string): SystemDescription {
+  const path = join(SYSTEMS_DIR, `${platform}.json`);
+  if (!existsSync(path)) {
+    const known = readdirSync(SYSTEMS_DIR).filter((f) => f.endsWith(".json")).map((f) => f.slice(0, -5));
+    throw new TrainerError(`SUBMISSION_PLATFORM=${platform}: no ${path} (known: ${known.join(", ")})`);
+  }
+  return JSON.parse(readFileSync(path, "utf8")) as SystemDescription;
+}
+
+/** The model config from BERT_CONFIG, or BERT-large (the reference's) when that file is absent. */
+export function modelConfig(knobs: Knobs): BertConfig {
+  if (!existsSync(knobs.BERT_CONFIG)) return BERT_PRESETS.large;
+  return bertConfigFromJson(JSON.parse(readFileSync(knobs.BERT_CONFIG, "utf8")) as Record<string, unknown>, knobs.BERT_CONFIG);
+}
+
+/** Warm-up samples for any vocab: fakeBatch's ids assume BERT's 30522-token layout, so small vocabs fold them in. */
+function fakeSamples(batchSize: number, knobs: Knobs, vocabSize: number, seed: number): SampleColumns {
+  const batch = fakeBatch(batchSize, knobs.MAX_SEQ_LENGTH, knobs.MAX_PREDICTIONS_PER_SEQ, seed, Math.max(vocabSize, 1000));
+  if (vocabSize < 1000) for (const ids of [batch.input_ids, batch.masked_lm_ids]) ids.forEach((id, i) => (ids[i] = id % vocabSize));
+  return batch;
+}
+
+type BatchTensors = [Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor];
+
+/** A batch's columns as the seven input tensors, on the run's device(s): sharded on the batch axis over several. */
+function toTensors(samples: SampleColumns, devices: string[]): BatchTensors {
+  const { count, maxSeqLength: seq, maxPredictionsPerSeq: preds } = samples;
+  const place = (t: Tensor) => (devices.length > 1 ? t.shard(devices, 0) : t);
+  const make = (data: Int32Array | Float32Array, shape: number[]) => place(new Tensor(data, { device: devices[0] }).reshape(shape));
+  return [
+    make(samples.input_ids, [count, seq]),
+    make(samples.segment_ids, [count, seq]),
+    make(samples.input_mask, [count, seq]),
+    make(samples.masked_lm_positions, [count, preds]),
+    make(samples.masked_lm_ids, [count, preds]),
+    make(samples.masked_lm_weights, [count, preds]),
+    make(samples.next_sentence_labels, [count]),
+  ];
+}
+
+const asBatch = ([inputIds, segmentIds, inputMask, maskedLmPositions, maskedLmIds, maskedLmWeights, nextSentenceLabels]: BatchTensors): BertBatch =>
+  ({ inputIds, segmentIds, inputMask, maskedLmPositions, maskedLmIds, maskedLmWeights, nextSentenceLabels });
+
+function checkWidths(samples: SampleColumns, knobs: Knobs, source: string): void {
+  if (samples.maxSeqLength !== knobs.MAX_SEQ_LENGTH || samples.maxPredictionsPerSeq !== knobs.MAX_PREDICTIONS_PER_SEQ) {
+    throw new TrainerError(`${source} hold samples of max_seq_length ${samples.maxSeqLength}, max_predictions_per_seq ${samples.maxPredictionsPerSeq}, but MAX_SEQ_LENGTH=${knobs.MAX_SEQ_LENGTH}, MAX_PREDICTIONS_PER_SEQ=${knobs.MAX_PREDICTIONS_PER_SEQ}`);
+  }
+}
+
+/** Keeps the newest `keep` step checkpoints in `dir` (named by step, so the order is the name's). */
+function pruneCheckpoints(dir: string, keep: number, print: (line: string) => void): void {
+  const steps = readdirSync(dir).filter((f) => /^step_\d+\.safe$/.test(f)).sort();
+  for (const old of steps.slice(0, Math.max(0, steps.length - keep))) {
+    print(`removing old checkpoint ${join(dir, old)}`);
+    rmSync(join(dir, old));
+  }
+}
+
+const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+/** Runs the phase the knobs select; see the header. */
+export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promise<TrainResult> {
+  const print = options.print ?? ((line: string) => console.log(line));
+  const phase = knobs.INITMLPERF ? "init" : knobs.RUNMLPERF ? "run" : "benchmark";
+  validateKnobs(knobs);
+  const shards = knobs.RUNMLPERF ? findShards(knobs.BASEDIR) : null;
+  const system = knobs.LOGMLPERF ? readSystem(knobs.SUBMISSION_PLATFORM) : null;
+
+  Device.DEFAULT = knobs.DEVICE;
+  const devices = Array.from({ length: knobs.GPUS }, (_, i) => Device.canonicalize(`${knobs.DEVICE.split(":")[0]}:${i}`));
+  if (knobs.DEFAULT_FLOAT === "HALF") Tensor.defaultFloat = dtypes.float16;
+  print(`training on ${devices.join(", ")}`);
+
+  const mlperfLogPath = system ? join(options.logDir ?? ".", `result_bert_${knobs.SEED}.log`) : null;
+  const mllog = mlperfLogPath ? new MlperfLogger({ path: mlperfLogPath, echo: true }) : null;
+  if (mllog && knobs.INITMLPERF) {
+    logSubmissionInfo(mllog, system!, knobs.SUBMISSION_PLATFORM);
+    clearKernelCache({ onDisk: true });
+    mllog.event(K.CACHE_CLEAR, true);
+    mllog.start(K.INIT_START);
+  }
+  if (mllog && knobs.RUNMLPERF) {
+    mllog.start(K.RUN_START);
+    mllog.event(K.SEED, knobs.SEED);
+  }
+
+  // ** model, optimizer, schedule **
+  const config = modelConfig(knobs);
+  Tensor.manualSeed(knobs.SEED);
+  const model = new BertForPretraining(config, { disableDropout: knobs.DISABLE_DROPOUT !== 0 });
+  const initPrefix = join(knobs.INIT_CKPT_DIR, INIT_CHECKPOINT);
+  if (knobs.RUNMLPERF && existsSync(`${initPrefix}.index`)) {
+    let progress: ByteProgress | undefined;
+    await model.loadFromTfCheckpoint(initPrefix, {
+      onProgress: (read, total) => {
+        progress ??= new ByteProgress("init checkpoint", total, process.stderr);
+        progress.update(read);
+      },
+    });
+    progress?.finish();
+    print(`loaded the init checkpoint ${initPrefix}`);
+  }
+  const parameters = Object.values(getStateDict(model));
+  if (devices.length > 1) {
+    for (const p of parameters) p.node = p.to(devices).node; // replicated: every device holds every weight
+    Tensor.realizeAll(parameters);
+  }
+  const { optimizer, scheduler } = createBertOptimizer(model, {
+    lr: knobs.OPT_BASE_LEARNING_RATE, totalSteps: knobs.TRAIN_STEPS, warmupSteps: knobs.NUM_WARMUP_STEPS, power: knobs.POLY_POWER,
+    weightDecay: knobs.DECAY, eps: knobs.EPSILON, b1: knobs.OPT_LAMB_BETA_1, b2: knobs.OPT_LAMB_BETA_2,
+  });
+  const state: BertTrainState = { model, optimizer, scheduler };
+  for (const line of hparamLines(knobs)) print(line);
+  print(`model: ${config.numHiddenLayers} layers, hidden ${config.hiddenSize}, ${config.numAttentionHeads} heads, vocab ${config.vocabSize}`);
+
+  const evalSetSize = knobs.EVAL_SET_SIZE;
+  if (mllog && knobs.RUNMLPERF) {
+    logBertHyperparameters(mllog, knobs, {
+      trainSamples: knobs.BS * knobs.TRAIN_STEPS, evalSamples: Math.min(evalSetSize, knobs.EVAL_BS * knobs.MAX_EVAL_STEPS),
+    });
+  }
+
+  let startStep = 0;
+  if (knobs.RESUME !== "") {
+    const metadata = loadTrainingState(knobs.RESUME, { ...state });
+    startStep = Number(metadata.step ?? scheduler.schedulers[0]!.stepCount.item());
+    print(`resuming from ${knobs.RESUME} at step ${startStep}`);
+  }
+  print(`training with global batch size ${knobs.BS} for ${knobs.TRAIN_STEPS} steps`);
+
+  // ** jitted steps **
+  const stepOptions = { lossScale: knobs.LOSS_SCALER, gradientAccSteps: knobs.GRADIENT_ACC_STEPS, maxGradNorm: 1.0 };
+  const trainStep = jit((...t: BatchTensors) => ({ loss: bertTrainStep(state, asBatch(t), stepOptions), lr: optimizer.optimizers[0]!.lr }));
+  const evalStep = jit((...t: BatchTensors) => ({ ...bertEvalStep(model, asBatch(t)) }));
+  const withBeam = <T>(beam: number, fn: () => T): T => {
+    const before = process.env.BEAM;
+    process.env.BEAM = String(beam);
+    try {
+      return fn();
+    } finally {
+      if (before === undefined) delete process.env.BEAM;
+      else process.env.BEAM = before;
+    }
+  };
+
+  // ** data: the shards only in the run phase (after run_start), fake batches otherwise **
+  const train = shards
+    ? prefetchBatches({ kind: "train", files: shards.train, batchSize: knobs.BS, seed: knobs.SEED, startStep })
+    : null;
+  let fakeCounter = 0;
+  const nextTrain = async (): Promise<SampleColumns> => {
+    if (!train) return fakeSamples(knobs.BS, knobs, config.vocabSize, knobs.SEED + fakeCounter++);
+    const next = await train.next();
+    if (next.done) throw new TrainerError("the train loader stopped");
+    return next.value;
+  };
+  const evalIterator = () => (shards ? evalBatches({ files: shards.eval, batchSize: knobs.EVAL_BS }) : null);
+
+  let interruptRequested = false;
+  const onSigint = () => {
+    if (interruptRequested) process.exit(130);
+    interruptRequested = true;
+    process.stderr.write("\ninterrupt: finishing this step, saving a checkpoint (Ctrl-C again to quit at once)\n");
+  };
+  process.on("SIGINT", onSigint);
+
+  const result: TrainResult = { phase, stepsRun: 0, accuracy: null, converged: false, interrupted: false, mlperfLogPath, finalModelPath: null, checkpoints: [] };
+  const saveCheckpoint = (step: number): string => {
+    mkdirSync(knobs.SAVE_CKPT_DIR, { recursive: true });
+    const path = join(knobs.SAVE_CKPT_DIR, `step_${String(step).padStart(7, "0")}.safe`);
+    saveTrainingState(path, { ...state }, { step: String(step), seed: String(knobs.SEED) });
+    result.checkpoints.push(path);
+    print(`saved checkpoint ${path}`);
+    pruneCheckpoints(knobs.SAVE_CKPT_DIR, knobs.KEEP_CKPT_AMOUNT, print);
+    return path;
+  };
+
+  /** One evaluation over MAX_EVAL_STEPS batches (the BENCHMARK warm-up stops after `limit`); accuracy weighted by predictions. */
+  const evaluate = (step: number, limit: number): { accuracy: number; loss: number } => {
+    const batches = evalIterator();
+    const progress = knobs.BENCHMARK ? null : new CountProgress("eval", limit);
+    let correct = 0, predictions = 0, lossSum = 0;
+    const start = performance.now();
+    for (let j = 0; j < limit; j++) {
+      const samples = batches ? batches.next().value : fakeSamples(knobs.EVAL_BS, knobs, config.vocabSize, knobs.SEED + 1_000_000 + j);
+      if (batches && j === 0) checkWidths(samples, knobs, `the eval shards in ${shardFolders(knobs.BASEDIR).eval}`);
+      const metrics = withBeam(knobs.EVAL_BEAM, () => evalStep(...toTensors(samples, devices)));
+      const weight = samples.masked_lm_weights.reduce((a, b) => a + b, 0);
+      correct += metrics.maskedLmAccuracy.item() * weight;
+      predictions += weight;
+      lossSum += metrics.maskedLmLoss.item();
+      progress?.advance();
+    }
+    progress?.finish();
+    batches?.return(undefined as never);
+    const accuracy = predictions > 0 ? correct / predictions : 0;
+    print(formatEvalLine({ step, samples: step * knobs.BS, maskedLmAccuracy: accuracy, loss: lossSum / limit, seconds: (performance.now() - start) / 1000 }));
+    return { accuracy, loss: lossSum / limit };
+  };
+
+  // ** train loop **
+  const wallStart = performance.now();
+  const stepTimes: number[] = [];
+  let step = startStep;
+  if (mllog && knobs.RUNMLPERF) mllog.start(K.EPOCH_START, step * knobs.BS, { epoch_num: step * knobs.BS });
+  const lastStep = knobs.BENCHMARK ? Math.min(knobs.TRAIN_STEPS, startStep + knobs.BENCHMARK) : knobs.TRAIN_STEPS;
+  const progress = knobs.BENCHMARK ? null : new CountProgress("train", knobs.TRAIN_STEPS);
+  progress?.advance(startStep);
+  try {
+    let samples = await nextTrain();
+    if (train) checkWidths(samples, knobs, `the train shards in ${shardFolders(knobs.BASEDIR).train}`);
+    while (step < lastStep && !result.converged) {
+      const st = performance.now();
+      GlobalCounters.reset();
+      const out = withBeam(knobs.TRAIN_BEAM, () => trainStep(...toTensors(samples, devices)));
+      const pt = performance.now();
+      const next = step + 1 < lastStep ? await nextTrain() : null;
+      const dt = performance.now();
+      const loss = out.loss.item();
+      const lr = out.lr.item();
+      const cl = performance.now();
+      if (Number.isNaN(loss)) throw new TrainerError(`the loss is NaN at step ${step + 1}`);
+      step++;
+      result.stepsRun++;
+      stepTimes.push(cl - st);
+      print(formatStepLine({
+        step, samples: step * knobs.BS, totalMs: cl - st, hostMs: pt - st, dataMs: dt - pt, deviceMs: cl - dt,
+        loss, learningRate: lr, memoryGB: GlobalCounters.memUsed / 1e9, gflops: (GlobalCounters.globalOps / ((cl - st) / 1000)) / 1e9,
+      }));
+      progress?.advance();
+      if (next) samples = next;
+
+      if (knobs.BENCHMARK && step === lastStep) {
+        const estimateMinutes = Math.floor((median(stepTimes) / 1000) * knobs.TRAIN_STEPS / 60);
+        print(`Estimated training time: ${Math.floor(estimateMinutes / 60)}h${estimateMinutes % 60}m (median step ${median(stepTimes).toFixed(1)} ms x ${knobs.TRAIN_STEPS} steps)`);
+        evaluate(step, Math.min(knobs.BENCHMARK, knobs.MAX_EVAL_STEPS));
+        if (mllog && knobs.INITMLPERF) mllog.end(K.INIT_STOP);
+        break;
+      }
+
+      if (step % knobs.EVAL_STEP_FREQ === 0 || step === knobs.TRAIN_STEPS) {
+        progress?.finish();
+        if (mllog && knobs.RUNMLPERF) mllog.start(K.EVAL_START, null, { epoch_num: step * knobs.BS, step_num: step });
+        const { accuracy } = evaluate(step, knobs.MAX_EVAL_STEPS);
+        result.accuracy = accuracy;
+        if (mllog && knobs.RUNMLPERF) {
+          const evaluated = Math.min(evalSetSize, knobs.EVAL_BS * knobs.MAX_EVAL_STEPS);
+          mllog.end(K.EVAL_STOP, step * knobs.BS, { epoch_num: step * knobs.BS, step_num: step, samples_count: evaluated });
+          mllog.event(K.EVAL_ACCURACY, accuracy, { epoch_num: step * knobs.BS, masked_lm_accuracy: accuracy });
+        }
+        if (accuracy >= knobs.TARGET) {
+          const seconds = (performance.now() - wallStart) / 1000;
+          print(`Reference Convergence point reached after ${step * knobs.BS} datasamples and ${Math.floor(seconds / 3600)}h${Math.floor((seconds % 3600) / 60)}m${(seconds % 60).toFixed(2)}s.`);
+          result.converged = true;
+          if (mllog && knobs.RUNMLPERF) {
+            mllog.end(K.EPOCH_STOP, step * knobs.BS, { epoch_num: step * knobs.BS });
+            mllog.end(K.RUN_STOP, null, { status: "success" });
+          }
+          mkdirSync(knobs.SAVE_CKPT_DIR, { recursive: true });
+          result.finalModelPath = join(knobs.SAVE_CKPT_DIR, "bert_final.safe");
+          safeSave(getStateDict(model), result.finalModelPath, { step: String(step), masked_lm_accuracy: String(accuracy) });
+          print(` *** Model saved to ${result.finalModelPath} ***`);
+        }
+      }
+
+      if (knobs.CKPT && step % knobs.SAVE_CKPT_FREQ === 0 && !result.converged) saveCheckpoint(step);
+      if (interruptRequested && !result.converged && step < lastStep) {
+        result.interrupted = true;
+        const path = knobs.CKPT && step % knobs.SAVE_CKPT_FREQ === 0 ? result.checkpoints.at(-1)! : saveCheckpoint(step);
+        print(`interrupted at step ${step}; continue with RESUME=${path}`);
+        break;
+      }
+    }
+    progress?.finish();
+    if (mllog && knobs.RUNMLPERF && !result.converged && !result.interrupted && !knobs.BENCHMARK) {
+      print(`TARGET ${knobs.TARGET} not reached in ${knobs.TRAIN_STEPS} steps`);
+      mllog.end(K.EPOCH_STOP, step * knobs.BS, { epoch_num: step * knobs.BS });
+      mllog.end(K.RUN_STOP, null, { status: "aborted" });
+    }
+  } finally {
+    process.off("SIGINT", onSigint);
+    await train?.close();
+  }
+  return result;
+}
+
+const USAGE = `usage: [KNOB=value ...] npx tsx mlperf/bert/train.ts [--knob value ...]
+
+The MLPerf Training BERT trainer. Phases: INITMLPERF=1 BENCHMARK=N (untimed: clear the
+kernel cache, compile on fake data), RUNMLPERF=1 (timed: train on BASEDIR/train, evaluate on
+BASEDIR/eval every EVAL_STEP_FREQ steps, stop at TARGET), BENCHMARK=N alone (N steps, then the
+estimated time of TRAIN_STEPS). run_and_time/<platform>.sh runs both phases.
+
+Knobs (environment variable / flag; a flag wins over the environment):
+`;
+
+export async function main(argv: string[]): Promise<number> {
+  try {
+    const knobs = parseKnobs(argv);
+    if (knobs === null) {
+      console.log(USAGE + knobsHelp());
+      return 0;
+    }
+    const result = await trainBert(knobs);
+    if (result.mlperfLogPath) console.log(`MLPerf log: ${result.mlperfLogPath}`);
+    return result.interrupted ? 130 : 0;
+  } catch (error) {
+    if (error instanceof KnobError || error instanceof TrainerError) {
+      console.error(`train: ${error.message}`);
+      return 2;
+    }
+    throw error;
+  }
+}
+
+if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  process.exitCode = await main(process.argv.slice(2));
+}
