@@ -66,7 +66,8 @@ export class SGD extends Optimizer {
 
   protected update(grads: Tensor[]): Tensor[] {
     return this.params.flatMap((p, i) => {
-      let g = grads[i]!.cast(dtypes.float32).add(p.cast(dtypes.float32).mul(this.weightDecay));
+      let g = grads[i]!.cast(dtypes.float32);
+      if (this.weightDecay) g = g.add(p.cast(dtypes.float32).mul(this.weightDecay));
       const written: Tensor[] = [];
       if (this.momentum) {
         const buffer = this.momentumBuffers[i]!.assign(this.momentumBuffers[i]!.mul(this.momentum).add(g));
@@ -135,7 +136,8 @@ export class LAMB extends Optimizer {
       const v = this.v[i]!.assign(this.v[i]!.mul(this.b2).add(g.square().mul(1 - this.b2)));
       const mHat = m.div(b1Power.neg().add(1));
       const vHat = v.div(b2Power.neg().add(1));
-      const step = mHat.div(vHat.sqrt().add(this.eps)).add(w.mul(this.weightDecay));
+      const adamStep = mHat.div(vHat.sqrt().add(this.eps));
+      const step = this.weightDecay ? adamStep.add(w.mul(this.weightDecay)) : adamStep;
       const ratio = this.adam ? 1 : trustRatio(w, step);
       return [m, v, p.assign(w.sub(step.mul(this.lr).mul(ratio)).cast(p.dtype))];
     });
