@@ -77,7 +77,46 @@ export function createSchedule(roots: readonly UOp[]): Schedule {
     }
     steps.push({ node: n, ...kernelsFor(n, out, stored, bufferOf) });
   }
-  return { items: orderSteps(steps, stored), outputs };
+  const order = orderSteps(steps, stored);
+  const rootSet = new Set(roots);
+  reuseBuffers(order, (n) => !rootSet.has(n) && n.op !== "ASSIGN", outputs);
+  return { items: order.flatMap((step) => step.items), outputs };
+}
+
+/**
+ * The memory planner: an intermediate's buffer goes back to a pool after the last step that reads
+ * it, and a later intermediate of the same device, dtype and size takes it instead of a new one.
+ * Recycled intermediates are dropped from `outputs` (their buffer holds something else afterwards).
+ */
+function reuseBuffers(order: Step[], reusable: (n: UOp) => boolean, outputs: Map<UOp, Buffer>): void {
+  const lastRead = new Map<UOp, number>();
+  order.forEach((step, pos) => step.inputs.forEach((input) => lastRead.set(input, pos)));
+  const releaseAfter = new Map<number, UOp[]>();
+  for (const [node, pos] of lastRead) if (outputs.has(node) && reusable(node)) releaseAfter.set(pos, [...(releaseAfter.get(pos) ?? []), node]);
+  const keyOf = (b: Buffer): string => `${b.device}|${b.dtype.name}|${b.size}`;
+  const pool = new Map<string, Buffer[]>();
+  const replaced = new Map<Buffer, Buffer>();
+  order.forEach((step, pos) => {
+    const n = step.node;
+    if (reusable(n)) {
+      const fresh = outputs.get(n)!;
+      const free = pool.get(keyOf(fresh))?.pop();
+      if (free) {
+        replaced.set(fresh, free);
+        outputs.set(n, free);
+      }
+    }
+    for (const done of releaseAfter.get(pos) ?? []) {
+      const buffer = outputs.get(done)!;
+      pool.set(keyOf(buffer), [...(pool.get(keyOf(buffer)) ?? []), buffer]);
+      outputs.delete(done);
+    }
+  });
+  if (replaced.size === 0) return;
+  const sub = (b: Buffer): Buffer => replaced.get(b) ?? b;
+  for (const step of order) {
+    step.items = step.items.map((item) => (item.kind === "copy" ? { kind: "copy", src: sub(item.src), dst: sub(item.dst) } : { kind: "kernel", kernel: item.kernel, buffers: item.buffers.map(sub) }));
+  }
 }
 
 /** What computes one stored node, and the nodes it reads. */
@@ -256,7 +295,7 @@ function readsOwnOutputElsewhere(kernel: KernelIR, buffers: readonly Buffer[]): 
  * Orders steps so each runs after the steps that produce what it reads (read after write), and every
  * in-place write (ASSIGN) runs after the steps that read the target's old contents (write after read).
  */
-function orderSteps(steps: readonly Step[], stored: ReadonlySet<UOp>): ExecItem[] {
+function orderSteps(steps: readonly Step[], stored: ReadonlySet<UOp>): Step[] {
   const producerOf = new Map<UOp, number>();
   const assignsTo = new Map<Buffer, number[]>();
   steps.forEach((step, i) => {
@@ -277,14 +316,14 @@ function orderSteps(steps: readonly Step[], stored: ReadonlySet<UOp>): ExecItem[
     }
   });
   const state = new Map<number, "visiting" | "done">();
-  const order: ExecItem[] = [];
+  const order: Step[] = [];
   const visit = (i: number): void => {
     if (state.get(i) === "done") return;
     if (state.get(i) === "visiting") throw new TsgradError("schedule: a buffer is both read and assigned in a cycle; realize() between the two");
     state.set(i, "visiting");
     for (const d of deps[i]!) visit(d);
     state.set(i, "done");
-    order.push(...steps[i]!.items);
+    order.push(steps[i]!);
   };
   steps.forEach((_, i) => visit(i));
   return order;

@@ -2,6 +2,8 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { GlobalCounters, Tensor } from "../../src/index.ts";
 
+const values = (t: Tensor): number[] => Array.from(t.toArray() as Float32Array);
+
 const device = "JS";
 const input = (shape: number[], seed: number): Tensor =>
   new Tensor(Float32Array.from({ length: shape.reduce((a, b) => a * b, 1) }, (_, i) => Math.sin(i * 0.37 + seed)), { device }).reshape(shape).realize();
@@ -45,4 +47,29 @@ test("a reduce broadcast back over its input is stored, not recomputed per eleme
 test("a value realized once is not computed again", () => {
   const y = input([32], 1).exp().realize();
   assert.equal(kernelsFor(y.add(1)), 1);
+});
+
+test("the memory planner reuses an intermediate's buffer once its last reader ran", async () => {
+  const { createSchedule } = await import("../../src/engine/schedule.ts");
+  const { UOp } = await import("../../src/index.ts");
+  const w = input([8, 8], 1);
+  let y = input([8, 8], 2);
+  for (let i = 0; i < 4; i++) y = y.matmul(w).contiguous();
+  const { items } = createSchedule([y.node as InstanceType<typeof UOp>]);
+  const written = new Set(items.map((it) => (it.kind === "kernel" ? it.buffers[0] : it.dst)));
+  assert.equal(items.length, 4);
+  assert.equal(written.size, 3, "the first product's buffer should be reused by the third");
+});
+
+test("one realize with planned buffers gives the numbers of step-by-step realizes", () => {
+  const w = input([8, 8], 3);
+  let y = input([8, 8], 4);
+  const expected: number[][] = [];
+  for (let i = 0; i < 4; i++) {
+    y = y.matmul(w).mul(0.5).contiguous();
+    expected.push(values(y));
+  }
+  let z = input([8, 8], 4);
+  for (let i = 0; i < 4; i++) z = z.matmul(w).mul(0.5).contiguous();
+  assert.deepEqual(values(z), expected[3]);
 });
