@@ -5,7 +5,7 @@
 # to masked-LM accuracy 0.72). Both append to one console log and one MLPerf log.
 # Any knob below can be overridden from the environment (BS=16 ./cpu.sh).
 set -eo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../../.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 
 export MODEL="bert"
 export SUBMISSION_PLATFORM="${SUBMISSION_PLATFORM:-cpu}"

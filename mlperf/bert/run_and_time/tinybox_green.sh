@@ -3,7 +3,7 @@
 # Init phase (untimed: clear the kernel cache, compile and BEAM-search on fake data), then the
 # timed run phase; one console log and one MLPerf log. Knobs can be overridden from the environment.
 set -eo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../../.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 
 export MODEL="bert"
 export SUBMISSION_PLATFORM="${SUBMISSION_PLATFORM:-tinybox_green}"

@@ -3,7 +3,7 @@
 # Run tinybox_red/setup.sh once first (clocks and power profile). Init phase (untimed: clear the
 # kernel cache, compile and BEAM-search on fake data), then the timed run phase.
 set -eo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../../.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 
 export MODEL="bert"
 export SUBMISSION_PLATFORM="${SUBMISSION_PLATFORM:-tinybox_red}"
