@@ -27,6 +27,9 @@ export function searchLimits() {
   };
 }
 
+/** A round must beat the best so far by this fraction to continue the search. */
+const MIN_GAIN = 0.03;
+
 const memo = new Map<string, KernelOpts>();
 
 /** Counts searches and cache hits, for tests and DEBUG output. */
@@ -80,7 +83,8 @@ function search(spec: KernelSpec, limits: ReturnType<typeof searchLimits>, time:
   for (;;) {
     const next = evaluate(beam.flatMap((c) => extensions(c.opts, spec, plain)));
     const merged = [...beam, ...next].sort(bySpeed).slice(0, limits.beam);
-    if (merged[0]!.seconds >= beam[0]!.seconds) return beam[0]!;
+    // gains within timing noise do not count
+    if (merged[0]!.seconds > beam[0]!.seconds * (1 - MIN_GAIN)) return beam[0]!;
     beam = merged;
   }
 }
