@@ -5,7 +5,7 @@ import { availableParallelism } from "node:os";
 import type { Backend, Buffer, Program } from "../device.ts";
 import type { KernelIR } from "../codegen/ir.ts";
 import { C_PRELUDE, renderC } from "../renderer/c.ts";
-import { debugLevel, getenv } from "../helpers.ts";
+import { TsgradError, debugLevel, getenv } from "../helpers.ts";
 import { type CFunction, type CompiledFunction, compileEach, compileLibraries, findCompiler } from "./compiler_cache.ts";
 import { beamSearch } from "../engine/search.ts";
 
@@ -32,7 +32,7 @@ function loadKernel({ path, symbol }: CompiledFunction, kernel: KernelIR): Kerne
 /** Compiles the kernels of several not-yet-compiled programs in one go (the compiler runs in parallel). */
 export function compilePrograms(programs: readonly CpuProgram[], restrict = true): void {
   const compiler = findCompiler();
-  if (!compiler) throw new Error("CPU device: no working C compiler");
+  if (!compiler) throw new TsgradError(`CPU device: no working C compiler (tried ${process.env.CC || "cc"}); use DEVICE=JS`);
   const todo = programs.filter((p) => !p.fn(restrict));
   for (const p of todo) if (!p.searched) p.useSearched(beamSearch(p.kernel, "CPU", timeKernels));
   const functions = todo.map((p) => cFunction(p.kernel, restrict));
