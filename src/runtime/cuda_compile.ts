@@ -121,7 +121,8 @@ function compileNvcc(nvcc: string, source: string, arch: string, what: string): 
   }
 }
 
-/** nvcc's flags for device code of `archs` (one -gencode each), the same semantics NVRTC is given. */
-export const nvccFlags = (archs: readonly string[]): string[] => [
-  ...archs.flatMap((a) => ["-gencode", `arch=compute_${a.slice(3)},code=${a}`]), "--fmad=false", "-diag-suppress", "177",
+/** nvcc's flags for device code of `archs` (one -gencode each; with `ptx`, the first arch's PTX), the semantics NVRTC is given. */
+export const nvccFlags = (archs: readonly string[], { ptx = false } = {}): string[] => [
+  ...(ptx ? ["-arch", archs[0]!] : archs.flatMap((a) => ["-gencode", `arch=compute_${a.slice(3)},code=${a}`])),
+  "--fmad=false", "-diag-suppress", "177",
 ];
