@@ -11,15 +11,19 @@ const BAR_WIDTH = 24;
 const PLAIN_INTERVAL_MS = 10_000;
 
 export class CountProgress {
-  private done = 0;
+  private done: number;
   private readonly startMs = performance.now();
   private lastPlainMs = -Infinity;
 
+  /** `start`: items done before this run (a resumed run), left out of the rate. */
   constructor(
     private readonly label: string,
     private readonly total: number,
+    private readonly start = 0,
     private readonly sink: CountProgressSink = { write: (t) => void process.stderr.write(t), isTTY: process.stderr.isTTY === true },
-  ) {}
+  ) {
+    this.done = start;
+  }
 
   /** Counts `n` more items and redraws. */
   advance(n = 1): void {
@@ -40,7 +44,7 @@ export class CountProgress {
     const filled = Math.round(fraction * BAR_WIDTH);
     const bar = "=".repeat(filled) + (filled < BAR_WIDTH ? ">" : "") + " ".repeat(Math.max(0, BAR_WIDTH - filled - 1));
     const seconds = (now - this.startMs) / 1000;
-    const rate = seconds > 0 ? this.done / seconds : 0;
+    const rate = seconds > 0 ? (this.done - this.start) / seconds : 0;
     const eta = rate > 0 ? formatDuration((this.total - this.done) / rate) : "?";
     return `${this.label} ${this.done}/${this.total} [${bar}] ${rate.toFixed(2)} it/s, ETA ${eta}`;
   }

@@ -284,8 +284,7 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
   let step = startStep;
   if (mllog && knobs.RUNMLPERF) mllog.start(K.EPOCH_START, step * knobs.BS, { epoch_num: step * knobs.BS });
   const lastStep = knobs.BENCHMARK ? Math.min(knobs.TRAIN_STEPS, startStep + knobs.BENCHMARK) : knobs.TRAIN_STEPS;
-  const progress = knobs.BENCHMARK ? null : new CountProgress("train", knobs.TRAIN_STEPS);
-  progress?.advance(startStep);
+  const progress = knobs.BENCHMARK ? null : new CountProgress("train", knobs.TRAIN_STEPS, startStep);
   try {
     let samples = await nextTrain();
     if (train) checkWidths(samples, knobs, `the train shards in ${shardFolders(knobs.BASEDIR).train}`);
