@@ -1,0 +1,94 @@
+// What the CUDA renderer makes of typical kernels: the launch form it picks, and what the compiled PTX
+// must contain (tensor-core mma, warp shuffles, exact half conversions, no contracted multiply-adds,
+// vector loads). The kernels come from tensor ops run on the JS device.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { Tensor, dtypes } from "../../src/index.ts";
+import type { DType } from "../../src/dtype.ts";
+import type { KernelIR } from "../../src/codegen/ir.ts";
+import { execObservers } from "../../src/engine/realize.ts";
+import { groupSize } from "../../src/renderer/cuda.ts";
+import { type CudaForm, cudaForm, renderCudaForm } from "../../src/renderer/cuda_opts.ts";
+import { findNvcc } from "../../src/runtime/cuda_compile.ts";
+import { compileKernels } from "./nvcc.ts";
+
+/** The kernels `build` runs on JS (its inputs realized first, so that only its own kernels count). */
+function kernelsOf(inputs: Tensor[], build: (...xs: Tensor[]) => Tensor): KernelIR[] {
+  inputs.forEach((t) => t.realize());
+  const seen: KernelIR[] = [];
+  const observe = (item: { kind: string; kernel?: KernelIR }) => item.kind === "kernel" && seen.push(item.kernel!);
+  execObservers.add(observe);
+  try {
+    build(...inputs).realize();
+  } finally {
+    execObservers.delete(observe);
+  }
+  return seen;
+}
+
+const rand = (shape: number[], dtype: DType = dtypes.float32) => Tensor.rand(shape, { device: "JS" }).cast(dtype);
+const lastForm = (inputs: Tensor[], build: (...xs: Tensor[]) => Tensor): CudaForm => cudaForm(kernelsOf(inputs, build).at(-1)!);
+
+const forms = {
+  halfMatmul: lastForm([rand([256, 512], dtypes.float16), rand([512, 384], dtypes.float16)], (a, b) => a.matmul(b)),
+  bf16Batched: lastForm([rand([4, 128, 64], dtypes.bfloat16), rand([4, 64, 128], dtypes.bfloat16)], (a, b) => a.matmul(b)),
+  rowMax: lastForm([rand([64, 1024])], (x) => x.max({ axis: 1 })),
+  halfAdd: lastForm([rand([1000], dtypes.float16), rand([1000], dtypes.float16)], (a, b) => a.add(b)),
+  mulAdd: lastForm([rand([1000]), rand([1000]), rand([1000])], (a, b, c) => a.mul(b).add(c)),
+  floatMatmul: lastForm([rand([1024, 256]), rand([256, 1024])], (a, b) => a.matmul(b)),
+};
+
+test("a float16 matmul runs on tensor cores, 128 x 128 output tiles a block", () => {
+  assert.equal(forms.halfMatmul.kind, "tensorCores");
+  assert.deepEqual(renderCudaForm(forms.halfMatmul, "k", true).launch.grid, [3, 2, 1]);
+});
+
+test("a batched bfloat16 matmul runs on tensor cores with the batch on the grid's z axis", () => {
+  assert.equal(forms.bf16Batched.kind, "tensorCores");
+  assert.deepEqual(renderCudaForm(forms.bf16Batched, "k", true).launch.grid, [1, 1, 4]);
+});
+
+test("a float32 matmul stays on loops with 4 x 4 register tiles", () => {
+  assert.equal(forms.floatMatmul.kind, "loops");
+  if (forms.floatMatmul.kind === "loops") assert.match(forms.floatMatmul.kernel.opts, /^u\dx4,\dx4\|/);
+});
+
+test("a long row reduce with few outputs runs one block per row; a matmul one thread per output", () => {
+  assert.ok(forms.rowMax.kind === "loops" && groupSize(forms.rowMax.kernel) > 0);
+  assert.ok(forms.floatMatmul.kind === "loops" && groupSize(forms.floatMatmul.kernel) === 0);
+});
+
+const nvcc = findNvcc();
+const names = Object.keys(forms) as (keyof typeof forms)[];
+const ptx = new Map<string, string>();
+if (nvcc) {
+  const report = await compileKernels(nvcc, names.map((name) => ({ name, code: renderCudaForm(forms[name], name, true).code })), ["sm_90"], { files: 1, mode: "-ptx" });
+  if (report.errors) throw new Error(`the renderer tests' kernels do not compile:\n${report.errors}`);
+  // each kernel's PTX runs from its .entry to the next one
+  for (const [, name, body] of report.outputs[0]!.matchAll(/\.entry (\w+)\(([\s\S]*?)(?=\.entry |$)/g)) ptx.set(name!, body!);
+}
+const skip = nvcc ? false : "nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)";
+
+test("tensor-core kernels issue m16n8k16 mma with float32 accumulation, f16 and bf16", { skip }, () => {
+  assert.match(ptx.get("halfMatmul")!, /mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f32/);
+  assert.match(ptx.get("bf16Batched")!, /mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.bf16\.bf16\.f32/);
+});
+
+test("group reduces combine with warp shuffles", { skip }, () => {
+  assert.match(ptx.get("rowMax")!, /shfl\.sync\.bfly/);
+});
+
+test("float16 values are read exactly and stored rounded to nearest even", { skip }, () => {
+  assert.match(ptx.get("halfAdd")!, /cvt\.f32\.f16/);
+  assert.match(ptx.get("halfAdd")!, /cvt\.rn\.f16\.f32/);
+});
+
+test("a multiply then an add stay two roundings, as in the reference", { skip }, () => {
+  assert.match(ptx.get("mulAdd")!, /mul\.rn\.f32/);
+  assert.doesNotMatch(ptx.get("mulAdd")!, /fma\.rn\.f32/);
+});
+
+test("matmul accumulation fuses multiply and add, and neighbouring lanes load as vectors", { skip }, () => {
+  assert.match(ptx.get("floatMatmul")!, /fma\.rn\.f32/);
+  assert.match(ptx.get("floatMatmul")!, /ld\.global\.nc\.v4\.f32/);
+});
