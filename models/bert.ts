@@ -7,7 +7,7 @@
 import { Tensor } from "../src/tensor.ts";
 import { dtypes } from "../src/dtype.ts";
 import { TsgradError, fmtShape, getenv, prod } from "../src/helpers.ts";
-import { Dropout, Embedding, LayerNorm, Linear, parameter, truncatedNormal, zeros } from "../src/nn/layers.ts";
+import { Dropout, Embedding, type Initializer, LayerNorm, Linear, parameter, truncatedNormal, zeros } from "../src/nn/layers.ts";
 import { loadStateDict, tensorFromStorage, type StateDict } from "../src/nn/state.ts";
 import { bertParameterNames, loadBertTfCheckpoint } from "./bert_tf_names.ts";
 
@@ -121,7 +121,7 @@ export type BertMetrics = {
 };
 
 interface Init {
-  weight: ReturnType<typeof truncatedNormal>;
+  weight: Initializer;
   layerNormEps: number;
 }
 const linear = (inFeatures: number, outFeatures: number, init: Init): Linear => new Linear(inFeatures, outFeatures, { weightInit: init.weight, biasInit: zeros });
