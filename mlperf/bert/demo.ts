@@ -41,7 +41,7 @@ export const DEMO_SETTINGS: Readonly<DemoSettings> = {
   trainParts: 4,
   model: { hiddenSize: 64, numHiddenLayers: 2, numAttentionHeads: 2, intermediateSize: 256 },
   knobs: {
-    BS: 32, EVAL_BS: 128, OPT_BASE_LEARNING_RATE: 0.002, NUM_WARMUP_STEPS: 20, TRAIN_STEPS: 1500, EVAL_STEP_FREQ: 50,
+    BS: 32, EVAL_BS: 128, OPT_BASE_LEARNING_RATE: 0.03, NUM_WARMUP_STEPS: 20, TRAIN_STEPS: 1500, EVAL_STEP_FREQ: 50,
     TARGET: 0.72, DISABLE_DROPOUT: 1, LOGMLPERF: 1, SUBMISSION_PLATFORM: "cpu", CKPT: 1, SAVE_CKPT_FREQ: 500, KEEP_CKPT_AMOUNT: 2,
   },
   initSteps: 3,
@@ -58,7 +58,7 @@ export interface DemoData {
  * Writes the demo's BASEDIR: vocab.txt, bert_config.json, train/ shards, eval/eval.safetensors,
  * all through the real tokenizer and sample maker (the reference's create_pretraining_data.py).
  */
-export function prepareDemoData(basedir: string, settings: DemoSettings = DEMO_SETTINGS, corpus: Omit<DemoCorpus, "words"> = generateDemoCorpus(settings.corpus)): DemoData {
+export function prepareDemoData(basedir: string, settings: DemoSettings = DEMO_SETTINGS, corpus: Omit<DemoCorpus, "cycles"> = generateDemoCorpus(settings.corpus)): DemoData {
   mkdirSync(basedir, { recursive: true });
   writeFileSync(vocabPath(basedir), corpus.vocabText);
   writeFileSync(join(basedir, "demo_train.txt"), corpus.trainText);
