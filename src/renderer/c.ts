@@ -2,7 +2,7 @@
 // Semantics follow the JS renderer (the reference): float32 math in float, 16-bit floats stored
 // as their bits and computed in float, integers wrap, bool is 0/1 in a uint8_t, division by zero gives 0.
 import type { DType } from "../dtype.ts";
-import { type Bound, type Idx, renderIdx } from "../shape/symbolic.ts";
+import { type Bound, type Idx, renderIdx, varsOf } from "../shape/symbolic.ts";
 import type { AluOp, Expr, KernelIR, Operand, Stmt } from "../codegen/ir.ts";
 
 export interface CRenderOptions {
@@ -78,16 +78,37 @@ export function renderC(kernel: KernelIR, fnName: string, opts: CRenderOptions):
     return `${constness}${storageType(b.dtype)}* ${opts.restrict ? "restrict " : ""}b${slot}`;
   });
   const lines = [`void ${fnName}(${[...params, "int threads"].join(", ")}) {`];
-  renderBlock(kernel.body, lines, "  ", { kernel, products: new Map() }, kernel.parallel);
+  renderBlock(kernel.body, lines, "  ", { kernel, products: new Map(), indexType: indexType(kernel) }, kernel.parallel);
   lines.push("}");
   return lines.join("\n");
 }
 
-/** The loop variables' C type: 32-bit unless a buffer is too large for it. */
-const indexType = (kernel: KernelIR): string => (kernel.buffers.some((b) => b.size >= 2 ** 31) ? "int64_t" : "int32_t");
+/** The loop variables' C type: 32-bit unless an index (or a step of computing one) can leave that range. */
+function indexType(kernel: KernelIR): string {
+  const loopVars = new Set<string>();
+  const exprs: Idx[] = [];
+  const scan = (stmts: readonly Stmt[]): void => {
+    for (const s of stmts) {
+      if (s.kind === "loop") { loopVars.add(s.var); scan(s.body); }
+      else if (s.kind === "store") exprs.push(s.index);
+      else if (s.kind === "def" && (s.expr.op === "LOAD" || s.expr.op === "INDEX")) exprs.push(s.expr.index);
+      if (s.kind === "def" && (s.expr.op === "LOAD" || s.expr.op === "VALID")) exprs.push(...s.expr.valid.map((b) => b.expr));
+    }
+  };
+  scan(kernel.body);
+  // runtime values (one-hot indices) are only used where their bounds hold: their declared range says nothing
+  const wide = (e: Idx): boolean => {
+    if ([...varsOf(e)].some((v) => !loopVars.has(v))) return false;
+    if (e.min < -(2 ** 31) || e.max >= 2 ** 31) return true;
+    return e.kind === "sum" ? e.terms.some(wide) : e.kind === "const" || e.kind === "var" ? false : wide(e.a);
+  };
+  return exprs.some(wide) ? "int64_t" : "int32_t";
+}
 
 interface RenderContext {
   readonly kernel: KernelIR;
+  /** The C type of loop variables. */
+  readonly indexType: string;
   /** Float products by name: a sum of products accumulates with fused multiply-adds. */
   readonly products: Map<string, readonly Operand[]>;
 }
@@ -99,7 +120,7 @@ function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, ctx:
       case "loop":
         // the first `parallel` perfectly nested output loops are split across threads
         if (parallel > 0) out.push(`${indent}#pragma omp parallel for schedule(static) num_threads(threads)${parallel > 1 ? ` collapse(${parallel})` : ""}`);
-        out.push(`${indent}for (${indexType(kernel)} ${s.var} = 0; ${s.var} < ${s.size}; ${s.var}++) {`);
+        out.push(`${indent}for (${ctx.indexType} ${s.var} = 0; ${s.var} < ${s.size}; ${s.var}++) {`);
         renderBlock(s.body, out, indent + "  ", ctx, 0);
         out.push(`${indent}}`);
         parallel = 0;
