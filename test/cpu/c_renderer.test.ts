@@ -3,6 +3,9 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Device, Tensor, dtypes } from "../../src/index.ts";
 import type { TypedArray } from "../../src/dtype.ts";
+import type { KernelIR } from "../../src/codegen/ir.ts";
+import { renderC } from "../../src/renderer/c.ts";
+import { type Idx, imul, ivar } from "../../src/shape/symbolic.ts";
 
 const hasCpu = Device.isAvailable("CPU");
 
@@ -79,4 +82,14 @@ test("max reductions of integers start from the type's minimum", { skip: !hasCpu
 test("shifts and bitwise ops on unsigned and signed ints", { skip: !hasCpu }, () => {
   assertSame((device) => new Tensor([1, 0x80000000, 0xffffffff], { dtype: dtypes.uint32, device }).shl(3).bitwiseXor(new Tensor([5, 6, 7], { dtype: dtypes.uint32, device })).shr(1));
   assertSame((device) => new Tensor([-8, 100, -1], { dtype: dtypes.int8, device }).shl(2).shr(1));
+});
+
+test("index math that can leave the int32 range gets 64-bit loop variables", () => {
+  const i0 = ivar("i0", 65536);
+  const kernel = (index: Idx): KernelIR => ({
+    name: "E_65536", buffers: [{ dtype: dtypes.float32, size: 2 ** 32 }], outputShape: [65536], flops: 0, parallel: 0, opts: "",
+    body: [{ kind: "loop", var: "i0", size: 65536, body: [{ kind: "store", buf: 0, index, value: { kind: "lit", value: 1, dtype: dtypes.float32 }, dtype: dtypes.float32 }] }],
+  });
+  assert.match(renderC(kernel(imul(i0, 65536)), "k", { restrict: true }), /for \(int64_t i0/);
+  assert.match(renderC(kernel(imul(i0, 2)), "k", { restrict: true }), /for \(int32_t i0/);
 });
