@@ -123,8 +123,9 @@ export function runTrainerProcess(cwd: string, env: Record<string, string>, log:
     let stderr = "";
     child.stderr?.on("data", (chunk: Buffer) => void (stderr += chunk.toString()));
     child.on("error", reject);
-    child.on("close", (code) => {
+    child.on("close", (code, signal) => {
       if (code !== 0 && quiet) process.stderr.write(stderr);
+      if (signal !== null) process.stderr.write(`demo: the trainer was killed by ${signal}\n`);
       resolvePromise(code ?? 1);
     });
   });
@@ -152,7 +153,8 @@ export async function runDemo(runDir: string, { settings = DEMO_SETTINGS, seed =
   const log = createWriteStream(consoleLogPath);
   const knobs = { ...demoEnvironment(runDir, data, settings, seed), ...env };
   let exitCode = await runTrainerProcess(runDir, { ...knobs, INITMLPERF: "1", BENCHMARK: String(settings.initSteps) }, log, quiet);
-  if (exitCode === 0) exitCode = await runTrainerProcess(runDir, { ...knobs, RUNMLPERF: "1" }, log, quiet);
+  if (exitCode !== 0) console.error(`demo: the init phase failed (exit status ${exitCode}); the run phase was not started`);
+  else exitCode = await runTrainerProcess(runDir, { ...knobs, RUNMLPERF: "1" }, log, quiet);
   await new Promise<void>((done) => log.end(done));
   const mlperfLogPath = join(runDir, `result_bert_${seed}.log`);
   const reportPath = join(runDir, "report.html");
