@@ -1,7 +1,7 @@
 // Capture and replay: the second call of a jitted function records the kernels it ran, later
 // calls run that list again with the new inputs' buffers swapped in, skipping scheduling and codegen.
 import type { Buffer } from "../device.ts";
-import { TsgradError, fmtShape, getenv } from "../helpers.ts";
+import { TsgradError, debugLevel, fmtShape, getenv } from "../helpers.ts";
 import { Tensor } from "../tensor.ts";
 import { UOp } from "../uop.ts";
 import { type Lazy, MultiLazy } from "../multi.ts";
@@ -31,6 +31,8 @@ export class TinyJit<A extends Tensor[], R extends JitOutput> {
   private calls = 0;
   private captured: ExecItem[] | undefined;
   private capturedInputs: Buffer[][] = [];
+  /** Per captured item: whether it reads or writes an input buffer (only those are rebuilt on replay). */
+  private touchesInput: boolean[] = [];
   private signature: InputSignature[] = [];
   private output: R | undefined;
 
@@ -78,6 +80,8 @@ export class TinyJit<A extends Tensor[], R extends JitOutput> {
     }
     this.captured = items;
     this.capturedInputs = args.map((a) => buffersOf(a)!);
+    const inputs = new Set(this.capturedInputs.flat());
+    this.touchesInput = items.map((item) => (item.kind === "copy" ? [item.src, item.dst] : item.buffers).some((b) => inputs.has(b)));
     this.signature = args.map(signatureOf);
     this.output = out;
     return out;
@@ -101,7 +105,8 @@ export class TinyJit<A extends Tensor[], R extends JitOutput> {
       }
       buffersOf(a)!.forEach((buffer, shard) => swap.set(this.capturedInputs[i]![shard]!, buffer));
     });
-    for (const item of this.captured!) runItem(swapBuffers(item, swap));
+    const debug = debugLevel();
+    this.captured!.forEach((item, i) => runItem(this.touchesInput[i] ? swapBuffers(item, swap) : item, debug));
     return freshOutputs(this.output) as R;
   }
 }

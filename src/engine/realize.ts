@@ -8,6 +8,13 @@ import type { UOp } from "../uop.ts";
 
 const programs = new WeakMap<KernelIR, Program>();
 
+const kernelBytes = new WeakMap<KernelIR, number>();
+const bytesOf = (kernel: KernelIR): number => {
+  let bytes = kernelBytes.get(kernel);
+  if (bytes === undefined) kernelBytes.set(kernel, (bytes = estimateBytes(kernel)));
+  return bytes;
+};
+
 /** Hooks the JIT uses to see what runs. */
 export const execObservers = new Set<(item: ExecItem) => void>();
 
@@ -20,22 +27,23 @@ function programFor(item: ExecItem & { kind: "kernel" }): Program {
   return program;
 }
 
-export function runItem(item: ExecItem): void {
+/** Runs one item; `debug` is DEBUG's level, read once by the caller for a whole list of items. */
+export function runItem(item: ExecItem, debug = debugLevel()): void {
   for (const observe of execObservers) observe(item);
   if (item.kind === "copy") {
     item.dst.copyin(item.src.toTypedArray());
     GlobalCounters.globalMem += item.src.nbytes;
-    if (debugLevel() >= 2) console.error(`copy ${item.src.nbytes} bytes ${item.src.device} -> ${item.dst.device}`);
+    if (debug >= 2) console.error(`copy ${item.src.nbytes} bytes ${item.src.device} -> ${item.dst.device}`);
     return;
   }
   const { kernel, buffers } = item;
   const program = programFor(item);
-  const seconds = program.run(buffers, { wait: debugLevel() >= 2 }) ?? 0;
+  const seconds = program.run(buffers, { wait: debug >= 2 }) ?? 0;
   GlobalCounters.kernelCount++;
   GlobalCounters.globalOps += kernel.flops;
-  GlobalCounters.globalMem += estimateBytes(kernel);
+  GlobalCounters.globalMem += bytesOf(kernel);
   GlobalCounters.timeSumS += seconds;
-  if (debugLevel() >= 2) {
+  if (debug >= 2) {
     const gflops = seconds > 0 ? kernel.flops / seconds / 1e9 : 0;
     console.error(`*** ${buffers[0]!.device.padEnd(6)} ${String(GlobalCounters.kernelCount).padStart(4)} ${kernel.name.padEnd(28)} ${fmtShape(kernel.outputShape).padEnd(20)} ${(seconds * 1e3).toFixed(3).padStart(9)} ms ${gflops.toFixed(2).padStart(8)} GFLOP/s`);
   }
@@ -46,7 +54,8 @@ export function realizeNodes(roots: readonly UOp[]): void {
   const { items, outputs } = createSchedule(roots);
   // every program first: backends that compile lazily then build the whole schedule's kernels together
   for (const item of items) if (item.kind === "kernel") programFor(item);
-  for (const item of items) runItem(item);
+  const debug = debugLevel();
+  for (const item of items) runItem(item, debug);
   // an assigned buffer holds a new value: nodes that stood for its old value no longer do
   for (const [node, buffer] of outputs) if (node.op === "ASSIGN") buffer.version++;
   for (const [node, buffer] of outputs) recordRealized(node, buffer);
