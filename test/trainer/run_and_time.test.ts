@@ -16,7 +16,7 @@ import { parseEvalLine, parseStepLine } from "../../mlperf/bert/report.ts";
 
 const CPU_SCRIPT = fileURLToPath(new URL("../../mlperf/bert/run_and_time/cpu.sh", import.meta.url));
 
-test("run_and_time/cpu.sh runs both phases and writes a compliant MLPerf log, the console log and the final model", () => {
+test("run_and_time/cpu.sh runs both phases and writes a compliant MLPerf log, the console log, the final model and the report", () => {
   const dir = mkdtempSync(join(tmpdir(), "tsgrad-run-and-time-"));
   try {
     const data = prepareDemoData(join(dir, "data"), TINY, skewedCorpus(60));
@@ -44,6 +44,7 @@ test("run_and_time/cpu.sh runs both phases and writes a compliant MLPerf log, th
     const runStop = parseMllog(mlperfText).records.at(-1)!.fields.metadata as { status: string };
     assert.equal(runStop.status, "success");
     assert.ok(existsSync(join(dir, "ckpts", "bert_final.safe")), "the final model");
+    assert.match(readFileSync(join(dir, consoleLogs[0]!.replace(/\.log$/, ".html")), "utf8"), /<svg/, "the run report");
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

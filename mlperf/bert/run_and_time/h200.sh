@@ -26,3 +26,6 @@ BENCHMARK="${INIT_BENCHMARK:-10}" INITMLPERF=1 "${TRAIN[@]}" | tee "$LOGFILE"
 
 # run
 RUNMLPERF=1 "${TRAIN[@]}" | tee -a "$LOGFILE"
+
+# the run report: loss, LR, eval accuracy, step time and throughput curves from the console log
+"$ROOT/node_modules/.bin/tsx" "$ROOT/mlperf/bert/report.ts" "$LOGFILE" -o "${LOGFILE%.log}.html"
