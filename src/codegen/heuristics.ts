@@ -1,8 +1,7 @@
 // Hand-written kernel options: what every kernel gets unless BEAM searched better ones.
 // Reduce kernels upcast the output axes that loads are shared along (register tiles for matmul) or
 // that loads are contiguous along (vector lanes); big kernels split their outer loops across threads.
-import type { Idx } from "../shape/symbolic.ts";
-import { varsOf } from "../shape/symbolic.ts";
+import { type Idx, varsOf } from "../shape/symbolic.ts";
 import type { KernelIR, Stmt } from "./ir.ts";
 import type { KernelSpec } from "./lower.ts";
 import type { KernelOpts, Upcast } from "./opts.ts";
