@@ -256,7 +256,7 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
     return path;
   };
 
-  /** One evaluation over MAX_EVAL_STEPS batches (the BENCHMARK warm-up stops after `limit`); accuracy weighted by predictions. */
+  /** One evaluation over `limit` batches (MAX_EVAL_STEPS, fewer in a BENCHMARK run): accuracy and loss over all predictions. */
   const evaluate = (step: number, limit: number): { accuracy: number; loss: number } => {
     const batches = evalIterator();
     const progress = knobs.BENCHMARK ? null : new CountProgress("eval", limit);
@@ -265,18 +265,22 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
     for (let j = 0; j < limit; j++) {
       const samples = batches ? batches.next().value : fakeSamples(knobs.EVAL_BS, knobs, config.vocabSize, knobs.SEED + 1_000_000 + j);
       if (batches && j === 0) checkWidths(samples, knobs, `the eval shards in ${shardFolders(knobs.BASEDIR).eval}`);
+      // the last batch wraps around to the set's first samples: weight 0 on those, so each sample counts once
+      const beyondSet = (j + 1) * knobs.EVAL_BS - knobs.EVAL_SET_SIZE;
+      if (batches && beyondSet > 0) samples.masked_lm_weights.fill(0, Math.max(0, knobs.EVAL_BS - beyondSet) * samples.maxPredictionsPerSeq);
       const metrics = withBeam(knobs.EVAL_BEAM, () => evalStep(...toTensors(samples, devices)));
       const weight = samples.masked_lm_weights.reduce((a, b) => a + b, 0);
       correct += metrics.maskedLmAccuracy.item() * weight;
+      lossSum += metrics.maskedLmLoss.item() * weight;
       predictions += weight;
-      lossSum += metrics.maskedLmLoss.item();
       progress?.advance();
     }
     progress?.finish();
     batches?.return(undefined as never);
     const accuracy = predictions > 0 ? correct / predictions : 0;
-    print(formatEvalLine({ step, samples: step * knobs.BS, maskedLmAccuracy: accuracy, loss: lossSum / limit, seconds: (performance.now() - start) / 1000 }));
-    return { accuracy, loss: lossSum / limit };
+    const loss = predictions > 0 ? lossSum / predictions : 0;
+    print(formatEvalLine({ step, samples: step * knobs.BS, maskedLmAccuracy: accuracy, loss, seconds: (performance.now() - start) / 1000 }));
+    return { accuracy, loss };
   };
 
   // ** train loop **
