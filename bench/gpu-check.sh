@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Every GPU check in one run, for the next session that is lent a GPU (see ../shared/device/README.md):
+#   1. the op test-suite on the CUDA device (correctness, against the float64 references),
+#   2. float16 GEMM TFLOP/s of tsgrad's kernels (tensor cores),
+#   3. PyTorch on the same GPU: the same GEMMs through cuBLAS and the same BERT-large float16 train step,
+#   4. tsgrad's BERT-large float16 train step at sequence 512 (jitted),
+# then summary.json with the ratios. Each part has its own time limit; all of it fits in 8 minutes.
+#
+# Here, with node_modules (bundles the code with esbuild, packs Node and koffi's linux x64 binary into .device/):
+#   bench/gpu-check.sh --prepare
+# On the GPU machine (the run tool, carrying [".device"]):
+#   source .device/unpack.sh; bash bench/gpu-check.sh
+# Results go to $OUT (default ./gpu-results): JSON per part, the op suite's TAP output, logs, summary.json.
+# BERT_BATCH (default 8) sets the batch of both BERT steps.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+OP_TESTS="elementwise nn_ops reduce_movement regressions jit autograd_assign"
+
+if [ "${1:-}" = "--help" ]; then
+  sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+  exit 0
+fi
+
+if [ "${1:-}" = "--prepare" ]; then
+  set -e
+  bash "$root/../shared/device/pack-node.sh" >/dev/null
+  rm -rf .device/bundle .device/node_modules
+  mkdir -p .device/bundle/tests .device/node_modules/@koromix
+  esbuild=(npx esbuild --bundle --platform=node --format=esm --target=node20 --external:koffi --log-level=warning --out-extension:.js=.mjs)
+  "${esbuild[@]}" bench/gpu/gemm.ts bench/gpu/bert_step.ts --outdir=.device/bundle
+  "${esbuild[@]}" $(for t in $OP_TESTS; do echo "test/core/$t.test.ts"; done) --outdir=.device/bundle/tests
+  cp bench/gpu/torch_bench.py .device/bundle/
+  # koffi loads its native module from @koromix/koffi-<platform> beside it: only linux x64 (glibc) travels
+  cp -r node_modules/koffi .device/node_modules/
+  mkdir -p .device/node_modules/@koromix/koffi-linux-x64
+  cp node_modules/@koromix/koffi-linux-x64/package.json node_modules/@koromix/koffi-linux-x64/index.js .device/node_modules/@koromix/koffi-linux-x64/ 2>/dev/null || true
+  cp -r node_modules/@koromix/koffi-linux-x64/linux_x64 .device/node_modules/@koromix/koffi-linux-x64/
+  du -sh .device >&2
+  exit 0
+fi
+
+OUT=${OUT:-$root/gpu-results}
+mkdir -p "$OUT"
+start=$(date +%s)
+log() { echo "[gpu-check $(($(date +%s) - start)) s] $*" | tee -a "$OUT/gpu-check.log" >&2; }
+bundle=.device/bundle
+if [ ! -d "$bundle" ] || ! command -v node >/dev/null; then
+  echo "gpu-check: run 'bench/gpu-check.sh --prepare' first, and 'source .device/unpack.sh' on the GPU machine" >&2
+  exit 2
+fi
+
+# the environment: GPU, driver, NVRTC (searched once and printed), a fresh kernel cache
+nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
+nvrtc=$( (ldconfig -p 2>/dev/null | awk '/libnvrtc\.so/ {print $NF}'; ls /usr/local/cuda*/lib64/libnvrtc.so* 2>/dev/null;
+  python3 -c 'import nvidia.cuda_nvrtc as m, os; d = os.path.join(list(m.__path__)[0], "lib"); print("\n".join(os.path.join(d, f) for f in os.listdir(d)))' 2>/dev/null) \
+  | grep -v builtins | grep 'libnvrtc\.so' | head -1)
+[ -n "$nvrtc" ] && export TSGRAD_LIBNVRTC="$nvrtc"
+log "node $(node --version), nvrtc: ${nvrtc:-none (nvcc fallback: $(command -v nvcc || echo none))}"
+export TSGRAD_CACHE="${TMPDIR:-/tmp}/tsgrad-gpu-check-cache"
+# no CPU device: the op tests run on CUDA and on JS (the reference) only
+export CC=/nonexistent/cc
+batch=${BERT_BATCH:-8}
+
+log "1/4 op suite on CUDA"
+tests=$(for t in $OP_TESTS; do echo "$bundle/tests/$t.test.mjs"; done)
+timeout 170 node --test --test-reporter=tap $tests > "$OUT/op_suite.tap" 2> "$OUT/op_suite.err"
+echo "{\"exit\": $?, \"pass\": $(awk '/^# pass/ {print $3}' "$OUT/op_suite.tap" | tail -1 | grep . || echo null), \"fail\": $(awk '/^# fail/ {print $3}' "$OUT/op_suite.tap" | tail -1 | grep . || echo null)}" > "$OUT/op_suite.json"
+log "op suite: $(cat "$OUT/op_suite.json")"
+
+log "2/4 tsgrad float16 GEMMs"
+timeout 60 node "$bundle/gemm.mjs" > "$OUT/tsgrad_gemm.json" 2>> "$OUT/gpu-check.log"
+log "tsgrad gemm exit $?"
+
+log "3/4 PyTorch: cuBLAS GEMMs and the BERT-large step"
+timeout 100 python3 "$bundle/torch_bench.py" --batch "$batch" > "$OUT/torch.json" 2>> "$OUT/gpu-check.log"
+log "torch exit $?"
+
+log "4/4 tsgrad BERT-large float16 step, batch $batch, seq 512"
+remaining=$((470 - ($(date +%s) - start)))
+DEBUG=1 timeout "$((remaining > 60 ? remaining : 60))" node "$bundle/bert_step.mjs" --batch "$batch" --seq 512 --steps 3 > "$OUT/tsgrad_bert.json" 2>> "$OUT/gpu-check.log"
+log "tsgrad bert exit $?"
+
+python3 - "$OUT" <<'SUMMARY'
+import json, os, sys
+out = sys.argv[1]
+def load(name):
+    try:
+        with open(os.path.join(out, name)) as f:
+            return json.load(f)
+    except Exception as e:
+        return {"error": f"{name}: {e}"}
+ours, torch, ours_bert, ops = load("tsgrad_gemm.json"), load("torch.json"), load("tsgrad_bert.json"), load("op_suite.json")
+cublas = {g["shape"]: g for g in torch.get("gemm", [])}
+gemm = [dict(shape=g["shape"], tsgrad_tflops=g["tflops"], cublas_tflops=cublas.get(g["shape"], {}).get("tflops"),
+             ratio=round(g["tflops"] / cublas[g["shape"]]["tflops"], 3) if g["shape"] in cublas else None) for g in ours.get("gemm", [])]
+bert = dict(tsgrad=ours_bert, torch=torch.get("bert"))
+if "ms_per_step" in ours_bert and torch.get("bert"):
+    bert["speed_ratio_vs_torch"] = round(torch["bert"]["ms_per_step"] / ours_bert["ms_per_step"], 3)
+summary = dict(gpu=torch.get("gpu"), op_suite=ops, gemm=gemm, bert=bert)
+with open(os.path.join(out, "summary.json"), "w") as f:
+    json.dump(summary, f, indent=1)
+print(json.dumps(summary, indent=1))
+SUMMARY
+log "done"

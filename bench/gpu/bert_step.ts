@@ -1,0 +1,82 @@
+// One BERT-large float16 pretraining step (forward, backward with loss scaling, clipping, LAMB) at
+// sequence length 512 on random data, jitted, timed over --steps steps after warm-up (compile, capture).
+// FLOPs are counted analytically (the matmuls), the same formula as torch_bench.py, so the two compare.
+// Prints one JSON object.
+// Usage: node bert_step.mjs [--batch 8] [--seq 512] [--steps 5] [--preset large] [--layers 24] [--device CUDA]
+import { parseArgs } from "node:util";
+import { Device, GlobalCounters, Tensor, dtypes } from "../../src/index.ts";
+import { jit } from "../../src/engine/jit.ts";
+import { BERT_PRESETS, BertForPretraining, type BertBatch, type BertPresetName } from "../../models/bert.ts";
+import { bertBatchTensors, createBertOptimizer, makeBertTrainStep, trainStepOptionsFromEnv } from "../../models/bert_train_step.ts";
+
+const { values } = parseArgs({ options: {
+  batch: { type: "string", default: "8" }, seq: { type: "string", default: "512" }, steps: { type: "string", default: "5" },
+  preset: { type: "string", default: "large" }, layers: { type: "string" }, device: { type: "string", default: "CUDA" }, help: { type: "boolean" },
+} });
+if (values.help) {
+  console.log("Usage: bert_step [--batch 8] [--seq 512] [--steps 5] [--preset tiny|mini|base|large] [--layers N] [--device CUDA]");
+  process.exit(0);
+}
+const [batchSize, seq, steps] = [values.batch, values.seq, values.steps].map(Number) as [number, number, number];
+const maskedPositions = Math.min(76, seq); // the reference's max_predictions_per_seq at seq 512
+const preset = BERT_PRESETS[values.preset as BertPresetName];
+if (!preset) throw new Error(`--preset ${values.preset}: expected one of ${Object.keys(BERT_PRESETS).join(", ")}`);
+const config = { ...preset, numHiddenLayers: values.layers ? Number(values.layers) : preset.numHiddenLayers };
+Device.DEFAULT = values.device;
+Tensor.defaultFloat = dtypes.float16;
+
+/** Matmul FLOPs of one train step: forward, and twice that backward. */
+function bertStepFlops(b: number, s: number, p: number, c: typeof config): number {
+  const { hiddenSize: h, intermediateSize: i, numHiddenLayers: l, vocabSize: v } = c;
+  const tokens = b * s;
+  const perLayer = 2 * tokens * (4 * h * h + 2 * h * i) + 2 * 2 * b * s * s * h;
+  const heads = 2 * b * p * (h * h + h * v) + 2 * b * h * h;
+  return 3 * (l * perLayer + heads);
+}
+
+function randomBatch(): BertBatch {
+  const ints = (shape: number[], below: number) => Tensor.randint(shape, 0, below, { dtype: dtypes.int32 });
+  const positions = Tensor.arange(0, maskedPositions).mul(Math.floor(seq / maskedPositions)).cast(dtypes.int32).unsqueeze(0).expand([batchSize, maskedPositions]);
+  const batch: BertBatch = {
+    inputIds: ints([batchSize, seq], config.vocabSize),
+    segmentIds: ints([batchSize, seq], 2),
+    inputMask: Tensor.ones([batchSize, seq], { dtype: dtypes.int32 }),
+    maskedLmPositions: positions.contiguous(),
+    maskedLmIds: ints([batchSize, maskedPositions], config.vocabSize),
+    maskedLmWeights: Tensor.ones([batchSize, maskedPositions], { dtype: dtypes.float32 }),
+    nextSentenceLabels: ints([batchSize], 2),
+  };
+  Tensor.realizeAll(Object.values(batch));
+  return batch;
+}
+
+const started = performance.now();
+Tensor.manualSeed(0);
+const model = new BertForPretraining(config);
+const { optimizer, scheduler } = createBertOptimizer(model, { lr: 1e-4, totalSteps: 1000, warmupSteps: 0 });
+const step = jit(makeBertTrainStep({ model, optimizer, scheduler }, trainStepOptionsFromEnv(dtypes.float16)));
+const batch = randomBatch();
+const losses: number[] = [];
+for (let warm = 0; warm < 2; warm++) {
+  const t = performance.now();
+  losses.push(step(...bertBatchTensors(batch)).item());
+  console.error(`bert warm-up step ${warm + 1}: ${((performance.now() - t) / 1000).toFixed(1)} s (compile${warm ? ", capture" : ""})`);
+}
+const times: number[] = [];
+let kernels = 0;
+for (let i = 0; i < steps; i++) {
+  GlobalCounters.reset();
+  const t = performance.now();
+  losses.push(step(...bertBatchTensors(batch)).item());
+  times.push(performance.now() - t);
+  kernels = GlobalCounters.kernelCount;
+}
+times.sort((a, b) => a - b);
+const ms = times[Math.floor(times.length / 2)]!;
+const flops = bertStepFlops(batchSize, seq, maskedPositions, config);
+console.log(JSON.stringify({
+  model: `BERT-${values.preset} (${config.numHiddenLayers} layers) float16`, device: values.device, batch: batchSize, seq, steps,
+  ms_per_step: +ms.toFixed(2), tflops: +(flops / (ms / 1e3) / 1e12).toFixed(2), step_flops: flops,
+  sequences_per_s: +((batchSize * 1e3) / ms).toFixed(1), kernels_per_step: kernels,
+  losses: losses.map((l) => +l.toFixed(4)), total_s: +((performance.now() - started) / 1000).toFixed(1),
+}));
