@@ -150,15 +150,22 @@ export class CudaProgram implements Program {
   }
 }
 
-/** Compiles several programs' kernels as one module (the compiler starts once; the cache keeps the whole batch). */
+/**
+ * Compiles several programs' kernels as one module (the compiler starts once; the cache keeps the whole
+ * batch). Kernels whose code is the same (a model's layers) are compiled once and share a function.
+ */
 function compileTogether(device: CudaDevice, programs: readonly CudaProgram[], restrict: boolean): void {
-  const names = programs.map((p, i) => `${p.kernel.name.replace(/\W/g, "_")}_${i}`);
-  const rendered = programs.map((p, i) => renderCudaForm(p.chosenForm(), names[i]!, restrict));
-  const source = `${CUDA_PRELUDE}\n${rendered.map((r) => r.code).join("\n\n")}\n`;
-  const what = programs.length === 1 ? programs[0]!.kernel.name : `${programs.length} kernels (${programs[0]!.kernel.name}, ...)`;
+  const rendered = programs.map((p) => renderCudaForm(p.chosenForm(), "tg_kernel", restrict));
+  const firstOf = new Map<string, number>();
+  rendered.forEach((r, i) => firstOf.has(r.code) || firstOf.set(r.code, i));
+  const unique = [...firstOf.keys()];
+  const names = [...firstOf.values()].map((i, u) => `${programs[i]!.kernel.name.replace(/\W/g, "_")}_${u}`);
+  const source = `${CUDA_PRELUDE}\n${unique.map((code, u) => code.replace(/\btg_kernel\b/, names[u]!)).join("\n\n")}\n`;
+  const what = programs.length === 1 ? programs[0]!.kernel.name : `${unique.length} kernels (${programs[0]!.kernel.name}, ...)`;
   const fns = loadFunctions(device, source, names, what);
+  const fnOf = new Map(unique.map((code, u) => [code, fns[u]!]));
   programs.forEach((p, i) => {
-    p.loaded.set(restrict, { fn: fns[i]!, launch: rendered[i]!.launch });
+    p.loaded.set(restrict, { fn: fnOf.get(rendered[i]!.code)!, launch: rendered[i]!.launch });
     if (restrict) pending.delete(p);
   });
 }

@@ -11,7 +11,7 @@ static char last_name[256];
 static unsigned last_grid[3], last_block[3];
 static uint64_t last_params[16];
 static int launches = 0, param_count = 0;
-static int64_t allocated = 0, limit = 1 << 20;
+static int64_t allocated = 0, limit = 1ll << 34;
 
 void fake_fail_next_launch(int code) { fail_next = code; }
 int fake_launches(void) { return launches; }
