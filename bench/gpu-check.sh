@@ -28,7 +28,9 @@ if [ "${1:-}" = "--prepare" ]; then
   bash "$root/../shared/device/pack-node.sh" >/dev/null
   rm -rf .device/bundle .device/node_modules
   mkdir -p .device/bundle/tests .device/node_modules/@koromix
-  esbuild=(npx esbuild --bundle --platform=node --format=esm --target=node20 --external:koffi --log-level=warning --out-extension:.js=.mjs)
+  # one bundle holds many modules: `import.meta.url === argv[1]` CLI guards (tf_checkpoint.ts) must not fire in it
+  esbuild=(npx esbuild --bundle --platform=node --format=esm --target=node20 --external:koffi --log-level=warning --out-extension:.js=.mjs
+    '--define:import.meta.url="file:///tsgrad-bundle.mjs"')
   "${esbuild[@]}" bench/gpu/gemm.ts bench/gpu/bert_step.ts --outdir=.device/bundle
   "${esbuild[@]}" $(for t in $OP_TESTS; do echo "test/core/$t.test.ts"; done) --outdir=.device/bundle/tests
   cp bench/gpu/torch_bench.py .device/bundle/
