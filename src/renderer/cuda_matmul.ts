@@ -207,6 +207,9 @@ function tileLoad(tile: string, o: Operand, row: Loop, p: MatmulPattern, rows: n
 /** Work below which the tiled kernel's fixed costs are not worth it. */
 const MIN_FLOPS = 2 ** 22;
 
-/** Whether a pattern is big enough for tensor cores (every dimension at least one mma tile). */
-export const worthTensorCores = (p: MatmulPattern): boolean =>
-  p.m.size >= 16 && p.n.size >= 8 && p.k.size >= 16 && 2 * p.m.size * p.n.size * p.k.size * p.batch.reduce((s, l) => s * l.size, 1) >= MIN_FLOPS;
+/** Whether a pattern is big enough for tensor cores (every dimension at least one mma tile) and fits the grid's y and z limits. */
+export function worthTensorCores(p: MatmulPattern): boolean {
+  const batches = p.batch.reduce((s, l) => s * l.size, 1);
+  const fits = batches <= 65535 && Math.ceil(p.m.size / BM) <= 65535;
+  return fits && p.m.size >= 16 && p.n.size >= 8 && p.k.size >= 16 && 2 * p.m.size * p.n.size * p.k.size * batches >= MIN_FLOPS;
+}
