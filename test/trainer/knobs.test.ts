@@ -30,6 +30,16 @@ test("defaults follow tinygrad's train_bert (v4.1): BS 8 per device in float32, 
   assert.equal(tinybox.KEEP_CKPT_AMOUNT, 5);
 });
 
+test("every knob is read from its environment variable and from its flag", () => {
+  const sample = (kind: string, i: number): string => (kind === "string" ? `value-${i}` : kind === "float" ? `${i}.5` : String(i + 2));
+  KNOB_SPECS.forEach((spec, i) => {
+    const raw = spec.name === "DEVICE" ? "JS" : sample(spec.kind, i);
+    const expected = spec.kind === "string" ? raw : Number(raw);
+    assert.equal(knobs({ [spec.name]: raw })[spec.name as keyof Knobs], expected, `${spec.name} from the environment`);
+    assert.equal(knobs({}, [flagOf(spec.name), raw])[spec.name as keyof Knobs], expected, `${spec.name} from ${flagOf(spec.name)}`);
+  });
+});
+
 test("INIT_CKPT_DIR defaults to BASEDIR and BERT_CONFIG to the bert_config.json in it", () => {
   const k = knobs({ BASEDIR: "/data/wiki" });
   assert.equal(k.INIT_CKPT_DIR, "/data/wiki");
