@@ -18,7 +18,7 @@ import { Tensor } from "../../src/tensor.ts";
 import { jit } from "../../src/engine/jit.ts";
 import { clearKernelCache } from "../../src/engine/search.ts";
 import { getStateDict, loadTrainingState, safeSave, saveTrainingState } from "../../src/nn/state.ts";
-import { BERT_PRESETS, BertForPretraining, bertConfigFromJson, type BertBatch, type BertConfig } from "../../models/bert.ts";
+import { BERT_PRESETS, BertForPretraining, bertConfigFromJson, type BertBatch, type BertConfig, type BertMetrics } from "../../models/bert.ts";
 import { bertEvalStep, bertTrainStep, createBertOptimizer, type BertTrainState } from "../../models/bert_train_step.ts";
 import { fakeBatch, listSampleFiles, prefetchBatches, evalBatches } from "./data/loader.ts";
 import type { SampleColumns } from "./data/samples.ts";
@@ -136,6 +136,55 @@ function pruneCheckpoints(dir: string, keep: number, print: (line: string) => vo
   }
 }
 
+/** Sets BEAM (read live by the kernel search) to `beam` while `fn` runs: TRAIN_BEAM and EVAL_BEAM. */
+function withBeam<T>(beam: number, fn: () => T): T {
+  const before = process.env.BEAM;
+  process.env.BEAM = String(beam);
+  try {
+    return fn();
+  } finally {
+    if (before === undefined) delete process.env.BEAM;
+    else process.env.BEAM = before;
+  }
+}
+
+/** What an evaluation needs: the jitted eval step, and the eval shards (fake batches when null). */
+interface Evaluation {
+  knobs: Knobs;
+  devices: string[];
+  evalStep: (...t: BatchTensors) => BertMetrics;
+  evalFiles: string[] | null;
+  vocabSize: number;
+  print: (line: string) => void;
+}
+
+/** One evaluation over `limit` batches (MAX_EVAL_STEPS, fewer in a BENCHMARK run): accuracy and loss over all predictions. */
+function evaluate({ knobs, devices, evalStep, evalFiles, vocabSize, print }: Evaluation, step: number, limit: number): { accuracy: number; loss: number } {
+  const batches = evalFiles ? evalBatches({ files: evalFiles, batchSize: knobs.EVAL_BS }) : null;
+  const progress = knobs.BENCHMARK ? null : new CountProgress("eval", limit);
+  let correct = 0, predictions = 0, lossSum = 0;
+  const start = performance.now();
+  for (let j = 0; j < limit; j++) {
+    const samples = batches ? batches.next().value : fakeSamples(knobs.EVAL_BS, knobs, vocabSize, knobs.SEED + 1_000_000 + j);
+    if (batches && j === 0) checkWidths(samples, knobs, `the eval shards in ${shardFolders(knobs.BASEDIR).eval}`);
+    // the last batch wraps around to the set's first samples: weight 0 on those, so each sample counts once
+    const beyondSet = (j + 1) * knobs.EVAL_BS - knobs.EVAL_SET_SIZE;
+    if (batches && beyondSet > 0) samples.masked_lm_weights.fill(0, Math.max(0, knobs.EVAL_BS - beyondSet) * samples.maxPredictionsPerSeq);
+    const metrics = withBeam(knobs.EVAL_BEAM, () => evalStep(...toTensors(samples, devices)));
+    const weight = samples.masked_lm_weights.reduce((a, b) => a + b, 0);
+    correct += metrics.maskedLmAccuracy.item() * weight;
+    lossSum += metrics.maskedLmLoss.item() * weight;
+    predictions += weight;
+    progress?.advance();
+  }
+  progress?.finish();
+  batches?.return(undefined as never);
+  const accuracy = predictions > 0 ? correct / predictions : 0;
+  const loss = predictions > 0 ? lossSum / predictions : 0;
+  print(formatEvalLine({ step, samples: step * knobs.BS, maskedLmAccuracy: accuracy, loss, seconds: (performance.now() - start) / 1000 }));
+  return { accuracy, loss };
+}
+
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 /** Runs the phase the knobs select; see the header. */
@@ -213,16 +262,6 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
   const stepOptions = { lossScale: knobs.LOSS_SCALER, gradientAccSteps: knobs.GRADIENT_ACC_STEPS, maxGradNorm: 1.0 };
   const trainStep = jit((...t: BatchTensors) => ({ loss: bertTrainStep(state, asBatch(t), stepOptions), lr: optimizer.optimizers[0]!.lr }));
   const evalStep = jit((...t: BatchTensors) => ({ ...bertEvalStep(model, asBatch(t)) }));
-  const withBeam = <T>(beam: number, fn: () => T): T => {
-    const before = process.env.BEAM;
-    process.env.BEAM = String(beam);
-    try {
-      return fn();
-    } finally {
-      if (before === undefined) delete process.env.BEAM;
-      else process.env.BEAM = before;
-    }
-  };
 
   // ** data: the shards only in the run phase (after run_start), fake batches otherwise **
   const train = shards
@@ -235,7 +274,7 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
     if (next.done) throw new TrainerError("the train loader stopped");
     return next.value;
   };
-  const evalIterator = () => (shards ? evalBatches({ files: shards.eval, batchSize: knobs.EVAL_BS }) : null);
+  const evaluation: Evaluation = { knobs, devices, evalStep, evalFiles: shards?.eval ?? null, vocabSize: config.vocabSize, print };
 
   let interruptRequested = false;
   const onSigint = () => {
@@ -254,33 +293,6 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
     print(`saved checkpoint ${path}`);
     pruneCheckpoints(knobs.SAVE_CKPT_DIR, knobs.KEEP_CKPT_AMOUNT, print);
     return path;
-  };
-
-  /** One evaluation over `limit` batches (MAX_EVAL_STEPS, fewer in a BENCHMARK run): accuracy and loss over all predictions. */
-  const evaluate = (step: number, limit: number): { accuracy: number; loss: number } => {
-    const batches = evalIterator();
-    const progress = knobs.BENCHMARK ? null : new CountProgress("eval", limit);
-    let correct = 0, predictions = 0, lossSum = 0;
-    const start = performance.now();
-    for (let j = 0; j < limit; j++) {
-      const samples = batches ? batches.next().value : fakeSamples(knobs.EVAL_BS, knobs, config.vocabSize, knobs.SEED + 1_000_000 + j);
-      if (batches && j === 0) checkWidths(samples, knobs, `the eval shards in ${shardFolders(knobs.BASEDIR).eval}`);
-      // the last batch wraps around to the set's first samples: weight 0 on those, so each sample counts once
-      const beyondSet = (j + 1) * knobs.EVAL_BS - knobs.EVAL_SET_SIZE;
-      if (batches && beyondSet > 0) samples.masked_lm_weights.fill(0, Math.max(0, knobs.EVAL_BS - beyondSet) * samples.maxPredictionsPerSeq);
-      const metrics = withBeam(knobs.EVAL_BEAM, () => evalStep(...toTensors(samples, devices)));
-      const weight = samples.masked_lm_weights.reduce((a, b) => a + b, 0);
-      correct += metrics.maskedLmAccuracy.item() * weight;
-      lossSum += metrics.maskedLmLoss.item() * weight;
-      predictions += weight;
-      progress?.advance();
-    }
-    progress?.finish();
-    batches?.return(undefined as never);
-    const accuracy = predictions > 0 ? correct / predictions : 0;
-    const loss = predictions > 0 ? lossSum / predictions : 0;
-    print(formatEvalLine({ step, samples: step * knobs.BS, maskedLmAccuracy: accuracy, loss, seconds: (performance.now() - start) / 1000 }));
-    return { accuracy, loss };
   };
 
   // ** train loop **
@@ -317,7 +329,7 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
       if (knobs.BENCHMARK && step === lastStep) {
         const estimateMinutes = Math.floor((median(stepTimes) / 1000) * knobs.TRAIN_STEPS / 60);
         print(`Estimated training time: ${Math.floor(estimateMinutes / 60)}h${estimateMinutes % 60}m (median step ${median(stepTimes).toFixed(1)} ms x ${knobs.TRAIN_STEPS} steps)`);
-        evaluate(step, Math.min(knobs.BENCHMARK, knobs.MAX_EVAL_STEPS));
+        evaluate(evaluation, step, Math.min(knobs.BENCHMARK, knobs.MAX_EVAL_STEPS));
         if (mllog && knobs.INITMLPERF) mllog.end(K.INIT_STOP);
         break;
       }
@@ -325,7 +337,7 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
       if (step % knobs.EVAL_STEP_FREQ === 0 || step === knobs.TRAIN_STEPS) {
         progress?.finish();
         if (mllog && knobs.RUNMLPERF) mllog.start(K.EVAL_START, null, { epoch_num: step * knobs.BS, step_num: step });
-        const { accuracy } = evaluate(step, knobs.MAX_EVAL_STEPS);
+        const { accuracy } = evaluate(evaluation, step, knobs.MAX_EVAL_STEPS);
         result.accuracy = accuracy;
         if (mllog && knobs.RUNMLPERF) {
           const evaluated = Math.min(evalSetSize, knobs.EVAL_BS * knobs.MAX_EVAL_STEPS);
