@@ -94,11 +94,12 @@ export class CpuProgram implements Program {
   }
 
   run(buffers: Buffer[]): number {
-    // one buffer in two slots (an in-place assign) must not be promised to the compiler as unaliased
-    const restrict = new Set(buffers).size === buffers.length;
+    // one memory in two slots (an in-place assign) must not be promised to the compiler as unaliased
+    const handles = buffers.map((b) => b.handle);
+    const restrict = new Set(handles).size === handles.length;
     if (!this.fn(restrict)) compilePrograms(restrict ? [this, ...[...pending].filter((p) => p !== this)] : [this], restrict);
     const fn = this.fn(restrict)!;
-    const args = [...buffers.map((b) => b.handle), threadCount()];
+    const args = [...handles, threadCount()];
     const start = performance.now();
     fn(...args);
     return (performance.now() - start) / 1000;
