@@ -66,16 +66,28 @@ function timeKernels(kernels: readonly KernelIR[]): number[] {
 /** THREADS=n caps the threads a kernel uses (default: every core). */
 export const threadCount = (): number => Math.max(1, getenv("THREADS", availableParallelism()));
 
-/** Programs created but not compiled yet: the first run compiles all of them together. */
-const pending = new Set<CpuProgram>();
+/** Programs created but not compiled yet: the first run compiles all of them together (weakly held: one never run is dropped). */
+const pending = new Set<WeakRef<CpuProgram>>();
+
+/** The pending programs still alive (the rest are forgotten). */
+function waitingPrograms(): CpuProgram[] {
+  const alive: CpuProgram[] = [];
+  for (const ref of pending) {
+    const program = ref.deref();
+    if (program) alive.push(program);
+    else pending.delete(ref);
+  }
+  return alive;
+}
 
 export class CpuProgram implements Program {
   private restricted: KernelFn | undefined;
   private aliased: KernelFn | undefined;
   /** Whether BEAM had its say on the kernel's options (it leaves the kernel as is when BEAM=0). */
   searched = false;
+  private readonly pendingRef = new WeakRef(this);
   constructor(public kernel: KernelIR) {
-    pending.add(this);
+    pending.add(this.pendingRef);
   }
 
   useSearched(kernel: KernelIR): void {
@@ -90,14 +102,14 @@ export class CpuProgram implements Program {
   setFn(restrict: boolean, fn: KernelFn): void {
     if (restrict) this.restricted = fn;
     else this.aliased = fn;
-    pending.delete(this);
+    pending.delete(this.pendingRef);
   }
 
   run(buffers: Buffer[]): number {
     // one memory in two slots (an in-place assign) must not be promised to the compiler as unaliased
     const handles = buffers.map((b) => b.handle);
     const restrict = new Set(handles).size === handles.length;
-    if (!this.fn(restrict)) compilePrograms(restrict ? [this, ...[...pending].filter((p) => p !== this)] : [this], restrict);
+    if (!this.fn(restrict)) compilePrograms(restrict ? [this, ...waitingPrograms().filter((p) => p !== this)] : [this], restrict);
     const fn = this.fn(restrict)!;
     const args = [...handles, threadCount()];
     const start = performance.now();
