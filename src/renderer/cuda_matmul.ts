@@ -1,11 +1,13 @@
 // Tensor-core matmul for CUDA: a kernel whose plain lowering is one float32 sum over k of products of two
-// float16 (or two bfloat16) loads, A at (m, k) and B at (n, k) with affine indices, is rendered as a tiled
-// `mma.sync` (m16n8k16, float32 accumulation) kernel. Tiles go through shared memory (any strides work;
-// unit strides load 16 bytes at a time); whatever follows the reduce (casts, bias, activation) runs per
-// output element on the accumulators, as the plain kernel would.
+// float16 (or two bfloat16) factors, A at (m, k) and B at (n, k), is rendered as a tiled `mma.sync`
+// (m16n8k16, float32 accumulation) kernel. Tiles go through shared memory: a factor that is one load with
+// an affine index is copied as it is (16 bytes at a time along a unit stride); a computed factor (a bias
+// added first) is evaluated per element while copying and rounded to 16 bits there, where the loop kernel
+// would keep it in float32. Whatever follows the reduce (casts, bias, activation) runs per output element
+// on the accumulators, as the plain kernel would.
 import type { KernelIR, Stmt } from "../codegen/ir.ts";
-import type { Idx } from "../shape/symbolic.ts";
-import { type CudaKernelSource, kernelParams, outputIndices, renderBlock, splitOutputLoops } from "./cuda.ts";
+import { type Idx, varsOf } from "../shape/symbolic.ts";
+import { type CudaKernelSource, indexType, kernelParams, outputIndices, renderBlock, splitOutputLoops } from "./cuda.ts";
 
 interface Loop {
   readonly var: string;
@@ -18,12 +20,19 @@ interface Affine {
   readonly coef: ReadonlyMap<string, number>;
 }
 
+type Def = Stmt & { kind: "def" };
+
+/** One factor of the product: the reduce loop's statements that compute it (one 16-bit load, or elementwise ops on loads). */
 interface Operand {
-  readonly buf: number;
-  readonly affine: Affine;
+  /** Its statements in loop order, the factor last. */
+  readonly defs: readonly Def[];
+  /** Set when the factor is one unguarded load: tiles copy it directly (16 bytes at a time when aligned). */
+  readonly load?: { readonly buf: number; readonly affine: Affine };
+  /** The loop variables its loads read. */
+  readonly vars: ReadonlySet<string>;
 }
 
-/** A kernel that tensor cores can compute: C[batch, m, n] = epilogue(sum_k A[.., m, k] * B[.., n, k]). */
+/** A kernel that tensor cores can compute: C[batch, m, n] = epilogue(sum_k A(batch, m, k) * B(batch, n, k)). */
 export interface MatmulPattern {
   readonly kernel: KernelIR;
   readonly input: "f16" | "bf16";
@@ -51,52 +60,82 @@ function affine(e: Idx): Affine | undefined {
   return { constant, coef };
 }
 
+const SIXTEEN_BIT = new Set(["float16", "bfloat16"]);
+
 /**
- * The pattern in a plain lowering (no upcasts): output loops around [acc, loop k { load a; load b;
- * optional casts; mul; optional cast; update }, epilogue]. Undefined when the kernel is anything else.
+ * The pattern in a plain lowering (no upcasts): output loops around [acc (float32), loop k { statements
+ * computing two 16-bit factors from loads, their product, optional widening casts, the update }, epilogue].
+ * Each factor's loads may read k, the batch loops and its own output loop (m or n), not the other's.
+ * Undefined when the kernel is anything else.
  */
 export function matchMatmul(kernel: KernelIR): MatmulPattern | undefined {
   const { loops, body } = splitOutputLoops(kernel);
   const [accStmt, loopStmt, ...epilogue] = body;
   if (accStmt?.kind !== "acc" || accStmt.op !== "ADD" || accStmt.dtype.name !== "float32") return undefined;
   if (loopStmt?.kind !== "loop" || epilogue.some((s) => s.kind === "loop" || s.kind === "acc" || s.kind === "update")) return undefined;
-  const defs = new Map<string, Stmt & { kind: "def" }>();
-  const loads: (Stmt & { kind: "def" })[] = [];
-  let update: (Stmt & { kind: "update" }) | undefined;
-  for (const s of loopStmt.body) {
-    if (s.kind === "def") {
-      defs.set(s.name, s);
-      if (s.expr.op === "LOAD") loads.push(s);
-    } else if (s.kind === "update" && s.name === accStmt.name && !update) update = s;
-    else return undefined;
-  }
-  if (!update || loads.length !== 2 || defs.size > 6) return undefined;
-  // from the update back to the product: casts to float32 are exact for products of 16-bit floats
-  const through = (name: string): string => {
+  const defs = new Map<string, Def>();
+  const updates = loopStmt.body.filter((s) => s.kind === "update");
+  for (const s of loopStmt.body) if (s.kind === "def") defs.set(s.name, s);
+  const update = updates[0];
+  if (updates.length !== 1 || update?.kind !== "update" || update.name !== accStmt.name || update.value.kind !== "val") return undefined;
+  if (loopStmt.body.some((s) => s.kind !== "def" && s !== update)) return undefined;
+  // back through widening casts (exact: products of 16-bit floats fit float32), remembering them
+  const casts = new Set<string>();
+  const widened = (name: string): string => {
     const d = defs.get(name);
-    return d && d.expr.op === "CAST" && d.expr.srcs[0]!.kind === "val" ? through(d.expr.srcs[0]!.name) : name;
+    const src = d?.expr.op === "CAST" ? d.expr.srcs[0] : undefined;
+    if (src?.kind !== "val" || d!.dtype.name !== "float32" || src.dtype.kind !== "float") return name;
+    casts.add(name);
+    return widened(src.name);
   };
-  if (update.value.kind !== "val") return undefined;
-  const product = defs.get(through(update.value.name));
+  const product = defs.get(widened(update.value.name));
   if (!product || product.expr.op !== "MUL") return undefined;
-  const factors = product.expr.srcs.map((o) => (o.kind === "val" ? through(o.name) : ""));
-  if (!loads.every((l) => factors.includes(l.name)) || factors[0] === factors[1]) return undefined;
-  const types = loads.map((l) => (l.expr.op === "LOAD" ? kernel.buffers[l.expr.buf]!.dtype.name : ""));
-  if (types[0] !== types[1] || (types[0] !== "float16" && types[0] !== "bfloat16")) return undefined;
-  const operands = loads.map((l) => (l.expr.op === "LOAD" && l.expr.valid.length === 0 ? { buf: l.expr.buf, affine: affine(l.expr.index) } : undefined));
+  const factors = product.expr.srcs.map((o) => (o.kind === "val" ? defs.get(widened(o.name)) : undefined));
+  if (!factors[0] || !factors[1] || factors[0].dtype !== factors[1].dtype || !SIXTEEN_BIT.has(factors[0].dtype.name)) return undefined;
   const k = { var: loopStmt.var, size: loopStmt.size };
   const known = new Set([k.var, ...loops.map((l) => l.var)]);
-  if (!operands.every((o) => o?.affine && [...o.affine.coef.keys()].every((v) => known.has(v)))) return undefined;
-  const [first, second] = operands as Operand[];
-  if (!first!.affine.coef.get(k.var) || !second!.affine.coef.get(k.var)) return undefined;
-  // m: read by the first operand only; n: by the second only; the biggest such loop of each
-  const only = (mine: Operand, other: Operand) => loops.filter((l) => mine.affine.coef.get(l.var) && !other.affine.coef.get(l.var)).sort((x, y) => y.size - x.size)[0];
-  const m = only(first!, second!), n = only(second!, first!);
+  const [a, b] = factors.map((f) => operand(f!, defs, known));
+  // statements both factors read (a bias over k) are computed in each tile's copy
+  if (!a || !b) return undefined;
+  // every statement of the loop feeds one factor, or is the product or a cast around it
+  const used = new Set([...a.defs, ...b.defs].map((d) => d.name).concat(product.name, ...casts));
+  if (defs.size !== used.size || !a.vars.has(k.var) || !b.vars.has(k.var)) return undefined;
+  // m: read by the first factor only; n: by the second only; the biggest such loop of each
+  const only = (mine: Operand, other: Operand) => loops.filter((l) => mine.vars.has(l.var) && !other.vars.has(l.var)).sort((x, y) => y.size - x.size)[0];
+  const m = only(a, b), n = only(b, a);
   if (!m || !n) return undefined;
   return {
-    kernel, input: types[0] === "float16" ? "f16" : "bf16", a: first!, b: second!, m, n, k,
+    kernel, input: factors[0].dtype.name === "float16" ? "f16" : "bf16", a, b, m, n, k,
     batch: loops.filter((l) => l !== m && l !== n), acc: accStmt.name, epilogue,
   };
+}
+
+/** The statements computing `factor` inside the loop, when all are defined there and their loads read known loops (or their own values). */
+function operand(factor: Def, defs: ReadonlyMap<string, Def>, known: ReadonlySet<string>): Operand | undefined {
+  const chain = new Set<Def>();
+  const visit = (d: Def): boolean => {
+    if (chain.has(d)) return true;
+    chain.add(d);
+    const e = d.expr;
+    if (e.op === "LOAD" || e.op === "INDEX" || e.op === "VALID") return true;
+    return e.srcs.every((o) => o.kind === "lit" || (defs.has(o.name) && visit(defs.get(o.name)!)));
+  };
+  if (!visit(factor)) return undefined;
+  const own = new Set([...chain].map((d) => d.name));
+  const vars = new Set<string>();
+  for (const d of chain) {
+    const e = d.expr;
+    const indices = e.op === "LOAD" || e.op === "INDEX" ? [e.index] : [];
+    const bounds = e.op === "LOAD" || e.op === "VALID" ? e.valid.map((v) => v.expr) : [];
+    for (const index of [...indices, ...bounds]) for (const v of varsOf(index)) {
+      if (known.has(v)) vars.add(v);
+      else if (!own.has(v)) return undefined;
+    }
+  }
+  const ordered = [...defs.values()].filter((d) => chain.has(d));
+  const e = factor.expr;
+  const direct = e.op === "LOAD" && e.valid.length === 0 ? affine(e.index) : undefined;
+  return { defs: ordered, vars, load: direct && e.op === "LOAD" ? { buf: e.buf, affine: direct } : undefined };
 }
 
 /** Block tile: BM x BN outputs, BK deep; 8 warps as 2 x 4, each 64 x 32 (4 x 4 mma tiles of 16 x 8). */
@@ -105,9 +144,9 @@ const BM = 128, BN = 128, BK = 32, THREADS = 256;
 const PITCH = BK + 8;
 
 /** Whether 8 neighbours along `along` (unit stride) always start 16-byte aligned: one vector load reads them. */
-const vectorAlong = (o: Operand, along: Loop): boolean =>
-  o.affine.coef.get(along.var) === 1 && along.size % 8 === 0 && o.affine.constant % 8 === 0
-  && [...o.affine.coef].every(([v, c]) => v === along.var || c % 8 === 0);
+const vectorAlong = (af: Affine, along: Loop): boolean =>
+  af.coef.get(along.var) === 1 && along.size % 8 === 0 && af.constant % 8 === 0
+  && [...af.coef].every(([v, c]) => v === along.var || c % 8 === 0);
 
 /** Renders the tensor-core kernel for a matched pattern. */
 export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: boolean): CudaKernelSource {
@@ -166,13 +205,28 @@ export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: boole
   };
 }
 
-/** Global -> shared copy of one operand's tile: rows along `row` (m or n), BK columns along k, zero outside. */
+/** Global -> shared copy of one factor's tile: rows along `row` (m or n), BK columns along k, zero outside. */
 function tileLoad(tile: string, o: Operand, row: Loop, p: MatmulPattern, rows: number): string[] {
-  const { k } = p;
-  const base = [String(o.affine.constant), ...[...o.affine.coef].filter(([v]) => v !== row.var && v !== k.var).map(([v, c]) => `${v} * ${c}`)].join(" + ");
-  const address = (r: string, kk: string) => `b${o.buf}[${base} + (${r}) * ${o.affine.coef.get(row.var) ?? 0} + (${kk}) * ${o.affine.coef.get(k.var)!}]`;
   const start = row === p.m ? "m0" : "n0";
-  if (vectorAlong(o, k)) {
+  if (o.load) return directTileLoad(tile, o.load.buf, o.load.affine, row, start, p.k, rows);
+  // a computed factor: its statements run per element, the result rounded to 16 bits
+  const lines = [
+    `    for (int e = tid; e < ${rows * BK}; e += ${THREADS}) {`,
+    `      const int r = e / ${BK}, kk = e % ${BK}, gr = ${start} + r, gk = k0 + kk;`,
+    `      unsigned short h = 0;`,
+    `      if (gr < ${row.size} && gk < ${p.k.size}) {`,
+    `        const int ${row.var} = gr, ${p.k.var} = gk;`,
+  ];
+  renderBlock(o.defs, lines, "        ", { kernel: p.kernel, products: new Map(), group: 0 });
+  lines.push(`        h = ${p.input === "f16" ? "tg_f2h" : "tg_f2b"}(${o.defs[o.defs.length - 1]!.name});`, `      }`, `      ${tile}[r][kk] = h;`, `    }`);
+  return lines;
+}
+
+/** The copy of a factor that is one load: its bits as they are, 16 bytes at a time where aligned. */
+function directTileLoad(tile: string, buf: number, af: Affine, row: Loop, start: string, k: Loop, rows: number): string[] {
+  const base = [String(af.constant), ...[...af.coef].filter(([v]) => v !== row.var && v !== k.var).map(([v, c]) => `${v} * ${c}`)].join(" + ");
+  const address = (r: string, kk: string) => `b${buf}[${base} + (${r}) * ${af.coef.get(row.var) ?? 0} + (${kk}) * ${af.coef.get(k.var)!}]`;
+  if (vectorAlong(af, k)) {
     return [
       `    for (int e = tid; e < ${(rows * BK) / 8}; e += ${THREADS}) {`,
       `      const int r = e / ${BK / 8}, kk = (e % ${BK / 8}) * 8, gr = ${start} + r, gk = k0 + kk;`,
@@ -180,7 +234,7 @@ function tileLoad(tile: string, o: Operand, row: Loop, p: MatmulPattern, rows: n
       `    }`,
     ];
   }
-  if (vectorAlong(o, row)) {
+  if (vectorAlong(af, row)) {
     // neighbouring lanes take neighbouring k: their 2-byte shared stores fall in distinct banks
     return [
       `    for (int e = tid; e < ${(rows * BK) / 8}; e += ${THREADS}) {`,
@@ -193,7 +247,7 @@ function tileLoad(tile: string, o: Operand, row: Loop, p: MatmulPattern, rows: n
     ];
   }
   // k fastest when k is the unit stride (coalesced), else rows fastest
-  const kFastest = o.affine.coef.get(k.var) === 1 || o.affine.coef.get(row.var) !== 1;
+  const kFastest = af.coef.get(k.var) === 1 || af.coef.get(row.var) !== 1;
   return [
     `    for (int e = tid; e < ${rows * BK}; e += ${THREADS}) {`,
     kFastest
@@ -210,6 +264,7 @@ const MIN_FLOPS = 2 ** 22;
 /** Whether a pattern is big enough for tensor cores (every dimension at least one mma tile) and fits the grid's y and z limits. */
 export function worthTensorCores(p: MatmulPattern): boolean {
   const batches = p.batch.reduce((s, l) => s * l.size, 1);
-  const fits = batches <= 65535 && Math.ceil(p.m.size / BM) <= 65535;
+  // 32-bit indices throughout, and the batch and row tiles within the grid's z and y limits
+  const fits = indexType(p.kernel) === "int" && batches <= 65535 && Math.ceil(p.m.size / BM) <= 65535;
   return fits && p.m.size >= 16 && p.n.size >= 8 && p.k.size >= 16 && 2 * p.m.size * p.n.size * p.k.size * batches >= MIN_FLOPS;
 }

@@ -36,6 +36,10 @@ const forms = {
   halfAdd: lastForm([rand([1000], dtypes.float16), rand([1000], dtypes.float16)], (a, b) => a.add(b)),
   mulAdd: lastForm([rand([1000]), rand([1000]), rand([1000])], (a, b, c) => a.mul(b).add(c)),
   floatMatmul: lastForm([rand([1024, 256]), rand([256, 1024])], (a, b) => a.matmul(b)),
+  biasedMatmul: lastForm([rand([2, 128, 64], dtypes.float16), rand([64], dtypes.float16)], (x, bias) => {
+    const q = x.add(bias);
+    return q.matmul(q.transpose(-1, -2));
+  }),
 };
 
 test("a float16 matmul runs on tensor cores, 128 x 128 output tiles a block", () => {
@@ -46,6 +50,11 @@ test("a float16 matmul runs on tensor cores, 128 x 128 output tiles a block", ()
 test("a batched bfloat16 matmul runs on tensor cores with the batch on the grid's z axis", () => {
   assert.equal(forms.bf16Batched.kind, "tensorCores");
   assert.deepEqual(renderCudaForm(forms.bf16Batched, "k", true).launch.grid, [1, 1, 4]);
+});
+
+test("a matmul of computed 16-bit factors (a bias added first) runs on tensor cores, computing them while staging tiles", () => {
+  assert.equal(forms.biasedMatmul.kind, "tensorCores");
+  assert.match(renderCudaForm(forms.biasedMatmul, "k", true).code, /h = tg_f2h\(v\d+\);/);
 });
 
 test("a float32 matmul stays on loops with 4 x 4 register tiles", () => {
@@ -72,6 +81,7 @@ const skip = nvcc ? false : "nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cu
 test("tensor-core kernels issue m16n8k16 mma with float32 accumulation, f16 and bf16", { skip }, () => {
   assert.match(ptx.get("halfMatmul")!, /mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f32/);
   assert.match(ptx.get("bf16Batched")!, /mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.bf16\.bf16\.f32/);
+  assert.match(ptx.get("biasedMatmul")!, /mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f32/);
 });
 
 test("group reduces combine with warp shuffles", { skip }, () => {
