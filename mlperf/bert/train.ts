@@ -18,6 +18,7 @@ import { Tensor } from "../../src/tensor.ts";
 import { jit } from "../../src/engine/jit.ts";
 import { clearKernelCache } from "../../src/engine/search.ts";
 import { getStateDict, loadTrainingState, safeSave, saveTrainingState } from "../../src/nn/state.ts";
+import { replicateParameters } from "../../src/nn/parallel.ts";
 import { BERT_PRESETS, BertForPretraining, bertConfigFromJson, type BertBatch, type BertConfig, type BertMetrics } from "../../models/bert.ts";
 import { bertEvalStep, bertTrainStep, createBertOptimizer, type BertTrainState } from "../../models/bert_train_step.ts";
 import { fakeBatch, listSampleFiles, prefetchBatches, evalBatches } from "./data/loader.ts";
@@ -230,11 +231,7 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
     progress?.finish();
     print(`loaded the init checkpoint ${initPrefix}`);
   }
-  const parameters = Object.values(getStateDict(model));
-  if (devices.length > 1) {
-    for (const p of parameters) p.node = p.to(devices).node; // replicated: every device holds every weight
-    Tensor.realizeAll(parameters);
-  }
+  if (devices.length > 1) replicateParameters(model, devices); // before the optimizer, so its state is replicated too
   const { optimizer, scheduler } = createBertOptimizer(model, {
     lr: knobs.OPT_BASE_LEARNING_RATE, totalSteps: knobs.TRAIN_STEPS, warmupSteps: knobs.NUM_WARMUP_STEPS, power: knobs.POLY_POWER,
     weightDecay: knobs.DECAY, eps: knobs.EPSILON, b1: knobs.OPT_LAMB_BETA_1, b2: knobs.OPT_LAMB_BETA_2,

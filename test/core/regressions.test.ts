@@ -48,3 +48,26 @@ test("one LAMB step on a weight replicated over two devices matches the step on 
   const one = step(["JS"]);
   step(["JS", "JS:1"]).forEach((value, i) => assert.ok(Math.abs(value - one[i]!) < 1e-6, `element ${i}: ${value} vs ${one[i]}`));
 });
+
+test("a BERT train step on 2 devices with the loader's fake batch keeps every weight finite", { todo: "NaN in most weights after one step on JS,JS:1 (one device is fine); the BERT trainer's GPUS=2 stops at step 2" }, async () => {
+  // found running the trainer with GPUS=2; test/models/bert_data_parallel.test.ts's hand-made batch
+  // does not show it, the fake batch (random lengths, 1 to 3 predictions a row) does
+  const { BertForPretraining, BERT_PRESETS } = await import("../../models/bert.ts");
+  const { bertTrainStep, createBertOptimizer } = await import("../../models/bert_train_step.ts");
+  const { replicateParameters } = await import("../../src/nn/parallel.ts");
+  const { getStateDict } = await import("../../src/nn/state.ts");
+  const { fakeBatch } = await import("../../mlperf/bert/data/loader.ts");
+  const devices = ["JS", "JS:1"];
+  const samples = fakeBatch(8, 16, 3, 1, 1200);
+  const shard = (data: Int32Array | Float32Array, shape: number[]) => new Tensor(data, { device: "JS" }).reshape(shape).shard(devices, 0);
+  Tensor.manualSeed(1);
+  const model = new BertForPretraining({ ...BERT_PRESETS.tiny, vocabSize: 1200, hiddenSize: 16, numAttentionHeads: 2, intermediateSize: 32, maxPositionEmbeddings: 16, numHiddenLayers: 1 }, { disableDropout: true });
+  replicateParameters(model, devices);
+  const state = { model, ...createBertOptimizer(model, { lr: 0.01, totalSteps: 100, warmupSteps: 1 }) };
+  bertTrainStep(state, {
+    inputIds: shard(samples.input_ids, [8, 16]), segmentIds: shard(samples.segment_ids, [8, 16]), inputMask: shard(samples.input_mask, [8, 16]),
+    maskedLmPositions: shard(samples.masked_lm_positions, [8, 3]), maskedLmIds: shard(samples.masked_lm_ids, [8, 3]),
+    maskedLmWeights: shard(samples.masked_lm_weights, [8, 3]), nextSentenceLabels: shard(samples.next_sentence_labels, [8]),
+  }, { lossScale: 1, gradientAccSteps: 1, maxGradNorm: 1 });
+  for (const [name, t] of Object.entries(getStateDict(model))) assert.ok(Array.from(t.toArray() as Float32Array).every(Number.isFinite), `${name} is not finite`);
+});
