@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check in one run, for the next session that is lent a GPU (see ../shared/device/README.md):
 #   1. the op test-suite on the CUDA device (correctness, against the float64 references),
-#   2. float16 GEMM TFLOP/s of tsgrad's kernels (tensor cores),
+#   2. tsgrad's tensor-core kernels against the JS device on small odd shapes, then float16 GEMM TFLOP/s,
 #   3. PyTorch on the same GPU: the same GEMMs through cuBLAS and the same BERT-large float16 train step,
 #   4. tsgrad's BERT-large float16 train step at sequence 512 (jitted),
 # then summary.json with the ratios. Each part has its own time limit; all of it fits in 8 minutes.
@@ -72,7 +72,7 @@ echo "{\"exit\": $?, \"pass\": $(awk '/^# pass/ {print $3}' "$OUT/op_suite.tap" 
 log "op suite: $(cat "$OUT/op_suite.json")"
 
 log "2/4 tsgrad float16 GEMMs"
-timeout 60 node "$bundle/gemm.mjs" > "$OUT/tsgrad_gemm.json" 2>> "$OUT/gpu-check.log"
+timeout 90 node "$bundle/gemm.mjs" > "$OUT/tsgrad_gemm.json" 2>> "$OUT/gpu-check.log"
 log "tsgrad gemm exit $?"
 
 log "3/4 PyTorch: cuBLAS GEMMs and the BERT-large step"
@@ -95,12 +95,13 @@ def load(name):
         return {"error": f"{name}: {e}"}
 ours, torch, ours_bert, ops = load("tsgrad_gemm.json"), load("torch.json"), load("tsgrad_bert.json"), load("op_suite.json")
 cublas = {g["shape"]: g for g in torch.get("gemm", [])}
+checks = {"pass": ours.get("checks_pass"), "errors": ours.get("checks")}
 gemm = [dict(shape=g["shape"], tsgrad_tflops=g["tflops"], cublas_tflops=cublas.get(g["shape"], {}).get("tflops"),
              ratio=round(g["tflops"] / cublas[g["shape"]]["tflops"], 3) if g["shape"] in cublas else None) for g in ours.get("gemm", [])]
 bert = dict(tsgrad=ours_bert, torch=torch.get("bert"))
 if "ms_per_step" in ours_bert and torch.get("bert"):
     bert["speed_ratio_vs_torch"] = round(torch["bert"]["ms_per_step"] / ours_bert["ms_per_step"], 3)
-summary = dict(gpu=torch.get("gpu"), op_suite=ops, gemm=gemm, bert=bert)
+summary = dict(gpu=torch.get("gpu"), op_suite=ops, tensor_core_checks=checks, gemm=gemm, bert=bert)
 with open(os.path.join(out, "summary.json"), "w") as f:
     json.dump(summary, f, indent=1)
 print(json.dumps(summary, indent=1))

@@ -1,5 +1,7 @@
 // float16 GEMM throughput of tsgrad's CUDA kernels: C = A @ B for each shape, the matmul kernel timed
-// alone with CUDA events (best of --runs launches). Prints one JSON object.
+// alone with CUDA events (best of --runs launches). First, the tensor-core kernels' results against the JS
+// device on small odd shapes (partial tiles, transposed and computed factors, bfloat16, batches): the op
+// suite runs float32 only, so this is where tensor-core correctness is checked. Prints one JSON object.
 // Usage: node gemm.mjs [--shapes 4096x4096x4096,16384x1024x4096] [--runs 20] [--device CUDA]
 import { parseArgs } from "node:util";
 import { Device, Tensor, dtypes } from "../../src/index.ts";
@@ -27,6 +29,23 @@ function lastKernel(build: () => Tensor): ExecItem & { kind: "kernel" } {
   return last;
 }
 
+/** Largest |cuda - js| / (1 + |js|) over the elements of `build`'s result on both devices (same inputs). */
+function maxError(shapes: number[][], dtype: typeof dtypes.float16, build: (...xs: Tensor[]) => Tensor): number {
+  const inputs = shapes.map((shape) => Tensor.rand(shape, { device: "JS" }).sub(0.5).cast(dtype).realize());
+  const on = (device: string) => Array.from(build(...inputs.map((t) => t.to(device))).cast(dtypes.float32).toArray() as Float32Array);
+  const [gpu, js] = [on(values.device), on("JS")];
+  return gpu.reduce((worst, g, i) => Math.max(worst, Math.abs(g - js[i]!) / (1 + Math.abs(js[i]!))), 0);
+}
+
+const checks = {
+  plain_odd_sizes: maxError([[257, 200], [200, 385]], dtypes.float16, (a, b) => a.matmul(b)),
+  transposed_factor: maxError([[200, 257], [200, 385]], dtypes.float16, (a, b) => a.T.matmul(b)),
+  transposed_aligned: maxError([[200, 256], [200, 384]], dtypes.float16, (a, b) => a.T.matmul(b)),
+  computed_factor_and_epilogue: maxError([[3, 130, 64], [64]], dtypes.float16, (x, bias) => { const q = x.add(bias); return q.matmul(q.transpose(-1, -2)).gelu(); }),
+  bfloat16_batched: maxError([[4, 136, 72], [4, 72, 144]], dtypes.bfloat16, (a, b) => a.matmul(b)),
+};
+for (const [name, error] of Object.entries(checks)) console.error(`check ${name}: max relative error ${error.toExponential(2)}`);
+
 const results = values.shapes.split(",").map((shape) => {
   const [m, n, k] = shape.split("x").map(Number) as [number, number, number];
   const a = Tensor.rand([m, k], { device: values.device }).cast(dtypes.float16).realize();
@@ -39,4 +58,6 @@ const results = values.shapes.split(",").map((shape) => {
   console.error(`gemm ${shape}: ${(best * 1e3).toFixed(3)} ms, ${tflops.toFixed(1)} TFLOP/s (${item.kernel.name})`);
   return { shape, m, n, k, ms: +(best * 1e3).toFixed(4), tflops: +tflops.toFixed(2), kernel: item.kernel.name };
 });
-console.log(JSON.stringify({ device: values.device, dtype: "float16", gemm: results }));
+// 16-bit outputs round at 2^-11 (float16) or 2^-8 (bfloat16) relative; summation order differs
+const checksPass = Object.entries(checks).every(([name, error]) => error <= (name.startsWith("bfloat16") ? 2e-2 : 4e-3));
+console.log(JSON.stringify({ device: values.device, dtype: "float16", checks, checks_pass: checksPass, gemm: results }));
