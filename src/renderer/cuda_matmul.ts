@@ -151,28 +151,34 @@ const vectorAlong = (af: Affine, along: Loop): boolean =>
 /** Renders the tensor-core kernel for a matched pattern. */
 export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: boolean): CudaKernelSource {
   const { kernel, m, n, k, batch } = p;
+  const copyA = tileCopy("As", "ra", p.a, m, p, BM), copyB = tileCopy("Bs", "rb", p.b, n, p, BN);
   const lines = [
     `extern "C" __global__ void __launch_bounds__(${THREADS}) ${fnName}(${kernelParams(kernel, restrict)}) {`,
-    `  __shared__ __align__(16) unsigned short As[${BM}][${PITCH}];`,
-    `  __shared__ __align__(16) unsigned short Bs[${BN}][${PITCH}];`,
+    // two stages: tile k + 1 travels from global memory to registers while tile k is multiplied
+    `  __shared__ __align__(16) unsigned short As[2][${BM}][${PITCH}];`,
+    `  __shared__ __align__(16) unsigned short Bs[2][${BN}][${PITCH}];`,
     `  const int tid = threadIdx.x, warp = tid >> 5, g = (tid & 31) >> 2, t = tid & 3;`,
     `  const int wm = (warp >> 2) * 64, wn = (warp & 3) * 32;`,
     `  const int m0 = blockIdx.y * ${BM}, n0 = blockIdx.x * ${BN};`,
     ...outputIndices(batch, "int", "(int)blockIdx.z", "  "),
     `  float c[4][4][4] = {};`,
-    `  for (int k0 = 0; k0 < ${k.size}; k0 += ${BK}) {`,
-    ...tileLoad("As", p.a, m, p, BM),
-    ...tileLoad("Bs", p.b, n, p, BN),
-    `    __syncthreads();`,
+    `  ${copyA.registers} ${copyB.registers}`,
+    ...copyA.fetch("0"), ...copyB.fetch("0"), ...copyA.store("0"), ...copyB.store("0"),
+    `  __syncthreads();`,
+    `  for (int k0 = 0, stage = 0; k0 < ${k.size}; k0 += ${BK}, stage ^= 1) {`,
+    `    const bool more = k0 + ${BK} < ${k.size};`,
+    `    if (more) {`,
+    ...copyA.fetch(`k0 + ${BK}`), ...copyB.fetch(`k0 + ${BK}`),
+    `    }`,
     `    #pragma unroll`,
     `    for (int kk = 0; kk < ${BK}; kk += 16) {`,
     `      unsigned a[4][4], b[4][2];`,
     `      #pragma unroll`,
     `      for (int i = 0; i < 4; i++) {`,
-    `        const unsigned short* lo = &As[wm + i * 16 + g][kk + t * 2];`,
-    `        const unsigned short* hi = &As[wm + i * 16 + g + 8][kk + t * 2];`,
+    `        const unsigned short* lo = &As[stage][wm + i * 16 + g][kk + t * 2];`,
+    `        const unsigned short* hi = &As[stage][wm + i * 16 + g + 8][kk + t * 2];`,
     `        a[i][0] = *(const unsigned*)lo; a[i][1] = *(const unsigned*)hi; a[i][2] = *(const unsigned*)(lo + 8); a[i][3] = *(const unsigned*)(hi + 8);`,
-    `        const unsigned short* col = &Bs[wn + i * 8 + g][kk + t * 2];`,
+    `        const unsigned short* col = &Bs[stage][wn + i * 8 + g][kk + t * 2];`,
     `        b[i][0] = *(const unsigned*)col; b[i][1] = *(const unsigned*)(col + 8);`,
     `      }`,
     `      #pragma unroll`,
@@ -182,6 +188,10 @@ export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: boole
     `          asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.${p.input}.${p.input}.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"`,
     `            : "+f"(c[i][j][0]), "+f"(c[i][j][1]), "+f"(c[i][j][2]), "+f"(c[i][j][3])`,
     `            : "r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]), "r"(b[j][0]), "r"(b[j][1]));`,
+    `    }`,
+    // the other stage was last read before the previous barrier: it can take the next tile now
+    `    if (more) {`,
+    ...copyA.store("stage ^ 1"), ...copyB.store("stage ^ 1"),
     `    }`,
     `    __syncthreads();`,
     `  }`,
@@ -205,57 +215,74 @@ export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: boole
   };
 }
 
-/** Global -> shared copy of one factor's tile: rows along `row` (m or n), BK columns along k, zero outside. */
-function tileLoad(tile: string, o: Operand, row: Loop, p: MatmulPattern, rows: number): string[] {
-  const start = row === p.m ? "m0" : "n0";
-  if (o.load) return directTileLoad(tile, o.load.buf, o.load.affine, row, start, p.k, rows);
-  // a computed factor: its statements run per element, the result rounded to 16 bits
-  const lines = [
-    `    for (int e = tid; e < ${rows * BK}; e += ${THREADS}) {`,
-    `      const int r = e / ${BK}, kk = e % ${BK}, gr = ${start} + r, gk = k0 + kk;`,
-    `      unsigned short h = 0;`,
-    `      if (gr < ${row.size} && gk < ${p.k.size}) {`,
-    `        const int ${row.var} = gr, ${p.k.var} = gk;`,
-  ];
-  renderBlock(o.defs, lines, "        ", { kernel: p.kernel, products: new Map(), group: 0 });
-  lines.push(`        h = ${p.input === "f16" ? "tg_f2h" : "tg_f2b"}(${o.defs[o.defs.length - 1]!.name});`, `      }`, `      ${tile}[r][kk] = h;`, `    }`);
-  return lines;
+/** How one factor's tile moves: global memory -> registers (`fetch`, for the tile at k offset `k0`) -> shared stage (`store`). */
+interface TileCopy {
+  readonly registers: string;
+  fetch(k0: string): string[];
+  store(stage: string): string[];
 }
 
-/** The copy of a factor that is one load: its bits as they are, 16 bytes at a time where aligned. */
-function directTileLoad(tile: string, buf: number, af: Affine, row: Loop, start: string, k: Loop, rows: number): string[] {
+/**
+ * The copy of one factor's tile: rows along `row` (m or n), BK columns along k, zero outside. A factor that is
+ * one load is copied as its bits, 16 bytes at a time along a unit stride where aligned; a computed factor's
+ * statements run per element and the result is rounded to 16 bits.
+ */
+function tileCopy(tile: string, regs: string, o: Operand, row: Loop, p: MatmulPattern, rows: number): TileCopy {
+  const { k } = p;
+  const start = row === p.m ? "m0" : "n0";
+  const inside = `gr < ${row.size} && gk < ${k.size}`;
+  // each thread handles elements (or 8-element vectors) e = tid + j * THREADS
+  const each = (count: number, index: string, body: string[]): string[] => [
+    `    #pragma unroll`,
+    `    for (int j = 0; j < ${count}; j++) {`,
+    `      const int e = tid + j * ${THREADS}, ${index};`,
+    ...body,
+    `    }`,
+  ];
+  const scalars = (rows * BK) / THREADS, vectors = scalars / 8;
+  const storeScalars = (stage: string) => each(scalars, "r = e / " + BK + ", kk = e % " + BK, [`      ${tile}[${stage}][r][kk] = ${regs}[j];`]);
+  if (!o.load) {
+    const body = [`      ${regs}[j] = 0;`, `      if (${inside}) {`, `        const int ${row.var} = gr, ${k.var} = gk;`];
+    renderBlock(o.defs, body, "        ", { kernel: p.kernel, products: new Map(), group: 0 });
+    body.push(`        ${regs}[j] = ${p.input === "f16" ? "tg_f2h" : "tg_f2b"}(${o.defs[o.defs.length - 1]!.name});`, `      }`);
+    return {
+      registers: `unsigned short ${regs}[${scalars}];`,
+      fetch: (k0) => each(scalars, `r = e / ${BK}, kk = e % ${BK}, gr = ${start} + r, gk = ${k0} + kk`, body),
+      store: storeScalars,
+    };
+  }
+  const { buf, affine: af } = o.load;
   const base = [String(af.constant), ...[...af.coef].filter(([v]) => v !== row.var && v !== k.var).map(([v, c]) => `${v} * ${c}`)].join(" + ");
-  const address = (r: string, kk: string) => `b${buf}[${base} + (${r}) * ${af.coef.get(row.var) ?? 0} + (${kk}) * ${af.coef.get(k.var)!}]`;
+  const address = `b${buf}[${base} + gr * ${af.coef.get(row.var) ?? 0} + gk * ${af.coef.get(k.var)!}]`;
+  const fetchVector = `      ${regs}[j] = ${inside} ? *(const uint4*)&${address} : make_uint4(0, 0, 0, 0);`;
   if (vectorAlong(af, k)) {
-    return [
-      `    for (int e = tid; e < ${(rows * BK) / 8}; e += ${THREADS}) {`,
-      `      const int r = e / ${BK / 8}, kk = (e % ${BK / 8}) * 8, gr = ${start} + r, gk = k0 + kk;`,
-      `      *(uint4*)&${tile}[r][kk] = gr < ${row.size} && gk < ${k.size} ? *(const uint4*)&${address("gr", "gk")} : make_uint4(0, 0, 0, 0);`,
-      `    }`,
-    ];
+    const index = `r = e / ${BK / 8}, kk = (e % ${BK / 8}) * 8`;
+    return {
+      registers: `uint4 ${regs}[${vectors}];`,
+      fetch: (k0) => each(vectors, `${index}, gr = ${start} + r, gk = ${k0} + kk`, [fetchVector]),
+      store: (stage) => each(vectors, index, [`      *(uint4*)&${tile}[${stage}][r][kk] = ${regs}[j];`]),
+    };
   }
   if (vectorAlong(af, row)) {
     // neighbouring lanes take neighbouring k: their 2-byte shared stores fall in distinct banks
-    return [
-      `    for (int e = tid; e < ${(rows * BK) / 8}; e += ${THREADS}) {`,
-      `      const int kk = e % ${BK}, r = (e / ${BK}) * 8, gr = ${start} + r, gk = k0 + kk;`,
-      `      const uint4 v = gr < ${row.size} && gk < ${k.size} ? *(const uint4*)&${address("gr", "gk")} : make_uint4(0, 0, 0, 0);`,
-      `      const unsigned short* h = (const unsigned short*)&v;`,
-      `      #pragma unroll`,
-      `      for (int j = 0; j < 8; j++) ${tile}[r + j][kk] = h[j];`,
-      `    }`,
-    ];
+    const index = `kk = e % ${BK}, r = (e / ${BK}) * 8`;
+    return {
+      registers: `uint4 ${regs}[${vectors}];`,
+      fetch: (k0) => each(vectors, `${index}, gr = ${start} + r, gk = ${k0} + kk`, [fetchVector]),
+      store: (stage) => each(vectors, index, [
+        `      const unsigned short* h = (const unsigned short*)&${regs}[j];`,
+        `      #pragma unroll`,
+        `      for (int x = 0; x < 8; x++) ${tile}[${stage}][r + x][kk] = h[x];`,
+      ]),
+    };
   }
   // k fastest when k is the unit stride (coalesced), else rows fastest
-  const kFastest = af.coef.get(k.var) === 1 || af.coef.get(row.var) !== 1;
-  return [
-    `    for (int e = tid; e < ${rows * BK}; e += ${THREADS}) {`,
-    kFastest
-      ? `      const int r = e / ${BK}, kk = e % ${BK}, gr = ${start} + r, gk = k0 + kk;`
-      : `      const int r = e % ${rows}, kk = e / ${rows}, gr = ${start} + r, gk = k0 + kk;`,
-    `      ${tile}[r][kk] = gr < ${row.size} && gk < ${k.size} ? ${address("gr", "gk")} : (unsigned short)0;`,
-    `    }`,
-  ];
+  const index = af.coef.get(k.var) === 1 || af.coef.get(row.var) !== 1 ? `r = e / ${BK}, kk = e % ${BK}` : `r = e % ${rows}, kk = e / ${rows}`;
+  return {
+    registers: `unsigned short ${regs}[${scalars}];`,
+    fetch: (k0) => each(scalars, `${index}, gr = ${start} + r, gk = ${k0} + kk`, [`      ${regs}[j] = ${inside} ? ${address} : (unsigned short)0;`]),
+    store: (stage) => each(scalars, index, [`      ${tile}[${stage}][r][kk] = ${regs}[j];`]),
+  };
 }
 
 /** Work below which the tiled kernel's fixed costs are not worth it. */

@@ -54,7 +54,7 @@ test("a batched bfloat16 matmul runs on tensor cores with the batch on the grid'
 
 test("a matmul of computed 16-bit factors (a bias added first) runs on tensor cores, computing them while staging tiles", () => {
   assert.equal(forms.biasedMatmul.kind, "tensorCores");
-  assert.match(renderCudaForm(forms.biasedMatmul, "k", true).code, /h = tg_f2h\(v\d+\);/);
+  assert.match(renderCudaForm(forms.biasedMatmul, "k", true).code, /\[j\] = tg_f2h\(v\d+\);/);
 });
 
 test("a float32 matmul stays on loops with 4 x 4 register tiles", () => {
@@ -101,4 +101,10 @@ test("a multiply then an add stay two roundings, as in the reference", { skip },
 test("matmul accumulation fuses multiply and add, and neighbouring lanes load as vectors", { skip }, () => {
   assert.match(ptx.get("floatMatmul")!, /fma\.rn\.f32/);
   assert.match(ptx.get("floatMatmul")!, /ld\.global\.nc\.v4\.f32/);
+});
+
+test("tensor-core kernels assemble for sm_89 and sm_90", { skip }, async () => {
+  const tensorCore = names.filter((name) => forms[name].kind === "tensorCores");
+  const report = await compileKernels(nvcc!, tensorCore.map((name) => ({ name, code: renderCudaForm(forms[name], name, true).code })), ["sm_89", "sm_90"], { files: 1 });
+  assert.equal(report.errors, "");
 });
