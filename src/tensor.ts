@@ -219,7 +219,7 @@ export class Tensor {
     if (pending.length > 0) realizeNodes(pending.flatMap((t) => shardsOf(t.node)));
     for (const t of pendingAssigns) if (isStored(t.node)) pendingAssigns.delete(t);
     // a tensor whose equal lazy value another tensor realized already shares that buffer: it owns it too
-    const shared = tensors.filter((t) => !pending.includes(t) && t.node.op !== "ASSIGN" && t.node instanceof UOp && !t.node.baseBuffer && storedBuffer(t.node));
+    const shared = tensors.filter((t) => !pending.includes(t) && shardsOf(t.node).every((u) => u.op !== "ASSIGN" && !u.baseBuffer && storedBuffer(u)));
     for (const t of [...pending, ...shared]) {
       t.node = mapShards(t.node, (u) => {
         const buffer = storedBuffer(u)!;
