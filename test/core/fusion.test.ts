@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { GlobalCounters, Tensor } from "../../src/index.ts";
+import { GlobalCounters, Tensor, type UOp } from "../../src/index.ts";
 
 const values = (t: Tensor): number[] => Array.from(t.toArray() as Float32Array);
 
@@ -51,11 +51,10 @@ test("a value realized once is not computed again", () => {
 
 test("the memory planner reuses an intermediate's buffer once its last reader ran", async () => {
   const { createSchedule } = await import("../../src/engine/schedule.ts");
-  const { UOp } = await import("../../src/index.ts");
   const w = input([8, 8], 1);
   let y = input([8, 8], 2);
   for (let i = 0; i < 4; i++) y = y.matmul(w).contiguous();
-  const { items } = createSchedule([y.node as InstanceType<typeof UOp>]);
+  const { items } = createSchedule([y.node as UOp]);
   const written = new Set(items.map((it) => (it.kind === "kernel" ? it.buffers[0] : it.dst)));
   assert.equal(items.length, 4);
   assert.equal(written.size, 3, "the first product's buffer should be reused by the third");
