@@ -59,7 +59,12 @@ nvrtc=$( (ldconfig -p 2>/dev/null | awk '/libnvrtc\.so/ {print $NF}'; ls /usr/lo
   python3 -c 'import nvidia.cuda_nvrtc as m, os; d = os.path.join(list(m.__path__)[0], "lib"); print("\n".join(os.path.join(d, f) for f in os.listdir(d)))' 2>/dev/null) \
   | grep -v builtins | grep 'libnvrtc\.so' | head -1)
 [ -n "$nvrtc" ] && export TSGRAD_LIBNVRTC="$nvrtc"
-log "node $(node --version), nvrtc: ${nvrtc:-none (nvcc fallback: $(command -v nvcc || echo none))}"
+# libcuda.so.1 where the dynamic loader does not look (some driver folders are not in its cache)
+if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1'; then
+  libcuda=$(ls /usr/lib/x86_64-linux-gnu/libcuda.so.1 /usr/lib64/libcuda.so.1 /usr/local/nvidia/lib64/libcuda.so.1 /usr/lib/wsl/lib/libcuda.so.1 2>/dev/null | head -1)
+  [ -n "$libcuda" ] && export TSGRAD_LIBCUDA="$libcuda"
+fi
+log "node $(node --version), libcuda: ${TSGRAD_LIBCUDA:-libcuda.so.1}, nvrtc: ${nvrtc:-none (nvcc fallback: $(command -v nvcc || echo none))}"
 export TSGRAD_CACHE="${TMPDIR:-/tmp}/tsgrad-gpu-check-cache"
 # no CPU device: the op tests run on CUDA and on JS (the reference) only
 export CC=/nonexistent/cc
