@@ -13,14 +13,17 @@
 //   mode: one block per output, its threads split the reduce loop and combine with warp shuffles;
 // - reduces with many outputs get small register tiles (up to 4 x 4 upcast lanes), aligned neighbouring
 //   loads become float4/ushort4 loads;
-// - a float32 sum of products of two float16 (or bfloat16) inputs, whatever follows it, becomes a
-//   tensor-core kernel (mma.sync m16n8k16, 128 x 128 tiles through shared memory); TC=0 turns it off;
+// - a float32 sum of products of two float16 (or bfloat16) factors, whatever follows it, becomes a
+//   tensor-core kernel (mma.sync m16n8k16, 128 x 128 x 32 tiles through two shared-memory stages); a
+//   factor computed from loads (a bias added first) is evaluated while staging, rounded to 16 bits; TC=0
+//   turns tensor cores off;
 // - BEAM=n searches the loop options on the GPU (timed with events) as on the CPU; tensor-core kernels
 //   are not searched.
 //
 // Environment: TSGRAD_LIBCUDA / TSGRAD_LIBNVRTC (library paths), CUDA_BLOCK, TC, BEAM, DEBUG (>= 2 times
 // each kernel with events, >= 3 reports compiles), TSGRAD_CACHE (where cubins are cached, under cuda/).
-// Semantics match the JS reference as the C backend does, except that float32 exp2/log2/sin use CUDA's
+// On a GPU machine: bench/gpu-check.sh (op suite on CUDA, tensor-core checks, GEMMs and a BERT-large step
+// beside PyTorch). Semantics match the JS reference as the C backend does, except that float32 exp2/log2/sin use CUDA's
 // float functions (within 2 ulp) and reduces may add in another order (group mode, tensor cores).
 import type { Backend, Buffer, Program } from "../device.ts";
 import type { KernelIR } from "../codegen/ir.ts";
