@@ -23,7 +23,8 @@
 // Environment: TSGRAD_LIBCUDA / TSGRAD_LIBNVRTC (library paths), CUDA_BLOCK, TC, BEAM, DEBUG (>= 2 times
 // each kernel with events, >= 3 reports compiles), TSGRAD_CACHE (where cubins are cached, under cuda/).
 // On a GPU machine: bench/gpu-check.sh (op suite on CUDA, tensor-core checks, GEMMs and a BERT-large step
-// beside PyTorch). Semantics match the JS reference as the C backend does, except that float32 exp2/log2/sin use CUDA's
+// beside PyTorch).
+// Semantics match the JS reference as the C backend does, except that float32 exp2/log2/sin use CUDA's
 // float functions (within 2 ulp) and reduces may add in another order (group mode, tensor cores).
 import type { Backend, Buffer, Program } from "../device.ts";
 import type { KernelIR } from "../codegen/ir.ts";
