@@ -113,7 +113,9 @@ export function groupSize(kernel: KernelIR): number {
   const reduceTrips = Math.max(0, ...reduces.map((s) => s.size));
   if (reduceTrips < 64 || outputs > 1 << 19) return 0;
   if (outputs >= 1 << 14 && sharesLoads(loops, reduces)) return 0;
-  return Math.min(256, Math.max(32, 2 ** Math.floor(Math.log2(reduceTrips / 4))));
+  // fewer outputs than multiprocessors (norms, losses): a whole 1024-thread block on each
+  const most = outputs < 128 ? 1024 : 256;
+  return Math.min(most, Math.max(32, 2 ** Math.floor(Math.log2(reduceTrips / 4))));
 }
 
 /** Whether some load inside the reduce loops is the same for several outputs (a matmul's operands are). */

@@ -33,6 +33,7 @@ const forms = {
   halfMatmul: lastForm([rand([256, 512], dtypes.float16), rand([512, 384], dtypes.float16)], (a, b) => a.matmul(b)),
   bf16Batched: lastForm([rand([4, 128, 64], dtypes.bfloat16), rand([4, 64, 128], dtypes.bfloat16)], (a, b) => a.matmul(b)),
   rowMax: lastForm([rand([64, 1024])], (x) => x.max({ axis: 1 })),
+  total: lastForm([rand([1 << 16])], (x) => x.sum()),
   halfAdd: lastForm([rand([1000], dtypes.float16), rand([1000], dtypes.float16)], (a, b) => a.add(b)),
   mulAdd: lastForm([rand([1000]), rand([1000]), rand([1000])], (a, b, c) => a.mul(b).add(c)),
   floatMatmul: lastForm([rand([1024, 256]), rand([256, 1024])], (a, b) => a.matmul(b)),
@@ -60,6 +61,10 @@ test("a matmul of computed 16-bit factors (a bias added first) runs on tensor co
 test("a float32 matmul stays on loops with 4 x 4 register tiles", () => {
   assert.equal(forms.floatMatmul.kind, "loops");
   if (forms.floatMatmul.kind === "loops") assert.match(forms.floatMatmul.kernel.opts, /^u\dx4,\dx4\|/);
+});
+
+test("a reduce to one value runs on one 1024-thread block", () => {
+  assert.deepEqual(renderCudaForm(forms.total, "k", true).launch, { grid: [1, 1, 1], block: [1024, 1, 1], sharedBytes: 0 });
 });
 
 test("a long row reduce with few outputs runs one block per row; a matmul one thread per output", () => {
