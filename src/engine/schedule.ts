@@ -54,6 +54,7 @@ export function createSchedule(roots: readonly UOp[]): Schedule {
     if (n.op === "COPY" && !isLeaf(n.src[0]!)) stored.add(n.src[0]!);
   }
   markRecomputedWork(stored);
+  capKernelInputs(stored);
   stageCrossReadingAssigns(nodes, stored);
 
   const outputs = new Map<UOp, Buffer>();
@@ -159,6 +160,44 @@ function markRecomputedWork(stored: Set<UOp>): void {
         for (const s of n.src) walk(s, underExpand, inReduce);
       };
       walk(root.op === "ASSIGN" ? root.src[1]! : root, false, false);
+    }
+  }
+}
+
+/** Most buffers one kernel reads: FFI calls and GPU launches take a bounded number of arguments. */
+export const MAX_KERNEL_INPUTS = 48;
+
+/**
+ * Splits kernels that would read more than MAX_KERNEL_INPUTS buffers (a global gradient norm over
+ * every parameter of a model) by storing the inlined node that gathers the most inputs within the cap.
+ */
+function capKernelInputs(stored: Set<UOp>): void {
+  let changed = true;
+  while (changed) {
+    changed = false;
+    for (const root of [...stored]) {
+      const value = root.op === "ASSIGN" ? root.src[1]! : root;
+      const under = new Map<UOp, Set<UOp>>();
+      const inputsUnder = (n: UOp, top: boolean): Set<UOp> => {
+        if (!top && (stored.has(n) || isLeaf(n))) return isSource(n) ? new Set() : new Set([n]);
+        let inputs = under.get(n);
+        if (!inputs) {
+          inputs = new Set();
+          for (const src of n.src) for (const input of inputsUnder(src, false)) inputs.add(input);
+          under.set(n, inputs);
+        }
+        return inputs;
+      };
+      if (inputsUnder(value, value === root).size <= MAX_KERNEL_INPUTS) continue;
+      let best: UOp | undefined;
+      for (const [n, inputs] of under) {
+        if (n === value || !isElementwise(n.op) || inputs.size > MAX_KERNEL_INPUTS) continue;
+        if (!best || inputs.size > under.get(best)!.size) best = n;
+      }
+      if (best && under.get(best)!.size > 1) {
+        stored.add(best);
+        changed = true;
+      }
     }
   }
 }

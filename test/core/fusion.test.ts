@@ -72,3 +72,16 @@ test("one realize with planned buffers gives the numbers of step-by-step realize
   for (let i = 0; i < 4; i++) z = z.matmul(w).mul(0.5).contiguous();
   assert.deepEqual(values(z), expected[3]);
 });
+
+test("a kernel that would read more buffers than an FFI call takes is split", async () => {
+  const { MAX_KERNEL_INPUTS, createSchedule } = await import("../../src/engine/schedule.ts");
+  const parts = Array.from({ length: 130 }, (_, i) => input([4], i));
+  const total = parts.reduce((a, b) => a.add(b));
+  const widest = Math.max(...createSchedule([total.node as UOp]).items.map((it) => (it.kind === "kernel" ? it.buffers.length - 1 : 1)));
+  assert.ok(widest <= MAX_KERNEL_INPUTS, `a kernel reads ${widest} buffers`);
+  GlobalCounters.reset();
+  const got = values(total);
+  assert.ok(GlobalCounters.kernelCount >= Math.ceil(130 / MAX_KERNEL_INPUTS), `${GlobalCounters.kernelCount} kernels`);
+  const expected = [0, 1, 2, 3].map((j) => parts.reduce((s, _, i) => s + Math.fround(Math.sin(j * 0.37 + i)), 0));
+  got.forEach((v, j) => assert.ok(Math.abs(v - expected[j]!) < 1e-3, `element ${j}: ${v} vs ${expected[j]}`));
+});
