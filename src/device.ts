@@ -16,6 +16,8 @@ export interface Backend {
   /** Host view of the buffer's bytes: the storage itself on host backends, a copy elsewhere. */
   copyout(raw: unknown, bytes: number): Uint8Array;
   copyin(raw: unknown, data: Uint8Array): void;
+  /** Copies `bytes` from another device of the same kind straight into `dst` (peer to peer), when the backend can. */
+  transfer?(dst: unknown, src: unknown, bytes: number, srcDevice: string): void;
   compile(kernel: KernelIR): Program;
 }
 

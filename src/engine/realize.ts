@@ -31,7 +31,10 @@ function programFor(item: ExecItem & { kind: "kernel" }): Program {
 export function runItem(item: ExecItem, debug = debugLevel()): void {
   for (const observe of execObservers) observe(item);
   if (item.kind === "copy") {
-    item.dst.copyin(item.src.toTypedArray());
+    const backend = Device.backend(item.dst.device);
+    const sameKind = item.src.device.split(":")[0] === item.dst.device.split(":")[0];
+    if (backend.transfer && sameKind) backend.transfer(item.dst.handle, item.src.handle, item.src.nbytes, item.src.device);
+    else item.dst.copyin(item.src.toTypedArray());
     GlobalCounters.globalMem += item.src.nbytes;
     if (debug >= 2) console.error(`copy ${item.src.nbytes} bytes ${item.src.device} -> ${item.dst.device}`);
     return;

@@ -8,6 +8,7 @@ import { C_PRELUDE, renderC } from "../renderer/c.ts";
 import { TsgradError, debugLevel, getenv } from "../helpers.ts";
 import { type CFunction, type CompiledFunction, compileEach, compileLibraries, findCompiler } from "./compiler_cache.ts";
 import { beamSearch } from "../engine/search.ts";
+import { hostMemory } from "./host_memory.ts";
 
 type KernelFn = (...args: unknown[]) => void;
 
@@ -124,9 +125,7 @@ export const cpuAvailable = (): boolean => findCompiler() !== null;
 export function cpuBackend(): Backend {
   return {
     name: "CPU",
-    allocate: (bytes) => new ArrayBuffer(bytes),
-    copyout: (raw, bytes) => new Uint8Array(raw as ArrayBuffer, 0, bytes),
-    copyin: (raw, data) => new Uint8Array(raw as ArrayBuffer).set(data),
+    ...hostMemory,
     compile: (kernel) => new CpuProgram(kernel),
   };
 }

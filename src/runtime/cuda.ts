@@ -234,7 +234,7 @@ export function cudaDevice(index: number): CudaDevice {
 }
 
 /** The backend of `CUDA:index`. Its `transfer` copies device to device (peer to peer where the GPUs allow). */
-export function cudaBackend(index: number): Backend & { transfer(dst: CudaMemory, src: CudaMemory, srcIndex: number): void } {
+export function cudaBackend(index: number): Backend {
   const device = cudaDevice(index);
   const d = device.driver;
   return {
@@ -252,8 +252,9 @@ export function cudaBackend(index: number): Backend & { transfer(dst: CudaMemory
       d.check("cuMemcpyHtoD_v2", d.cuMemcpyHtoD_v2((raw as CudaMemory).pointer, data, data.byteLength), `${data.byteLength} bytes to CUDA:${index}`);
     },
     compile: (kernel) => new CudaProgram(device, kernel),
-    transfer: (dst, src, srcIndex) => {
-      const bytes = Math.min(dst.bytes, src.bytes);
+    transfer: (dstRaw, srcRaw, bytes, srcDevice) => {
+      const [dst, src] = [dstRaw as CudaMemory, srcRaw as CudaMemory];
+      const srcIndex = Number(srcDevice.split(":")[1] ?? 0);
       if (srcIndex === index) {
         device.activate();
         d.check("cuMemcpyDtoD_v2", d.cuMemcpyDtoD_v2(dst.pointer, src.pointer, bytes), `${bytes} bytes on CUDA:${index}`);

@@ -6,6 +6,7 @@ import type { Backend, Buffer, Program } from "../device.ts";
 import type { KernelIR } from "../codegen/ir.ts";
 import { renderJs } from "../renderer/js.ts";
 import { debugLevel } from "../helpers.ts";
+import { hostMemory } from "./host_memory.ts";
 
 const scratch = new DataView(new ArrayBuffer(8));
 const bitcasts: Record<string, (x: number) => number> = {};
@@ -66,9 +67,7 @@ export class JsProgram implements Program {
 export function jsBackend(): Backend {
   return {
     name: "JS",
-    allocate: (bytes) => new ArrayBuffer(bytes),
-    copyout: (raw, bytes) => new Uint8Array(raw as ArrayBuffer, 0, bytes),
-    copyin: (raw, data) => new Uint8Array(raw as ArrayBuffer).set(data),
+    ...hostMemory,
     compile(kernel) {
       const source = renderJs(kernel);
       if (debugLevel() >= 4) console.error(source);
