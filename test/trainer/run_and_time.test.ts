@@ -49,3 +49,23 @@ test("run_and_time/cpu.sh runs both phases and writes a compliant MLPerf log, th
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test("with GPUS=2 both phases run data-parallel on two devices and the run converges with a compliant log", () => {
+  const dir = mkdtempSync(join(tmpdir(), "tsgrad-run-and-time-2-"));
+  try {
+    const data = prepareDemoData(join(dir, "data"), TINY, skewedCorpus(60));
+    const env = { ...process.env, ...demoEnvironment(dir, data, TINY, 4243), DEVICE: "JS", GPUS: "2", BEAM: "0", INIT_BENCHMARK: "3" };
+    const run = spawnSync("bash", [CPU_SCRIPT], { cwd: dir, env, encoding: "utf8", timeout: 240_000 });
+    assert.equal(run.status, 0, `cpu.sh with GPUS=2 failed:\n${run.stdout.slice(-3000)}\n${run.stderr.slice(-3000)}`);
+    const consoleLog = readdirSync(dir).find((f) => /^bert_cpu_\d{8}_4243\.log$/.test(f))!;
+    const lines = readFileSync(join(dir, consoleLog), "utf8").split("\n");
+    assert.ok(lines.includes('HParam: "GPUS": 2'));
+    const losses = lines.map((l) => parseStepLine(l)).filter((s) => s !== null).map((s) => s!.loss);
+    assert.ok(losses.length >= 3 && losses.every(Number.isFinite), `losses ${losses.join(", ")}`);
+    const mlperfText = readFileSync(join(dir, "result_bert_4243.log"), "latin1");
+    assert.deepEqual(checkCompliance(mlperfText).errors, []);
+    assert.equal((parseMllog(mlperfText).records.at(-1)!.fields.metadata as { status: string }).status, "success");
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
