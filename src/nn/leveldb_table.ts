@@ -82,17 +82,18 @@ export function readVarint(bytes: Uint8Array, pos: number, what: string): { valu
   throw new TableFormatError(`${what}: varint at byte ${pos} is longer than 10 bytes`);
 }
 
+/** Whether `tail` (a file's last bytes, at least 8) ends with the table magic number, as every SSTable does. */
+export function endsWithTableMagic(tail: Uint8Array): boolean {
+  return tail.length >= TABLE_MAGIC.length && TABLE_MAGIC.every((byte, i) => tail[tail.length - TABLE_MAGIC.length + i] === byte);
+}
+
 /** Parse a whole SSTable held in memory; `file` names it in errors. Checks every block's CRC. */
 export function parseTable(bytes: Uint8Array, file: string): Table {
   if (bytes.length < FOOTER_SIZE) {
     throw new TableFormatError(`${file}: ${bytes.length} bytes is too short for a table footer (${FOOTER_SIZE} bytes)`);
   }
   const footerAt = bytes.length - FOOTER_SIZE;
-  for (let i = 0; i < TABLE_MAGIC.length; i++) {
-    if (bytes[bytes.length - 8 + i] !== TABLE_MAGIC[i]) {
-      throw new TableFormatError(`${file}: bad table magic number in the footer at byte ${bytes.length - 8}`);
-    }
-  }
+  if (!endsWithTableMagic(bytes)) throw new TableFormatError(`${file}: bad table magic number in the footer at byte ${bytes.length - 8}`);
   const metaindex = readBlockHandle(bytes, footerAt, `${file}: footer metaindex handle`);
   const index = readBlockHandle(bytes, metaindex.next, `${file}: footer index handle`);
   const metaindexBlock = parseBlock(readBlock(bytes, metaindex.handle, file, "metaindex").contents, metaindex.handle.offset, file);

@@ -8,7 +8,7 @@
 // `PREFIX.data-0000S-of-0000N`; only the byte ranges asked for are read, so a 4 GB
 // checkpoint costs what its selected tensors cost.
 //
-//   npx tsx src/nn/tf_checkpoint.ts PREFIX [--json] [--verify]
+//   npx tsx src/nn/tf_checkpoint.ts PREFIX [--json] [--verify]   (src/nn/inspect.ts's CLI, checking only with --verify)
 
 import { open, readFile, type FileHandle } from "node:fs/promises";
 import { pathToFileURL } from "node:url";
@@ -161,31 +161,107 @@ export async function readTfCheckpoint(prefix: string, options: ReadTfCheckpoint
   }
   const bytesTotal = wanted.reduce((sum, entry) => sum + entry.size, 0);
   let bytesRead = 0;
-  const shards = new Map<number, { file: string; handle: FileHandle; fileSize: number }>();
+  const shards = new DataShards(prefix, header.numShards);
   const tensors = new Map<string, TfTensor>();
   try {
     for (const entry of wanted) {
-      let shard = shards.get(entry.shardId);
-      if (!shard) {
-        const file = tfDataShardFile(prefix, entry.shardId, header.numShards);
-        const handle = await open(file, "r").catch((error: NodeJS.ErrnoException) => {
-          throw new TfCheckpointError(`${file}: cannot open the data shard of tensor "${entry.name}" (${error.code ?? error.message})`);
-        });
-        shard = { file, handle, fileSize: (await handle.stat()).size };
-        shards.set(entry.shardId, shard);
-      }
+      const shard = await shards.of(entry);
       const bytes = await readTensorBytes(shard, entry);
       tensors.set(entry.name, { dtype: entry.dtype, shape: entry.shape, data: decodeTensor(bytes, entry, shard.file) });
       bytesRead += entry.size;
       options.onProgress?.(bytesRead, bytesTotal, entry.name);
     }
   } finally {
-    for (const { handle } of shards.values()) await handle.close();
+    await shards.close();
   }
   return tensors;
 }
 
-async function readTensorBytes(shard: { file: string; handle: FileHandle; fileSize: number }, entry: TfCheckpointEntry): Promise<Uint8Array> {
+/** How one tensor's stored bytes compare with its index entry. */
+export interface TfTensorCheck {
+  name: string;
+  /** The data shard that holds (or would hold) the tensor. */
+  file: string;
+  offset: number;
+  size: number;
+  /** "absent": the data shard does not exist; "unreadable": it exists but the bytes cannot be had (truncated, partitioned). */
+  status: "ok" | "mismatch" | "unreadable" | "absent";
+  /** Why the status is not "ok", naming the file, tensor and byte offset. */
+  problem?: string;
+}
+
+/**
+ * Check every tensor's CRC-32C against its index entry, one tensor in memory at a time.
+ * Unlike readTfCheckpoint, a bad or missing tensor is reported, not thrown, so every tensor gets a verdict.
+ */
+export async function checkTfCheckpoint(prefix: string, onProgress?: ReadTfCheckpointOptions["onProgress"]): Promise<TfTensorCheck[]> {
+  const { header, entries } = await readTfCheckpointIndex(prefix);
+  const bytesTotal = entries.reduce((sum, entry) => sum + entry.size, 0);
+  let bytesRead = 0;
+  const shards = new DataShards(prefix, header.numShards);
+  const checks: TfTensorCheck[] = [];
+  try {
+    for (const entry of entries) {
+      const file = tfDataShardFile(prefix, entry.shardId, header.numShards);
+      const check = { name: entry.name, file, offset: entry.offset, size: entry.size };
+      try {
+        if (header.endianness !== "LITTLE") throw new TfCheckpointError(`${file}: tensor "${entry.name}": big-endian bundles are not supported`);
+        decodeTensor(await readTensorBytes(await shards.of(entry), entry), entry, file);
+        checks.push({ ...check, status: "ok" });
+      } catch (error) {
+        if (!(error instanceof TfCheckpointError)) throw error;
+        const status = error instanceof TfChecksumError ? "mismatch" : error instanceof TfMissingShardError ? "absent" : "unreadable";
+        checks.push({ ...check, status, problem: status === "absent" ? `${file}: absent` : error.message });
+      }
+      bytesRead += entry.size;
+      onProgress?.(bytesRead, bytesTotal, entry.name);
+    }
+  } finally {
+    await shards.close();
+  }
+  return checks;
+}
+
+/** A data shard that does not exist (as with a checkpoint whose index alone was copied). */
+class TfMissingShardError extends TfCheckpointError {}
+
+interface DataShard {
+  file: string;
+  handle: FileHandle;
+  fileSize: number;
+}
+
+/** The data shards of a bundle, each opened once, on the first tensor that needs it. */
+class DataShards {
+  private readonly opened = new Map<number, Promise<DataShard>>();
+
+  constructor(
+    private readonly prefix: string,
+    private readonly numShards: number,
+  ) {}
+
+  of(entry: TfCheckpointEntry): Promise<DataShard> {
+    let shard = this.opened.get(entry.shardId);
+    if (!shard) {
+      const file = tfDataShardFile(this.prefix, entry.shardId, this.numShards);
+      shard = open(file, "r").then(
+        async (handle) => ({ file, handle, fileSize: (await handle.stat()).size }),
+        (error: NodeJS.ErrnoException) => {
+          const message = `${file}: cannot open the data shard of tensor "${entry.name}" (${error.code ?? error.message})`;
+          throw error.code === "ENOENT" ? new TfMissingShardError(message) : new TfCheckpointError(message);
+        },
+      );
+      this.opened.set(entry.shardId, shard);
+    }
+    return shard;
+  }
+
+  async close(): Promise<void> {
+    for (const shard of this.opened.values()) await shard.then((opened) => opened.handle.close(), () => undefined);
+  }
+}
+
+async function readTensorBytes(shard: DataShard, entry: TfCheckpointEntry): Promise<Uint8Array> {
   const where = `${shard.file}: tensor "${entry.name}" at byte ${entry.offset} (${entry.size} bytes)`;
   if (entry.slices > 0) throw new TfCheckpointError(`${where}: partitioned variables (${entry.slices} slices) are not supported`);
   if (entry.offset + entry.size > shard.fileSize) {
@@ -384,36 +460,20 @@ Lists the tensors (name, dtype, shape) of a TensorFlow checkpoint, given its pre
 (model.ckpt-28252) or its .index file. Data shards need not be present.
   --json    the listing as JSON: bundle header, table layout, and per tensor the dtype,
             shape, shard, byte offset, size and stored masked crc32c
-  --verify  also read every tensor from the data shards and check its crc32c`;
+  --verify  also read every tensor from the data shards and check its crc32c
+            (what src/nn/inspect.ts, which also reads safetensors, always does)`;
 
-async function main(args: string[]): Promise<void> {
-  const paths = args.filter((arg) => !arg.startsWith("--"));
-  if (args.includes("--help") || paths.length !== 1) {
-    console.log(USAGE);
-    process.exitCode = args.includes("--help") ? 0 : 2;
-    return;
-  }
-  const prefix = tfCheckpointPrefix(paths[0]!);
-  const index = await readTfCheckpointIndex(prefix);
-  if (args.includes("--json")) console.log(JSON.stringify(tfCheckpointListingJson(index), null, 1));
-  else for (const entry of index.entries) console.log(`${entry.name}\t${entry.dtype}\t[${entry.shape.join(", ")}]`);
-  if (args.includes("--verify")) {
-    const started = Date.now();
-    let shownAt = 0;
-    const tensors = await readTfCheckpoint(prefix, {
-      onProgress: (bytesRead, bytesTotal) => {
-        if (Date.now() - shownAt < 500 && bytesRead < bytesTotal) return;
-        shownAt = Date.now();
-        process.stderr.write(`\rverified ${(bytesRead / 2 ** 20).toFixed(1)} / ${(bytesTotal / 2 ** 20).toFixed(1)} MiB`);
-      },
-    });
-    process.stderr.write(`\n${tensors.size} tensors passed their crc32c in ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
-  }
-}
-
+// One CLI for weight files lives in inspect.ts; this one is it with checking made optional.
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  main(process.argv.slice(2)).catch((error: unknown) => {
-    console.error(error instanceof Error ? error.message : error);
-    process.exitCode = 1;
-  });
+  const args = process.argv.slice(2);
+  // Imported once this module has finished loading: inspect.ts imports it in turn.
+  import("./inspect.ts")
+    .then(({ inspectCli }) => inspectCli(args.filter((arg) => arg !== "--verify"), { verify: args.includes("--verify"), usage: USAGE }))
+    .then(
+      (status) => (process.exitCode = status),
+      (error: unknown) => {
+        console.error(error instanceof Error ? error.message : error);
+        process.exitCode = 1;
+      },
+    );
 }
