@@ -13,7 +13,7 @@
 import { open, readFile, type FileHandle } from "node:fs/promises";
 import { pathToFileURL } from "node:url";
 import { maskedCrc32c } from "../crc32c.ts";
-import { hex32, parseTable, readVarint, type Table } from "./leveldb_table.ts";
+import { hex32, parseTable, readVarint, TableFormatError, type Table } from "./leveldb_table.ts";
 
 /** A checkpoint that cannot be read as asked: the message names the file, tensor and byte offset. */
 export class TfCheckpointError extends Error {
@@ -209,7 +209,8 @@ export async function checkTfCheckpoint(prefix: string, onProgress?: ReadTfCheck
         decodeTensor(await readTensorBytes(await shards.of(entry), entry), entry, file);
         checks.push({ ...check, status: "ok" });
       } catch (error) {
-        if (!(error instanceof TfCheckpointError)) throw error;
+        // TableFormatError: a DT_STRING record whose length varints are garbled.
+        if (!(error instanceof TfCheckpointError || error instanceof TableFormatError)) throw error;
         const status = error instanceof TfChecksumError ? "mismatch" : error instanceof TfMissingShardError ? "absent" : "unreadable";
         checks.push({ ...check, status, problem: status === "absent" ? `${file}: absent` : error.message });
       }

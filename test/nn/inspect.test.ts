@@ -7,6 +7,7 @@ import { after, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { InspectError, inspectFile } from "../../src/nn/inspect.ts";
 import { writeSafetensorsFile } from "../../src/nn/safetensors.ts";
+import { writeTfBundle } from "./tf_bundle_writer.ts";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const FIXTURES = fileURLToPath(new URL("../fixtures/tf-checkpoint/", import.meta.url));
@@ -150,6 +151,31 @@ test("a flipped data byte fails the CLI, naming the file, tensor and byte offset
   assert.match(run.stdout, /^conv2d\/bias\tDT_FLOAT\t\[1\]\tcrc ok$/m);
   assert.ok(run.stderr.includes(`${dataFile}: tensor "conv2d/kernel" at byte ${victim.offset}: masked crc32c stored`), run.stderr);
   assert.match(run.stderr, /8 ok, 1 mismatched/);
+});
+
+test("a tensor whose bytes cannot be decoded is reported unreadable while the others are still checked", async () => {
+  const folder = join(scratch, "garbled-strings");
+  mkdirSync(folder);
+  const prefix = join(folder, "model.ckpt");
+  writeTfBundle(prefix, [
+    { name: "a/weights", dtypeEnum: 1, shape: [2], data: Float32Array.of(0.5, -2) },
+    // DT_STRING whose one length varint never ends
+    { name: "b/vocab", dtypeEnum: 7, shape: [1], data: Uint8Array.of(0xff) },
+    { name: "c/bias", dtypeEnum: 1, shape: [1], data: Float32Array.of(3) },
+  ]);
+  const inspection = await inspectFile(prefix);
+  assert.deepEqual(
+    inspection.tensors.map(({ name, check }) => ({ name, check })),
+    [
+      { name: "a/weights", check: "ok" },
+      { name: "b/vocab", check: "unreadable" },
+      { name: "c/bias", check: "ok" },
+    ],
+  );
+  assert.match(inspection.tensors[1]!.problem!, /model\.ckpt\.data-00000-of-00001: tensor "b\/vocab" at byte 8: string length 0: varint runs past the end/);
+  const run = inspectCli(prefix);
+  assert.equal(run.status, 1);
+  assert.match(run.stderr, /2 ok, 0 mismatched, 1 unreadable/);
 });
 
 test("a file that is neither format is refused with an error naming it", async () => {
