@@ -1,0 +1,113 @@
+// BERT pretraining train steps (forward + backward + LAMB, one jitted step) on the default device:
+// ms per step (median after the JIT captured) and GFLOP/s from analytic matmul FLOPs x3, for the
+// issue's configurations; and the start-up figure: process start to the first tiny train step, with a
+// cold kernel cache and then a warm one. Prints JSON on stdout, progress on stderr.
+// Usage: npx tsx bench/bert-step.ts [--configs tiny,mini] [--steps 3] [--base] [--large] [--no-startup]
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+import { Device, Tensor } from "../src/index.ts";
+import { jit } from "../src/engine/jit.ts";
+import { BERT_PRESETS, BertForPretraining, type BertConfig } from "../models/bert.ts";
+import { bertBatchTensors, createBertOptimizer, makeBertTrainStep } from "../models/bert_train_step.ts";
+import { fakeBatch } from "../mlperf/bert/data/loader.ts";
+
+interface Run { preset: keyof typeof BERT_PRESETS; batch: number; seq: number; predictions: number }
+const RUNS: Record<string, Run> = {
+  tiny: { preset: "tiny", batch: 8, seq: 128, predictions: 20 },
+  mini: { preset: "mini", batch: 8, seq: 128, predictions: 20 },
+  base: { preset: "base", batch: 8, seq: 128, predictions: 20 },
+  large: { preset: "large", batch: 1, seq: 512, predictions: 76 },
+};
+
+const { values } = parseArgs({
+  options: {
+    configs: { type: "string", default: "tiny,mini" }, steps: { type: "string", default: "3" },
+    base: { type: "boolean", default: false }, large: { type: "boolean", default: false },
+    "no-startup": { type: "boolean", default: false }, "first-step-only": { type: "string" }, help: { type: "boolean", default: false },
+  },
+});
+if (values.help) {
+  console.log("usage: npx tsx bench/bert-step.ts [--configs tiny,mini] [--steps 3] [--base] [--large] [--no-startup]");
+  process.exit(0);
+}
+
+/** Forward matmul FLOPs of one step: encoder layers over every token, the MLM head over the masked positions. */
+function forwardFlops(c: BertConfig, r: Run): number {
+  const tokens = r.batch * r.seq;
+  const [h, i, v] = [c.hiddenSize, c.intermediateSize, c.vocabSize];
+  const layer = tokens * (2 * 4 * h * h + 2 * 2 * h * i + 2 * 2 * r.seq * h);
+  const head = r.batch * r.predictions * (2 * h * h + 2 * h * v) + r.batch * 2 * h * h;
+  return c.numHiddenLayers * layer + head;
+}
+
+function stepper(r: Run) {
+  const config = BERT_PRESETS[r.preset];
+  Tensor.manualSeed(0);
+  const model = new BertForPretraining(config);
+  const state = { model, ...createBertOptimizer(model, { lr: 1e-4, totalSteps: 1000, warmupSteps: 10 }) };
+  const step = jit(makeBertTrainStep(state, { lossScale: 1, gradientAccSteps: 1, maxGradNorm: 1 }));
+  let seed = 0;
+  return {
+    config,
+    step: (): number => {
+      const s = fakeBatch(r.batch, r.seq, r.predictions, seed++, config.vocabSize);
+      const t = (data: Int32Array | Float32Array, shape: number[]) => new Tensor(data).reshape(shape);
+      const batch = {
+        inputIds: t(s.input_ids, [r.batch, r.seq]), segmentIds: t(s.segment_ids, [r.batch, r.seq]), inputMask: t(s.input_mask, [r.batch, r.seq]),
+        maskedLmPositions: t(s.masked_lm_positions, [r.batch, r.predictions]), maskedLmIds: t(s.masked_lm_ids, [r.batch, r.predictions]),
+        maskedLmWeights: t(s.masked_lm_weights, [r.batch, r.predictions]), nextSentenceLabels: t(s.next_sentence_labels, [r.batch]),
+      };
+      const start = performance.now();
+      step(...bertBatchTensors(batch)).item();
+      return performance.now() - start;
+    },
+  };
+}
+
+// child mode: one tiny step, then report how long since the process started
+if (values["first-step-only"]) {
+  const { step } = stepper(RUNS.tiny!);
+  step();
+  console.log(JSON.stringify({ ms_since_process_start: Math.round(performance.now()) }));
+  process.exit(0);
+}
+
+const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+const names = [...values.configs.split(","), ...(values.base ? ["base"] : []), ...(values.large ? ["large"] : [])];
+const results: Record<string, unknown>[] = [];
+for (const name of names) {
+  const run = RUNS[name];
+  if (!run) throw new Error(`unknown config ${name}; known: ${Object.keys(RUNS).join(", ")}`);
+  console.error(`${name}: building the model and capturing the step...`);
+  const { config, step } = stepper(run);
+  const first = step(); // uncaptured
+  step(); // captured
+  const times = Array.from({ length: Number(values.steps) }, () => step());
+  const ms = median(times);
+  const gflop = (3 * forwardFlops(config, run)) / 1e9;
+  results.push({ config: name, ...run, first_step_ms: Math.round(first), median_step_ms: +ms.toFixed(1), gflop_per_step: +gflop.toFixed(2), gflops: +(gflop / (ms / 1000)).toFixed(2) });
+  console.error(JSON.stringify(results.at(-1)));
+}
+
+let startup: Record<string, unknown> | undefined;
+if (!values["no-startup"]) {
+  // cold: an empty kernel cache; warm: the same cache again
+  const cache = mkdtempSync(join(tmpdir(), "tsgrad-bench-cache-"));
+  const self = fileURLToPath(import.meta.url);
+  const firstStep = (): number => {
+    const t = performance.now();
+    const child = spawnSync(process.execPath, ["--import", "tsx", self, "--first-step-only", "1"], { env: { ...process.env, TSGRAD_CACHE: cache }, encoding: "utf8" });
+    if (child.status !== 0) throw new Error(`first-step child failed: ${child.stderr.slice(-2000)}`);
+    return performance.now() - t;
+  };
+  try {
+    startup = { what: "wall ms from process start to the end of the first tiny train step (seq 128, batch 8)", cold_cache_ms: Math.round(firstStep()), warm_cache_ms: Math.round(firstStep()) };
+  } finally {
+    rmSync(cache, { recursive: true, force: true });
+  }
+}
+console.log(JSON.stringify({ device: Device.DEFAULT, flops: "analytic matmul FLOPs x3 (forward + backward)", results, startup }, null, 2));
