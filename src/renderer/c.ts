@@ -66,6 +66,7 @@ static inline int64_t tg_trunc64(double x) {
   return (int64_t)x;
 }
 /* truncating division and remainder; by 0 gives 0, and MIN / -1 wraps instead of trapping */
+static inline int64_t tg_floordiv(int64_t a, int64_t c) { int64_t q = a / c; return (q * c != a && (a < 0) != (c < 0)) ? q - 1 : q; }
 #define TG_IDIV(T, a, b) ((b) == 0 ? (T)0 : ((b) == -1 ? (T)(0u - (uint64_t)(a)) : (T)((a) / (b))))
 #define TG_IMOD(T, a, b) ((b) == 0 || (b) == -1 ? (T)0 : (T)((a) % (b)))
 #define TG_UDIV(T, a, b) ((b) == 0 ? (T)0 : (T)((a) / (b)))
@@ -159,7 +160,18 @@ function identity(op: "ADD" | "MAX", d: DType): string {
   }
 }
 
-const idx = (e: Idx): string => renderIdx(e, (a, c) => `(${a} / ${c})`, (a, c) => `(${a} % ${c})`);
+/**
+ * Index expressions in C-family languages. The IR's division and modulo are floor operations:
+ * the truncating C forms are exact when the dividend cannot be negative, `tg_floordiv` and a
+ * shifted remainder otherwise (CUDA shares this).
+ */
+export const cIndex = (e: Idx): string =>
+  renderIdx(
+    e,
+    (a, c, nonNegative) => (nonNegative ? `(${a} / ${c})` : `tg_floordiv(${a}, ${c})`),
+    (a, c, nonNegative) => (nonNegative ? `(${a} % ${c})` : `(((${a}) % ${c} + ${c}) % ${c})`),
+  );
+const idx = cIndex;
 
 function cond(bounds: readonly Bound[]): string {
   const parts: string[] = [];

@@ -8,7 +8,8 @@
 // 2 ulp) rather than double math rounded, and group reduces add in a different order.
 import type { DType } from "../dtype.ts";
 import { getenv } from "../helpers.ts";
-import { type Bound, type Idx, renderIdx, varsOf } from "../shape/symbolic.ts";
+import { type Bound, type Idx, varsOf } from "../shape/symbolic.ts";
+import { cIndex } from "./c.ts";
 import type { AluOp, Expr, KernelIR, Operand, Stmt } from "../codegen/ir.ts";
 
 /** Grid and block sizes (x, y, z) and dynamic shared memory of one launch. */
@@ -275,13 +276,7 @@ function identity(op: "ADD" | "MAX", d: DType): string {
   }
 }
 
-// indices are floor divisions; truncating C forms are exact when the dividend is not negative
-export const idx = (e: Idx): string =>
-  renderIdx(
-    e,
-    (a, c, nonNegative) => (nonNegative ? `(${a} / ${c})` : `tg_floordiv(${a}, ${c})`),
-    (a, c, nonNegative) => (nonNegative ? `(${a} % ${c})` : `(((${a}) % ${c} + ${c}) % ${c})`),
-  );
+export const idx = cIndex;
 
 function cond(bounds: readonly Bound[]): string {
   const parts: string[] = [];
