@@ -2,7 +2,7 @@
 // Semantics follow the JS renderer (the reference): float32 math in float, 16-bit floats stored
 // as their bits and computed in float, integers wrap, bool is 0/1 in a uint8_t, division by zero gives 0.
 import type { DType } from "../dtype.ts";
-import { type Bound, type Idx, renderIdx, varsOf } from "../shape/symbolic.ts";
+import { type Bound, type Idx, renderIdx, varsOf, renderBounds } from "../shape/symbolic.ts";
 import type { AluOp, Expr, KernelIR, Operand, Stmt } from "../codegen/ir.ts";
 
 export interface CRenderOptions {
@@ -173,15 +173,7 @@ export const cIndex = (e: Idx): string =>
   );
 const idx = cIndex;
 
-function cond(bounds: readonly Bound[]): string {
-  const parts: string[] = [];
-  for (const b of bounds) {
-    const e = idx(b.expr);
-    if (b.expr.min < b.lo) parts.push(`${e} >= ${b.lo}`);
-    if (b.expr.max >= b.hi) parts.push(`${e} < ${b.hi}`);
-  }
-  return parts.join(" && ") || "1";
-}
+const cond = (bounds: readonly Bound[]): string => renderBounds(bounds, idx, "1");
 
 function renderExpr(e: Expr, dtype: DType, kernel: KernelIR): string {
   if (e.op === "LOAD") {

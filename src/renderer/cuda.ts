@@ -8,7 +8,7 @@
 // 2 ulp) rather than double math rounded, and group reduces add in a different order.
 import type { DType } from "../dtype.ts";
 import { getenv } from "../helpers.ts";
-import { type Bound, type Idx, varsOf } from "../shape/symbolic.ts";
+import { type Bound, type Idx, varsOf, renderBounds } from "../shape/symbolic.ts";
 import { cIndex } from "./c.ts";
 import type { AluOp, Expr, KernelIR, Operand, Stmt } from "../codegen/ir.ts";
 
@@ -278,15 +278,7 @@ function identity(op: "ADD" | "MAX", d: DType): string {
 
 export const idx = cIndex;
 
-function cond(bounds: readonly Bound[]): string {
-  const parts: string[] = [];
-  for (const b of bounds) {
-    const e = idx(b.expr);
-    if (b.expr.min < b.lo) parts.push(`${e} >= ${b.lo}`);
-    if (b.expr.max >= b.hi) parts.push(`${e} < ${b.hi}`);
-  }
-  return parts.join(" && ") || "1";
-}
+const cond = (bounds: readonly Bound[]): string => renderBounds(bounds, idx, "1");
 
 export function renderExpr(e: Expr, dtype: DType, kernel: KernelIR): string {
   if (e.op === "LOAD") {

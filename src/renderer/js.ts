@@ -1,7 +1,7 @@
 // Renders the loop IR as the body of a JavaScript function `(bufs, H) => void`:
 // bufs are typed arrays (slot order), H the conversion helpers in runtime/js.ts.
 import type { DType } from "../dtype.ts";
-import { type Bound, type Idx, renderIdx } from "../shape/symbolic.ts";
+import { type Bound, type Idx, renderIdx, renderBounds } from "../shape/symbolic.ts";
 import type { AluOp, Expr, KernelIR, Operand, Stmt } from "../codegen/ir.ts";
 
 export function renderJs(kernel: KernelIR): string {
@@ -40,15 +40,7 @@ function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, kern
 const idx = (e: Idx): string =>
   renderIdx(e, (a, c) => `Math.floor(${a} / ${c})`, (a, c, nonNegative) => (nonNegative ? `(${a} % ${c})` : `((${a} % ${c} + ${c}) % ${c})`));
 
-function cond(bounds: readonly Bound[]): string {
-  const parts: string[] = [];
-  for (const b of bounds) {
-    const e = idx(b.expr);
-    if (b.expr.min < b.lo) parts.push(`${e} >= ${b.lo}`);
-    if (b.expr.max >= b.hi) parts.push(`${e} < ${b.hi}`);
-  }
-  return parts.join(" && ") || "true";
-}
+const cond = (bounds: readonly Bound[]): string => renderBounds(bounds, idx, "true");
 
 function renderExpr(e: Expr, dtype: DType, kernel: KernelIR): string {
   if (e.op === "LOAD") {

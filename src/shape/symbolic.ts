@@ -164,3 +164,14 @@ export function renderIdx(
 }
 
 const wrap = (s: string): string => (/^[\w.]+$/.test(s) || s.startsWith("(") ? s : `(${s})`);
+
+/** A validity condition as source text: only the bounds the ranges do not already prove; `always` when none remain. */
+export function renderBounds(bounds: readonly Bound[], index: (e: Idx) => string, always: string): string {
+  const parts: string[] = [];
+  for (const b of bounds) {
+    const e = index(b.expr);
+    if (b.expr.min < b.lo) parts.push(`${e} >= ${b.lo}`);
+    if (b.expr.max >= b.hi) parts.push(`${e} < ${b.hi}`);
+  }
+  return parts.join(" && ") || always;
+}
