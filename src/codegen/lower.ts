@@ -28,6 +28,14 @@ export const kernelSpecOf = (kernel: KernelIR): KernelSpec | undefined => specs.
 
 /** The kernel with `opts`, or with the hand-written heuristics' choice. */
 export function lowerKernel(spec: KernelSpec, opts?: KernelOpts): KernelIR {
+  // a concatenation (cat, the all-gather of an all-reduce) copies each piece with its own loops,
+  // instead of testing every piece's bounds at every element
+  const pieces = opts ? undefined : catPieces(spec.value);
+  if (pieces) {
+    const kernel = new Lowerer(spec, NO_OPTS).runPieces(pieces);
+    specs.set(kernel, spec);
+    return kernel;
+  }
   const chosen = opts ?? heuristicOpts(spec, new Lowerer(spec, NO_OPTS).run());
   const kernel = new Lowerer(spec, chosen).run();
   specs.set(kernel, spec);
@@ -119,6 +127,34 @@ class Lowerer {
       flops: this.flops,
       parallel: Math.min(this.opts.parallel, loopCount),
       opts: optsKey(this.opts),
+    };
+  }
+
+  /** The kernel as one loop nest per piece of a concatenation, each storing at its offset. */
+  runPieces({ axis, pieces, shape }: CatPieces): KernelIR {
+    const root = this.spec.value;
+    const body: Stmt[] = [];
+    this.scopes.push({ stmts: body, cache: new Map(), trips: 1 });
+    pieces.forEach(({ src, offset }, p) => {
+      const depth = this.scopes.length;
+      const idx = src.shape.map((size, d) => {
+        if (size === 1) return iconst(0);
+        this.openLoop(`p${p}_${d}`, size);
+        return ivar(`p${p}_${d}`, size);
+      });
+      const [value] = this.genAll([{ node: src, idx, valid: [] }]);
+      const at = idx.map((i, d) => (d === axis ? iadd(i, iconst(offset)) : i));
+      this.emit({ kind: "store", buf: 0, index: flatIndex(at, shape), value: value!, dtype: this.spec.buffers[0]!.dtype });
+      this.scopes.length = depth;
+    });
+    return {
+      name: ["E", ...root.shape.filter((s) => s !== 1)].join("_"),
+      buffers: this.spec.buffers,
+      body,
+      outputShape: root.shape,
+      flops: this.flops,
+      parallel: pieces.some(({ src }) => src.shape.some((s) => s > 1)) ? 1 : 0,
+      opts: "cat",
     };
   }
 
@@ -381,3 +417,34 @@ function dependsOn(node: UOp, idx: readonly Idx[], name: string, inputs: Inputs)
 
 /** Bytes a kernel reads and writes (each buffer once). */
 export const estimateBytes = (k: KernelIR): number => k.buffers.reduce((s, b) => s + b.size * b.dtype.itemsize, 0);
+
+interface CatPieces {
+  readonly axis: number;
+  /** The concatenation's own shape (the kernel's output may be a reshape of it). */
+  readonly shape: readonly number[];
+  readonly pieces: readonly { readonly src: UOp; readonly offset: number }[];
+}
+
+/** `root` as a sum of pads along one axis that tile it exactly (what `Tensor.cat` builds), if it is one. */
+function catPieces(value: UOp): CatPieces | undefined {
+  let root = value;
+  // a reshape keeps the row-major layout, so the pieces can be stored by the inner shape
+  while (root.op === "CONTIGUOUS" || root.op === "RESHAPE") root = root.src[0]!;
+  const terms: UOp[] = [];
+  const collect = (n: UOp): void => void (n.op === "ADD" && n.dtype.name !== "bool" ? (collect(n.src[0]!), collect(n.src[1]!)) : terms.push(n));
+  collect(root);
+  if (terms.length < 2 || terms.some((t) => t.op !== "PAD")) return undefined;
+  let axis = -1;
+  for (const t of terms) {
+    const padded = (t.arg as Pads).flatMap(([before, after], d) => (before || after ? [d] : []));
+    if (padded.length !== 1 || (axis !== -1 && padded[0] !== axis)) return undefined;
+    axis = padded[0]!;
+  }
+  const pieces = terms.map((t) => ({ src: t.src[0]!, offset: (t.arg as Pads)[axis]![0] })).sort((a, b) => a.offset - b.offset);
+  let next = 0;
+  for (const { src, offset } of pieces) {
+    if (offset !== next) return undefined;
+    next += src.shape[axis]!;
+  }
+  return next === root.shape[axis] ? { axis, pieces, shape: root.shape } : undefined;
+}

@@ -124,7 +124,7 @@ function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, ctx:
         out.push(`${indent}for (${ctx.indexType} ${s.var} = 0; ${s.var} < ${s.size}; ${s.var}++) {`);
         renderBlock(s.body, out, indent + "  ", ctx, 0);
         out.push(`${indent}}`);
-        parallel = 0;
+        // sibling loop nests at the top (the pieces of a concatenation) are each split across threads
         break;
       case "def":
         out.push(`${indent}${computeType[s.dtype.name]} ${s.name} = ${renderExpr(s.expr, s.dtype, kernel)};`);
