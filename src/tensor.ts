@@ -358,7 +358,8 @@ export class Tensor {
     return new Tensor(alu(this.node, op));
   }
 
-  private float(): Tensor {
+  /** This tensor as a float (itself if it already is one, else cast to `Tensor.defaultFloat`). */
+  float(): Tensor {
     return isFloat(this.dtype) ? this : this.cast(Tensor.defaultFloat);
   }
 
