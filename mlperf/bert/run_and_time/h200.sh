@@ -14,18 +14,5 @@ export BEAM="${BEAM:-4}" BEAM_UOPS_MAX="${BEAM_UOPS_MAX:-2000}" BEAM_UPCAST_MAX=
 export IGNORE_JIT_FIRST_BEAM="${IGNORE_JIT_FIRST_BEAM:-1}"
 export BASEDIR="${BASEDIR:-/raid/datasets/wiki}"
 
-export LOGMLPERF="${LOGMLPERF:-1}"
-export SEED="${SEED:-$RANDOM}"
-DATETIME=$(date "+%m%d%H%M")
-LOGFILE="bert_h200_${DATETIME}_${SEED}.log"
-
-TRAIN=("$ROOT/node_modules/.bin/tsx" "$ROOT/mlperf/bert/train.ts")
-
-# init
-BENCHMARK="${INIT_BENCHMARK:-10}" INITMLPERF=1 "${TRAIN[@]}" | tee "$LOGFILE"
-
-# run
-RUNMLPERF=1 "${TRAIN[@]}" | tee -a "$LOGFILE"
-
-# the run report: loss, LR, eval accuracy, step time and throughput curves from the console log
-"$ROOT/node_modules/.bin/tsx" "$ROOT/mlperf/bert/report.ts" "$LOGFILE" -o "${LOGFILE%.log}.html"
+PLATFORM="h200"
+source "$ROOT/mlperf/bert/run_and_time/phases.sh"
