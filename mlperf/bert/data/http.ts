@@ -1,13 +1,10 @@
 // Resumable HTTP(S) download into `<dest>.part`, renamed to `dest` only when complete: redirects
 // followed, HTTP Range to continue after a dropped connection, retries with exponential
 // backoff, and a hook for pages (Google Drive's confirm page) that stand in front of a file.
-import { createWriteStream } from "node:fs";
-import { mkdir, rename, rm, stat } from "node:fs/promises";
+import { mkdir, open, rename, rm, stat } from "node:fs/promises";
 import http from "node:http";
 import https from "node:https";
 import { dirname } from "node:path";
-import { Transform } from "node:stream";
-import { pipeline } from "node:stream/promises";
 import { setTimeout as delay } from "node:timers/promises";
 
 /** A download that failed; `retriable` is false when trying again cannot help. */
@@ -82,6 +79,9 @@ export async function downloadToFile(url: string, dest: string, options: Downloa
   await rename(part, dest);
 }
 
+/** How far the file writes may lag the network before the body is paused. */
+const MAX_QUEUED_BYTES = 16 << 20;
+
 /** One request (after redirects and confirm pages) that appends to `part` until the end. */
 async function attempt(url: string, part: string, options: DownloadOptions): Promise<void> {
   let start = await sizeOf(part);
@@ -115,14 +115,43 @@ async function attempt(url: string, part: string, options: DownloadOptions): Pro
   const total = resumed ? (contentRangeTotal(response) ?? (length === undefined ? undefined : start + length)) : length;
   let done = resumed ? start : 0;
   options.onProgress?.(done, total);
-  const counter = new Transform({
-    transform(chunk: Buffer, _encoding, callback) {
-      done += chunk.length;
-      options.onProgress?.(done, total);
-      callback(null, chunk);
-    },
-  });
-  await pipeline(response, counter, createWriteStream(part, { flags: resumed ? "a" : "w" }));
+  // Every chunk that arrived is on disk before an aborted body's error surfaces, so the next
+  // attempt resumes exactly where this one stopped. A paused or piped stream would drop the
+  // chunks still buffered when the socket fails, so the body flows and writes queue up,
+  // pausing only when the disk falls far behind.
+  const file = await open(part, resumed ? "a" : "w");
+  try {
+    await new Promise<void>((resolve, reject) => {
+      let writes = Promise.resolve();
+      let queued = 0;
+      let failed = false;
+      const fail = (error: unknown) => {
+        if (failed) return;
+        failed = true;
+        response.destroy();
+        reject(error);
+      };
+      response.on("data", (chunk: Buffer) => {
+        queued += chunk.length;
+        if (queued > MAX_QUEUED_BYTES) response.pause();
+        writes = writes.then(async () => {
+          if (failed) return;
+          await file.write(chunk);
+          queued -= chunk.length;
+          done += chunk.length;
+          options.onProgress?.(done, total);
+          if (queued <= MAX_QUEUED_BYTES / 2 && response.isPaused()) response.resume();
+        });
+        writes.catch(fail);
+      });
+      // A body cut short without an error still closes; the length check below catches it.
+      response.on("end", () => void writes.then(resolve, fail));
+      response.on("close", () => void writes.then(resolve, fail));
+      response.on("error", (error) => void writes.then(() => fail(error), fail));
+    });
+  } finally {
+    await file.close();
+  }
   if (total !== undefined && done !== total) {
     throw new DownloadError(`connection closed at byte ${done} of ${total}`, finalUrl, true);
   }
