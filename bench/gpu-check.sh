@@ -10,8 +10,10 @@
 #   bench/gpu-check.sh --prepare
 # On the GPU machine (the run tool, carrying [".device"]):
 #   source .device/unpack.sh; bash bench/gpu-check.sh
-# Results go to $OUT (default ./gpu-results): JSON per part, the op suite's TAP output, logs, summary.json.
-# BERT_BATCH (default 8) sets the batch of both BERT steps.
+# Results go to $OUT (default ./gpu-results): summary.json, gpu-check.log (with every failing op test) and
+# results.tgz (JSON per part, the op suite's TAP output, nvidia-smi): three files, as the device tool
+# brings back at most eight. BERT_BATCH (default 8) sets the batch of both BERT steps; GPU_CHECK_S (default
+# 470) is the whole run's budget in seconds, shared out over the parts in proportion.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -45,8 +47,18 @@ fi
 
 OUT=${OUT:-$root/gpu-results}
 mkdir -p "$OUT"
+results=$(mktemp -d)
 start=$(date +%s)
-log() { echo "[gpu-check $(($(date +%s) - start)) s] $*" | tee -a "$OUT/gpu-check.log" >&2; }
+log() { echo "[gpu-check $(($(date +%s) - start)) s] $*" | tee -a "$results/gpu-check.log" >&2; }
+budget=${GPU_CHECK_S:-470}
+share() { echo $((budget * $1 / 470)); }
+# whatever happens, what was measured comes back
+finish() {
+  tar czf "$OUT/results.tgz" -C "$results" . 2>/dev/null
+  cp "$results/gpu-check.log" "$OUT/" 2>/dev/null
+  [ -f "$results/summary.json" ] && cp "$results/summary.json" "$OUT/"
+}
+trap finish EXIT
 bundle=.device/bundle
 if [ ! -d "$bundle" ] || ! command -v node >/dev/null; then
   echo "gpu-check: run 'bench/gpu-check.sh --prepare' first, and 'source .device/unpack.sh' on the GPU machine" >&2
@@ -54,7 +66,7 @@ if [ ! -d "$bundle" ] || ! command -v node >/dev/null; then
 fi
 
 # the environment: GPU, driver, NVRTC (searched once and printed), a fresh kernel cache
-nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
+nvidia-smi > "$results/nvidia-smi.txt" 2>&1 || true
 nvrtc=$( (ldconfig -p 2>/dev/null | awk '/libnvrtc\.so/ {print $NF}'; ls /usr/local/cuda*/lib64/libnvrtc.so* 2>/dev/null;
   python3 -c 'import nvidia.cuda_nvrtc as m, os; d = os.path.join(list(m.__path__)[0], "lib"); print("\n".join(os.path.join(d, f) for f in os.listdir(d)))' 2>/dev/null) \
   | grep -v builtins | grep 'libnvrtc\.so' | head -1)
@@ -72,24 +84,26 @@ batch=${BERT_BATCH:-8}
 
 log "1/4 op suite on CUDA"
 tests=$(for t in $OP_TESTS; do echo "$bundle/tests/$t.test.mjs"; done)
-timeout 170 node --test --test-reporter=tap $tests > "$OUT/op_suite.tap" 2> "$OUT/op_suite.err"
-echo "{\"exit\": $?, \"pass\": $(awk '/^# pass/ {print $3}' "$OUT/op_suite.tap" | tail -1 | grep . || echo null), \"fail\": $(awk '/^# fail/ {print $3}' "$OUT/op_suite.tap" | tail -1 | grep . || echo null)}" > "$OUT/op_suite.json"
-log "op suite: $(cat "$OUT/op_suite.json")"
+timeout "$(share 170)" node --test --test-reporter=tap $tests > "$results/op_suite.tap" 2> "$results/op_suite.err"
+echo "{\"exit\": $?, \"pass\": $(awk '/^# pass/ {print $3}' "$results/op_suite.tap" | tail -1 | grep . || echo null), \"fail\": $(awk '/^# fail/ {print $3}' "$results/op_suite.tap" | tail -1 | grep . || echo null)}" > "$results/op_suite.json"
+log "op suite: $(cat "$results/op_suite.json")"
+# each failing test with the start of its error, into the log
+grep -A14 '^ *not ok' "$results/op_suite.tap" | grep -v '^ *\(duration_ms\|location\|failureType\|stack\|---\)' | head -300 >> "$results/gpu-check.log"
 
 log "2/4 tsgrad float16 GEMMs"
-timeout 90 node "$bundle/gemm.mjs" > "$OUT/tsgrad_gemm.json" 2>> "$OUT/gpu-check.log"
+timeout "$(share 90)" node "$bundle/gemm.mjs" > "$results/tsgrad_gemm.json" 2>> "$results/gpu-check.log"
 log "tsgrad gemm exit $?"
 
 log "3/4 PyTorch: cuBLAS GEMMs and the BERT-large step"
-timeout 100 python3 "$bundle/torch_bench.py" --batch "$batch" > "$OUT/torch.json" 2>> "$OUT/gpu-check.log"
+timeout "$(share 100)" python3 "$bundle/torch_bench.py" --batch "$batch" > "$results/torch.json" 2>> "$results/gpu-check.log"
 log "torch exit $?"
 
 log "4/4 tsgrad BERT-large float16 step, batch $batch, seq 512"
-remaining=$((470 - ($(date +%s) - start)))
-DEBUG=1 timeout "$((remaining > 60 ? remaining : 60))" node "$bundle/bert_step.mjs" --batch "$batch" --seq 512 --steps 3 > "$OUT/tsgrad_bert.json" 2>> "$OUT/gpu-check.log"
+remaining=$((budget - ($(date +%s) - start)))
+DEBUG=1 timeout "$((remaining > 60 ? remaining : 60))" node "$bundle/bert_step.mjs" --batch "$batch" --seq 512 --steps 3 > "$results/tsgrad_bert.json" 2>> "$results/gpu-check.log"
 log "tsgrad bert exit $?"
 
-python3 - "$OUT" <<'SUMMARY'
+python3 - "$results" <<'SUMMARY'
 import json, os, sys
 out = sys.argv[1]
 def load(name):

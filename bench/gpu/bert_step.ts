@@ -6,6 +6,9 @@
 import { parseArgs } from "node:util";
 import { Device, GlobalCounters, Tensor, dtypes } from "../../src/index.ts";
 import { jit } from "../../src/engine/jit.ts";
+import { kernelTimers } from "../../src/engine/realize.ts";
+import { estimateBytes } from "../../src/codegen/lower.ts";
+import type { KernelIR } from "../../src/codegen/ir.ts";
 import { BERT_PRESETS, BertForPretraining, type BertBatch, type BertPresetName } from "../../models/bert.ts";
 import { bertBatchTensors, createBertOptimizer, makeBertTrainStep, trainStepOptionsFromEnv } from "../../models/bert_train_step.ts";
 
@@ -72,6 +75,21 @@ for (let i = 0; i < steps; i++) {
   kernels = GlobalCounters.kernelCount;
 }
 times.sort((a, b) => a - b);
+
+// One more step with every kernel waited for and timed: where the device time goes, by kernel name.
+const byName = new Map<string, { count: number; seconds: number; flops: number; bytes: number }>();
+const timer = (kernel: KernelIR, seconds: number) => {
+  const entry = byName.get(kernel.name) ?? { count: 0, seconds: 0, flops: 0, bytes: 0 };
+  byName.set(kernel.name, { count: entry.count + 1, seconds: entry.seconds + seconds, flops: entry.flops + kernel.flops, bytes: entry.bytes + estimateBytes(kernel) });
+};
+kernelTimers.add(timer);
+step(...bertBatchTensors(batch)).item();
+kernelTimers.delete(timer);
+const kernelSeconds = [...byName.values()].reduce((sum, e) => sum + e.seconds, 0);
+const profile = [...byName.entries()].sort((a, b) => b[1].seconds - a[1].seconds).slice(0, 30).map(([name, e]) => ({
+  name, count: e.count, ms: +(e.seconds * 1e3).toFixed(3), share: +(e.seconds / kernelSeconds).toFixed(4),
+  tflops: +(e.flops / e.seconds / 1e12).toFixed(2), gbps: +(e.bytes / e.seconds / 1e9).toFixed(1),
+}));
 const ms = times[Math.floor(times.length / 2)]!;
 const flops = bertStepFlops(batchSize, seq, maskedPositions, config);
 console.log(JSON.stringify({
@@ -79,4 +97,5 @@ console.log(JSON.stringify({
   ms_per_step: +ms.toFixed(2), tflops: +(flops / (ms / 1e3) / 1e12).toFixed(2), step_flops: flops,
   sequences_per_s: +((batchSize * 1e3) / ms).toFixed(1), kernels_per_step: kernels,
   losses: losses.map((l) => +l.toFixed(4)), total_s: +((performance.now() - started) / 1000).toFixed(1),
+  kernel_ms_sum: +(kernelSeconds * 1e3).toFixed(2), distinct_kernels: byName.size, profile,
 }));
