@@ -13,7 +13,8 @@
 # Results go to $OUT (default ./gpu-results): summary.json, gpu-check.log (with every failing op test) and
 # results.tgz (JSON per part, the op suite's TAP output, nvidia-smi): three files, as the device tool
 # brings back at most eight. BERT_BATCH (default 8) sets the batch of both BERT steps; GPU_CHECK_S (default
-# 470) is the whole run's budget in seconds, shared out over the parts in proportion.
+# 470) is the whole run's budget in seconds, shared out over the parts in proportion; PARTS (default
+# ops,diag,validate,gemm,torch,bert) picks and orders nothing but which parts run.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -33,7 +34,7 @@ if [ "${1:-}" = "--prepare" ]; then
   # one bundle holds many modules: `import.meta.url === argv[1]` CLI guards (tf_checkpoint.ts) must not fire in it
   esbuild=(npx esbuild --bundle --platform=node --format=esm --target=node20 --external:koffi --log-level=warning --out-extension:.js=.mjs
     '--define:import.meta.url="file:///tsgrad-bundle.mjs"')
-  "${esbuild[@]}" bench/gpu/gemm.ts bench/gpu/bert_step.ts --outdir=.device/bundle
+  "${esbuild[@]}" bench/gpu/gemm.ts bench/gpu/bert_step.ts bench/gpu/validate.ts --outdir=.device/bundle
   "${esbuild[@]}" $(for t in $OP_TESTS; do echo "test/core/$t.test.ts"; done) --outdir=.device/bundle/tests
   cp bench/gpu/torch_bench.py .device/bundle/
   # koffi loads its native module from @koromix/koffi-<platform> beside it: only linux x64 (glibc) travels
@@ -54,6 +55,9 @@ budget=${GPU_CHECK_S:-470}
 share() { echo $((budget * $1 / 470)); }
 # whatever happens, what was measured comes back
 finish() {
+  for name in gemm torch bert; do
+    [ -s "$results/$name.err" ] && { echo "--- $name stderr (tail)"; tail -40 "$results/$name.err"; } >> "$results/gpu-check.log"
+  done
   tar czf "$OUT/results.tgz" -C "$results" . 2>/dev/null
   cp "$results/gpu-check.log" "$OUT/" 2>/dev/null
   [ -f "$results/summary.json" ] && cp "$results/summary.json" "$OUT/"
@@ -82,26 +86,74 @@ export TSGRAD_CACHE="${TMPDIR:-/tmp}/tsgrad-gpu-check-cache"
 export CC=/nonexistent/cc
 batch=${BERT_BATCH:-8}
 
-log "1/4 op suite on CUDA"
-tests=$(for t in $OP_TESTS; do echo "$bundle/tests/$t.test.mjs"; done)
-timeout "$(share 170)" node --test --test-reporter=tap $tests > "$results/op_suite.tap" 2> "$results/op_suite.err"
-echo "{\"exit\": $?, \"pass\": $(awk '/^# pass/ {print $3}' "$results/op_suite.tap" | tail -1 | grep . || echo null), \"fail\": $(awk '/^# fail/ {print $3}' "$results/op_suite.tap" | tail -1 | grep . || echo null)}" > "$results/op_suite.json"
-log "op suite: $(cat "$results/op_suite.json")"
-# each failing test with the start of its error, into the log
-grep -A14 '^ *not ok' "$results/op_suite.tap" | grep -v '^ *\(duration_ms\|location\|failureType\|stack\|---\)' | head -300 >> "$results/gpu-check.log"
+# Each part runs in the background under a watchdog: a GPU kernel that never ends leaves its process
+# stuck in the driver, where no signal reaches it, so the check abandons it and goes on.
+part() { # part NAME LIMIT_S OUTFILE COMMAND...
+  local name=$1 limit=$2 out=$3 waited=0
+  shift 3
+  "$@" > "$out" 2>> "$results/$name.err" &
+  local pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    if [ "$waited" -ge "$limit" ]; then
+      kill -9 "$pid" 2>/dev/null
+      log "$name: still running after ${limit} s, abandoned (a hung kernel?)"
+      return 124
+    fi
+    sleep 1
+    waited=$((waited + 1))
+  done
+  wait "$pid"
+  local status=$?
+  finish # what is measured so far comes back, even if a later part outlives the run
+  return $status
+}
+wanted() { [[ ",$PARTS," == *",$1,"* ]]; }
+PARTS=${PARTS:-ops,diag,validate,gemm,torch,bert}
 
-log "2/4 tsgrad float16 GEMMs"
-timeout "$(share 90)" node "$bundle/gemm.mjs" > "$results/tsgrad_gemm.json" 2>> "$results/gpu-check.log"
-log "tsgrad gemm exit $?"
+if wanted ops; then
+  log "op suite on CUDA"
+  tests=$(for t in $OP_TESTS; do echo "$bundle/tests/$t.test.mjs"; done)
+  part ops "$(share 170)" "$results/op_suite.tap" node --test --test-reporter=tap $tests
+  echo "{\"exit\": $?, \"pass\": $(awk '/^# pass/ {print $3}' "$results/op_suite.tap" | tail -1 | grep . || echo null), \"fail\": $(awk '/^# fail/ {print $3}' "$results/op_suite.tap" | tail -1 | grep . || echo null)}" > "$results/op_suite.json"
+  log "op suite: $(cat "$results/op_suite.json")"
+  # each failing test with the start of its error, into the log
+  grep -A14 '^ *not ok' "$results/op_suite.tap" | grep -v '^ *\(duration_ms\|location\|failureType\|stack\|---\)' | head -300 >> "$results/gpu-check.log"
+fi
 
-log "3/4 PyTorch: cuBLAS GEMMs and the BERT-large step"
-timeout "$(share 100)" python3 "$bundle/torch_bench.py" --batch "$batch" > "$results/torch.json" 2>> "$results/gpu-check.log"
-log "torch exit $?"
+# one-off diagnostics a session may drop into .device/bundle/diag.mjs (not part of the check)
+if wanted diag && [ -f "$bundle/diag.mjs" ]; then
+  part diag 30 "$results/diag.txt" node "$bundle/diag.mjs"
+  log "diag exit $?"
+fi
 
-log "4/4 tsgrad BERT-large float16 step, batch $batch, seq 512"
-remaining=$((budget - ($(date +%s) - start)))
-DEBUG=1 timeout "$((remaining > 60 ? remaining : 60))" node "$bundle/bert_step.mjs" --batch "$batch" --seq 512 --steps 3 > "$results/tsgrad_bert.json" 2>> "$results/gpu-check.log"
-log "tsgrad bert exit $?"
+if wanted validate; then
+  log "BERT-large (2 layers) float16 step kernel by kernel against the CPU device"
+  if command -v "${REFERENCE_CC:-cc}" >/dev/null; then
+    CC="${REFERENCE_CC:-cc}" part validate "$(share 90)" "$results/validate.json" node "$bundle/validate.mjs" --batch 2 --seq 128 --layers 2 --steps 2
+    log "validate exit $?: $(head -c 600 "$results/validate.json")"
+  else
+    log "validate skipped: no C compiler for the CPU reference"
+  fi
+fi
+
+if wanted gemm; then
+  log "tsgrad float16 GEMMs"
+  part gemm "$(share 90)" "$results/tsgrad_gemm.json" node "$bundle/gemm.mjs"
+  log "tsgrad gemm exit $?"
+fi
+
+if wanted torch; then
+  log "PyTorch: cuBLAS GEMMs and the BERT-large step"
+  part torch "$(share 100)" "$results/torch.json" python3 "$bundle/torch_bench.py" --batch "$batch"
+  log "torch exit $?"
+fi
+
+if wanted bert; then
+  log "tsgrad BERT-large float16 step, batch $batch, seq 512"
+  remaining=$((budget - ($(date +%s) - start)))
+  DEBUG=1 part bert "$((remaining > 60 ? remaining : 60))" "$results/tsgrad_bert.json" node "$bundle/bert_step.mjs" --batch "$batch" --seq 512 --steps 3
+  log "tsgrad bert exit $?"
+fi
 
 python3 - "$results" <<'SUMMARY'
 import json, os, sys
@@ -112,7 +164,7 @@ def load(name):
             return json.load(f)
     except Exception as e:
         return {"error": f"{name}: {e}"}
-ours, torch, ours_bert, ops = load("tsgrad_gemm.json"), load("torch.json"), load("tsgrad_bert.json"), load("op_suite.json")
+ours, torch, ours_bert, ops, check = load("tsgrad_gemm.json"), load("torch.json"), load("tsgrad_bert.json"), load("op_suite.json"), load("validate.json")
 cublas = {g["shape"]: g for g in torch.get("gemm", [])}
 checks = {"pass": ours.get("checks_pass"), "errors": ours.get("checks")}
 gemm = [dict(shape=g["shape"], tsgrad_tflops=g["tflops"], cublas_tflops=cublas.get(g["shape"], {}).get("tflops"),
@@ -120,7 +172,8 @@ gemm = [dict(shape=g["shape"], tsgrad_tflops=g["tflops"], cublas_tflops=cublas.g
 bert = dict(tsgrad=ours_bert, torch=torch.get("bert"))
 if "ms_per_step" in ours_bert and torch.get("bert"):
     bert["speed_ratio_vs_torch"] = round(torch["bert"]["ms_per_step"] / ours_bert["ms_per_step"], 3)
-summary = dict(gpu=torch.get("gpu"), op_suite=ops, tensor_core_checks=checks, gemm=gemm, bert=bert)
+validate = {k: check.get(k) for k in ("kernels_checked", "disagreeing", "first_non_finite", "losses", "error")}
+summary = dict(gpu=torch.get("gpu"), op_suite=ops, kernel_check=validate, tensor_core_checks=checks, gemm=gemm, bert=bert)
 with open(os.path.join(out, "summary.json"), "w") as f:
     json.dump(summary, f, indent=1)
 print(json.dumps(summary, indent=1))

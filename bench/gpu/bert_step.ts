@@ -78,7 +78,7 @@ times.sort((a, b) => a - b);
 
 // One more step with every kernel waited for and timed: where the device time goes, by kernel name.
 const byName = new Map<string, { count: number; seconds: number; flops: number; bytes: number }>();
-const timer = (kernel: KernelIR, seconds: number) => {
+const timer = ({ kernel }: { kernel: KernelIR }, seconds: number) => {
   const entry = byName.get(kernel.name) ?? { count: 0, seconds: 0, flops: 0, bytes: 0 };
   byName.set(kernel.name, { count: entry.count + 1, seconds: entry.seconds + seconds, flops: entry.flops + kernel.flops, bytes: entry.bytes + estimateBytes(kernel) });
 };

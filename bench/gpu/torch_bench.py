@@ -65,7 +65,7 @@ class Bert(nn.Module):
     def __init__(self, c, dropout=0.1):
         super().__init__()
         h = c["hidden"]
-        self.word, self.position, self.type = nn.Embedding(c["vocab"], h), nn.Embedding(c["max_positions"], h), nn.Embedding(c["types"], h)
+        self.word, self.position, self.token_type = nn.Embedding(c["vocab"], h), nn.Embedding(c["max_positions"], h), nn.Embedding(c["types"], h)
         self.ln = nn.LayerNorm(h, eps=1e-12)
         self.layers = nn.ModuleList(Layer(c, dropout) for _ in range(c["layers"]))
         self.pooler, self.transform, self.nsp = nn.Linear(h, h), nn.Linear(h, h), nn.Linear(h, 2)
@@ -75,7 +75,7 @@ class Bert(nn.Module):
 
     def forward(self, ids, segments, input_mask, positions):
         s = ids.shape[1]
-        x = self.word(ids) + self.position(torch.arange(s, device=ids.device))[None] + self.type(segments)
+        x = self.word(ids) + self.position(torch.arange(s, device=ids.device))[None] + self.token_type(segments)
         x = F.dropout(self.ln(x), self.dropout, self.training)
         mask = ((1.0 - input_mask[:, None, None, :].to(x.dtype)) * -10000.0).to(x.dtype)
         for layer in self.layers:
@@ -102,6 +102,7 @@ class Lamb:
         self.v = [torch.zeros_like(p) for p in self.master]
         self.lr, self.b1, self.b2, self.eps, self.wd, self.t = lr, b1, b2, eps, weight_decay, 0
 
+    @torch.no_grad()
     def step(self, grads):
         self.t += 1
         torch._foreach_mul_(self.m, self.b1)

@@ -322,8 +322,9 @@ class Lowerer {
         this.top.cache.set(laneKey, { kind: "lit", value: 0, dtype: node.dtype });
         continue;
       }
-      const [value] = this.genAll([{ node: match.value, idx: atIdx, valid: [...lane.valid, ...inside] }]);
-      this.top.cache.set(laneKey, inside.length ? this.select(inside, value!, laneKey) : value!);
+      const [loaded] = this.genAll([{ node: match.value, idx: atIdx, valid: [...lane.valid, ...inside] }]);
+      const value = match.cast && match.cast !== loaded!.dtype ? this.define(match.cast, { op: "CAST", srcs: [loaded!] }, `${laneKey}|cast`) : loaded!;
+      this.top.cache.set(laneKey, inside.length ? this.select(inside, value, laneKey) : value);
     }
     this.loops++;
     return true;
@@ -355,12 +356,15 @@ function throughMoves(node: UOp, idx: readonly Idx[], inputs: Inputs): { node: U
  * Matches WHERE(NOT(a != b), v, 0) at `idx` where one side is exactly r + offset (r the reduce variable,
  * offset free of r) and the other side does not depend on r.
  */
-function matchOneHot(src: UOp, idx: readonly Idx[], r: Idx, inputs: Inputs): { value: UOp; other: UOp; otherIdx: readonly Idx[]; offset: Idx } | undefined {
+function matchOneHot(src: UOp, idx: readonly Idx[], r: Idx, inputs: Inputs): { value: UOp; cast?: DType; other: UOp; otherIdx: readonly Idx[]; offset: Idx } | undefined {
   const computed = (u: UOp, at: readonly Idx[]) => {
     const found = throughMoves(u, at, inputs);
     return found && !inputs.has(found.node) ? found : undefined;
   };
-  const where = computed(src, idx);
+  // a 16-bit sum accumulates in float32: sum(cast(where(c, v, 0))) is cast(v) at the hot index
+  const outer = computed(src, idx);
+  const cast = outer?.node.op === "CAST" && outer.node.dtype.kind === "float" ? outer.node.dtype : undefined;
+  const where = cast ? computed(outer!.node.src[0]!, outer!.idx) : outer;
   if (!where || where.node.op !== "WHERE") return undefined;
   const zero = computed(where.node.src[2]!, where.idx);
   if (!zero || zero.node.op !== "CONST" || zero.node.arg !== 0) return undefined;
@@ -378,7 +382,7 @@ function matchOneHot(src: UOp, idx: readonly Idx[], r: Idx, inputs: Inputs): { v
     const rTerms = terms.filter((t) => varsOf(t).has(rName));
     if (rTerms.length !== 1 || rTerms[0]!.kind !== "var") continue;
     const offset = iadd(...terms.filter((t) => t !== rTerms[0]));
-    return { value: where.node.src[1]!, other: sideB, otherIdx: ne.idx, offset };
+    return { value: where.node.src[1]!, cast, other: sideB, otherIdx: ne.idx, offset };
   }
   return undefined;
 }

@@ -18,8 +18,8 @@ const bytesOf = (kernel: KernelIR): number => {
 /** Hooks the JIT uses to see what runs. */
 export const execObservers = new Set<(item: ExecItem) => void>();
 
-/** Profilers: while one is set, every kernel is waited for and reported with its seconds on the device. */
-export const kernelTimers = new Set<(kernel: KernelIR, seconds: number) => void>();
+/** Profilers and checkers: while one is set, every kernel is waited for, then reported with its seconds on the device. */
+export const kernelTimers = new Set<(item: ExecItem & { kind: "kernel" }, seconds: number) => void>();
 
 function programFor(item: ExecItem & { kind: "kernel" }): Program {
   let program = programs.get(item.kernel);
@@ -45,7 +45,7 @@ export function runItem(item: ExecItem, debug = debugLevel()): void {
   const { kernel, buffers } = item;
   const program = programFor(item);
   const seconds = program.run(buffers, { wait: debug >= 2 || kernelTimers.size > 0 }) ?? 0;
-  for (const timer of kernelTimers) timer(kernel, seconds);
+  for (const timer of kernelTimers) timer(item, seconds);
   GlobalCounters.kernelCount++;
   GlobalCounters.globalOps += kernel.flops;
   GlobalCounters.globalMem += bytesOf(kernel);

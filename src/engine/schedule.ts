@@ -132,35 +132,31 @@ interface Step {
  * operands of a matmul in a backward pass, softmax probabilities feeding attention).
  */
 function markRecomputedWork(stored: Set<UOp>): void {
-  let changed = true;
-  while (changed) {
-    changed = false;
-    for (const root of [...stored]) {
-      const seen = new Set<string>();
-      const walk = (n: UOp, underExpand: boolean, inReduce: boolean): void => {
-        if (n !== root && (stored.has(n) || isLeaf(n))) return;
-        const key = `${n.id}|${underExpand}|${inReduce}`;
-        if (seen.has(key)) return;
-        seen.add(key);
-        if (n.op === "REDUCE" && n !== root && (underExpand || inReduce)) {
-          stored.add(n);
-          changed = true;
-          return;
-        }
-        if (n.op === "EXPAND") {
-          const chain = skipMovement(n.src[0]!);
-          if (!stored.has(chain) && !isLeaf(chain) && isElementwise(chain.op) && inlineCost(chain, stored) > EXPENSIVE) {
-            stored.add(chain);
-            changed = true;
-            return;
-          }
-        }
-        if (n.op === "REDUCE") inReduce = true;
-        if (n.op === "EXPAND") underExpand = true;
-        for (const s of n.src) walk(s, underExpand, inReduce);
-      };
-      walk(root.op === "ASSIGN" ? root.src[1]! : root, false, false);
-    }
+  // Each kernel root is walked once; a node marked here becomes a root and is walked in turn. Marking only
+  // cuts later walks short (and makes inlined chains cheaper), so walks already done need no second pass.
+  const roots = [...stored];
+  for (let r = 0; r < roots.length; r++) {
+    const root = roots[r]!;
+    const seen = new Set<string>();
+    const mark = (n: UOp): void => {
+      stored.add(n);
+      roots.push(n);
+    };
+    const walk = (n: UOp, underExpand: boolean, inReduce: boolean): void => {
+      if (n !== root && (stored.has(n) || isLeaf(n))) return;
+      const key = `${n.id}|${underExpand}|${inReduce}`;
+      if (seen.has(key)) return;
+      seen.add(key);
+      if (n.op === "REDUCE" && n !== root && (underExpand || inReduce)) return mark(n);
+      if (n.op === "EXPAND") {
+        const chain = skipMovement(n.src[0]!);
+        if (!stored.has(chain) && !isLeaf(chain) && isElementwise(chain.op) && inlineCost(chain, stored) > EXPENSIVE) return mark(chain);
+      }
+      if (n.op === "REDUCE") inReduce = true;
+      if (n.op === "EXPAND") underExpand = true;
+      for (const s of n.src) walk(s, underExpand, inReduce);
+    };
+    walk(root.op === "ASSIGN" ? root.src[1]! : root, false, false);
   }
 }
 

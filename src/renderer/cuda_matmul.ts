@@ -68,17 +68,19 @@ const SIXTEEN_BIT = new Set(["float16", "bfloat16"]);
  * Each factor's loads may read k, the batch loops and its own output loop (m or n), not the other's.
  * Undefined when the kernel is anything else.
  */
-export function matchMatmul(kernel: KernelIR): MatmulPattern | undefined {
+export function matchMatmul(kernel: KernelIR, why: (reason: string) => void = () => {}): MatmulPattern | undefined {
+  const no = (reason: string): undefined => void why(reason);
   const { loops, body } = splitOutputLoops(kernel);
   const [accStmt, loopStmt, ...epilogue] = body;
-  if (accStmt?.kind !== "acc" || accStmt.op !== "ADD" || accStmt.dtype.name !== "float32") return undefined;
-  if (loopStmt?.kind !== "loop" || epilogue.some((s) => s.kind === "loop" || s.kind === "acc" || s.kind === "update")) return undefined;
+  // a 16-bit sum (a gradient's) accumulates in float32 on the GPU as well, as tensor cores do
+  if (accStmt?.kind !== "acc" || accStmt.op !== "ADD" || accStmt.dtype.kind !== "float" || accStmt.dtype.itemsize < 2) return no("the accumulator is not a float sum");
+  if (loopStmt?.kind !== "loop" || epilogue.some((s) => s.kind === "loop" || s.kind === "acc" || s.kind === "update")) return no("not one reduce loop followed by an epilogue");
   const defs = new Map<string, Def>();
   const updates = loopStmt.body.filter((s) => s.kind === "update");
   for (const s of loopStmt.body) if (s.kind === "def") defs.set(s.name, s);
   const update = updates[0];
-  if (updates.length !== 1 || update?.kind !== "update" || update.name !== accStmt.name || update.value.kind !== "val") return undefined;
-  if (loopStmt.body.some((s) => s.kind !== "def" && s !== update)) return undefined;
+  if (updates.length !== 1 || update?.kind !== "update" || update.name !== accStmt.name || update.value.kind !== "val") return no("the loop does not update the accumulator once with a value");
+  if (loopStmt.body.some((s) => s.kind !== "def" && s !== update)) return no("the reduce loop holds more than definitions");
   // back through widening casts (exact: products of 16-bit floats fit float32), remembering them
   const casts = new Set<string>();
   const widened = (name: string): string => {
@@ -89,21 +91,21 @@ export function matchMatmul(kernel: KernelIR): MatmulPattern | undefined {
     return widened(src.name);
   };
   const product = defs.get(widened(update.value.name));
-  if (!product || product.expr.op !== "MUL") return undefined;
+  if (!product || product.expr.op !== "MUL") return no("the summed value is not a product");
   const factors = product.expr.srcs.map((o) => (o.kind === "val" ? defs.get(widened(o.name)) : undefined));
-  if (!factors[0] || !factors[1] || factors[0].dtype !== factors[1].dtype || !SIXTEEN_BIT.has(factors[0].dtype.name)) return undefined;
+  if (!factors[0] || !factors[1] || factors[0].dtype !== factors[1].dtype || !SIXTEEN_BIT.has(factors[0].dtype.name)) return no("the factors are not both float16 or both bfloat16");
   const k = { var: loopStmt.var, size: loopStmt.size };
   const known = new Set([k.var, ...loops.map((l) => l.var)]);
   const [a, b] = factors.map((f) => operand(f!, defs, known));
   // statements both factors read (a bias over k) are computed in each tile's copy
-  if (!a || !b) return undefined;
+  if (!a || !b) return no("a factor reads something other than the output and reduce loops");
   // every statement of the loop feeds one factor, or is the product or a cast around it
   const used = new Set([...a.defs, ...b.defs].map((d) => d.name).concat(product.name, ...casts));
-  if (defs.size !== used.size || !a.vars.has(k.var) || !b.vars.has(k.var)) return undefined;
+  if (defs.size !== used.size || !a.vars.has(k.var) || !b.vars.has(k.var)) return no("the loop computes more than the two factors, or a factor ignores k");
   // m: read by the first factor only; n: by the second only; the biggest such loop of each
   const only = (mine: Operand, other: Operand) => loops.filter((l) => mine.vars.has(l.var) && !other.vars.has(l.var)).sort((x, y) => y.size - x.size)[0];
   const m = only(a, b), n = only(b, a);
-  if (!m || !n) return undefined;
+  if (!m || !n) return no("no output loop is read by one factor alone");
   return {
     kernel, input: factors[0].dtype.name === "float16" ? "f16" : "bf16", a, b, m, n, k,
     batch: loops.filter((l) => l !== m && l !== n), acc: accStmt.name, epilogue,

@@ -7,6 +7,7 @@ import type { KernelIR } from "../codegen/ir.ts";
 import { kernelSpecOf, lowerKernel } from "../codegen/lower.ts";
 import { NO_OPTS, type Upcast } from "../codegen/opts.ts";
 import { axisFacts } from "../codegen/heuristics.ts";
+import { mergeNestedLoops } from "../codegen/merge_loops.ts";
 import { type CudaKernelSource, groupSize, renderCuda, splitOutputLoops } from "./cuda.ts";
 import { type MatmulPattern, matchMatmul, renderMatmulTC, worthTensorCores } from "./cuda_matmul.ts";
 
@@ -21,13 +22,13 @@ const MIN_THREADS = 1 << 16;
 /** The form of `kernel` on CUDA. Kernels without a spec (hand-made IR) keep their loops as they are. */
 export function cudaForm(kernel: KernelIR): CudaForm {
   const spec = kernelSpecOf(kernel);
-  const plain = spec ? lowerKernel(spec, NO_OPTS) : kernel;
+  const plain = mergeNestedLoops(spec ? lowerKernel(spec, NO_OPTS) : kernel);
   if (getenv("TC", 1) !== 0) {
     const pattern = matchMatmul(plain);
     if (pattern && worthTensorCores(pattern)) return { kind: "tensorCores", pattern };
   }
   if (!spec) return { kind: "loops", kernel };
-  return { kind: "loops", kernel: lowerKernel(spec, { ...NO_OPTS, upcast: gpuUpcasts(plain) }) };
+  return { kind: "loops", kernel: mergeNestedLoops(lowerKernel(spec, { ...NO_OPTS, upcast: gpuUpcasts(plain) })) };
 }
 
 /** Register tiles for reduces with many outputs: the axes whose loads are shared or contiguous, 4 (or 2) lanes each. */

@@ -33,7 +33,6 @@ const forms = {
   halfMatmul: lastForm([rand([256, 512], dtypes.float16), rand([512, 384], dtypes.float16)], (a, b) => a.matmul(b)),
   bf16Batched: lastForm([rand([4, 128, 64], dtypes.bfloat16), rand([4, 64, 128], dtypes.bfloat16)], (a, b) => a.matmul(b)),
   rowMax: lastForm([rand([64, 1024])], (x) => x.max({ axis: 1 })),
-  total: lastForm([rand([1 << 16])], (x) => x.sum()),
   halfAdd: lastForm([rand([1000], dtypes.float16), rand([1000], dtypes.float16)], (a, b) => a.add(b)),
   mulAdd: lastForm([rand([1000]), rand([1000]), rand([1000])], (a, b, c) => a.mul(b).add(c)),
   floatMatmul: lastForm([rand([1024, 256]), rand([256, 1024])], (a, b) => a.matmul(b)),
@@ -63,8 +62,13 @@ test("a float32 matmul stays on loops with 4 x 4 register tiles", () => {
   if (forms.floatMatmul.kind === "loops") assert.match(forms.floatMatmul.kernel.opts, /^u\dx4,\dx4\|/);
 });
 
-test("a reduce to one value runs on one 1024-thread block", () => {
-  assert.deepEqual(renderCudaForm(forms.total, "k", true).launch, { grid: [1, 1, 1], block: [1024, 1, 1], sharedBytes: 0 });
+test("a long reduce to one value runs as 256 partial sums, a block each, then one block adds them up", () => {
+  const kernels = kernelsOf([rand([1 << 16])], (x) => x.sum());
+  const launches = kernels.map((k) => renderCudaForm(cudaForm(k), "k", true).launch);
+  assert.equal(launches.length, 2);
+  assert.deepEqual(launches[0]!.grid, [256, 1, 1]);
+  assert.deepEqual(launches[1]!.grid, [1, 1, 1]);
+  assert.ok(launches.every((l) => l.block[0] >= 32), `group reduces: ${JSON.stringify(launches)}`);
 });
 
 test("a long row reduce with few outputs runs one block per row; a matmul one thread per output", () => {

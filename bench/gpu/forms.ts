@@ -1,0 +1,91 @@
+// Which form each kernel of one BERT train step takes on CUDA (tensor cores, group reduce, plain loops),
+// with its share of the step's FLOPs, without a GPU: the step runs on a NULL device whose kernels do
+// nothing, and every kernel is shaped by the CUDA backend's own choice (cuda_opts.ts). `--source NAME` (or
+// "NAME FORM") prints the CUDA C of the first kernel of that name (and form); `--plain`, its lowering
+// without options. Prints one JSON object (and the sources, to stderr).
+// Usage: npx tsx bench/gpu/forms.ts [--batch 8] [--seq 512] [--preset large] [--layers 24] [--source r_1024]
+import { parseArgs } from "node:util";
+import { Device, Tensor, dtypes } from "../../src/index.ts";
+import type { KernelIR } from "../../src/codegen/ir.ts";
+import { execObservers } from "../../src/engine/realize.ts";
+import { cudaForm, renderCudaForm } from "../../src/renderer/cuda_opts.ts";
+import { groupSize } from "../../src/renderer/cuda.ts";
+import { matchMatmul, worthTensorCores } from "../../src/renderer/cuda_matmul.ts";
+import { kernelSpecOf, lowerKernel } from "../../src/codegen/lower.ts";
+import { NO_OPTS } from "../../src/codegen/opts.ts";
+import { BERT_PRESETS, BertForPretraining, type BertBatch, type BertPresetName } from "../../models/bert.ts";
+import { bertBatchTensors, createBertOptimizer, makeBertTrainStep, trainStepOptionsFromEnv } from "../../models/bert_train_step.ts";
+
+const { values } = parseArgs({ options: {
+  batch: { type: "string", default: "8" }, seq: { type: "string", default: "512" }, preset: { type: "string", default: "large" },
+  layers: { type: "string" }, source: { type: "string", multiple: true, default: [] }, plain: { type: "boolean" },
+} });
+const [batchSize, seq] = [Number(values.batch), Number(values.seq)];
+const preset = BERT_PRESETS[values.preset as BertPresetName];
+const config = { ...preset, numHiddenLayers: values.layers ? Number(values.layers) : preset.numHiddenLayers };
+
+// a device that holds no memory and runs nothing: schedules and kernels as real, at no cost
+Device.register("NULL", () => ({
+  name: "NULL",
+  allocate: (bytes) => ({ bytes }),
+  copyout: (_raw, bytes) => new Uint8Array(bytes),
+  copyin: () => {},
+  compile: () => ({ run: () => 0 }),
+}));
+Device.DEFAULT = "NULL";
+Tensor.defaultFloat = dtypes.float16;
+
+const model = new BertForPretraining(config);
+const { optimizer, scheduler } = createBertOptimizer(model, { lr: 1e-4, totalSteps: 1000, warmupSteps: 0 });
+const step = makeBertTrainStep({ model, optimizer, scheduler }, trainStepOptionsFromEnv(dtypes.float16));
+const p = Math.min(76, seq);
+const ints = (shape: number[], below: number) => Tensor.randint(shape, 0, below, { dtype: dtypes.int32 });
+const batch: BertBatch = {
+  inputIds: ints([batchSize, seq], config.vocabSize), segmentIds: ints([batchSize, seq], 2), inputMask: Tensor.ones([batchSize, seq], { dtype: dtypes.int32 }),
+  maskedLmPositions: ints([batchSize, p], seq), maskedLmIds: ints([batchSize, p], config.vocabSize),
+  maskedLmWeights: Tensor.ones([batchSize, p], { dtype: dtypes.float32 }), nextSentenceLabels: ints([batchSize], 2),
+};
+Tensor.realizeAll([...Object.values(batch), ...optimizer.params]);
+
+const kernels: KernelIR[] = [];
+const observe = (item: { kind: string; kernel?: KernelIR }) => void (item.kind === "kernel" && kernels.push(item.kernel!));
+execObservers.add(observe);
+const started = performance.now();
+step(...bertBatchTensors(batch));
+const hostSeconds = (performance.now() - started) / 1000;
+execObservers.delete(observe);
+
+type Row = { name: string; form: string; count: number; gflop: number; why?: string };
+const rows = new Map<string, Row>();
+const sources = new Set(values.source);
+let totalFlops = 0;
+const formOf = new Map<KernelIR, ReturnType<typeof cudaForm>>();
+for (const kernel of kernels) {
+  const form = formOf.get(kernel) ?? cudaForm(kernel);
+  formOf.set(kernel, form);
+  const spec = kernelSpecOf(kernel);
+  const plain = spec ? lowerKernel(spec, NO_OPTS) : kernel;
+  let reason: string | undefined;
+  const pattern = matchMatmul(plain, (r) => (reason = r));
+  const kind = form.kind === "tensorCores" ? "tensor cores" : groupSize(form.kernel) > 0 ? `group ${groupSize(form.kernel)}` : "loops";
+  const why = form.kind === "tensorCores" || !kernel.name.startsWith("r") ? undefined : pattern ? (worthTensorCores(pattern) ? "TC=0" : "matmul, too small for tensor cores") : reason;
+  const key = `${kernel.name} ${kind}`;
+  const row = rows.get(key) ?? { name: kernel.name, form: kind, count: 0, gflop: 0, why };
+  row.count++;
+  row.gflop += kernel.flops / 1e9;
+  totalFlops += kernel.flops;
+  rows.set(key, row);
+  if (sources.has(kernel.name) || sources.has(key)) {
+    sources.delete(kernel.name);
+    sources.delete(key);
+    const shown = values.plain ? { kind: "loops" as const, kernel: plain } : form;
+    console.error(`// ${kernel.name} (${values.plain ? "plain lowering" : kind})\n${renderCudaForm(shown, "tg_kernel", true).code}\n`);
+  }
+}
+const byForm: Record<string, number> = {};
+for (const r of rows.values()) byForm[r.form.split(" ")[0]!] = (byForm[r.form.split(" ")[0]!] ?? 0) + r.gflop / (totalFlops / 1e9);
+console.log(JSON.stringify({
+  model: `BERT-${values.preset} (${config.numHiddenLayers} layers) float16`, batch: batchSize, seq, kernels: kernels.length, distinct_kernels: formOf.size, host_s: +hostSeconds.toFixed(1),
+  flop_share_by_form: Object.fromEntries(Object.entries(byForm).map(([k, v]) => [k, +v.toFixed(4)])),
+  kernels_by_flops: [...rows.values()].sort((a, b) => b.gflop - a.gflop).map((r) => ({ ...r, gflop: +r.gflop.toFixed(2) })),
+}, null, 1));

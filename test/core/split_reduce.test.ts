@@ -1,0 +1,51 @@
+// Long reduces to few outputs run in two kernels (tensor.ts splitReduce): many partial results, then their
+// total. Same values as one reduce (to float32 rounding), same gradients, same shapes.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { GlobalCounters, Tensor } from "../../src/index.ts";
+import { splitReduce } from "../../src/tensor.ts";
+import { testDevices } from "../devices.ts";
+
+test("only long reduces to few outputs are split, at the reduced axis with the largest factor up to 256", () => {
+  assert.deepEqual(splitReduce([1 << 16], [0]), { axis: 0, factor: 256 });
+  assert.deepEqual(splitReduce([8, 512, 1024], [0, 1, 2]), { axis: 1, factor: 256 });
+  assert.deepEqual(splitReduce([4, 8, 4096], [1, 2]), { axis: 2, factor: 256 });
+  assert.equal(splitReduce([4096, 1024], [0]), undefined, "4096 long: one kernel");
+  assert.equal(splitReduce([1 << 15, 1 << 14], [0]), undefined, "2^14 outputs keep every core busy");
+  assert.equal(splitReduce([32771], [0]), undefined, "a prime length has no factor");
+});
+
+for (const device of testDevices()) {
+  const values = Array.from({ length: 3 * 40000 }, (_, i) => Math.sin(i * 0.37) * 4 + (i % 7));
+  const x = () => new Tensor(values, { device }).reshape([3, 40000]);
+
+  test(`a long sum and max give the one-kernel results, in two kernels (${device})`, () => {
+    const t = x().realize();
+    GlobalCounters.reset();
+    const total = t.sum().item();
+    assert.equal(GlobalCounters.kernelCount, 2);
+    const expected = values.reduce((a, b) => a + b, 0);
+    assert.ok(Math.abs(total - expected) <= 1e-5 * values.reduce((a, b) => a + Math.abs(b), 0), `${total} vs ${expected}`);
+    assert.equal(t.max().item(), Math.fround(Math.max(...values)));
+    const rows = t.sum({ axis: 1, keepdim: true });
+    assert.deepEqual(rows.shape, [3, 1]);
+    const rowSums = [0, 1, 2].map((r) => values.slice(r * 40000, (r + 1) * 40000).reduce((a, b) => a + b, 0));
+    (rows.toArray() as Float32Array).forEach((v, r) => assert.ok(Math.abs(v - rowSums[r]!) < 1e-6 * 40000 * 10, `row ${r}: ${v} vs ${rowSums[r]}`));
+  });
+
+  test(`gradients flow through a split sum and a split max (${device})`, () => {
+    const leaf = new Tensor(values, { device, requiresGrad: true });
+    leaf.reshape([3, 40000]).square().sum().backward();
+    const grad = leaf.grad!.toArray() as Float32Array;
+    values.forEach((v, i) => { if (i % 9973 === 0) assert.ok(Math.abs(grad[i]! - 2 * Math.fround(v)) < 1e-4, `d/dx ${i}`); });
+    const m = new Tensor(values, { device, requiresGrad: true });
+    m.reshape([3, 40000]).max().backward();
+    const mgrad = Array.from(m.grad!.toArray() as Float32Array);
+    // the maximum is reached twice (float32 ties): each place gets half, split or not
+    const top = Math.max(...values.map(Math.fround));
+    const places = values.flatMap((v, i) => (Math.fround(v) === top ? [i] : []));
+    assert.equal(places.length, 2);
+    for (const i of places) assert.equal(mgrad[i], 0.5);
+    assert.equal(mgrad.reduce((a, b) => a + b, 0), 1);
+  });
+}
