@@ -76,6 +76,19 @@ test("completes the file after the connection drops mid-body", async (t) => {
   assert.equal(retried.length, 1);
 });
 
+test("a body of unknown length cut short is retried, not kept as the whole file", async (t) => {
+  const server = await startServer((req, res, index) => {
+    if (index > 0) return sendBytes(req, res, FILE, { ranges: true });
+    res.writeHead(200); // chunked: no Content-Length to compare against
+    res.write(FILE.subarray(0, 50_000), () => res.socket!.end());
+  });
+  t.after(() => server.close());
+  const dest = join(await tempDir(), "file.bin");
+  await downloadToFile(`${server.origin}/file.bin`, dest, { sleep: noSleep });
+  assert.deepEqual(new Uint8Array(await readFile(dest)), FILE);
+  assert.equal(server.requests.length, 2);
+});
+
 test("retries 500s with exponentially growing delays, then succeeds", async (t) => {
   const server = await startServer((req, res, index) => (index < 3 ? res.writeHead(500).end() : sendBytes(req, res, FILE)));
   t.after(() => server.close());

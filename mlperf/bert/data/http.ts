@@ -121,6 +121,8 @@ async function attempt(url: string, part: string, options: DownloadOptions): Pro
   // pausing only when the disk falls far behind.
   const file = await open(part, resumed ? "a" : "w");
   try {
+    // the connection may have dropped while the file opened: its events are gone, and with them what it had buffered
+    if (response.destroyed && !response.complete) throw new DownloadError("connection closed before the body was read", finalUrl, true);
     await new Promise<void>((resolve, reject) => {
       let writes = Promise.resolve();
       let queued = 0;
@@ -144,9 +146,9 @@ async function attempt(url: string, part: string, options: DownloadOptions): Pro
         });
         writes.catch(fail);
       });
-      // A body cut short without an error still closes; the length check below catches it.
       response.on("end", () => void writes.then(resolve, fail));
-      response.on("close", () => void writes.then(resolve, fail));
+      // a body cut short without an error event still closes: incomplete is an aborted download
+      response.on("close", () => void writes.then(() => (response.complete ? resolve() : fail(new Error("aborted"))), fail));
       response.on("error", (error) => void writes.then(() => fail(error), fail));
     });
   } finally {
