@@ -485,6 +485,21 @@ export class Tensor {
   }
 
   private reduce(op: "ADD" | "MAX", { axis, keepdim = false }: ReduceOptions): Tensor {
+    if (op === "MAX") return this.maxSource().reduceNode(op, { axis, keepdim });
+    return this.reduceNode(op, { axis, keepdim });
+  }
+
+  /**
+   * What a max reads. 16-bit floats are computed in float32 and rounded only when stored, so a computed
+   * 16-bit value and its stored copy can differ; the max's gradient and argmax find the maximum by
+   * equality with the stored result, so a computed 16-bit input is stored first, and all of them read it.
+   */
+  private maxSource(): Tensor {
+    const sixteen = this.dtype === dtypes.float16 || this.dtype === dtypes.bfloat16;
+    return sixteen && !isStored(this.node) ? this.contiguous() : this;
+  }
+
+  private reduceNode(op: "ADD" | "MAX", { axis, keepdim = false }: ReduceOptions): Tensor {
     const axes = this.axes(axis);
     const sharded = this.node instanceof MultiLazy && this.node.axis !== null;
     const split = sharded ? undefined : splitReduce(this.shape, axes);
@@ -529,7 +544,8 @@ export class Tensor {
     if (opts.axis === undefined) return this.flatten().argmax({ axis: 0 });
     const axis = this.normalizeAxis(opts.axis);
     const n = this.shape[axis]!;
-    const isMax = this.eq(this.max({ axis, keepdim: true }));
+    const src = this.maxSource();
+    const isMax = src.eq(src.max({ axis, keepdim: true }));
     const countdown = Tensor.arange(n, 0, -1, { device: this.device }).reshape(this.shape.map((s, i) => (i === axis ? n : 1)));
     const first = isMax.where(countdown, 0).max({ axis, keepdim: opts.keepdim });
     return first.neg().add(n).cast(dtypes.int32);
