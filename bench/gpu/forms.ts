@@ -7,7 +7,7 @@
 import { parseArgs } from "node:util";
 import { Device, Tensor, dtypes } from "../../src/index.ts";
 import type { KernelIR } from "../../src/codegen/ir.ts";
-import { execObservers } from "../../src/engine/realize.ts";
+import { recordItems } from "../../src/engine/realize.ts";
 import { cudaForm, renderCudaForm } from "../../src/renderer/cuda_opts.ts";
 import { groupSize } from "../../src/renderer/cuda.ts";
 import { matchMatmul, worthTensorCores } from "../../src/renderer/cuda_matmul.ts";
@@ -47,13 +47,9 @@ const batch: BertBatch = {
 };
 Tensor.realizeAll([...Object.values(batch), ...optimizer.params]);
 
-const kernels: KernelIR[] = [];
-const observe = (item: { kind: string; kernel?: KernelIR }) => void (item.kind === "kernel" && kernels.push(item.kernel!));
-execObservers.add(observe);
 const started = performance.now();
-step(...bertBatchTensors(batch));
+const kernels = recordItems(() => step(...bertBatchTensors(batch))).items.flatMap((item) => (item.kind === "kernel" ? [item.kernel] : []));
 const hostSeconds = (performance.now() - started) / 1000;
-execObservers.delete(observe);
 
 type Row = { name: string; form: string; count: number; gflop: number; why?: string };
 const rows = new Map<string, Row>();

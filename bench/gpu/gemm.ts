@@ -5,7 +5,7 @@
 // Usage: node gemm.mjs [--shapes 4096x4096x4096,16384x1024x4096] [--runs 20] [--device CUDA]
 import { parseArgs } from "node:util";
 import { Device, Tensor, dtypes } from "../../src/index.ts";
-import { execObservers } from "../../src/engine/realize.ts";
+import { recordItems } from "../../src/engine/realize.ts";
 import type { ExecItem } from "../../src/engine/schedule.ts";
 
 const BERT_SHAPES = "16384x1024x1024,16384x4096x1024,16384x1024x4096,4096x4096x4096,8192x8192x8192";
@@ -17,16 +17,9 @@ if (values.help) {
 
 /** The last kernel `build` runs, with its buffers, so that it can be launched again on its own. */
 function lastKernel(build: () => Tensor): ExecItem & { kind: "kernel" } {
-  let last: (ExecItem & { kind: "kernel" }) | undefined;
-  const observe = (item: ExecItem) => { if (item.kind === "kernel") last = item; };
-  execObservers.add(observe);
-  try {
-    build().realize();
-  } finally {
-    execObservers.delete(observe);
-  }
+  const last = recordItems(() => build().realize()).items.filter((item) => item.kind === "kernel").at(-1);
   if (!last) throw new Error("no kernel ran");
-  return last;
+  return last as ExecItem & { kind: "kernel" };
 }
 
 /** Largest |cuda - js| / (1 + |js|) over the elements of `build`'s result on both devices (same inputs). */

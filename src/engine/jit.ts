@@ -5,7 +5,7 @@ import { TsgradError, debugLevel, fmtShape, getenv } from "../helpers.ts";
 import { Tensor } from "../tensor.ts";
 import { UOp } from "../uop.ts";
 import { type Lazy, MultiLazy } from "../multi.ts";
-import { execObservers, runItem } from "./realize.ts";
+import { recordItems, runItem } from "./realize.ts";
 import { type ExecItem, storedBuffer } from "./schedule.ts";
 
 /** What a jitted function may return: tensors, arrays of them, records of them, or nothing. */
@@ -69,15 +69,7 @@ export class TinyJit<A extends Tensor[], R extends JitOutput> {
         firstCallDepth--;
       }
     }
-    const items: ExecItem[] = [];
-    const record = (item: ExecItem): void => void items.push(item);
-    execObservers.add(record);
-    let out: R;
-    try {
-      out = this.runAndRealize(args);
-    } finally {
-      execObservers.delete(record);
-    }
+    const { result: out, items } = recordItems(() => this.runAndRealize(args));
     this.captured = items;
     this.capturedInputs = args.map((a) => buffersOf(a)!);
     const inputs = new Set(this.capturedInputs.flat());

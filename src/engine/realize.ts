@@ -18,6 +18,18 @@ const bytesOf = (kernel: KernelIR): number => {
 /** Hooks the JIT uses to see what runs. */
 export const execObservers = new Set<(item: ExecItem) => void>();
 
+/** Runs `fn` and returns what it returned with every item it ran, in order (the JIT's capture, kernel reports). */
+export function recordItems<T>(fn: () => T): { result: T; items: ExecItem[] } {
+  const items: ExecItem[] = [];
+  const record = (item: ExecItem): void => void items.push(item);
+  execObservers.add(record);
+  try {
+    return { result: fn(), items };
+  } finally {
+    execObservers.delete(record);
+  }
+}
+
 /** Profilers and checkers: while one is set, every kernel is waited for, then reported with its seconds on the device. */
 export const kernelTimers = new Set<(item: ExecItem & { kind: "kernel" }, seconds: number) => void>();
 

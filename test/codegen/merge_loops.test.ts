@@ -5,22 +5,16 @@ import assert from "node:assert/strict";
 import { Device, Tensor } from "../../src/index.ts";
 import type { KernelIR, Stmt } from "../../src/codegen/ir.ts";
 import type { ExecItem } from "../../src/engine/schedule.ts";
-import { execObservers } from "../../src/engine/realize.ts";
+import { recordItems } from "../../src/engine/realize.ts";
 import { mergeNestedLoops } from "../../src/codegen/merge_loops.ts";
 
 type KernelItem = ExecItem & { kind: "kernel" };
 
 /** The last kernel `build` runs on JS, with its buffers (its output already computed by the unmerged kernel). */
 function lastKernel(build: () => Tensor): KernelItem {
-  let last: KernelItem | undefined;
-  const observe = (item: ExecItem) => { if (item.kind === "kernel") last = item; };
-  execObservers.add(observe);
-  try {
-    build().realize();
-  } finally {
-    execObservers.delete(observe);
-  }
-  return last!;
+  const last = recordItems(() => build().realize()).items.filter((item) => item.kind === "kernel").at(-1);
+  assert.ok(last, "no kernel ran");
+  return last as KernelItem;
 }
 
 const loops = (stmts: readonly Stmt[]): { size: number; depth: number }[] => stmts.flatMap((s) =>

@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { Tensor, dtypes } from "../../src/index.ts";
 import type { DType } from "../../src/dtype.ts";
 import type { KernelIR } from "../../src/codegen/ir.ts";
-import { execObservers } from "../../src/engine/realize.ts";
+import { recordItems } from "../../src/engine/realize.ts";
 import { groupSize } from "../../src/renderer/cuda.ts";
 import { type CudaForm, cudaForm, renderCudaForm } from "../../src/renderer/cuda_opts.ts";
 import { findNvcc } from "../../src/runtime/cuda_compile.ts";
@@ -15,15 +15,7 @@ import { compileKernels } from "./nvcc.ts";
 /** The kernels `build` runs on JS (its inputs realized first, so that only its own kernels count). */
 function kernelsOf(inputs: Tensor[], build: (...xs: Tensor[]) => Tensor): KernelIR[] {
   inputs.forEach((t) => t.realize());
-  const seen: KernelIR[] = [];
-  const observe = (item: { kind: string; kernel?: KernelIR }) => item.kind === "kernel" && seen.push(item.kernel!);
-  execObservers.add(observe);
-  try {
-    build(...inputs).realize();
-  } finally {
-    execObservers.delete(observe);
-  }
-  return seen;
+  return recordItems(() => build(...inputs).realize()).items.flatMap((item) => (item.kind === "kernel" ? [item.kernel] : []));
 }
 
 const rand = (shape: number[], dtype: DType = dtypes.float32) => Tensor.rand(shape, { device: "JS" }).cast(dtype);
