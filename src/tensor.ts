@@ -485,8 +485,7 @@ export class Tensor {
   }
 
   private reduce(op: "ADD" | "MAX", { axis, keepdim = false }: ReduceOptions): Tensor {
-    if (op === "MAX") return this.maxSource().reduceNode(op, { axis, keepdim });
-    return this.reduceNode(op, { axis, keepdim });
+    return (op === "MAX" ? this.maxSource() : this).reduceNode(op, { axis, keepdim });
   }
 
   /**

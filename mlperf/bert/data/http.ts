@@ -148,7 +148,7 @@ async function attempt(url: string, part: string, options: DownloadOptions): Pro
       });
       response.on("end", () => void writes.then(resolve, fail));
       // a body cut short without an error event still closes: incomplete is an aborted download
-      response.on("close", () => void writes.then(() => (response.complete ? resolve() : fail(new Error("aborted"))), fail));
+      response.on("close", () => void writes.then(() => (response.complete ? resolve() : fail(new DownloadError(`connection closed at byte ${done}`, finalUrl, true))), fail));
       response.on("error", (error) => void writes.then(() => fail(error), fail));
     });
   } finally {
