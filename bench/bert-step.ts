@@ -12,8 +12,8 @@ import { parseArgs } from "node:util";
 import { Device, Tensor } from "../src/index.ts";
 import { jit } from "../src/engine/jit.ts";
 import { BERT_PRESETS, BertForPretraining, type BertConfig } from "../models/bert.ts";
-import { bertBatchTensors, createBertOptimizer, makeBertTrainStep } from "../models/bert_train_step.ts";
-import { fakeBatch } from "../mlperf/bert/data/loader.ts";
+import { createBertOptimizer, makeBertTrainStep } from "../models/bert_train_step.ts";
+import { fakeBatch, samplesToTensors } from "../mlperf/bert/data/loader.ts";
 
 interface Run { preset: keyof typeof BERT_PRESETS; batch: number; seq: number; predictions: number }
 const RUNS: Record<string, Run> = {
@@ -54,15 +54,9 @@ function stepper(r: Run) {
   return {
     config,
     step: (): number => {
-      const s = fakeBatch(r.batch, r.seq, r.predictions, seed++, config.vocabSize);
-      const t = (data: Int32Array | Float32Array, shape: number[]) => new Tensor(data).reshape(shape);
-      const batch = {
-        inputIds: t(s.input_ids, [r.batch, r.seq]), segmentIds: t(s.segment_ids, [r.batch, r.seq]), inputMask: t(s.input_mask, [r.batch, r.seq]),
-        maskedLmPositions: t(s.masked_lm_positions, [r.batch, r.predictions]), maskedLmIds: t(s.masked_lm_ids, [r.batch, r.predictions]),
-        maskedLmWeights: t(s.masked_lm_weights, [r.batch, r.predictions]), nextSentenceLabels: t(s.next_sentence_labels, [r.batch]),
-      };
+      const batch = samplesToTensors(fakeBatch(r.batch, r.seq, r.predictions, seed++, config.vocabSize));
       const start = performance.now();
-      step(...bertBatchTensors(batch)).item();
+      step(...batch).item();
       return performance.now() - start;
     },
   };

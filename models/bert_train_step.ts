@@ -113,7 +113,8 @@ function splitBatch(batch: BertBatch, parts: number): BertBatch[] {
 /** The batch's tensors in the reference's field order, the form a jitted step takes them in. */
 export const bertBatchTensors = (b: BertBatch): BertBatchTensors => [b.inputIds, b.segmentIds, b.inputMask, b.maskedLmPositions, b.maskedLmIds, b.maskedLmWeights, b.nextSentenceLabels];
 export type BertBatchTensors = [Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor];
-const batchOf = ([inputIds, segmentIds, inputMask, maskedLmPositions, maskedLmIds, maskedLmWeights, nextSentenceLabels]: BertBatchTensors): BertBatch =>
+/** The seven batch tensors as a BertBatch. */
+export const bertBatchOf = ([inputIds, segmentIds, inputMask, maskedLmPositions, maskedLmIds, maskedLmWeights, nextSentenceLabels]: BertBatchTensors): BertBatch =>
   ({ inputIds, segmentIds, inputMask, maskedLmPositions, maskedLmIds, maskedLmWeights, nextSentenceLabels });
 
 /**
@@ -121,12 +122,12 @@ const batchOf = ([inputIds, segmentIds, inputMask, maskedLmPositions, maskedLmId
  *   const step = jit(makeBertTrainStep(state, options)); const loss = step(...bertBatchTensors(batch));
  */
 export function makeBertTrainStep(state: BertTrainState, options: TrainStepOptions): (...batch: BertBatchTensors) => Tensor {
-  return (...tensors) => bertTrainStep(state, batchOf(tensors), options);
+  return (...tensors) => bertTrainStep(state, bertBatchOf(tensors), options);
 }
 
 /** The eval step as a function of the batch tensors alone, ready for `jit`. */
 export function makeBertEvalStep(model: BertForPretraining): (...batch: BertBatchTensors) => BertMetrics {
-  return (...tensors) => bertEvalStep(model, batchOf(tensors));
+  return (...tensors) => bertEvalStep(model, bertBatchOf(tensors));
 }
 
 /** The four metrics on `batch`, dropout off; every tensor realized. */

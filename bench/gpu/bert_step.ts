@@ -9,8 +9,9 @@ import { jit } from "../../src/engine/jit.ts";
 import { kernelTimers } from "../../src/engine/realize.ts";
 import { estimateBytes } from "../../src/codegen/lower.ts";
 import type { KernelIR } from "../../src/codegen/ir.ts";
-import { BERT_PRESETS, BertForPretraining, type BertBatch, type BertPresetName } from "../../models/bert.ts";
-import { bertBatchTensors, createBertOptimizer, makeBertTrainStep, trainStepOptionsFromEnv } from "../../models/bert_train_step.ts";
+import { BERT_PRESETS, BertForPretraining, type BertPresetName } from "../../models/bert.ts";
+import { type BertBatchTensors, createBertOptimizer, makeBertTrainStep, trainStepOptionsFromEnv } from "../../models/bert_train_step.ts";
+import { fakeBatch, samplesToTensors } from "../../mlperf/bert/data/loader.ts";
 
 const { values } = parseArgs({ options: {
   batch: { type: "string", default: "8" }, seq: { type: "string", default: "512" }, steps: { type: "string", default: "5" },
@@ -37,19 +38,10 @@ function bertStepFlops(b: number, s: number, p: number, c: typeof config): numbe
   return 3 * (l * perLayer + heads);
 }
 
-function randomBatch(): BertBatch {
-  const ints = (shape: number[], below: number) => Tensor.randint(shape, 0, below, { dtype: dtypes.int32 });
-  const positions = Tensor.arange(0, maskedPositions).mul(Math.floor(seq / maskedPositions)).cast(dtypes.int32).unsqueeze(0).expand([batchSize, maskedPositions]);
-  const batch: BertBatch = {
-    inputIds: ints([batchSize, seq], config.vocabSize),
-    segmentIds: ints([batchSize, seq], 2),
-    inputMask: Tensor.ones([batchSize, seq], { dtype: dtypes.int32 }),
-    maskedLmPositions: positions.contiguous(),
-    maskedLmIds: ints([batchSize, maskedPositions], config.vocabSize),
-    maskedLmWeights: Tensor.ones([batchSize, maskedPositions], { dtype: dtypes.float32 }),
-    nextSentenceLabels: ints([batchSize], 2),
-  };
-  Tensor.realizeAll(Object.values(batch));
+/** Valid-looking samples (about 15% of positions masked, at most maskedPositions), as the trainer's warm-up uses. */
+function randomBatch(): BertBatchTensors {
+  const batch = samplesToTensors(fakeBatch(batchSize, seq, maskedPositions, 0, config.vocabSize));
+  Tensor.realizeAll(batch);
   return batch;
 }
 
@@ -62,7 +54,7 @@ const batch = randomBatch();
 const losses: number[] = [];
 for (let warm = 0; warm < 2; warm++) {
   const t = performance.now();
-  losses.push(step(...bertBatchTensors(batch)).item());
+  losses.push(step(...batch).item());
   console.error(`bert warm-up step ${warm + 1}: ${((performance.now() - t) / 1000).toFixed(1)} s (compile${warm ? ", capture" : ""})`);
 }
 const times: number[] = [];
@@ -70,7 +62,7 @@ let kernels = 0;
 for (let i = 0; i < steps; i++) {
   GlobalCounters.reset();
   const t = performance.now();
-  losses.push(step(...bertBatchTensors(batch)).item());
+  losses.push(step(...batch).item());
   times.push(performance.now() - t);
   kernels = GlobalCounters.kernelCount;
 }
@@ -83,7 +75,7 @@ const timer = ({ kernel }: { kernel: KernelIR }, seconds: number) => {
   byName.set(kernel.name, { count: entry.count + 1, seconds: entry.seconds + seconds, flops: entry.flops + kernel.flops, bytes: entry.bytes + estimateBytes(kernel) });
 };
 kernelTimers.add(timer);
-step(...bertBatchTensors(batch)).item();
+step(...batch).item();
 kernelTimers.delete(timer);
 const kernelSeconds = [...byName.values()].reduce((sum, e) => sum + e.seconds, 0);
 const profile = [...byName.entries()].sort((a, b) => b[1].seconds - a[1].seconds).slice(0, 30).map(([name, e]) => ({

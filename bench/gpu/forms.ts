@@ -13,8 +13,9 @@ import { groupSize } from "../../src/renderer/cuda.ts";
 import { matchMatmul, worthTensorCores } from "../../src/renderer/cuda_matmul.ts";
 import { kernelSpecOf, lowerKernel } from "../../src/codegen/lower.ts";
 import { NO_OPTS } from "../../src/codegen/opts.ts";
-import { BERT_PRESETS, BertForPretraining, type BertBatch, type BertPresetName } from "../../models/bert.ts";
-import { bertBatchTensors, createBertOptimizer, makeBertTrainStep, trainStepOptionsFromEnv } from "../../models/bert_train_step.ts";
+import { BERT_PRESETS, BertForPretraining, type BertPresetName } from "../../models/bert.ts";
+import { createBertOptimizer, makeBertTrainStep, trainStepOptionsFromEnv } from "../../models/bert_train_step.ts";
+import { fakeBatch, samplesToTensors } from "../../mlperf/bert/data/loader.ts";
 
 const { values } = parseArgs({ options: {
   batch: { type: "string", default: "8" }, seq: { type: "string", default: "512" }, preset: { type: "string", default: "large" },
@@ -38,17 +39,11 @@ Tensor.defaultFloat = dtypes.float16;
 const model = new BertForPretraining(config);
 const { optimizer, scheduler } = createBertOptimizer(model, { lr: 1e-4, totalSteps: 1000, warmupSteps: 0 });
 const step = makeBertTrainStep({ model, optimizer, scheduler }, trainStepOptionsFromEnv(dtypes.float16));
-const p = Math.min(76, seq);
-const ints = (shape: number[], below: number) => Tensor.randint(shape, 0, below, { dtype: dtypes.int32 });
-const batch: BertBatch = {
-  inputIds: ints([batchSize, seq], config.vocabSize), segmentIds: ints([batchSize, seq], 2), inputMask: Tensor.ones([batchSize, seq], { dtype: dtypes.int32 }),
-  maskedLmPositions: ints([batchSize, p], seq), maskedLmIds: ints([batchSize, p], config.vocabSize),
-  maskedLmWeights: Tensor.ones([batchSize, p], { dtype: dtypes.float32 }), nextSentenceLabels: ints([batchSize], 2),
-};
-Tensor.realizeAll([...Object.values(batch), ...optimizer.params]);
+const batch = samplesToTensors(fakeBatch(batchSize, seq, Math.min(76, seq), 0, config.vocabSize));
+Tensor.realizeAll([...batch, ...optimizer.params]);
 
 const started = performance.now();
-const kernels = recordItems(() => step(...bertBatchTensors(batch))).items.flatMap((item) => (item.kind === "kernel" ? [item.kernel] : []));
+const kernels = recordItems(() => step(...batch)).items.flatMap((item) => (item.kind === "kernel" ? [item.kernel] : []));
 const hostSeconds = (performance.now() - started) / 1000;
 
 type Row = { name: string; form: string; count: number; gflop: number; why?: string };

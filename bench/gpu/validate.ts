@@ -11,8 +11,9 @@ import { f16BitsToF32, bf16BitsToF32 } from "../../src/dtype.ts";
 import type { ExecItem } from "../../src/engine/schedule.ts";
 import { execObservers, kernelTimers } from "../../src/engine/realize.ts";
 import { cudaForm, renderCudaForm } from "../../src/renderer/cuda_opts.ts";
-import { BERT_PRESETS, BertForPretraining, type BertBatch, type BertPresetName } from "../../models/bert.ts";
-import { bertBatchTensors, createBertOptimizer, makeBertTrainStep, trainStepOptionsFromEnv } from "../../models/bert_train_step.ts";
+import { BERT_PRESETS, BertForPretraining, type BertPresetName } from "../../models/bert.ts";
+import { createBertOptimizer, makeBertTrainStep, trainStepOptionsFromEnv } from "../../models/bert_train_step.ts";
+import { fakeBatch, samplesToTensors } from "../../mlperf/bert/data/loader.ts";
 
 const { values } = parseArgs({ options: {
   batch: { type: "string", default: "2" }, seq: { type: "string", default: "128" }, preset: { type: "string", default: "large" },
@@ -83,15 +84,9 @@ Tensor.manualSeed(0);
 const model = new BertForPretraining(config);
 const { optimizer, scheduler } = createBertOptimizer(model, { lr: 1e-4, totalSteps: 1000, warmupSteps: 0 });
 const step = makeBertTrainStep({ model, optimizer, scheduler }, trainStepOptionsFromEnv(Tensor.defaultFloat));
-const p = Math.min(20, seq);
-const ints = (shape: number[], below: number) => Tensor.randint(shape, 0, below, { dtype: dtypes.int32 });
-const batch: BertBatch = {
-  inputIds: ints([batchSize, seq], config.vocabSize), segmentIds: ints([batchSize, seq], 2), inputMask: Tensor.ones([batchSize, seq], { dtype: dtypes.int32 }),
-  maskedLmPositions: ints([batchSize, p], seq), maskedLmIds: ints([batchSize, p], config.vocabSize),
-  maskedLmWeights: Tensor.ones([batchSize, p], { dtype: dtypes.float32 }), nextSentenceLabels: ints([batchSize], 2),
-};
+const batch = samplesToTensors(fakeBatch(batchSize, seq, Math.min(20, seq), 0, config.vocabSize));
 const losses: number[] = [];
-for (let i = 0; i < Number(values.steps); i++) losses.push(step(...bertBatchTensors(batch)).item());
+for (let i = 0; i < Number(values.steps); i++) losses.push(step(...batch).item());
 console.log(JSON.stringify({
   model: `BERT-${values.preset} (${config.numHiddenLayers} layers) ${values.float}`, device: values.device, reference: values.reference, batch: batchSize, seq,
   losses, kernels_checked: checked, disagreeing: reports.length, first_non_finite: firstNonFinite ?? null, reports: reports.slice(0, 40),

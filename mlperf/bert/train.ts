@@ -19,9 +19,9 @@ import { jit } from "../../src/engine/jit.ts";
 import { clearKernelCache } from "../../src/engine/search.ts";
 import { getStateDict, loadTrainingState, safeSave, saveTrainingState } from "../../src/nn/state.ts";
 import { replicateParameters } from "../../src/nn/parallel.ts";
-import { BERT_PRESETS, BertForPretraining, bertConfigFromJson, type BertBatch, type BertConfig, type BertMetrics } from "../../models/bert.ts";
-import { bertEvalStep, bertTrainStep, createBertOptimizer, type BertTrainState } from "../../models/bert_train_step.ts";
-import { fakeBatch, listSampleFiles, prefetchBatches, evalBatches } from "./data/loader.ts";
+import { BERT_PRESETS, BertForPretraining, bertConfigFromJson, type BertConfig, type BertMetrics } from "../../models/bert.ts";
+import { bertBatchOf, bertEvalStep, bertTrainStep, createBertOptimizer, type BertBatchTensors, type BertTrainState } from "../../models/bert_train_step.ts";
+import { fakeBatch, listSampleFiles, prefetchBatches, evalBatches, samplesToTensors } from "./data/loader.ts";
 import type { SampleColumns } from "./data/samples.ts";
 import { evalShardPath, trainShardPath } from "./data/basedir.ts";
 import { MLLOG_KEYS as K, MlperfLogger, logBertHyperparameters, logSubmissionInfo, type SystemDescription } from "./mllog.ts";
@@ -101,27 +101,6 @@ function fakeSamples(batchSize: number, knobs: Knobs, vocabSize: number, seed: n
   return batch;
 }
 
-type BatchTensors = [Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor];
-
-/** A batch's columns as the seven input tensors, on the run's device(s): sharded on the batch axis over several. */
-function toTensors(samples: SampleColumns, devices: string[]): BatchTensors {
-  const { count, maxSeqLength: seq, maxPredictionsPerSeq: preds } = samples;
-  const place = (t: Tensor) => (devices.length > 1 ? t.shard(devices, 0) : t);
-  const make = (data: Int32Array | Float32Array, shape: number[]) => place(new Tensor(data, { device: devices[0] }).reshape(shape));
-  return [
-    make(samples.input_ids, [count, seq]),
-    make(samples.segment_ids, [count, seq]),
-    make(samples.input_mask, [count, seq]),
-    make(samples.masked_lm_positions, [count, preds]),
-    make(samples.masked_lm_ids, [count, preds]),
-    make(samples.masked_lm_weights, [count, preds]),
-    make(samples.next_sentence_labels, [count]),
-  ];
-}
-
-const asBatch = ([inputIds, segmentIds, inputMask, maskedLmPositions, maskedLmIds, maskedLmWeights, nextSentenceLabels]: BatchTensors): BertBatch =>
-  ({ inputIds, segmentIds, inputMask, maskedLmPositions, maskedLmIds, maskedLmWeights, nextSentenceLabels });
-
 function checkWidths(samples: SampleColumns, knobs: Knobs, source: string): void {
   if (samples.maxSeqLength !== knobs.MAX_SEQ_LENGTH || samples.maxPredictionsPerSeq !== knobs.MAX_PREDICTIONS_PER_SEQ) {
     throw new TrainerError(`${source} hold samples of max_seq_length ${samples.maxSeqLength}, max_predictions_per_seq ${samples.maxPredictionsPerSeq}, but MAX_SEQ_LENGTH=${knobs.MAX_SEQ_LENGTH}, MAX_PREDICTIONS_PER_SEQ=${knobs.MAX_PREDICTIONS_PER_SEQ}`);
@@ -153,7 +132,7 @@ function withBeam<T>(beam: number, fn: () => T): T {
 interface Evaluation {
   knobs: Knobs;
   devices: string[];
-  evalStep: (...t: BatchTensors) => BertMetrics;
+  evalStep: (...t: BertBatchTensors) => BertMetrics;
   evalFiles: string[] | null;
   vocabSize: number;
   print: (line: string) => void;
@@ -171,7 +150,7 @@ function evaluate({ knobs, devices, evalStep, evalFiles, vocabSize, print }: Eva
     // the last batch wraps around to the set's first samples: weight 0 on those, so each sample counts once
     const beyondSet = (j + 1) * knobs.EVAL_BS - knobs.EVAL_SET_SIZE;
     if (batches && beyondSet > 0) samples.masked_lm_weights.fill(0, Math.max(0, knobs.EVAL_BS - beyondSet) * samples.maxPredictionsPerSeq);
-    const metrics = withBeam(knobs.EVAL_BEAM, () => evalStep(...toTensors(samples, devices)));
+    const metrics = withBeam(knobs.EVAL_BEAM, () => evalStep(...samplesToTensors(samples, devices)));
     const weight = samples.masked_lm_weights.reduce((a, b) => a + b, 0);
     correct += metrics.maskedLmAccuracy.item() * weight;
     lossSum += metrics.maskedLmLoss.item() * weight;
@@ -257,8 +236,8 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
 
   // ** jitted steps **
   const stepOptions = { lossScale: knobs.LOSS_SCALER, gradientAccSteps: knobs.GRADIENT_ACC_STEPS, maxGradNorm: 1.0 };
-  const trainStep = jit((...t: BatchTensors) => ({ loss: bertTrainStep(state, asBatch(t), stepOptions), lr: optimizer.optimizers[0]!.lr }));
-  const evalStep = jit((...t: BatchTensors) => ({ ...bertEvalStep(model, asBatch(t)) }));
+  const trainStep = jit((...t: BertBatchTensors) => ({ loss: bertTrainStep(state, bertBatchOf(t), stepOptions), lr: optimizer.optimizers[0]!.lr }));
+  const evalStep = jit((...t: BertBatchTensors) => ({ ...bertEvalStep(model, bertBatchOf(t)) }));
 
   // ** data: the shards only in the run phase (after run_start), fake batches otherwise **
   const train = shards
@@ -305,7 +284,7 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
     while (step < lastStep && !result.converged) {
       const st = performance.now();
       GlobalCounters.reset();
-      const out = withBeam(knobs.TRAIN_BEAM, () => trainStep(...toTensors(samples, devices)));
+      const out = withBeam(knobs.TRAIN_BEAM, () => trainStep(...samplesToTensors(samples, devices)));
       const pt = performance.now();
       const next = step + 1 < lastStep ? await nextTrain() : null;
       const dt = performance.now();

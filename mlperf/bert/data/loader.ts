@@ -14,6 +14,8 @@ import { isMainThread, parentPort, Worker, workerData } from "node:worker_thread
 import { openSampleFile, type SampleFile } from "./inspect.ts";
 import { emptySamples } from "./shard.ts";
 import { SAMPLE_FIELDS, type SampleColumns } from "./samples.ts";
+import { Tensor } from "../../../src/tensor.ts";
+import type { BertBatchTensors } from "../../../models/bert_train_step.ts";
 
 /** Bad loader input (no files, files of different widths); names the file where there is one. */
 export class LoaderError extends Error {
@@ -435,4 +437,20 @@ function runWorker(port: NonNullable<typeof parentPort>, spec: LoaderSpec, depth
 if (!isMainThread && parentPort !== null && (workerData as { mark?: string } | null)?.mark === WORKER_MARK) {
   const { spec, depth } = workerData as { spec: LoaderSpec; depth: number };
   runWorker(parentPort, spec, depth);
+}
+
+/** A batch's columns as the seven input tensors of a train or eval step, on `devices` (sharded on the batch axis over several). */
+export function samplesToTensors(samples: SampleColumns, devices?: readonly string[]): BertBatchTensors {
+  const { count, maxSeqLength: seq, maxPredictionsPerSeq: preds } = samples;
+  const place = (t: Tensor) => (devices && devices.length > 1 ? t.shard([...devices], 0) : t);
+  const make = (data: Int32Array | Float32Array, shape: number[]) => place(new Tensor(data, { device: devices?.[0] }).reshape(shape));
+  return [
+    make(samples.input_ids, [count, seq]),
+    make(samples.segment_ids, [count, seq]),
+    make(samples.input_mask, [count, seq]),
+    make(samples.masked_lm_positions, [count, preds]),
+    make(samples.masked_lm_ids, [count, preds]),
+    make(samples.masked_lm_weights, [count, preds]),
+    make(samples.next_sentence_labels, [count]),
+  ];
 }
