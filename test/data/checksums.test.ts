@@ -1,13 +1,13 @@
 // MD5 of files and md5sum lists; reference digests from GNU coreutils' md5sum.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtemp, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { ChecksumError, md5File, parseMd5List, verifyMd5, verifyMd5List } from "../../mlperf/bert/data/checksums.ts";
+import { scratchDir } from "../scratch.ts";
 
 async function fileWith(text: string, name = "f.txt"): Promise<string> {
-  const path = join(await mkdtemp(join(tmpdir(), "tsgrad-md5-")), name);
+  const path = join(scratchDir("md5-"), name);
   await writeFile(path, text);
   return path;
 }

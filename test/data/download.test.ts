@@ -5,14 +5,14 @@ import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
-import { mkdtemp, readFile, readdir, writeFile } from "node:fs/promises";
+import { readFile, readdir, writeFile } from "node:fs/promises";
 import type http from "node:http";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { downloadBertData, referencePlan, type DownloadPlan, type RemoteFile } from "../../mlperf/bert/data/download.ts";
 import { ChecksumError } from "../../mlperf/bert/data/checksums.ts";
 import { sendBytes, startServer, virusScanPage, type FixtureServer } from "./httpFixtureServer.ts";
+import { scratchDir } from "../scratch.ts";
 
 const FIXTURES = new URL("../fixtures/download/", import.meta.url).pathname;
 const md5 = (bytes: Uint8Array) => createHash("md5").update(bytes).digest("hex");
@@ -56,13 +56,11 @@ async function serveSmallPlan(t: { after: (fn: () => Promise<void>) => void }): 
   return server;
 }
 
-async function tempDir(): Promise<string> {
-  return mkdtemp(join(tmpdir(), "tsgrad-download-"));
-}
+const tempDir = () => scratchDir("download-");
 
 test("fetches every file of the plan into BASEDIR and writes the checkpoint state file", async (t) => {
   const server = await serveSmallPlan(t);
-  const basedir = join(await tempDir(), "wiki");
+  const basedir = join(tempDir(), "wiki");
   await downloadBertData(smallPlan(server.origin), { basedir, verifyChecksum: true, log: quiet, http: fast });
   assert.deepEqual((await readdir(basedir)).sort(), ["bert_config.json", "checkpoint", "model.ckpt-28252.data-00000-of-00001", "vocab.txt"]);
   assert.deepEqual(new Uint8Array(await readFile(join(basedir, "model.ckpt-28252.data-00000-of-00001"))), CKPT_DATA);
@@ -71,7 +69,7 @@ test("fetches every file of the plan into BASEDIR and writes the checkpoint stat
 
 test("passes Drive's virus-scan page by submitting its form with confirm and uuid", async (t) => {
   const server = await serveSmallPlan(t);
-  const basedir = await tempDir();
+  const basedir = tempDir();
   await downloadBertData(smallPlan(server.origin), { basedir, log: quiet, http: fast });
   const bigRequests = server.requests.filter((r) => r.url.includes("bigdata"));
   assert.deepEqual(bigRequests.map((r) => r.url), ["/uc?id=bigdata&export=download", "/download?id=bigdata&export=download&confirm=t&uuid=uuid-42"]);
@@ -80,7 +78,7 @@ test("passes Drive's virus-scan page by submitting its form with confirm and uui
 
 test("skips files that are already complete", async (t) => {
   const server = await serveSmallPlan(t);
-  const basedir = await tempDir();
+  const basedir = tempDir();
   await downloadBertData(smallPlan(server.origin), { basedir, log: quiet, http: fast });
   const before = server.requests.length;
   await downloadBertData(smallPlan(server.origin), { basedir, verifyChecksum: true, log: quiet, http: fast });
@@ -89,7 +87,7 @@ test("skips files that are already complete", async (t) => {
 
 test("resumes a checkpoint download from the .part an interrupted run left", async (t) => {
   const server = await serveSmallPlan(t);
-  const basedir = await tempDir();
+  const basedir = tempDir();
   await writeFile(join(basedir, "model.ckpt-28252.data-00000-of-00001.part"), CKPT_DATA.subarray(0, 150_000));
   await downloadBertData(smallPlan(server.origin), { basedir, verifyChecksum: true, log: quiet, http: fast });
   assert.equal(server.requests.find((r) => r.url.startsWith("/download"))!.headers.range, "bytes=150000-");
@@ -98,7 +96,7 @@ test("resumes a checkpoint download from the .part an interrupted run left", asy
 
 test("a file of the wrong size already in BASEDIR is an error and is left alone", async (t) => {
   const server = await serveSmallPlan(t);
-  const basedir = await tempDir();
+  const basedir = tempDir();
   await writeFile(join(basedir, "vocab.txt"), "someone else's vocab\n");
   await assert.rejects(downloadBertData(smallPlan(server.origin), { basedir, log: quiet, http: fast }), /vocab\.txt has 21 bytes, expected 35: delete it/);
   assert.equal(await readFile(join(basedir, "vocab.txt"), "utf8"), "someone else's vocab\n");
@@ -106,7 +104,7 @@ test("a file of the wrong size already in BASEDIR is an error and is left alone"
 
 test("VERIFY_CHECKSUM: a published md5 that does not match names the file, expected and actual", async (t) => {
   const server = await serveSmallPlan(t);
-  const basedir = await tempDir();
+  const basedir = tempDir();
   const plan = smallPlan(server.origin);
   plan.files[1]!.md5 = "64800d5d8528ce344256daf115d4965e";
   await assert.rejects(downloadBertData(plan, { basedir, verifyChecksum: true, log: quiet, http: fast }), (error: Error) => {
@@ -135,7 +133,7 @@ async function serveText(t: { after: (fn: () => Promise<void>) => void }, md5Lis
 
 test("WIKI_TRAIN: fetches, unpacks and verifies the text, deletes the archive, and skips it all next time", async (t) => {
   const { server, plan } = await serveText(t, await readFile(join(FIXTURES, "text.md5")));
-  const basedir = await tempDir();
+  const basedir = tempDir();
   await downloadBertData(plan, { basedir, verifyChecksum: true, log: quiet, http: fast });
   assert.equal(await readFile(join(basedir, "results4", "eval.txt"), "utf8"), "Eval sentence one.\nEval sentence two.\n");
   assert.equal(existsSync(join(basedir, "results_text.tar.gz")), false);
@@ -147,7 +145,7 @@ test("WIKI_TRAIN: fetches, unpacks and verifies the text, deletes the archive, a
 test("WIKI_TRAIN: a text part that differs from the md5 list is an error naming it, and the archive is kept", async (t) => {
   const list = (await readFile(join(FIXTURES, "text.md5"), "utf8")).replace(/^[0-9a-f]{32}(?=  \.\/eval\.txt)/m, "0".repeat(32));
   const { plan } = await serveText(t, new TextEncoder().encode(list));
-  const basedir = await tempDir();
+  const basedir = tempDir();
   await assert.rejects(
     downloadBertData(plan, { basedir, verifyChecksum: true, log: quiet, http: fast }),
     new RegExp(`md5 mismatch for ${join(basedir, "results4", "eval.txt")}: expected 0{32}, got [0-9a-f]{32}`),

@@ -3,23 +3,21 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
-import { mkdtemp, readFile, readdir, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { readFile, readdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { downloadToFile, DownloadError } from "../../mlperf/bert/data/http.ts";
 import { sendBytes, startServer } from "./httpFixtureServer.ts";
+import { scratchDir } from "../scratch.ts";
 
 const FILE = new Uint8Array(randomBytes(300_000));
 const noSleep = async () => {};
 
-async function tempDir(): Promise<string> {
-  return mkdtemp(join(tmpdir(), "tsgrad-http-"));
-}
+const tempDir = () => scratchDir("http-");
 
 test("downloads a file and leaves no .part behind", async (t) => {
   const server = await startServer((req, res) => sendBytes(req, res, FILE));
   t.after(() => server.close());
-  const dest = join(await tempDir(), "file.bin");
+  const dest = join(tempDir(), "file.bin");
   await downloadToFile(`${server.origin}/file.bin`, dest);
   assert.deepEqual(new Uint8Array(await readFile(dest)), FILE);
   assert.equal(existsSync(`${dest}.part`), false);
@@ -32,7 +30,7 @@ test("follows redirects, relative and absolute, to the file", async (t) => {
     else sendBytes(req, res, FILE);
   });
   t.after(() => server.close());
-  const dest = join(await tempDir(), "file.bin");
+  const dest = join(tempDir(), "file.bin");
   await downloadToFile(`${server.origin}/start`, dest);
   assert.deepEqual(new Uint8Array(await readFile(dest)), FILE);
   assert.deepEqual(server.requests.map((r) => r.url), ["/start", "/middle", "/file"]);
@@ -41,7 +39,7 @@ test("follows redirects, relative and absolute, to the file", async (t) => {
 test("resumes a leftover .part with a Range request", async (t) => {
   const server = await startServer((req, res) => sendBytes(req, res, FILE, { ranges: true }));
   t.after(() => server.close());
-  const dest = join(await tempDir(), "file.bin");
+  const dest = join(tempDir(), "file.bin");
   await writeFile(`${dest}.part`, FILE.subarray(0, 123_456));
   await downloadToFile(`${server.origin}/file.bin`, dest);
   assert.equal(server.requests[0]!.headers.range, "bytes=123456-");
@@ -51,7 +49,7 @@ test("resumes a leftover .part with a Range request", async (t) => {
 test("starts over when the server ignores Range and sends the whole file", async (t) => {
   const server = await startServer((req, res) => sendBytes(req, res, FILE));
   t.after(() => server.close());
-  const dest = join(await tempDir(), "file.bin");
+  const dest = join(tempDir(), "file.bin");
   await writeFile(`${dest}.part`, Buffer.from("stale bytes from another run"));
   await downloadToFile(`${server.origin}/file.bin`, dest);
   assert.deepEqual(new Uint8Array(await readFile(dest)), FILE);
@@ -67,7 +65,7 @@ test("completes the file after the connection drops mid-body", async (t) => {
     res.write(FILE.subarray(0, cut), () => res.socket!.end());
   });
   t.after(() => server.close());
-  const dest = join(await tempDir(), "file.bin");
+  const dest = join(tempDir(), "file.bin");
   const retried: string[] = [];
   await downloadToFile(`${server.origin}/file.bin`, dest, { sleep: noSleep, onRetry: (e) => retried.push(e.message) });
   assert.deepEqual(new Uint8Array(await readFile(dest)), FILE);
@@ -83,7 +81,7 @@ test("a body of unknown length cut short is retried, not kept as the whole file"
     res.write(FILE.subarray(0, 50_000), () => res.socket!.end());
   });
   t.after(() => server.close());
-  const dest = join(await tempDir(), "file.bin");
+  const dest = join(tempDir(), "file.bin");
   await downloadToFile(`${server.origin}/file.bin`, dest, { sleep: noSleep });
   assert.deepEqual(new Uint8Array(await readFile(dest)), FILE);
   assert.equal(server.requests.length, 2);
@@ -92,7 +90,7 @@ test("a body of unknown length cut short is retried, not kept as the whole file"
 test("retries 500s with exponentially growing delays, then succeeds", async (t) => {
   const server = await startServer((req, res, index) => (index < 3 ? res.writeHead(500).end() : sendBytes(req, res, FILE)));
   t.after(() => server.close());
-  const dest = join(await tempDir(), "file.bin");
+  const dest = join(tempDir(), "file.bin");
   const delays: number[] = [];
   await downloadToFile(`${server.origin}/file.bin`, dest, { backoffMs: 5, sleep: async (ms) => void delays.push(ms) });
   assert.deepEqual(delays, [5, 10, 20]);
@@ -104,14 +102,14 @@ test("caps the backoff delay at maxBackoffMs", async (t) => {
   t.after(() => server.close());
   const delays: number[] = [];
   const sleep = async (ms: number) => void delays.push(ms);
-  await downloadToFile(`${server.origin}/f`, join(await tempDir(), "f"), { backoffMs: 5, maxBackoffMs: 12, sleep });
+  await downloadToFile(`${server.origin}/f`, join(tempDir(), "f"), { backoffMs: 5, maxBackoffMs: 12, sleep });
   assert.deepEqual(delays, [5, 10, 12, 12]);
 });
 
 test("gives up after the retry budget with an error naming the URL and status", async (t) => {
   const server = await startServer((_req, res) => res.writeHead(500).end());
   t.after(() => server.close());
-  const dest = join(await tempDir(), "file.bin");
+  const dest = join(tempDir(), "file.bin");
   await assert.rejects(downloadToFile(`${server.origin}/file.bin`, dest, { retries: 2, sleep: noSleep }), (error: Error) => {
     assert.ok(error instanceof DownloadError);
     assert.match(error.message, /\/file\.bin: gave up after 3 failed attempts: .*HTTP 500/);
@@ -124,14 +122,14 @@ test("gives up after the retry budget with an error naming the URL and status", 
 test("does not retry a 404", async (t) => {
   const server = await startServer((_req, res) => res.writeHead(404).end());
   t.after(() => server.close());
-  await assert.rejects(downloadToFile(`${server.origin}/missing`, join(await tempDir(), "x"), { sleep: noSleep }), /HTTP 404/);
+  await assert.rejects(downloadToFile(`${server.origin}/missing`, join(tempDir(), "x"), { sleep: noSleep }), /HTTP 404/);
   assert.equal(server.requests.length, 1);
 });
 
 test("rejects a file of the wrong size and keeps neither it nor its .part", async (t) => {
   const server = await startServer((req, res) => sendBytes(req, res, FILE));
   t.after(() => server.close());
-  const folder = await tempDir();
+  const folder = tempDir();
   const dest = join(folder, "file.bin");
   await assert.rejects(
     downloadToFile(`${server.origin}/file.bin`, dest, { expectedSize: FILE.length + 1 }),
@@ -143,7 +141,7 @@ test("rejects a file of the wrong size and keeps neither it nor its .part", asyn
 test("finishes a .part that already holds the whole file when the server answers 416", async (t) => {
   const server = await startServer((req, res) => sendBytes(req, res, FILE, { ranges: true }));
   t.after(() => server.close());
-  const dest = join(await tempDir(), "file.bin");
+  const dest = join(tempDir(), "file.bin");
   await writeFile(`${dest}.part`, FILE);
   await downloadToFile(`${server.origin}/file.bin`, dest);
   assert.equal(server.requests[0]!.headers.range, `bytes=${FILE.length}-`);
@@ -156,7 +154,7 @@ test("retries a connection that stalls past the idle timeout", async (t) => {
     sendBytes(req, res, FILE);
   });
   t.after(() => server.close());
-  const dest = join(await tempDir(), "file.bin");
+  const dest = join(tempDir(), "file.bin");
   await downloadToFile(`${server.origin}/file.bin`, dest, { idleTimeoutMs: 50, sleep: noSleep });
   assert.deepEqual(new Uint8Array(await readFile(dest)), FILE);
   assert.equal(server.requests.length, 2);
@@ -166,7 +164,7 @@ test("reports progress up to the full size", async (t) => {
   const server = await startServer((req, res) => sendBytes(req, res, FILE));
   t.after(() => server.close());
   const seen: [number, number | undefined][] = [];
-  await downloadToFile(`${server.origin}/f`, join(await tempDir(), "f"), { onProgress: (done, total) => seen.push([done, total]) });
+  await downloadToFile(`${server.origin}/f`, join(tempDir(), "f"), { onProgress: (done, total) => seen.push([done, total]) });
   assert.deepEqual(seen[0], [0, FILE.length]);
   assert.deepEqual(seen.at(-1), [FILE.length, FILE.length]);
 });

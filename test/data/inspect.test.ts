@@ -1,20 +1,20 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
-import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { detectSampleFormat, openSampleFile, readSamples, sampleJson, summarize } from "../../mlperf/bert/data/inspect.ts";
 import { emptySamples, writeShard } from "../../mlperf/bert/data/shard.ts";
 import { writeTFRecordSamples } from "../../mlperf/bert/data/tfrecord.ts";
 import { SAMPLE_FIELDS } from "../../mlperf/bert/data/samples.ts";
 import { samplesFromJsonl } from "./sample-helpers.ts";
+import { scratchDir } from "../scratch.ts";
 
 const FIXTURE = new URL("../fixtures/bert-preprocess/samples-seq128-pred20-dupe2.jsonl", import.meta.url);
 const FIXTURE_LINES = readFileSync(FIXTURE, "utf8").split("\n").filter((line) => line.length > 0);
 const INSPECT = new URL("../../mlperf/bert/data/inspect.ts", import.meta.url).pathname;
 const samples = samplesFromJsonl(FIXTURE_LINES.join("\n"), 128, 20);
-const dir = mkdtempSync(join(tmpdir(), "tsgrad-inspect-"));
+const dir = scratchDir("inspect-");
 // Extensions that lie: detection must look at the content.
 const shardPath = join(dir, "samples.tfrecord");
 const tfrecordPath = join(dir, "samples.safetensors");

@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
@@ -16,6 +16,7 @@ import {
 import { writeShard } from "../../mlperf/bert/data/shard.ts";
 import { writeTFRecordSamples } from "../../mlperf/bert/data/tfrecord.ts";
 import type { SampleColumns } from "../../mlperf/bert/data/samples.ts";
+import { scratchDir } from "../scratch.ts";
 
 const SEQ = 16;
 const PRED = 3;
@@ -25,7 +26,7 @@ const SIZES = [7, 12, 5, 9]; // 33 samples in 4 files
 const sampleId = (file: number, index: number) => 1000 + 100 * file + index;
 
 function makeFiles(sizes = SIZES, format: "shard" | "tfrecord" = "shard"): string[] {
-  const dir = mkdtempSync(join(tmpdir(), "tsgrad-loader-"));
+  const dir = scratchDir("loader-");
   return sizes.map((size, file) => {
     const samples = fakeBatch(size, SEQ, PRED, file);
     for (let i = 0; i < size; i++) samples.input_ids[i * SEQ + 1] = sampleId(file, i);
@@ -114,7 +115,7 @@ test("TFRecord files give the same batches as shards of the same samples", () =>
 });
 
 test("train files of different widths are refused, naming the file", () => {
-  const other = join(mkdtempSync(join(tmpdir(), "tsgrad-loader-")), "wide");
+  const other = join(scratchDir("loader-"), "wide");
   writeShard(other, fakeBatch(3, SEQ * 2, PRED, 0));
   assert.throws(() => takeIds(trainBatches({ ...OPTIONS, files: [...FILES, other] }), 20), (error: unknown) => {
     assert.ok(error instanceof LoaderError);
@@ -186,7 +187,7 @@ test("fake batches are deterministic for a seed", () => {
 });
 
 test("listSampleFiles lists a folder's files sorted, without temp or hidden files", () => {
-  const dir = mkdtempSync(join(tmpdir(), "tsgrad-loader-"));
+  const dir = scratchDir("loader-");
   for (const name of ["part-00002", "part-00000", ".part-00001.123.abc.tmp", "part-00003.tmp"]) writeFileSync(join(dir, name), "");
   assert.deepEqual(listSampleFiles(dir), [join(dir, "part-00000"), join(dir, "part-00002")]);
 });

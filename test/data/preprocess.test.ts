@@ -3,8 +3,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
-import { homedir, tmpdir } from "node:os";
+import { copyFileSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { homedir } from "node:os";
 import { join } from "node:path";
 import {
   DEFAULT_SETTINGS,
@@ -22,6 +22,7 @@ import { basedirFromEnv, defaultBasedir, trainInputPath, trainShardPath } from "
 import { SAMPLE_FIELDS, type SampleColumns } from "../../mlperf/bert/data/samples.ts";
 import { readShard } from "../../mlperf/bert/data/shard.ts";
 import { BertTokenizer, loadVocab } from "../../mlperf/bert/data/tokenizer.ts";
+import { scratchDir } from "../scratch.ts";
 
 const FIXTURES = new URL("../fixtures/bert-preprocess/", import.meta.url).pathname;
 const VOCAB = join(FIXTURES, "vocab.txt");
@@ -107,7 +108,7 @@ test("the eval set of 10,000 picked samples is byte-identical to the references'
   assert.equal(hash.digest("hex"), EVAL_REFERENCE_SHA256);
 });
 
-const tempDir = () => mkdtempSync(join(tmpdir(), "tsgrad-preprocess-"));
+const tempDir = () => scratchDir("preprocess-");
 
 test("an empty input file is a PreprocessError naming the file", () => {
   const path = join(tempDir(), "part-00000-of-00500");

@@ -1,7 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import {
   decodeSafetensors,
@@ -12,6 +11,7 @@ import {
   writeSafetensorsFile,
   type SafetensorsTensor,
 } from "../../src/nn/safetensors.ts";
+import { scratchDir } from "../scratch.ts";
 
 // Written by test/fixtures/data/generate.py by hand from the spec, data in alphabetical order.
 const REFERENCE = new URL("../fixtures/data/reference.safetensors", import.meta.url).pathname;
@@ -76,7 +76,7 @@ test("encoding places wider elements first so decoded arrays view the bytes alig
 });
 
 test("writeSafetensorsFile round-trips through a file and leaves no temp file", () => {
-  const dir = mkdtempSync(join(tmpdir(), "tsgrad-st-"));
+  const dir = scratchDir("st-");
   const path = join(dir, "model.safetensors");
   const tensors: Record<string, SafetensorsTensor> = { w: { dtype: "F32", shape: [2, 2], data: new Float32Array([1, 2, 3, 4]) } };
   writeSafetensorsFile(path, tensors, { step: "3" });
@@ -146,7 +146,7 @@ test("non-string metadata values are an error", () => {
 });
 
 test("readSafetensorsFile names the path in errors", () => {
-  const path = join(mkdtempSync(join(tmpdir(), "tsgrad-st-")), "broken.safetensors");
+  const path = join(scratchDir("st-"), "broken.safetensors");
   writeFileSync(path, readFileSync(REFERENCE).subarray(0, 100));
   throwsSafetensors(() => readSafetensorsFile(path), new RegExp(`^${path}: byte offset 0: header length`));
 });
@@ -169,7 +169,7 @@ test("readSafetensorsHeader gives each tensor's absolute byte range without read
 });
 
 test("readSafetensorsHeader validates offsets against the file size", () => {
-  const path = join(mkdtempSync(join(tmpdir(), "tsgrad-st-")), "cut.safetensors");
+  const path = join(scratchDir("st-"), "cut.safetensors");
   const bytes = readFileSync(REFERENCE);
   writeFileSync(path, bytes.subarray(0, bytes.length - 1));
   throwsSafetensors(() => readSafetensorsHeader(path), new RegExp(`^${path}: tensor "weight", byte offset \\d+: data ends at byte offset ${bytes.length}, past the end of the file \\(${bytes.length - 1} bytes\\)`));

@@ -1,15 +1,15 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { readShard, ShardError, ShardFile, writeShard } from "../../mlperf/bert/data/shard.ts";
 import { SAMPLE_FIELDS, type SampleColumns } from "../../mlperf/bert/data/samples.ts";
 import { readSafetensorsFile, writeSafetensorsFile } from "../../src/nn/safetensors.ts";
 import { samplesFromJsonl } from "./sample-helpers.ts";
+import { scratchDir } from "../scratch.ts";
 
 const FIXTURE = new URL("../fixtures/bert-preprocess/samples-seq128-pred20-dupe2.jsonl", import.meta.url);
-const tempDir = () => mkdtempSync(join(tmpdir(), "tsgrad-shard-"));
+const tempDir = () => scratchDir("shard-");
 
 test("a shard round-trips the reference samples value for value", () => {
   const samples = samplesFromJsonl(readFileSync(FIXTURE, "utf8"), 128, 20);

@@ -1,7 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { maskedCrc32c } from "../../src/crc32c.ts";
 import {
@@ -18,6 +17,7 @@ import {
 } from "../../mlperf/bert/data/tfrecord.ts";
 import { SAMPLE_FIELDS } from "../../mlperf/bert/data/samples.ts";
 import { samplesFromJsonl } from "./sample-helpers.ts";
+import { scratchDir } from "../scratch.ts";
 
 // Written by test/fixtures/data/generate.py (pure-Python CRC-32C and protobuf encoding): the
 // first 3 samples of the seq128 fixture; record 1 has input_mask unpacked, record 2 lists
@@ -36,7 +36,7 @@ function referenceRecords(): Uint8Array[] {
   for (const { data } of readTFRecords(REFERENCE)) records.push(data.slice());
   return records;
 }
-const tempFile = (name: string) => join(mkdtempSync(join(tmpdir(), "tsgrad-tfrecord-")), name);
+const tempFile = (name: string) => join(scratchDir("tfrecord-"), name);
 
 function throwsTFRecord(run: () => unknown, path: string, byteOffset: number, pattern: RegExp): void {
   assert.throws(run, (error: unknown) => {

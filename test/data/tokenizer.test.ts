@@ -3,10 +3,11 @@
 // CPython 3.11.7, `FullTokenizer(vocab, do_lower_case=True).tokenize(text)`).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { BertTokenizer, loadVocab, parseVocab, pythonStrip, VocabError } from "../../mlperf/bert/data/tokenizer.ts";
+import { scratchDir } from "../scratch.ts";
 
 const FIXTURES = new URL("../fixtures/bert-preprocess/", import.meta.url).pathname;
 const tokenizer = new BertTokenizer(loadVocab(join(FIXTURES, "vocab.txt")));
@@ -77,7 +78,7 @@ test("a missing vocab file is a VocabError naming the path", () => {
 });
 
 test("an empty vocab file, a repeated token and a vocab without [UNK] are VocabErrors", () => {
-  const path = join(mkdtempSync(join(tmpdir(), "tsgrad-vocab-")), "vocab.txt");
+  const path = join(scratchDir("vocab-"), "vocab.txt");
   writeFileSync(path, "");
   assert.throws(() => loadVocab(path), (error: Error) => error instanceof VocabError && error.message.includes(path) && /empty/.test(error.message));
   assert.throws(() => parseVocab("[PAD]\na\nb\na\n", "dup.txt"), /dup\.txt.*line 4 repeats line 2/);

@@ -3,18 +3,16 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
-import { mkdtemp, readdir, readFile, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { readdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { gunzipSync, gzipSync } from "node:zlib";
 import { extractTarGz, TarError } from "../../mlperf/bert/data/untar.ts";
+import { scratchDir } from "../scratch.ts";
 
 const FIXTURES = new URL("../fixtures/download/", import.meta.url).pathname;
 const LONG_NAME = "a-file-name-longer-than-the-hundred-bytes-of-a-ustar-name-field-".repeat(2) + "end.txt";
 
-async function tempDir(): Promise<string> {
-  return mkdtemp(join(tmpdir(), "tsgrad-untar-"));
-}
+const tempDir = () => scratchDir("untar-");
 
 /** Every file under `dir`, relative, sorted (hidden temp files included). */
 async function listFiles(dir: string): Promise<string[]> {
@@ -26,7 +24,7 @@ async function listFiles(dir: string): Promise<string[]> {
 }
 
 test("extracts a GNU-format tarfile archive, GNU long name included", async () => {
-  const dest = await tempDir();
+  const dest = tempDir();
   const summary = await extractTarGz(join(FIXTURES, "text.tar.gz"), dest);
   assert.deepEqual(summary, { files: 4, directories: 1, bytes: 54 + 10800 + 38 + 10 });
   assert.deepEqual(await listFiles(dest), [
@@ -41,7 +39,7 @@ test("extracts a GNU-format tarfile archive, GNU long name included", async () =
 });
 
 test("takes a pax header's path over the truncated ustar name", async () => {
-  const dest = await tempDir();
+  const dest = tempDir();
   await extractTarGz(join(FIXTURES, "pax.tar.gz"), dest);
   const name = "deep/" + "sub-folder-with-a-long-name/".repeat(10) + "caf\u00e9.txt";
   assert.deepEqual(await listFiles(dest), [name]);
@@ -49,20 +47,20 @@ test("takes a pax header's path over the truncated ustar name", async () => {
 });
 
 test("joins a ustar prefix and name", async () => {
-  const dest = await tempDir();
+  const dest = tempDir();
   await extractTarGz(join(FIXTURES, "ustar.tar.gz"), dest);
   const name = "prefix-part/".repeat(10) + "ustar-name.txt";
   assert.equal(await readFile(join(dest, name), "utf8"), "ustar prefix\n");
 });
 
 test("extracts an archive written by GNU tar with a long name", async () => {
-  const dest = await tempDir();
+  const dest = tempDir();
   await extractTarGz(join(FIXTURES, "gnutar.tar.gz"), dest);
   assert.equal(await readFile(join(dest, "gnu", "x".repeat(150) + ".txt"), "utf8"), "written by GNU tar\n");
 });
 
 test("refuses a path that climbs out of the destination with ..", async () => {
-  const parent = await tempDir();
+  const parent = tempDir();
   const dest = join(parent, "basedir");
   await assert.rejects(extractTarGz(join(FIXTURES, "escape-dotdot.tar.gz"), dest), (error: Error) => {
     assert.ok(error instanceof TarError);
@@ -73,22 +71,22 @@ test("refuses a path that climbs out of the destination with ..", async () => {
 });
 
 test("refuses an absolute path", async () => {
-  await assert.rejects(extractTarGz(join(FIXTURES, "escape-absolute.tar.gz"), await tempDir()), /refusing absolute path "\/tmp\/tsgrad-evil\.txt"/);
+  await assert.rejects(extractTarGz(join(FIXTURES, "escape-absolute.tar.gz"), tempDir()), /refusing absolute path "\/tmp\/tsgrad-evil\.txt"/);
 });
 
 test("refuses a symbolic link", async () => {
-  await assert.rejects(extractTarGz(join(FIXTURES, "symlink.tar.gz"), await tempDir()), /refusing symbolic link results4\/link -> \/etc\/passwd/);
+  await assert.rejects(extractTarGz(join(FIXTURES, "symlink.tar.gz"), tempDir()), /refusing symbolic link results4\/link -> \/etc\/passwd/);
 });
 
 test("refuses a hard link", async () => {
-  await assert.rejects(extractTarGz(join(FIXTURES, "hardlink.tar.gz"), await tempDir()), /refusing hard link results4\/hard -> \/etc\/passwd/);
+  await assert.rejects(extractTarGz(join(FIXTURES, "hardlink.tar.gz"), tempDir()), /refusing hard link results4\/hard -> \/etc\/passwd/);
 });
 
 test("a gzip stream cut short is an error naming the archive and the offset", async () => {
   const whole = await readFile(join(FIXTURES, "text.tar.gz"));
-  const archive = join(await tempDir(), "cut.tar.gz");
+  const archive = join(tempDir(), "cut.tar.gz");
   await writeFile(archive, whole.subarray(0, whole.length - 20));
-  await assert.rejects(extractTarGz(archive, await tempDir()), (error: Error) => {
+  await assert.rejects(extractTarGz(archive, tempDir()), (error: Error) => {
     assert.ok(error instanceof TarError);
     assert.match(error.message, /cut\.tar\.gz: gzip stream is truncated or corrupt .* \(at byte \d+ of the tar stream\)/);
     return true;
@@ -98,9 +96,9 @@ test("a gzip stream cut short is an error naming the archive and the offset", as
 test("a tar cut inside a file's data names the file and the offset, and leaves no partial file", async () => {
   const tar = gunzipSync(await readFile(join(FIXTURES, "text.tar.gz")));
   // Headers: results4/ at 0, part-00000 at 512 (data 1024), part-00001 at 1536 (data 2048..12848).
-  const archive = join(await tempDir(), "cut-inside.tar.gz");
+  const archive = join(tempDir(), "cut-inside.tar.gz");
   await writeFile(archive, gzipSync(tar.subarray(0, 5000)));
-  const dest = await tempDir();
+  const dest = tempDir();
   await assert.rejects(
     extractTarGz(archive, dest),
     /cut-inside\.tar\.gz: truncated archive: results4\/part-00001-of-00002 is missing its last 7848 bytes \(at byte 5000 of the tar stream\)/,
@@ -110,17 +108,17 @@ test("a tar cut inside a file's data names the file and the offset, and leaves n
 
 test("a tar that stops between entries without the end marker is truncated", async () => {
   const tar = gunzipSync(await readFile(join(FIXTURES, "text.tar.gz")));
-  const archive = join(await tempDir(), "no-end.tar.gz");
+  const archive = join(tempDir(), "no-end.tar.gz");
   await writeFile(archive, gzipSync(tar.subarray(0, 1536)));
-  await assert.rejects(extractTarGz(archive, await tempDir()), /no-end\.tar\.gz: truncated archive: it ends without the end-of-archive marker \(at byte 1536/);
+  await assert.rejects(extractTarGz(archive, tempDir()), /no-end\.tar\.gz: truncated archive: it ends without the end-of-archive marker \(at byte 1536/);
 });
 
 test("a corrupted header is an error at its offset", async () => {
   const tar = Buffer.from(gunzipSync(await readFile(join(FIXTURES, "text.tar.gz"))));
   tar[512 + 10] ^= 0x01; // a byte of part-00000's name
-  const archive = join(await tempDir(), "bad-header.tar.gz");
+  const archive = join(tempDir(), "bad-header.tar.gz");
   await writeFile(archive, gzipSync(tar));
-  await assert.rejects(extractTarGz(archive, await tempDir()), /bad-header\.tar\.gz: header checksum \d+ does not match computed \d+.*\(at byte 512 /);
+  await assert.rejects(extractTarGz(archive, tempDir()), /bad-header\.tar\.gz: header checksum \d+ does not match computed \d+.*\(at byte 512 /);
 });
 
 test("a type-NUL entry whose name ends in / is a directory, as pre-POSIX tars wrote them", async () => {
@@ -130,9 +128,9 @@ test("a type-NUL entry whose name ends in / is a directory, as pre-POSIX tars wr
   tar.fill(0x20, 148, 156);
   const sum = tar.subarray(0, 512).reduce((a, b) => a + b, 0);
   tar.write(sum.toString(8).padStart(6, "0") + "\0 ", 148, "latin1");
-  const archive = join(await tempDir(), "v7-dir.tar.gz");
+  const archive = join(tempDir(), "v7-dir.tar.gz");
   await writeFile(archive, gzipSync(tar));
-  const dest = await tempDir();
+  const dest = tempDir();
   const summary = await extractTarGz(archive, dest);
   assert.equal(summary.directories, 1);
   assert.equal(await readFile(join(dest, "results4", "eval.txt"), "utf8"), "Eval sentence one.\nEval sentence two.\n");
@@ -140,6 +138,6 @@ test("a type-NUL entry whose name ends in / is a directory, as pre-POSIX tars wr
 
 test("reports every compressed byte read", async () => {
   let read = 0;
-  await extractTarGz(join(FIXTURES, "text.tar.gz"), await tempDir(), { onArchiveBytes: (n) => (read += n) });
+  await extractTarGz(join(FIXTURES, "text.tar.gz"), tempDir(), { onArchiveBytes: (n) => (read += n) });
   assert.equal(read, (await readFile(join(FIXTURES, "text.tar.gz"))).length);
 });
