@@ -47,12 +47,24 @@ export const CUDA_PRELUDE = `#define TG_INF __int_as_float(0x7f800000)
 #define TG_NAN __int_as_float(0x7fc00000)
 #define TG_DINF __longlong_as_double(0x7ff0000000000000LL)
 #define TG_DNAN __longlong_as_double(0x7ff8000000000000LL)
+/* the GPU's own instructions (a CPU emulator for tests, test/cuda/emu, defines TG_EMU and its own) */
+#ifndef TG_EMU
 __device__ __forceinline__ float tg_h2f(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 /* round to nearest even in hardware; NaN keeps its sign and becomes quiet, as the reference does */
 __device__ __forceinline__ unsigned short tg_f2h(float f) {
   unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
   return f != f ? (unsigned short)(((__float_as_uint(f) >> 16) & 0x8000u) | 0x7e00u) : h;
 }
+/* one warp's 16 x 8 x 16 tensor-core product, float32 accumulators c += a * b (fragments as mma.sync lays them out) */
+__device__ __forceinline__ void tg_mma_f16(float* c, const unsigned* a, const unsigned* b) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+__device__ __forceinline__ void tg_mma_bf16(float* c, const unsigned* a, const unsigned* b) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#endif
 __device__ __forceinline__ float tg_b2f(unsigned short h) { return __uint_as_float((unsigned int)h << 16); }
 __device__ __forceinline__ unsigned short tg_f2b(float v) {
   unsigned int x = __float_as_uint(v);

@@ -4,14 +4,13 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import koffi from "koffi";
+import { scratchDir } from "../scratch.ts";
 import { CachingAllocator } from "../../src/runtime/cuda_allocator.ts";
 import { CudaError } from "../../src/runtime/cuda_driver.ts";
 
-const work = mkdtempSync(join(tmpdir(), "tsgrad-cuda-runtime-"));
+const work = scratchDir("cuda-runtime");
 const fakePath = join(work, "libcuda_fake.so");
 const built = spawnSync("cc", ["-shared", "-fPIC", "-O1", "-o", fakePath, join(import.meta.dirname, "fake_libcuda.c")]).status === 0;
 // the runtime reads these when it first loads the driver and compiler

@@ -1,0 +1,26 @@
+// Builds the CPU emulator of a CUDA GPU (libcuda_emu.cc + cuda_emu.h) into `dir`: one library to point
+// both TSGRAD_LIBCUDA and TSGRAD_LIBNVRTC at. Null where there is no C++ compiler.
+import { spawnSync } from "node:child_process";
+import { join } from "node:path";
+
+const here = import.meta.dirname;
+
+/** The emulator library's path, built now (about 2 s); null without g++. */
+export function buildCudaEmulator(dir: string): string | null {
+  const library = join(dir, "libcuda_emu.so");
+  const header = join(here, "cuda_emu.h");
+  const run = spawnSync(process.env.TG_EMU_CXX || "g++", ["-std=c++17", "-O1", "-shared", "-fPIC", `-DTG_EMU_HEADER="${header}"`, "-o", library, join(here, "libcuda_emu.cc"), "-ldl"], { encoding: "utf8" });
+  if (run.error || run.status !== 0) {
+    if (run.error) return null;
+    throw new Error(`the CUDA emulator does not build:\n${run.stderr}`);
+  }
+  return library;
+}
+
+/** The environment that makes `CUDA` the emulator: kernels built as host code, kept in `dir`. */
+export const emulatorEnv = (library: string, dir: string): Record<string, string> => ({
+  TSGRAD_LIBCUDA: library,
+  TSGRAD_LIBNVRTC: library,
+  TSGRAD_CACHE: join(dir, "cache"),
+  TG_EMU_CACHE: join(dir, "modules"),
+});

@@ -1,0 +1,109 @@
+/* Host definitions that let tsgrad's CUDA C run on a CPU, for testing kernels without a GPU. A module's
+ * source (CUDA_PRELUDE + kernels) is compiled as C++ with this header forced in (-include); libcuda_emu.cc
+ * runs each block's threads as fibers and binds the state below. Shared memory is static storage (blocks
+ * run one after another); barriers, warp shuffles and warp-wide tensor-core ops go through the scheduler.
+ * Only what tsgrad's renderer emits is here. */
+#pragma once
+#define TG_EMU 1
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <utility>
+
+struct uint3 { unsigned x, y, z; };
+struct __attribute__((aligned(16))) uint4 { unsigned x, y, z, w; };
+static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
+
+/** One emulated thread as the scheduler sees it. */
+struct tg_emu_thread {
+  uint3 threadIdx, blockIdx, blockDim, gridDim;
+  /** Its warp's exchange area: 32 lanes x 16 words. */
+  uint64_t *warp;
+  unsigned lane;
+};
+/** What the scheduler lends a module: the running thread and the barriers. */
+struct tg_emu_api {
+  tg_emu_thread **current;
+  void (*sync_block)(void);
+  void (*sync_warp)(void);
+};
+#ifndef TG_EMU_LIBRARY /* the rest is for modules; the emulator library needs only the types above */
+static tg_emu_api tg_emu;
+extern "C" void tg_emu_bind(const tg_emu_api *api) { tg_emu = *api; }
+
+#define threadIdx ((*tg_emu.current)->threadIdx)
+#define blockIdx ((*tg_emu.current)->blockIdx)
+#define blockDim ((*tg_emu.current)->blockDim)
+#define gridDim ((*tg_emu.current)->gridDim)
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __restrict__ __restrict
+#define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+static inline void __syncthreads(void) { tg_emu.sync_block(); }
+
+template <typename O, typename I> static inline O tg_emu_bits(I x) { O o; memcpy(&o, &x, sizeof o); return o; }
+static inline float __int_as_float(int x) { return tg_emu_bits<float>(x); }
+static inline float __uint_as_float(unsigned x) { return tg_emu_bits<float>(x); }
+static inline unsigned __float_as_uint(float x) { return tg_emu_bits<unsigned>(x); }
+static inline double __longlong_as_double(long long x) { return tg_emu_bits<double>(x); }
+
+/** Every lane publishes `words` 32-bit values; returns the warp's table (lane-major, 32 words a lane). */
+static inline const uint32_t *tg_emu_publish(const uint32_t *words, int n) {
+  tg_emu_thread *t = *tg_emu.current;
+  memcpy((uint32_t *)t->warp + t->lane * 32, words, n * 4);
+  tg_emu.sync_warp();
+  return (const uint32_t *)t->warp;
+}
+
+template <typename T> static inline T __shfl_xor_sync(unsigned, T v, int mask) {
+  static_assert(sizeof(T) <= 8, "shuffled values are at most 8 bytes");
+  uint32_t words[2] = {0, 0};
+  memcpy(words, &v, sizeof v);
+  const uint32_t *table = tg_emu_publish(words, 2);
+  T r;
+  memcpy(&r, table + (((*tg_emu.current)->lane ^ mask) & 31) * 32, sizeof r);
+  tg_emu.sync_warp(); /* nobody publishes again before everyone has read */
+  return r;
+}
+
+/* 16-bit floats: the host's _Float16 rounds to nearest even as cvt.rn.f16.f32 does */
+static inline float tg_h2f(unsigned short h) { return (float)tg_emu_bits<_Float16>(h); }
+static inline unsigned short tg_f2h(float f) {
+  if (f != f) return (unsigned short)(((__float_as_uint(f) >> 16) & 0x8000u) | 0x7e00u);
+  return tg_emu_bits<unsigned short>((_Float16)f);
+}
+
+/**
+ * mma.sync m16n8k16 row.col with float32 accumulation, as one warp: lane (g = lane / 4, t = lane % 4) holds
+ * A rows g and g + 8 at k 2t, 2t + 1 (a0, a1) and 2t + 8, 2t + 9 (a2, a3), B column g at those k (b0, b1),
+ * and C/D rows g, g + 8 at columns 2t, 2t + 1. `widen` reads one 16-bit input.
+ */
+static inline void tg_emu_mma(float *c, const unsigned *a, const unsigned *b, float (*widen)(unsigned short)) {
+  uint32_t words[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
+  const uint32_t *table = tg_emu_publish(words, 6);
+  const auto half = (const unsigned short *)table;
+  /* A[row][k], B[k][col] from the lanes that hold them (each 32-bit word: lower k first) */
+  auto A = [&](int row, int k) { int lane = (row % 8) * 4 + (k % 8) / 2; int reg = (row >= 8) + 2 * (k >= 8); return widen(half[(lane * 32 + reg) * 2 + k % 2]); };
+  auto B = [&](int k, int col) { int lane = col * 4 + (k % 8) / 2; int reg = 4 + (k >= 8); return widen(half[(lane * 32 + reg) * 2 + k % 2]); };
+  const unsigned lane = (*tg_emu.current)->lane, g = lane / 4, t = lane % 4;
+  float d[4];
+  for (int e = 0; e < 4; e++) {
+    int row = g + (e >> 1) * 8, col = t * 2 + (e & 1);
+    float sum = 0;
+    for (int k = 0; k < 16; k++) sum += A(row, k) * B(k, col);
+    d[e] = c[e] + sum;
+  }
+  tg_emu.sync_warp();
+  memcpy(c, d, sizeof d);
+}
+static inline float tg_emu_b2f(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
+static inline void tg_mma_f16(float *c, const unsigned *a, const unsigned *b) { tg_emu_mma(c, a, b, tg_h2f); }
+static inline void tg_mma_bf16(float *c, const unsigned *a, const unsigned *b) { tg_emu_mma(c, a, b, tg_emu_b2f); }
+
+/* calling a kernel with the parameter array cuLaunchKernel takes (pointers to each argument) */
+template <typename... A, size_t... I> static void tg_emu_invoke(void (*f)(A...), void **p, std::index_sequence<I...>) { f(*(A *)p[I]...); }
+template <typename... A> static void tg_emu_invoke(void (*f)(A...), void **p) { tg_emu_invoke(f, p, std::index_sequence_for<A...>{}); }
+#endif

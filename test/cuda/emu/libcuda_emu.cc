@@ -1,0 +1,315 @@
+/* A CUDA "GPU" that runs on the CPU, for testing tsgrad's CUDA backend without one: the subset of the
+ * driver API (libcuda) and of NVRTC that src/runtime/cuda*.ts calls, in one library that both
+ * TSGRAD_LIBCUDA and TSGRAD_LIBNVRTC point at.
+ *
+ * - "Compiling" a program compiles its CUDA C as host C++ with g++ and cuda_emu.h forced in; the "cubin"
+ *   is the source itself, and loading it builds (or finds) the shared object and dlopens it.
+ * - A launch runs the blocks one after another; a block's threads are fibers (ucontext) taken in turn,
+ *   each running until it waits at a barrier (__syncthreads, or a warp-wide shuffle or mma) or returns.
+ *   A barrier opens when every thread of the block (warp) that has not returned has reached it.
+ * - Device memory is host memory; copies are memcpy; events read the host clock.
+ *
+ * Environment: TG_EMU_CXX (default g++), TG_EMU_CACHE (a folder where built modules are kept and shared
+ * between processes; default: a temporary folder removed at exit). The header's path is compiled in. */
+#include <dlfcn.h>
+#include <ftw.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+#include <string>
+#include <vector>
+#define TG_EMU_LIBRARY
+#include "cuda_emu.h"
+
+#ifndef TG_EMU_HEADER
+#error "build with -DTG_EMU_HEADER=\"/path/to/cuda_emu.h\""
+#endif
+
+enum { OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, INVALID_IMAGE = 200, NOT_FOUND = 500, LAUNCH_FAILED = 719 };
+static const char MAGIC[] = "TGEMU1\n";
+
+/* ---------- modules: CUDA C -> host shared object ---------- */
+
+static std::string work_dir() {
+  static std::string dir;
+  if (!dir.empty()) return dir;
+  const char *shared = getenv("TG_EMU_CACHE");
+  if (shared && *shared) {
+    mkdir(shared, 0755); /* one level, as the tests ask for it; an existing folder is fine */
+    return dir = shared;
+  }
+  char templ[] = "/tmp/tsgrad-cuda-emu-XXXXXX";
+  if (!mkdtemp(templ)) return dir = "/tmp";
+  dir = templ;
+  atexit([] { nftw(dir.c_str(), [](const char *p, const struct stat *, int, struct FTW *) { return remove(p); }, 8, FTW_DEPTH | FTW_PHYS); });
+  return dir;
+}
+
+static uint64_t fnv1a(const std::string &s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+/** The names of the source's __global__ functions. */
+static std::vector<std::string> kernel_names(const std::string &src) {
+  std::vector<std::string> names;
+  for (size_t at = src.find("__global__"); at != std::string::npos; at = src.find("__global__", at + 1)) {
+    size_t p = src.find("void", at) + 4;
+    while (isspace((unsigned char)src[p])) p++;
+    if (src.compare(p, 17, "__launch_bounds__") == 0) p = src.find(')', p) + 1;
+    while (isspace((unsigned char)src[p])) p++;
+    size_t end = p;
+    while (isalnum((unsigned char)src[end]) || src[end] == '_') end++;
+    names.push_back(src.substr(p, end - p));
+  }
+  return names;
+}
+
+/** Builds `src` into a shared object (once per source); its path, or "" with the compiler's messages in `log`. */
+static std::string build(const std::string &src, std::string &log) {
+  char stem[64];
+  snprintf(stem, sizeof stem, "%s/m%016llx", work_dir().c_str(), (unsigned long long)fnv1a(src));
+  std::string so = std::string(stem) + ".so";
+  if (access(so.c_str(), R_OK) == 0) return so;
+  std::string full = src + "\n";
+  for (const std::string &name : kernel_names(src)) full += "extern \"C\" void tg_emu_call_" + name + "(void **p) { tg_emu_invoke(" + name + ", p); }\n";
+  char tmp[96];
+  snprintf(tmp, sizeof tmp, "%s.%d", stem, (int)getpid());
+  std::string cc = std::string(tmp) + ".cc", out = std::string(tmp) + ".so", err = std::string(tmp) + ".err";
+  FILE *f = fopen(cc.c_str(), "w");
+  if (!f) { log = "cannot write " + cc; return ""; }
+  fwrite(full.data(), 1, full.size(), f);
+  fclose(f);
+  const char *cxx = getenv("TG_EMU_CXX");
+  std::string cmd = std::string(cxx && *cxx ? cxx : "g++") + " -std=c++17 -O1 -shared -fPIC -ffp-contract=off -fno-strict-aliasing -w -include " TG_EMU_HEADER " -o " + out + " " + cc + " 2> " + err;
+  int status = system(cmd.c_str());
+  if (status != 0) {
+    log.clear();
+    if (FILE *e = fopen(err.c_str(), "r")) {
+      char buf[4096];
+      size_t n;
+      while ((n = fread(buf, 1, sizeof buf, e)) > 0) log.append(buf, n);
+      fclose(e);
+    }
+    if (log.empty()) log = "the host compiler failed: " + cmd;
+  } else {
+    rename(out.c_str(), so.c_str()); /* atomic: another process may build the same module */
+  }
+  remove(cc.c_str());
+  remove(err.c_str());
+  remove(out.c_str());
+  return status == 0 ? so : "";
+}
+
+/* ---------- the scheduler: one block's threads as fibers ---------- */
+
+namespace {
+struct Fiber {
+  ucontext_t ctx;
+  std::vector<char> stack;
+  tg_emu_thread t;
+  bool done;
+};
+struct Barrier {
+  int live = 0, arrived = 0;
+  unsigned gen = 0;
+};
+struct Warp {
+  Barrier barrier;
+  uint64_t slots[32 * 16];
+};
+struct Function {
+  void (*call)(void **);
+};
+
+std::vector<Fiber> fibers;
+std::vector<Warp> warps;
+Barrier block_barrier;
+ucontext_t scheduler;
+Fiber *running;
+tg_emu_thread *current;
+void (*launch_call)(void **);
+void **launch_params;
+/** Bumped whenever a thread arrives at a barrier or returns: a round without it is a deadlock. */
+unsigned long progress;
+
+void wait_at(Barrier &b) {
+  progress++;
+  unsigned gen = b.gen;
+  if (++b.arrived == b.live) {
+    b.arrived = 0;
+    b.gen++;
+    return;
+  }
+  while (gen == b.gen) swapcontext(&running->ctx, &scheduler);
+}
+void sync_block() { wait_at(block_barrier); }
+void sync_warp() { wait_at(warps[(running - fibers.data()) / 32].barrier); }
+
+/** A returned thread no longer holds its barriers back. */
+void leave(Barrier &b) {
+  b.live--;
+  if (b.arrived > 0 && b.arrived == b.live) {
+    b.arrived = 0;
+    b.gen++;
+  }
+}
+
+void fiber_main() {
+  launch_call(launch_params);
+  running->done = true;
+}
+
+const tg_emu_api api = {&current, sync_block, sync_warp};
+
+/** Runs one block; false on a deadlock (threads waiting at a barrier the others never reach). */
+bool run_block(uint3 block, uint3 grid, uint3 dim) {
+  int n = dim.x * dim.y * dim.z, nwarps = (n + 31) / 32;
+  if ((int)fibers.size() < n) fibers.resize(n);
+  warps.resize(nwarps);
+  block_barrier = Barrier{n, 0, 0};
+  for (int w = 0; w < nwarps; w++) warps[w].barrier = Barrier{n - w * 32 < 32 ? n - w * 32 : 32, 0, 0};
+  for (int i = 0; i < n; i++) {
+    Fiber &f = fibers[i];
+    if (f.stack.empty()) f.stack.resize(256 << 10);
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack.data();
+    f.ctx.uc_stack.ss_size = f.stack.size();
+    f.ctx.uc_link = &scheduler;
+    makecontext(&f.ctx, fiber_main, 0);
+    f.t = tg_emu_thread{{(unsigned)(i % dim.x), (unsigned)(i / dim.x % dim.y), (unsigned)(i / (dim.x * dim.y))}, block, dim, grid, warps[i / 32].slots, (unsigned)(i % 32)};
+    f.done = false;
+  }
+  int alive = n;
+  while (alive > 0) {
+    unsigned long before = progress;
+    for (int i = 0; i < n; i++) {
+      Fiber &f = fibers[i];
+      if (f.done) continue;
+      running = &f;
+      current = &f.t;
+      swapcontext(&scheduler, &f.ctx);
+      if (f.done) {
+        alive--;
+        progress++;
+        leave(block_barrier);
+        leave(warps[i / 32].barrier);
+      }
+    }
+    if (progress == before && alive > 0) return false;
+  }
+  return true;
+}
+}  // namespace
+
+/* ---------- the driver API ---------- */
+
+extern "C" {
+int cuInit(unsigned) { return OK; }
+int cuDriverGetVersion(int *v) { *v = 13000; return OK; }
+int cuDeviceGetCount(int *n) { *n = 1; return OK; }
+int cuDeviceGet(int *d, int ordinal) { if (ordinal != 0) return 101; *d = 0; return OK; }
+int cuDeviceGetAttribute(int *v, int attribute, int) {
+  *v = attribute == 75 ? 9 : attribute == 76 ? 0 : attribute == 16 ? 132 : 0;
+  return OK;
+}
+int cuDeviceGetName(char *name, int length, int) { strncpy(name, "tsgrad CPU emulator", (size_t)length); return OK; }
+int cuDeviceCanAccessPeer(int *can, int, int) { *can = 0; return OK; }
+int cuDevicePrimaryCtxRetain(void **context, int) { *context = (void *)0x1000; return OK; }
+int cuCtxSetCurrent(void *) { return OK; }
+int cuCtxSynchronize(void) { return OK; }
+int cuCtxEnablePeerAccess(void *, unsigned) { return OK; }
+int cuMemAlloc_v2(uint64_t *pointer, size_t bytes) {
+  void *p = nullptr;
+  if (posix_memalign(&p, 256, bytes ? bytes : 1) != 0) return OUT_OF_MEMORY;
+  memset(p, 0xA5, bytes); /* like fresh device memory: not zero, so kernels that rely on zeros fail here too */
+  *pointer = (uint64_t)(uintptr_t)p;
+  return OK;
+}
+int cuMemFree_v2(uint64_t pointer) { free((void *)(uintptr_t)pointer); return OK; }
+int cuMemGetInfo_v2(size_t *free_bytes, size_t *total) { *free_bytes = *total = (size_t)1 << 34; return OK; }
+int cuMemcpyHtoD_v2(uint64_t dst, const void *src, size_t bytes) { memcpy((void *)(uintptr_t)dst, src, bytes); return OK; }
+int cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t bytes) { memcpy(dst, (const void *)(uintptr_t)src, bytes); return OK; }
+int cuMemcpyDtoD_v2(uint64_t dst, uint64_t src, size_t bytes) { memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes); return OK; }
+int cuMemcpyPeer(uint64_t dst, void *, uint64_t src, void *, size_t bytes) { return cuMemcpyDtoD_v2(dst, src, bytes); }
+
+int cuModuleLoadData(void **module, const void *image) {
+  const char *text = (const char *)image;
+  if (strncmp(text, MAGIC, sizeof MAGIC - 1) != 0) return INVALID_IMAGE;
+  std::string log, so = build(text + sizeof MAGIC - 1, log);
+  if (so.empty()) { fprintf(stderr, "tsgrad CUDA emulator: %s\n", log.c_str()); return INVALID_IMAGE; }
+  void *handle = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) { fprintf(stderr, "tsgrad CUDA emulator: %s\n", dlerror()); return INVALID_IMAGE; }
+  ((void (*)(const tg_emu_api *))dlsym(handle, "tg_emu_bind"))(&api);
+  *module = handle;
+  return OK;
+}
+int cuModuleGetFunction(void **function, void *module, const char *name) {
+  void *call = dlsym(module, ("tg_emu_call_" + std::string(name)).c_str());
+  if (!call) return NOT_FOUND;
+  *function = new Function{(void (*)(void **))call};
+  return OK;
+}
+int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared, void *, void **params, void **) {
+  if (shared != 0 || bx * by * bz == 0 || bx * by * bz > 1024 || gx * gy * gz == 0) return INVALID_VALUE;
+  launch_call = ((Function *)f)->call;
+  launch_params = params;
+  for (unsigned z = 0; z < gz; z++)
+    for (unsigned y = 0; y < gy; y++)
+      for (unsigned x = 0; x < gx; x++)
+        if (!run_block({x, y, z}, {gx, gy, gz}, {bx, by, bz})) {
+          fprintf(stderr, "tsgrad CUDA emulator: block (%u, %u, %u) deadlocked at a barrier\n", x, y, z);
+          return LAUNCH_FAILED;
+        }
+  return OK;
+}
+int cuEventCreate(void **event, unsigned) { *event = new double(0); return OK; }
+int cuEventRecord(void *event, void *) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  *(double *)event = ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+  return OK;
+}
+int cuEventSynchronize(void *) { return OK; }
+int cuEventElapsedTime(float *ms, void *start, void *end) { *ms = (float)(*(double *)end - *(double *)start); return OK; }
+int cuGetErrorName(int error, const char **name) {
+  switch (error) {
+    case INVALID_VALUE: *name = "CUDA_ERROR_INVALID_VALUE"; return OK;
+    case OUT_OF_MEMORY: *name = "CUDA_ERROR_OUT_OF_MEMORY"; return OK;
+    case INVALID_IMAGE: *name = "CUDA_ERROR_INVALID_IMAGE"; return OK;
+    case NOT_FOUND: *name = "CUDA_ERROR_NOT_FOUND"; return OK;
+    case LAUNCH_FAILED: *name = "CUDA_ERROR_LAUNCH_FAILED"; return OK;
+    default: return INVALID_VALUE;
+  }
+}
+
+/* ---------- NVRTC ---------- */
+
+struct Program {
+  std::string source, log, image;
+};
+/* an unusual version: cached "cubins" of the emulator never pass for a real compiler's */
+int nvrtcVersion(int *major, int *minor) { *major = 99; *minor = 0; return 0; }
+int nvrtcCreateProgram(void **program, const char *source, const char *, int, void *, void *) {
+  *program = new Program{source, "", ""};
+  return 0;
+}
+int nvrtcCompileProgram(void *program, int, const char **) {
+  Program *p = (Program *)program;
+  if (build(p->source, p->log).empty()) return 6; /* NVRTC_ERROR_COMPILATION */
+  p->image = MAGIC + p->source;
+  p->image.push_back('\0');
+  return 0;
+}
+int nvrtcGetProgramLogSize(void *program, size_t *size) { *size = ((Program *)program)->log.size() + 1; return 0; }
+int nvrtcGetProgramLog(void *program, char *log) { memcpy(log, ((Program *)program)->log.c_str(), ((Program *)program)->log.size() + 1); return 0; }
+int nvrtcGetCUBINSize(void *program, size_t *size) { *size = ((Program *)program)->image.size(); return 0; }
+int nvrtcGetCUBIN(void *program, char *cubin) { memcpy(cubin, ((Program *)program)->image.data(), ((Program *)program)->image.size()); return 0; }
+int nvrtcDestroyProgram(void **program) { delete (Program *)*program; *program = nullptr; return 0; }
+}

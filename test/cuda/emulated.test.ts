@@ -1,0 +1,106 @@
+// The CUDA backend end to end on a CPU emulator of the GPU (emu/): kernels rendered as for a GPU, compiled
+// and loaded through the runtime's NVRTC and driver paths, run with block barriers, warp shuffles and
+// warp-wide tensor-core products emulated. This checks what the renderer's CUDA C computes (tensor-core
+// tiles, group reduces) where no GPU is; what it cannot check is the GPU's compiler and hardware.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { scratchDir } from "../scratch.ts";
+import { buildCudaEmulator, emulatorEnv } from "./emu/build.ts";
+
+const work = scratchDir("cuda-emu");
+const library = buildCudaEmulator(work);
+// the runtime reads these when it first loads the driver and the compiler
+if (library) Object.assign(process.env, emulatorEnv(library, work));
+
+const { Device, Tensor, dtypes } = await import("../../src/index.ts");
+const { recordItems } = await import("../../src/engine/realize.ts");
+const { cudaForm } = await import("../../src/renderer/cuda_opts.ts");
+const { groupSize } = await import("../../src/renderer/cuda.ts");
+type T = InstanceType<typeof Tensor>;
+
+/** Runs `build` on CUDA and on JS from the same random inputs: the largest |cuda - js| / (1 + |js|), and the forms of the CUDA kernels. */
+function compare(shapes: number[][], dtype: (typeof dtypes)[keyof typeof dtypes], build: (...xs: T[]) => T): { error: number; forms: string[] } {
+  const inputs = shapes.map((shape) => Tensor.rand(shape, { device: "JS" }).sub(0.5).cast(dtype).realize());
+  const js = Array.from(build(...inputs).cast(dtypes.float32).toArray() as Float32Array);
+  const { result, items } = recordItems(() => build(...inputs.map((t) => t.to("CUDA"))).cast(dtypes.float32).toArray() as Float32Array);
+  const forms = items.flatMap((item) => {
+    if (item.kind !== "kernel") return [];
+    const form = cudaForm(item.kernel);
+    return [form.kind === "tensorCores" ? "tensor cores" : groupSize(form.kernel) > 0 ? "group" : "loops"];
+  });
+  assert.equal(result.length, js.length);
+  const error = Array.from(result).reduce((worst, g, i) => Math.max(worst, Math.abs(g - js[i]!) / (1 + Math.abs(js[i]!))), 0);
+  return { error, forms };
+}
+
+if (library) {
+  test("the emulator stands in for the GPU", () => {
+    assert.ok(Device.isAvailable("CUDA"));
+    assert.deepEqual(new Tensor([1, 2, 3], { device: "CUDA" }).mul(2).tolist(), [2, 4, 6]);
+  });
+
+  const tensorCoreCases: [string, number[][], "float16" | "bfloat16", (...xs: T[]) => T][] = [
+    ["partial tiles", [[257, 200], [200, 385]], "float16", (a, b) => a.matmul(b)],
+    ["both factors across k (a weight gradient)", [[200, 257], [200, 385]], "float16", (a, b) => a.T.matmul(b)],
+    ["a transposed factor, aligned", [[200, 256], [200, 384]], "float16", (a, b) => a.T.matmul(b)],
+    ["both factors along k (q @ k.T)", [[136, 200], [264, 200]], "float16", (a, b) => a.matmul(b.T)],
+    ["a computed factor and an epilogue", [[3, 130, 64], [64]], "float16", (x, bias) => { const q = x.add(bias); return q.matmul(q.transpose(-1, -2)).gelu(); }],
+    ["bfloat16, batched", [[4, 136, 72], [4, 72, 144]], "bfloat16", (a, b) => a.matmul(b)],
+  ];
+  for (const [name, shapes, dtype, build] of tensorCoreCases) {
+    test(`tensor-core matmul matches the JS device: ${name}`, () => {
+      const { error, forms } = compare(shapes, dtypes[dtype], build);
+      assert.ok(forms.includes("tensor cores"), `no tensor-core kernel ran: ${forms.join(", ")}`);
+      // float32 sums in another order, then one 16-bit rounding
+      assert.ok(error <= (dtype === "bfloat16" ? 2e-2 : 4e-3), `max relative error ${error}`);
+    });
+  }
+
+  test("an embedding's gradient (a one-hot sum) runs on tensor cores and matches the JS device", () => {
+    const ids = Tensor.randint([4, 64], 0, 300, { device: "JS" }).realize();
+    const weight = Tensor.rand([300, 136], { device: "JS" }).cast(dtypes.float16).realize();
+    const upstream = Tensor.rand([4, 64, 136], { device: "JS" }).realize();
+    const grad = (device: string) => {
+      const w = weight.to(device).detach();
+      w.requiresGrad = true;
+      Tensor.embedding(ids.to(device), w).cast(dtypes.float32).mul(upstream.to(device)).sum().backward();
+      return w.grad!;
+    };
+    const js = Array.from(grad("JS").cast(dtypes.float32).toArray() as Float32Array);
+    const { result, items } = recordItems(() => Array.from(grad("CUDA").cast(dtypes.float32).toArray() as Float32Array));
+    assert.ok(items.some((item) => item.kind === "kernel" && cudaForm(item.kernel).kind === "tensorCores"), "no tensor-core kernel ran");
+    const error = result.reduce((worst, g, i) => Math.max(worst, Math.abs(g - js[i]!) / (1 + Math.abs(js[i]!))), 0);
+    assert.ok(error <= 4e-3, `max relative error ${error}`);
+  });
+
+  test("group reduces (a block per row, warp shuffles) match the JS device", () => {
+    const rows = compare([[3, 5000]], dtypes.float32, (x) => x.max({ axis: 1 }).add(x.sum({ axis: 1 })));
+    assert.ok(rows.forms.includes("group"), `forms: ${rows.forms.join(", ")}`);
+    // 5000 float32 terms summed in another order
+    assert.ok(rows.error < 1e-4, `max relative error ${rows.error}`);
+    const softmax = compare([[4, 700]], dtypes.float32, (x) => x.softmax(-1));
+    assert.ok(softmax.error < 1e-6, `softmax: max relative error ${softmax.error}`);
+  });
+
+  test("int32 argmin and argmax (wrong on an H200, see issue 8) are right here", () => {
+    const t = new Tensor([[1, 5, 5, 0], [7, 2, 7, -1]], { device: "CUDA", dtype: dtypes.int32 });
+    assert.deepEqual(t.neg().max({ axis: 1 }).tolist(), [0, 1]);
+    assert.deepEqual(t.argmin({ axis: 1 }).tolist(), [3, 3]);
+    assert.deepEqual(t.argmax({ axis: 1 }).tolist(), [1, 0]);
+  });
+
+  test("the op suite passes on the emulated GPU", { timeout: 600_000 }, () => {
+    const files = ["elementwise", "nn_ops", "reduce_movement", "regressions", "jit"].map((t) => `test/core/${t}.test.ts`);
+    const { NODE_TEST_CONTEXT: _, ...env } = process.env;
+    // no CPU device: the op tests run on CUDA and JS only
+    const run = spawnSync(process.execPath, ["--import", "tsx", "--test", "--test-reporter=spec", ...files], {
+      env: { ...env, ...emulatorEnv(library, work), CC: "/nonexistent/cc" },
+      encoding: "utf8",
+    });
+    const passed = run.stdout.match(/^ℹ pass (\d+)/m)?.[1];
+    assert.equal(run.status, 0, `${run.stdout.split("\n").filter((l) => /✖|Error|expected|actual/.test(l)).slice(0, 40).join("\n")}\n${run.stderr.slice(-2000)}`);
+    assert.match(run.stdout, /reductions on CUDA/);
+    assert.ok(Number(passed) > 150, `only ${passed} op tests passed`);
+  });
+}
