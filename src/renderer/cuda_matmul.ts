@@ -5,7 +5,7 @@
 // added first) is evaluated per element while copying and rounded to 16 bits there, where the loop kernel
 // would keep it in float32. Whatever follows the reduce (casts, bias, activation) runs per output element
 // on the accumulators, as the plain kernel would.
-import type { KernelIR, Stmt } from "../codegen/ir.ts";
+import type { KernelIR, Operand as Value, Stmt } from "../codegen/ir.ts";
 import { type Idx, varsOf } from "../shape/symbolic.ts";
 import { type CudaKernelSource, indexType, kernelParams, outputIndices, renderBlock, splitOutputLoops } from "./cuda.ts";
 
@@ -91,9 +91,11 @@ export function matchMatmul(kernel: KernelIR, why: (reason: string) => void = ()
     return widened(src.name);
   };
   const product = defs.get(widened(update.value.name));
-  if (!product || product.expr.op !== "MUL") return no("the summed value is not a product");
-  const factors = product.expr.srcs.map((o) => (o.kind === "val" ? defs.get(widened(o.name)) : undefined));
-  if (!factors[0] || !factors[1] || factors[0].dtype !== factors[1].dtype || !SIXTEEN_BIT.has(factors[0].dtype.name)) return no("the factors are not both float16 or both bfloat16");
+  const factors = product && productFactors(product)?.map((o) => (o.kind === "val" ? defs.get(widened(o.name)) : undefined));
+  if (!product || !factors) return no("the summed value is not a product");
+  // a select's condition is the factor 0 or 1, exact in 16 bits (a one-hot sum: an embedding's gradient)
+  const value = factors[1];
+  if (!factors[0] || !value || !SIXTEEN_BIT.has(value.dtype.name) || (factors[0].dtype !== value.dtype && product.expr.op !== "WHERE")) return no("the factors are not both float16 or both bfloat16");
   const k = { var: loopStmt.var, size: loopStmt.size };
   const known = new Set([k.var, ...loops.map((l) => l.var)]);
   const [a, b] = factors.map((f) => operand(f!, defs, known));
@@ -107,9 +109,21 @@ export function matchMatmul(kernel: KernelIR, why: (reason: string) => void = ()
   const m = only(a, b), n = only(b, a);
   if (!m || !n) return no("no output loop is read by one factor alone");
   return {
-    kernel, input: factors[0].dtype.name === "float16" ? "f16" : "bf16", a, b, m, n, k,
+    kernel, input: value.dtype.name === "float16" ? "f16" : "bf16", a, b, m, n, k,
     batch: loops.filter((l) => l !== m && l !== n), acc: accStmt.name, epilogue,
   };
+}
+
+/**
+ * The two factors of a product, or of `where(c, x, 0)` read as c * x (which differs only where x is not
+ * finite: NaN instead of 0 beside an infinity, still non-finite for overflow checks); undefined for anything else.
+ */
+function productFactors(d: Def): readonly Value[] | undefined {
+  const e = d.expr;
+  if (e.op === "MUL") return e.srcs;
+  const zero = e.op === "WHERE" ? e.srcs[2] : undefined;
+  if (e.op === "WHERE" && zero?.kind === "lit" && zero.value === 0 && !Object.is(zero.value, -0) && e.srcs[0]!.dtype.name === "bool") return e.srcs.slice(0, 2);
+  return undefined;
 }
 
 /** The statements computing `factor` inside the loop, when all are defined there and their loads read known loops (or their own values). */
@@ -187,9 +201,7 @@ export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: boole
     `      for (int i = 0; i < 4; i++)`,
     `        #pragma unroll`,
     `        for (int j = 0; j < 4; j++)`,
-    `          asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.${p.input}.${p.input}.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"`,
-    `            : "+f"(c[i][j][0]), "+f"(c[i][j][1]), "+f"(c[i][j][2]), "+f"(c[i][j][3])`,
-    `            : "r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]), "r"(b[j][0]), "r"(b[j][1]));`,
+    `          tg_mma_${p.input}(c[i][j], a[i], b[j]);`,
     `    }`,
     // the other stage was last read before the previous barrier: it can take the next tile now
     `    if (more) {`,
