@@ -53,7 +53,7 @@ export function createSchedule(roots: readonly UOp[]): Schedule {
     if (n.op === "REDUCE" && (users.get(n) ?? 0) > 1) stored.add(n);
     if (n.op === "COPY" && !isLeaf(n.src[0]!)) stored.add(n.src[0]!);
   }
-  markRecomputedWork(stored);
+  markRecomputedWork(stored, users);
   capKernelInputs(stored);
   stageCrossReadingAssigns(nodes, stored);
 
@@ -129,9 +129,11 @@ interface Step {
 /**
  * Stores what would otherwise be recomputed many times: a reduce read under a broadcast (expand) or
  * inside another reduce's loop, and an expensive elementwise chain read under a broadcast (the
- * operands of a matmul in a backward pass, softmax probabilities feeding attention).
+ * operands of a matmul in a backward pass, softmax probabilities feeding attention). A float reduce read
+ * only through a cast to a narrower float (a 16-bit matmul accumulated in float32) is stored after the
+ * cast: the same values its readers use, in half the bytes, and a 16-bit factor for the next matmul.
  */
-function markRecomputedWork(stored: Set<UOp>): void {
+function markRecomputedWork(stored: Set<UOp>, users: ReadonlyMap<UOp, number>): void {
   // Each kernel root is walked once; a node marked here becomes a root and is walked in turn. Marking only
   // cuts later walks short (and makes inlined chains cheaper), so walks already done need no second pass.
   const roots = [...stored];
@@ -147,7 +149,10 @@ function markRecomputedWork(stored: Set<UOp>): void {
       const key = `${n.id}|${underExpand}|${inReduce}`;
       if (seen.has(key)) return;
       seen.add(key);
-      if (n.op === "REDUCE" && n !== root && (underExpand || inReduce)) return mark(n);
+      if (n !== root && (underExpand || inReduce)) {
+        if (n.op === "REDUCE") return mark(n);
+        if (narrowingCast(n) && soleReduceUnder(n, users, stored)) return mark(n);
+      }
       if (n.op === "EXPAND") {
         const chain = skipMovement(n.src[0]!);
         if (!stored.has(chain) && !isLeaf(chain) && isElementwise(chain.op) && inlineCost(chain, stored) > EXPENSIVE) return mark(chain);
@@ -158,6 +163,17 @@ function markRecomputedWork(stored: Set<UOp>): void {
     };
     walk(root.op === "ASSIGN" ? root.src[1]! : root, false, false);
   }
+}
+
+/** A cast from a float to a narrower float. */
+const narrowingCast = (n: UOp): boolean =>
+  n.op === "CAST" && n.dtype.kind === "float" && n.src[0]!.dtype.kind === "float" && n.dtype.itemsize < n.src[0]!.dtype.itemsize;
+
+/** The reduce `n` reads through reshapes only, when nothing else reads it or them (and it is not stored already). */
+function soleReduceUnder(n: UOp, users: ReadonlyMap<UOp, number>, stored: ReadonlySet<UOp>): UOp | undefined {
+  let s = n.src[0]!;
+  while (s.op === "RESHAPE" && users.get(s) === 1) s = s.src[0]!;
+  return s.op === "REDUCE" && users.get(s) === 1 && !stored.has(s) && !isLeaf(s) ? s : undefined;
 }
 
 /** Most buffers one kernel reads: FFI calls and GPU launches take a bounded number of arguments. */

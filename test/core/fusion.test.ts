@@ -1,6 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { GlobalCounters, Tensor, type UOp } from "../../src/index.ts";
+import { GlobalCounters, Tensor, type UOp, dtypes } from "../../src/index.ts";
+import { createSchedule } from "../../src/engine/schedule.ts";
 
 const values = (t: Tensor): number[] => Array.from(t.toArray() as Float32Array);
 
@@ -31,6 +32,14 @@ test("softmax over an axis is at most 3 kernels", () => {
 test("a matmul with a bias add and gelu after it is at most 2 kernels", () => {
   const n = kernelsFor(input([8, 16], 1).matmul(input([16, 12], 2)).add(input([12], 3)).gelu());
   assert.ok(n <= 2, `${n} kernels`);
+});
+
+test("a 16-bit matmul accumulated in float32 and read inside another matmul is stored in 16 bits", () => {
+  const [x, wq, wk] = [input([64, 32], 1), input([48, 32], 2), input([48, 32], 3)].map((t) => t.cast(dtypes.float16).realize());
+  // attention scores: each projection is read inside the scores' reduce, so it is stored first
+  const scores = x!.matmul(wq!.T).matmul(x!.matmul(wk!.T).T);
+  const projections = createSchedule([scores.node]).items.flatMap((item) => (item.kind === "kernel" && item.kernel.buffers[0]!.size === 64 * 48 ? [item.kernel.buffers[0]!.dtype.name] : []));
+  assert.deepEqual(projections, ["float16", "float16"]);
 });
 
 test("movement ops are views: a transpose feeding an add costs no extra kernel", () => {
