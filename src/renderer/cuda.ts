@@ -64,6 +64,20 @@ __device__ __forceinline__ void tg_mma_bf16(float* c, const unsigned* a, const u
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+/* ldmatrix: four 8 x 8 16-bit matrices, lane l giving the address of row l % 8 of matrix l / 8 */
+__device__ __forceinline__ void tg_ldsm_x4(unsigned* r, const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"((unsigned)__cvta_generic_to_shared(row)));
+}
+__device__ __forceinline__ void tg_ldsm_x4_trans(unsigned* r, const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"((unsigned)__cvta_generic_to_shared(row)));
+}
+/* 16 bytes global -> shared without registers; bytes = 0 writes zeros (past a tile edge) */
+__device__ __forceinline__ void tg_cp_async16(void* dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void tg_cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+/* every committed group but the newest has landed (in this thread) */
+__device__ __forceinline__ void tg_cp_async_wait_one() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
 #endif
 __device__ __forceinline__ float tg_b2f(unsigned short h) { return __uint_as_float((unsigned int)h << 16); }
 __device__ __forceinline__ unsigned short tg_f2b(float v) {

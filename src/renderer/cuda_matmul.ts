@@ -156,54 +156,61 @@ function operand(factor: Def, defs: ReadonlyMap<string, Def>, known: ReadonlySet
 
 /** Block tile: BM x BN outputs, BK deep; 8 warps as 2 x 4, each 64 x 32 (4 x 4 mma tiles of 16 x 8). */
 const BM = 128, BN = 128, BK = 32, THREADS = 256;
-/** Shared tiles are stored k-contiguous with 8 halves of padding: fragment reads hit 32 different banks. */
-const PITCH = BK + 8;
+/**
+ * Shared tiles carry 8 halves of padding per row: the 8 row addresses of each ldmatrix phase then fall in
+ * 8 different 16-byte bank groups (80- and 272-byte pitches), so fragment loads are conflict-free.
+ */
+const PAD = 8;
 
 /** Whether 8 neighbours along `along` (unit stride) always start 16-byte aligned: one vector load reads them. */
 const vectorAlong = (af: Affine, along: Loop): boolean =>
   af.coef.get(along.var) === 1 && along.size % 8 === 0 && af.constant % 8 === 0
   && [...af.coef].every(([v, c]) => v === along.var || c % 8 === 0);
 
-/** Renders the tensor-core kernel for a matched pattern. */
+/**
+ * Renders the tensor-core kernel for a matched pattern. Two shared-memory stages: while the warps multiply
+ * one, the next k tile travels into the other (cp.async for factors that are plain loads, registers for
+ * computed ones). Fragments come from shared memory by ldmatrix (transposing where a tile is stored
+ * k-major), then mma.sync accumulates in float32 registers.
+ */
 export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: boolean): CudaKernelSource {
   const { kernel, m, n, k, batch } = p;
   const copyA = tileCopy("As", "ra", p.a, m, p, BM), copyB = tileCopy("Bs", "rb", p.b, n, p, BN);
   const lines = [
     `extern "C" __global__ void __launch_bounds__(${THREADS}) ${fnName}(${kernelParams(kernel, restrict)}) {`,
-    // two stages: tile k + 1 travels from global memory to registers while tile k is multiplied
-    `  __shared__ __align__(16) unsigned short As[2][${BM}][${PITCH}];`,
-    `  __shared__ __align__(16) unsigned short Bs[2][${BN}][${PITCH}];`,
-    `  const int tid = threadIdx.x, warp = tid >> 5, g = (tid & 31) >> 2, t = tid & 3;`,
+    `  __shared__ __align__(16) unsigned short As[2]${copyA.shape};`,
+    `  __shared__ __align__(16) unsigned short Bs[2]${copyB.shape};`,
+    `  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;`,
     `  const int wm = (warp >> 2) * 64, wn = (warp & 3) * 32;`,
     `  const int m0 = blockIdx.y * ${BM}, n0 = blockIdx.x * ${BN};`,
     ...outputIndices(batch, "int", "(int)blockIdx.z", "  "),
     `  float c[4][4][4] = {};`,
     `  ${copyA.registers} ${copyB.registers}`,
-    ...copyA.fetch("0"), ...copyB.fetch("0"), ...copyA.store("0"), ...copyB.store("0"),
-    `  __syncthreads();`,
+    ...copyA.fetch("0", "0"), ...copyB.fetch("0", "0"), `  tg_cp_async_commit();`,
+    ...copyA.store("0"), ...copyB.store("0"),
     `  for (int k0 = 0, stage = 0; k0 < ${k.size}; k0 += ${BK}, stage ^= 1) {`,
     `    const bool more = k0 + ${BK} < ${k.size};`,
     `    if (more) {`,
-    ...copyA.fetch(`k0 + ${BK}`), ...copyB.fetch(`k0 + ${BK}`),
+    ...copyA.fetch(`k0 + ${BK}`, "stage ^ 1"), ...copyB.fetch(`k0 + ${BK}`, "stage ^ 1"),
     `    }`,
+    `    tg_cp_async_commit();`,
+    // every copy but the group just issued (the next tile's) has landed, in every thread
+    `    tg_cp_async_wait_one();`,
+    `    __syncthreads();`,
     `    #pragma unroll`,
     `    for (int kk = 0; kk < ${BK}; kk += 16) {`,
     `      unsigned a[4][4], b[4][2];`,
     `      #pragma unroll`,
-    `      for (int i = 0; i < 4; i++) {`,
-    `        const unsigned short* lo = &As[stage][wm + i * 16 + g][kk + t * 2];`,
-    `        const unsigned short* hi = &As[stage][wm + i * 16 + g + 8][kk + t * 2];`,
-    `        a[i][0] = *(const unsigned*)lo; a[i][1] = *(const unsigned*)hi; a[i][2] = *(const unsigned*)(lo + 8); a[i][3] = *(const unsigned*)(hi + 8);`,
-    `        const unsigned short* col = &Bs[stage][wn + i * 8 + g][kk + t * 2];`,
-    `        b[i][0] = *(const unsigned*)col; b[i][1] = *(const unsigned*)(col + 8);`,
-    `      }`,
+    `      for (int i = 0; i < 4; i++) ${copyA.fragmentA("a[i]", "wm + i * 16")}`,
+    `      #pragma unroll`,
+    `      for (int j = 0; j < 4; j += 2) ${copyB.fragmentB("b[j]", "b[j + 1]", "wn + j * 8")}`,
     `      #pragma unroll`,
     `      for (int i = 0; i < 4; i++)`,
     `        #pragma unroll`,
     `        for (int j = 0; j < 4; j++)`,
     `          tg_mma_${p.input}(c[i][j], a[i], b[j]);`,
     `    }`,
-    // the other stage was last read before the previous barrier: it can take the next tile now
+    // the other stage was last read before the previous barrier: computed tiles can go there now
     `    if (more) {`,
     ...copyA.store("stage ^ 1"), ...copyB.store("stage ^ 1"),
     `    }`,
@@ -229,23 +236,35 @@ export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: boole
   };
 }
 
-/** How one factor's tile moves: global memory -> registers (`fetch`, for the tile at k offset `k0`) -> shared stage (`store`). */
+/**
+ * How one factor's tile moves from global to shared memory and into mma fragments. `fetch` starts the copy
+ * of the tile at k offset `k0` (into stage `stage` for cp.async, into registers otherwise), `store` puts
+ * register-held tiles into a stage; `fragmentA` / `fragmentB` load the fragments at k `kk` of the current stage.
+ */
 interface TileCopy {
+  /** The shared array's dimensions after the stage, e.g. "[128][40]". */
+  readonly shape: string;
   readonly registers: string;
-  fetch(k0: string): string[];
+  fetch(k0: string, stage: string): string[];
   store(stage: string): string[];
+  /** One 16 x 16 A fragment (4 registers) of rows `row0`... */
+  fragmentA(regs: string, row0: string): string;
+  /** Two 16 x 8 B fragments (2 registers each) of columns `col0`... */
+  fragmentB(first: string, second: string, col0: string): string;
 }
 
 /**
- * The copy of one factor's tile: rows along `row` (m or n), BK columns along k, zero outside. A factor that is
- * one load is copied as its bits, 16 bytes at a time along a unit stride where aligned; a computed factor's
- * statements run per element and the result is rounded to 16 bits.
+ * The copy of one factor's tile: rows along `row` (m or n), BK columns along k, zero outside. A factor that
+ * is one load whose rows or k run along 8-aligned unit strides goes by cp.async, 16 bytes at a time,
+ * stored as it lies in memory (row-major: [row][k]; k-major: [k][row], read back transposed by
+ * ldmatrix.trans); any other factor goes through registers element by element (a computed one rounded to
+ * 16 bits there) and is stored [row][k].
  */
 function tileCopy(tile: string, regs: string, o: Operand, row: Loop, p: MatmulPattern, rows: number): TileCopy {
   const { k } = p;
   const start = row === p.m ? "m0" : "n0";
   const inside = `gr < ${row.size} && gk < ${k.size}`;
-  // each thread handles elements (or 8-element vectors) e = tid + j * THREADS
+  // each thread handles elements (or 8-element chunks) e = tid + j * THREADS
   const each = (count: number, index: string, body: string[]): string[] => [
     `    #pragma unroll`,
     `    for (int j = 0; j < ${count}; j++) {`,
@@ -253,48 +272,46 @@ function tileCopy(tile: string, regs: string, o: Operand, row: Loop, p: MatmulPa
     ...body,
     `    }`,
   ];
-  const scalars = (rows * BK) / THREADS, vectors = scalars / 8;
-  const storeScalars = (stage: string) => each(scalars, "r = e / " + BK + ", kk = e % " + BK, [`      ${tile}[${stage}][r][kk] = ${regs}[j];`]);
-  if (!o.load) {
-    const body = [`      ${regs}[j] = 0;`, `      if (${inside}) {`, `        const int ${row.var} = gr, ${k.var} = gk;`];
-    renderBlock(o.defs, body, "        ", { kernel: p.kernel, products: new Map(), group: 0 });
-    body.push(`        ${regs}[j] = ${p.input === "f16" ? "tg_f2h" : "tg_f2b"}(${o.defs[o.defs.length - 1]!.name});`, `      }`);
+  const scalars = (rows * BK) / THREADS, chunks = scalars / 8;
+  // [row][k] fragments: lanes 0-15 address rows at k, lanes 16-31 the same rows at k + 8
+  const rowMajor = {
+    shape: `[${rows}][${BK + PAD}]`,
+    fragmentA: (r: string, row0: string) => `tg_ldsm_x4(${r}, &${tile}[stage][${row0} + (lane & 15)][kk + (lane >> 4) * 8]);`,
+    fragmentB: (first: string, second: string, col0: string) =>
+      `{ unsigned q[4]; tg_ldsm_x4(q, &${tile}[stage][${col0} + (lane & 7) + (lane >> 4) * 8][kk + ((lane >> 3) & 1) * 8]); ${first}[0] = q[0]; ${first}[1] = q[1]; ${second}[0] = q[2]; ${second}[1] = q[3]; }`,
+  };
+  if (o.load && (vectorAlong(o.load.affine, k) || vectorAlong(o.load.affine, row))) {
+    const af = o.load.affine;
+    const base = [String(af.constant), ...[...af.coef].filter(([v]) => v !== row.var && v !== k.var).map(([v, c]) => `${v} * ${c}`)].join(" + ");
+    const address = `b${o.load.buf} + ${base} + gr * ${af.coef.get(row.var) ?? 0} + gk * ${af.coef.get(k.var)!}`;
+    const copy = (stage: string, index: string) => `      tg_cp_async16(&${tile}[${stage}]${index}, ${inside} ? ${address} : b${o.load!.buf}, ${inside} ? 16 : 0);`;
+    if (vectorAlong(af, k)) {
+      return {
+        ...rowMajor, registers: "",
+        fetch: (k0, stage) => each(chunks, `r = e / ${BK / 8}, kk = (e % ${BK / 8}) * 8, gr = ${start} + r, gk = ${k0} + kk`, [copy(stage, "[r][kk]")]),
+        store: () => [],
+      };
+    }
+    // k-major: [k][row]; ldmatrix.trans hands each lane the (row, k) pairs mma wants
     return {
-      registers: `unsigned short ${regs}[${scalars}];`,
-      fetch: (k0) => each(scalars, `r = e / ${BK}, kk = e % ${BK}, gr = ${start} + r, gk = ${k0} + kk`, body),
-      store: storeScalars,
+      shape: `[${BK}][${rows + PAD}]`, registers: "",
+      fetch: (k0, stage) => each(chunks, `kk = e / ${rows / 8}, r = (e % ${rows / 8}) * 8, gr = ${start} + r, gk = ${k0} + kk`, [copy(stage, "[kk][r]")]),
+      store: () => [],
+      fragmentA: (r, row0) => `tg_ldsm_x4_trans(${r}, &${tile}[stage][kk + (lane & 7) + (lane >> 4) * 8][${row0} + ((lane >> 3) & 1) * 8]);`,
+      fragmentB: (first, second, col0) =>
+        `{ unsigned q[4]; tg_ldsm_x4_trans(q, &${tile}[stage][kk + (lane & 7) + ((lane >> 3) & 1) * 8][${col0} + (lane >> 4) * 8]); ${first}[0] = q[0]; ${first}[1] = q[1]; ${second}[0] = q[2]; ${second}[1] = q[3]; }`,
     };
   }
-  const { buf, affine: af } = o.load;
-  const base = [String(af.constant), ...[...af.coef].filter(([v]) => v !== row.var && v !== k.var).map(([v, c]) => `${v} * ${c}`)].join(" + ");
-  const address = `b${buf}[${base} + gr * ${af.coef.get(row.var) ?? 0} + gk * ${af.coef.get(k.var)!}]`;
-  const fetchVector = `      ${regs}[j] = ${inside} ? *(const uint4*)&${address} : make_uint4(0, 0, 0, 0);`;
-  if (vectorAlong(af, k)) {
-    const index = `r = e / ${BK / 8}, kk = (e % ${BK / 8}) * 8`;
-    return {
-      registers: `uint4 ${regs}[${vectors}];`,
-      fetch: (k0) => each(vectors, `${index}, gr = ${start} + r, gk = ${k0} + kk`, [fetchVector]),
-      store: (stage) => each(vectors, index, [`      *(uint4*)&${tile}[${stage}][r][kk] = ${regs}[j];`]),
-    };
-  }
-  if (vectorAlong(af, row)) {
-    // neighbouring lanes take neighbouring k: their 2-byte shared stores fall in distinct banks
-    const index = `kk = e % ${BK}, r = (e / ${BK}) * 8`;
-    return {
-      registers: `uint4 ${regs}[${vectors}];`,
-      fetch: (k0) => each(vectors, `${index}, gr = ${start} + r, gk = ${k0} + kk`, [fetchVector]),
-      store: (stage) => each(vectors, index, [
-        `      const unsigned short* h = (const unsigned short*)&${regs}[j];`,
-        `      #pragma unroll`,
-        `      for (int x = 0; x < 8; x++) ${tile}[${stage}][r + x][kk] = h[x];`,
-      ]),
-    };
-  }
-  // k fastest when k is the unit stride (coalesced), else rows fastest
-  const index = af.coef.get(k.var) === 1 || af.coef.get(row.var) !== 1 ? `r = e / ${BK}, kk = e % ${BK}` : `r = e % ${rows}, kk = e / ${rows}`;
+  // element by element through registers: k fastest when k is the unit stride (coalesced), else rows fastest
+  const af = o.load?.affine;
+  const index = !af || af.coef.get(k.var) === 1 || af.coef.get(row.var) !== 1 ? `r = e / ${BK}, kk = e % ${BK}` : `r = e % ${rows}, kk = e / ${rows}`;
+  const body = [`      ${regs}[j] = 0;`, `      if (${inside}) {`, `        const int ${row.var} = gr, ${k.var} = gk;`];
+  renderBlock(o.defs, body, "        ", { kernel: p.kernel, products: new Map(), group: 0 });
+  body.push(`        ${regs}[j] = ${p.input === "f16" ? "tg_f2h" : "tg_f2b"}(${o.defs[o.defs.length - 1]!.name});`, `      }`);
   return {
+    ...rowMajor,
     registers: `unsigned short ${regs}[${scalars}];`,
-    fetch: (k0) => each(scalars, `${index}, gr = ${start} + r, gk = ${k0} + kk`, [`      ${regs}[j] = ${inside} ? ${address} : (unsigned short)0;`]),
+    fetch: (k0) => each(scalars, `${index}, gr = ${start} + r, gk = ${k0} + kk`, body),
     store: (stage) => each(scalars, index, [`      ${tile}[${stage}][r][kk] = ${regs}[j];`]),
   };
 }

@@ -103,6 +103,36 @@ static inline float tg_emu_b2f(unsigned short h) { return __uint_as_float((unsig
 static inline void tg_mma_f16(float *c, const unsigned *a, const unsigned *b) { tg_emu_mma(c, a, b, tg_h2f); }
 static inline void tg_mma_bf16(float *c, const unsigned *a, const unsigned *b) { tg_emu_mma(c, a, b, tg_emu_b2f); }
 
+/* ldmatrix x4: lane l points at row l % 8 of matrix l / 8; each lane receives, from every matrix, the two
+ * halves at row l / 4, columns 2 (l % 4) and + 1 (transposed: the matrix's transpose) */
+static inline void tg_emu_ldsm(unsigned *r, const void *row, bool trans) {
+  uint32_t words[2];
+  memcpy(words, &row, sizeof row);
+  const uint32_t *table = tg_emu_publish(words, 2);
+  auto rowOf = [&](int lane) { const unsigned short *p; memcpy(&p, table + lane * 32, sizeof p); return p; };
+  const unsigned l = (*tg_emu.current)->lane;
+  for (int m = 0; m < 4; m++) {
+    unsigned short lo, hi;
+    if (!trans) {
+      const unsigned short *p = rowOf(m * 8 + l / 4);
+      lo = p[2 * (l % 4)], hi = p[2 * (l % 4) + 1];
+    } else {
+      lo = rowOf(m * 8 + 2 * (l % 4))[l / 4], hi = rowOf(m * 8 + 2 * (l % 4) + 1)[l / 4];
+    }
+    r[m] = lo | (unsigned)hi << 16;
+  }
+  tg_emu.sync_warp();
+}
+static inline void tg_ldsm_x4(unsigned *r, const void *row) { tg_emu_ldsm(r, row, false); }
+static inline void tg_ldsm_x4_trans(unsigned *r, const void *row) { tg_emu_ldsm(r, row, true); }
+/* asynchronous copies complete at once here: the barriers that order them on a GPU still stand */
+static inline void tg_cp_async16(void *dst, const void *src, int bytes) {
+  memset(dst, 0, 16);
+  memcpy(dst, src, bytes);
+}
+static inline void tg_cp_async_commit() {}
+static inline void tg_cp_async_wait_one() {}
+
 /* calling a kernel with the parameter array cuLaunchKernel takes (pointers to each argument) */
 template <typename... A, size_t... I> static void tg_emu_invoke(void (*f)(A...), void **p, std::index_sequence<I...>) { f(*(A *)p[I]...); }
 template <typename... A> static void tg_emu_invoke(void (*f)(A...), void **p) { tg_emu_invoke(f, p, std::index_sequence_for<A...>{}); }
