@@ -17,6 +17,12 @@ export interface CudaLaunch {
   readonly grid: readonly [number, number, number];
   readonly block: readonly [number, number, number];
   readonly sharedBytes: number;
+  /**
+   * Scratch device memory the kernel takes as an extra last parameter (split-K partial sums), of which the
+   * first `zeroedBytes` must be zero at launch and are left zero by the kernel. Launches on one stream run
+   * in order, so the kernels of a device share one workspace.
+   */
+  readonly workspace?: { readonly bytes: number; readonly zeroedBytes: number };
 }
 
 /** One kernel's CUDA source (without `CUDA_PRELUDE`) and how to launch it. */

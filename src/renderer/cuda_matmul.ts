@@ -176,20 +176,25 @@ const vectorAlong = (af: Affine, along: Loop): boolean =>
 export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: boolean): CudaKernelSource {
   const { kernel, m, n, k, batch } = p;
   const copyA = tileCopy("As", "ra", p.a, m, p, BM), copyB = tileCopy("Bs", "rb", p.b, n, p, BN);
+  const batches = batch.reduce((s, l) => s * l.size, 1);
+  const tiles = Math.ceil(n.size / BN) * Math.ceil(m.size / BM) * batches;
+  const { splits, span } = splitK(tiles, k.size);
   const lines = [
-    `extern "C" __global__ void __launch_bounds__(${THREADS}) ${fnName}(${kernelParams(kernel, restrict)}) {`,
+    `extern "C" __global__ void __launch_bounds__(${THREADS}) ${fnName}(${kernelParams(kernel, restrict)}${splits > 1 ? ", unsigned* __restrict__ tg_ws" : ""}) {`,
     `  __shared__ __align__(16) unsigned short As[2]${copyA.shape};`,
     `  __shared__ __align__(16) unsigned short Bs[2]${copyB.shape};`,
     `  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;`,
     `  const int wm = (warp >> 2) * 64, wn = (warp & 3) * 32;`,
     `  const int m0 = blockIdx.y * ${BM}, n0 = blockIdx.x * ${BN};`,
-    ...outputIndices(batch, "int", "(int)blockIdx.z", "  "),
+    ...outputIndices(batch, "int", splits > 1 ? `((int)blockIdx.z / ${splits})` : "(int)blockIdx.z", "  "),
+    // this block's share of k (all of it without a split)
+    splits > 1 ? `  const int kBegin = ((int)blockIdx.z % ${splits}) * ${span}, kEnd = min(${k.size}, kBegin + ${span});` : `  const int kBegin = 0, kEnd = ${k.size};`,
     `  float c[4][4][4] = {};`,
     `  ${copyA.registers} ${copyB.registers}`,
-    ...copyA.fetch("0", "0"), ...copyB.fetch("0", "0"), `  tg_cp_async_commit();`,
+    ...copyA.fetch("kBegin", "0"), ...copyB.fetch("kBegin", "0"), `  tg_cp_async_commit();`,
     ...copyA.store("0"), ...copyB.store("0"),
-    `  for (int k0 = 0, stage = 0; k0 < ${k.size}; k0 += ${BK}, stage ^= 1) {`,
-    `    const bool more = k0 + ${BK} < ${k.size};`,
+    `  for (int k0 = kBegin, stage = 0; k0 < kEnd; k0 += ${BK}, stage ^= 1) {`,
+    `    const bool more = k0 + ${BK} < kEnd;`,
     `    if (more) {`,
     ...copyA.fetch(`k0 + ${BK}`, "stage ^ 1"), ...copyB.fetch(`k0 + ${BK}`, "stage ^ 1"),
     `    }`,
@@ -216,6 +221,7 @@ export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: boole
     `    }`,
     `    __syncthreads();`,
     `  }`,
+    ...(splits > 1 ? combineSplits(splits, tiles) : []),
     // accumulator e of tile (i, j) is row g (+8 for e >= 2), columns 2t and 2t+1
     `  #pragma unroll`,
     `  for (int i = 0; i < 4; i++)`,
@@ -229,11 +235,64 @@ export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: boole
   ];
   renderBlock(p.epilogue, lines, "        ", { kernel, products: new Map(), group: 0 });
   lines.push("      }", "}");
-  const batches = batch.reduce((s, l) => s * l.size, 1);
   return {
     code: lines.join("\n"),
-    launch: { grid: [Math.ceil(n.size / BN), Math.ceil(m.size / BM), batches], block: [THREADS, 1, 1], sharedBytes: 0 },
+    launch: {
+      grid: [Math.ceil(n.size / BN), Math.ceil(m.size / BM), batches * splits], block: [THREADS, 1, 1], sharedBytes: 0,
+      ...(splits > 1 ? { workspace: { bytes: counterBytes(tiles) + tiles * splits * BM * BN * 4, zeroedBytes: counterBytes(tiles) } } : {}),
+    },
   };
+}
+
+/** Blocks that keep every multiprocessor of a big GPU (132 on an H100/H200, 128 on a 4090) busy about twice over. */
+const TARGET_BLOCKS = 256;
+/** The fewest k steps a split keeps (below, the pipeline's start and the combine cost more than the split gains). */
+const MIN_SPLIT_STEPS = 8;
+
+/**
+ * Split-K for matmuls with few output tiles and a long k (weight gradients: 1024 x 1024 outputs summed over
+ * batch x sequence): `splits` blocks per tile, each summing `span` (a multiple of BK) of k.
+ */
+export function splitK(tiles: number, kSize: number): { splits: number; span: number } {
+  const steps = Math.ceil(kSize / BK);
+  let splits = 1;
+  while (tiles * splits < TARGET_BLOCKS && steps / (splits * 2) >= MIN_SPLIT_STEPS) splits *= 2;
+  const span = Math.ceil(steps / splits) * BK;
+  return { splits: Math.ceil(kSize / span), span };
+}
+
+/** A tile counter per output tile, at the start of the workspace, padded to 256 bytes. */
+const counterBytes = (tiles: number): number => Math.ceil((tiles * 4) / 256) * 256;
+
+/**
+ * After its share of k, each block of a split tile writes its accumulators to the workspace (coalesced: one
+ * float per thread per accumulator) and takes a ticket; the last of the tile's blocks sums every split's
+ * partials in split order (the same result whichever block comes last), resets the counter for the next
+ * launch and goes on to the epilogue; the others are done.
+ */
+function combineSplits(splits: number, tiles: number): string[] {
+  return [
+    `  {`,
+    `    __shared__ unsigned tg_ticket;`,
+    `    const int tile = (((int)blockIdx.z / ${splits}) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;`,
+    `    float* part = (float*)(tg_ws + ${counterBytes(tiles) / 4}) + (size_t)tile * ${splits * BM * BN};`,
+    `    #pragma unroll`,
+    `    for (int q = 0; q < 64; q++) part[(((int)blockIdx.z % ${splits}) * 64 + q) * ${THREADS} + tid] = c[q >> 4][(q >> 2) & 3][q & 3];`,
+    `    __threadfence();`,
+    `    __syncthreads();`,
+    `    if (tid == 0) tg_ticket = atomicAdd(&tg_ws[tile], 1u);`,
+    `    __syncthreads();`,
+    `    if (tg_ticket != ${splits - 1}) return;`,
+    `    __threadfence();`,
+    `    #pragma unroll`,
+    `    for (int q = 0; q < 64; q++) {`,
+    `      float sum = 0;`,
+    `      for (int s = 0; s < ${splits}; s++) sum += __ldcg(&part[(s * 64 + q) * ${THREADS} + tid]);`,
+    `      c[q >> 4][(q >> 2) & 3][q & 3] = sum;`,
+    `    }`,
+    `    if (tid == 0) tg_ws[tile] = 0;`,
+    `  }`,
+  ];
 }
 
 /**

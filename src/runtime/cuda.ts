@@ -67,6 +67,8 @@ export class CudaDevice {
   readonly arch: string;
   readonly allocator: CachingAllocator;
   private readonly peers = new Set<number>();
+  /** Scratch memory for kernels that ask for it (split-K); shared, since launches run in stream order. */
+  private scratch: { pointer: number; bytes: number; zeroed: number } | undefined;
 
   constructor(readonly index: number) {
     this.driver = cudaDriver();
@@ -91,6 +93,22 @@ export class CudaDevice {
     if (currentContext === this.context) return;
     this.driver.check("cuCtxSetCurrent", this.driver.cuCtxSetCurrent(this.context));
     currentContext = this.context;
+  }
+
+  /**
+   * A workspace of at least `bytes` whose first `zeroedBytes` are zero (kernels leave them so). Grows by
+   * replacing the old one: launches run in stream order, so no kernel still reads the one freed.
+   */
+  workspace(bytes: number, zeroedBytes: number): number {
+    const s = this.scratch;
+    if (s && s.bytes >= bytes && s.zeroed >= zeroedBytes) return s.pointer;
+    if (s) this.allocator.free(s.pointer, s.bytes);
+    const size = Math.max(bytes, s?.bytes ?? 0), zeroed = Math.max(zeroedBytes, s?.zeroed ?? 0);
+    const pointer = this.allocator.alloc(size);
+    this.activate();
+    this.driver.check("cuMemcpyHtoD_v2", this.driver.cuMemcpyHtoD_v2(pointer, new Uint8Array(zeroed), zeroed), "zeroing a kernel workspace");
+    this.scratch = { pointer, bytes: size, zeroed };
+    return pointer;
   }
 
   /** Lets this device read `peer`'s memory directly, when the hardware can (once per pair). */
@@ -118,11 +136,14 @@ const pending = new Set<CudaProgram>();
 export class CudaProgram implements Program {
   readonly loaded = new Map<boolean, Loaded>();
   private readonly params: globalThis.Buffer[];
+  private readonly bufferParams: globalThis.Buffer[];
   private events: [Handle, Handle] | undefined;
   private form: CudaForm | undefined;
 
   constructor(readonly device: CudaDevice, readonly kernel: KernelIR) {
-    this.params = kernel.buffers.map(() => globalThis.Buffer.alloc(8));
+    // the buffers, then a workspace pointer for kernels that take one
+    this.params = [...kernel.buffers, null].map(() => globalThis.Buffer.alloc(8));
+    this.bufferParams = this.params.slice(0, kernel.buffers.length);
     pending.add(this);
   }
 
@@ -145,7 +166,9 @@ export class CudaProgram implements Program {
     }
     const { fn, launch } = this.loaded.get(restrict)!;
     buffers.forEach((b, i) => this.params[i]!.writeBigUInt64LE(BigInt((b.handle as CudaMemory).pointer)));
-    return launchKernel(this.device, fn, launch, this.params, this.kernel.name, opts.wait ? this.timingEvents() : undefined);
+    const params = launch.workspace ? this.params : this.bufferParams;
+    if (launch.workspace) this.params[buffers.length]!.writeBigUInt64LE(BigInt(this.device.workspace(launch.workspace.bytes, launch.workspace.zeroedBytes)));
+    return launchKernel(this.device, fn, launch, params, this.kernel.name, opts.wait ? this.timingEvents() : undefined);
   }
 
   private timingEvents(): [Handle, Handle] {

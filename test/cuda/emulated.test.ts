@@ -15,7 +15,7 @@ if (library) Object.assign(process.env, emulatorEnv(library, work));
 
 const { Device, Tensor, dtypes } = await import("../../src/index.ts");
 const { recordItems } = await import("../../src/engine/realize.ts");
-const { cudaForm } = await import("../../src/renderer/cuda_opts.ts");
+const { cudaForm, renderCudaForm } = await import("../../src/renderer/cuda_opts.ts");
 const { groupSize } = await import("../../src/renderer/cuda.ts");
 type T = InstanceType<typeof Tensor>;
 
@@ -27,7 +27,8 @@ function compare(shapes: number[][], dtype: (typeof dtypes)[keyof typeof dtypes]
   const forms = items.flatMap((item) => {
     if (item.kind !== "kernel") return [];
     const form = cudaForm(item.kernel);
-    return [form.kind === "tensorCores" ? "tensor cores" : groupSize(form.kernel) > 0 ? "group" : "loops"];
+    if (form.kind !== "tensorCores") return [groupSize(form.kernel) > 0 ? "group" : "loops"];
+    return [renderCudaForm(form, "k", true).launch.workspace ? "tensor cores, split k" : "tensor cores"];
   });
   assert.equal(result.length, js.length);
   const error = Array.from(result).reduce((worst, g, i) => Math.max(worst, Math.abs(g - js[i]!) / (1 + Math.abs(js[i]!))), 0);
@@ -47,15 +48,27 @@ if (library) {
     ["both factors along k (q @ k.T)", [[136, 200], [264, 200]], "float16", (a, b) => a.matmul(b.T)],
     ["a computed factor and an epilogue", [[3, 130, 64], [64]], "float16", (x, bias) => { const q = x.add(bias); return q.matmul(q.transpose(-1, -2)).gelu(); }],
     ["bfloat16, batched", [[4, 136, 72], [4, 72, 144]], "bfloat16", (a, b) => a.matmul(b)],
+    ["k split across blocks (a weight gradient over many tokens)", [[1000, 136], [1000, 200]], "float16", (a, b) => a.T.matmul(b)],
+    ["k split across blocks, batched, epilogue", [[2, 136, 1024], [2, 1024, 64]], "float16", (a, b) => a.matmul(b).relu()],
   ];
   for (const [name, shapes, dtype, build] of tensorCoreCases) {
     test(`tensor-core matmul matches the JS device: ${name}`, () => {
       const { error, forms } = compare(shapes, dtypes[dtype], build);
-      assert.ok(forms.includes("tensor cores"), `no tensor-core kernel ran: ${forms.join(", ")}`);
+      const expected = name.startsWith("k split") ? "tensor cores, split k" : "tensor cores";
+      assert.ok(forms.includes(expected), `no ${expected} kernel ran: ${forms.join(", ")}`);
       // float32 sums in another order, then one 16-bit rounding
       assert.ok(error <= (dtype === "bfloat16" ? 2e-2 : 4e-3), `max relative error ${error}`);
     });
   }
+
+  test("a split-k matmul gives the same result launch after launch (each leaves its tile counters at zero)", () => {
+    const [a, b] = [Tensor.rand([1000, 136], { device: "CUDA" }).cast(dtypes.float16), Tensor.rand([1000, 200], { device: "CUDA" }).cast(dtypes.float16)].map((t) => t.realize());
+    const run = (scale: number) => Array.from(a!.T.matmul(b!.mul(scale).realize()).cast(dtypes.float32).toArray() as Float32Array);
+    // scaling a factor by a power of two scales every sum exactly; a stale output would not follow
+    const first = run(1);
+    assert.deepEqual(run(2), first.map((x) => 2 * x));
+    assert.deepEqual(run(4), first.map((x) => 4 * x));
+  });
 
   test("an embedding's gradient (a one-hot sum) runs on tensor cores and matches the JS device", () => {
     const ids = Tensor.randint([4, 64], 0, 300, { device: "JS" }).realize();

@@ -23,6 +23,7 @@ const lastForm = (inputs: Tensor[], build: (...xs: Tensor[]) => Tensor): CudaFor
 
 const forms = {
   halfMatmul: lastForm([rand([256, 512], dtypes.float16), rand([512, 384], dtypes.float16)], (a, b) => a.matmul(b)),
+  weightGradient: lastForm([rand([4096, 256], dtypes.float16), rand([4096, 384], dtypes.float16)], (x, dy) => x.T.matmul(dy)),
   bf16Batched: lastForm([rand([4, 128, 64], dtypes.bfloat16), rand([4, 64, 128], dtypes.bfloat16)], (a, b) => a.matmul(b)),
   rowMax: lastForm([rand([64, 1024])], (x) => x.max({ axis: 1 })),
   halfAdd: lastForm([rand([1000], dtypes.float16), rand([1000], dtypes.float16)], (a, b) => a.add(b)),
@@ -36,7 +37,20 @@ const forms = {
 
 test("a float16 matmul runs on tensor cores, 128 x 128 output tiles a block", () => {
   assert.equal(forms.halfMatmul.kind, "tensorCores");
-  assert.deepEqual(renderCudaForm(forms.halfMatmul, "k", true).launch.grid, [3, 2, 1]);
+  // 6 tiles for 100+ multiprocessors: k (16 steps of 32) is split in two, each half a block
+  assert.deepEqual(renderCudaForm(forms.halfMatmul, "k", true).launch.grid, [3, 2, 2]);
+});
+
+test("a weight gradient with few output tiles and a long k splits k across blocks, combined through a workspace", () => {
+  assert.equal(forms.weightGradient.kind, "tensorCores");
+  const { launch, code } = renderCudaForm(forms.weightGradient, "k", true);
+  // 6 tiles x 16 splits of 256 (8 steps each, the fewest a split keeps)
+  assert.deepEqual(launch.grid, [3, 2, 16]);
+  assert.deepEqual(launch.workspace, { bytes: 256 + 6 * 16 * 128 * 128 * 4, zeroedBytes: 256 });
+  assert.match(code, /atomicAdd\(&tg_ws\[tile\], 1u\)/);
+  const noSplit = renderCudaForm(forms.bf16Batched, "k", true);
+  assert.equal(noSplit.launch.workspace, undefined);
+  assert.doesNotMatch(noSplit.code, /tg_ws/);
 });
 
 test("a batched bfloat16 matmul runs on tensor cores with the batch on the grid's z axis", () => {
@@ -83,6 +97,13 @@ test("tensor-core kernels issue m16n8k16 mma with float32 accumulation, f16 and 
   assert.match(ptx.get("halfMatmul")!, /mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f32/);
   assert.match(ptx.get("bf16Batched")!, /mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.bf16\.bf16\.f32/);
   assert.match(ptx.get("biasedMatmul")!, /mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.f16\.f16\.f32/);
+});
+
+test("tensor-core tiles of plain loads travel by cp.async and reach fragments by ldmatrix (transposed where stored k-major)", { skip }, () => {
+  assert.match(ptx.get("halfMatmul")!, /cp\.async\.cg\.shared\.global/);
+  assert.match(ptx.get("halfMatmul")!, /ldmatrix\.sync\.aligned\.m8n8\.x4\.shared\.b16/);
+  assert.match(ptx.get("weightGradient")!, /ldmatrix\.sync\.aligned\.m8n8\.x4\.trans\.shared\.b16/);
+  assert.match(ptx.get("weightGradient")!, /atom\.global\.add\.u32|red\.global\.add|atom\.add/);
 });
 
 test("group reduces combine with warp shuffles", { skip }, () => {

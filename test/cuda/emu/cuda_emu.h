@@ -43,6 +43,11 @@ extern "C" void tg_emu_bind(const tg_emu_api *api) { tg_emu = *api; }
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
 static inline void __syncthreads(void) { tg_emu.sync_block(); }
+/* one OS thread runs every block, one after another: plain memory operations are atomic and ordered */
+static inline void __threadfence(void) {}
+static inline unsigned atomicAdd(unsigned *p, unsigned v) { unsigned old = *p; *p = old + v; return old; }
+template <typename T> static inline T __ldcg(const T *p) { return *p; }
+template <typename T> static inline T min(T a, T b) { return a < b ? a : b; }
 
 template <typename O, typename I> static inline O tg_emu_bits(I x) { O o; memcpy(&o, &x, sizeof o); return o; }
 static inline float __int_as_float(int x) { return tg_emu_bits<float>(x); }
