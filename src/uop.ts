@@ -80,7 +80,8 @@ export class UOp {
   }
 
   cast(dtype: DType): UOp {
-    return dtype === this.dtype ? this : UOp.make("CAST", dtype, [this], undefined, this.shape, this.device);
+    if (dtype === this.dtype) return this;
+    return undoWidening(this, dtype) ?? UOp.make("CAST", dtype, [this], undefined, this.shape, this.device);
   }
 
   bitcast(dtype: DType): UOp {
@@ -177,4 +178,19 @@ function argKey(arg: unknown): string {
   }
   if (typeof arg === "number") return Object.is(arg, -0) ? "-0" : String(arg);
   return JSON.stringify(arg);
+}
+
+/**
+ * `u` cast to `target` without the cast, where `u` is a float widened from `target` (a 16-bit value in a
+ * float32 sum), seen through views: widening a float is exact, so casting back is the identity (the
+ * gradient of a float32 accumulation of 16-bit products comes back to 16 bits this way).
+ */
+function undoWidening(u: UOp, target: DType): UOp | undefined {
+  if (MOVEMENT_OPS.has(u.op)) {
+    const inner = undoWidening(u.src[0]!, target);
+    return inner && UOp.make(u.op, target, [inner], u.arg, u.shape, u.device);
+  }
+  const src = u.src[0];
+  const widened = u.op === "CAST" && src?.dtype === target && target.kind === "float" && u.dtype.kind === "float" && u.dtype.itemsize > target.itemsize;
+  return widened ? src : undefined;
 }

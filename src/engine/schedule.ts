@@ -8,7 +8,7 @@ import { Buffer } from "../device.ts";
 import { TsgradError, fmtShape } from "../helpers.ts";
 import { type KernelBuffer, type KernelIR } from "../codegen/ir.ts";
 import { type KernelSpec, lowerKernel } from "../codegen/lower.ts";
-import { MOVEMENT_OPS, UOp, isElementwise } from "../uop.ts";
+import { MOVEMENT_OPS, type ReduceArg, UOp, isElementwise } from "../uop.ts";
 
 export type ExecItem =
   | { readonly kind: "kernel"; readonly kernel: KernelIR; readonly buffers: Buffer[] }
@@ -140,6 +140,7 @@ function markRecomputedWork(stored: Set<UOp>, users: ReadonlyMap<UOp, number>): 
   for (let r = 0; r < roots.length; r++) {
     const root = roots[r]!;
     const seen = new Set<string>();
+    let matmuls = 0;
     const mark = (n: UOp): void => {
       stored.add(n);
       roots.push(n);
@@ -149,13 +150,22 @@ function markRecomputedWork(stored: Set<UOp>, users: ReadonlyMap<UOp, number>): 
       const key = `${n.id}|${underExpand}|${inReduce}`;
       if (seen.has(key)) return;
       seen.add(key);
-      if (n !== root && (underExpand || inReduce)) {
-        if (n.op === "REDUCE") return mark(n);
-        if (narrowingCast(n) && soleReduceUnder(n, users, stored)) return mark(n);
+      // a reduce, or a narrowing cast that is all its reduce's readers see (then stored in its place)
+      const reduce = n.op === "REDUCE" ? n : narrowingCast(n) ? soleReduceUnder(n, users, stored) : undefined;
+      if (reduce && n !== root && (underExpand || inReduce)) return mark(n);
+      // one matmul a kernel: a second one beside it (a gelu's input recomputed in its backward) is stored,
+      // so that each can be tiled as a matmul (tensor cores) instead of both running as plain loops
+      if (reduce && !inReduce && !underExpand && isMatmul(reduce) && (n === reduce || n !== root)) {
+        if (matmuls > 0 && n !== root) return mark(n);
+        if (n === reduce) matmuls++;
       }
       if (n.op === "EXPAND") {
-        const chain = skipMovement(n.src[0]!);
-        if (!stored.has(chain) && !isLeaf(chain) && isElementwise(chain.op) && inlineCost(chain, stored) > EXPENSIVE) return mark(chain);
+        const chain = narrowerSource(skipMovement(n.src[0]!));
+        if (!stored.has(chain) && !isLeaf(chain)) {
+          // a reduce under a broadcast is stored when the walk reaches it: here that is before a cast over it is
+          if (chain.op === "REDUCE") return mark(chain);
+          if (isElementwise(chain.op) && inlineCost(chain, stored) > EXPENSIVE) return mark(chain);
+        }
       }
       if (n.op === "REDUCE") inReduce = true;
       if (n.op === "EXPAND") underExpand = true;
@@ -163,6 +173,27 @@ function markRecomputedWork(stored: Set<UOp>, users: ReadonlyMap<UOp, number>): 
     };
     walk(root.op === "ASSIGN" ? root.src[1]! : root, false, false);
   }
+}
+
+/** A sum of products of two broadcast operands (through casts): a matmul. */
+function isMatmul(reduce: UOp): boolean {
+  let value = reduce.src[0]!;
+  while (value.op === "CAST") value = value.src[0]!;
+  return (reduce.arg as ReduceArg).op === "ADD" && value.op === "MUL" && value.src.every((s) => skipCasts(s).op === "EXPAND");
+}
+const skipCasts = (n: UOp): UOp => (n.op === "CAST" ? skipCasts(n.src[0]!) : n);
+
+/**
+ * What to store of a chain read under a broadcast: a widening float cast's source (through views) when that
+ * is computed too (a 16-bit gradient entering a float32 accumulation): half the bytes, re-widened exactly by readers.
+ */
+function narrowerSource(chain: UOp): UOp {
+  const src = chain.src[0];
+  const widening = chain.op === "CAST" && src !== undefined && chain.dtype.kind === "float" && src.dtype.kind === "float" && chain.dtype.itemsize > src.dtype.itemsize;
+  if (!widening) return chain;
+  // through views: the narrow values are stored in their own layout, readers view and widen them
+  const inner = skipMovement(src);
+  return !isLeaf(inner) && (isElementwise(inner.op) || inner.op === "REDUCE") ? inner : chain;
 }
 
 /** A cast from a float to a narrower float. */

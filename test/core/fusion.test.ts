@@ -1,6 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { GlobalCounters, Tensor, type UOp, dtypes } from "../../src/index.ts";
+import { GlobalCounters, Tensor, UOp, dtypes } from "../../src/index.ts";
+import type { Stmt } from "../../src/codegen/ir.ts";
 import { createSchedule } from "../../src/engine/schedule.ts";
 
 const values = (t: Tensor): number[] => Array.from(t.toArray() as Float32Array);
@@ -41,6 +42,33 @@ test("a 16-bit matmul accumulated in float32 and read inside another matmul is s
   const projections = createSchedule([scores.node as UOp]).items.flatMap((item) => (item.kind === "kernel" && item.kernel.buffers[0]!.size === 64 * 48 ? [item.kernel.buffers[0]!.dtype.name] : []));
   assert.deepEqual(projections, ["float16", "float16"]);
 });
+
+test("a 16-bit value widened to float32 and narrowed back, through views, is the value itself", () => {
+  const x = input([4, 6], 1).cast(dtypes.float16).realize();
+  const back = x.cast(dtypes.float32).reshape([6, 4]).permute([1, 0]).cast(dtypes.float16);
+  assert.deepEqual(UOp.toposort([back.node as UOp]).map((n) => n.op).filter((op) => op === "CAST"), []);
+  assert.deepEqual(values(back.cast(dtypes.float32)), values(x.cast(dtypes.float32).reshape([6, 4]).permute([1, 0])));
+  // narrowing first is not exact: that cast stays
+  assert.ok(UOp.toposort([x.cast(dtypes.float32).cast(dtypes.bfloat16).node as UOp]).some((n) => n.op === "CAST"));
+});
+
+test("a 16-bit MLP's backward stores 16-bit gradients, one matmul a kernel", () => {
+  const [x, w1, w2, b1] = [input([256, 64], 1), input([96, 64], 2), input([64, 96], 3), input([96], 4)].map((t) => t.cast(dtypes.float16).realize());
+  for (const w of [w1!, w2!]) w.requiresGrad = true;
+  x!.matmul(w1!.T).add(b1!).gelu().matmul(w2!.T).cast(dtypes.float32).sum().backward();
+  const kernels = createSchedule([w1!.grad!.node as UOp, w2!.grad!.node as UOp]).items.flatMap((item) => (item.kind === "kernel" ? [item.kernel] : []));
+  // activations and gradients (not the float32 loss) are 16-bit
+  assert.deepEqual(kernels.filter((k) => k.buffers[0]!.size >= 64 * 96).map((k) => k.buffers[0]!.dtype.name), kernels.filter((k) => k.buffers[0]!.size >= 64 * 96).map(() => "float16"));
+  // the gelu's input is not recomputed beside the matmul of its backward: no kernel holds two reduce loops
+  for (const k of kernels) assert.ok(topLevelLoops(k.body) <= 1, `${k.name} holds ${topLevelLoops(k.body)} reduce loops`);
+});
+
+/** Reduce loops right inside the output loops. */
+function topLevelLoops(body: readonly Stmt[]): number {
+  let stmts = body;
+  while (stmts.length === 1 && stmts[0]!.kind === "loop" && stmts[0]!.var.startsWith("i")) stmts = stmts[0]!.body;
+  return stmts.filter((s) => s.kind === "loop").length;
+}
 
 test("movement ops are views: a transpose feeding an add costs no extra kernel", () => {
   assert.equal(kernelsFor(input([8, 4], 1).T.add(input([4, 8], 2)).flip(0).pad([[1, 1], null])), 1);
