@@ -10,7 +10,7 @@ import type { KernelIR } from "../../src/codegen/ir.ts";
 import { recordItems } from "../../src/engine/realize.ts";
 import { cudaForm, renderCudaForm } from "../../src/renderer/cuda_opts.ts";
 import { groupSize } from "../../src/renderer/cuda.ts";
-import { matchMatmul, worthTensorCores } from "../../src/renderer/cuda_matmul.ts";
+import { describeTensorCoreKernel, matchMatmul, worthTensorCores } from "../../src/renderer/cuda_matmul.ts";
 import { kernelSpecOf, lowerKernel } from "../../src/codegen/lower.ts";
 import { NO_OPTS } from "../../src/codegen/opts.ts";
 import { BERT_PRESETS, BertForPretraining, type BertPresetName } from "../../models/bert.ts";
@@ -58,7 +58,8 @@ for (const kernel of kernels) {
   const plain = spec ? lowerKernel(spec, NO_OPTS) : kernel;
   let reason: string | undefined;
   const pattern = matchMatmul(plain, (r) => (reason = r));
-  const kind = form.kind === "tensorCores" ? "tensor cores" : groupSize(form.kernel) > 0 ? `group ${groupSize(form.kernel)}` : "loops";
+  const tc = form.kind === "tensorCores" ? describeTensorCoreKernel(form.pattern) : undefined;
+  const kind = tc ? `tensor cores (A ${tc.a}; B ${tc.b}${tc.splits > 1 ? `; k split ${tc.splits}` : ""})` : form.kind === "loops" && groupSize(form.kernel) > 0 ? `group ${groupSize(form.kernel)}` : "loops";
   const why = form.kind === "tensorCores" || !kernel.name.startsWith("r") ? undefined : pattern ? (worthTensorCores(pattern) ? "TC=0" : "matmul, too small for tensor cores") : reason;
   const key = `${kernel.name} ${kind}`;
   const row = rows.get(key) ?? { name: kernel.name, form: kind, count: 0, gflop: 0, why };
@@ -74,7 +75,10 @@ for (const kernel of kernels) {
   }
 }
 const byForm: Record<string, number> = {};
-for (const r of rows.values()) byForm[r.form.split(" ")[0]!] = (byForm[r.form.split(" ")[0]!] ?? 0) + r.gflop / (totalFlops / 1e9);
+for (const r of rows.values()) {
+  const form = r.form.startsWith("tensor cores") ? "tensor" : r.form.split(" ")[0]!;
+  byForm[form] = (byForm[form] ?? 0) + r.gflop / (totalFlops / 1e9);
+}
 console.log(JSON.stringify({
   model: `BERT-${values.preset} (${config.numHiddenLayers} layers) float16`, batch: batchSize, seq, kernels: kernels.length, distinct_kernels: formOf.size, host_s: +hostSeconds.toFixed(1),
   flop_share_by_form: Object.fromEntries(Object.entries(byForm).map(([k, v]) => [k, +v.toFixed(4)])),

@@ -312,6 +312,21 @@ interface TileCopy {
   fragmentB(first: string, second: string, col0: string): string;
 }
 
+/** How a factor's tiles reach shared memory (see tileCopy). */
+type TilePath = "cp.async, k contiguous" | "cp.async, rows contiguous" | "registers";
+
+function tilePath(o: Operand, row: Loop, k: Loop): TilePath {
+  if (o.load && vectorAlong(o.load.affine, k)) return "cp.async, k contiguous";
+  if (o.load && vectorAlong(o.load.affine, row)) return "cp.async, rows contiguous";
+  return "registers";
+}
+
+/** How the kernel for `p` moves its tiles and splits k, for reports (bench/gpu/forms.ts). */
+export function describeTensorCoreKernel(p: MatmulPattern): { a: TilePath; b: TilePath; splits: number } {
+  const tiles = Math.ceil(p.n.size / BN) * Math.ceil(p.m.size / BM) * p.batch.reduce((s, l) => s * l.size, 1);
+  return { a: tilePath(p.a, p.m, p.k), b: tilePath(p.b, p.n, p.k), splits: splitK(tiles, p.k.size).splits };
+}
+
 /**
  * The copy of one factor's tile: rows along `row` (m or n), BK columns along k, zero outside. A factor that
  * is one load whose rows or k run along 8-aligned unit strides goes by cp.async, 16 bytes at a time,
@@ -339,12 +354,13 @@ function tileCopy(tile: string, regs: string, o: Operand, row: Loop, p: MatmulPa
     fragmentB: (first: string, second: string, col0: string) =>
       `{ unsigned q[4]; tg_ldsm_x4(q, &${tile}[stage][${col0} + (lane & 7) + (lane >> 4) * 8][kk + ((lane >> 3) & 1) * 8]); ${first}[0] = q[0]; ${first}[1] = q[1]; ${second}[0] = q[2]; ${second}[1] = q[3]; }`,
   };
-  if (o.load && (vectorAlong(o.load.affine, k) || vectorAlong(o.load.affine, row))) {
+  const path = tilePath(o, row, k);
+  if (o.load && path !== "registers") {
     const af = o.load.affine;
     const base = [String(af.constant), ...[...af.coef].filter(([v]) => v !== row.var && v !== k.var).map(([v, c]) => `${v} * ${c}`)].join(" + ");
     const address = `b${o.load.buf} + ${base} + gr * ${af.coef.get(row.var) ?? 0} + gk * ${af.coef.get(k.var)!}`;
     const copy = (stage: string, index: string) => `      tg_cp_async16(&${tile}[${stage}]${index}, ${inside} ? ${address} : b${o.load!.buf}, ${inside} ? 16 : 0);`;
-    if (vectorAlong(af, k)) {
+    if (path === "cp.async, k contiguous") {
       return {
         ...rowMajor, registers: "",
         fetch: (k0, stage) => each(chunks, `r = e / ${BK / 8}, kk = (e % ${BK / 8}) * 8, gr = ${start} + r, gk = ${k0} + kk`, [copy(stage, "[r][kk]")]),
