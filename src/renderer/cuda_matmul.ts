@@ -1,10 +1,12 @@
 // Tensor-core matmul for CUDA: a kernel whose plain lowering is one float32 sum over k of products of two
 // float16 (or two bfloat16) factors, A at (m, k) and B at (n, k), is rendered as a tiled `mma.sync`
-// (m16n8k16, float32 accumulation) kernel. Tiles go through shared memory: a factor that is one load with
-// an affine index is copied as it is (16 bytes at a time along a unit stride); a computed factor (a bias
-// added first) is evaluated per element while copying and rounded to 16 bits there, where the loop kernel
-// would keep it in float32. Whatever follows the reduce (casts, bias, activation) runs per output element
-// on the accumulators, as the plain kernel would.
+// (m16n8k16, float32 accumulation) kernel. Tiles go through two shared-memory stages: a factor that is one
+// load with an affine index travels by cp.async, 16 bytes at a time along its unit stride (k or rows), and
+// reaches mma fragments by ldmatrix (transposed where stored k-major); a computed factor (a bias added
+// first) is evaluated per element through registers and rounded to 16 bits there, where the loop kernel
+// would keep it in float32. Few output tiles with a long k split k across blocks (split-K, partials through
+// a workspace). Whatever follows the reduce (casts, bias, activation) runs per output element on the
+// accumulators, as the plain kernel would. test/cuda/emulated.test.ts checks all of it on a CPU emulator.
 import type { KernelIR, Operand as Value, Stmt } from "../codegen/ir.ts";
 import { type Idx, varsOf } from "../shape/symbolic.ts";
 import { type CudaKernelSource, indexType, kernelParams, outputIndices, renderBlock, splitOutputLoops } from "./cuda.ts";
@@ -377,9 +379,11 @@ function tileCopy(tile: string, regs: string, o: Operand, row: Loop, p: MatmulPa
         `{ unsigned q[4]; tg_ldsm_x4_trans(q, &${tile}[stage][kk + (lane & 7) + ((lane >> 3) & 1) * 8][${col0} + (lane >> 4) * 8]); ${first}[0] = q[0]; ${first}[1] = q[1]; ${second}[0] = q[2]; ${second}[1] = q[3]; }`,
     };
   }
-  // element by element through registers: k fastest when k is the unit stride (coalesced), else rows fastest
-  const af = o.load?.affine;
-  const index = !af || af.coef.get(k.var) === 1 || af.coef.get(row.var) !== 1 ? `r = e / ${BK}, kk = e % ${BK}` : `r = e % ${rows}, kk = e / ${rows}`;
+  // element by element through registers: rows fastest where the factor's loads run along rows and none
+  // along k (coalesced reads of a transposed or computed factor), else k fastest
+  const loads = o.defs.flatMap((d) => (d.expr.op === "LOAD" ? [affine(d.expr.index)] : []));
+  const alongRows = loads.some((af) => af?.coef.get(row.var) === 1) && !loads.some((af) => af?.coef.get(k.var) === 1);
+  const index = alongRows ? `r = e % ${rows}, kk = e / ${rows}` : `r = e / ${BK}, kk = e % ${BK}`;
   const body = [`      ${regs}[j] = 0;`, `      if (${inside}) {`, `        const int ${row.var} = gr, ${k.var} = gk;`];
   renderBlock(o.defs, body, "        ", { kernel: p.kernel, products: new Map(), group: 0 });
   body.push(`        ${regs}[j] = ${p.input === "f16" ? "tg_f2h" : "tg_f2b"}(${o.defs[o.defs.length - 1]!.name});`, `      }`);

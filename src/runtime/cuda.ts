@@ -14,7 +14,8 @@
 // - reduces with many outputs get small register tiles (up to 4 x 4 upcast lanes), aligned neighbouring
 //   loads become float4/ushort4 loads;
 // - a float32 sum of products of two float16 (or bfloat16) factors, whatever follows it, becomes a
-//   tensor-core kernel (mma.sync m16n8k16, 128 x 128 x 32 tiles through two shared-memory stages); a
+//   tensor-core kernel (mma.sync m16n8k16, 128 x 128 x 32 tiles through two shared-memory stages filled
+//   by cp.async, fragments by ldmatrix, split-K for few tiles and a long k, with a device workspace); a
 //   factor computed from loads (a bias added first) is evaluated while staging, rounded to 16 bits; TC=0
 //   turns tensor cores off;
 // - BEAM=n searches the loop options on the GPU (timed with events) as on the CPU; tensor-core kernels

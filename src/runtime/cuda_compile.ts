@@ -26,6 +26,8 @@ const NVRTC_SIGNATURES = [
   "int nvrtcGetCUBINSize(void *program, _Out_ size_t *size)",
   "int nvrtcGetCUBIN(void *program, _Out_ uint8_t *cubin)",
   "int nvrtcDestroyProgram(_Inout_ void **program)",
+  "int nvrtcGetPTXSize(void *program, _Out_ size_t *size)",
+  "int nvrtcGetPTX(void *program, _Out_ uint8_t *ptx)",
 ];
 
 /** `TSGRAD_LIBNVRTC` (a path), else the sonames CUDA 13, 12 and 11 install. */
@@ -86,7 +88,15 @@ export function compileCuda(source: string, arch: string, what: string): Uint8Ar
   return cubin;
 }
 
-function compileNvrtc({ fns }: Nvrtc, source: string, arch: string, what: string): Uint8Array {
+/** NVRTC's PTX for `source` (diagnostics: what the driver's compiler made of a kernel); throws CompileError. */
+export function nvrtcPtx(source: string, arch: string, what: string): string {
+  const compiler = loadNvrtc();
+  if (!compiler) throw new CompileError(`CUDA: no NVRTC to compile ${what} to PTX`);
+  // a virtual architecture: PTX is what it makes
+  return compileNvrtc(compiler, source, arch.replace(/^sm_/, "compute_"), what, true).toString("utf8").replace(/\0+$/, "");
+}
+
+function compileNvrtc({ fns }: Nvrtc, source: string, arch: string, what: string, ptx = false): globalThis.Buffer {
   const program: unknown[] = [null];
   if (fns.nvrtcCreateProgram!(program, source, `${what}.cu`, 0, null, null) !== 0) throw new CompileError(`NVRTC could not create a program for ${what}`);
   try {
@@ -100,10 +110,10 @@ function compileNvrtc({ fns }: Nvrtc, source: string, arch: string, what: string
       throw new CompileError(`NVRTC failed to compile ${what} for ${arch}:\n${log.toString("utf8").replace(/\0+$/, "").slice(0, 4000)}`);
     }
     const size: unknown[] = [0];
-    fns.nvrtcGetCUBINSize!(program[0], size);
-    const cubin = Buffer.alloc(Number(size[0]));
-    fns.nvrtcGetCUBIN!(program[0], cubin);
-    return cubin;
+    fns[ptx ? "nvrtcGetPTXSize" : "nvrtcGetCUBINSize"]!(program[0], size);
+    const out = Buffer.alloc(Number(size[0]));
+    fns[ptx ? "nvrtcGetPTX" : "nvrtcGetCUBIN"]!(program[0], out);
+    return out;
   } finally {
     fns.nvrtcDestroyProgram!(program);
   }

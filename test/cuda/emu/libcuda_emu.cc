@@ -311,5 +311,8 @@ int nvrtcGetProgramLogSize(void *program, size_t *size) { *size = ((Program *)pr
 int nvrtcGetProgramLog(void *program, char *log) { memcpy(log, ((Program *)program)->log.c_str(), ((Program *)program)->log.size() + 1); return 0; }
 int nvrtcGetCUBINSize(void *program, size_t *size) { *size = ((Program *)program)->image.size(); return 0; }
 int nvrtcGetCUBIN(void *program, char *cubin) { memcpy(cubin, ((Program *)program)->image.data(), ((Program *)program)->image.size()); return 0; }
+/* the emulator's "PTX" is the host C++ it builds */
+int nvrtcGetPTXSize(void *program, size_t *size) { *size = ((Program *)program)->source.size() + 1; return 0; }
+int nvrtcGetPTX(void *program, char *ptx) { memcpy(ptx, ((Program *)program)->source.c_str(), ((Program *)program)->source.size() + 1); return 0; }
 int nvrtcDestroyProgram(void **program) { delete (Program *)*program; *program = nullptr; return 0; }
 }
