@@ -17,9 +17,22 @@
 # brings back at most eight. BERT_BATCH (default 8) sets the batch of both BERT steps; GPU_CHECK_S (default
 # 470) is the whole run's budget in seconds, shared out over the parts in proportion; PARTS (default
 # ops,diag,gemm,torch,bert,validate, run in that order) picks which parts run.
+#
+# Without a GPU, `bench/gpu-check.sh --emulate` runs the same script on the CPU emulator of a CUDA GPU
+# (test/cuda/emu) with small sizes (tiny BERT, small GEMMs, no PyTorch): a dry run of every part, the
+# bundles and the summary before a session spends device time on them. It needs --prepare first and g++.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+
+small=${GPU_CHECK_SMALL:-0}
+if [ "${1:-}" = "--emulate" ]; then
+  emu=$(mktemp -d "${TMPDIR:-/tmp}/tsgrad-gpu-check-emu-XXXXXX")
+  g++ -std=c++17 -O1 -shared -fPIC -DTG_EMU_HEADER="\"$root/test/cuda/emu/cuda_emu.h\"" -o "$emu/libcuda_emu.so" test/cuda/emu/libcuda_emu.cc -ldl || { rm -rf "$emu"; exit 2; }
+  export TSGRAD_LIBCUDA="$emu/libcuda_emu.so" TSGRAD_LIBNVRTC="$emu/libcuda_emu.so" TG_EMU_CACHE="$emu/modules" GPU_CHECK_CACHE="$emu/cache"
+  export PARTS=${PARTS:-ops,diag,gemm,bert,validate} OUT=${OUT:-$root/gpu-results-emulated}
+  small=1
+fi
 
 OP_TESTS="elementwise nn_ops reduce_movement regressions jit autograd_assign"
 
@@ -36,7 +49,7 @@ if [ "${1:-}" = "--prepare" ]; then
   # one bundle holds many modules: `import.meta.url === argv[1]` CLI guards (tf_checkpoint.ts) must not fire in it
   esbuild=(npx esbuild --bundle --platform=node --format=esm --target=node20 --external:koffi --log-level=warning --out-extension:.js=.mjs
     '--define:import.meta.url="file:///tsgrad-bundle.mjs"')
-  "${esbuild[@]}" bench/gpu/gemm.ts bench/gpu/bert_step.ts bench/gpu/validate.ts --outdir=.device/bundle
+  "${esbuild[@]}" bench/gpu/gemm.ts bench/gpu/bert_step.ts bench/gpu/validate.ts bench/gpu/int_reduce_check.ts --outdir=.device/bundle
   "${esbuild[@]}" $(for t in $OP_TESTS; do echo "test/core/$t.test.ts"; done) --outdir=.device/bundle/tests
   cp bench/gpu/torch_bench.py .device/bundle/
   # koffi loads its native module from @koromix/koffi-<platform> beside it: only linux x64 (glibc) travels
@@ -53,7 +66,8 @@ mkdir -p "$OUT"
 results=$(mktemp -d)
 start=$(date +%s)
 log() { echo "[gpu-check $(($(date +%s) - start)) s] $*" | tee -a "$results/gpu-check.log" >&2; }
-budget=${GPU_CHECK_S:-470}
+# the emulator is slow (fibers, host-compiled kernels): its dry run gets half an hour
+budget=${GPU_CHECK_S:-$([ "$small" = 1 ] && echo 1800 || echo 470)}
 share() { echo $((budget * $1 / 470)); }
 # whatever happens, what was measured comes back
 finish() {
@@ -63,8 +77,10 @@ finish() {
   tar czf "$OUT/results.tgz" -C "$results" . 2>/dev/null
   cp "$results/gpu-check.log" "$OUT/" 2>/dev/null
   [ -f "$results/summary.json" ] && cp "$results/summary.json" "$OUT/"
+  [ -n "${emu:-}" ] && [ "${1:-}" = last ] && rm -rf "$emu"
+  true
 }
-trap finish EXIT
+trap 'finish last' EXIT
 bundle=.device/bundle
 if [ ! -d "$bundle" ] || ! command -v node >/dev/null; then
   echo "gpu-check: run 'bench/gpu-check.sh --prepare' first, and 'source .device/unpack.sh' on the GPU machine" >&2
@@ -76,17 +92,17 @@ nvidia-smi > "$results/nvidia-smi.txt" 2>&1 || true
 nvrtc=$( (ldconfig -p 2>/dev/null | awk '/libnvrtc\.so/ {print $NF}'; ls /usr/local/cuda*/lib64/libnvrtc.so* 2>/dev/null;
   python3 -c 'import nvidia.cuda_nvrtc as m, os; d = os.path.join(list(m.__path__)[0], "lib"); print("\n".join(os.path.join(d, f) for f in os.listdir(d)))' 2>/dev/null) \
   | grep -v builtins | grep 'libnvrtc\.so' | head -1)
-[ -n "$nvrtc" ] && export TSGRAD_LIBNVRTC="$nvrtc"
+[ -z "${TSGRAD_LIBNVRTC:-}" ] && [ -n "$nvrtc" ] && export TSGRAD_LIBNVRTC="$nvrtc"
 # libcuda.so.1 where the dynamic loader does not look (some driver folders are not in its cache)
 if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1'; then
   libcuda=$(ls /usr/lib/x86_64-linux-gnu/libcuda.so.1 /usr/lib64/libcuda.so.1 /usr/local/nvidia/lib64/libcuda.so.1 /usr/lib/wsl/lib/libcuda.so.1 2>/dev/null | head -1)
   [ -n "$libcuda" ] && export TSGRAD_LIBCUDA="$libcuda"
 fi
-log "node $(node --version), libcuda: ${TSGRAD_LIBCUDA:-libcuda.so.1}, nvrtc: ${nvrtc:-none (nvcc fallback: $(command -v nvcc || echo none))}"
-export TSGRAD_CACHE="${TMPDIR:-/tmp}/tsgrad-gpu-check-cache"
+log "node $(node --version), libcuda: ${TSGRAD_LIBCUDA:-libcuda.so.1}, nvrtc: ${TSGRAD_LIBNVRTC:-none (nvcc fallback: $(command -v nvcc || echo none))}"
+export TSGRAD_CACHE="${GPU_CHECK_CACHE:-${TMPDIR:-/tmp}/tsgrad-gpu-check-cache}"
 # no CPU device: the op tests run on CUDA and on JS (the reference) only
 export CC=/nonexistent/cc
-batch=${BERT_BATCH:-8}
+batch=${BERT_BATCH:-$([ "$small" = 1 ] && echo 2 || echo 8)}
 
 # Each part runs in the background under a watchdog: a GPU kernel that never ends leaves its process
 # stuck in the driver, where no signal reaches it, so the check abandons it and goes on.
@@ -122,15 +138,20 @@ if wanted ops; then
   grep -A14 '^ *not ok' "$results/op_suite.tap" | grep -v '^ *\(duration_ms\|location\|failureType\|stack\|---\)' | head -300 >> "$results/gpu-check.log"
 fi
 
-# one-off diagnostics a session may drop into .device/bundle/diag.mjs (not part of the check)
-if wanted diag && [ -f "$bundle/diag.mjs" ]; then
-  part diag 30 "$results/diag.txt" node "$bundle/diag.mjs"
-  log "diag exit $?"
+# diagnostics: the int32 max kernel that is wrong on an H200 (NVRTC vs nvcc, variants, NVRTC's PTX), and
+# one-off checks a session may drop into .device/bundle/diag.mjs
+if wanted diag; then
+  part diag 30 "$results/int_reduce_check.json" node "$bundle/int_reduce_check.mjs"
+  log "int reduce check exit $?: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("tsgrad", d["via_tsgrad"], "nvrtc", d["nvrtc"], "nvcc", d["nvcc"])' "$results/int_reduce_check.json" 2>/dev/null)"
+  if [ -f "$bundle/diag.mjs" ]; then
+    part diag 30 "$results/diag.txt" node "$bundle/diag.mjs"
+    log "diag exit $?"
+  fi
 fi
 
 if wanted gemm; then
   log "tsgrad float16 GEMMs"
-  part gemm "$(share 90)" "$results/tsgrad_gemm.json" node "$bundle/gemm.mjs"
+  part gemm "$(share 90)" "$results/tsgrad_gemm.json" node "$bundle/gemm.mjs" $([ "$small" = 1 ] && echo --shapes 256x384x512 --runs 2)
   log "tsgrad gemm exit $?"
 fi
 
@@ -141,16 +162,18 @@ if wanted torch; then
 fi
 
 if wanted bert; then
-  log "tsgrad BERT-large float16 step, batch $batch, seq 512"
+  log "tsgrad BERT-$([ "$small" = 1 ] && echo "tiny float16 step, batch $batch, seq 64" || echo "large float16 step, batch $batch, seq 512")"
   remaining=$((budget - ($(date +%s) - start) - $(wanted validate && share 90 || echo 0)))
-  DEBUG=1 part bert "$((remaining > 60 ? remaining : 60))" "$results/tsgrad_bert.json" node "$bundle/bert_step.mjs" --batch "$batch" --seq 512 --steps 3
+  DEBUG=1 part bert "$((remaining > 60 ? remaining : 60))" "$results/tsgrad_bert.json" node "$bundle/bert_step.mjs" --batch "$batch" \
+    $([ "$small" = 1 ] && echo --preset tiny --seq 64 --steps 2 || echo --seq 512 --steps 3)
   log "tsgrad bert exit $?"
 fi
 
 if wanted validate; then
   log "BERT-large (2 layers) float16 step kernel by kernel against the CPU device (last: it hung once)"
   if command -v "${REFERENCE_CC:-cc}" >/dev/null; then
-    CC="${REFERENCE_CC:-cc}" part validate "$(share 90)" "$results/validate.json" node "$bundle/validate.mjs" --batch 2 --seq 128 --layers 2 --steps 2
+    CC="${REFERENCE_CC:-cc}" part validate "$(share 90)" "$results/validate.json" node "$bundle/validate.mjs" --batch 2 --layers 2 --steps 2 \
+      $([ "$small" = 1 ] && echo --preset tiny --seq 32 || echo --seq 128)
     log "validate exit $?: $(head -c 600 "$results/validate.json")"
   else
     log "validate skipped: no C compiler for the CPU reference"
@@ -175,7 +198,9 @@ bert = dict(tsgrad=ours_bert, torch=torch.get("bert"))
 if "ms_per_step" in ours_bert and torch.get("bert"):
     bert["speed_ratio_vs_torch"] = round(torch["bert"]["ms_per_step"] / ours_bert["ms_per_step"], 3)
 validate = {k: check.get(k) for k in ("kernels_checked", "disagreeing", "first_non_finite", "losses", "error")}
-summary = dict(gpu=torch.get("gpu"), op_suite=ops, kernel_check=validate, tensor_core_checks=checks, gemm=gemm, bert=bert)
+ints = load("int_reduce_check.json")
+int_check = {k: ints.get(k) for k in ("expected", "via_tsgrad", "nvrtc", "nvcc", "error")}
+summary = dict(gpu=torch.get("gpu"), op_suite=ops, int_reduce_check=int_check, kernel_check=validate, tensor_core_checks=checks, gemm=gemm, bert=bert)
 with open(os.path.join(out, "summary.json"), "w") as f:
     json.dump(summary, f, indent=1)
 print(json.dumps(summary, indent=1))

@@ -137,7 +137,7 @@ export function splitOutputLoops(kernel: KernelIR): { loops: { var: string; size
 /**
  * Threads per output for group reduces, 0 for one thread per output. Group mode is for reduces right
  * inside the output loops that are long and either have few outputs (too few threads otherwise) or
- * share no loads between outputs (rows of a softmax or a norm: one thread per row would read uncoalesced).
+ * read a row of their own per output (a softmax or a norm: one thread per row would read uncoalesced).
  */
 export function groupSize(kernel: KernelIR): number {
   const { loops, body } = splitOutputLoops(kernel);
@@ -145,21 +145,25 @@ export function groupSize(kernel: KernelIR): number {
   const reduces = body.filter((s): s is Stmt & { kind: "loop" } => s.kind === "loop");
   const reduceTrips = Math.max(0, ...reduces.map((s) => s.size));
   if (reduceTrips < 64 || outputs > 1 << 19) return 0;
-  if (outputs >= 1 << 14 && sharesLoads(loops, reduces)) return 0;
+  if (outputs >= 1 << 14 && !readsRows(loops, reduces)) return 0;
   // fewer outputs than multiprocessors (norms, losses): a whole 1024-thread block on each
   const most = outputs < 128 ? 1024 : 256;
   return Math.min(most, Math.max(32, 2 ** Math.floor(Math.log2(reduceTrips / 4))));
 }
 
-/** Whether some load inside the reduce loops is the same for several outputs (a matmul's operands are). */
-function sharesLoads(loops: readonly { var: string; size: number }[], reduces: readonly Stmt[]): boolean {
+/**
+ * Whether some load inside the reduce loops reads a row of its own for each output (it depends on every
+ * output loop: a softmax's scores, beside a mask all rows share). A matmul's operands each skip an output
+ * loop: one thread per output then shares them; rows of their own are read coalesced only by a group.
+ */
+function readsRows(loops: readonly { var: string; size: number }[], reduces: readonly Stmt[]): boolean {
   const indices: Idx[] = [];
   const collect = (stmts: readonly Stmt[]): void => stmts.forEach((s) => {
     if (s.kind === "loop") collect(s.body);
     else if (s.kind === "def" && s.expr.op === "LOAD") indices.push(s.expr.index);
   });
   collect(reduces);
-  return indices.some((index) => loops.some((l) => !varsOf(index).has(l.var)));
+  return indices.some((index) => loops.every((l) => varsOf(index).has(l.var)));
 }
 
 export function renderCuda(kernel: KernelIR, fnName: string, opts: CudaRenderOptions): CudaKernelSource {
