@@ -19,6 +19,11 @@ export interface Backend {
   /** Copies `bytes` from another device of the same kind straight into `dst` (peer to peer), when the backend can. */
   transfer?(dst: unknown, src: unknown, bytes: number, srcDevice: string): void;
   compile(kernel: KernelIR): Program;
+  /**
+   * Records the kernel launches `run` makes and returns a function that replays them all at once (a CUDA
+   * graph); undefined where the backend cannot (then the JIT launches kernel by kernel).
+   */
+  captureGraph?(run: () => void): (() => void) | undefined;
 }
 
 let nextBufferId = 0;

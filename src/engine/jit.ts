@@ -1,11 +1,12 @@
 // Capture and replay: the second call of a jitted function records the kernels it ran, later
 // calls run that list again with the new inputs' buffers swapped in, skipping scheduling and codegen.
-import type { Buffer } from "../device.ts";
+// Where the device records graphs (CUDA), the replays launch the whole list as one graph instead.
+import { Buffer, Device } from "../device.ts";
 import { TsgradError, debugLevel, fmtShape, getenv } from "../helpers.ts";
 import { Tensor } from "../tensor.ts";
 import { UOp } from "../uop.ts";
 import { type Lazy, MultiLazy } from "../multi.ts";
-import { recordItems, runItem } from "./realize.ts";
+import { countKernel, execObservers, kernelTimers, launchKernel, recordItems, runItem } from "./realize.ts";
 import { type ExecItem, storedBuffer } from "./schedule.ts";
 
 /** What a jitted function may return: tensors, arrays of them, records of them, or nothing. */
@@ -35,6 +36,8 @@ export class TinyJit<A extends Tensor[], R extends JitOutput> {
   private touchesInput: boolean[] = [];
   private signature: InputSignature[] = [];
   private output: R | undefined;
+  /** The captured kernels as one device graph (CUDA), with the buffers it reads inputs from; null: none. */
+  private graph: { replay: () => void; inputs: Buffer[][] } | null | undefined;
 
   constructor(private readonly fn: (...args: A) => R) {}
 
@@ -43,6 +46,7 @@ export class TinyJit<A extends Tensor[], R extends JitOutput> {
     this.calls = 0;
     this.captured = undefined;
     this.output = undefined;
+    this.graph = undefined;
   }
 
   get isCaptured(): boolean {
@@ -98,8 +102,39 @@ export class TinyJit<A extends Tensor[], R extends JitOutput> {
       buffersOf(a)!.forEach((buffer, shard) => swap.set(this.capturedInputs[i]![shard]!, buffer));
     });
     const debug = debugLevel();
+    if (this.graph === undefined) this.graph = this.captureGraph(debug);
+    if (this.graph) {
+      // the graph reads its own input buffers: this call's arguments are copied there, then one launch
+      const graphInputs = this.graph.inputs;
+      args.forEach((a, i) => buffersOf(a)!.forEach((buffer, shard) => runItem({ kind: "copy", src: buffer, dst: graphInputs[i]![shard]! }, debug)));
+      for (const item of this.captured!) for (const observe of execObservers) observe(item);
+      this.graph.replay();
+      for (const item of this.captured!) if (item.kind === "kernel") countKernel(item, 0, debug);
+      return freshOutputs(this.output) as R;
+    }
     this.captured!.forEach((item, i) => runItem(this.touchesInput[i] ? swapBuffers(item, swap) : item, debug));
     return freshOutputs(this.output) as R;
+  }
+
+  /**
+   * The capture as one graph of the device's (CUDA graphs: one launch instead of thousands), reading inputs
+   * from buffers of its own; null where that cannot be: kernels on several devices or copies among the
+   * items, an input the function writes, per-kernel timing (DEBUG >= 2, profilers), or a backend without graphs.
+   */
+  private captureGraph(debug: number): { replay: () => void; inputs: Buffer[][] } | null {
+    const items = this.captured!;
+    const devices = new Set(items.flatMap((item) => (item.kind === "kernel" ? [item.buffers[0]!.device] : [])));
+    const inputs = new Set(this.capturedInputs.flat());
+    if (debug >= 2 || kernelTimers.size > 0 || devices.size !== 1 || items.some((item) => item.kind !== "kernel" || inputs.has(item.buffers[0]!))) return null;
+    const backend = Device.backend([...devices][0]!);
+    if (!backend.captureGraph) return null;
+    const own = this.capturedInputs.map((buffers) => buffers.map((b) => new Buffer(b.device, b.size, b.dtype)));
+    const swap = new Map(this.capturedInputs.flatMap((buffers, i) => buffers.map((b, shard) => [b, own[i]![shard]!] as const)));
+    const kernels = items.map((item) => swapBuffers(item, swap) as ExecItem & { kind: "kernel" });
+    // every buffer the graph touches exists before recording (allocation is not a launch)
+    for (const item of kernels) for (const b of item.buffers) void b.handle;
+    const replay = backend.captureGraph(() => kernels.forEach(launchKernel));
+    return replay ? { replay, inputs: own } : null;
   }
 }
 

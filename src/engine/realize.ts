@@ -54,9 +54,18 @@ export function runItem(item: ExecItem, debug = debugLevel()): void {
     if (debug >= 2) console.error(`copy ${item.src.nbytes} bytes ${item.src.device} -> ${item.dst.device}`);
     return;
   }
+  const seconds = programFor(item).run(item.buffers, { wait: debug >= 2 || kernelTimers.size > 0 }) ?? 0;
+  countKernel(item, seconds, debug);
+}
+
+/** Launches a kernel item and nothing else (no observers, counters or timing): for recording it into a graph. */
+export function launchKernel(item: ExecItem & { kind: "kernel" }): void {
+  programFor(item).run(item.buffers);
+}
+
+/** What running a kernel item adds to the counters and timers (and DEBUG's log), `seconds` its time if measured. */
+export function countKernel(item: ExecItem & { kind: "kernel" }, seconds: number, debug = debugLevel()): void {
   const { kernel, buffers } = item;
-  const program = programFor(item);
-  const seconds = program.run(buffers, { wait: debug >= 2 || kernelTimers.size > 0 }) ?? 0;
   for (const timer of kernelTimers) timer(item, seconds);
   GlobalCounters.kernelCount++;
   GlobalCounters.globalOps += kernel.flops;

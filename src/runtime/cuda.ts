@@ -68,6 +68,11 @@ export class CudaDevice {
   readonly arch: string;
   readonly allocator: CachingAllocator;
   private readonly peers = new Set<number>();
+  /**
+   * The stream kernels run on (created with the context; a blocking stream, so the synchronous copies on
+   * the legacy stream still wait for its work and it for theirs). A stream of its own can be captured.
+   */
+  private launchStream: Handle | undefined;
   /** Scratch memory for kernels that ask for it (split-K); shared, since launches run in stream order. */
   private scratch: { pointer: number; bytes: number; zeroed: number } | undefined;
 
@@ -94,6 +99,46 @@ export class CudaDevice {
     if (currentContext === this.context) return;
     this.driver.check("cuCtxSetCurrent", this.driver.cuCtxSetCurrent(this.context));
     currentContext = this.context;
+  }
+
+  get stream(): Handle {
+    if (this.launchStream === undefined) {
+      this.activate();
+      this.launchStream = out<Handle>(this.driver, "cuStreamCreate", 0);
+    }
+    return this.launchStream;
+  }
+
+  /**
+   * Records the launches `run` makes into a CUDA graph and returns its replay (one launch for all of them),
+   * or undefined where capture is off (CUDA_GRAPH=0), unsupported by the driver or fails: then callers
+   * launch one by one as before. `run` must only launch kernels (no copies, no allocations).
+   */
+  captureGraph(run: () => void): (() => void) | undefined {
+    if (getenv("CUDA_GRAPH", 1) === 0) return undefined;
+    const d = this.driver, stream = this.stream;
+    this.activate();
+    try {
+      // relaxed: the capture does not forbid other driver calls in this thread (a lazy module load)
+      d.check("cuStreamBeginCapture_v2", d.cuStreamBeginCapture_v2(stream, 2));
+    } catch {
+      return undefined;
+    }
+    let failed: unknown;
+    try {
+      run();
+    } catch (e) {
+      failed = e;
+    }
+    const graph: unknown[] = [null];
+    const ended = d.cuStreamEndCapture(stream, graph);
+    if (failed || ended !== 0) {
+      if (debugLevel() >= 1) console.error(`tsgrad: CUDA graph capture failed (${failed instanceof Error ? failed.message : `cuStreamEndCapture ${ended}`}); launching one by one`);
+      return undefined;
+    }
+    const exec: unknown[] = [null];
+    if (d.cuGraphInstantiateWithFlags(exec, graph[0], 0) !== 0) return undefined;
+    return () => d.check("cuGraphLaunch", d.cuGraphLaunch(exec[0], stream), "a captured CUDA graph");
   }
 
   /**
@@ -210,11 +255,12 @@ function loadFunctions(device: CudaDevice, source: string, names: readonly strin
 function launchKernel(device: CudaDevice, fn: Handle, launch: CudaLaunch, params: globalThis.Buffer[], name: string, events?: [Handle, Handle]): number | undefined {
   const d = device.driver;
   device.activate();
-  if (events) d.check("cuEventRecord", d.cuEventRecord(events[0], null), name);
+  const stream = device.stream;
+  if (events) d.check("cuEventRecord", d.cuEventRecord(events[0], stream), name);
   const [gx, gy, gz] = launch.grid, [bx, by, bz] = launch.block;
-  d.check("cuLaunchKernel", d.cuLaunchKernel(fn, gx, gy, gz, bx, by, bz, launch.sharedBytes, null, params, null), `${name} grid ${launch.grid} block ${launch.block}`);
+  d.check("cuLaunchKernel", d.cuLaunchKernel(fn, gx, gy, gz, bx, by, bz, launch.sharedBytes, stream, params, null), `${name} grid ${launch.grid} block ${launch.block}`);
   if (!events) return undefined;
-  d.check("cuEventRecord", d.cuEventRecord(events[1], null), name);
+  d.check("cuEventRecord", d.cuEventRecord(events[1], stream), name);
   d.check("cuEventSynchronize", d.cuEventSynchronize(events[1]), name);
   return out<number>(d, "cuEventElapsedTime", events[0], events[1]) / 1000;
 }
@@ -276,6 +322,7 @@ export function cudaBackend(index: number): Backend {
       d.check("cuMemcpyHtoD_v2", d.cuMemcpyHtoD_v2((raw as CudaMemory).pointer, data, data.byteLength), `${data.byteLength} bytes to CUDA:${index}`);
     },
     compile: (kernel) => new CudaProgram(device, kernel),
+    captureGraph: (run) => device.captureGraph(run),
     transfer: (dstRaw, srcRaw, bytes, srcDevice) => {
       const [dst, src] = [dstRaw as CudaMemory, srcRaw as CudaMemory];
       const srcIndex = Number(srcDevice.split(":")[1] ?? 0);

@@ -43,6 +43,12 @@ const SIGNATURES = [
   "int cuEventSynchronize(void *event)",
   "int cuEventElapsedTime(_Out_ float *milliseconds, void *start, void *end)",
   "int cuGetErrorName(int error, _Out_ const char **name)",
+  "int cuStreamCreate(_Out_ void **stream, unsigned int flags)",
+  "int cuStreamSynchronize(void *stream)",
+  "int cuStreamBeginCapture_v2(void *stream, int mode)",
+  "int cuStreamEndCapture(void *stream, _Out_ void **graph)",
+  "int cuGraphInstantiateWithFlags(_Out_ void **exec, void *graph, unsigned long long flags)",
+  "int cuGraphLaunch(void *exec, void *stream)",
 ] as const;
 
 type Name<S extends string> = S extends `int ${infer N}(${string}` ? N : never;

@@ -87,6 +87,31 @@ if (library) {
     assert.ok(error <= 4e-3, `max relative error ${error}`);
   });
 
+  test("a jitted step replays as one CUDA graph, with the numbers of plain calls, its inputs copied in", async () => {
+    const { jit } = await import("../../src/engine/jit.ts");
+    const koffi = (await import("koffi")).default;
+    const graphLaunches = koffi.load(library).func("int tg_emu_graph_launches(void)") as () => number;
+    const w = Tensor.rand([64, 32], { device: "CUDA" }).realize();
+    const step = (x: T) => {
+      const y = x.matmul(w).relu().sum({ axis: 1 });
+      w.assign(w.mul(0.5));
+      return y;
+    };
+    const xs = [1, 2, 3, 4].map(() => Tensor.rand([8, 64], { device: "CUDA" }).realize());
+    const plain = (() => {
+      const w0 = w.toArray().slice();
+      const outs = xs.map((x) => Array.from(step(x).realize().toArray() as Float32Array));
+      w.assign(new Tensor(Array.from(w0 as Float32Array), { device: "CUDA" }).reshape([64, 32])).realize();
+      return outs;
+    })();
+    const jitted = jit(step);
+    const before = graphLaunches();
+    const outs = xs.map((x) => Array.from(jitted(x).toArray() as Float32Array));
+    assert.deepEqual(outs, plain);
+    // call 1 runs, call 2 captures, calls 3 and 4 replay the graph
+    assert.equal(graphLaunches() - before, 2);
+  });
+
   test("group reduces (a block per row, warp shuffles) match the JS device", () => {
     const rows = compare([[3, 5000]], dtypes.float32, (x) => x.max({ axis: 1 }).add(x.sum({ axis: 1 })));
     assert.ok(rows.forms.includes("group"), `forms: ${rows.forms.join(", ")}`);

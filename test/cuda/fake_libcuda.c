@@ -80,6 +80,10 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
   launches++;
   return 0;
 }
+int cuStreamCreate(void **stream, unsigned flags) { (void)flags; *stream = (void *)0x4000; return 0; }
+int cuStreamSynchronize(void *stream) { (void)stream; return 0; }
+/* no graphs here: capture is refused, as an old driver would (the JIT then launches one by one) */
+int cuStreamBeginCapture_v2(void *stream, int mode) { (void)stream; (void)mode; return 801; /* CUDA_ERROR_NOT_SUPPORTED */ }
 int cuEventCreate(void **event, unsigned flags) { (void)flags; *event = (void *)0x3000; return 0; }
 int cuEventRecord(void *event, void *stream) { (void)event; (void)stream; return 0; }
 int cuEventSynchronize(void *event) { (void)event; return 0; }

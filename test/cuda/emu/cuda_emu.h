@@ -141,4 +141,5 @@ static inline void tg_cp_async_wait_one() {}
 /* calling a kernel with the parameter array cuLaunchKernel takes (pointers to each argument) */
 template <typename... A, size_t... I> static void tg_emu_invoke(void (*f)(A...), void **p, std::index_sequence<I...>) { f(*(A *)p[I]...); }
 template <typename... A> static void tg_emu_invoke(void (*f)(A...), void **p) { tg_emu_invoke(f, p, std::index_sequence_for<A...>{}); }
+template <typename... A> static int tg_emu_count(void (*)(A...)) { static_assert(((sizeof(A) == 8) && ...), "kernel parameters are pointers"); return (int)sizeof...(A); }
 #endif

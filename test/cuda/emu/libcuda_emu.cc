@@ -78,7 +78,10 @@ static std::string build(const std::string &src, std::string &log) {
   std::string so = std::string(stem) + ".so";
   if (access(so.c_str(), R_OK) == 0) return so;
   std::string full = src + "\n";
-  for (const std::string &name : kernel_names(src)) full += "extern \"C\" void tg_emu_call_" + name + "(void **p) { tg_emu_invoke(" + name + ", p); }\n";
+  for (const std::string &name : kernel_names(src)) {
+    full += "extern \"C\" void tg_emu_call_" + name + "(void **p) { tg_emu_invoke(" + name + ", p); }\n";
+    full += "extern \"C\" int tg_emu_params_" + name + "(void) { return tg_emu_count(" + name + "); }\n";
+  }
   char tmp[96];
   snprintf(tmp, sizeof tmp, "%s.%d", stem, (int)getpid());
   std::string cc = std::string(tmp) + ".cc", out = std::string(tmp) + ".so", err = std::string(tmp) + ".err";
@@ -126,6 +129,20 @@ struct Warp {
 };
 struct Function {
   void (*call)(void **);
+  int params; /* how many: a captured launch keeps their values (all 8-byte pointers here) */
+};
+/** A launch recorded by stream capture: its parameters' values as they were then. */
+struct Launch {
+  Function *fn;
+  unsigned grid[3], block[3];
+  std::vector<uint64_t> values;
+};
+struct Stream {
+  bool capturing = false;
+  std::vector<Launch> recorded;
+};
+struct Graph {
+  std::vector<Launch> launches;
 };
 
 std::vector<Fiber> fibers;
@@ -252,12 +269,19 @@ int cuModuleLoadData(void **module, const void *image) {
 }
 int cuModuleGetFunction(void **function, void *module, const char *name) {
   void *call = dlsym(module, ("tg_emu_call_" + std::string(name)).c_str());
-  if (!call) return NOT_FOUND;
-  *function = new Function{(void (*)(void **))call};
+  void *count = dlsym(module, ("tg_emu_params_" + std::string(name)).c_str());
+  if (!call || !count) return NOT_FOUND;
+  *function = new Function{(void (*)(void **))call, ((int (*)(void))count)()};
   return OK;
 }
-int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared, void *, void **params, void **) {
+int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared, void *stream, void **params, void **) {
   if (shared != 0 || bx * by * bz == 0 || bx * by * bz > 1024 || gx * gy * gz == 0) return INVALID_VALUE;
+  if (stream && ((Stream *)stream)->capturing) {
+    Launch l{(Function *)f, {gx, gy, gz}, {bx, by, bz}, {}};
+    for (int i = 0; i < l.fn->params; i++) l.values.push_back(*(uint64_t *)params[i]);
+    ((Stream *)stream)->recorded.push_back(l);
+    return OK;
+  }
   launch_call = ((Function *)f)->call;
   launch_params = params;
   for (unsigned z = 0; z < gz; z++)
@@ -267,6 +291,36 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
           fprintf(stderr, "tsgrad CUDA emulator: block (%u, %u, %u) deadlocked at a barrier\n", x, y, z);
           return LAUNCH_FAILED;
         }
+  return OK;
+}
+int cuStreamCreate(void **stream, unsigned) { *stream = new Stream(); return OK; }
+int cuStreamSynchronize(void *) { return OK; }
+int cuStreamBeginCapture_v2(void *stream, int) {
+  if (!stream || ((Stream *)stream)->capturing) return INVALID_VALUE;
+  ((Stream *)stream)->capturing = true;
+  ((Stream *)stream)->recorded.clear();
+  return OK;
+}
+int cuStreamEndCapture(void *stream, void **graph) {
+  Stream *s = (Stream *)stream;
+  if (!s || !s->capturing) return INVALID_VALUE;
+  s->capturing = false;
+  *graph = new Graph{s->recorded};
+  return OK;
+}
+int cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long) { *exec = new Graph(*(Graph *)graph); return OK; }
+static int graph_launches = 0;
+/* for tests: how many graphs were launched */
+int tg_emu_graph_launches(void) { return graph_launches; }
+int cuGraphLaunch(void *exec, void *stream) {
+  graph_launches++;
+  for (Launch &l : ((Graph *)exec)->launches) {
+    std::vector<void *> params;
+    for (uint64_t &v : l.values) params.push_back(&v);
+    int result = cuLaunchKernel(l.fn, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1], l.block[2], 0, nullptr, params.data(), nullptr);
+    if (result != OK) return result;
+  }
+  (void)stream;
   return OK;
 }
 int cuEventCreate(void **event, unsigned) { *event = new double(0); return OK; }
