@@ -102,8 +102,10 @@ export class TinyJit<A extends Tensor[], R extends JitOutput> {
       buffersOf(a)!.forEach((buffer, shard) => swap.set(this.capturedInputs[i]![shard]!, buffer));
     });
     const debug = debugLevel();
-    if (this.graph === undefined) this.graph = this.captureGraph(debug);
-    if (this.graph) {
+    // per-kernel timing (DEBUG >= 2, profilers) needs the kernels one by one
+    const timed = debug >= 2 || kernelTimers.size > 0;
+    if (this.graph === undefined && !timed) this.graph = this.captureGraph();
+    if (this.graph && !timed) {
       // the graph reads its own input buffers: this call's arguments are copied there, then one launch
       const graphInputs = this.graph.inputs;
       args.forEach((a, i) => buffersOf(a)!.forEach((buffer, shard) => runItem({ kind: "copy", src: buffer, dst: graphInputs[i]![shard]! }, debug)));
@@ -119,13 +121,13 @@ export class TinyJit<A extends Tensor[], R extends JitOutput> {
   /**
    * The capture as one graph of the device's (CUDA graphs: one launch instead of thousands), reading inputs
    * from buffers of its own; null where that cannot be: kernels on several devices or copies among the
-   * items, an input the function writes, per-kernel timing (DEBUG >= 2, profilers), or a backend without graphs.
+   * items, an input the function writes, or a backend without graphs.
    */
-  private captureGraph(debug: number): { replay: () => void; inputs: Buffer[][] } | null {
+  private captureGraph(): { replay: () => void; inputs: Buffer[][] } | null {
     const items = this.captured!;
     const devices = new Set(items.flatMap((item) => (item.kind === "kernel" ? [item.buffers[0]!.device] : [])));
     const inputs = new Set(this.capturedInputs.flat());
-    if (debug >= 2 || kernelTimers.size > 0 || devices.size !== 1 || items.some((item) => item.kind !== "kernel" || inputs.has(item.buffers[0]!))) return null;
+    if (devices.size !== 1 || items.some((item) => item.kind !== "kernel" || inputs.has(item.buffers[0]!))) return null;
     const backend = Device.backend([...devices][0]!);
     if (!backend.captureGraph) return null;
     const own = this.capturedInputs.map((buffers) => buffers.map((b) => new Buffer(b.device, b.size, b.dtype)));
