@@ -77,7 +77,10 @@ finish() {
   tar czf "$OUT/results.tgz" -C "$results" . 2>/dev/null
   cp "$results/gpu-check.log" "$OUT/" 2>/dev/null
   [ -f "$results/summary.json" ] && cp "$results/summary.json" "$OUT/"
-  [ -n "${emu:-}" ] && [ "${1:-}" = last ] && rm -rf "$emu"
+  if [ "${1:-}" = last ]; then
+    rm -rf "$results" # all of it is in $OUT/results.tgz
+    [ -n "${emu:-}" ] && rm -rf "$emu"
+  fi
   true
 }
 trap 'finish last' EXIT

@@ -56,9 +56,15 @@ static uint64_t fnv1a(const std::string &s) {
   return h;
 }
 
-/** The names of the source's __global__ functions. */
-static std::vector<std::string> kernel_names(const std::string &src) {
-  std::vector<std::string> names;
+/** A __global__ function of a source: its name, and whether its threads ever wait for each other. */
+struct KernelInfo {
+  std::string name;
+  bool waits;
+};
+
+/** The source's __global__ functions. A kernel whose text calls no barrier, shuffle, ldmatrix or mma runs its threads one after another, without fibers. */
+static std::vector<KernelInfo> kernels_of(const std::string &src) {
+  std::vector<KernelInfo> kernels;
   for (size_t at = src.find("__global__"); at != std::string::npos; at = src.find("__global__", at + 1)) {
     size_t p = src.find("void", at) + 4;
     while (isspace((unsigned char)src[p])) p++;
@@ -66,9 +72,13 @@ static std::vector<std::string> kernel_names(const std::string &src) {
     while (isspace((unsigned char)src[p])) p++;
     size_t end = p;
     while (isalnum((unsigned char)src[end]) || src[end] == '_') end++;
-    names.push_back(src.substr(p, end - p));
+    size_t next = src.find("__global__", end);
+    std::string body = src.substr(end, next == std::string::npos ? std::string::npos : next - end);
+    bool waits = false;
+    for (const char *call : {"__syncthreads", "shfl", "tg_mma", "tg_ldsm"}) waits = waits || body.find(call) != std::string::npos;
+    kernels.push_back({src.substr(p, end - p), waits});
   }
-  return names;
+  return kernels;
 }
 
 /** Builds `src` into a shared object (once per source); its path, or "" with the compiler's messages in `log`. */
@@ -78,9 +88,10 @@ static std::string build(const std::string &src, std::string &log) {
   std::string so = std::string(stem) + ".so";
   if (access(so.c_str(), R_OK) == 0) return so;
   std::string full = src + "\n";
-  for (const std::string &name : kernel_names(src)) {
-    full += "extern \"C\" void tg_emu_call_" + name + "(void **p) { tg_emu_invoke(" + name + ", p); }\n";
-    full += "extern \"C\" int tg_emu_params_" + name + "(void) { return tg_emu_count(" + name + "); }\n";
+  for (const KernelInfo &k : kernels_of(src)) {
+    full += "extern \"C\" void tg_emu_call_" + k.name + "(void **p) { tg_emu_invoke(" + k.name + ", p); }\n";
+    full += "extern \"C\" int tg_emu_params_" + k.name + "(void) { return tg_emu_count(" + k.name + "); }\n";
+    full += "extern \"C\" int tg_emu_waits_" + k.name + "(void) { return " + (k.waits ? "1" : "0") + "; }\n";
   }
   char tmp[96];
   snprintf(tmp, sizeof tmp, "%s.%d", stem, (int)getpid());
@@ -130,6 +141,7 @@ struct Warp {
 struct Function {
   void (*call)(void **);
   int params; /* how many: a captured launch keeps their values (all 8-byte pointers here) */
+  bool waits; /* threads wait for each other: they run as fibers */
 };
 /** A launch recorded by stream capture: its parameters' values as they were then. */
 struct Launch {
@@ -270,8 +282,9 @@ int cuModuleLoadData(void **module, const void *image) {
 int cuModuleGetFunction(void **function, void *module, const char *name) {
   void *call = dlsym(module, ("tg_emu_call_" + std::string(name)).c_str());
   void *count = dlsym(module, ("tg_emu_params_" + std::string(name)).c_str());
-  if (!call || !count) return NOT_FOUND;
-  *function = new Function{(void (*)(void **))call, ((int (*)(void))count)()};
+  void *waits = dlsym(module, ("tg_emu_waits_" + std::string(name)).c_str());
+  if (!call || !count || !waits) return NOT_FOUND;
+  *function = new Function{(void (*)(void **))call, ((int (*)(void))count)(), ((int (*)(void))waits)() != 0};
   return OK;
 }
 int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared, void *stream, void **params, void **) {
@@ -284,6 +297,19 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
   }
   launch_call = ((Function *)f)->call;
   launch_params = params;
+  if (!((Function *)f)->waits) {
+    /* no thread waits for another: each runs to its end in turn, on this stack */
+    static tg_emu_thread t;
+    current = &t;
+    for (unsigned z = 0; z < gz; z++)
+      for (unsigned y = 0; y < gy; y++)
+        for (unsigned x = 0; x < gx; x++)
+          for (unsigned i = 0; i < bx * by * bz; i++) {
+            t = tg_emu_thread{{i % bx, i / bx % by, i / (bx * by)}, {x, y, z}, {bx, by, bz}, {gx, gy, gz}, nullptr, i % 32};
+            launch_call(launch_params);
+          }
+    return OK;
+  }
   for (unsigned z = 0; z < gz; z++)
     for (unsigned y = 0; y < gy; y++)
       for (unsigned x = 0; x < gx; x++)
