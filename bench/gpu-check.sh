@@ -28,7 +28,7 @@ cd "$root"
 small=${GPU_CHECK_SMALL:-0}
 if [ "${1:-}" = "--emulate" ]; then
   emu=$(mktemp -d "${TMPDIR:-/tmp}/tsgrad-gpu-check-emu-XXXXXX")
-  g++ -std=c++17 -O1 -shared -fPIC -DTG_EMU_HEADER="\"$root/test/cuda/emu/cuda_emu.h\"" -o "$emu/libcuda_emu.so" test/cuda/emu/libcuda_emu.cc -ldl || { rm -rf "$emu"; exit 2; }
+  g++ -std=c++17 -O1 -shared -fPIC -U_FORTIFY_SOURCE -DTG_EMU_HEADER="\"$root/test/cuda/emu/cuda_emu.h\"" -o "$emu/libcuda_emu.so" test/cuda/emu/libcuda_emu.cc -ldl || { rm -rf "$emu"; exit 2; }
   export TSGRAD_LIBCUDA="$emu/libcuda_emu.so" TSGRAD_LIBNVRTC="$emu/libcuda_emu.so" TG_EMU_CACHE="$emu/modules" GPU_CHECK_CACHE="$emu/cache"
   export PARTS=${PARTS:-ops,diag,gemm,bert,validate} OUT=${OUT:-$root/gpu-results-emulated}
   small=1

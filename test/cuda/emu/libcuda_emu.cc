@@ -4,7 +4,8 @@
  *
  * - "Compiling" a program compiles its CUDA C as host C++ with g++ and cuda_emu.h forced in; the "cubin"
  *   is the source itself, and loading it builds (or finds) the shared object and dlopens it.
- * - A launch runs the blocks one after another; a block's threads are fibers (ucontext) taken in turn,
+ * - A launch runs the blocks one after another; a block's threads are fibers taken in turn (ucontext
+ *   starts each on a stack of its own, _setjmp/_longjmp switch between them: no signal-mask syscalls),
  *   each running until it waits at a barrier (__syncthreads, or a warp-wide shuffle or mma) or returns.
  *   A barrier opens when every thread of the block (warp) that has not returned has reached it.
  * - Device memory is host memory; copies are memcpy; events read the host clock.
@@ -19,6 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <setjmp.h>
 #include <ucontext.h>
 #include <unistd.h>
 #include <string>
@@ -125,10 +127,11 @@ static std::string build(const std::string &src, std::string &log) {
 
 namespace {
 struct Fiber {
-  ucontext_t ctx;
+  ucontext_t ctx; /* where it starts */
+  jmp_buf resume; /* where it waits */
   std::vector<char> stack;
   tg_emu_thread t;
-  bool done;
+  bool started, done;
 };
 struct Barrier {
   int live = 0, arrived = 0;
@@ -161,6 +164,7 @@ std::vector<Fiber> fibers;
 std::vector<Warp> warps;
 Barrier block_barrier;
 ucontext_t scheduler;
+jmp_buf scheduler_jump;
 Fiber *running;
 tg_emu_thread *current;
 void (*launch_call)(void **);
@@ -176,7 +180,8 @@ void wait_at(Barrier &b) {
     b.gen++;
     return;
   }
-  while (gen == b.gen) swapcontext(&running->ctx, &scheduler);
+  while (gen == b.gen)
+    if (!_setjmp(running->resume)) _longjmp(scheduler_jump, 1);
 }
 void sync_block() { wait_at(block_barrier); }
 void sync_warp() { wait_at(warps[(running - fibers.data()) / 32].barrier); }
@@ -193,6 +198,7 @@ void leave(Barrier &b) {
 void fiber_main() {
   launch_call(launch_params);
   running->done = true;
+  _longjmp(scheduler_jump, 1);
 }
 
 const tg_emu_api api = {&current, sync_block, sync_warp};
@@ -213,7 +219,7 @@ bool run_block(uint3 block, uint3 grid, uint3 dim) {
     f.ctx.uc_link = &scheduler;
     makecontext(&f.ctx, fiber_main, 0);
     f.t = tg_emu_thread{{(unsigned)(i % dim.x), (unsigned)(i / dim.x % dim.y), (unsigned)(i / (dim.x * dim.y))}, block, dim, grid, warps[i / 32].slots, (unsigned)(i % 32)};
-    f.done = false;
+    f.started = f.done = false;
   }
   int alive = n;
   while (alive > 0) {
@@ -223,7 +229,14 @@ bool run_block(uint3 block, uint3 grid, uint3 dim) {
       if (f.done) continue;
       running = &f;
       current = &f.t;
-      swapcontext(&scheduler, &f.ctx);
+      if (!_setjmp(scheduler_jump)) {
+        if (!f.started) {
+          f.started = true;
+          swapcontext(&scheduler, &f.ctx);
+        } else {
+          _longjmp(f.resume, 1);
+        }
+      }
       if (f.done) {
         alive--;
         progress++;
