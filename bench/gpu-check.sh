@@ -173,7 +173,7 @@ if wanted bert; then
 fi
 
 if wanted validate; then
-  log "BERT-large (2 layers) float16 step kernel by kernel against the CPU device (last: it hung once)"
+  log "BERT-$([ "$small" = 1 ] && echo tiny || echo large) (2 layers) float16 step kernel by kernel against the CPU device (last: it hung once)"
   if command -v "${REFERENCE_CC:-cc}" >/dev/null; then
     CC="${REFERENCE_CC:-cc}" part validate "$(share 90)" "$results/validate.json" node "$bundle/validate.mjs" --batch 2 --layers 2 --steps 2 \
       $([ "$small" = 1 ] && echo --preset tiny --seq 32 || echo --seq 128)
