@@ -18,9 +18,14 @@ import { createBertOptimizer, makeBertTrainStep, trainStepOptionsFromEnv } from 
 import { fakeBatch, samplesToTensors } from "../../mlperf/bert/data/loader.ts";
 
 const { values } = parseArgs({ options: {
+  help: { type: "boolean" },
   batch: { type: "string", default: "8" }, seq: { type: "string", default: "512" }, preset: { type: "string", default: "large" },
   layers: { type: "string" }, source: { type: "string", multiple: true, default: [] }, plain: { type: "boolean" },
 } });
+if (values.help) {
+  console.log("Usage: npx tsx bench/gpu/forms.ts [--batch 8] [--seq 512] [--preset large] [--layers 24] [--source NAME]... [--plain]");
+  process.exit(0);
+}
 const [batchSize, seq] = [Number(values.batch), Number(values.seq)];
 const preset = BERT_PRESETS[values.preset as BertPresetName];
 const config = { ...preset, numHiddenLayers: values.layers ? Number(values.layers) : preset.numHiddenLayers };

@@ -16,10 +16,15 @@ import { createBertOptimizer, makeBertTrainStep, trainStepOptionsFromEnv } from 
 import { fakeBatch, samplesToTensors } from "../../mlperf/bert/data/loader.ts";
 
 const { values } = parseArgs({ options: {
+  help: { type: "boolean" },
   batch: { type: "string", default: "2" }, seq: { type: "string", default: "128" }, preset: { type: "string", default: "large" },
   layers: { type: "string", default: "2" }, steps: { type: "string", default: "2" }, device: { type: "string", default: "CUDA" },
   reference: { type: "string", default: "CPU" }, float: { type: "string", default: "float16" },
 } });
+if (values.help) {
+  console.log("Usage: node validate.mjs [--batch 2] [--seq 128] [--preset large] [--layers 2] [--steps 2] [--device CUDA] [--reference CPU] [--float float16]");
+  process.exit(0);
+}
 const [batchSize, seq] = [Number(values.batch), Number(values.seq)];
 const config = { ...BERT_PRESETS[values.preset as BertPresetName], numHiddenLayers: Number(values.layers) };
 Device.DEFAULT = values.device;

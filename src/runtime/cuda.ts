@@ -21,8 +21,12 @@
 // - BEAM=n searches the loop options on the GPU (timed with events) as on the CPU; tensor-core kernels
 //   are not searched.
 //
-// Environment: TSGRAD_LIBCUDA / TSGRAD_LIBNVRTC (library paths), CUDA_BLOCK, TC, BEAM, DEBUG (>= 2 times
-// each kernel with events, >= 3 reports compiles), TSGRAD_CACHE (where cubins are cached, under cuda/).
+// - kernels launch on a stream of the device's own; a jitted function's replays launch as one CUDA graph
+//   (engine/jit.ts; CUDA_GRAPH=0 launches kernel by kernel).
+//
+// Environment: TSGRAD_LIBCUDA / TSGRAD_LIBNVRTC (library paths), CUDA_BLOCK, TC, BEAM, CUDA_GRAPH, DEBUG (>= 2
+// times each kernel with events, >= 3 reports compiles), TSGRAD_CACHE (where cubins are cached, under cuda/).
+// Without a GPU, test/cuda/emu is a CPU emulator both library paths can point at (tests, gpu-check --emulate).
 // On a GPU machine: bench/gpu-check.sh (op suite on CUDA, tensor-core checks, GEMMs and a BERT-large step
 // beside PyTorch).
 // Semantics match the JS reference as the C backend does, except that float32 exp2/log2/sin use CUDA's
