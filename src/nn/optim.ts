@@ -152,11 +152,13 @@ export class LAMB extends Optimizer {
   }
 }
 
-/** ||w|| / ||step||, or 1 where either norm is 0 (a zero-initialised bias, a zero update). */
+/**
+ * ||w|| / ||step||, or 1 where either norm is 0 (a zero-initialised bias, a zero update). Both norms are
+ * one reduce over the two stacked (one kernel, or two for a long tensor, instead of two or four a parameter).
+ */
 function trustRatio(w: Tensor, step: Tensor): Tensor {
-  const weightNorm = w.square().sum().sqrt();
-  const stepNorm = step.square().sum().sqrt();
-  return weightNorm.gt(0).where(stepNorm.gt(0).where(weightNorm.div(stepNorm), 1), 1);
+  const [weightNorm, stepNorm] = Tensor.stack([w.square().reshape([-1]), step.square().reshape([-1])]).sum({ axis: 1 }).sqrt().split(1);
+  return weightNorm!.gt(0).where(stepNorm!.gt(0).where(weightNorm!.div(stepNorm!), 1), 1).reshape([]);
 }
 
 /** AdamW (decoupled weight decay): LAMB without the trust ratio. */
