@@ -147,12 +147,11 @@ export class CudaDevice {
 
   /**
    * A workspace of at least `bytes` whose first `zeroedBytes` are zero (kernels leave them so). Grows by
-   * replacing the old one: launches run in stream order, so no kernel still reads the one freed.
+   * replacing the old one, which is kept, not freed: a recorded CUDA graph may still launch kernels on it.
    */
   workspace(bytes: number, zeroedBytes: number): number {
     const s = this.scratch;
     if (s && s.bytes >= bytes && s.zeroed >= zeroedBytes) return s.pointer;
-    if (s) this.allocator.free(s.pointer, s.bytes);
     const size = Math.max(bytes, s?.bytes ?? 0), zeroed = Math.max(zeroedBytes, s?.zeroed ?? 0);
     const pointer = this.allocator.alloc(size);
     this.activate();
