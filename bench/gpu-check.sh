@@ -28,8 +28,8 @@ cd "$root"
 small=${GPU_CHECK_SMALL:-0}
 if [ "${1:-}" = "--emulate" ]; then
   emu=$(mktemp -d "${TMPDIR:-/tmp}/tsgrad-gpu-check-emu-XXXXXX")
-  g++ -std=c++17 -O1 -shared -fPIC -U_FORTIFY_SOURCE -DTG_EMU_HEADER="\"$root/test/cuda/emu/cuda_emu.h\"" -o "$emu/libcuda_emu.so" test/cuda/emu/libcuda_emu.cc -ldl || { rm -rf "$emu"; exit 2; }
-  export TSGRAD_LIBCUDA="$emu/libcuda_emu.so" TSGRAD_LIBNVRTC="$emu/libcuda_emu.so" TG_EMU_CACHE="$emu/modules" GPU_CHECK_CACHE="$emu/cache"
+  library=$(npx tsx test/cuda/emu/build.ts "$emu") || { rm -rf "$emu"; exit 2; }
+  export TSGRAD_LIBCUDA="$library" TSGRAD_LIBNVRTC="$library" TG_EMU_CACHE="$emu/modules" GPU_CHECK_CACHE="$emu/cache"
   export PARTS=${PARTS:-ops,diag,gemm,bert,validate} OUT=${OUT:-$root/gpu-results-emulated}
   small=1
 fi
@@ -97,7 +97,7 @@ nvrtc=$( (ldconfig -p 2>/dev/null | awk '/libnvrtc\.so/ {print $NF}'; ls /usr/lo
   | grep -v builtins | grep 'libnvrtc\.so' | head -1)
 [ -z "${TSGRAD_LIBNVRTC:-}" ] && [ -n "$nvrtc" ] && export TSGRAD_LIBNVRTC="$nvrtc"
 # libcuda.so.1 where the dynamic loader does not look (some driver folders are not in its cache)
-if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1'; then
+if [ -z "${TSGRAD_LIBCUDA:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1'; then
   libcuda=$(ls /usr/lib/x86_64-linux-gnu/libcuda.so.1 /usr/lib64/libcuda.so.1 /usr/local/nvidia/lib64/libcuda.so.1 /usr/lib/wsl/lib/libcuda.so.1 2>/dev/null | head -1)
   [ -n "$libcuda" ] && export TSGRAD_LIBCUDA="$libcuda"
 fi

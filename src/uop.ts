@@ -190,7 +190,13 @@ function undoWidening(u: UOp, target: DType): UOp | undefined {
     const inner = undoWidening(u.src[0]!, target);
     return inner && UOp.make(u.op, target, [inner], u.arg, u.shape, u.device);
   }
-  const src = u.src[0];
-  const widened = u.op === "CAST" && src?.dtype === target && target.kind === "float" && u.dtype.kind === "float" && u.dtype.itemsize > target.itemsize;
-  return widened ? src : undefined;
+  return isWideningFloatCast(u) && u.src[0]!.dtype === target ? u.src[0] : undefined;
 }
+
+/** A cast from a float to a wider float (exact). */
+export const isWideningFloatCast = (n: UOp): boolean =>
+  n.op === "CAST" && n.dtype.kind === "float" && n.src[0]!.dtype.kind === "float" && n.dtype.itemsize > n.src[0]!.dtype.itemsize;
+
+/** A cast from a float to a narrower float (rounds). */
+export const isNarrowingFloatCast = (n: UOp): boolean =>
+  n.op === "CAST" && n.dtype.kind === "float" && n.src[0]!.dtype.kind === "float" && n.dtype.itemsize < n.src[0]!.dtype.itemsize;

@@ -37,6 +37,8 @@ function runImage(image: Uint8Array, fnName = "k"): number[] {
   d.check("cuCtxSynchronize", d.cuCtxSynchronize());
   const result = new Int32Array(2);
   d.check("cuMemcpyDtoH_v2", d.cuMemcpyDtoH_v2(result, output, 8));
+  device.allocator.free(input, 32);
+  device.allocator.free(output, 8);
   return Array.from(result);
 }
 

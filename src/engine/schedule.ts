@@ -8,7 +8,7 @@ import { Buffer } from "../device.ts";
 import { TsgradError, fmtShape } from "../helpers.ts";
 import { type KernelBuffer, type KernelIR } from "../codegen/ir.ts";
 import { type KernelSpec, lowerKernel } from "../codegen/lower.ts";
-import { MOVEMENT_OPS, type ReduceArg, UOp, isElementwise } from "../uop.ts";
+import { MOVEMENT_OPS, type ReduceArg, UOp, isElementwise, isNarrowingFloatCast, isWideningFloatCast } from "../uop.ts";
 
 export type ExecItem =
   | { readonly kind: "kernel"; readonly kernel: KernelIR; readonly buffers: Buffer[] }
@@ -151,11 +151,11 @@ function markRecomputedWork(stored: Set<UOp>, users: ReadonlyMap<UOp, number>): 
       if (seen.has(key)) return;
       seen.add(key);
       // a reduce, or a narrowing cast that is all its reduce's readers see (then stored in its place)
-      const reduce = n.op === "REDUCE" ? n : narrowingCast(n) ? soleReduceUnder(n, users, stored) : undefined;
+      const reduce = n.op === "REDUCE" ? n : isNarrowingFloatCast(n) ? soleReduceUnder(n, users, stored) : undefined;
       if (reduce && n !== root && (underExpand || inReduce)) return mark(n);
       // one matmul a kernel: a second one beside it (a gelu's input recomputed in its backward) is stored,
       // so that each can be tiled as a matmul (tensor cores) instead of both running as plain loops
-      if (reduce && !inReduce && !underExpand && isMatmul(reduce) && (n === reduce || n !== root)) {
+      if (reduce && !inReduce && !underExpand && isMatmul(reduce)) {
         if (matmuls > 0 && n !== root) return mark(n);
         if (n === reduce) matmuls++;
       }
@@ -177,8 +177,7 @@ function markRecomputedWork(stored: Set<UOp>, users: ReadonlyMap<UOp, number>): 
 
 /** A sum of products of two broadcast operands (through casts): a matmul. */
 function isMatmul(reduce: UOp): boolean {
-  let value = reduce.src[0]!;
-  while (value.op === "CAST") value = value.src[0]!;
+  const value = skipCasts(reduce.src[0]!);
   return (reduce.arg as ReduceArg).op === "ADD" && value.op === "MUL" && value.src.every((s) => skipCasts(s).op === "EXPAND");
 }
 const skipCasts = (n: UOp): UOp => (n.op === "CAST" ? skipCasts(n.src[0]!) : n);
@@ -188,17 +187,11 @@ const skipCasts = (n: UOp): UOp => (n.op === "CAST" ? skipCasts(n.src[0]!) : n);
  * is computed too (a 16-bit gradient entering a float32 accumulation): half the bytes, re-widened exactly by readers.
  */
 function narrowerSource(chain: UOp): UOp {
-  const src = chain.src[0];
-  const widening = chain.op === "CAST" && src !== undefined && chain.dtype.kind === "float" && src.dtype.kind === "float" && chain.dtype.itemsize > src.dtype.itemsize;
-  if (!widening) return chain;
+  if (!isWideningFloatCast(chain)) return chain;
   // through views: the narrow values are stored in their own layout, readers view and widen them
-  const inner = skipMovement(src);
+  const inner = skipMovement(chain.src[0]!);
   return !isLeaf(inner) && (isElementwise(inner.op) || inner.op === "REDUCE") ? inner : chain;
 }
-
-/** A cast from a float to a narrower float. */
-const narrowingCast = (n: UOp): boolean =>
-  n.op === "CAST" && n.dtype.kind === "float" && n.src[0]!.dtype.kind === "float" && n.dtype.itemsize < n.src[0]!.dtype.itemsize;
 
 /** The reduce `n` reads through reshapes only, when nothing else reads it or them (and it is not stored already). */
 function soleReduceUnder(n: UOp, users: ReadonlyMap<UOp, number>, stored: ReadonlySet<UOp>): UOp | undefined {

@@ -24,3 +24,18 @@ export const emulatorEnv = (library: string, dir: string): Record<string, string
   TSGRAD_CACHE: join(dir, "cache"),
   TG_EMU_CACHE: join(dir, "modules"),
 });
+
+// CLI (bench/gpu-check.sh --emulate): `npx tsx test/cuda/emu/build.ts DIR` builds into DIR and prints the library's path.
+if (process.argv[1] === import.meta.filename) {
+  const dir = process.argv[2];
+  if (!dir) {
+    console.error("usage: npx tsx test/cuda/emu/build.ts DIR");
+    process.exit(2);
+  }
+  const library = buildCudaEmulator(dir);
+  if (!library) {
+    console.error(`the CUDA emulator needs a C++ compiler (${process.env.TG_EMU_CXX || "g++"} not found)`);
+    process.exit(2);
+  }
+  console.log(library);
+}
