@@ -82,8 +82,10 @@ __device__ __forceinline__ void tg_cp_async16(void* dst, const void* src, int by
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(bytes));
 }
 __device__ __forceinline__ void tg_cp_async_commit() { asm volatile("cp.async.commit_group;"); }
-/* every committed group but the newest has landed (in this thread) */
-__device__ __forceinline__ void tg_cp_async_wait_one() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+/* every committed group but the newest N has landed (in this thread) */
+template <int N> __device__ __forceinline__ void tg_cp_async_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
+/* shared memory sized at launch (over 48 KB only after cuFuncSetAttribute) */
+#define TG_DYNAMIC_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
 #endif
 __device__ __forceinline__ float tg_b2f(unsigned short h) { return __uint_as_float((unsigned int)h << 16); }
 __device__ __forceinline__ unsigned short tg_f2b(float v) {
@@ -223,6 +225,8 @@ export interface RenderContext {
 export function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, ctx: RenderContext, top = false): void {
   const index = indexType(ctx.kernel);
   const vectors = vectorLoads(stmts, ctx.kernel);
+  // in group mode one thread stores each output: those stores stay scalar
+  const stores = top && ctx.group > 0 ? new Map<number, string[] | null>() : vectorStores(stmts, ctx.kernel);
   for (let n = 0; n < stmts.length; n++) {
     const s = stmts[n]!;
     switch (s.kind) {
@@ -258,6 +262,12 @@ export function renderBlock(stmts: readonly Stmt[], out: string[], indent: strin
         out.push(`${indent}${s.name} = ${accumulate(s.name, s.op, s.value, s.dtype, ctx)};`);
         break;
       case "store": {
+        const vector = stores.get(n);
+        if (vector === null) break; // stored by a later vector store
+        if (vector) {
+          out.push(...vector.map((line) => indent + line));
+          break;
+        }
         const line = `b${s.buf}[${idx(s.index)}] = ${toStorage(operand(s.value), s.dtype)};`;
         // in group mode every thread holds the combined value: one of them writes it
         out.push(`${indent}${top && ctx.group > 0 ? `if (threadIdx.x == 0) ${line}` : line}`);
@@ -414,7 +424,7 @@ function renderCast(x: string, from: DType, to: DType): string {
 /** Vector types by (storage type, lanes): what one aligned load of neighbouring elements reads. */
 const vectorTypes: Record<string, string> = {
   "float:2": "float2", "float:4": "float4", "int:2": "int2", "int:4": "int4", "unsigned int:2": "uint2", "unsigned int:4": "uint4",
-  "unsigned short:2": "ushort2", "unsigned short:4": "ushort4",
+  "unsigned short:2": "ushort2", "unsigned short:4": "ushort4", "unsigned char:2": "uchar2", "unsigned char:4": "uchar4",
 };
 const fields = ["x", "y", "z", "w"];
 
@@ -471,6 +481,50 @@ function vectorLoads(stmts: readonly Stmt[], kernel: KernelIR): Map<number, stri
         result.set(lane.position, null);
       });
       result.set(Math.min(...lanes.map((lane) => lane.position)), lines);
+    }
+  }
+  return result;
+}
+
+/**
+ * Stores of neighbouring elements (upcast lanes) whose first element is aligned become one vector store,
+ * at the last lane's position: statement position -> its lines, or null (stored there). Only when nothing
+ * between the lanes' stores reads the stored buffer or holds a loop.
+ */
+function vectorStores(stmts: readonly Stmt[], kernel: KernelIR): Map<number, string[] | null> {
+  const rows = new Map<string, Map<number, { position: number; value: Operand; index: Idx }>>();
+  stmts.forEach((s, position) => {
+    if (s.kind !== "store" || ![...varsOf(s.index)].every((v) => /^[ir]\d+$/.test(v))) return;
+    const { rest, offset } = splitConstant(s.index);
+    const key = `${s.buf}|${rest}`;
+    if (!rows.has(key)) rows.set(key, new Map());
+    rows.get(key)!.set(offset, { position, value: s.value, index: s.index });
+  });
+  const result = new Map<number, string[] | null>();
+  for (const [key, row] of rows) {
+    const buf = Number(key.split("|")[0]);
+    const dtype = kernel.buffers[buf]!.dtype;
+    const stored = storageType(dtype);
+    for (const [offset, base] of [...row].sort((x, y) => x[0] - y[0])) {
+      const lanesOf = (n: number) => Array.from({ length: n }, (_, l) => row.get(offset + l));
+      const between = (lanes: { position: number }[]) => {
+        const positions = lanes.map((l) => l.position);
+        return stmts.slice(Math.min(...positions), Math.max(...positions) + 1);
+      };
+      const fits = (n: number) => {
+        if (vectorTypes[`${stored}:${n}`] === undefined || offset % n !== 0 || !splitConstant(base.index).restAligned(n)) return false;
+        const lanes = lanesOf(n);
+        if (lanes.some((lane) => lane === undefined || result.has(lane.position))) return false;
+        return between(lanes as { position: number }[]).every((s) => s.kind !== "loop" && !(s.kind === "def" && s.expr.op === "LOAD" && s.expr.buf === buf));
+      };
+      const n = [4, 2].find(fits);
+      if (!n) continue;
+      const lanes = lanesOf(n) as { position: number; value: Operand }[];
+      const vtype = vectorTypes[`${stored}:${n}`]!;
+      const fieldsSet = lanes.map((lane, l) => `tg_st.${fields[l]} = ${toStorage(operand(lane.value), dtype)};`).join(" ");
+      const last = Math.max(...lanes.map((lane) => lane.position));
+      for (const lane of lanes) result.set(lane.position, null);
+      result.set(last, [`{ ${vtype} tg_st; ${fieldsSet} *(${vtype}*)(b${buf} + ${idx(base.index)}) = tg_st; }`]);
     }
   }
   return result;

@@ -1,13 +1,14 @@
 // Tensor-core matmul for CUDA: a kernel whose plain lowering is one float32 sum over k of products of two
 // float16 (or two bfloat16) factors, A at (m, k) and B at (n, k), is rendered as a tiled `mma.sync`
-// (m16n8k16, float32 accumulation) kernel. Tiles go through two shared-memory stages: a factor that is one
-// load with an affine index travels by cp.async, 16 bytes at a time along its unit stride (k or rows), and
-// reaches mma fragments by ldmatrix (transposed where stored k-major); a computed factor (a bias added
-// first) is evaluated per element through registers and rounded to 16 bits there, where the loop kernel
-// would keep it in float32. Few output tiles with a long k split k across blocks (split-K, partials through
+// (m16n8k16, float32 accumulation) kernel. A factor that is one load with an affine index travels by
+// cp.async, 16 bytes at a time along its unit stride (k or rows), and reaches mma fragments by ldmatrix
+// (transposed where stored k-major); when both do, k tiles pipeline through 2-4 stages of dynamic shared
+// memory. A computed factor (a bias added first) is evaluated per element through registers and rounded
+// to 16 bits there, where the loop kernel would keep it in float32, with two static stages. Few output tiles with a long k split k across blocks (split-K, partials through
 // a workspace). Whatever follows the reduce (casts, bias, activation) runs per output element on the
 // accumulators, as the plain kernel would. test/cuda/emulated.test.ts checks all of it on a CPU emulator.
 import type { KernelIR, Operand as Value, Stmt } from "../codegen/ir.ts";
+import { getenv } from "../helpers.ts";
 import { type Idx, varsOf } from "../shape/symbolic.ts";
 import { type CudaKernelSource, indexType, kernelParams, outputIndices, renderBlock, splitOutputLoops } from "./cuda.ts";
 
@@ -163,28 +164,56 @@ const BM = 128, BN = 128, BK = 32, THREADS = 256;
  * 8 different 16-byte bank groups (80- and 272-byte pitches), so fragment loads are conflict-free.
  */
 const PAD = 8;
+/** Bytes of one pipeline stage at most: both factors' tiles, row-major (k-major tiles take less). */
+const STAGE_BYTES = (BM + BN) * (BK + PAD) * 2;
 
 /** Whether 8 neighbours along `along` (unit stride) always start 16-byte aligned: one vector load reads them. */
 const vectorAlong = (af: Affine, along: Loop): boolean =>
   af.coef.get(along.var) === 1 && along.size % 8 === 0 && af.constant % 8 === 0
   && [...af.coef].every(([v, c]) => v === along.var || c % 8 === 0);
 
+/** The deepest pipeline tried: four k tiles in flight. */
+const MAX_STAGES = 4;
+/** Shared memory the driver keeps per block (1 KB on sm_80 and later). */
+const RESERVED_SHARED = 1024;
+
 /**
- * Renders the tensor-core kernel for a matched pattern. Two shared-memory stages: while the warps multiply
- * one, the next k tile travels into the other (cp.async for factors that are plain loads, registers for
- * computed ones). Fragments come from shared memory by ldmatrix (transposing where a tile is stored
- * k-major), then mma.sync accumulates in float32 registers.
+ * How many shared-memory stages tensor-core kernels whose factors both travel by cp.async pipeline: the
+ * most (2 to 4) with which two blocks still fit one multiprocessor's shared memory (an H100/H200's 228 KB:
+ * 4; a 4090's 100 KB: 2). `TC_STAGES` overrides. Unknown (0): the most.
  */
-export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: boolean): CudaKernelSource {
+export function tensorCoreStages(sharedPerMultiprocessor: number): number {
+  const forced = getenv("TC_STAGES", 0);
+  if (forced >= 2 && forced <= 8) return forced;
+  if (sharedPerMultiprocessor <= 0) return MAX_STAGES;
+  let stages = MAX_STAGES;
+  while (stages > 2 && 2 * (stages * STAGE_BYTES + RESERVED_SHARED) > sharedPerMultiprocessor) stages--;
+  return stages;
+}
+
+/**
+ * Renders the tensor-core kernel for a matched pattern. Fragments come from shared memory by ldmatrix
+ * (transposing where a tile is stored k-major), then mma.sync accumulates in float32 registers. Factors
+ * that both travel by cp.async pipeline `stages` k tiles through dynamic shared memory; a computed factor
+ * goes through registers, with two stages.
+ */
+export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: boolean, stages = MAX_STAGES): CudaKernelSource {
   const { kernel, m, n, k, batch } = p;
   const copyA = tileCopy("As", "ra", p.a, m, p, BM), copyB = tileCopy("Bs", "rb", p.b, n, p, BN);
   const batches = batch.reduce((s, l) => s * l.size, 1);
   const tiles = Math.ceil(n.size / BN) * Math.ceil(m.size / BM) * batches;
   const { splits, span } = splitK(tiles, k.size);
+  const pipelined = copyA.async && copyB.async;
+  const sharedBytes = pipelined ? stages * (copyA.stageBytes + copyB.stageBytes) : 0;
   const lines = [
     `extern "C" __global__ void __launch_bounds__(${THREADS}) ${fnName}(${kernelParams(kernel, restrict)}${splits > 1 ? ", unsigned* __restrict__ tg_ws" : ""}) {`,
-    `  __shared__ __align__(16) unsigned short As[2]${copyA.shape};`,
-    `  __shared__ __align__(16) unsigned short Bs[2]${copyB.shape};`,
+    ...(pipelined
+      ? [
+        `  TG_DYNAMIC_SHARED(tg_smem);`,
+        `  typedef unsigned short TileA${copyA.shape}; typedef unsigned short TileB${copyB.shape};`,
+        `  TileA* As = (TileA*)tg_smem; TileB* Bs = (TileB*)(tg_smem + ${stages * copyA.stageBytes});`,
+      ]
+      : [`  __shared__ __align__(16) unsigned short As[2]${copyA.shape};`, `  __shared__ __align__(16) unsigned short Bs[2]${copyB.shape};`]),
     `  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;`,
     `  const int wm = (warp >> 2) * 64, wn = (warp & 3) * 32;`,
     `  const int m0 = blockIdx.y * ${BM}, n0 = blockIdx.x * ${BN};`,
@@ -192,37 +221,8 @@ export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: boole
     // this block's share of k (all of it without a split)
     splits > 1 ? `  const int kBegin = ((int)blockIdx.z % ${splits}) * ${span}, kEnd = min(${k.size}, kBegin + ${span});` : `  const int kBegin = 0, kEnd = ${k.size};`,
     `  float c[4][4][4] = {};`,
-    `  ${copyA.registers} ${copyB.registers}`,
-    ...copyA.fetch("kBegin", "0"), ...copyB.fetch("kBegin", "0"), `  tg_cp_async_commit();`,
-    ...copyA.store("0"), ...copyB.store("0"),
-    `  for (int k0 = kBegin, stage = 0; k0 < kEnd; k0 += ${BK}, stage ^= 1) {`,
-    `    const bool more = k0 + ${BK} < kEnd;`,
-    `    if (more) {`,
-    ...copyA.fetch(`k0 + ${BK}`, "stage ^ 1"), ...copyB.fetch(`k0 + ${BK}`, "stage ^ 1"),
-    `    }`,
-    `    tg_cp_async_commit();`,
-    // every copy but the group just issued (the next tile's) has landed, in every thread
-    `    tg_cp_async_wait_one();`,
-    `    __syncthreads();`,
-    `    #pragma unroll`,
-    `    for (int kk = 0; kk < ${BK}; kk += 16) {`,
-    `      unsigned a[4][4], b[4][2];`,
-    `      #pragma unroll`,
-    `      for (int i = 0; i < 4; i++) ${copyA.fragmentA("a[i]", "wm + i * 16")}`,
-    `      #pragma unroll`,
-    `      for (int j = 0; j < 4; j += 2) ${copyB.fragmentB("b[j]", "b[j + 1]", "wn + j * 8")}`,
-    `      #pragma unroll`,
-    `      for (int i = 0; i < 4; i++)`,
-    `        #pragma unroll`,
-    `        for (int j = 0; j < 4; j++)`,
-    `          tg_mma_${p.input}(c[i][j], a[i], b[j]);`,
-    `    }`,
-    // the other stage was last read before the previous barrier: computed tiles can go there now
-    `    if (more) {`,
-    ...copyA.store("stage ^ 1"), ...copyB.store("stage ^ 1"),
-    `    }`,
-    `    __syncthreads();`,
-    `  }`,
+    ...(pipelined ? pipelinedLoop(copyA, copyB, stages) : registerLoop(copyA, copyB)).flatMap((line) =>
+      line === MULTIPLY ? multiplyStage(copyA, copyB, p.input) : [line]),
     ...(splits > 1 ? combineSplits(splits, tiles) : []),
     // accumulator e of tile (i, j) is row g (+8 for e >= 2), columns 2t and 2t+1
     `  #pragma unroll`,
@@ -240,10 +240,90 @@ export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: boole
   return {
     code: lines.join("\n"),
     launch: {
-      grid: [Math.ceil(n.size / BN), Math.ceil(m.size / BM), batches * splits], block: [THREADS, 1, 1], sharedBytes: 0,
+      grid: [Math.ceil(n.size / BN), Math.ceil(m.size / BM), batches * splits], block: [THREADS, 1, 1], sharedBytes,
       ...(splits > 1 ? { workspace: { bytes: counterBytes(tiles) + tiles * splits * BM * BN * 4, zeroedBytes: counterBytes(tiles) } } : {}),
     },
   };
+}
+
+/** Where the k loop multiplies the current stage's tiles (multiplyStage's lines). */
+const MULTIPLY = "<multiply>";
+
+/** The warps' products of one stage: per 16 of k, fragments by ldmatrix, then 4 x 4 mma tiles per warp. */
+function multiplyStage(copyA: TileCopy, copyB: TileCopy, input: "f16" | "bf16"): string[] {
+  return [
+    `    #pragma unroll`,
+    `    for (int kk = 0; kk < ${BK}; kk += 16) {`,
+    `      unsigned a[4][4], b[4][2];`,
+    `      #pragma unroll`,
+    `      for (int i = 0; i < 4; i++) ${copyA.fragmentA("a[i]", "wm + i * 16")}`,
+    `      #pragma unroll`,
+    `      for (int j = 0; j < 4; j += 2) ${copyB.fragmentB("b[j]", "b[j + 1]", "wn + j * 8")}`,
+    `      #pragma unroll`,
+    `      for (int i = 0; i < 4; i++)`,
+    `        #pragma unroll`,
+    `        for (int j = 0; j < 4; j++)`,
+    `          tg_mma_${input}(c[i][j], a[i], b[j]);`,
+    `    }`,
+  ];
+}
+
+/**
+ * The k loop when both factors travel by cp.async: `stages` - 1 tiles in flight while the warps multiply
+ * one. One barrier a step both publishes the landed tile and frees the stage multiplied the step before,
+ * which the next fetch then fills.
+ */
+function pipelinedLoop(copyA: TileCopy, copyB: TileCopy, stages: number): string[] {
+  return [
+    `  #pragma unroll`,
+    `  for (int s = 0; s < ${stages - 1}; s++) {`,
+    `    if (kBegin + s * ${BK} < kEnd) {`,
+    ...copyA.fetch(`kBegin + s * ${BK}`, "s"), ...copyB.fetch(`kBegin + s * ${BK}`, "s"),
+    `    }`,
+    // a group per tile, empty past the end, so that the count of groups still in flight stays exact
+    `    tg_cp_async_commit();`,
+    `  }`,
+    `  for (int k0 = kBegin, stage = 0; k0 < kEnd; k0 += ${BK}, stage = stage == ${stages - 1} ? 0 : stage + 1) {`,
+    // this tile's group has landed in this thread; after the barrier, in every thread, and every warp is
+    // done with the stage multiplied last step
+    `    tg_cp_async_wait<${stages - 2}>();`,
+    `    __syncthreads();`,
+    `    if (k0 + ${(stages - 1) * BK} < kEnd) {`,
+    `      const int next = stage == 0 ? ${stages - 1} : stage - 1;`,
+    ...copyA.fetch(`k0 + ${(stages - 1) * BK}`, "next"), ...copyB.fetch(`k0 + ${(stages - 1) * BK}`, "next"),
+    `    }`,
+    `    tg_cp_async_commit();`,
+    MULTIPLY,
+    `  }`,
+  ];
+}
+
+/**
+ * The k loop when a factor goes through registers (computed factors): two stages; the next tile's loads
+ * are issued before the multiply and stored into the other stage after it.
+ */
+function registerLoop(copyA: TileCopy, copyB: TileCopy): string[] {
+  return [
+    `  ${copyA.registers} ${copyB.registers}`,
+    ...copyA.fetch("kBegin", "0"), ...copyB.fetch("kBegin", "0"), `  tg_cp_async_commit();`,
+    ...copyA.store("0"), ...copyB.store("0"),
+    `  for (int k0 = kBegin, stage = 0; k0 < kEnd; k0 += ${BK}, stage ^= 1) {`,
+    `    const bool more = k0 + ${BK} < kEnd;`,
+    `    if (more) {`,
+    ...copyA.fetch(`k0 + ${BK}`, "stage ^ 1"), ...copyB.fetch(`k0 + ${BK}`, "stage ^ 1"),
+    `    }`,
+    `    tg_cp_async_commit();`,
+    // every copy but the group just issued (the next tile's) has landed, in every thread
+    `    tg_cp_async_wait<1>();`,
+    `    __syncthreads();`,
+    MULTIPLY,
+    // the other stage was last read before the previous barrier: computed tiles can go there now
+    `    if (more) {`,
+    ...copyA.store("stage ^ 1"), ...copyB.store("stage ^ 1"),
+    `    }`,
+    `    __syncthreads();`,
+    `  }`,
+  ];
 }
 
 /** Blocks that keep every multiprocessor of a big GPU (132 on an H100/H200, 128 on a 4090) busy about twice over. */
@@ -305,6 +385,10 @@ function combineSplits(splits: number, tiles: number): string[] {
 interface TileCopy {
   /** The shared array's dimensions after the stage, e.g. "[128][40]". */
   readonly shape: string;
+  /** Bytes of one stage. */
+  readonly stageBytes: number;
+  /** Whether the tile travels by cp.async alone (no registers). */
+  readonly async: boolean;
   readonly registers: string;
   fetch(k0: string, stage: string): string[];
   store(stage: string): string[];
@@ -351,7 +435,7 @@ function tileCopy(tile: string, regs: string, o: Operand, row: Loop, p: MatmulPa
   const scalars = (rows * BK) / THREADS, chunks = scalars / 8;
   // [row][k] fragments: lanes 0-15 address rows at k, lanes 16-31 the same rows at k + 8
   const rowMajor = {
-    shape: `[${rows}][${BK + PAD}]`,
+    shape: `[${rows}][${BK + PAD}]`, stageBytes: rows * (BK + PAD) * 2,
     fragmentA: (r: string, row0: string) => `tg_ldsm_x4(${r}, &${tile}[stage][${row0} + (lane & 15)][kk + (lane >> 4) * 8]);`,
     fragmentB: (first: string, second: string, col0: string) =>
       `{ unsigned q[4]; tg_ldsm_x4(q, &${tile}[stage][${col0} + (lane & 7) + (lane >> 4) * 8][kk + ((lane >> 3) & 1) * 8]); ${first}[0] = q[0]; ${first}[1] = q[1]; ${second}[0] = q[2]; ${second}[1] = q[3]; }`,
@@ -364,14 +448,14 @@ function tileCopy(tile: string, regs: string, o: Operand, row: Loop, p: MatmulPa
     const copy = (stage: string, index: string) => `      tg_cp_async16(&${tile}[${stage}]${index}, ${inside} ? ${address} : b${o.load!.buf}, ${inside} ? 16 : 0);`;
     if (path === "cp.async, k contiguous") {
       return {
-        ...rowMajor, registers: "",
+        ...rowMajor, registers: "", async: true,
         fetch: (k0, stage) => each(chunks, `r = e / ${BK / 8}, kk = (e % ${BK / 8}) * 8, gr = ${start} + r, gk = ${k0} + kk`, [copy(stage, "[r][kk]")]),
         store: () => [],
       };
     }
     // k-major: [k][row]; ldmatrix.trans hands each lane the (row, k) pairs mma wants
     return {
-      shape: `[${BK}][${rows + PAD}]`, registers: "",
+      shape: `[${BK}][${rows + PAD}]`, stageBytes: BK * (rows + PAD) * 2, registers: "", async: true,
       fetch: (k0, stage) => each(chunks, `kk = e / ${rows / 8}, r = (e % ${rows / 8}) * 8, gr = ${start} + r, gk = ${k0} + kk`, [copy(stage, "[kk][r]")]),
       store: () => [],
       fragmentA: (r, row0) => `tg_ldsm_x4_trans(${r}, &${tile}[stage][kk + (lane & 7) + (lane >> 4) * 8][${row0} + ((lane >> 3) & 1) * 8]);`,
@@ -388,7 +472,7 @@ function tileCopy(tile: string, regs: string, o: Operand, row: Loop, p: MatmulPa
   renderBlock(o.defs, body, "        ", { kernel: p.kernel, products: new Map(), group: 0 });
   body.push(`        ${regs}[j] = ${p.input === "f16" ? "tg_f2h" : "tg_f2b"}(${o.defs[o.defs.length - 1]!.name});`, `      }`);
   return {
-    ...rowMajor,
+    ...rowMajor, async: false,
     registers: `unsigned short ${regs}[${scalars}];`,
     fetch: (k0) => each(scalars, `${index}, gr = ${start} + r, gk = ${k0} + kk`, body),
     store: (stage) => each(scalars, index, [`      ${tile}[${stage}][r][kk] = ${regs}[j];`]),

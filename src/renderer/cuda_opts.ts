@@ -3,10 +3,11 @@
 // tiles (up to 128 lanes) starve a GPU of threads; here a reduce with many outputs gets at most 4 x 4
 // lanes and only while 2^16 threads remain, and reduces with few outputs stay plain for group mode.
 import { getenv } from "../helpers.ts";
-import type { KernelIR } from "../codegen/ir.ts";
+import type { KernelIR, Stmt } from "../codegen/ir.ts";
 import { kernelSpecOf, lowerKernel } from "../codegen/lower.ts";
 import { NO_OPTS, type Upcast } from "../codegen/opts.ts";
-import { axisFacts } from "../codegen/heuristics.ts";
+import { axisFacts, countStmts } from "../codegen/heuristics.ts";
+import type { Idx } from "../shape/symbolic.ts";
 import { mergeNestedLoops } from "../codegen/merge_loops.ts";
 import { type CudaKernelSource, groupSize, renderCuda, splitOutputLoops } from "./cuda.ts";
 import { type MatmulPattern, matchMatmul, renderMatmulTC, worthTensorCores } from "./cuda_matmul.ts";
@@ -16,23 +17,66 @@ export type CudaForm =
   | { readonly kind: "tensorCores"; readonly pattern: MatmulPattern }
   | { readonly kind: "loops"; readonly kernel: KernelIR };
 
+/** Reduce steps each thread of a group takes at once (neighbours: one vector load). */
+const GROUP_UNROLL = 4;
+
 /** Threads that must remain after upcasting for the GPU to stay busy. */
 const MIN_THREADS = 1 << 16;
 
 /** The form of `kernel` on CUDA. Kernels without a spec (hand-made IR) keep their loops as they are. */
 export function cudaForm(kernel: KernelIR): CudaForm {
   const spec = kernelSpecOf(kernel);
-  const plain = mergeNestedLoops(spec ? lowerKernel(spec, NO_OPTS) : kernel);
+  const unmerged = spec ? lowerKernel(spec, NO_OPTS) : kernel;
+  const plain = mergeNestedLoops(unmerged);
   if (getenv("TC", 1) !== 0) {
     const pattern = matchMatmul(plain);
     if (pattern && worthTensorCores(pattern)) return { kind: "tensorCores", pattern };
   }
   if (!spec) return { kind: "loops", kernel };
-  return { kind: "loops", kernel: mergeNestedLoops(lowerKernel(spec, { ...NO_OPTS, upcast: gpuUpcasts(plain) })) };
+  if (groupSize(plain) > 0 && readsAlongReduce(plain)) {
+    // a group's threads each take 4 neighbours a step: aligned, they load as one vector
+    const unrolled = mergeNestedLoops(lowerKernel(spec, { ...NO_OPTS, unroll: GROUP_UNROLL }));
+    if (groupSize(unrolled) > 0 && countStmts(unrolled.body) <= ELEMENTWISE_BUDGET) return { kind: "loops", kernel: unrolled };
+  }
+  return { kind: "loops", kernel: mergeNestedLoops(lowerKernel(spec, { ...NO_OPTS, upcast: gpuUpcasts(plain, unmerged) })) };
 }
 
+/** Statements an elementwise kernel's upcast copies may add up to (registers and compile time). */
+const ELEMENTWISE_BUDGET = 1024;
+
+/**
+ * Vector lanes for elementwise kernels: 4 (or 2) neighbours along the innermost output axis that the store
+ * steps along by one, so that each thread stores (and loads, where its inputs are contiguous there too) one
+ * 8- or 16-byte vector instead of several 2- or 4-byte scalars, while 2^16 threads remain.
+ */
+function elementwiseUpcast(plain: KernelIR): Upcast[] {
+  const { loops, body } = splitOutputLoops(plain);
+  const store = body.length > 0 && body.every((s) => s.kind !== "loop") ? body.find((s) => s.kind === "store") : undefined;
+  if (store?.kind !== "store") return [];
+  const threads = loops.reduce((n, l) => n * l.size, 1);
+  for (let axis = plain.outputShape.length - 1; axis >= 0; axis--) {
+    const size = plain.outputShape[axis]!;
+    if (size === 1) continue;
+    if (!unitTerm(store.index, `i${axis}`)) return [];
+    const amount = [4, 2].find((n) => size % n === 0 && threads / n >= MIN_THREADS && n * countStmts(body) <= ELEMENTWISE_BUDGET);
+    return amount ? [{ axis, amount }] : [];
+  }
+  return [];
+}
+
+/** Whether some load inside the reduce loops steps by one element along its loop (neighbours a vector could load). */
+function readsAlongReduce(plain: KernelIR): boolean {
+  const along = (stmts: readonly Stmt[], loopVar?: string): boolean => stmts.some((s) =>
+    s.kind === "loop" ? along(s.body, s.var) : s.kind === "def" && s.expr.op === "LOAD" && loopVar !== undefined && unitTerm(s.expr.index, loopVar));
+  return along(splitOutputLoops(plain).body);
+}
+
+const unitTerm = (e: Idx, name: string): boolean =>
+  e.kind === "var" ? e.name === name : e.kind === "sum" && e.terms.some((t) => t.kind === "var" && t.name === name);
+
 /** Register tiles for reduces with many outputs: the axes whose loads are shared or contiguous, 4 (or 2) lanes each. */
-function gpuUpcasts(plain: KernelIR): Upcast[] {
+function gpuUpcasts(plain: KernelIR, unmerged: KernelIR): Upcast[] {
+  if (plain.name.startsWith("E")) return elementwiseUpcast(unmerged);
   if (!plain.name.startsWith("r") || groupSize(plain) > 0) return [];
   let threads = splitOutputLoops(plain).loops.reduce((n, l) => n * l.size, 1);
   const ranked = axisFacts(plain)
@@ -48,7 +92,7 @@ function gpuUpcasts(plain: KernelIR): Upcast[] {
   return upcast;
 }
 
-/** Renders a form as the kernel `fnName`. */
-export function renderCudaForm(form: CudaForm, fnName: string, restrict: boolean): CudaKernelSource {
-  return form.kind === "tensorCores" ? renderMatmulTC(form.pattern, fnName, restrict) : renderCuda(form.kernel, fnName, { restrict });
+/** Renders a form as the kernel `fnName`; `tcStages`: the tensor-core pipeline's depth (tensorCoreStages). */
+export function renderCudaForm(form: CudaForm, fnName: string, restrict: boolean, tcStages?: number): CudaKernelSource {
+  return form.kind === "tensorCores" ? renderMatmulTC(form.pattern, fnName, restrict, tcStages) : renderCuda(form.kernel, fnName, { restrict });
 }

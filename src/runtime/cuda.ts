@@ -13,18 +13,21 @@
 //   mode: one block per output, its threads split the reduce loop and combine with warp shuffles;
 // - reduces with many outputs get small register tiles (up to 4 x 4 upcast lanes), aligned neighbouring
 //   loads become float4/ushort4 loads;
+// - big elementwise kernels take 4 (or 2) neighbours a thread along the axis their store steps along:
+//   aligned loads and the store become vectors (8 bytes for 16-bit floats, 16 for float32);
 // - a float32 sum of products of two float16 (or bfloat16) factors, whatever follows it, becomes a
-//   tensor-core kernel (mma.sync m16n8k16, 128 x 128 x 32 tiles through two shared-memory stages filled
-//   by cp.async, fragments by ldmatrix, split-K for few tiles and a long k, with a device workspace); a
-//   factor computed from loads (a bias added first) is evaluated while staging, rounded to 16 bits; TC=0
-//   turns tensor cores off;
+//   tensor-core kernel (mma.sync m16n8k16, 128 x 128 x 32 tiles, fragments by ldmatrix, split-K for few
+//   tiles and a long k, with a device workspace). Factors that are plain loads travel by cp.async through
+//   a pipeline of 2-4 stages in dynamic shared memory (as deep as two blocks a multiprocessor allow: 4 on
+//   an H100/H200, 2 on a 4090; TC_STAGES sets it); a factor computed from loads (a bias added first) is
+//   evaluated while staging, rounded to 16 bits, through two stages; TC=0 turns tensor cores off;
 // - BEAM=n searches the loop options on the GPU (timed with events) as on the CPU; tensor-core kernels
 //   are not searched.
 //
 // - kernels launch on a stream of the device's own; a jitted function's replays launch as one CUDA graph
 //   (engine/jit.ts; CUDA_GRAPH=0 launches kernel by kernel).
 //
-// Environment: TSGRAD_LIBCUDA / TSGRAD_LIBNVRTC (library paths), CUDA_BLOCK, TC, BEAM, CUDA_GRAPH, DEBUG (>= 2
+// Environment: TSGRAD_LIBCUDA / TSGRAD_LIBNVRTC (library paths), CUDA_BLOCK, TC, TC_STAGES, BEAM, CUDA_GRAPH, DEBUG (>= 2
 // times each kernel with events, >= 3 reports compiles), TSGRAD_CACHE (where cubins are cached, under cuda/).
 // Without a GPU, test/cuda/emu is a CPU emulator both library paths can point at (tests, gpu-check --emulate).
 // On a GPU machine: bench/gpu-check.sh (op suite on CUDA, tensor-core checks, GEMMs and a BERT-large step
@@ -37,6 +40,7 @@ import { debugLevel, getenv } from "../helpers.ts";
 import { beamSearch } from "../engine/search.ts";
 import { CUDA_PRELUDE, type CudaLaunch } from "../renderer/cuda.ts";
 import { type CudaForm, cudaForm, renderCudaForm } from "../renderer/cuda_opts.ts";
+import { tensorCoreStages } from "../renderer/cuda_matmul.ts";
 import { CachingAllocator } from "./cuda_allocator.ts";
 import { compileCuda } from "./cuda_compile.ts";
 import { ATTRIBUTE, type CudaDriver, CudaError, type Handle, cudaDriver, loadCudaDriver, out } from "./cuda_driver.ts";
@@ -70,6 +74,8 @@ export class CudaDevice {
   readonly context: Handle;
   /** The compile target, e.g. "sm_90". */
   readonly arch: string;
+  /** Shared-memory stages of the tensor-core pipeline that fit this GPU (two blocks a multiprocessor). */
+  readonly tcStages: number;
   readonly allocator: CachingAllocator;
   private readonly peers = new Set<number>();
   /**
@@ -89,13 +95,14 @@ export class CudaDevice {
     const major = out<number>(this.driver, "cuDeviceGetAttribute", ATTRIBUTE.computeCapabilityMajor, device);
     const minor = out<number>(this.driver, "cuDeviceGetAttribute", ATTRIBUTE.computeCapabilityMinor, device);
     this.arch = `sm_${major}${minor}`;
+    this.tcStages = tensorCoreStages(out<number>(this.driver, "cuDeviceGetAttribute", ATTRIBUTE.maxSharedMemoryPerMultiprocessor, device));
     const d = this.driver;
     this.allocator = new CachingAllocator(
       (bytes) => (this.activate(), out<number>(d, "cuMemAlloc_v2", bytes)),
       (pointer) => (this.activate(), d.check("cuMemFree_v2", d.cuMemFree_v2(pointer))),
       (e) => e instanceof CudaError && e.message.includes("CUDA_ERROR_OUT_OF_MEMORY"),
     );
-    if (debugLevel() >= 1) console.error(`tsgrad: CUDA:${index} ${this.arch}`);
+    if (debugLevel() >= 1) console.error(`tsgrad: CUDA:${index} ${this.arch}, tensor-core pipeline ${this.tcStages} stages`);
   }
 
   /** Makes this device's context the thread's current one (the driver's calls act on it). */
@@ -231,7 +238,7 @@ export class CudaProgram implements Program {
  * batch). Kernels whose code is the same (a model's layers) are compiled once and share a function.
  */
 function compileTogether(device: CudaDevice, programs: readonly CudaProgram[], restrict: boolean): void {
-  const rendered = programs.map((p) => renderCudaForm(p.chosenForm(), "tg_kernel", restrict));
+  const rendered = programs.map((p) => renderCudaForm(p.chosenForm(), "tg_kernel", restrict, device.tcStages));
   const firstOf = new Map<string, number>();
   rendered.forEach((r, i) => firstOf.has(r.code) || firstOf.set(r.code, i));
   const unique = [...firstOf.keys()];
@@ -240,6 +247,7 @@ function compileTogether(device: CudaDevice, programs: readonly CudaProgram[], r
   const what = programs.length === 1 ? programs[0]!.kernel.name : `${unique.length} kernels (${programs[0]!.kernel.name}, ...)`;
   const fns = loadFunctions(device, source, names, what);
   const fnOf = new Map(unique.map((code, u) => [code, fns[u]!]));
+  rendered.forEach((r, i) => allowSharedMemory(device, fnOf.get(r.code)!, r.launch, programs[i]!.kernel.name));
   programs.forEach((p, i) => {
     p.loaded.set(restrict, { fn: fnOf.get(rendered[i]!.code)!, launch: rendered[i]!.launch });
     if (restrict) pending.delete(p);
@@ -252,6 +260,18 @@ function loadFunctions(device: CudaDevice, source: string, names: readonly strin
   device.activate();
   const module = out<Handle>(device.driver, "cuModuleLoadData", cubin);
   return names.map((name) => out<Handle>(device.driver, "cuModuleGetFunction", module, name));
+}
+
+/** The shared memory a block may take without asking (more needs the function's attribute raised). */
+const STATIC_SHARED_LIMIT = 48 << 10;
+/** CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
+const MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
+
+/** Lets `fn` launch with more than 48 KB of dynamic shared memory, where its launch asks for that. */
+function allowSharedMemory(device: CudaDevice, fn: Handle, launch: CudaLaunch, name: string): void {
+  if (launch.sharedBytes <= STATIC_SHARED_LIMIT) return;
+  const d = device.driver;
+  d.check("cuFuncSetAttribute", d.cuFuncSetAttribute(fn, MAX_DYNAMIC_SHARED_SIZE_BYTES, launch.sharedBytes), `${name}: ${launch.sharedBytes} bytes of shared memory`);
 }
 
 /** Launches on the default stream; with `events`, waits and returns the kernel's seconds. */

@@ -14,7 +14,7 @@ export type Handle = bigint;
 type Fn = (...args: unknown[]) => number;
 
 /** Device attributes used here (CUdevice_attribute values). */
-export const ATTRIBUTE = { computeCapabilityMajor: 75, computeCapabilityMinor: 76, multiprocessorCount: 16 } as const;
+export const ATTRIBUTE = { computeCapabilityMajor: 75, computeCapabilityMinor: 76, multiprocessorCount: 16, maxSharedMemoryPerMultiprocessor: 81 } as const;
 
 const SIGNATURES = [
   "int cuInit(unsigned int flags)",
@@ -37,6 +37,7 @@ const SIGNATURES = [
   "int cuMemcpyPeer(uint64_t dst, void *dstContext, uint64_t src, void *srcContext, size_t bytes)",
   "int cuModuleLoadData(_Out_ void **module, const void *image)",
   "int cuModuleGetFunction(_Out_ void **function, void *module, const char *name)",
+  "int cuFuncSetAttribute(void *function, int attribute, int value)",
   "int cuLaunchKernel(void *function, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by, unsigned int bz, unsigned int sharedBytes, void *stream, void **params, void **extra)",
   "int cuEventCreate(_Out_ void **event, unsigned int flags)",
   "int cuEventRecord(void *event, void *stream)",

@@ -19,6 +19,9 @@ const { cudaForm, renderCudaForm } = await import("../../src/renderer/cuda_opts.
 const { groupSize } = await import("../../src/renderer/cuda.ts");
 type T = InstanceType<typeof Tensor>;
 
+/** Whether a kernel's CUDA form stores vectors (several upcast lanes at once). */
+const vectorStores = (kernel: Parameters<typeof cudaForm>[0]): boolean => renderCudaForm(cudaForm(kernel), "k", true).code.includes("tg_st;");
+
 /** Runs `build` on CUDA and on JS from the same random inputs: the largest |cuda - js| / (1 + |js|), and the forms of the CUDA kernels. */
 function compare(shapes: number[][], dtype: (typeof dtypes)[keyof typeof dtypes], build: (...xs: T[]) => T): { error: number; forms: string[] } {
   const inputs = shapes.map((shape) => Tensor.rand(shape, { device: "JS" }).sub(0.5).cast(dtype).realize());
@@ -27,7 +30,7 @@ function compare(shapes: number[][], dtype: (typeof dtypes)[keyof typeof dtypes]
   const forms = items.flatMap((item) => {
     if (item.kind !== "kernel") return [];
     const form = cudaForm(item.kernel);
-    if (form.kind !== "tensorCores") return [groupSize(form.kernel) > 0 ? "group" : "loops"];
+    if (form.kind !== "tensorCores") return [groupSize(form.kernel) > 0 ? "group" : vectorStores(item.kernel) ? "loops, vector stores" : "loops"];
     return [renderCudaForm(form, "k", true).launch.workspace ? "tensor cores, split k" : "tensor cores"];
   });
   assert.equal(result.length, js.length);
@@ -60,6 +63,18 @@ if (library) {
       assert.ok(error <= (dtype === "bfloat16" ? 2e-2 : 4e-3), `max relative error ${error}`);
     });
   }
+
+  // the device picks 4 stages here (an H100's shared memory); a 4090 gets 2, TC_STAGES any
+  test("the pipelined tensor-core kernels are right at 2 and 3 stages as well", { skip: process.env.TC_STAGES ? "runs inside itself" : false }, () => {
+    for (const stages of ["2", "3"]) {
+      const { NODE_TEST_CONTEXT: _, ...env } = process.env;
+      const run = spawnSync(process.execPath, ["--import", "tsx", "--test", "--test-reporter=spec", "--test-name-pattern=aligned|along k|k split across blocks", import.meta.filename], {
+        env: { ...env, TC_STAGES: stages }, encoding: "utf8",
+      });
+      assert.equal(run.status, 0, `${stages} stages:\n${run.stdout.slice(-3000)}\n${run.stderr.slice(-2000)}`);
+      assert.match(run.stdout, /ℹ pass 4/, `${stages} stages: not the 4 pipelined cases\n${run.stdout.slice(-2000)}`);
+    }
+  });
 
   test("a split-k matmul gives the same result launch after launch (each leaves its tile counters at zero)", () => {
     const [a, b] = [Tensor.rand([1000, 136], { device: "CUDA" }).cast(dtypes.float16), Tensor.rand([1000, 200], { device: "CUDA" }).cast(dtypes.float16)].map((t) => t.realize());
@@ -110,6 +125,35 @@ if (library) {
     assert.deepEqual(outs, plain);
     // call 1 runs, call 2 captures, calls 3 and 4 replay the graph
     assert.equal(graphLaunches() - before, 2);
+  });
+
+  // big enough that each thread takes 4 (or 2) neighbours: vector loads and stores
+  const vectorCases: [string, number[][], "float16" | "float32", (...xs: T[]) => T][] = [
+    ["float16, a broadcast bias and row scale", [[512, 1024], [1024], [512, 1]], "float16", (a, bias, scale) => a.add(bias).mul(scale).relu()],
+    ["float32, 2 lanes where 4 do not divide", [[2, 1024, 130], [130]], "float32", (a, b) => a.exp().add(b)],
+    ["a bool output, then read back as a vector", [[512, 1024]], "float16", (a) => a.gt(0).realize().where(a, a.neg())],
+    ["a transposed copy (scalar loads, vector stores)", [[1024, 512]], "float16", (a) => a.T.contiguous()],
+  ];
+  for (const [name, shapes, dtype, build] of vectorCases) {
+    test(`vectorised elementwise kernels match the JS device: ${name}`, () => {
+      const { error, forms } = compare(shapes, dtypes[dtype], build);
+      assert.ok(forms.includes("loops, vector stores"), `no vector stores: ${forms.join(", ")}`);
+      assert.ok(error <= 1e-6, `max relative error ${error}`);
+    });
+  }
+
+  test("an in-place update with vector lanes (the output is an input) matches the JS device", () => {
+    const init = Array.from(Tensor.rand([512 * 1024], { device: "JS" }).toArray() as Float32Array);
+    const x = Tensor.rand([512, 1024], { device: "JS" }).realize();
+    const update = (device: string) => {
+      const w = new Tensor(init, { device }).reshape([512, 1024]).contiguous().realize();
+      w.assign(w.mul(0.5).add(x.to(device))).realize();
+      return Array.from(w.toArray() as Float32Array);
+    };
+    const js = update("JS");
+    const { result, items } = recordItems(() => update("CUDA"));
+    assert.ok(items.some((item) => item.kind === "kernel" && vectorStores(item.kernel)), "no vector stores");
+    assert.deepEqual(result, js);
   });
 
   test("group reduces (a block per row, warp shuffles) match the JS device", () => {

@@ -8,6 +8,7 @@ import type { DType } from "../../src/dtype.ts";
 import type { KernelIR } from "../../src/codegen/ir.ts";
 import { recordItems } from "../../src/engine/realize.ts";
 import { groupSize } from "../../src/renderer/cuda.ts";
+import { tensorCoreStages } from "../../src/renderer/cuda_matmul.ts";
 import { type CudaForm, cudaForm, renderCudaForm } from "../../src/renderer/cuda_opts.ts";
 import { findNvcc } from "../../src/runtime/cuda_compile.ts";
 import { compileKernels } from "./nvcc.ts";
@@ -29,6 +30,8 @@ const forms = {
   halfAdd: lastForm([rand([1000], dtypes.float16), rand([1000], dtypes.float16)], (a, b) => a.add(b)),
   mulAdd: lastForm([rand([1000]), rand([1000]), rand([1000])], (a, b, c) => a.mul(b).add(c)),
   floatMatmul: lastForm([rand([1024, 256]), rand([256, 1024])], (a, b) => a.matmul(b)),
+  halfBiasRelu: lastForm([rand([512, 1024], dtypes.float16), rand([1024], dtypes.float16)], (a, b) => a.add(b).relu()),
+  boolMask: lastForm([rand([512, 1024])], (a) => a.gt(0.5)),
   biasedMatmul: lastForm([rand([2, 128, 64], dtypes.float16), rand([64], dtypes.float16)], (x, bias) => {
     const q = x.add(bias);
     return q.matmul(q.transpose(-1, -2));
@@ -39,6 +42,22 @@ test("a float16 matmul runs on tensor cores, 128 x 128 output tiles a block", ()
   assert.equal(forms.halfMatmul.kind, "tensorCores");
   // 6 tiles for 100+ multiprocessors: k (16 steps of 32) is split in two, each half a block
   assert.deepEqual(renderCudaForm(forms.halfMatmul, "k", true).launch.grid, [3, 2, 2]);
+});
+
+test("tensor-core factors that both travel by cp.async pipeline k tiles through dynamic shared memory, as deep as two blocks a multiprocessor allow", () => {
+  // an H100/H200 (228 KB a multiprocessor): 4 stages; an A100 (164 KB): 4; a 4090 (100 KB): 2
+  assert.deepEqual([233472, 167936, 102400].map(tensorCoreStages), [4, 4, 2]);
+  for (const stages of [2, 3, 4]) {
+    const { launch, code } = renderCudaForm(forms.halfMatmul, "k", true, stages);
+    // per stage: A as [128 rows][32 k + 8] halves, B (rows contiguous in memory) as [32 k][128 + 8]
+    assert.equal(launch.sharedBytes, stages * (128 * 40 + 32 * 136) * 2);
+    assert.match(code, /TG_DYNAMIC_SHARED\(tg_smem\)/);
+    assert.ok(code.includes(`tg_cp_async_wait<${stages - 2}>()`), `no wait for ${stages} stages`);
+  }
+  // a computed factor goes through registers: two static stages
+  const computed = renderCudaForm(forms.biasedMatmul, "k", true, 4);
+  assert.equal(computed.launch.sharedBytes, 0);
+  assert.match(computed.code, /__shared__ __align__\(16\) unsigned short As\[2\]/);
 });
 
 test("a weight gradient with few output tiles and a long k splits k across blocks, combined through a workspace", () => {
@@ -80,6 +99,17 @@ test("a long reduce to one value runs as 256 partial sums, a block each, then on
 test("a long row reduce with few outputs runs one block per row; a matmul one thread per output", () => {
   assert.ok(forms.rowMax.kind === "loops" && groupSize(forms.rowMax.kernel) > 0);
   assert.ok(forms.floatMatmul.kind === "loops" && groupSize(forms.floatMatmul.kernel) === 0);
+  // each of the group's threads takes 4 neighbours of the row a step, as one float4
+  assert.match(renderCudaForm(forms.rowMax, "k", true).code, /float4 vec_\w+ = \*\(const float4\*\)\(b1 \+ \(i0\*1024 \+ r0\*4\)\)/);
+});
+
+test("elementwise kernels over many elements take 4 neighbours a thread, loaded and stored as vectors", () => {
+  const { code, launch } = renderCudaForm(forms.halfBiasRelu, "k", true);
+  assert.equal(launch.grid[0] * launch.block[0], (512 * 1024) / 4);
+  assert.match(code, /ushort4 vec_\w+ = \*\(const ushort4\*\)\(b1 \+/);
+  assert.match(code, /\*\(ushort4\*\)\(b0 \+ .*\) = tg_st;/);
+  // a small kernel keeps one element a thread: every thread is needed
+  assert.doesNotMatch(renderCudaForm(forms.halfAdd, "k", true).code, /tg_st/);
 });
 
 const nvcc = findNvcc();
@@ -123,6 +153,16 @@ test("a multiply then an add stay two roundings, as in the reference", { skip },
 test("matmul accumulation fuses multiply and add, and neighbouring lanes load as vectors", { skip }, () => {
   assert.match(ptx.get("floatMatmul")!, /fma\.rn\.f32/);
   assert.match(ptx.get("floatMatmul")!, /ld\.global\.nc\.v4\.f32/);
+});
+
+test("elementwise lanes load and store 8-byte (16-bit floats) and 4-byte (bools) vectors", { skip }, () => {
+  assert.match(ptx.get("halfBiasRelu")!, /ld\.global\.nc\.v4\.u16/);
+  assert.match(ptx.get("halfBiasRelu")!, /st\.global\.v4\.u16/);
+  assert.match(ptx.get("boolMask")!, /st\.global\.v4\.u8/);
+});
+
+test("the tensor-core pipeline waits for all but the tiles still in flight", { skip }, () => {
+  assert.match(ptx.get("halfMatmul")!, /cp\.async\.wait_group 2;/);
 });
 
 test("tensor-core kernels assemble for sm_89 and sm_90", { skip }, async () => {

@@ -13,6 +13,14 @@
 struct uint3 { unsigned x, y, z; };
 struct __attribute__((aligned(16))) uint4 { unsigned x, y, z, w; };
 static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
+/* the vector types of vector loads and stores, aligned as CUDA aligns them */
+#define TG_EMU_VECTOR2(name, T, align) struct __attribute__((aligned(align))) name { T x, y; };
+#define TG_EMU_VECTOR4(name, T, align) struct __attribute__((aligned(align))) name { T x, y, z, w; };
+TG_EMU_VECTOR2(float2, float, 8) TG_EMU_VECTOR4(float4, float, 16)
+TG_EMU_VECTOR2(int2, int, 8) TG_EMU_VECTOR4(int4, int, 16)
+TG_EMU_VECTOR2(uint2, unsigned, 8)
+TG_EMU_VECTOR2(ushort2, unsigned short, 4) TG_EMU_VECTOR4(ushort4, unsigned short, 8)
+TG_EMU_VECTOR2(uchar2, unsigned char, 2) TG_EMU_VECTOR4(uchar4, unsigned char, 4)
 
 /** One emulated thread as the scheduler sees it. */
 struct tg_emu_thread {
@@ -20,6 +28,10 @@ struct tg_emu_thread {
   /** Its warp's exchange area: 32 lanes x 16 words. */
   uint64_t *warp;
   unsigned lane;
+  /** The launch's dynamic shared memory (one buffer: blocks run one after another). */
+  unsigned char *shared;
+  /** Different for every block run: per-thread state of an earlier block is stale. */
+  unsigned long serial;
 };
 /** What the scheduler lends a module: the running thread and the barriers. */
 struct tg_emu_api {
@@ -42,6 +54,7 @@ extern "C" void tg_emu_bind(const tg_emu_api *api) { tg_emu = *api; }
 #define __restrict__ __restrict
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
+#define TG_DYNAMIC_SHARED(name) unsigned char *name = (*tg_emu.current)->shared
 static inline void __syncthreads(void) { tg_emu.sync_block(); }
 /* one OS thread runs every block, one after another: plain memory operations are atomic and ordered */
 static inline void __threadfence(void) {}
@@ -130,13 +143,41 @@ static inline void tg_emu_ldsm(unsigned *r, const void *row, bool trans) {
 }
 static inline void tg_ldsm_x4(unsigned *r, const void *row) { tg_emu_ldsm(r, row, false); }
 static inline void tg_ldsm_x4_trans(unsigned *r, const void *row) { tg_emu_ldsm(r, row, true); }
-/* asynchronous copies complete at once here: the barriers that order them on a GPU still stand */
-static inline void tg_cp_async16(void *dst, const void *src, int bytes) {
-  memset(dst, 0, 16);
-  memcpy(dst, src, bytes);
+/* Asynchronous copies land as late as a GPU may let them: at the wait that covers them. Until then the
+ * destination holds NaNs (0xff bytes), so that a kernel reading a stage before its wait (no wait, or a
+ * wait that leaves the group pending), or filling a stage that other threads still read (no barrier
+ * between), computes NaNs instead of passing by luck. */
+struct tg_emu_copy { void *dst; const void *src; int bytes; unsigned group; };
+struct tg_emu_copies { unsigned long serial; unsigned committed; int count; tg_emu_copy pending[64]; };
+static tg_emu_copies tg_emu_async[1024];
+static inline tg_emu_copies &tg_emu_my_copies() {
+  const unsigned long serial = (*tg_emu.current)->serial;
+  tg_emu_copies &q = tg_emu_async[threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)];
+  if (q.serial != serial) q = tg_emu_copies{serial, 0, 0, {}};
+  return q;
 }
-static inline void tg_cp_async_commit() {}
-static inline void tg_cp_async_wait_one() {}
+static inline void tg_cp_async16(void *dst, const void *src, int bytes) {
+  tg_emu_copies &q = tg_emu_my_copies();
+  if (q.count == 64) abort(); /* more copies in flight than any tsgrad kernel issues */
+  q.pending[q.count++] = tg_emu_copy{dst, src, bytes, q.committed};
+  memset(dst, 0xff, 16);
+}
+static inline void tg_cp_async_commit() { tg_emu_my_copies().committed++; }
+/* every committed group but the newest N has landed (in this thread) */
+template <int N> static inline void tg_cp_async_wait() {
+  tg_emu_copies &q = tg_emu_my_copies();
+  int kept = 0;
+  for (int i = 0; i < q.count; i++) {
+    tg_emu_copy c = q.pending[i];
+    if (c.group + N < q.committed) {
+      memset(c.dst, 0, 16);
+      memcpy(c.dst, c.src, c.bytes);
+    } else {
+      q.pending[kept++] = c;
+    }
+  }
+  q.count = kept;
+}
 
 /* calling a kernel with the parameter array cuLaunchKernel takes (pointers to each argument) */
 template <typename... A, size_t... I> static void tg_emu_invoke(void (*f)(A...), void **p, std::index_sequence<I...>) { f(*(A *)p[I]...); }

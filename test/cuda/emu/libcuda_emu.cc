@@ -83,10 +83,24 @@ static std::vector<KernelInfo> kernels_of(const std::string &src) {
   return kernels;
 }
 
-/** Builds `src` into a shared object (once per source); its path, or "" with the compiler's messages in `log`. */
+/** The header's text: modules built against another version of it are not reused. */
+static const std::string &header_text() {
+  static std::string text;
+  if (text.empty()) {
+    if (FILE *h = fopen(TG_EMU_HEADER, "r")) {
+      char buf[4096];
+      size_t n;
+      while ((n = fread(buf, 1, sizeof buf, h)) > 0) text.append(buf, n);
+      fclose(h);
+    }
+  }
+  return text;
+}
+
+/** Builds `src` into a shared object (once per source and header); its path, or "" with the compiler's messages in `log`. */
 static std::string build(const std::string &src, std::string &log) {
   char stem[64];
-  snprintf(stem, sizeof stem, "%s/m%016llx", work_dir().c_str(), (unsigned long long)fnv1a(src));
+  snprintf(stem, sizeof stem, "%s/m%016llx", work_dir().c_str(), (unsigned long long)fnv1a(header_text() + src));
   std::string so = std::string(stem) + ".so";
   if (access(so.c_str(), R_OK) == 0) return so;
   std::string full = src + "\n";
@@ -145,11 +159,12 @@ struct Function {
   void (*call)(void **);
   int params; /* how many: a captured launch keeps their values (all 8-byte pointers here) */
   bool waits; /* threads wait for each other: they run as fibers */
+  unsigned max_dynamic_shared = 48 << 10; /* as on a GPU: more only after cuFuncSetAttribute */
 };
 /** A launch recorded by stream capture: its parameters' values as they were then. */
 struct Launch {
   Function *fn;
-  unsigned grid[3], block[3];
+  unsigned grid[3], block[3], shared;
   std::vector<uint64_t> values;
 };
 struct Stream {
@@ -171,6 +186,9 @@ void (*launch_call)(void **);
 void **launch_params;
 /** Bumped whenever a thread arrives at a barrier or returns: a round without it is a deadlock. */
 unsigned long progress;
+/** The running launch's dynamic shared memory, and a number for each block run. */
+std::vector<unsigned char> dynamic_shared;
+unsigned long block_serial;
 
 void wait_at(Barrier &b) {
   progress++;
@@ -206,6 +224,7 @@ const tg_emu_api api = {&current, sync_block, sync_warp};
 /** Runs one block; false on a deadlock (threads waiting at a barrier the others never reach). */
 bool run_block(uint3 block, uint3 grid, uint3 dim) {
   int n = dim.x * dim.y * dim.z, nwarps = (n + 31) / 32;
+  block_serial++;
   if ((int)fibers.size() < n) fibers.resize(n);
   warps.resize(nwarps);
   block_barrier = Barrier{n, 0, 0};
@@ -218,7 +237,7 @@ bool run_block(uint3 block, uint3 grid, uint3 dim) {
     f.ctx.uc_stack.ss_size = f.stack.size();
     f.ctx.uc_link = &scheduler;
     makecontext(&f.ctx, fiber_main, 0);
-    f.t = tg_emu_thread{{(unsigned)(i % dim.x), (unsigned)(i / dim.x % dim.y), (unsigned)(i / (dim.x * dim.y))}, block, dim, grid, warps[i / 32].slots, (unsigned)(i % 32)};
+    f.t = tg_emu_thread{{(unsigned)(i % dim.x), (unsigned)(i / dim.x % dim.y), (unsigned)(i / (dim.x * dim.y))}, block, dim, grid, warps[i / 32].slots, (unsigned)(i % 32), dynamic_shared.data(), block_serial};
     f.started = f.done = false;
   }
   int alive = n;
@@ -258,7 +277,8 @@ int cuDriverGetVersion(int *v) { *v = 13000; return OK; }
 int cuDeviceGetCount(int *n) { *n = 1; return OK; }
 int cuDeviceGet(int *d, int ordinal) { if (ordinal != 0) return 101; *d = 0; return OK; }
 int cuDeviceGetAttribute(int *v, int attribute, int) {
-  *v = attribute == 75 ? 9 : attribute == 76 ? 0 : attribute == 16 ? 132 : 0;
+  /* an H100's: sm_90, 132 multiprocessors, 228 KB of shared memory each */
+  *v = attribute == 75 ? 9 : attribute == 76 ? 0 : attribute == 16 ? 132 : attribute == 81 ? 233472 : 0;
   return OK;
 }
 int cuDeviceGetName(char *name, int length, int) { strncpy(name, "tsgrad CPU emulator", (size_t)length); return OK; }
@@ -300,16 +320,24 @@ int cuModuleGetFunction(void **function, void *module, const char *name) {
   *function = new Function{(void (*)(void **))call, ((int (*)(void))count)(), ((int (*)(void))waits)() != 0};
   return OK;
 }
+/* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (8), up to an H100's 227 KB */
+int cuFuncSetAttribute(void *f, int attribute, int value) {
+  if (attribute != 8 || value < 0 || value > 227 << 10) return INVALID_VALUE;
+  ((Function *)f)->max_dynamic_shared = (unsigned)value;
+  return OK;
+}
 int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared, void *stream, void **params, void **) {
-  if (shared != 0 || bx * by * bz == 0 || bx * by * bz > 1024 || gx * gy * gz == 0) return INVALID_VALUE;
+  if (shared > ((Function *)f)->max_dynamic_shared || bx * by * bz == 0 || bx * by * bz > 1024 || gx * gy * gz == 0) return INVALID_VALUE;
   if (stream && ((Stream *)stream)->capturing) {
-    Launch l{(Function *)f, {gx, gy, gz}, {bx, by, bz}, {}};
+    Launch l{(Function *)f, {gx, gy, gz}, {bx, by, bz}, shared, {}};
     for (int i = 0; i < l.fn->params; i++) l.values.push_back(*(uint64_t *)params[i]);
     ((Stream *)stream)->recorded.push_back(l);
     return OK;
   }
   launch_call = ((Function *)f)->call;
   launch_params = params;
+  /* uninitialised, as on a GPU: NaN bytes, so that reading before writing shows */
+  dynamic_shared.assign(shared, 0xff);
   if (!((Function *)f)->waits) {
     /* no thread waits for another: each runs to its end in turn, on this stack */
     static tg_emu_thread t;
@@ -318,7 +346,7 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
       for (unsigned y = 0; y < gy; y++)
         for (unsigned x = 0; x < gx; x++)
           for (unsigned i = 0; i < bx * by * bz; i++) {
-            t = tg_emu_thread{{i % bx, i / bx % by, i / (bx * by)}, {x, y, z}, {bx, by, bz}, {gx, gy, gz}, nullptr, i % 32};
+            t = tg_emu_thread{{i % bx, i / bx % by, i / (bx * by)}, {x, y, z}, {bx, by, bz}, {gx, gy, gz}, nullptr, i % 32, dynamic_shared.data(), ++block_serial};
             launch_call(launch_params);
           }
     return OK;
@@ -356,7 +384,7 @@ int cuGraphLaunch(void *exec, void *stream) {
   for (Launch &l : ((Graph *)exec)->launches) {
     std::vector<void *> params;
     for (uint64_t &v : l.values) params.push_back(&v);
-    int result = cuLaunchKernel(l.fn, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1], l.block[2], 0, nullptr, params.data(), nullptr);
+    int result = cuLaunchKernel(l.fn, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1], l.block[2], l.shared, nullptr, params.data(), nullptr);
     if (result != OK) return result;
   }
   (void)stream;
