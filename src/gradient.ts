@@ -45,6 +45,10 @@ function rule(node: UOp, g: UOp): (UOp | undefined)[] {
     }
     case "EXPAND": {
       const axes = a.shape.flatMap((s, i) => (s === 1 && node.shape[i] !== 1 ? [i] : []));
+      // an input several matmuls read (x under q, k and v) gets the sum of their products here: reduced
+      // term by term it is several matmuls (tensor cores, tiled kernels), not one loop over all the products
+      const terms = addTerms(g);
+      if (terms.length > 1 && terms.every(isProduct)) return [terms.map((t) => t.reduce("ADD", axes)).reduce((sum, t) => sum.alu("ADD", t))];
       return [g.reduce("ADD", axes)];
     }
     case "PAD": return [g.shrink((node.arg as Pads).map(([before], i) => [before, before + a.shape[i]!]))];
@@ -55,6 +59,12 @@ function rule(node: UOp, g: UOp): (UOp | undefined)[] {
     default: return node.src.map(() => undefined); // comparisons, integer and bit ops, ASSIGN: no gradient
   }
 }
+
+/** The terms of a tree of ADDs (the gradient contributions summed at a node). */
+const addTerms = (u: UOp): UOp[] => (u.op === "ADD" ? u.src.flatMap(addTerms) : [u]);
+
+/** A product, or a cast of one: what a matmul's gradient sums. */
+const isProduct = (u: UOp): boolean => u.op === "MUL" || (u.op === "CAST" && u.src[0]!.op === "MUL");
 
 /** Gradients of `root` (seeded with `rootGrad`) with respect to each of `targets` that it depends on. */
 export function computeGradients(root: UOp, rootGrad: UOp, targets: ReadonlySet<UOp>): Map<UOp, UOp> {

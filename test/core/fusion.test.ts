@@ -3,6 +3,8 @@ import assert from "node:assert/strict";
 import { GlobalCounters, Tensor, UOp, dtypes } from "../../src/index.ts";
 import type { Stmt } from "../../src/codegen/ir.ts";
 import { createSchedule } from "../../src/engine/schedule.ts";
+import { kernelSpecOf, lowerKernel } from "../../src/codegen/lower.ts";
+import { NO_OPTS } from "../../src/codegen/opts.ts";
 
 const values = (t: Tensor): number[] => Array.from(t.toArray() as Float32Array);
 
@@ -61,6 +63,25 @@ test("a 16-bit MLP's backward stores 16-bit gradients, one matmul a kernel", () 
   assert.deepEqual(kernels.filter((k) => k.buffers[0]!.size >= 64 * 96).map((k) => k.buffers[0]!.dtype.name), kernels.filter((k) => k.buffers[0]!.size >= 64 * 96).map(() => "float16"));
   // the gelu's input is not recomputed beside the matmul of its backward: no kernel holds two reduce loops
   for (const k of kernels) assert.ok(topLevelLoops(k.body) <= 1, `${k.name} holds ${topLevelLoops(k.body)} reduce loops`);
+});
+
+test("the gradient of an input several matmuls read is one matmul each, then a sum (not one loop over every product)", () => {
+  const [x, wq, wk, wv] = [input([64, 32], 1), input([48, 32], 2), input([48, 32], 3), input([48, 32], 4)];
+  x!.requiresGrad = true;
+  // q, k and v read the same x: its gradient sums dq @ wq + dk @ wk + dv @ wv
+  const up = [input([64, 48], 5), input([64, 48], 6), input([64, 48], 7)];
+  [wq!, wk!, wv!].map((w, i) => x!.matmul(w.T).mul(up[i]!).sum()).reduce((a, b) => a.add(b)).backward();
+  const kernels = createSchedule([x!.grad!.node as UOp]).items.flatMap((item) => (item.kind === "kernel" ? [item.kernel] : []));
+  // each matmul's reduce loop reads two factors (the upstream gradient and a weight), not six
+  const loads = (stmts: readonly Stmt[], inReduce = false): number =>
+    stmts.reduce((n, s) => n + (s.kind === "loop" ? loads(s.body, inReduce || s.var.startsWith("r")) : inReduce && s.kind === "def" && s.expr.op === "LOAD" ? 1 : 0), 0);
+  const reduces = kernels.filter((k) => topLevelLoops(k.body) > 0).map((k) => lowerKernel(kernelSpecOf(k)!, NO_OPTS));
+  assert.equal(reduces.length, 3, kernels.map((k) => k.name).join(", "));
+  for (const k of reduces) assert.equal(loads(k.body), 2, `${k.name}: ${loads(k.body)} loads in its loop`);
+  // the value: the sum of the three upstream gradients times each weight
+  const expected = up.map((u, i) => u.matmul([wq!, wk!, wv!][i]!)).reduce((a, b) => a.add(b));
+  const [got, want] = [values(x!.grad!), values(expected)];
+  got.forEach((g, i) => assert.ok(Math.abs(g - want[i]!) <= 1e-4 * (1 + Math.abs(want[i]!)), `element ${i}: ${g} vs ${want[i]}`));
 });
 
 /** Reduce loops right inside the output loops. */
