@@ -9,6 +9,8 @@ import { jit } from "../../src/engine/jit.ts";
 import { kernelTimers } from "../../src/engine/realize.ts";
 import { estimateBytes } from "../../src/codegen/lower.ts";
 import type { KernelIR } from "../../src/codegen/ir.ts";
+import { cudaForm } from "../../src/renderer/cuda_opts.ts";
+import { groupSize } from "../../src/renderer/cuda.ts";
 import { BERT_PRESETS, BertForPretraining, type BertPresetName } from "../../models/bert.ts";
 import { type BertBatchTensors, createBertOptimizer, makeBertTrainStep, trainStepOptionsFromEnv } from "../../models/bert_train_step.ts";
 import { fakeBatch, samplesToTensors } from "../../mlperf/bert/data/loader.ts";
@@ -68,11 +70,29 @@ for (let i = 0; i < steps; i++) {
 }
 times.sort((a, b) => a - b);
 
-// One more step with every kernel waited for and timed: where the device time goes, by kernel name.
+/** How the CUDA backend shapes a kernel (names alone mix tensor-core and loop kernels of one shape). */
+const formCache = new Map<KernelIR, string>();
+function formOf(kernel: KernelIR): string {
+  if (!values.device.startsWith("CUDA")) return values.device;
+  let form = formCache.get(kernel);
+  if (!form) {
+    const f = cudaForm(kernel);
+    form = f.kind === "tensorCores" ? "tensor cores" : groupSize(f.kernel) > 0 ? "group" : f.kernel.name.startsWith("E") ? "elementwise" : "loops";
+    formCache.set(kernel, form);
+  }
+  return form;
+}
+
+// One more step with every kernel waited for and timed: where the device time goes, by kernel name and form.
 const byName = new Map<string, { count: number; seconds: number; flops: number; bytes: number }>();
+const byForm: Record<string, { count: number; seconds: number }> = {};
 const timer = ({ kernel }: { kernel: KernelIR }, seconds: number) => {
-  const entry = byName.get(kernel.name) ?? { count: 0, seconds: 0, flops: 0, bytes: 0 };
-  byName.set(kernel.name, { count: entry.count + 1, seconds: entry.seconds + seconds, flops: entry.flops + kernel.flops, bytes: entry.bytes + estimateBytes(kernel) });
+  const form = formOf(kernel), key = `${kernel.name} (${form})`;
+  const entry = byName.get(key) ?? { count: 0, seconds: 0, flops: 0, bytes: 0 };
+  byName.set(key, { count: entry.count + 1, seconds: entry.seconds + seconds, flops: entry.flops + kernel.flops, bytes: entry.bytes + estimateBytes(kernel) });
+  const f = (byForm[form] ??= { count: 0, seconds: 0 });
+  f.count++;
+  f.seconds += seconds;
 };
 kernelTimers.add(timer);
 step(...batch).item();
@@ -89,5 +109,6 @@ console.log(JSON.stringify({
   ms_per_step: +ms.toFixed(2), tflops: +(flops / (ms / 1e3) / 1e12).toFixed(2), step_flops: flops,
   sequences_per_s: +((batchSize * 1e3) / ms).toFixed(1), kernels_per_step: kernels,
   losses: losses.map((l) => +l.toFixed(4)), total_s: +((performance.now() - started) / 1000).toFixed(1),
-  kernel_ms_sum: +(kernelSeconds * 1e3).toFixed(2), distinct_kernels: byName.size, profile,
+  kernel_ms_sum: +(kernelSeconds * 1e3).toFixed(2), distinct_kernels: byName.size,
+  ms_by_form: Object.fromEntries(Object.entries(byForm).map(([form, e]) => [form, { kernels: e.count, ms: +(e.seconds * 1e3).toFixed(2) }])), profile,
 }));
