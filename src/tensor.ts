@@ -495,7 +495,7 @@ export class Tensor {
    */
   private maxSource(): Tensor {
     const sixteen = this.dtype === dtypes.float16 || this.dtype === dtypes.bfloat16;
-    return sixteen && !isStored(this.node) ? this.contiguous() : this;
+    return sixteen && !isStored(this.node) && !shardsOf(this.node).every((u) => u.op === "CONTIGUOUS") ? this.contiguous() : this;
   }
 
   private reduceNode(op: "ADD" | "MAX", { axis, keepdim = false }: ReduceOptions): Tensor {
@@ -752,12 +752,17 @@ export class Tensor {
     return bias ? out.add(bias) : out;
   }
   softmax(axis = -1): Tensor {
-    const shifted = this.float().sub(this.float().max({ axis, keepdim: true }));
+    // the values the max reads (a 16-bit input stored first) are the values shifted: the max is exactly 0
+    // after the shift, and a computed input runs once (in its producer's kernel: attention scores in the
+    // matmul's epilogue) rather than again in every reader
+    const x = this.maxSource().float();
+    const shifted = x.sub(x.max({ axis, keepdim: true }));
     const e = shifted.exp();
     return e.div(e.sum({ axis, keepdim: true }));
   }
   logSoftmax(axis = -1): Tensor {
-    const shifted = this.float().sub(this.float().max({ axis, keepdim: true }));
+    const x = this.maxSource().float();
+    const shifted = x.sub(x.max({ axis, keepdim: true }));
     return shifted.sub(shifted.exp().sum({ axis, keepdim: true }).log());
   }
   /** Normalises over the last `axes` axes (default: the last one). */

@@ -32,6 +32,22 @@ test("softmax over an axis is at most 3 kernels", () => {
   assert.ok(kernelsFor(input([8, 32], 1).softmax(-1)) <= 3);
 });
 
+test("16-bit attention scores are computed once, in the matmul's kernel: the softmax reads them stored (4 kernels)", () => {
+  const [q, k] = [input([2, 32, 16], 1), input([2, 32, 16], 2)].map((t) => t.cast(dtypes.float16).realize());
+  const mask = input([2, 1, 32], 3).cast(dtypes.float16).realize();
+  // matmul + scale + mask, max, sum, normalize (the max stores its 16-bit input; the shift reads the same)
+  assert.equal(kernelsFor(q!.matmul(k!.transpose(-1, -2)).mul(0.25).add(mask).softmax(-1)), 4);
+  // the values: a float64 softmax of the stored 16-bit scores, to 16-bit rounding
+  const scores = q!.matmul(k!.transpose(-1, -2)).mul(0.25).add(mask);
+  const x = values(scores.cast(dtypes.float32));
+  const got = values(scores.softmax(-1).cast(dtypes.float32));
+  for (let row = 0; row < x.length / 32; row++) {
+    const r = x.slice(row * 32, row * 32 + 32), top = Math.max(...r);
+    const total = r.reduce((sum, v) => sum + Math.exp(v - top), 0);
+    r.forEach((v, j) => assert.ok(Math.abs(got[row * 32 + j]! - Math.exp(v - top) / total) <= 2e-3, `row ${row}, column ${j}`));
+  }
+});
+
 test("a matmul with a bias add and gelu after it is at most 2 kernels", () => {
   const n = kernelsFor(input([8, 16], 1).matmul(input([16, 12], 2)).add(input([12], 3)).gelu());
   assert.ok(n <= 2, `${n} kernels`);
