@@ -15,7 +15,8 @@ import { type MatmulPattern, matchMatmul, renderMatmulTC, worthTensorCores } fro
 /** What the CUDA backend renders for one kernel. */
 export type CudaForm =
   | { readonly kind: "tensorCores"; readonly pattern: MatmulPattern }
-  | { readonly kind: "loops"; readonly kernel: KernelIR };
+  /** `group`: threads a block splits each output's reduce over, where not `groupSize(kernel)`. */
+  | { readonly kind: "loops"; readonly kernel: KernelIR; readonly group?: number };
 
 /** Reduce steps each thread of a group takes at once (neighbours: one vector load). */
 const GROUP_UNROLL = 4;
@@ -34,9 +35,10 @@ export function cudaForm(kernel: KernelIR): CudaForm {
   }
   if (!spec) return { kind: "loops", kernel };
   if (groupSize(plain) > 0 && readsAlongReduce(plain)) {
-    // a group's threads each take 4 neighbours a step: aligned, they load as one vector
+    // a group's threads each take 4 neighbours a step: aligned, they load as one vector. As many threads
+    // as without (a row of 512 or 1024: one step each), so that the block keeps as many loads in flight
     const unrolled = mergeNestedLoops(lowerKernel(spec, { ...NO_OPTS, unroll: GROUP_UNROLL }));
-    if (groupSize(unrolled) > 0 && countStmts(unrolled.body) <= ELEMENTWISE_BUDGET) return { kind: "loops", kernel: unrolled };
+    if (groupSize(unrolled) > 0 && countStmts(unrolled.body) <= ELEMENTWISE_BUDGET) return { kind: "loops", kernel: unrolled, group: groupSize(plain) };
   }
   return { kind: "loops", kernel: mergeNestedLoops(lowerKernel(spec, { ...NO_OPTS, upcast: gpuUpcasts(plain, unmerged) })) };
 }
@@ -94,5 +96,5 @@ function gpuUpcasts(plain: KernelIR, unmerged: KernelIR): Upcast[] {
 
 /** Renders a form as the kernel `fnName`; `tcStages`: the tensor-core pipeline's depth (tensorCoreStages). */
 export function renderCudaForm(form: CudaForm, fnName: string, restrict: boolean, tcStages?: number): CudaKernelSource {
-  return form.kind === "tensorCores" ? renderMatmulTC(form.pattern, fnName, restrict, tcStages) : renderCuda(form.kernel, fnName, { restrict });
+  return form.kind === "tensorCores" ? renderMatmulTC(form.pattern, fnName, restrict, tcStages) : renderCuda(form.kernel, fnName, { restrict, group: form.group });
 }
