@@ -44,7 +44,8 @@ function reduceLoads(body: readonly Stmt[], inReduce = false, out: Idx[] = []): 
   return out;
 }
 
-const hasUnitTerm = (e: Idx, name: string): boolean =>
+/** Whether `e` steps by one element as variable `name` does. */
+export const hasUnitTerm = (e: Idx, name: string): boolean =>
   e.kind === "var" ? e.name === name : e.kind === "sum" && e.terms.some((t) => t.kind === "var" && t.name === name);
 
 /** Per output axis: how upcasting it would share or vectorise loads. */

@@ -440,48 +440,63 @@ function splitConstant(e: Idx): { rest: string; offset: number; restAligned: (n:
   };
 }
 
-interface LaneLoad {
+/** A load or store of one upcast lane: its statement's position, buffer and index. */
+interface Lane {
   readonly position: number;
-  readonly name: string;
-  readonly dtype: DType;
+  readonly buf: number;
   readonly index: Idx;
+}
+
+/**
+ * Runs of 4 (or 2) lanes of one buffer at neighbouring, aligned indices (the same index but for its
+ * constant, which steps by one), none in an earlier run and each accepted by `fits`: the vectors to load
+ * or store. Only indices over loop variables qualify, so that the access can move to one lane's place.
+ */
+function vectorRuns<L extends Lane>(lanes: readonly L[], kernel: KernelIR, fits: (run: readonly L[]) => boolean): { run: L[]; vtype: string }[] {
+  const rows = new Map<string, Map<number, L>>();
+  for (const lane of lanes) {
+    if (![...varsOf(lane.index)].every((v) => /^[ir]\d+$/.test(v))) continue;
+    const { rest, offset } = splitConstant(lane.index);
+    const key = `${lane.buf}|${rest}`;
+    if (!rows.has(key)) rows.set(key, new Map());
+    rows.get(key)!.set(offset, lane);
+  }
+  const taken = new Set<number>();
+  const runs: { run: L[]; vtype: string }[] = [];
+  for (const row of rows.values()) {
+    for (const [offset, base] of [...row].sort((x, y) => x[0] - y[0])) {
+      const stored = storageType(kernel.buffers[base.buf]!.dtype);
+      const runOf = (n: number) => Array.from({ length: n }, (_, l) => row.get(offset + l));
+      const n = [4, 2].find((n) => {
+        const run = runOf(n);
+        return vectorTypes[`${stored}:${n}`] !== undefined && offset % n === 0 && splitConstant(base.index).restAligned(n)
+          && run.every((lane) => lane !== undefined && !taken.has(lane.position)) && fits(run as L[]);
+      });
+      if (!n) continue;
+      const run = runOf(n) as L[];
+      for (const lane of run) taken.add(lane.position);
+      runs.push({ run, vtype: vectorTypes[`${stored}:${n}`]! });
+    }
+  }
+  return runs;
 }
 
 /**
  * Unguarded loads of neighbouring elements (upcast lanes) whose first element is aligned become one vector
  * load: statement position -> the lines defining all of them (at the first), or null (defined there already).
- * Only indices over loop variables qualify, so that the load can move up to the first lane.
  */
 function vectorLoads(stmts: readonly Stmt[], kernel: KernelIR): Map<number, string[] | null> {
-  const rows = new Map<string, Map<number, LaneLoad>>();
-  stmts.forEach((s, position) => {
-    if (s.kind !== "def" || s.expr.op !== "LOAD" || s.expr.valid.length > 0) return;
-    if (![...varsOf(s.expr.index)].every((v) => /^[ir]\d+$/.test(v))) return;
-    const { rest, offset } = splitConstant(s.expr.index);
-    const key = `${s.expr.buf}|${rest}`;
-    if (!rows.has(key)) rows.set(key, new Map());
-    rows.get(key)!.set(offset, { position, name: s.name, dtype: s.dtype, index: s.expr.index });
-  });
+  const loads = stmts.flatMap((s, position) =>
+    s.kind === "def" && s.expr.op === "LOAD" && s.expr.valid.length === 0 ? [{ position, buf: s.expr.buf, index: s.expr.index, name: s.name, dtype: s.dtype }] : []);
   const result = new Map<number, string[] | null>();
-  for (const [key, row] of rows) {
-    const buf = Number(key.split("|")[0]);
-    const stored = storageType(kernel.buffers[buf]!.dtype);
-    for (const [offset, base] of [...row].sort((x, y) => x[0] - y[0])) {
-      const lanesOf = (n: number) => Array.from({ length: n }, (_, l) => row.get(offset + l));
-      const fits = (n: number) => vectorTypes[`${stored}:${n}`] !== undefined && offset % n === 0 && splitConstant(base.index).restAligned(n)
-        && lanesOf(n).every((lane) => lane !== undefined && !result.has(lane.position));
-      const n = [4, 2].find(fits);
-      if (!n) continue;
-      const lanes = lanesOf(n) as LaneLoad[];
-      const vtype = vectorTypes[`${stored}:${n}`]!;
-      const tmp = `vec_${base.name}`;
-      const lines = [`${vtype} ${tmp} = *(const ${vtype}*)(b${buf} + ${idx(base.index)});`];
-      lanes.forEach((lane, l) => {
-        lines.push(`${computeType[lane.dtype.name]} ${lane.name} = ${fromStorage(`${tmp}.${fields[l]}`, kernel.buffers[buf]!.dtype)};`);
-        result.set(lane.position, null);
-      });
-      result.set(Math.min(...lanes.map((lane) => lane.position)), lines);
-    }
+  for (const { run, vtype } of vectorRuns(loads, kernel, () => true)) {
+    const [base] = run, dtype = kernel.buffers[base!.buf]!.dtype, tmp = `vec_${base!.name}`;
+    const lines = [`${vtype} ${tmp} = *(const ${vtype}*)(b${base!.buf} + ${idx(base!.index)});`];
+    run.forEach((lane, l) => {
+      lines.push(`${computeType[lane.dtype.name]} ${lane.name} = ${fromStorage(`${tmp}.${fields[l]}`, dtype)};`);
+      result.set(lane.position, null);
+    });
+    result.set(Math.min(...run.map((lane) => lane.position)), lines);
   }
   return result;
 }
@@ -492,40 +507,18 @@ function vectorLoads(stmts: readonly Stmt[], kernel: KernelIR): Map<number, stri
  * between the lanes' stores reads the stored buffer or holds a loop.
  */
 function vectorStores(stmts: readonly Stmt[], kernel: KernelIR): Map<number, string[] | null> {
-  const rows = new Map<string, Map<number, { position: number; value: Operand; index: Idx }>>();
-  stmts.forEach((s, position) => {
-    if (s.kind !== "store" || ![...varsOf(s.index)].every((v) => /^[ir]\d+$/.test(v))) return;
-    const { rest, offset } = splitConstant(s.index);
-    const key = `${s.buf}|${rest}`;
-    if (!rows.has(key)) rows.set(key, new Map());
-    rows.get(key)!.set(offset, { position, value: s.value, index: s.index });
-  });
+  const stores = stmts.flatMap((s, position) => (s.kind === "store" ? [{ position, buf: s.buf, index: s.index, value: s.value }] : []));
+  const undisturbed = (run: readonly Lane[]): boolean => {
+    const positions = run.map((lane) => lane.position);
+    return stmts.slice(Math.min(...positions), Math.max(...positions) + 1)
+      .every((s) => s.kind !== "loop" && !(s.kind === "def" && s.expr.op === "LOAD" && s.expr.buf === run[0]!.buf));
+  };
   const result = new Map<number, string[] | null>();
-  for (const [key, row] of rows) {
-    const buf = Number(key.split("|")[0]);
-    const dtype = kernel.buffers[buf]!.dtype;
-    const stored = storageType(dtype);
-    for (const [offset, base] of [...row].sort((x, y) => x[0] - y[0])) {
-      const lanesOf = (n: number) => Array.from({ length: n }, (_, l) => row.get(offset + l));
-      const between = (lanes: { position: number }[]) => {
-        const positions = lanes.map((l) => l.position);
-        return stmts.slice(Math.min(...positions), Math.max(...positions) + 1);
-      };
-      const fits = (n: number) => {
-        if (vectorTypes[`${stored}:${n}`] === undefined || offset % n !== 0 || !splitConstant(base.index).restAligned(n)) return false;
-        const lanes = lanesOf(n);
-        if (lanes.some((lane) => lane === undefined || result.has(lane.position))) return false;
-        return between(lanes as { position: number }[]).every((s) => s.kind !== "loop" && !(s.kind === "def" && s.expr.op === "LOAD" && s.expr.buf === buf));
-      };
-      const n = [4, 2].find(fits);
-      if (!n) continue;
-      const lanes = lanesOf(n) as { position: number; value: Operand }[];
-      const vtype = vectorTypes[`${stored}:${n}`]!;
-      const fieldsSet = lanes.map((lane, l) => `tg_st.${fields[l]} = ${toStorage(operand(lane.value), dtype)};`).join(" ");
-      const last = Math.max(...lanes.map((lane) => lane.position));
-      for (const lane of lanes) result.set(lane.position, null);
-      result.set(last, [`{ ${vtype} tg_st; ${fieldsSet} *(${vtype}*)(b${buf} + ${idx(base.index)}) = tg_st; }`]);
-    }
+  for (const { run, vtype } of vectorRuns(stores, kernel, undisturbed)) {
+    const dtype = kernel.buffers[run[0]!.buf]!.dtype;
+    const fieldsSet = run.map((lane, l) => `tg_st.${fields[l]} = ${toStorage(operand(lane.value), dtype)};`).join(" ");
+    for (const lane of run) result.set(lane.position, null);
+    result.set(Math.max(...run.map((lane) => lane.position)), [`{ ${vtype} tg_st; ${fieldsSet} *(${vtype}*)(b${run[0]!.buf} + ${idx(run[0]!.index)}) = tg_st; }`]);
   }
   return result;
 }

@@ -1,13 +1,14 @@
 // How a kernel is shaped for a GPU: the tensor-core form when its plain lowering is a 16-bit matmul
 // (TC=0 turns that off), else the loop IR lowered again with GPU options. The CPU heuristics' register
 // tiles (up to 128 lanes) starve a GPU of threads; here a reduce with many outputs gets at most 4 x 4
-// lanes and only while 2^16 threads remain, and reduces with few outputs stay plain for group mode.
+// lanes and only while 2^16 threads remain, a big elementwise kernel 4 (or 2) neighbours a thread along
+// the axis it stores along, and a group reduce (few outputs, or rows of their own) 4 neighbours a step
+// along its rows: in each case so that neighbours load and store as one vector.
 import { getenv } from "../helpers.ts";
 import type { KernelIR, Stmt } from "../codegen/ir.ts";
 import { kernelSpecOf, lowerKernel } from "../codegen/lower.ts";
 import { NO_OPTS, type Upcast } from "../codegen/opts.ts";
-import { axisFacts, countStmts } from "../codegen/heuristics.ts";
-import type { Idx } from "../shape/symbolic.ts";
+import { axisFacts, countStmts, hasUnitTerm } from "../codegen/heuristics.ts";
 import { mergeNestedLoops } from "../codegen/merge_loops.ts";
 import { type CudaKernelSource, groupSize, renderCuda, splitOutputLoops } from "./cuda.ts";
 import { type MatmulPattern, matchMatmul, renderMatmulTC, worthTensorCores } from "./cuda_matmul.ts";
@@ -38,13 +39,13 @@ export function cudaForm(kernel: KernelIR): CudaForm {
     // a group's threads each take 4 neighbours a step: aligned, they load as one vector. As many threads
     // as without (a row of 512 or 1024: one step each), so that the block keeps as many loads in flight
     const unrolled = mergeNestedLoops(lowerKernel(spec, { ...NO_OPTS, unroll: GROUP_UNROLL }));
-    if (groupSize(unrolled) > 0 && countStmts(unrolled.body) <= ELEMENTWISE_BUDGET) return { kind: "loops", kernel: unrolled, group: groupSize(plain) };
+    if (groupSize(unrolled) > 0 && countStmts(unrolled.body) <= LANES_BUDGET) return { kind: "loops", kernel: unrolled, group: groupSize(plain) };
   }
   return { kind: "loops", kernel: mergeNestedLoops(lowerKernel(spec, { ...NO_OPTS, upcast: gpuUpcasts(plain, unmerged) })) };
 }
 
-/** Statements an elementwise kernel's upcast copies may add up to (registers and compile time). */
-const ELEMENTWISE_BUDGET = 1024;
+/** Statements a kernel may hold after its lanes are copied (registers and compile time). */
+const LANES_BUDGET = 1024;
 
 /**
  * Vector lanes for elementwise kernels: 4 (or 2) neighbours along the innermost output axis that the store
@@ -59,8 +60,8 @@ function elementwiseUpcast(plain: KernelIR): Upcast[] {
   for (let axis = plain.outputShape.length - 1; axis >= 0; axis--) {
     const size = plain.outputShape[axis]!;
     if (size === 1) continue;
-    if (!unitTerm(store.index, `i${axis}`)) return [];
-    const amount = [4, 2].find((n) => size % n === 0 && threads / n >= MIN_THREADS && n * countStmts(body) <= ELEMENTWISE_BUDGET);
+    if (!hasUnitTerm(store.index, `i${axis}`)) return [];
+    const amount = [4, 2].find((n) => size % n === 0 && threads / n >= MIN_THREADS && n * countStmts(body) <= LANES_BUDGET);
     return amount ? [{ axis, amount }] : [];
   }
   return [];
@@ -69,12 +70,9 @@ function elementwiseUpcast(plain: KernelIR): Upcast[] {
 /** Whether some load inside the reduce loops steps by one element along its loop (neighbours a vector could load). */
 function readsAlongReduce(plain: KernelIR): boolean {
   const along = (stmts: readonly Stmt[], loopVar?: string): boolean => stmts.some((s) =>
-    s.kind === "loop" ? along(s.body, s.var) : s.kind === "def" && s.expr.op === "LOAD" && loopVar !== undefined && unitTerm(s.expr.index, loopVar));
+    s.kind === "loop" ? along(s.body, s.var) : s.kind === "def" && s.expr.op === "LOAD" && loopVar !== undefined && hasUnitTerm(s.expr.index, loopVar));
   return along(splitOutputLoops(plain).body);
 }
-
-const unitTerm = (e: Idx, name: string): boolean =>
-  e.kind === "var" ? e.name === name : e.kind === "sum" && e.terms.some((t) => t.kind === "var" && t.name === name);
 
 /** Register tiles for reduces with many outputs: the axes whose loads are shared or contiguous, 4 (or 2) lanes each. */
 function gpuUpcasts(plain: KernelIR, unmerged: KernelIR): Upcast[] {
