@@ -8,7 +8,10 @@
  *   starts each on a stack of its own, _setjmp/_longjmp switch between them: no signal-mask syscalls),
  *   each running until it waits at a barrier (__syncthreads, or a warp-wide shuffle or mma) or returns.
  *   A barrier opens when every thread of the block (warp) that has not returned has reached it.
- * - Device memory is host memory; copies are memcpy; events read the host clock.
+ * - Device memory is host memory; copies are memcpy; events read the host clock. Fresh device memory and
+ *   dynamic shared memory hold 0xa5 / 0xff bytes, and cp.async copies land only at the wait that covers
+ *   them (NaNs before), so that kernels reading what they never wrote, or too early, fail here too.
+ * - The device reports an H100's attributes (sm_90, 132 multiprocessors, 228 KB shared memory each).
  *
  * Environment: TG_EMU_CXX (default g++), TG_EMU_CACHE (a folder where built modules are kept and shared
  * between processes; default: a temporary folder removed at exit). The header's path is compiled in. */
