@@ -10,7 +10,7 @@
 import type { KernelIR, Operand as Value, Stmt } from "../codegen/ir.ts";
 import { getenv } from "../helpers.ts";
 import { type Idx, varsOf } from "../shape/symbolic.ts";
-import { type CudaKernelSource, indexType, kernelParams, outputIndices, renderBlock, splitOutputLoops } from "./cuda.ts";
+import { type CudaKernelSource, idx, indexType, kernelParams, operand as renderOperand, outputIndices, renderBlock, splitOutputLoops, storageType, toStorage } from "./cuda.ts";
 
 interface Loop {
   readonly var: string;
@@ -224,19 +224,9 @@ export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: boole
     ...(pipelined ? pipelinedLoop(copyA, copyB, stages) : registerLoop(copyA, copyB)).flatMap((line) =>
       line === MULTIPLY ? multiplyStage(copyA, copyB, p.input) : [line]),
     ...(splits > 1 ? combineSplits(splits, tiles) : []),
-    // accumulator e of tile (i, j) is row g (+8 for e >= 2), columns 2t and 2t+1
-    `  #pragma unroll`,
-    `  for (int i = 0; i < 4; i++)`,
-    `    #pragma unroll`,
-    `    for (int j = 0; j < 4; j++)`,
-    `      #pragma unroll`,
-    `      for (int e = 0; e < 4; e++) {`,
-    `        const int ${m.var} = m0 + wm + i * 16 + g + (e >> 1) * 8, ${n.var} = n0 + wn + j * 8 + t * 2 + (e & 1);`,
-    `        if (${m.var} >= ${m.size} || ${n.var} >= ${n.size}) continue;`,
-    `        float ${p.acc} = c[i][j][e];`,
+    ...epilogue(p),
+    "}",
   ];
-  renderBlock(p.epilogue, lines, "        ", { kernel, products: new Map(), group: 0 });
-  lines.push("      }", "}");
   return {
     code: lines.join("\n"),
     launch: {
@@ -244,6 +234,68 @@ export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: boole
       ...(splits > 1 ? { workspace: { bytes: counterBytes(tiles) + tiles * splits * BM * BN * 4, zeroedBytes: counterBytes(tiles) } } : {}),
     },
   };
+}
+
+/** The vector type of two neighbouring outputs, by storage type. */
+const PAIR_TYPES: Readonly<Record<string, string>> = { "unsigned short": "ushort2", float: "float2" };
+
+/**
+ * Whatever follows the reduce, per output element, from the accumulators: accumulator e of tile (i, j) is
+ * row g (+8 for e >= 2), columns 2t and 2t + 1. Where the output is stored along n with unit stride from
+ * an even element, each thread stores its two neighbouring columns as one 4- or 8-byte vector (half the
+ * store instructions; whole 32-bit words), else element by element.
+ */
+function epilogue(p: MatmulPattern): string[] {
+  const { kernel, m, n } = p;
+  const ctx = { kernel, products: new Map(), group: 0 };
+  const store = p.epilogue.at(-1);
+  const af = store?.kind === "store" ? affine(store.index) : undefined;
+  const pairType = store?.kind === "store" ? PAIR_TYPES[storageType(kernel.buffers[store.buf]!.dtype)] : undefined;
+  const paired = store?.kind === "store" && pairType && af && af.coef.get(n.var) === 1 && af.constant % 2 === 0
+    && [...af.coef].every(([v, c]) => v === n.var || c % 2 === 0) && p.epilogue.filter((st) => st.kind === "store").length === 1;
+  if (!paired || store?.kind !== "store") {
+    const lines = [
+      `  #pragma unroll`,
+      `  for (int i = 0; i < 4; i++)`,
+      `    #pragma unroll`,
+      `    for (int j = 0; j < 4; j++)`,
+      `      #pragma unroll`,
+      `      for (int e = 0; e < 4; e++) {`,
+      `        const int ${m.var} = m0 + wm + i * 16 + g + (e >> 1) * 8, ${n.var} = n0 + wn + j * 8 + t * 2 + (e & 1);`,
+      `        if (${m.var} >= ${m.size} || ${n.var} >= ${n.size}) continue;`,
+      `        float ${p.acc} = c[i][j][e];`,
+    ];
+    renderBlock(p.epilogue, lines, "        ", ctx);
+    return [...lines, "      }"];
+  }
+  const stored = storageType(kernel.buffers[store.buf]!.dtype);
+  const at = `b${store.buf}[${idx(store.index)}]`;
+  const lines = [
+    `  #pragma unroll`,
+    `  for (int i = 0; i < 4; i++)`,
+    `    #pragma unroll`,
+    `    for (int j = 0; j < 4; j++)`,
+    `      #pragma unroll`,
+    `      for (int h = 0; h < 2; h++) {`,
+    `        const int ${m.var} = m0 + wm + i * 16 + g + h * 8, tg_n = n0 + wn + j * 8 + t * 2;`,
+    `        if (${m.var} >= ${m.size} || tg_n >= ${n.size}) continue;`,
+    `        ${stored} tg_out[2];`,
+    `        #pragma unroll`,
+    `        for (int q = 0; q < 2; q++) {`,
+    `          const int ${n.var} = tg_n + q;`,
+    `          float ${p.acc} = c[i][j][h * 2 + q];`,
+  ];
+  renderBlock(p.epilogue.slice(0, -1), lines, "          ", ctx);
+  lines.push(
+    `          tg_out[q] = ${toStorage(renderOperand(store.value), store.dtype)};`,
+    `        }`,
+    `        const int ${n.var} = tg_n;`,
+    // the last column of an odd n stands alone
+    `        if (tg_n + 1 < ${n.size}) { ${pairType} tg_st; tg_st.x = tg_out[0]; tg_st.y = tg_out[1]; *(${pairType}*)&${at} = tg_st; }`,
+    `        else ${at} = tg_out[0];`,
+    `      }`,
+  );
+  return lines;
 }
 
 /** Where the k loop multiplies the current stage's tiles (multiplyStage's lines). */

@@ -165,6 +165,11 @@ test("the tensor-core pipeline waits for all but the tiles still in flight", { s
   assert.match(ptx.get("halfMatmul")!, /cp\.async\.wait_group 2;/);
 });
 
+test("tensor-core outputs go out two neighbouring columns a store", { skip }, () => {
+  assert.match(ptx.get("halfMatmul")!, /st\.global\.v2\.u16/);
+  assert.match(renderCudaForm(forms.halfMatmul, "k", true).code, /\*\(ushort2\*\)&b0\[/);
+});
+
 test("tensor-core kernels assemble for sm_89 and sm_90", { skip }, async () => {
   const tensorCore = names.filter((name) => forms[name].kind === "tensorCores");
   const report = await compileKernels(nvcc!, tensorCore.map((name) => ({ name, code: renderCudaForm(forms[name], name, true).code })), ["sm_89", "sm_90"], { files: 1 });
