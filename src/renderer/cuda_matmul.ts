@@ -247,29 +247,13 @@ const PAIR_TYPES: Readonly<Record<string, string>> = { "unsigned short": "ushort
  */
 function epilogue(p: MatmulPattern): string[] {
   const { kernel, m, n } = p;
-  const ctx = { kernel, products: new Map(), group: 0 };
-  const store = p.epilogue.at(-1);
-  const af = store?.kind === "store" ? affine(store.index) : undefined;
-  const pairType = store?.kind === "store" ? PAIR_TYPES[storageType(kernel.buffers[store.buf]!.dtype)] : undefined;
-  const paired = store?.kind === "store" && pairType && af && af.coef.get(n.var) === 1 && af.constant % 2 === 0
-    && [...af.coef].every(([v, c]) => v === n.var || c % 2 === 0) && p.epilogue.filter((st) => st.kind === "store").length === 1;
-  if (!paired || store?.kind !== "store") {
-    const lines = [
-      `  #pragma unroll`,
-      `  for (int i = 0; i < 4; i++)`,
-      `    #pragma unroll`,
-      `    for (int j = 0; j < 4; j++)`,
-      `      #pragma unroll`,
-      `      for (int e = 0; e < 4; e++) {`,
-      `        const int ${m.var} = m0 + wm + i * 16 + g + (e >> 1) * 8, ${n.var} = n0 + wn + j * 8 + t * 2 + (e & 1);`,
-      `        if (${m.var} >= ${m.size} || ${n.var} >= ${n.size}) continue;`,
-      `        float ${p.acc} = c[i][j][e];`,
-    ];
-    renderBlock(p.epilogue, lines, "        ", ctx);
-    return [...lines, "      }"];
-  }
-  const stored = storageType(kernel.buffers[store.buf]!.dtype);
-  const at = `b${store.buf}[${idx(store.index)}]`;
+  const last = p.epilogue.at(-1);
+  const store = last?.kind === "store" && p.epilogue.filter((st) => st.kind === "store").length === 1 ? last : undefined;
+  const stored = store && storageType(kernel.buffers[store.buf]!.dtype);
+  const af = store && affine(store.index);
+  const pairType = stored && af && af.coef.get(n.var) === 1 && af.constant % 2 === 0 && [...af.coef].every(([v, c]) => v === n.var || c % 2 === 0)
+    ? PAIR_TYPES[stored] : undefined;
+  // rows g and g + 8 (h), columns 2t and 2t + 1 (q)
   const lines = [
     `  #pragma unroll`,
     `  for (int i = 0; i < 4; i++)`,
@@ -279,14 +263,18 @@ function epilogue(p: MatmulPattern): string[] {
     `      for (int h = 0; h < 2; h++) {`,
     `        const int ${m.var} = m0 + wm + i * 16 + g + h * 8, tg_n = n0 + wn + j * 8 + t * 2;`,
     `        if (${m.var} >= ${m.size} || tg_n >= ${n.size}) continue;`,
-    `        ${stored} tg_out[2];`,
+    ...(pairType ? [`        ${stored} tg_out[2];`] : []),
     `        #pragma unroll`,
     `        for (int q = 0; q < 2; q++) {`,
     `          const int ${n.var} = tg_n + q;`,
+    `          if (${n.var} >= ${n.size}) break;`,
     `          float ${p.acc} = c[i][j][h * 2 + q];`,
   ];
-  renderBlock(p.epilogue.slice(0, -1), lines, "          ", ctx);
-  lines.push(
+  renderBlock(pairType ? p.epilogue.slice(0, -1) : p.epilogue, lines, "          ", { kernel, products: new Map(), group: 0 });
+  if (!pairType || !store) return [...lines, `        }`, `      }`];
+  const at = `b${store.buf}[${idx(store.index)}]`;
+  return [
+    ...lines,
     `          tg_out[q] = ${toStorage(renderOperand(store.value), store.dtype)};`,
     `        }`,
     `        const int ${n.var} = tg_n;`,
@@ -294,8 +282,7 @@ function epilogue(p: MatmulPattern): string[] {
     `        if (tg_n + 1 < ${n.size}) { ${pairType} tg_st; tg_st.x = tg_out[0]; tg_st.y = tg_out[1]; *(${pairType}*)&${at} = tg_st; }`,
     `        else ${at} = tg_out[0];`,
     `      }`,
-  );
-  return lines;
+  ];
 }
 
 /** Where the k loop multiplies the current stage's tiles (multiplyStage's lines). */
