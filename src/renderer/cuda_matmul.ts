@@ -8,7 +8,7 @@
 // a workspace). Whatever follows the reduce (casts, bias, activation) runs per output element on the
 // accumulators, as the plain kernel would. test/cuda/emulated.test.ts checks all of it on a CPU emulator.
 import type { KernelIR, Operand as Value, Stmt } from "../codegen/ir.ts";
-import { getenv } from "../helpers.ts";
+import { TsgradError, getenv } from "../helpers.ts";
 import { type Idx, varsOf } from "../shape/symbolic.ts";
 import { type CudaKernelSource, idx, indexType, kernelParams, operand as renderOperand, outputIndices, renderBlock, splitOutputLoops, storageType, toStorage } from "./cuda.ts";
 
@@ -184,7 +184,10 @@ const RESERVED_SHARED = 1024;
  */
 export function tensorCoreStages(sharedPerMultiprocessor: number): number {
   const forced = getenv("TC_STAGES", 0);
-  if (forced >= 2 && forced <= 8) return forced;
+  if (forced !== 0 && !(Number.isInteger(forced) && forced >= 2 && forced <= 8)) {
+    throw new TsgradError(`TC_STAGES=${process.env.TC_STAGES}: expected a whole number of pipeline stages from 2 to 8`);
+  }
+  if (forced) return forced;
   if (sharedPerMultiprocessor <= 0) return MAX_STAGES;
   let stages = MAX_STAGES;
   while (stages > 2 && 2 * (stages * STAGE_BYTES + RESERVED_SHARED) > sharedPerMultiprocessor) stages--;

@@ -47,6 +47,14 @@ test("a float16 matmul runs on tensor cores, 128 x 128 output tiles a block", ()
 test("tensor-core factors that both travel by cp.async pipeline k tiles through dynamic shared memory, as deep as two blocks a multiprocessor allow", () => {
   // an H100/H200 (228 KB a multiprocessor): 4 stages; an A100 (164 KB): 4; a 4090 (100 KB): 2
   assert.deepEqual([233472, 167936, 102400].map(tensorCoreStages), [4, 4, 2]);
+  try {
+    process.env.TC_STAGES = "3";
+    assert.equal(tensorCoreStages(102400), 3);
+    process.env.TC_STAGES = "1";
+    assert.throws(() => tensorCoreStages(102400), /TC_STAGES=1: expected a whole number of pipeline stages from 2 to 8/);
+  } finally {
+    delete process.env.TC_STAGES;
+  }
   for (const stages of [2, 3, 4]) {
     const { launch, code } = renderCudaForm(forms.halfMatmul, "k", true, stages);
     // per stage: A as [128 rows][32 k + 8] halves, B (rows contiguous in memory) as [32 k][128 + 8]
