@@ -22,6 +22,11 @@ const storageType = (d: DType): string => (d.name === "float16" || d.name === "b
 export const C_PRELUDE = `#include <stdint.h>
 #include <string.h>
 #include <math.h>
+/* float16: hardware conversions where the target has them (x86 F16C), exact in both directions; else in software */
+#if defined(__F16C__) && defined(__FLT16_MAX__)
+static inline float tg_h2f(uint16_t h) { _Float16 x; memcpy(&x, &h, 2); return (float)x; }
+static inline uint16_t tg_f2h(float v) { _Float16 x = (_Float16)v; uint16_t h; memcpy(&h, &x, 2); return h; }
+#else
 static inline float tg_h2f(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
   if (exp == 0) { float m = (float)mant * 5.9604644775390625e-8f; return sign ? -m : m; }
@@ -46,6 +51,7 @@ static inline uint16_t tg_f2h(float v) {
   if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) h++;
   return (uint16_t)(sign | h);
 }
+#endif
 static inline float tg_b2f(uint16_t h) { uint32_t bits = (uint32_t)h << 16; float f; memcpy(&f, &bits, 4); return f; }
 static inline uint16_t tg_f2b(float v) {
   uint32_t x; memcpy(&x, &v, 4);
@@ -129,6 +135,9 @@ function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, ctx:
       case "def":
         out.push(`${indent}${computeType[s.dtype.name]} ${s.name} = ${renderExpr(s.expr, s.dtype, kernel)};`);
         if (s.expr.op === "MUL" && s.dtype.kind === "float") ctx.products.set(s.name, s.expr.srcs);
+        // a 16-bit product widened to float32 is the same C float: the sum still takes the FMA
+        const src = s.expr.op === "CAST" ? s.expr.srcs[0] : undefined;
+        if (src?.kind === "val" && ctx.products.has(src.name) && computeType[s.dtype.name] === computeType[src.dtype.name]) ctx.products.set(s.name, ctx.products.get(src.name)!);
         break;
       case "acc":
         out.push(`${indent}${computeType[s.dtype.name]} ${s.name} = ${identity(s.op, s.dtype)};`);
