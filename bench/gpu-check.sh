@@ -2,7 +2,8 @@
 # Every GPU check in one run, for the next session that is lent a GPU (see ../shared/device/README.md):
 #   1. the op test-suite on the CUDA device (correctness, against the float64 references),
 #   2. tsgrad's tensor-core kernels against the JS device on small odd shapes, then float16 GEMM TFLOP/s
-#      (and two of them again at 2 and 3 pipeline stages, TC_STAGES, after the BERT step),
+#      (and two of them again at every tile BEAM may choose, block and warp shapes and pipeline depths,
+#      after the BERT step),
 #   3. PyTorch on the same GPU: the same GEMMs through cuBLAS and the same BERT-large float16 train step,
 #   4. tsgrad's BERT-large float16 train step at sequence 512 (jitted), with a per-kernel profile,
 #   5. a 2-layer BERT-large step checked kernel by kernel against the CPU device (bench/gpu/validate.ts),
@@ -167,19 +168,17 @@ fi
 
 if wanted bert; then
   log "tsgrad BERT-$([ "$small" = 1 ] && echo "tiny float16 step, batch $batch, seq 64" || echo "large float16 step, batch $batch, seq 512")"
-  remaining=$((budget - ($(date +%s) - start) - $(wanted validate && share 90 || echo 0) - $(wanted gemm && share 30 || echo 0)))
+  remaining=$((budget - ($(date +%s) - start) - $(wanted validate && share 90 || echo 0) - $(wanted gemm && share 40 || echo 0)))
   DEBUG=1 part bert "$((remaining > 60 ? remaining : 60))" "$results/tsgrad_bert.json" node "$bundle/bert_step.mjs" --batch "$batch" \
     $([ "$small" = 1 ] && echo --preset tiny --seq 64 --steps 2 || echo --seq 512 --steps 3)
   log "tsgrad bert exit $?"
 fi
 
-# the tensor-core pipeline's depth: the GEMMs again at 2 and 3 stages (the GPU picked its own above)
+# the tensor-core tiles: two GEMMs again at every tile BEAM may choose (the default tile ran above)
 if wanted gemm; then
-  for stages in 2 3; do
-    TC_STAGES=$stages part gemm "$(share 15)" "$results/tsgrad_gemm_stages$stages.json" node "$bundle/gemm.mjs" --no-checks \
-      $([ "$small" = 1 ] && echo --shapes 256x384x512 --runs 2 || echo --shapes 16384x4096x1024,4096x4096x4096 --runs 5)
-    log "tsgrad gemm at $stages stages exit $?"
-  done
+  part gemm "$(share 40)" "$results/tsgrad_gemm_tiles.json" node "$bundle/gemm.mjs" --no-checks --tiles \
+    $([ "$small" = 1 ] && echo --shapes 256x384x512 --runs 2 || echo --shapes 16384x4096x1024,4096x4096x4096 --runs 5)
+  log "tsgrad gemm by tile exit $?"
 fi
 
 if wanted validate; then
@@ -213,12 +212,10 @@ if "ms_per_step" in ours_bert and torch.get("bert"):
 validate = {k: check.get(k) for k in ("kernels_checked", "disagreeing", "first_non_finite", "losses", "error")}
 ints = load("int_reduce_check.json")
 int_check = {k: ints.get(k) for k in ("expected", "via_tsgrad", "nvrtc", "nvcc", "error")}
-by_stages = {str(ours.get("tc_stages")): {g["shape"]: g["tflops"] for g in ours.get("gemm", [])}}
-for stages in (2, 3):
-    other = load(f"tsgrad_gemm_stages{stages}.json")
-    by_stages[str(other.get("tc_stages", stages))] = {g["shape"]: g["tflops"] for g in other.get("gemm", [])} or other.get("error")
+tiles = load("tsgrad_gemm_tiles.json")
+by_tile = {g["shape"]: g.get("tflops_by_tile") for g in tiles.get("gemm", [])} or tiles.get("error")
 summary = dict(gpu=torch.get("gpu"), op_suite=ops, int_reduce_check=int_check, kernel_check=validate, tensor_core_checks=checks, gemm=gemm,
-               gemm_tflops_by_pipeline_stages=by_stages, bert=bert)
+               default_tile=ours.get("tc_tile"), gemm_tflops_by_tile=by_tile, bert=bert)
 with open(os.path.join(out, "summary.json"), "w") as f:
     json.dump(summary, f, indent=1)
 print(json.dumps(summary, indent=1))

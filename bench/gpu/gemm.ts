@@ -1,22 +1,27 @@
 // float16 GEMM throughput of tsgrad's CUDA kernels: C = A @ B for each shape, the matmul kernel timed
 // alone with CUDA events (best of --runs launches). First, the tensor-core kernels' results against the JS
 // device on small odd shapes (partial tiles, transposed and computed factors, bfloat16, batches): the op
-// suite runs float32 only, so this is where tensor-core correctness is checked. Prints one JSON object.
-// Usage: node gemm.mjs [--shapes 4096x4096x4096,16384x1024x4096] [--runs 20] [--device CUDA]
+// suite runs float32 only, so this is where tensor-core correctness is checked. With --tiles, each shape is
+// timed again at every tile BEAM may choose (block and warp shapes, pipeline depths). Prints one JSON object.
+// Usage: node gemm.mjs [--shapes 4096x4096x4096,16384x1024x4096] [--runs 20] [--device CUDA] [--tiles] [--no-checks]
 import { parseArgs } from "node:util";
 import { Device, Tensor, dtypes } from "../../src/index.ts";
 import { recordItems } from "../../src/engine/realize.ts";
+import type { KernelIR } from "../../src/codegen/ir.ts";
 import type { ExecItem } from "../../src/engine/schedule.ts";
-import { cudaDevice } from "../../src/runtime/cuda.ts";
+import { cudaDevice, timeTiles } from "../../src/runtime/cuda.ts";
+import { cudaForm } from "../../src/renderer/cuda_opts.ts";
+import { tileCandidates, tileName } from "../../src/renderer/cuda_matmul.ts";
 
 const BERT_SHAPES = "16384x1024x1024,16384x4096x1024,16384x1024x4096,4096x4096x4096,8192x8192x8192";
 const { values } = parseArgs({ options: {
   shapes: { type: "string", default: BERT_SHAPES }, runs: { type: "string", default: "20" }, device: { type: "string", default: "CUDA" },
-  "no-checks": { type: "boolean" }, help: { type: "boolean" },
+  "no-checks": { type: "boolean" }, tiles: { type: "boolean" }, help: { type: "boolean" },
 } });
 if (values.help) {
   console.log("Usage: gemm [--shapes MxNxK,...] [--runs N] [--device CUDA] [--no-checks]   (float16 A[M,K] @ B[K,N], float32 accumulation;\n" +
-    "TC_STAGES=2..4 sets the tensor-core pipeline's depth, else the GPU's shared memory does)");
+    "TC_STAGES=2..4 sets the tensor-core pipeline's depth, else the GPU's shared memory does; TC_TILE the tile;\n" +
+    "--tiles times each shape at every tile BEAM may choose)");
   process.exit(0);
 }
 
@@ -54,9 +59,21 @@ const results = values.shapes.split(",").map((shape) => {
   for (let run = 0; run < Number(values.runs); run++) best = Math.min(best, program.run(item.buffers, { wait: true }) ?? Infinity);
   const tflops = (2 * m * n * k) / best / 1e12;
   console.error(`gemm ${shape}: ${(best * 1e3).toFixed(3)} ms, ${tflops.toFixed(1)} TFLOP/s (${item.kernel.name})`);
-  return { shape, m, n, k, ms: +(best * 1e3).toFixed(4), tflops: +tflops.toFixed(2), kernel: item.kernel.name };
+  return { shape, m, n, k, ms: +(best * 1e3).toFixed(4), tflops: +tflops.toFixed(2), kernel: item.kernel.name, ...(values.tiles ? { tflops_by_tile: byTile(item.kernel, 2 * m * n * k) } : {}) };
 });
+
+/** TFLOP/s of the kernel at each tile BEAM may choose (best of three launches each; null where one failed). */
+function byTile(kernel: KernelIR, flops: number): Record<string, number | null> {
+  const form = cudaForm(kernel);
+  if (form.kind !== "tensorCores") return {};
+  const device = cudaDevice(Number(values.device.split(":")[1] ?? 0));
+  const tiles = tileCandidates(device.sharedPerMultiprocessor, form.pattern);
+  const seconds = timeTiles(device, kernel, form.pattern, tiles);
+  const out = Object.fromEntries(tiles.map((t, i) => [tileName(t), Number.isFinite(seconds[i]!) ? +(flops / seconds[i]! / 1e12).toFixed(2) : null]));
+  console.error(`  by tile: ${JSON.stringify(out)}`);
+  return out;
+}
 // 16-bit outputs round at 2^-11 (float16) or 2^-8 (bfloat16) relative; summation order differs
 const checksPass = Object.entries(checks).every(([name, error]) => error <= (name.startsWith("bfloat16") ? 2e-2 : 4e-3));
-const tcStages = values.device.startsWith("CUDA") ? cudaDevice(Number(values.device.split(":")[1] ?? 0)).tcStages : null;
-console.log(JSON.stringify({ device: values.device, dtype: "float16", tc_stages: tcStages, checks, checks_pass: values["no-checks"] ? null : checksPass, gemm: results }));
+const tcTile = values.device.startsWith("CUDA") ? cudaDevice(Number(values.device.split(":")[1] ?? 0)).tcTile : null;
+console.log(JSON.stringify({ device: values.device, dtype: "float16", tc_stages: tcTile?.stages ?? null, tc_tile: tcTile && tileName(tcTile), checks, checks_pass: values["no-checks"] ? null : checksPass, gemm: results }));

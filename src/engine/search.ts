@@ -156,6 +156,46 @@ function readCached(key: string): KernelOpts | undefined {
   }
 }
 
+const choiceMemo = new Map<string, string>();
+
+/**
+ * BEAM over a fixed list of named alternatives (a tensor-core kernel's tiles, which kernel options do not
+ * describe): each is timed once and the fastest's name is cached on disk by (kernel, device, the list), as
+ * searched options are. Undefined where the kernel cannot be searched, BEAM is off or nothing ran.
+ */
+export function searchChoice(kernel: KernelIR, device: string, names: readonly string[], time: (names: readonly string[]) => number[]): string | undefined {
+  const spec = kernelSpecOf(kernel);
+  if (!spec || searchLimits().beam <= 0 || names.length === 0) return undefined;
+  const key = searchKey(spec, `${device}|choices ${names.join(",")}`);
+  const cached = choiceMemo.get(key) ?? readCachedChoice(key, names);
+  if (cached) {
+    searchStats.cacheHits++;
+    choiceMemo.set(key, cached);
+    return cached;
+  }
+  const start = performance.now();
+  const seconds = time(names);
+  const best = seconds.reduce((b, t, i) => (t < seconds[b]! ? i : b), 0);
+  if (!Number.isFinite(seconds[best]!)) return undefined;
+  searchStats.searched++;
+  choiceMemo.set(key, names[best]!);
+  mkdirSync(join(cacheDir(), "beam"), { recursive: true });
+  writeAtomic(cachePath(key), JSON.stringify({ choice: names[best], seconds: Object.fromEntries(names.map((n, i) => [n, seconds[i]])) }));
+  if (debugLevel() >= 2) console.error(`BEAM ${kernel.name}: ${names[best]} ${(seconds[best]! * 1e6).toFixed(1)} us of ${names.length} choices, searched in ${((performance.now() - start) / 1000).toFixed(2)} s`);
+  return names[best];
+}
+
+function readCachedChoice(key: string, names: readonly string[]): string | undefined {
+  const path = cachePath(key);
+  if (!existsSync(path)) return undefined;
+  try {
+    const choice = (JSON.parse(readFileSync(path, "utf8")) as { choice?: unknown }).choice;
+    return typeof choice === "string" && names.includes(choice) ? choice : undefined;
+  } catch {
+    return undefined; // searched again and overwritten
+  }
+}
+
 /**
  * Forgets the searched options held in memory, so the next kernels read them from disk (or search again);
  * with `{ onDisk: true }` also deletes the on-disk caches of searched options and compiled kernels.
@@ -163,5 +203,6 @@ function readCached(key: string): KernelOpts | undefined {
  */
 export function clearKernelCache({ onDisk = false } = {}): void {
   memo.clear();
+  choiceMemo.clear();
   if (onDisk) for (const folder of ["beam", "cpu"]) rmSync(join(cacheDir(), folder), { recursive: true, force: true });
 }

@@ -3,9 +3,11 @@
 // (m16n8k16, float32 accumulation) kernel. A factor that is one load with an affine index travels by
 // cp.async, 16 bytes at a time along its unit stride (k or rows), and reaches mma fragments by ldmatrix
 // (transposed where stored k-major); when both do, k tiles pipeline through 2-4 stages of dynamic shared
-// memory. A computed factor (a bias added first) is evaluated per element through registers and rounded
-// to 16 bits there, where the loop kernel would keep it in float32, with two static stages. Few output tiles with a long k split k across blocks (split-K, partials through
-// a workspace). Whatever follows the reduce (casts, bias, activation) runs per output element on the
+// memory, with the block and warp tile of a TensorCoreTile (a default, TC_TILE, or BEAM's choice among
+// TILE_SHAPES). A computed factor (a bias added first) is evaluated per element through registers and
+// rounded to 16 bits there, where the loop kernel would keep it in float32, with the default tile at two
+// static stages. Few output tiles with a long k split k across blocks (split-K, partials through a
+// workspace). Whatever follows the reduce (casts, bias, activation) runs per output element on the
 // accumulators, as the plain kernel would. test/cuda/emulated.test.ts checks all of it on a CPU emulator.
 import type { KernelIR, Operand as Value, Stmt } from "../codegen/ir.ts";
 import { TsgradError, getenv } from "../helpers.ts";
@@ -157,15 +159,89 @@ function operand(factor: Def, defs: ReadonlyMap<string, Def>, known: ReadonlySet
   return { defs: ordered, vars, load: direct && e.op === "LOAD" ? { buf: e.buf, affine: direct } : undefined };
 }
 
-/** Block tile: BM x BN outputs, BK deep; 8 warps as 2 x 4, each 64 x 32 (4 x 4 mma tiles of 16 x 8). */
-const BM = 128, BN = 128, BK = 32, THREADS = 256;
+/**
+ * How a tensor-core kernel tiles its work: a block computes bm x bn outputs, bk of k a step, with warpsM x
+ * warpsN warps, each a (bm / warpsM) x (bn / warpsN) tile of 16 x 8 mma tiles; `stages` k tiles pipeline
+ * through shared memory where both factors travel by cp.async.
+ */
+export interface TensorCoreTile {
+  readonly bm: number;
+  readonly bn: number;
+  readonly bk: number;
+  readonly warpsM: number;
+  readonly warpsN: number;
+  readonly stages: number;
+}
+export type TileShape = Omit<TensorCoreTile, "stages">;
+
+/** 128 x 128 outputs, 32 of k a step, 8 warps as 2 x 4 (each 64 x 32): the default. */
+export const DEFAULT_TILE_SHAPE: TileShape = { bm: 128, bn: 128, bk: 32, warpsM: 2, warpsN: 4 };
+/**
+ * The shapes BEAM times for each tensor-core kernel whose factors both travel by cp.async (and
+ * bench/gpu/gemm.ts --tiles): warp tiles of 64 x 32 and 64 x 64 (fewer shared-memory reads per mma, more
+ * registers: up to 255, none spilled on sm_90), 128- and 256-wide blocks, 32 or 64 of k a step. A kernel
+ * with a computed factor keeps the default shape at two stages: its tiles pass through registers, which a
+ * bigger tile would spill.
+ */
+export const TILE_SHAPES: readonly TileShape[] = [
+  DEFAULT_TILE_SHAPE,
+  { bm: 128, bn: 128, bk: 32, warpsM: 2, warpsN: 2 },
+  { bm: 128, bn: 256, bk: 32, warpsM: 2, warpsN: 4 },
+  { bm: 128, bn: 128, bk: 64, warpsM: 2, warpsN: 2 },
+  { bm: 128, bn: 128, bk: 64, warpsM: 2, warpsN: 4 },
+];
+
+/** "128x128x32:2x4" (block m x n x k : warps along m x n), with ":s4" for the pipeline's depth. */
+export const tileName = (t: TileShape | TensorCoreTile): string =>
+  `${t.bm}x${t.bn}x${t.bk}:${t.warpsM}x${t.warpsN}${"stages" in t ? `:s${t.stages}` : ""}`;
+
+/** Why a tile shape cannot be rendered, or undefined when it can. */
+function tileProblem(t: TileShape): string | undefined {
+  const threads = 32 * t.warpsM * t.warpsN;
+  if (t.bm % (16 * t.warpsM) !== 0) return `a warp's rows (bm / warpsM) must be a multiple of 16`;
+  if (t.bn % (16 * t.warpsN) !== 0) return `a warp's columns (bn / warpsN) must be a multiple of 16`;
+  if (t.bk % 16 !== 0) return `bk must be a multiple of 16`;
+  if (threads > 1024) return `${threads} threads a block (at most 1024)`;
+  if (accumulators(t) > 128) return `${accumulators(t)} float32 accumulators a thread (at most 128)`;
+  // each thread copies whole 8-element chunks of both tiles, and as many elements through registers
+  if (((t.bm * t.bk) / 8) % threads !== 0 || ((t.bn * t.bk) / 8) % threads !== 0) return `the tiles' 16-byte chunks do not divide among ${threads} threads`;
+  return undefined;
+}
+
+/** Float32 accumulators each thread holds: its warp tile's share. */
+const accumulators = (t: TileShape): number => (t.bm * t.bn) / (32 * t.warpsM * t.warpsN);
+
+/** Parses `TC_TILE`'s form, "128x256x32:2x4" (block m x n x k : warps along m x n); a clear error otherwise. */
+export function parseTileShape(text: string, what = "TC_TILE"): TileShape {
+  const match = /^(\d+)x(\d+)x(\d+):(\d+)x(\d+)$/.exec(text.trim());
+  if (!match) throw new TsgradError(`${what}=${text}: expected BMxBNxBK:WARPS_MxWARPS_N, e.g. ${tileName(DEFAULT_TILE_SHAPE)}`);
+  const [bm, bn, bk, warpsM, warpsN] = match.slice(1).map(Number) as [number, number, number, number, number];
+  const shape = { bm, bn, bk, warpsM, warpsN };
+  const problem = tileProblem(shape);
+  if (problem) throw new TsgradError(`${what}=${text}: ${problem}`);
+  return shape;
+}
+
+/**
+ * What BEAM times for a tensor-core kernel: every shape of TILE_SHAPES at the depth the GPU's shared memory
+ * allows, and one stage shallower (more blocks' loads in flight against fewer of each block's). Nothing
+ * for a kernel `p` with a computed factor (it has one tile).
+ */
+export function tileCandidates(sharedPerMultiprocessor: number, p?: MatmulPattern): TensorCoreTile[] {
+  if (p && (tilePath(p.a, p.m, p.k) === "registers" || tilePath(p.b, p.n, p.k) === "registers")) return [];
+  return TILE_SHAPES.flatMap((shape) => {
+    const tile = tensorCoreTile(sharedPerMultiprocessor, shape);
+    return tile.stages > 2 && !process.env.TC_STAGES ? [tile, { ...tile, stages: tile.stages - 1 }] : [tile];
+  });
+}
+
 /**
  * Shared tiles carry 8 halves of padding per row: the 8 row addresses of each ldmatrix phase then fall in
- * 8 different 16-byte bank groups (80- and 272-byte pitches), so fragment loads are conflict-free.
+ * 8 different 16-byte bank groups (pitches of 80, 144, 272 and 528 bytes), so fragment loads are conflict-free.
  */
 const PAD = 8;
 /** Bytes of one pipeline stage at most: both factors' tiles, row-major (k-major tiles take less). */
-const STAGE_BYTES = (BM + BN) * (BK + PAD) * 2;
+const stageBytes = (t: TileShape): number => (t.bm + t.bn) * (t.bk + PAD) * 2;
 
 /** Whether 8 neighbours along `along` (unit stride) always start 16-byte aligned: one vector load reads them. */
 const vectorAlong = (af: Affine, along: Loop): boolean =>
@@ -179,37 +255,54 @@ const RESERVED_SHARED = 1024;
 
 /**
  * How many shared-memory stages tensor-core kernels whose factors both travel by cp.async pipeline: the
- * most (2 to 4) with which two blocks still fit one multiprocessor's shared memory (an H100/H200's 228 KB:
- * 4; a 4090's 100 KB: 2). `TC_STAGES` overrides. Unknown (0): the most.
+ * most (2 to 4) with which the blocks a multiprocessor's registers hold (two for warp tiles of up to 64
+ * accumulators a thread, else one) fit its shared memory. The default tile: 4 on an H100/H200 (228 KB),
+ * 2 on a 4090 (100 KB). `TC_STAGES` overrides. Unknown (0): the most.
  */
-export function tensorCoreStages(sharedPerMultiprocessor: number): number {
+export function tensorCoreStages(sharedPerMultiprocessor: number, shape: TileShape = DEFAULT_TILE_SHAPE): number {
   const forced = getenv("TC_STAGES", 0);
   if (forced !== 0 && !(Number.isInteger(forced) && forced >= 2 && forced <= 8)) {
     throw new TsgradError(`TC_STAGES=${process.env.TC_STAGES}: expected a whole number of pipeline stages from 2 to 8`);
   }
   if (forced) return forced;
   if (sharedPerMultiprocessor <= 0) return MAX_STAGES;
+  const blocks = accumulators(shape) <= 64 ? 2 : 1;
   let stages = MAX_STAGES;
-  while (stages > 2 && 2 * (stages * STAGE_BYTES + RESERVED_SHARED) > sharedPerMultiprocessor) stages--;
+  while (stages > 2 && blocks * (stages * stageBytes(shape) + RESERVED_SHARED) > sharedPerMultiprocessor) stages--;
   return stages;
 }
 
 /**
- * Renders the tensor-core kernel for a matched pattern. Fragments come from shared memory by ldmatrix
- * (transposing where a tile is stored k-major), then mma.sync accumulates in float32 registers. Factors
- * that both travel by cp.async pipeline `stages` k tiles through dynamic shared memory; a computed factor
- * goes through registers, with two stages.
+ * The tile tensor-core kernels take on a GPU with this much shared memory a multiprocessor: `shape`, else
+ * `TC_TILE`'s, else the default, with its pipeline depth (tensorCoreStages).
  */
-export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: boolean, stages = MAX_STAGES): CudaKernelSource {
+export function tensorCoreTile(sharedPerMultiprocessor: number, shape?: TileShape): TensorCoreTile {
+  const chosen = shape ?? (process.env.TC_TILE ? parseTileShape(process.env.TC_TILE) : DEFAULT_TILE_SHAPE);
+  return { ...chosen, stages: tensorCoreStages(sharedPerMultiprocessor, chosen) };
+}
+
+/**
+ * Renders the tensor-core kernel for a matched pattern, tiled as `requested`. Fragments come from shared
+ * memory by ldmatrix (transposing where a tile is stored k-major), then mma.sync accumulates in float32
+ * registers. Factors that both travel by cp.async pipeline `stages` k tiles through dynamic shared memory;
+ * a computed factor goes through registers, with the default tile at two stages.
+ */
+export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: boolean, requested: TensorCoreTile = tensorCoreTile(0)): CudaKernelSource {
+  const problem = tileProblem(requested);
+  if (problem) throw new TsgradError(`tensor-core tile ${tileName(requested)}: ${problem}`);
   const { kernel, m, n, k, batch } = p;
-  const copyA = tileCopy("As", "ra", p.a, m, p, BM), copyB = tileCopy("Bs", "rb", p.b, n, p, BN);
+  const pipelined = tilePath(p.a, m, k) !== "registers" && tilePath(p.b, n, k) !== "registers";
+  const tile = pipelined ? requested : { ...DEFAULT_TILE_SHAPE, stages: 2 };
+  const { bm, bn, stages } = tile;
+  const threads = 32 * tile.warpsM * tile.warpsN;
+  const copyA = tileCopy("As", "ra", p.a, m, p, bm, tile), copyB = tileCopy("Bs", "rb", p.b, n, p, bn, tile);
   const batches = batch.reduce((s, l) => s * l.size, 1);
-  const tiles = Math.ceil(n.size / BN) * Math.ceil(m.size / BM) * batches;
-  const { splits, span } = splitK(tiles, k.size);
-  const pipelined = copyA.async && copyB.async;
+  const tiles = Math.ceil(n.size / bn) * Math.ceil(m.size / bm) * batches;
+  const { splits, span } = splitK(tiles, k.size, tile.bk);
   const sharedBytes = pipelined ? stages * (copyA.stageBytes + copyB.stageBytes) : 0;
+  const [mi, nj] = [bm / tile.warpsM / 16, bn / tile.warpsN / 8];
   const lines = [
-    `extern "C" __global__ void __launch_bounds__(${THREADS}) ${fnName}(${kernelParams(kernel, restrict)}${splits > 1 ? ", unsigned* __restrict__ tg_ws" : ""}) {`,
+    `extern "C" __global__ void __launch_bounds__(${threads}) ${fnName}(${kernelParams(kernel, restrict)}${splits > 1 ? ", unsigned* __restrict__ tg_ws" : ""}) {`,
     ...(pipelined
       ? [
         `  TG_DYNAMIC_SHARED(tg_smem);`,
@@ -218,23 +311,23 @@ export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: boole
       ]
       : [`  __shared__ __align__(16) unsigned short As[2]${copyA.shape};`, `  __shared__ __align__(16) unsigned short Bs[2]${copyB.shape};`]),
     `  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;`,
-    `  const int wm = (warp >> 2) * 64, wn = (warp & 3) * 32;`,
-    `  const int m0 = blockIdx.y * ${BM}, n0 = blockIdx.x * ${BN};`,
+    `  const int wm = (warp / ${tile.warpsN}) * ${bm / tile.warpsM}, wn = (warp % ${tile.warpsN}) * ${bn / tile.warpsN};`,
+    `  const int m0 = blockIdx.y * ${bm}, n0 = blockIdx.x * ${bn};`,
     ...outputIndices(batch, "int", splits > 1 ? `((int)blockIdx.z / ${splits})` : "(int)blockIdx.z", "  "),
     // this block's share of k (all of it without a split)
     splits > 1 ? `  const int kBegin = ((int)blockIdx.z % ${splits}) * ${span}, kEnd = min(${k.size}, kBegin + ${span});` : `  const int kBegin = 0, kEnd = ${k.size};`,
-    `  float c[4][4][4] = {};`,
-    ...(pipelined ? pipelinedLoop(copyA, copyB, stages) : registerLoop(copyA, copyB)).flatMap((line) =>
-      line === MULTIPLY ? multiplyStage(copyA, copyB, p.input) : [line]),
-    ...(splits > 1 ? combineSplits(splits, tiles) : []),
-    ...epilogue(p),
+    `  float c[${mi}][${nj}][4] = {};`,
+    ...(pipelined ? pipelinedLoop(copyA, copyB, tile) : registerLoop(copyA, copyB, tile.bk)).flatMap((line) =>
+      line === MULTIPLY ? multiplyStage(copyA, copyB, p.input, tile) : [line]),
+    ...(splits > 1 ? combineSplits(splits, tiles, tile) : []),
+    ...epilogue(p, mi, nj),
     "}",
   ];
   return {
     code: lines.join("\n"),
     launch: {
-      grid: [Math.ceil(n.size / BN), Math.ceil(m.size / BM), batches * splits], block: [THREADS, 1, 1], sharedBytes,
-      ...(splits > 1 ? { workspace: { bytes: counterBytes(tiles) + tiles * splits * BM * BN * 4, zeroedBytes: counterBytes(tiles) } } : {}),
+      grid: [Math.ceil(n.size / bn), Math.ceil(m.size / bm), batches * splits], block: [threads, 1, 1], sharedBytes,
+      ...(splits > 1 ? { workspace: { bytes: counterBytes(tiles) + tiles * splits * bm * bn * 4, zeroedBytes: counterBytes(tiles) } } : {}),
     },
   };
 }
@@ -248,7 +341,7 @@ const PAIR_TYPES: Readonly<Record<string, string>> = { "unsigned short": "ushort
  * an even element, each thread stores its two neighbouring columns as one 4- or 8-byte vector (half the
  * store instructions; whole 32-bit words), else element by element.
  */
-function epilogue(p: MatmulPattern): string[] {
+function epilogue(p: MatmulPattern, mi: number, nj: number): string[] {
   const { kernel, m, n } = p;
   const last = p.epilogue.at(-1);
   const store = last?.kind === "store" && p.epilogue.filter((st) => st.kind === "store").length === 1 ? last : undefined;
@@ -259,9 +352,9 @@ function epilogue(p: MatmulPattern): string[] {
   // rows g and g + 8 (h), columns 2t and 2t + 1 (q)
   const lines = [
     `  #pragma unroll`,
-    `  for (int i = 0; i < 4; i++)`,
+    `  for (int i = 0; i < ${mi}; i++)`,
     `    #pragma unroll`,
-    `    for (int j = 0; j < 4; j++)`,
+    `    for (int j = 0; j < ${nj}; j++)`,
     `      #pragma unroll`,
     `      for (int h = 0; h < 2; h++) {`,
     `        const int ${m.var} = m0 + wm + i * 16 + g + h * 8, tg_n = n0 + wn + j * 8 + t * 2;`,
@@ -291,20 +384,21 @@ function epilogue(p: MatmulPattern): string[] {
 /** Where the k loop multiplies the current stage's tiles (multiplyStage's lines). */
 const MULTIPLY = "<multiply>";
 
-/** The warps' products of one stage: per 16 of k, fragments by ldmatrix, then 4 x 4 mma tiles per warp. */
-function multiplyStage(copyA: TileCopy, copyB: TileCopy, input: "f16" | "bf16"): string[] {
+/** The warps' products of one stage: per 16 of k, fragments by ldmatrix, then the warp tile's mma tiles. */
+function multiplyStage(copyA: TileCopy, copyB: TileCopy, input: "f16" | "bf16", tile: TensorCoreTile): string[] {
+  const [mi, nj] = [tile.bm / tile.warpsM / 16, tile.bn / tile.warpsN / 8];
   return [
     `    #pragma unroll`,
-    `    for (int kk = 0; kk < ${BK}; kk += 16) {`,
-    `      unsigned a[4][4], b[4][2];`,
+    `    for (int kk = 0; kk < ${tile.bk}; kk += 16) {`,
+    `      unsigned a[${mi}][4], b[${nj}][2];`,
     `      #pragma unroll`,
-    `      for (int i = 0; i < 4; i++) ${copyA.fragmentA("a[i]", "wm + i * 16")}`,
+    `      for (int i = 0; i < ${mi}; i++) ${copyA.fragmentA("a[i]", "wm + i * 16")}`,
     `      #pragma unroll`,
-    `      for (int j = 0; j < 4; j += 2) ${copyB.fragmentB("b[j]", "b[j + 1]", "wn + j * 8")}`,
+    `      for (int j = 0; j < ${nj}; j += 2) ${copyB.fragmentB("b[j]", "b[j + 1]", "wn + j * 8")}`,
     `      #pragma unroll`,
-    `      for (int i = 0; i < 4; i++)`,
+    `      for (int i = 0; i < ${mi}; i++)`,
     `        #pragma unroll`,
-    `        for (int j = 0; j < 4; j++)`,
+    `        for (int j = 0; j < ${nj}; j++)`,
     `          tg_mma_${input}(c[i][j], a[i], b[j]);`,
     `    }`,
   ];
@@ -315,24 +409,24 @@ function multiplyStage(copyA: TileCopy, copyB: TileCopy, input: "f16" | "bf16"):
  * one. One barrier a step both publishes the landed tile and frees the stage multiplied the step before,
  * which the next fetch then fills.
  */
-function pipelinedLoop(copyA: TileCopy, copyB: TileCopy, stages: number): string[] {
+function pipelinedLoop(copyA: TileCopy, copyB: TileCopy, { stages, bk }: TensorCoreTile): string[] {
   return [
     `  #pragma unroll`,
     `  for (int s = 0; s < ${stages - 1}; s++) {`,
-    `    if (kBegin + s * ${BK} < kEnd) {`,
-    ...copyA.fetch(`kBegin + s * ${BK}`, "s"), ...copyB.fetch(`kBegin + s * ${BK}`, "s"),
+    `    if (kBegin + s * ${bk} < kEnd) {`,
+    ...copyA.fetch(`kBegin + s * ${bk}`, "s"), ...copyB.fetch(`kBegin + s * ${bk}`, "s"),
     `    }`,
     // a group per tile, empty past the end, so that the count of groups still in flight stays exact
     `    tg_cp_async_commit();`,
     `  }`,
-    `  for (int k0 = kBegin, stage = 0; k0 < kEnd; k0 += ${BK}, stage = stage == ${stages - 1} ? 0 : stage + 1) {`,
+    `  for (int k0 = kBegin, stage = 0; k0 < kEnd; k0 += ${bk}, stage = stage == ${stages - 1} ? 0 : stage + 1) {`,
     // this tile's group has landed in this thread; after the barrier, in every thread, and every warp is
     // done with the stage multiplied last step
     `    tg_cp_async_wait<${stages - 2}>();`,
     `    __syncthreads();`,
-    `    if (k0 + ${(stages - 1) * BK} < kEnd) {`,
+    `    if (k0 + ${(stages - 1) * bk} < kEnd) {`,
     `      const int next = stage == 0 ? ${stages - 1} : stage - 1;`,
-    ...copyA.fetch(`k0 + ${(stages - 1) * BK}`, "next"), ...copyB.fetch(`k0 + ${(stages - 1) * BK}`, "next"),
+    ...copyA.fetch(`k0 + ${(stages - 1) * bk}`, "next"), ...copyB.fetch(`k0 + ${(stages - 1) * bk}`, "next"),
     `    }`,
     `    tg_cp_async_commit();`,
     MULTIPLY,
@@ -344,15 +438,15 @@ function pipelinedLoop(copyA: TileCopy, copyB: TileCopy, stages: number): string
  * The k loop when a factor goes through registers (computed factors): two stages; the next tile's loads
  * are issued before the multiply and stored into the other stage after it.
  */
-function registerLoop(copyA: TileCopy, copyB: TileCopy): string[] {
+function registerLoop(copyA: TileCopy, copyB: TileCopy, bk: number): string[] {
   return [
     `  ${copyA.registers} ${copyB.registers}`,
     ...copyA.fetch("kBegin", "0"), ...copyB.fetch("kBegin", "0"), `  tg_cp_async_commit();`,
     ...copyA.store("0"), ...copyB.store("0"),
-    `  for (int k0 = kBegin, stage = 0; k0 < kEnd; k0 += ${BK}, stage ^= 1) {`,
-    `    const bool more = k0 + ${BK} < kEnd;`,
+    `  for (int k0 = kBegin, stage = 0; k0 < kEnd; k0 += ${bk}, stage ^= 1) {`,
+    `    const bool more = k0 + ${bk} < kEnd;`,
     `    if (more) {`,
-    ...copyA.fetch(`k0 + ${BK}`, "stage ^ 1"), ...copyB.fetch(`k0 + ${BK}`, "stage ^ 1"),
+    ...copyA.fetch(`k0 + ${bk}`, "stage ^ 1"), ...copyB.fetch(`k0 + ${bk}`, "stage ^ 1"),
     `    }`,
     `    tg_cp_async_commit();`,
     // every copy but the group just issued (the next tile's) has landed, in every thread
@@ -375,13 +469,13 @@ const MIN_SPLIT_STEPS = 8;
 
 /**
  * Split-K for matmuls with few output tiles and a long k (weight gradients: 1024 x 1024 outputs summed over
- * batch x sequence): `splits` blocks per tile, each summing `span` (a multiple of BK) of k.
+ * batch x sequence): `splits` blocks per tile, each summing `span` (a multiple of bk) of k.
  */
-export function splitK(tiles: number, kSize: number): { splits: number; span: number } {
-  const steps = Math.ceil(kSize / BK);
+export function splitK(tiles: number, kSize: number, bk = DEFAULT_TILE_SHAPE.bk): { splits: number; span: number } {
+  const steps = Math.ceil(kSize / bk);
   let splits = 1;
   while (tiles * splits < TARGET_BLOCKS && steps / (splits * 2) >= MIN_SPLIT_STEPS) splits *= 2;
-  const span = Math.ceil(steps / splits) * BK;
+  const span = Math.ceil(steps / splits) * bk;
   return { splits: Math.ceil(kSize / span), span };
 }
 
@@ -394,14 +488,15 @@ const counterBytes = (tiles: number): number => Math.ceil((tiles * 4) / 256) * 2
  * partials in split order (the same result whichever block comes last), resets the counter for the next
  * launch and goes on to the epilogue; the others are done.
  */
-function combineSplits(splits: number, tiles: number): string[] {
+function combineSplits(splits: number, tiles: number, tile: TensorCoreTile): string[] {
+  const threads = 32 * tile.warpsM * tile.warpsN, acc = accumulators(tile), nj = tile.bn / tile.warpsN / 8;
   return [
     `  {`,
     `    __shared__ unsigned tg_ticket;`,
     `    const int tile = (((int)blockIdx.z / ${splits}) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;`,
-    `    float* part = (float*)(tg_ws + ${counterBytes(tiles) / 4}) + (size_t)tile * ${splits * BM * BN};`,
+    `    float* part = (float*)(tg_ws + ${counterBytes(tiles) / 4}) + (size_t)tile * ${splits * tile.bm * tile.bn};`,
     `    #pragma unroll`,
-    `    for (int q = 0; q < 64; q++) part[(((int)blockIdx.z % ${splits}) * 64 + q) * ${THREADS} + tid] = c[q >> 4][(q >> 2) & 3][q & 3];`,
+    `    for (int q = 0; q < ${acc}; q++) part[(((int)blockIdx.z % ${splits}) * ${acc} + q) * ${threads} + tid] = c[q / ${4 * nj}][(q / 4) % ${nj}][q % 4];`,
     `    __threadfence();`,
     `    __syncthreads();`,
     `    if (tid == 0) tg_ticket = atomicAdd(&tg_ws[tile], 1u);`,
@@ -409,10 +504,12 @@ function combineSplits(splits: number, tiles: number): string[] {
     `    if (tg_ticket != ${splits - 1}) return;`,
     `    __threadfence();`,
     `    #pragma unroll`,
-    `    for (int q = 0; q < 64; q++) {`,
+    `    for (int q = 0; q < ${acc}; q++) {`,
     `      float sum = 0;`,
-    `      for (int s = 0; s < ${splits}; s++) sum += __ldcg(&part[(s * 64 + q) * ${THREADS} + tid]);`,
-    `      c[q >> 4][(q >> 2) & 3][q & 3] = sum;`,
+    // the splits' loop stays a loop: unrolled inside the unrolled accumulators' loop, it takes ptxas many seconds
+    `      #pragma unroll 1`,
+    `      for (int s = 0; s < ${splits}; s++) sum += __ldcg(&part[(s * ${acc} + q) * ${threads} + tid]);`,
+    `      c[q / ${4 * nj}][(q / 4) % ${nj}][q % 4] = sum;`,
     `    }`,
     `    if (tid == 0) tg_ws[tile] = 0;`,
     `  }`,
@@ -450,34 +547,35 @@ function tilePath(o: Operand, row: Loop, k: Loop): TilePath {
 }
 
 /** How the kernel for `p` moves its tiles and splits k, for reports (bench/gpu/forms.ts). */
-export function describeTensorCoreKernel(p: MatmulPattern): { a: TilePath; b: TilePath; splits: number } {
-  const tiles = Math.ceil(p.n.size / BN) * Math.ceil(p.m.size / BM) * p.batch.reduce((s, l) => s * l.size, 1);
-  return { a: tilePath(p.a, p.m, p.k), b: tilePath(p.b, p.n, p.k), splits: splitK(tiles, p.k.size).splits };
+export function describeTensorCoreKernel(p: MatmulPattern, tile: TileShape = DEFAULT_TILE_SHAPE): { a: TilePath; b: TilePath; splits: number } {
+  const tiles = Math.ceil(p.n.size / tile.bn) * Math.ceil(p.m.size / tile.bm) * p.batch.reduce((s, l) => s * l.size, 1);
+  return { a: tilePath(p.a, p.m, p.k), b: tilePath(p.b, p.n, p.k), splits: splitK(tiles, p.k.size, tile.bk).splits };
 }
 
 /**
- * The copy of one factor's tile: rows along `row` (m or n), BK columns along k, zero outside. A factor that
+ * The copy of one factor's tile: rows along `row` (m or n), bk columns along k, zero outside. A factor that
  * is one load whose rows or k run along 8-aligned unit strides goes by cp.async, 16 bytes at a time,
  * stored as it lies in memory (row-major: [row][k]; k-major: [k][row], read back transposed by
  * ldmatrix.trans); any other factor goes through registers element by element (a computed one rounded to
  * 16 bits there) and is stored [row][k].
  */
-function tileCopy(tile: string, regs: string, o: Operand, row: Loop, p: MatmulPattern, rows: number): TileCopy {
+function tileCopy(tile: string, regs: string, o: Operand, row: Loop, p: MatmulPattern, rows: number, shape: TileShape): TileCopy {
   const { k } = p;
+  const { bk } = shape, threads = 32 * shape.warpsM * shape.warpsN;
   const start = row === p.m ? "m0" : "n0";
   const inside = `gr < ${row.size} && gk < ${k.size}`;
-  // each thread handles elements (or 8-element chunks) e = tid + j * THREADS
+  // each thread handles elements (or 8-element chunks) e = tid + j * threads
   const each = (count: number, index: string, body: string[]): string[] => [
     `    #pragma unroll`,
     `    for (int j = 0; j < ${count}; j++) {`,
-    `      const int e = tid + j * ${THREADS}, ${index};`,
+    `      const int e = tid + j * ${threads}, ${index};`,
     ...body,
     `    }`,
   ];
-  const scalars = (rows * BK) / THREADS, chunks = scalars / 8;
+  const scalars = (rows * bk) / threads, chunks = scalars / 8;
   // [row][k] fragments: lanes 0-15 address rows at k, lanes 16-31 the same rows at k + 8
   const rowMajor = {
-    shape: `[${rows}][${BK + PAD}]`, stageBytes: rows * (BK + PAD) * 2,
+    shape: `[${rows}][${bk + PAD}]`, stageBytes: rows * (bk + PAD) * 2,
     fragmentA: (r: string, row0: string) => `tg_ldsm_x4(${r}, &${tile}[stage][${row0} + (lane & 15)][kk + (lane >> 4) * 8]);`,
     fragmentB: (first: string, second: string, col0: string) =>
       `{ unsigned q[4]; tg_ldsm_x4(q, &${tile}[stage][${col0} + (lane & 7) + (lane >> 4) * 8][kk + ((lane >> 3) & 1) * 8]); ${first}[0] = q[0]; ${first}[1] = q[1]; ${second}[0] = q[2]; ${second}[1] = q[3]; }`,
@@ -491,13 +589,13 @@ function tileCopy(tile: string, regs: string, o: Operand, row: Loop, p: MatmulPa
     if (path === "cp.async, k contiguous") {
       return {
         ...rowMajor, registers: "", async: true,
-        fetch: (k0, stage) => each(chunks, `r = e / ${BK / 8}, kk = (e % ${BK / 8}) * 8, gr = ${start} + r, gk = ${k0} + kk`, [copy(stage, "[r][kk]")]),
+        fetch: (k0, stage) => each(chunks, `r = e / ${bk / 8}, kk = (e % ${bk / 8}) * 8, gr = ${start} + r, gk = ${k0} + kk`, [copy(stage, "[r][kk]")]),
         store: () => [],
       };
     }
     // k-major: [k][row]; ldmatrix.trans hands each lane the (row, k) pairs mma wants
     return {
-      shape: `[${BK}][${rows + PAD}]`, stageBytes: BK * (rows + PAD) * 2, registers: "", async: true,
+      shape: `[${bk}][${rows + PAD}]`, stageBytes: bk * (rows + PAD) * 2, registers: "", async: true,
       fetch: (k0, stage) => each(chunks, `kk = e / ${rows / 8}, r = (e % ${rows / 8}) * 8, gr = ${start} + r, gk = ${k0} + kk`, [copy(stage, "[kk][r]")]),
       store: () => [],
       fragmentA: (r, row0) => `tg_ldsm_x4_trans(${r}, &${tile}[stage][kk + (lane & 7) + (lane >> 4) * 8][${row0} + ((lane >> 3) & 1) * 8]);`,
@@ -509,7 +607,7 @@ function tileCopy(tile: string, regs: string, o: Operand, row: Loop, p: MatmulPa
   // along k (coalesced reads of a transposed or computed factor), else k fastest
   const loads = o.defs.flatMap((d) => (d.expr.op === "LOAD" ? [affine(d.expr.index)] : []));
   const alongRows = loads.some((af) => af?.coef.get(row.var) === 1) && !loads.some((af) => af?.coef.get(k.var) === 1);
-  const index = alongRows ? `r = e % ${rows}, kk = e / ${rows}` : `r = e / ${BK}, kk = e % ${BK}`;
+  const index = alongRows ? `r = e % ${rows}, kk = e / ${rows}` : `r = e / ${bk}, kk = e % ${bk}`;
   const body = [`      ${regs}[j] = 0;`, `      if (${inside}) {`, `        const int ${row.var} = gr, ${k.var} = gk;`];
   renderBlock(o.defs, body, "        ", { kernel: p.kernel, products: new Map(), group: 0 });
   body.push(`        ${regs}[j] = ${p.input === "f16" ? "tg_f2h" : "tg_f2b"}(${o.defs[o.defs.length - 1]!.name});`, `      }`);
@@ -528,6 +626,6 @@ const MIN_FLOPS = 2 ** 22;
 export function worthTensorCores(p: MatmulPattern): boolean {
   const batches = p.batch.reduce((s, l) => s * l.size, 1);
   // 32-bit indices throughout, and the batch and row tiles within the grid's z and y limits
-  const fits = indexType(p.kernel) === "int" && batches <= 65535 && Math.ceil(p.m.size / BM) <= 65535;
+  const fits = indexType(p.kernel) === "int" && batches <= 65535 && Math.ceil(p.m.size / DEFAULT_TILE_SHAPE.bm) <= 65535;
   return fits && p.m.size >= 16 && p.n.size >= 8 && p.k.size >= 16 && 2 * p.m.size * p.n.size * p.k.size * batches >= MIN_FLOPS;
 }

@@ -11,11 +11,12 @@ import { NO_OPTS, type Upcast } from "../codegen/opts.ts";
 import { axisFacts, countStmts, hasUnitTerm } from "../codegen/heuristics.ts";
 import { mergeNestedLoops } from "../codegen/merge_loops.ts";
 import { type CudaKernelSource, groupSize, renderCuda, splitOutputLoops } from "./cuda.ts";
-import { type MatmulPattern, matchMatmul, renderMatmulTC, worthTensorCores } from "./cuda_matmul.ts";
+import { type MatmulPattern, type TensorCoreTile, matchMatmul, renderMatmulTC, worthTensorCores } from "./cuda_matmul.ts";
 
 /** What the CUDA backend renders for one kernel. */
 export type CudaForm =
-  | { readonly kind: "tensorCores"; readonly pattern: MatmulPattern }
+  /** `tile`: where BEAM chose one; else the device's (tensorCoreTile). */
+  | { readonly kind: "tensorCores"; readonly pattern: MatmulPattern; readonly tile?: TensorCoreTile }
   /** `group`: threads a block splits each output's reduce over, where not `groupSize(kernel)`. */
   | { readonly kind: "loops"; readonly kernel: KernelIR; readonly group?: number };
 
@@ -92,7 +93,7 @@ function gpuUpcasts(plain: KernelIR, unmerged: KernelIR): Upcast[] {
   return upcast;
 }
 
-/** Renders a form as the kernel `fnName`; `tcStages`: the tensor-core pipeline's depth (tensorCoreStages). */
-export function renderCudaForm(form: CudaForm, fnName: string, restrict: boolean, tcStages?: number): CudaKernelSource {
-  return form.kind === "tensorCores" ? renderMatmulTC(form.pattern, fnName, restrict, tcStages) : renderCuda(form.kernel, fnName, { restrict, group: form.group });
+/** Renders a form as the kernel `fnName`; tensor cores take the form's tile, else `tile` (the device's), else the default. */
+export function renderCudaForm(form: CudaForm, fnName: string, restrict: boolean, tile?: TensorCoreTile): CudaKernelSource {
+  return form.kind === "tensorCores" ? renderMatmulTC(form.pattern, fnName, restrict, form.tile ?? tile) : renderCuda(form.kernel, fnName, { restrict, group: form.group });
 }

@@ -21,13 +21,14 @@
 //   a pipeline of 2-4 stages in dynamic shared memory (as deep as two blocks a multiprocessor allow: 4 on
 //   an H100/H200, 2 on a 4090; TC_STAGES sets it); a factor computed from loads (a bias added first) is
 //   evaluated while staging, rounded to 16 bits, through two stages; TC=0 turns tensor cores off;
-// - BEAM=n searches the loop options on the GPU (timed with events) as on the CPU; tensor-core kernels
-//   are not searched.
+// - BEAM=n searches the loop options on the GPU (timed with events) as on the CPU, and times each
+//   tensor-core kernel at every tile of cuda_matmul.ts's list (block and warp shapes, pipeline depths);
+//   TC_TILE (e.g. 128x256x32:2x4) sets the tile instead. Winners are cached on disk (engine/search.ts).
 //
 // - kernels launch on a stream of the device's own; a jitted function's replays launch as one CUDA graph
 //   (engine/jit.ts; CUDA_GRAPH=0 launches kernel by kernel).
 //
-// Environment: TSGRAD_LIBCUDA / TSGRAD_LIBNVRTC (library paths), CUDA_BLOCK, TC, TC_STAGES, BEAM, CUDA_GRAPH, DEBUG (>= 2
+// Environment: TSGRAD_LIBCUDA / TSGRAD_LIBNVRTC (library paths), CUDA_BLOCK, TC, TC_STAGES, TC_TILE, BEAM, CUDA_GRAPH, DEBUG (>= 2
 // times each kernel with events, >= 3 reports compiles), TSGRAD_CACHE (where cubins are cached, under cuda/).
 // Without a GPU, test/cuda/emu is a CPU emulator both library paths can point at (tests, gpu-check --emulate).
 // On a GPU machine: bench/gpu-check.sh (op suite on CUDA, tensor-core checks, GEMMs and a BERT-large step
@@ -37,10 +38,10 @@
 import type { Backend, Buffer, Program } from "../device.ts";
 import type { KernelIR } from "../codegen/ir.ts";
 import { debugLevel, getenv } from "../helpers.ts";
-import { beamSearch } from "../engine/search.ts";
-import { CUDA_PRELUDE, type CudaLaunch } from "../renderer/cuda.ts";
+import { beamSearch, searchChoice } from "../engine/search.ts";
+import { CUDA_PRELUDE, type CudaKernelSource, type CudaLaunch } from "../renderer/cuda.ts";
 import { type CudaForm, cudaForm, renderCudaForm } from "../renderer/cuda_opts.ts";
-import { tensorCoreStages } from "../renderer/cuda_matmul.ts";
+import { type MatmulPattern, type TensorCoreTile, renderMatmulTC, tensorCoreTile, tileCandidates, tileName } from "../renderer/cuda_matmul.ts";
 import { CachingAllocator } from "./cuda_allocator.ts";
 import { compileCuda } from "./cuda_compile.ts";
 import { ATTRIBUTE, type CudaDriver, CudaError, type Handle, cudaDriver, loadCudaDriver, out } from "./cuda_driver.ts";
@@ -74,8 +75,10 @@ export class CudaDevice {
   readonly context: Handle;
   /** The compile target, e.g. "sm_90". */
   readonly arch: string;
-  /** Shared-memory stages of the tensor-core pipeline that fit this GPU (two blocks a multiprocessor). */
-  readonly tcStages: number;
+  /** Shared memory a multiprocessor has, in bytes (what the tensor-core pipeline's depth is chosen by). */
+  readonly sharedPerMultiprocessor: number;
+  /** The tile tensor-core kernels take unless BEAM chose another: TC_TILE's or the default, at this GPU's depth. */
+  readonly tcTile: TensorCoreTile;
   readonly allocator: CachingAllocator;
   private readonly peers = new Set<number>();
   /**
@@ -95,14 +98,20 @@ export class CudaDevice {
     const major = out<number>(this.driver, "cuDeviceGetAttribute", ATTRIBUTE.computeCapabilityMajor, device);
     const minor = out<number>(this.driver, "cuDeviceGetAttribute", ATTRIBUTE.computeCapabilityMinor, device);
     this.arch = `sm_${major}${minor}`;
-    this.tcStages = tensorCoreStages(out<number>(this.driver, "cuDeviceGetAttribute", ATTRIBUTE.maxSharedMemoryPerMultiprocessor, device));
+    this.sharedPerMultiprocessor = out<number>(this.driver, "cuDeviceGetAttribute", ATTRIBUTE.maxSharedMemoryPerMultiprocessor, device);
+    this.tcTile = tensorCoreTile(this.sharedPerMultiprocessor);
     const d = this.driver;
     this.allocator = new CachingAllocator(
       (bytes) => (this.activate(), out<number>(d, "cuMemAlloc_v2", bytes)),
       (pointer) => (this.activate(), d.check("cuMemFree_v2", d.cuMemFree_v2(pointer))),
       (e) => e instanceof CudaError && e.message.includes("CUDA_ERROR_OUT_OF_MEMORY"),
     );
-    if (debugLevel() >= 1) console.error(`tsgrad: CUDA:${index} ${this.arch}, tensor-core pipeline ${this.tcStages} stages`);
+    if (debugLevel() >= 1) console.error(`tsgrad: CUDA:${index} ${this.arch}, tensor-core tile ${tileName(this.tcTile)}`);
+  }
+
+  /** Shared-memory stages of the default tensor-core pipeline on this GPU. */
+  get tcStages(): number {
+    return this.tcTile.stages;
   }
 
   /** Makes this device's context the thread's current one (the driver's calls act on it). */
@@ -210,6 +219,13 @@ export class CudaProgram implements Program {
     if (form.kind === "loops" && getenv("BEAM", 0) > 0) {
       return (this.form = { kind: "loops", kernel: beamSearch(this.kernel, "CUDA", (ks) => timeCandidates(this.device, ks)) });
     }
+    if (form.kind === "tensorCores" && getenv("BEAM", 0) > 0 && !process.env.TC_TILE) {
+      const tiles = tileCandidates(this.device.sharedPerMultiprocessor, form.pattern);
+      const byName = new Map(tiles.map((t) => [tileName(t), t]));
+      const chosen = searchChoice(this.kernel, `CUDA ${this.device.arch}`, [...byName.keys()], (names) =>
+        timeTiles(this.device, this.kernel, form.pattern, names.map((n) => byName.get(n)!)));
+      return (this.form = { ...form, tile: chosen ? byName.get(chosen) : undefined });
+    }
     return (this.form = form);
   }
 
@@ -238,7 +254,7 @@ export class CudaProgram implements Program {
  * batch). Kernels whose code is the same (a model's layers) are compiled once and share a function.
  */
 function compileTogether(device: CudaDevice, programs: readonly CudaProgram[], restrict: boolean): void {
-  const rendered = programs.map((p) => renderCudaForm(p.chosenForm(), "tg_kernel", restrict, device.tcStages));
+  const rendered = programs.map((p) => renderCudaForm(p.chosenForm(), "tg_kernel", restrict, device.tcTile));
   const firstOf = new Map<string, number>();
   rendered.forEach((r, i) => firstOf.has(r.code) || firstOf.set(r.code, i));
   const unique = [...firstOf.keys()];
@@ -290,27 +306,50 @@ function launchKernel(device: CudaDevice, fn: Handle, launch: CudaLaunch, params
 
 /** Times BEAM's candidates on scratch buffers of the kernel's sizes (Infinity for those that fail to compile or launch). */
 function timeCandidates(device: CudaDevice, kernels: readonly KernelIR[]): number[] {
-  const buffers = (kernels[0]?.buffers ?? []).map((b) => device.allocator.alloc(b.size * b.dtype.itemsize));
-  const params = buffers.map((pointer) => {
+  if (kernels.length === 0) return [];
+  return timeSources(device, kernels[0]!, kernels.map((kernel) => () => renderCudaForm({ kind: "loops", kernel }, "candidate", true)));
+}
+
+/** Times a tensor-core kernel at each tile (seconds; Infinity where one fails to compile or launch). */
+export function timeTiles(device: CudaDevice, kernel: KernelIR, pattern: MatmulPattern, tiles: readonly TensorCoreTile[]): number[] {
+  return timeSources(device, kernel, tiles.map((tile) => () => renderMatmulTC(pattern, "candidate", true, tile)));
+}
+
+/**
+ * The fastest of three launches of each rendering of `kernel`, on scratch buffers of its sizes; Infinity for
+ * one that fails to render, compile or launch. Renderings with the same code are timed once.
+ */
+function timeSources(device: CudaDevice, kernel: KernelIR, renders: readonly (() => CudaKernelSource)[]): number[] {
+  const sizes = kernel.buffers.map((b) => b.size * b.dtype.itemsize);
+  const buffers = sizes.map((bytes) => device.allocator.alloc(bytes));
+  const params = [...buffers, 0].map((pointer) => {
     const p = globalThis.Buffer.alloc(8);
     p.writeBigUInt64LE(BigInt(pointer));
     return p;
   });
   const events: [Handle, Handle] = [out<Handle>(device.driver, "cuEventCreate", 0), out<Handle>(device.driver, "cuEventCreate", 0)];
+  const byCode = new Map<string, number>();
   try {
-    return kernels.map((kernel) => {
+    return renders.map((render) => {
       try {
-        const rendered = renderCudaForm({ kind: "loops", kernel }, "candidate", true);
+        const rendered = render();
+        const known = byCode.get(rendered.code);
+        if (known !== undefined) return known;
         const [fn] = loadFunctions(device, `${CUDA_PRELUDE}\n${rendered.code}\n`, ["candidate"], `BEAM candidate of ${kernel.name}`);
+        allowSharedMemory(device, fn!, rendered.launch, kernel.name);
+        const { workspace } = rendered.launch;
+        if (workspace) params[buffers.length]!.writeBigUInt64LE(BigInt(device.workspace(workspace.bytes, workspace.zeroedBytes)));
+        const launchParams = workspace ? params : params.slice(0, buffers.length);
         let fastest = Infinity;
-        for (let run = 0; run < 3; run++) fastest = Math.min(fastest, launchKernel(device, fn!, rendered.launch, params, kernel.name, events)!);
+        for (let run = 0; run < 3; run++) fastest = Math.min(fastest, launchKernel(device, fn!, rendered.launch, launchParams, kernel.name, events)!);
+        byCode.set(rendered.code, fastest);
         return fastest;
       } catch {
         return Infinity;
       }
     });
   } finally {
-    buffers.forEach((pointer, i) => device.allocator.free(pointer, kernels[0]!.buffers[i]!.size * kernels[0]!.buffers[i]!.dtype.itemsize));
+    buffers.forEach((pointer, i) => device.allocator.free(pointer, sizes[i]!));
   }
 }
 

@@ -5,6 +5,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
+import { readFileSync, readdirSync } from "node:fs";
+import { join } from "node:path";
 import { scratchDir } from "../scratch.ts";
 import { buildCudaEmulator, emulatorEnv } from "./emu/build.ts";
 
@@ -17,6 +19,7 @@ const { Device, Tensor, dtypes } = await import("../../src/index.ts");
 const { recordItems } = await import("../../src/engine/realize.ts");
 const { cudaForm, renderCudaForm } = await import("../../src/renderer/cuda_opts.ts");
 const { groupSize } = await import("../../src/renderer/cuda.ts");
+const { TILE_SHAPES, tileName } = await import("../../src/renderer/cuda_matmul.ts");
 type T = InstanceType<typeof Tensor>;
 
 /** Whether a kernel's CUDA form stores vectors (several upcast lanes at once). */
@@ -64,16 +67,48 @@ if (library) {
     });
   }
 
-  // the device picks 4 stages here (an H100's shared memory); a 4090 gets 2, TC_STAGES any
-  test("the pipelined tensor-core kernels are right at 2 and 3 stages as well", { skip: process.env.TC_STAGES ? "runs inside itself" : false }, () => {
-    for (const stages of ["2", "3"]) {
+  // the device picks the default tile at 4 stages here (an H100's shared memory); a 4090 gets 2 stages,
+  // TC_STAGES any depth, TC_TILE (and BEAM) other tiles: every tile shape, and depths 2 and 3, in children
+  const variants = [
+    { TC_TILE: "128x128x32:2x4", TC_STAGES: "2" }, { TC_TILE: "128x128x32:2x2", TC_STAGES: "3" }, { TC_TILE: "128x256x32:2x4" },
+    { TC_TILE: "128x128x64:2x2", TC_STAGES: "2" }, { TC_TILE: "128x128x64:2x4", TC_STAGES: "3" },
+  ];
+  test("the pipelined tensor-core kernels are right at every tile shape BEAM may choose, and at 2 and 3 stages", { skip: process.env.TC_STAGES || process.env.TC_TILE ? "runs inside itself" : false }, () => {
+    assert.deepEqual(new Set(variants.map((v) => v.TC_TILE)), new Set(TILE_SHAPES.map(tileName)));
+    for (const variant of variants) {
       const { NODE_TEST_CONTEXT: _, ...env } = process.env;
       const run = spawnSync(process.execPath, ["--import", "tsx", "--test", "--test-reporter=spec", "--test-name-pattern=aligned|along k|k split across blocks", import.meta.filename], {
-        env: { ...env, TC_STAGES: stages }, encoding: "utf8",
+        env: { ...env, ...variant }, encoding: "utf8",
       });
-      assert.equal(run.status, 0, `${stages} stages:\n${run.stdout.slice(-3000)}\n${run.stderr.slice(-2000)}`);
-      assert.match(run.stdout, /ℹ pass 4/, `${stages} stages: not the 4 pipelined cases\n${run.stdout.slice(-2000)}`);
+      const what = JSON.stringify(variant);
+      assert.equal(run.status, 0, `${what}:\n${run.stdout.slice(-3000)}\n${run.stderr.slice(-2000)}`);
+      assert.match(run.stdout, /ℹ pass 4/, `${what}: not the 4 pipelined cases\n${run.stdout.slice(-2000)}`);
     }
+  });
+
+  test("BEAM times a tensor-core kernel at every tile and keeps the fastest, cached on disk for the next run", () => {
+    const cache = scratchDir("beam-tiles");
+    const { NODE_TEST_CONTEXT: _, ...env } = process.env;
+    const child = () => {
+      const run = spawnSync(process.execPath, ["--import", "tsx", join(import.meta.dirname, "beam-tile-child.ts")], {
+        env: { ...env, BEAM: "1", TSGRAD_CACHE: cache, DEBUG: "2" }, encoding: "utf8",
+      });
+      assert.equal(run.status, 0, run.stderr.slice(-3000));
+      return { ...(JSON.parse(run.stdout) as { error: number; searched: number; cacheHits: number }), log: run.stderr };
+    };
+    const first = child();
+    assert.equal(first.searched, 1);
+    assert.ok(first.error <= 4e-3, `max relative error ${first.error}`);
+    const line = /BEAM r_256_320: (\S+) [\d.]+ us of (\d+) choices/.exec(first.log);
+    assert.ok(line, `no search reported:\n${first.log.slice(-2000)}`);
+    assert.equal(Number(line[2]), 2 * TILE_SHAPES.length);
+    // the cache holds the choice and every tile's time
+    const entries = readdirSync(join(cache, "beam")).map((f) => JSON.parse(readFileSync(join(cache, "beam", f), "utf8")) as { choice?: string; seconds?: Record<string, number> });
+    const entry = entries.find((e) => e.choice === line[1]);
+    assert.ok(entry && Object.values(entry.seconds!).length === 2 * TILE_SHAPES.length && Object.values(entry.seconds!).every((t) => t > 0 && Number.isFinite(t)), JSON.stringify(entries));
+    const second = child();
+    assert.deepEqual([second.searched, second.cacheHits], [0, 1]);
+    assert.ok(second.error <= 4e-3, `max relative error ${second.error}`);
   });
 
   test("a split-k matmul gives the same result launch after launch (each leaves its tile counters at zero)", () => {

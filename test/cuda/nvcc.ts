@@ -20,10 +20,12 @@ export interface CompileReport {
   readonly failing: string[];
   /** The outputs nvcc wrote (one per file), for content checks. */
   readonly outputs: string[];
+  /** What nvcc printed on stderr for each file (ptxas's reports with `-Xptxas -v`). */
+  readonly logs: string[];
 }
 
-/** Compiles `kernels` for `archs` in `files` parallel nvcc runs; `mode` is -fatbin (every arch) or -ptx (one arch). */
-export async function compileKernels(nvcc: string, kernels: readonly NamedKernel[], archs: readonly string[], { files = 2, mode = "-fatbin" } = {}): Promise<CompileReport> {
+/** Compiles `kernels` for `archs` in `files` parallel nvcc runs; `mode` is -fatbin (every arch), -ptx or -cubin (one arch). */
+export async function compileKernels(nvcc: string, kernels: readonly NamedKernel[], archs: readonly string[], { files = 2, mode = "-fatbin", flags = [] as string[] } = {}): Promise<CompileReport> {
   const dir = mkdtempSync(join(tmpdir(), "tsgrad-cuda-test-"));
   try {
     const runs = Array.from({ length: Math.min(files, kernels.length) }, (_, f) => {
@@ -39,7 +41,7 @@ export async function compileKernels(nvcc: string, kernels: readonly NamedKernel
       writeFileSync(source, lines.join("\n"));
       return { source, output, owners };
     });
-    const results = await Promise.all(runs.map(({ source, output }) => run(nvcc, [...nvccFlags(archs, { ptx: mode === "-ptx" }), mode, "-o", output, source])));
+    const results = await Promise.all(runs.map(({ source, output }) => run(nvcc, [...nvccFlags(archs, { ptx: mode !== "-fatbin" }), ...flags, mode, "-o", output, source])));
     const failing = new Set<string>();
     let errors = "";
     results.forEach(({ status, stderr }, f) => {
@@ -52,7 +54,7 @@ export async function compileKernels(nvcc: string, kernels: readonly NamedKernel
       }
     });
     const outputs = results.map(({ status }, f) => (status === 0 ? readFileSync(runs[f]!.output, mode === "-ptx" ? "utf8" : "latin1") : ""));
-    return { errors, failing: [...failing], outputs };
+    return { errors, failing: [...failing], outputs, logs: results.map((r) => r.stderr) };
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

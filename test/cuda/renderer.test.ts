@@ -8,7 +8,7 @@ import type { DType } from "../../src/dtype.ts";
 import type { KernelIR } from "../../src/codegen/ir.ts";
 import { recordItems } from "../../src/engine/realize.ts";
 import { groupSize } from "../../src/renderer/cuda.ts";
-import { tensorCoreStages } from "../../src/renderer/cuda_matmul.ts";
+import { DEFAULT_TILE_SHAPE, TILE_SHAPES, parseTileShape, tensorCoreStages, tensorCoreTile, tileCandidates, tileName } from "../../src/renderer/cuda_matmul.ts";
 import { type CudaForm, cudaForm, renderCudaForm } from "../../src/renderer/cuda_opts.ts";
 import { findNvcc } from "../../src/runtime/cuda_compile.ts";
 import { compileKernels } from "./nvcc.ts";
@@ -46,7 +46,7 @@ test("a float16 matmul runs on tensor cores, 128 x 128 output tiles a block", ()
 
 test("tensor-core factors that both travel by cp.async pipeline k tiles through dynamic shared memory, as deep as two blocks a multiprocessor allow", () => {
   // an H100/H200 (228 KB a multiprocessor): 4 stages; an A100 (164 KB): 4; a 4090 (100 KB): 2
-  assert.deepEqual([233472, 167936, 102400].map(tensorCoreStages), [4, 4, 2]);
+  assert.deepEqual([233472, 167936, 102400].map((shared) => tensorCoreStages(shared)), [4, 4, 2]);
   try {
     process.env.TC_STAGES = "3";
     assert.equal(tensorCoreStages(102400), 3);
@@ -56,16 +56,51 @@ test("tensor-core factors that both travel by cp.async pipeline k tiles through 
     delete process.env.TC_STAGES;
   }
   for (const stages of [2, 3, 4]) {
-    const { launch, code } = renderCudaForm(forms.halfMatmul, "k", true, stages);
+    const { launch, code } = renderCudaForm(forms.halfMatmul, "k", true, { ...DEFAULT_TILE_SHAPE, stages });
     // per stage: A as [128 rows][32 k + 8] halves, B (rows contiguous in memory) as [32 k][128 + 8]
     assert.equal(launch.sharedBytes, stages * (128 * 40 + 32 * 136) * 2);
     assert.match(code, /TG_DYNAMIC_SHARED\(tg_smem\)/);
     assert.ok(code.includes(`tg_cp_async_wait<${stages - 2}>()`), `no wait for ${stages} stages`);
   }
   // a computed factor goes through registers: two static stages
-  const computed = renderCudaForm(forms.biasedMatmul, "k", true, 4);
+  const computed = renderCudaForm(forms.biasedMatmul, "k", true, { ...DEFAULT_TILE_SHAPE, stages: 4 });
   assert.equal(computed.launch.sharedBytes, 0);
   assert.match(computed.code, /__shared__ __align__\(16\) unsigned short As\[2\]/);
+});
+
+test("tensor-core tiles: TC_TILE's form, its checks, each shape's depth and launch", () => {
+  assert.deepEqual(parseTileShape("128x256x32:2x4"), { bm: 128, bn: 256, bk: 32, warpsM: 2, warpsN: 4 });
+  assert.throws(() => parseTileShape("128x128"), /TC_TILE=128x128: expected BMxBNxBK:WARPS_MxWARPS_N, e.g. 128x128x32:2x4/);
+  assert.throws(() => parseTileShape("128x128x32:2x16"), /TC_TILE=128x128x32:2x16: a warp's columns \(bn \/ warpsN\) must be a multiple of 16/);
+  assert.throws(() => parseTileShape("256x256x32:2x2"), /512 float32 accumulators a thread \(at most 128\)/);
+  assert.throws(() => parseTileShape("128x128x24:2x4"), /bk must be a multiple of 16/);
+  // warp tiles of 64 x 64 (128 accumulators a thread) leave room for one block a multiprocessor: deeper pipelines
+  assert.deepEqual(tensorCoreTile(233472, parseTileShape("128x256x32:2x4")), { bm: 128, bn: 256, bk: 32, warpsM: 2, warpsN: 4, stages: 4 });
+  assert.equal(tensorCoreTile(102400, parseTileShape("128x256x32:2x4")).stages, 3);
+  assert.equal(tensorCoreTile(102400).stages, 2);
+  try {
+    process.env.TC_TILE = "128x256x32:2x4";
+    assert.equal(tileName(tensorCoreTile(233472)), "128x256x32:2x4:s4");
+    // a computed factor keeps the default tile (its tiles pass through registers)
+    assert.match(renderCudaForm(forms.biasedMatmul, "k", true, tensorCoreTile(233472)).code, /__launch_bounds__\(256\)[\s\S]*float c\[4\]\[4\]\[4\]/);
+    assert.equal(forms.biasedMatmul.kind === "tensorCores" && tileCandidates(233472, forms.biasedMatmul.pattern).length, 0);
+    process.env.TC_TILE = "256x128x32:4x";
+    assert.throws(() => tensorCoreTile(233472), /TC_TILE=256x128x32:4x: expected/);
+  } finally {
+    delete process.env.TC_TILE;
+  }
+  // BEAM's list: every shape at its depth and one shallower
+  assert.equal(tileCandidates(233472).length, 2 * TILE_SHAPES.length);
+  for (const shape of TILE_SHAPES) {
+    const tile = tensorCoreTile(233472, shape);
+    const threads = 32 * shape.warpsM * shape.warpsN;
+    const { launch, code } = renderCudaForm(forms.halfMatmul, "k", true, tile);
+    assert.deepEqual(launch.block, [threads, 1, 1], tileName(tile));
+    assert.deepEqual(launch.grid.slice(0, 2), [Math.ceil(384 / shape.bn), Math.ceil(256 / shape.bm)], tileName(tile));
+    assert.match(code, new RegExp(`float c\\[${shape.bm / shape.warpsM / 16}\\]\\[${shape.bn / shape.warpsN / 8}\\]\\[4\\]`), tileName(tile));
+    // A [bm][bk + 8], B (rows contiguous) [bk][bn + 8], per stage
+    assert.equal(launch.sharedBytes, tile.stages * (shape.bm * (shape.bk + 8) + shape.bk * (shape.bn + 8)) * 2, tileName(tile));
+  }
 });
 
 test("a weight gradient with few output tiles and a long k splits k across blocks, combined through a workspace", () => {
@@ -176,6 +211,22 @@ test("the tensor-core pipeline waits for all but the tiles still in flight", { s
 test("tensor-core outputs go out two neighbouring columns a store", { skip }, () => {
   assert.match(ptx.get("halfMatmul")!, /st\.global\.v2\.u16/);
   assert.match(renderCudaForm(forms.halfMatmul, "k", true).code, /\*\(ushort2\*\)&b0\[/);
+});
+
+test("every tensor-core tile shape BEAM may choose assembles for sm_90 without spilling registers", { skip }, async () => {
+  // a split-k weight gradient (k-major tiles, and the most registers: the splits' combine), each shape at an H100's depth
+  const kernels = TILE_SHAPES.map((shape) => tensorCoreTile(233472, shape)).map((tile, t) =>
+    ({ name: `k${t}`, tile, code: renderCudaForm(forms.weightGradient, `k${t}`, true, tile).code }));
+  const report = await compileKernels(nvcc!, kernels, ["sm_90"], { files: 2, mode: "-cubin", flags: ["-Xptxas", "-v"] });
+  assert.equal(report.errors, "");
+  // ptxas reports each function's registers and spills
+  const log = report.logs.join("\n");
+  for (const { name, tile } of kernels) {
+    const usage = new RegExp(`Compiling entry function '${name}'[\\s\\S]*?(\\d+) bytes spill stores[\\s\\S]*?Used (\\d+) registers`).exec(log);
+    assert.ok(usage, `no ptxas report for ${name}`);
+    assert.equal(Number(usage[1]), 0, `${tileName(tile)} (${name}) spills registers`);
+    assert.ok(Number(usage[2]) <= 255, `${tileName(tile)}: ${usage[2]} registers`);
+  }
 });
 
 test("tensor-core kernels assemble for sm_89 and sm_90", { skip }, async () => {
