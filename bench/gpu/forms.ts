@@ -1,6 +1,7 @@
 // Which form each kernel of one BERT train step takes on CUDA (tensor cores, group reduce, plain loops),
 // with its share of the step's FLOPs, without a GPU: the step runs on a NULL device whose kernels do
-// nothing, and every kernel is shaped by the CUDA backend's own choice (cuda_opts.ts). `--source NAME` (or
+// nothing, and every kernel is shaped by the CUDA backend's own choice (cuda_opts.ts). Also the device memory
+// the step's buffers take (footprint_gib: will a batch fit a GPU?). `--source NAME` (or
 // "NAME FORM") prints the CUDA C of the first kernel of that name (and form); `--plain`, its lowering
 // without options. Prints one JSON object (and the sources, to stderr).
 // Usage: npx tsx bench/gpu/forms.ts [--batch 8] [--seq 512] [--preset large] [--layers 24] [--source r_1024]
@@ -48,7 +49,12 @@ const batch = samplesToTensors(fakeBatch(batchSize, seq, Math.min(76, seq), 0, c
 Tensor.realizeAll([...batch, ...optimizer.params]);
 
 const started = performance.now();
-const kernels = recordItems(() => step(...batch)).items.flatMap((item) => (item.kind === "kernel" ? [item.kernel] : []));
+const recorded = recordItems(() => step(...batch)).items;
+const kernels = recorded.flatMap((item) => (item.kind === "kernel" ? [item.kernel] : []));
+// the distinct buffers one step touches (after the scheduler's memory planner): parameters, optimizer
+// state, the batch and every intermediate, all held by a jitted step's capture
+const buffers = new Set(recorded.flatMap((item) => (item.kind === "kernel" ? item.buffers : [item.src, item.dst])));
+const footprintGiB = [...buffers].reduce((sum, b) => sum + b.nbytes, 0) / 2 ** 30;
 const hostSeconds = (performance.now() - started) / 1000;
 
 type Row = { name: string; form: string; count: number; gflop: number; why?: string };
@@ -86,6 +92,7 @@ for (const r of rows.values()) {
 }
 console.log(JSON.stringify({
   model: `BERT-${values.preset} (${config.numHiddenLayers} layers) float16`, batch: batchSize, seq, kernels: kernels.length, distinct_kernels: formOf.size, host_s: +hostSeconds.toFixed(1),
+  footprint_gib: +footprintGiB.toFixed(2),
   flop_share_by_form: Object.fromEntries(Object.entries(byForm).map(([k, v]) => [k, +v.toFixed(4)])),
   kernels_by_flops: [...rows.values()].sort((a, b) => b.gflop - a.gflop).map((r) => ({ ...r, gflop: +r.gflop.toFixed(2) })),
 }, null, 1));
