@@ -51,9 +51,21 @@ export class Buffer {
     if (this.raw === undefined) {
       this.raw = Device.backend(this.device).allocate(this.nbytes);
       GlobalCounters.memUsed += this.nbytes;
-      freed.register(this, { device: this.device, raw: this.raw, nbytes: this.nbytes });
+      freed.register(this, { device: this.device, raw: this.raw, nbytes: this.nbytes }, this);
     }
     return this.raw;
+  }
+
+  /**
+   * Gives the memory back now rather than when the garbage collector finds this buffer unreachable (it
+   * knows nothing of device memory). The contents are lost; a later use allocates afresh.
+   */
+  release(): void {
+    if (this.raw === undefined) return;
+    freed.unregister(this);
+    GlobalCounters.memUsed -= this.nbytes;
+    Device.backend(this.device).free?.(this.raw);
+    this.raw = undefined;
   }
 
   copyin(data: TypedArray): this {

@@ -79,7 +79,7 @@ export function countKernel(item: ExecItem & { kind: "kernel" }, seconds: number
 
 /** Computes `roots` (and everything they need that is not computed yet). */
 export function realizeNodes(roots: readonly UOp[]): void {
-  const { items, outputs } = createSchedule(roots);
+  const { items, outputs, temporaries } = createSchedule(roots);
   // every program first: backends that compile lazily then build the whole schedule's kernels together
   for (const item of items) if (item.kind === "kernel") programFor(item);
   const debug = debugLevel();
@@ -87,4 +87,7 @@ export function realizeNodes(roots: readonly UOp[]): void {
   // an assigned buffer holds a new value: nodes that stood for its old value no longer do
   for (const [node, buffer] of outputs) if (node.op === "ASSIGN") buffer.version++;
   for (const [node, buffer] of outputs) recordRealized(node, buffer);
+  // intermediates nothing keeps go back to the device now (a caching allocator hands them to the next
+  // schedule), unless a recorder (a JIT capture) keeps the items that use them
+  if (execObservers.size === 0) for (const buffer of temporaries) buffer.release();
 }

@@ -38,6 +38,11 @@ export interface Schedule {
   items: ExecItem[];
   /** The buffer each materialised node was written to. */
   outputs: Map<UOp, Buffer>;
+  /**
+   * Buffers this schedule made that no node keeps (intermediates the memory planner released after their
+   * last reader): dead once the items have run, unless something keeps the items (a JIT capture).
+   */
+  temporaries: Buffer[];
 }
 
 export function createSchedule(roots: readonly UOp[]): Schedule {
@@ -58,6 +63,7 @@ export function createSchedule(roots: readonly UOp[]): Schedule {
   stageCrossReadingAssigns(nodes, stored);
 
   const outputs = new Map<UOp, Buffer>();
+  const created: Buffer[] = [];
   const steps: Step[] = [];
   for (const n of nodes) {
     if (!stored.has(n)) continue;
@@ -68,6 +74,7 @@ export function createSchedule(roots: readonly UOp[]): Schedule {
       out = target;
     } else {
       out = new Buffer(n.device, n.numel, n.dtype);
+      created.push(out);
     }
     outputs.set(n, out);
     const bufferOf = (u: UOp): Buffer => outputs.get(u) ?? storedBuffer(u)!;
@@ -81,7 +88,8 @@ export function createSchedule(roots: readonly UOp[]): Schedule {
   const order = orderSteps(steps, stored);
   const rootSet = new Set(roots);
   reuseBuffers(order, (n) => !rootSet.has(n) && n.op !== "ASSIGN", outputs);
-  return { items: order.flatMap((step) => step.items), outputs };
+  const kept = new Set(outputs.values());
+  return { items: order.flatMap((step) => step.items), outputs, temporaries: created.filter((b) => !kept.has(b)) };
 }
 
 /**

@@ -1,0 +1,39 @@
+// Device memory of intermediates: the memory planner's released buffers go back to the device as soon as a
+// schedule has run (the garbage collector knows nothing of device memory), but not while a JIT capture
+// keeps the kernels that use them.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { GlobalCounters, Tensor } from "../../src/index.ts";
+import { jit } from "../../src/engine/jit.ts";
+import { recordItems } from "../../src/engine/realize.ts";
+import { testDevices } from "../devices.ts";
+
+for (const device of testDevices()) {
+  test(`a schedule's released intermediates are given back when it has run (${device})`, () => {
+    const x = Tensor.rand([64, 256], { device }).realize();
+    const before = GlobalCounters.memUsed;
+    // softmax stores the rows' max and sum (read under broadcasts), each released after its last reader
+    const { result: y, items } = recordItems(() => x.softmax(-1).mul(2).softmax(-1).realize());
+    const written = new Set(items.flatMap((item) => (item.kind === "kernel" ? [item.buffers[0]!] : [])));
+    assert.ok(written.size >= 3, `expected stored intermediates, got ${written.size} kernels`);
+    // while recorded, every buffer the kernels use stays
+    assert.ok(GlobalCounters.memUsed - before > 64 * 256 * 4, `${GlobalCounters.memUsed - before} bytes`);
+    const plainBefore = GlobalCounters.memUsed;
+    const z = x.softmax(-1).mul(3).softmax(-1).realize();
+    // not recorded: only the result stays
+    assert.equal(GlobalCounters.memUsed - plainBefore, 64 * 256 * 4);
+    assert.ok(Math.abs(z.sum().item() - 64) < 1e-3 && Math.abs(y.sum().item() - 64) < 1e-3);
+  });
+
+  test(`a jitted function's intermediates survive its capture and give the same numbers on replay (${device})`, () => {
+    const w = Tensor.rand([32, 32], { device }).realize();
+    const f = (x: Tensor): Tensor => x.matmul(w).softmax(-1).matmul(w).softmax(-1);
+    const jf = jit(f);
+    for (let i = 0; i < 4; i++) {
+      const x = Tensor.rand([8, 32], { device }).realize();
+      const got = jf(x).toArray() as Float32Array, want = f(x).toArray() as Float32Array;
+      got.forEach((g, j) => assert.ok(Math.abs(g - want[j]!) < 1e-6, `call ${i}, element ${j}: ${g} vs ${want[j]}`));
+    }
+    assert.ok(jf.jit.isCaptured);
+  });
+}
