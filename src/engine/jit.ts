@@ -8,6 +8,7 @@ import { UOp } from "../uop.ts";
 import { type Lazy, MultiLazy } from "../multi.ts";
 import { countKernel, execObservers, kernelTimers, launchKernel, recordItems, runItem } from "./realize.ts";
 import { type ExecItem, storedBuffer } from "./schedule.ts";
+import { jitFirstCall } from "./search.ts";
 
 /** What a jitted function may return: tensors, arrays of them, records of them, or nothing. */
 export type JitOutput = Tensor | readonly JitOutput[] | { readonly [key: string]: JitOutput } | undefined | void;
@@ -18,9 +19,8 @@ interface InputSignature {
   device: string;
 }
 
-let firstCallDepth = 0;
 /** True while a jitted function runs its first, uncaptured call (IGNORE_JIT_FIRST_BEAM skips BEAM then). */
-export const isJitFirstCall = (): boolean => firstCallDepth > 0;
+export const isJitFirstCall = (): boolean => jitFirstCall.depth > 0;
 
 /**
  * Wraps `fn` so that its kernels are captured on the second call and replayed afterwards.
@@ -66,11 +66,11 @@ export class TinyJit<A extends Tensor[], R extends JitOutput> {
     if (this.captured) return this.replay(args);
     this.calls++;
     if (this.calls === 1) {
-      firstCallDepth++;
+      jitFirstCall.depth++;
       try {
         return this.runAndRealize(args);
       } finally {
-        firstCallDepth--;
+        jitFirstCall.depth--;
       }
     }
     const { result: out, items } = recordItems(() => this.runAndRealize(args));

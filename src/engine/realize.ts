@@ -4,9 +4,10 @@ import { GlobalCounters, debugLevel, fmtShape } from "../helpers.ts";
 import type { KernelIR } from "../codegen/ir.ts";
 import { estimateBytes } from "../codegen/lower.ts";
 import { type ExecItem, createSchedule, recordRealized } from "./schedule.ts";
+import { searchLimits } from "./search.ts";
 import type { UOp } from "../uop.ts";
 
-const programs = new WeakMap<KernelIR, Program>();
+const programs = new WeakMap<KernelIR, { program: Program; beam: number }>();
 
 const kernelBytes = new WeakMap<KernelIR, number>();
 const bytesOf = (kernel: KernelIR): number => {
@@ -34,12 +35,14 @@ export function recordItems<T>(fn: () => T): { result: T; items: ExecItem[] } {
 export const kernelTimers = new Set<(item: ExecItem & { kind: "kernel" }, seconds: number) => void>();
 
 function programFor(item: ExecItem & { kind: "kernel" }): Program {
-  let program = programs.get(item.kernel);
-  if (!program) {
-    program = Device.backend(item.buffers[0]!.device).compile(item.kernel);
-    programs.set(item.kernel, program);
+  // a program made while BEAM was off (a jitted step's first call, IGNORE_JIT_FIRST_BEAM) is made again once it is on
+  const beam = searchLimits().beam;
+  let entry = programs.get(item.kernel);
+  if (!entry || entry.beam !== beam) {
+    entry = { program: Device.backend(item.buffers[0]!.device).compile(item.kernel), beam };
+    programs.set(item.kernel, entry);
   }
-  return program;
+  return entry.program;
 }
 
 /** Runs one item; `debug` is DEBUG's level, read once by the caller for a whole list of items. */

@@ -38,7 +38,7 @@
 import type { Backend, Buffer, Program } from "../device.ts";
 import type { KernelIR } from "../codegen/ir.ts";
 import { debugLevel, getenv } from "../helpers.ts";
-import { beamSearch, searchChoice } from "../engine/search.ts";
+import { beamSearch, searchChoice, searchLimits } from "../engine/search.ts";
 import { CUDA_PRELUDE, type CudaKernelSource, type CudaLaunch } from "../renderer/cuda.ts";
 import { type CudaForm, cudaForm, renderCudaForm } from "../renderer/cuda_opts.ts";
 import { type MatmulPattern, type TensorCoreTile, renderMatmulTC, tensorCoreTile, tileCandidates, tileName } from "../renderer/cuda_matmul.ts";
@@ -216,10 +216,10 @@ export class CudaProgram implements Program {
   chosenForm(): CudaForm {
     if (this.form) return this.form;
     const form = cudaForm(this.kernel);
-    if (form.kind === "loops" && getenv("BEAM", 0) > 0) {
+    if (form.kind === "loops" && searchLimits().beam > 0) {
       return (this.form = { kind: "loops", kernel: beamSearch(this.kernel, "CUDA", (ks) => timeCandidates(this.device, ks)) });
     }
-    if (form.kind === "tensorCores" && getenv("BEAM", 0) > 0 && !process.env.TC_TILE) {
+    if (form.kind === "tensorCores" && searchLimits().beam > 0 && !process.env.TC_TILE) {
       const tiles = tileCandidates(this.device.sharedPerMultiprocessor, form.pattern);
       const byName = new Map(tiles.map((t) => [tileName(t), t]));
       const chosen = searchChoice(this.kernel, `CUDA ${this.device.arch}`, [...byName.keys()], (names) =>

@@ -6,8 +6,9 @@ import { spawnSync } from "node:child_process";
 import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Device } from "../../src/index.ts";
-import { clearKernelCache } from "../../src/engine/search.ts";
+import { Device, Tensor } from "../../src/index.ts";
+import { jit } from "../../src/engine/jit.ts";
+import { clearKernelCache, searchStats } from "../../src/engine/search.ts";
 
 const hasCpu = Device.isAvailable("CPU");
 const CHILD = join(import.meta.dirname, "small-matmul-child.ts");
@@ -70,4 +71,26 @@ test("clearKernelCache({ onDisk: true }) empties the cache folders", { skip: !ha
     saved === undefined ? delete process.env.TSGRAD_CACHE : (process.env.TSGRAD_CACHE = saved);
   }
   assert.deepEqual(readdirSync(cache), []);
+});
+
+test("IGNORE_JIT_FIRST_BEAM: a jitted function's first call runs unsearched, its capture searches", { skip: !hasCpu }, () => {
+  const saved = { BEAM: process.env.BEAM, IGNORE_JIT_FIRST_BEAM: process.env.IGNORE_JIT_FIRST_BEAM, TSGRAD_CACHE: process.env.TSGRAD_CACHE };
+  const scratch = mkdtempSync(join(tmpdir(), "tsgrad-cache-"));
+  Object.assign(process.env, { BEAM: "1", IGNORE_JIT_FIRST_BEAM: "1", TSGRAD_CACHE: scratch });
+  try {
+    clearKernelCache();
+    const data = (shape: number[]) => new Tensor(Array.from({ length: shape[0]! * shape[1]! }, (_, i) => (i % 7) - 3), { device: "CPU", dtype: "float32" }).reshape(shape).realize();
+    const [w, x1, x2] = [data([24, 40]), data([16, 24]), data([16, 24])];
+    const f = jit((x: Tensor) => x.matmul(w!).mul(3));
+    const before = searchStats.searched + searchStats.cacheHits;
+    const first = f(x1!);
+    assert.equal(searchStats.searched + searchStats.cacheHits, before, "the first call searched");
+    const captured = f(x2!);
+    assert.ok(searchStats.searched + searchStats.cacheHits > before, "the capture did not search");
+    assert.deepEqual(first.shape, captured.shape);
+  } finally {
+    for (const [key, value] of Object.entries(saved)) value === undefined ? delete process.env[key] : (process.env[key] = value);
+    clearKernelCache();
+    rmSync(scratch, { recursive: true, force: true });
+  }
 });
