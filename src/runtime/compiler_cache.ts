@@ -41,9 +41,13 @@ export function findCompiler(): Compiler | null {
   if (version.status !== 0) return (probed = null);
   // no contraction into fused multiply-adds behind our back: elementwise results match the JS reference bit for bit
   const base = ["-O3", "-march=native", "-ffp-contract=off", "-fPIC", "-shared", "-std=gnu11"];
+  // -z nodelete (GNU and LLVM linkers): a kernel library, and the OpenMP runtime it pulls in, stays mapped until
+  // the process ends; unloaded at exit while OpenMP's idle worker threads still ran its code, node crashed
+  // (SIGSEGV) on about 4 exits in 10. Linkers without it (macOS) get the flags without.
+  const nodelete = "-Wl,-z,nodelete";
   const identity = (flags: readonly string[]) => `${version.stdout.split("\n")[0]}|${flags.join(" ")}|${cpus()[0]?.model ?? ""}`;
   const probeSource = "#include <stdint.h>\nint tg_kernel(int x) { int s = 0;\n#pragma omp parallel for reduction(+:s)\nfor (int i = 0; i < x; i++) s += i;\nreturn s; }\n";
-  for (const flags of [[...base, "-fopenmp"], base]) {
+  for (const flags of [[...base, nodelete, "-fopenmp"], [...base, "-fopenmp"], [...base, nodelete], base]) {
     const compiler = { command, flags, identity: identity(flags) };
     try {
       compileLibraries(compiler, [{ prelude: "", code: probeSource }]);
@@ -51,7 +55,7 @@ export function findCompiler(): Compiler | null {
       if (debugLevel() >= 1) console.error(`tsgrad: C compiler ${command} ${flags.join(" ")}`);
       return probed;
     } catch {
-      // try without OpenMP, then give up
+      // try without nodelete, without OpenMP, then give up
     }
   }
   return (probed = null);
