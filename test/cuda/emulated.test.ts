@@ -77,12 +77,12 @@ if (library) {
     assert.deepEqual(new Set(variants.map((v) => v.TC_TILE)), new Set(TILE_SHAPES.map(tileName)));
     for (const variant of variants) {
       const { NODE_TEST_CONTEXT: _, ...env } = process.env;
-      const run = spawnSync(process.execPath, ["--import", "tsx", "--test", "--test-reporter=spec", "--test-name-pattern=aligned|along k|k split across blocks", import.meta.filename], {
+      const run = spawnSync(process.execPath, ["--import", "tsx", "--test", "--test-reporter=spec", "--test-name-pattern=aligned|along k|k split across blocks|bfloat16, batched", import.meta.filename], {
         env: { ...env, ...variant }, encoding: "utf8",
       });
       const what = JSON.stringify(variant);
       assert.equal(run.status, 0, `${what}:\n${run.stdout.slice(-3000)}\n${run.stderr.slice(-2000)}`);
-      assert.match(run.stdout, /ℹ pass 4/, `${what}: not the 4 pipelined cases\n${run.stdout.slice(-2000)}`);
+      assert.match(run.stdout, /ℹ pass 5/, `${what}: not the 5 pipelined cases\n${run.stdout.slice(-2000)}`);
     }
   });
 
