@@ -3,7 +3,7 @@
 #   1. the op test-suite on the CUDA device (correctness, against the float64 references),
 #   2. tsgrad's tensor-core kernels against the JS device on small odd shapes, then float16 GEMM TFLOP/s
 #      (and two of them again at every tile BEAM may choose, block and warp shapes and pipeline depths,
-#      after the BERT step),
+#      each tile's output checked against the default tile's, after the BERT step),
 #   3. PyTorch on the same GPU: the same GEMMs through cuBLAS and the same BERT-large float16 train step,
 #   4. tsgrad's BERT-large float16 train step at sequence 512 (jitted), with a per-kernel profile,
 #   5. a 2-layer BERT-large step checked kernel by kernel against the CPU device (bench/gpu/validate.ts),
@@ -213,7 +213,7 @@ validate = {k: check.get(k) for k in ("kernels_checked", "disagreeing", "first_n
 ints = load("int_reduce_check.json")
 int_check = {k: ints.get(k) for k in ("expected", "via_tsgrad", "nvrtc", "nvcc", "error")}
 tiles = load("tsgrad_gemm_tiles.json")
-by_tile = {g["shape"]: g.get("tflops_by_tile") for g in tiles.get("gemm", [])} or tiles.get("error")
+by_tile = {g["shape"]: dict(tflops=g.get("tflops_by_tile"), difference_from_default=g.get("difference_by_tile")) for g in tiles.get("gemm", [])} or tiles.get("error")
 summary = dict(gpu=torch.get("gpu"), op_suite=ops, int_reduce_check=int_check, kernel_check=validate, tensor_core_checks=checks, gemm=gemm,
                default_tile=ours.get("tc_tile"), gemm_tflops_by_tile=by_tile, bert=bert)
 with open(os.path.join(out, "summary.json"), "w") as f:

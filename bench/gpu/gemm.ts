@@ -7,7 +7,7 @@
 import { parseArgs } from "node:util";
 import { Device, Tensor, dtypes } from "../../src/index.ts";
 import { recordItems } from "../../src/engine/realize.ts";
-import type { KernelIR } from "../../src/codegen/ir.ts";
+import { f16BitsToF32 } from "../../src/dtype.ts";
 import type { ExecItem } from "../../src/engine/schedule.ts";
 import { cudaDevice, timeTiles } from "../../src/runtime/cuda.ts";
 import { cudaForm } from "../../src/renderer/cuda_opts.ts";
@@ -59,19 +59,29 @@ const results = values.shapes.split(",").map((shape) => {
   for (let run = 0; run < Number(values.runs); run++) best = Math.min(best, program.run(item.buffers, { wait: true }) ?? Infinity);
   const tflops = (2 * m * n * k) / best / 1e12;
   console.error(`gemm ${shape}: ${(best * 1e3).toFixed(3)} ms, ${tflops.toFixed(1)} TFLOP/s (${item.kernel.name})`);
-  return { shape, m, n, k, ms: +(best * 1e3).toFixed(4), tflops: +tflops.toFixed(2), kernel: item.kernel.name, ...(values.tiles ? { tflops_by_tile: byTile(item.kernel, 2 * m * n * k) } : {}) };
+  return { shape, m, n, k, ms: +(best * 1e3).toFixed(4), tflops: +tflops.toFixed(2), kernel: item.kernel.name, ...(values.tiles ? byTile(item, 2 * m * n * k) : {}) };
 });
 
-/** TFLOP/s of the kernel at each tile BEAM may choose (best of three launches each; null where one failed). */
-function byTile(kernel: KernelIR, flops: number): Record<string, number | null> {
-  const form = cudaForm(kernel);
+/**
+ * TFLOP/s of the kernel at each tile BEAM may choose (best of three launches each, on the GEMM's own
+ * buffers; null where one failed), and how far each tile's output is from the default tile's (the largest
+ * |difference| / (1 + |value|): summation order only, so about float16 rounding at most).
+ */
+function byTile(item: ExecItem & { kind: "kernel" }, flops: number): { tflops_by_tile?: Record<string, number | null>; difference_by_tile?: Record<string, number | null> } {
+  const form = cudaForm(item.kernel);
   if (form.kind !== "tensorCores") return {};
   const device = cudaDevice(Number(values.device.split(":")[1] ?? 0));
-  const tiles = tileCandidates(device.sharedPerMultiprocessor, form.pattern);
-  const seconds = timeTiles(device, kernel, form.pattern, tiles);
-  const out = Object.fromEntries(tiles.map((t, i) => [tileName(t), Number.isFinite(seconds[i]!) ? +(flops / seconds[i]! / 1e12).toFixed(2) : null]));
-  console.error(`  by tile: ${JSON.stringify(out)}`);
-  return out;
+  const output = () => Array.from(item.buffers[0]!.toTypedArray() as Uint16Array, f16BitsToF32);
+  const reference = output();
+  const tflops: Record<string, number | null> = {}, difference: Record<string, number | null> = {};
+  for (const tile of tileCandidates(device.sharedPerMultiprocessor, form.pattern)) {
+    const [seconds] = timeTiles(device, item.kernel, form.pattern, [tile], item.buffers);
+    const ok = Number.isFinite(seconds!);
+    tflops[tileName(tile)] = ok ? +(flops / seconds! / 1e12).toFixed(2) : null;
+    difference[tileName(tile)] = ok ? +output().reduce((worst, x, i) => Math.max(worst, Math.abs(x - reference[i]!) / (1 + Math.abs(reference[i]!))), 0).toExponential(2) : null;
+  }
+  console.error(`  by tile: ${JSON.stringify(tflops)}\n  difference from the default tile: ${JSON.stringify(difference)}`);
+  return { tflops_by_tile: tflops, difference_by_tile: difference };
 }
 // 16-bit outputs round at 2^-11 (float16) or 2^-8 (bfloat16) relative; summation order differs
 const checksPass = Object.entries(checks).every(([name, error]) => error <= (name.startsWith("bfloat16") ? 2e-2 : 4e-3));

@@ -310,18 +310,22 @@ function timeCandidates(device: CudaDevice, kernels: readonly KernelIR[]): numbe
   return timeSources(device, kernels[0]!, kernels.map((kernel) => () => renderCudaForm({ kind: "loops", kernel }, "candidate", true)));
 }
 
-/** Times a tensor-core kernel at each tile (seconds; Infinity where one fails to compile or launch). */
-export function timeTiles(device: CudaDevice, kernel: KernelIR, pattern: MatmulPattern, tiles: readonly TensorCoreTile[]): number[] {
-  return timeSources(device, kernel, tiles.map((tile) => () => renderMatmulTC(pattern, "candidate", true, tile)));
+/**
+ * Times a tensor-core kernel at each tile (seconds; Infinity where one fails to compile or launch), on
+ * scratch buffers, or on `on` (the kernel's own buffers: the output then holds the last tile's result).
+ */
+export function timeTiles(device: CudaDevice, kernel: KernelIR, pattern: MatmulPattern, tiles: readonly TensorCoreTile[], on?: readonly Buffer[]): number[] {
+  return timeSources(device, kernel, tiles.map((tile) => () => renderMatmulTC(pattern, "candidate", true, tile)), on);
 }
 
 /**
- * The fastest of three launches of each rendering of `kernel`, on scratch buffers of its sizes; Infinity for
- * one that fails to render, compile or launch. Renderings with the same code are timed once.
+ * The fastest of three launches of each rendering of `kernel`, on scratch buffers of its sizes (or on `on`);
+ * Infinity for one that fails to render, compile or launch. Renderings with the same code are timed once.
  */
-function timeSources(device: CudaDevice, kernel: KernelIR, renders: readonly (() => CudaKernelSource)[]): number[] {
+function timeSources(device: CudaDevice, kernel: KernelIR, renders: readonly (() => CudaKernelSource)[], on?: readonly Buffer[]): number[] {
   const sizes = kernel.buffers.map((b) => b.size * b.dtype.itemsize);
-  const buffers = sizes.map((bytes) => device.allocator.alloc(bytes));
+  const scratch = on ? [] : sizes.map((bytes) => device.allocator.alloc(bytes));
+  const buffers = on ? on.map((b) => (b.handle as CudaMemory).pointer) : scratch;
   const params = [...buffers, 0].map((pointer) => {
     const p = globalThis.Buffer.alloc(8);
     p.writeBigUInt64LE(BigInt(pointer));
@@ -349,7 +353,7 @@ function timeSources(device: CudaDevice, kernel: KernelIR, renders: readonly (()
       }
     });
   } finally {
-    buffers.forEach((pointer, i) => device.allocator.free(pointer, sizes[i]!));
+    scratch.forEach((pointer, i) => device.allocator.free(pointer, sizes[i]!));
   }
 }
 
