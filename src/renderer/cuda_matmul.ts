@@ -171,8 +171,10 @@ export interface TensorCoreTile {
   readonly warpsM: number;
   readonly warpsN: number;
   readonly stages: number;
+  /** Blocks a multiprocessor must hold at once (the compiler then caps registers to fit, spilling if it must). */
+  readonly minBlocks?: number;
 }
-export type TileShape = Omit<TensorCoreTile, "stages">;
+export type TileShape = Omit<TensorCoreTile, "stages" | "minBlocks">;
 
 /** 128 x 128 outputs, 32 of k a step, 8 warps as 2 x 4 (each 64 x 32): the default. */
 export const DEFAULT_TILE_SHAPE: TileShape = { bm: 128, bn: 128, bk: 32, warpsM: 2, warpsN: 4 };
@@ -193,7 +195,7 @@ export const TILE_SHAPES: readonly TileShape[] = [
 
 /** "128x128x32:2x4" (block m x n x k : warps along m x n), with ":s4" for the pipeline's depth. */
 export const tileName = (t: TileShape | TensorCoreTile): string =>
-  `${t.bm}x${t.bn}x${t.bk}:${t.warpsM}x${t.warpsN}${"stages" in t ? `:s${t.stages}` : ""}`;
+  `${t.bm}x${t.bn}x${t.bk}:${t.warpsM}x${t.warpsN}${"stages" in t ? `:s${t.stages}` : ""}${"minBlocks" in t && t.minBlocks ? `:b${t.minBlocks}` : ""}`;
 
 /** Why a tile shape cannot be rendered, or undefined when it can. */
 function tileProblem(t: TileShape): string | undefined {
@@ -224,11 +226,15 @@ export function parseTileShape(text: string, what = "TC_TILE"): TileShape {
 
 /**
  * What BEAM times for a tensor-core kernel: every shape of TILE_SHAPES at the depth the GPU's shared memory
- * allows, and one stage shallower (more blocks' loads in flight against fewer of each block's). Nothing
- * for a kernel `p` with a computed factor (it has one tile).
+ * allows, and one stage shallower (more blocks' loads in flight against fewer of each block's). A kernel
+ * `p` with a computed factor has one tile, at ~180 registers a thread (one block a multiprocessor) or
+ * capped for two blocks (ptxas spills a few words on sm_90): which is faster is for the GPU to say.
  */
 export function tileCandidates(sharedPerMultiprocessor: number, p?: MatmulPattern): TensorCoreTile[] {
-  if (p && (tilePath(p.a, p.m, p.k) === "registers" || tilePath(p.b, p.n, p.k) === "registers")) return [];
+  if (p && (tilePath(p.a, p.m, p.k) === "registers" || tilePath(p.b, p.n, p.k) === "registers")) {
+    const tile = { ...DEFAULT_TILE_SHAPE, stages: 2 };
+    return [tile, { ...tile, minBlocks: 2 }];
+  }
   return TILE_SHAPES.flatMap((shape) => {
     const tile = tensorCoreTile(sharedPerMultiprocessor, shape);
     return tile.stages > 2 && !process.env.TC_STAGES ? [tile, { ...tile, stages: tile.stages - 1 }] : [tile];
@@ -292,7 +298,7 @@ export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: boole
   if (problem) throw new TsgradError(`tensor-core tile ${tileName(requested)}: ${problem}`);
   const { kernel, m, n, k, batch } = p;
   const pipelined = tilePath(p.a, m, k) !== "registers" && tilePath(p.b, n, k) !== "registers";
-  const tile = pipelined ? requested : { ...DEFAULT_TILE_SHAPE, stages: 2 };
+  const tile = pipelined ? requested : { ...DEFAULT_TILE_SHAPE, stages: 2, minBlocks: requested.minBlocks };
   const { bm, bn, stages } = tile;
   const threads = 32 * tile.warpsM * tile.warpsN;
   const copyA = tileCopy("As", "ra", p.a, m, p, bm, tile), copyB = tileCopy("Bs", "rb", p.b, n, p, bn, tile);
@@ -302,7 +308,7 @@ export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: boole
   const sharedBytes = pipelined ? stages * (copyA.stageBytes + copyB.stageBytes) : 0;
   const [mi, nj] = [bm / tile.warpsM / 16, bn / tile.warpsN / 8];
   const lines = [
-    `extern "C" __global__ void __launch_bounds__(${threads}) ${fnName}(${kernelParams(kernel, restrict)}${splits > 1 ? ", unsigned* __restrict__ tg_ws" : ""}) {`,
+    `extern "C" __global__ void __launch_bounds__(${threads}${tile.minBlocks ? `, ${tile.minBlocks}` : ""}) ${fnName}(${kernelParams(kernel, restrict)}${splits > 1 ? ", unsigned* __restrict__ tg_ws" : ""}) {`,
     ...(pipelined
       ? [
         `  TG_DYNAMIC_SHARED(tg_smem);`,

@@ -89,8 +89,8 @@ if (library) {
   test("BEAM times a tensor-core kernel at every tile and keeps the fastest, cached on disk for the next run", () => {
     const cache = scratchDir("beam-tiles");
     const { NODE_TEST_CONTEXT: _, ...env } = process.env;
-    const child = () => {
-      const run = spawnSync(process.execPath, ["--import", "tsx", join(import.meta.dirname, "beam-tile-child.ts")], {
+    const child = (...args: string[]) => {
+      const run = spawnSync(process.execPath, ["--import", "tsx", join(import.meta.dirname, "beam-tile-child.ts"), ...args], {
         env: { ...env, BEAM: "1", TSGRAD_CACHE: cache, DEBUG: "2" }, encoding: "utf8",
       });
       assert.equal(run.status, 0, run.stderr.slice(-3000));
@@ -109,6 +109,10 @@ if (library) {
     const second = child();
     assert.deepEqual([second.searched, second.cacheHits], [0, 1]);
     assert.ok(second.error <= 4e-3, `max relative error ${second.error}`);
+    // a computed factor: its one tile with ~180 registers a thread, or capped for two blocks a multiprocessor
+    const computed = child("computed");
+    assert.match(computed.log, /BEAM r_256_320: 128x128x32:2x4:s2(:b2)? [\d.]+ us of 2 choices/);
+    assert.ok(computed.error <= 4e-3, `max relative error ${computed.error}`);
   });
 
   test("a split-k matmul gives the same result launch after launch (each leaves its tile counters at zero)", () => {
