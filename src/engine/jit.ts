@@ -19,9 +19,6 @@ interface InputSignature {
   device: string;
 }
 
-/** True while a jitted function runs its first, uncaptured call (IGNORE_JIT_FIRST_BEAM skips BEAM then). */
-export const isJitFirstCall = (): boolean => jitFirstCall.depth > 0;
-
 /**
  * Wraps `fn` so that its kernels are captured on the second call and replayed afterwards.
  * Inputs are the Tensor arguments (shapes, dtypes and devices must stay those of the capture);

@@ -4,10 +4,11 @@ import { GlobalCounters, debugLevel, fmtShape } from "../helpers.ts";
 import type { KernelIR } from "../codegen/ir.ts";
 import { estimateBytes } from "../codegen/lower.ts";
 import { type ExecItem, createSchedule, recordRealized } from "./schedule.ts";
-import { searchLimits } from "./search.ts";
+import { beamHeldBack } from "./search.ts";
 import type { UOp } from "../uop.ts";
 
-const programs = new WeakMap<KernelIR, { program: Program; beam: number }>();
+/** `provisional`: made while BEAM was held back (IGNORE_JIT_FIRST_BEAM), to be made again (searched) after. */
+const programs = new WeakMap<KernelIR, { program: Program; provisional: boolean }>();
 
 const kernelBytes = new WeakMap<KernelIR, number>();
 const bytesOf = (kernel: KernelIR): number => {
@@ -35,11 +36,10 @@ export function recordItems<T>(fn: () => T): { result: T; items: ExecItem[] } {
 export const kernelTimers = new Set<(item: ExecItem & { kind: "kernel" }, seconds: number) => void>();
 
 function programFor(item: ExecItem & { kind: "kernel" }): Program {
-  // a program made while BEAM was off (a jitted step's first call, IGNORE_JIT_FIRST_BEAM) is made again once it is on
-  const beam = searchLimits().beam;
+  // on the replay path: a map lookup, the environment is read only for provisional programs
   let entry = programs.get(item.kernel);
-  if (!entry || entry.beam !== beam) {
-    entry = { program: Device.backend(item.buffers[0]!.device).compile(item.kernel), beam };
+  if (!entry || (entry.provisional && !beamHeldBack())) {
+    entry = { program: Device.backend(item.buffers[0]!.device).compile(item.kernel), provisional: beamHeldBack() };
     programs.set(item.kernel, entry);
   }
   return entry.program;

@@ -17,12 +17,16 @@ export type TimeKernels = (kernels: readonly KernelIR[]) => number[];
 /** Set while a jitted function runs its first, uncaptured call (engine/jit.ts). */
 export const jitFirstCall = { depth: 0 };
 
+/**
+ * Whether IGNORE_JIT_FIRST_BEAM holds BEAM back now: a jitted step's first call runs once, its capture (the
+ * second call) is what replays, so only the capture's kernels are worth searching.
+ */
+export const beamHeldBack = (): boolean => jitFirstCall.depth > 0 && getenv("IGNORE_JIT_FIRST_BEAM", 0) !== 0 && getenv("BEAM", 0) > 0;
+
 /** The search's limits, read from the environment (tinygrad's names). */
 export function searchLimits() {
-  // IGNORE_JIT_FIRST_BEAM: a jitted step's first call runs once; its capture (the second) is what replays
-  const skipped = jitFirstCall.depth > 0 && getenv("IGNORE_JIT_FIRST_BEAM", 0) !== 0;
   return {
-    beam: skipped ? 0 : getenv("BEAM", 0),
+    beam: beamHeldBack() ? 0 : getenv("BEAM", 0),
     /** Most IR statements a candidate may have (code size). */
     uopsMax: getenv("BEAM_UOPS_MAX", 3000),
     /** Most elements a candidate computes per iteration (upcast lanes times unroll). */
