@@ -199,7 +199,7 @@ export const tileName = (t: TileShape | TensorCoreTile): string =>
 
 /** Why a tile shape cannot be rendered, or undefined when it can. */
 function tileProblem(t: TileShape): string | undefined {
-  const threads = 32 * t.warpsM * t.warpsN;
+  const threads = threadsOf(t);
   if (t.bm % (16 * t.warpsM) !== 0) return `a warp's rows (bm / warpsM) must be a multiple of 16`;
   if (t.bn % (16 * t.warpsN) !== 0) return `a warp's columns (bn / warpsN) must be a multiple of 16`;
   if (t.bk % 16 !== 0) return `bk must be a multiple of 16`;
@@ -210,8 +210,14 @@ function tileProblem(t: TileShape): string | undefined {
   return undefined;
 }
 
+/** Threads a block of this tile runs: 32 a warp. */
+const threadsOf = (t: TileShape): number => 32 * t.warpsM * t.warpsN;
 /** Float32 accumulators each thread holds: its warp tile's share. */
-const accumulators = (t: TileShape): number => (t.bm * t.bn) / (32 * t.warpsM * t.warpsN);
+const accumulators = (t: TileShape): number => (t.bm * t.bn) / threadsOf(t);
+/** A warp's mma tiles: mi of 16 rows by nj of 8 columns. */
+const mmaTiles = (t: TileShape): { mi: number; nj: number } => ({ mi: t.bm / t.warpsM / 16, nj: t.bn / t.warpsN / 8 });
+/** Whether a factor of `p` goes through registers (computed): then the default tile, at two stages. */
+const throughRegisters = (p: MatmulPattern): boolean => tilePath(p.a, p.m, p.k) === "registers" || tilePath(p.b, p.n, p.k) === "registers";
 
 /** Parses `TC_TILE`'s form, "128x256x32:2x4" (block m x n x k : warps along m x n); a clear error otherwise. */
 export function parseTileShape(text: string, what = "TC_TILE"): TileShape {
@@ -231,7 +237,7 @@ export function parseTileShape(text: string, what = "TC_TILE"): TileShape {
  * capped for two blocks (ptxas spills a few words on sm_90): which is faster is for the GPU to say.
  */
 export function tileCandidates(sharedPerMultiprocessor: number, p?: MatmulPattern): TensorCoreTile[] {
-  if (p && (tilePath(p.a, p.m, p.k) === "registers" || tilePath(p.b, p.n, p.k) === "registers")) {
+  if (p && throughRegisters(p)) {
     const tile = { ...DEFAULT_TILE_SHAPE, stages: 2 };
     return [tile, { ...tile, minBlocks: 2 }];
   }
@@ -297,16 +303,16 @@ export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: boole
   const problem = tileProblem(requested);
   if (problem) throw new TsgradError(`tensor-core tile ${tileName(requested)}: ${problem}`);
   const { kernel, m, n, k, batch } = p;
-  const pipelined = tilePath(p.a, m, k) !== "registers" && tilePath(p.b, n, k) !== "registers";
+  const pipelined = !throughRegisters(p);
   const tile = pipelined ? requested : { ...DEFAULT_TILE_SHAPE, stages: 2, minBlocks: requested.minBlocks };
   const { bm, bn, stages } = tile;
-  const threads = 32 * tile.warpsM * tile.warpsN;
+  const threads = threadsOf(tile);
   const copyA = tileCopy("As", "ra", p.a, m, p, bm, tile), copyB = tileCopy("Bs", "rb", p.b, n, p, bn, tile);
   const batches = batch.reduce((s, l) => s * l.size, 1);
   const tiles = Math.ceil(n.size / bn) * Math.ceil(m.size / bm) * batches;
   const { splits, span } = splitK(tiles, k.size, tile.bk);
   const sharedBytes = pipelined ? stages * (copyA.stageBytes + copyB.stageBytes) : 0;
-  const [mi, nj] = [bm / tile.warpsM / 16, bn / tile.warpsN / 8];
+  const { mi, nj } = mmaTiles(tile);
   const lines = [
     `extern "C" __global__ void __launch_bounds__(${threads}${tile.minBlocks ? `, ${tile.minBlocks}` : ""}) ${fnName}(${kernelParams(kernel, restrict)}${splits > 1 ? ", unsigned* __restrict__ tg_ws" : ""}) {`,
     ...(pipelined
@@ -392,7 +398,7 @@ const MULTIPLY = "<multiply>";
 
 /** The warps' products of one stage: per 16 of k, fragments by ldmatrix, then the warp tile's mma tiles. */
 function multiplyStage(copyA: TileCopy, copyB: TileCopy, input: "f16" | "bf16", tile: TensorCoreTile): string[] {
-  const [mi, nj] = [tile.bm / tile.warpsM / 16, tile.bn / tile.warpsN / 8];
+  const { mi, nj } = mmaTiles(tile);
   return [
     `    #pragma unroll`,
     `    for (int kk = 0; kk < ${tile.bk}; kk += 16) {`,
@@ -495,7 +501,7 @@ const counterBytes = (tiles: number): number => Math.ceil((tiles * 4) / 256) * 2
  * launch and goes on to the epilogue; the others are done.
  */
 function combineSplits(splits: number, tiles: number, tile: TensorCoreTile): string[] {
-  const threads = 32 * tile.warpsM * tile.warpsN, acc = accumulators(tile), nj = tile.bn / tile.warpsN / 8;
+  const threads = threadsOf(tile), acc = accumulators(tile), { nj } = mmaTiles(tile);
   return [
     `  {`,
     `    __shared__ unsigned tg_ticket;`,
@@ -567,7 +573,7 @@ export function describeTensorCoreKernel(p: MatmulPattern, tile: TileShape = DEF
  */
 function tileCopy(tile: string, regs: string, o: Operand, row: Loop, p: MatmulPattern, rows: number, shape: TileShape): TileCopy {
   const { k } = p;
-  const { bk } = shape, threads = 32 * shape.warpsM * shape.warpsN;
+  const { bk } = shape, threads = threadsOf(shape);
   const start = row === p.m ? "m0" : "n0";
   const inside = `gr < ${row.size} && gk < ${k.size}`;
   // each thread handles elements (or 8-element chunks) e = tid + j * threads
