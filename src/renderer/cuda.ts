@@ -48,6 +48,44 @@ const computeType: Record<DType["name"], string> = {
 /** The CUDA type a dtype is stored in. */
 export const storageType = (d: DType): string => (d.name === "float16" || d.name === "bfloat16" ? "unsigned short" : computeType[d.name]);
 
+/** The widths (n) of the wgmma instructions CUDA_PRELUDE wraps (tensor-core tiles use these as bn). */
+export const WGMMA_WIDTHS: readonly number[] = [64, 128, 256];
+
+/**
+ * Hopper's warpgroup products (sm_90a): a shared-memory descriptor (no swizzle: start, leading and stride
+ * byte offsets, each over 16), the fences and groups around wgmma.mma_async, and one product per width and
+ * input type, d (float32, accumulated) += A (64 x 16) * B (16 x n), A and B read through descriptors,
+ * K-major or transposed (MN-major) as TA / TB say.
+ */
+function wgmmaHelpers(): string {
+  const lines = [
+    `__device__ __forceinline__ unsigned long long tg_wgmma_desc(const void* p, unsigned lbo, unsigned sbo) {`,
+    `  const unsigned a = (unsigned)__cvta_generic_to_shared(p);`,
+    `  return (unsigned long long)((a & 0x3ffff) >> 4) | (unsigned long long)(lbo >> 4) << 16 | (unsigned long long)(sbo >> 4) << 32;`,
+    `}`,
+    `__device__ __forceinline__ void tg_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }`,
+    `__device__ __forceinline__ void tg_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }`,
+    `template <int N> __device__ __forceinline__ void tg_wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory"); }`,
+    `/* a thread's shared-memory writes (st.shared, cp.async) made visible to wgmma's reads (the async proxy) */`,
+    `__device__ __forceinline__ void tg_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }`,
+    `/* an accumulator the compiler may not read before the asynchronous products writing it are waited for */`,
+    `__device__ __forceinline__ void tg_fence_reg(float& r) { asm volatile("" : "+f"(r) :: "memory"); }`,
+  ];
+  for (const n of WGMMA_WIDTHS) for (const input of ["f16", "bf16"]) {
+    const count = n / 2;
+    const regs = Array.from({ length: count }, (_, i) => `%${i}`).join(", ");
+    const outs = Array.from({ length: count }, (_, i) => `"+f"(d[${i}])`).join(", ");
+    lines.push(
+      `template <int TA, int TB> __device__ __forceinline__ void tg_wgmma_${input}_n${n}(float* d, unsigned long long a, unsigned long long b) {`,
+      `  asm volatile("{ .reg .pred p; setp.ne.b32 p, %${count + 2}, 0; wgmma.mma_async.sync.aligned.m64n${n}k16.f32.${input}.${input} {${regs}}, %${count}, %${count + 1}, p, 1, 1, %${count + 3}, %${count + 4}; }"`,
+      `    : ${outs}`,
+      `    : "l"(a), "l"(b), "r"(1), "n"(TA), "n"(TB));`,
+      `}`,
+    );
+  }
+  return lines.join("\n");
+}
+
 /** Helpers every kernel may use: exact 16-bit float conversions, JS-style casts, safe division, warp shuffles. */
 export const CUDA_PRELUDE = `#define TG_INF __int_as_float(0x7f800000)
 #define TG_NAN __int_as_float(0x7fc00000)
@@ -86,6 +124,9 @@ __device__ __forceinline__ void tg_cp_async_commit() { asm volatile("cp.async.co
 template <int N> __device__ __forceinline__ void tg_cp_async_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
 /* shared memory sized at launch (over 48 KB only after cuFuncSetAttribute) */
 #define TG_DYNAMIC_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
+#ifdef __CUDA_ARCH_FEAT_SM90_ALL
+${wgmmaHelpers()}
+#endif
 #endif
 __device__ __forceinline__ float tg_b2f(unsigned short h) { return __uint_as_float((unsigned int)h << 16); }
 __device__ __forceinline__ unsigned short tg_f2b(float v) {

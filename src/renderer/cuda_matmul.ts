@@ -12,7 +12,7 @@
 import type { KernelIR, Operand as Value, Stmt } from "../codegen/ir.ts";
 import { TsgradError, getenv } from "../helpers.ts";
 import { type Idx, varsOf } from "../shape/symbolic.ts";
-import { type CudaKernelSource, idx, indexType, kernelParams, operand as renderOperand, outputIndices, renderBlock, splitOutputLoops, storageType, toStorage } from "./cuda.ts";
+import { type CudaKernelSource, WGMMA_WIDTHS, idx, indexType, kernelParams, operand as renderOperand, outputIndices, renderBlock, splitOutputLoops, storageType, toStorage } from "./cuda.ts";
 
 interface Loop {
   readonly var: string;
@@ -170,6 +170,12 @@ export interface TensorCoreTile {
   readonly bk: number;
   readonly warpsM: number;
   readonly warpsN: number;
+  /**
+   * Hopper's warpgroup products (wgmma.mma_async, sm_90 only) instead of mma.sync: each warpgroup of four
+   * warps multiplies 64 rows by all bn columns straight from shared memory (no ldmatrix, no fragment
+   * registers); warpsM is then bm / 16 (a warp's accumulators are 16 rows, as mma.sync lays them out) and warpsN 1.
+   */
+  readonly wgmma?: boolean;
   readonly stages: number;
   /** Blocks a multiprocessor must hold at once (the compiler then caps registers to fit, spilling if it must). */
   readonly minBlocks?: number;
@@ -193,13 +199,32 @@ export const TILE_SHAPES: readonly TileShape[] = [
   { bm: 128, bn: 128, bk: 64, warpsM: 2, warpsN: 4 },
 ];
 
-/** "128x128x32:2x4" (block m x n x k : warps along m x n), with ":s4" for the pipeline's depth. */
+/** A wgmma tile of bm x bn x bk: bm / 64 warpgroups stacked along m. */
+const wgmmaShape = (bm: number, bn: number, bk: number): TileShape => ({ bm, bn, bk, warpsM: bm / 16, warpsN: 1, wgmma: true });
+/**
+ * The wgmma shapes BEAM also times on an sm_90 GPU (H100, H200): two warpgroups, 128- or 256-wide blocks,
+ * 32 or 64 of k a step.
+ */
+export const WGMMA_TILE_SHAPES: readonly TileShape[] = [wgmmaShape(128, 128, 32), wgmmaShape(128, 128, 64), wgmmaShape(128, 256, 32), wgmmaShape(128, 256, 64)];
+/** The architecture whose GPUs run wgmma (compiled for its "a" variant, sm_90a). */
+export const WGMMA_ARCH = "sm_90";
+
+/**
+ * "128x128x32:2x4" (block m x n x k : warps along m x n), or "128x128x64:wgmma" (warpgroups along m), with
+ * ":s4" for the pipeline's depth.
+ */
 export const tileName = (t: TileShape | TensorCoreTile): string =>
-  `${t.bm}x${t.bn}x${t.bk}:${t.warpsM}x${t.warpsN}${"stages" in t ? `:s${t.stages}` : ""}${"minBlocks" in t && t.minBlocks ? `:b${t.minBlocks}` : ""}`;
+  `${t.bm}x${t.bn}x${t.bk}:${t.wgmma ? "wgmma" : `${t.warpsM}x${t.warpsN}`}${"stages" in t ? `:s${t.stages}` : ""}${"minBlocks" in t && t.minBlocks ? `:b${t.minBlocks}` : ""}`;
 
 /** Why a tile shape cannot be rendered, or undefined when it can. */
 function tileProblem(t: TileShape): string | undefined {
   const threads = threadsOf(t);
+  if (t.wgmma) {
+    if (t.bm % 64 !== 0 || t.warpsM !== t.bm / 16 || t.warpsN !== 1) return `a wgmma tile's rows (bm) must be a multiple of 64, a warpgroup's 64 rows each`;
+    if (!WGMMA_WIDTHS.includes(t.bn)) return `a wgmma tile's columns (bn) must be one of ${WGMMA_WIDTHS.join(", ")}`;
+    // k tiles copy in 16-byte chunks that a warp's four phases spread over four 8 x 8 core matrices
+    if (t.bk % 32 !== 0) return `a wgmma tile's bk must be a multiple of 32`;
+  }
   if (t.bm % (16 * t.warpsM) !== 0) return `a warp's rows (bm / warpsM) must be a multiple of 16`;
   if (t.bn % (16 * t.warpsN) !== 0) return `a warp's columns (bn / warpsN) must be a multiple of 16`;
   if (t.bk % 16 !== 0) return `bk must be a multiple of 16`;
@@ -219,31 +244,41 @@ const mmaTiles = (t: TileShape): { mi: number; nj: number } => ({ mi: t.bm / t.w
 /** Whether a factor of `p` goes through registers (computed): then the default tile, at two stages. */
 const throughRegisters = (p: MatmulPattern): boolean => tilePath(p.a, p.m, p.k) === "registers" || tilePath(p.b, p.n, p.k) === "registers";
 
-/** Parses `TC_TILE`'s form, "128x256x32:2x4" (block m x n x k : warps along m x n); a clear error otherwise. */
+/**
+ * Parses `TC_TILE`'s form, "128x256x32:2x4" (block m x n x k : warps along m x n) or "128x256x64:wgmma"
+ * (Hopper's warpgroup products); a clear error otherwise.
+ */
 export function parseTileShape(text: string, what = "TC_TILE"): TileShape {
+  const wgmma = /^(\d+)x(\d+)x(\d+):wgmma$/.exec(text.trim());
   const match = /^(\d+)x(\d+)x(\d+):(\d+)x(\d+)$/.exec(text.trim());
-  if (!match) throw new TsgradError(`${what}=${text}: expected BMxBNxBK:WARPS_MxWARPS_N, e.g. ${tileName(DEFAULT_TILE_SHAPE)}`);
-  const [bm, bn, bk, warpsM, warpsN] = match.slice(1).map(Number) as [number, number, number, number, number];
-  const shape = { bm, bn, bk, warpsM, warpsN };
+  if (!match && !wgmma) throw new TsgradError(`${what}=${text}: expected BMxBNxBK:WARPS_MxWARPS_N or BMxBNxBK:wgmma, e.g. ${tileName(DEFAULT_TILE_SHAPE)}`);
+  const [bm, bn, bk, warpsM, warpsN] = (match ?? wgmma)!.slice(1).map(Number) as [number, number, number, number, number];
+  const shape = wgmma ? wgmmaShape(bm, bn, bk) : { bm, bn, bk, warpsM, warpsN };
   const problem = tileProblem(shape);
   if (problem) throw new TsgradError(`${what}=${text}: ${problem}`);
   return shape;
 }
 
 /**
- * What BEAM times for a tensor-core kernel: every shape of TILE_SHAPES at the depth the GPU's shared memory
- * allows, and one stage shallower (more blocks' loads in flight against fewer of each block's). A kernel
- * `p` with a computed factor has one tile, at ~180 registers a thread (one block a multiprocessor) or
- * capped for two blocks (ptxas spills a few words on sm_90): which is faster is for the GPU to say.
+ * What BEAM times for a tensor-core kernel: every shape of TILE_SHAPES (and on an sm_90 GPU, `arch`, of
+ * WGMMA_TILE_SHAPES) at the depth the GPU's shared memory allows, and one stage shallower (more blocks'
+ * loads in flight against fewer of each block's). A kernel `p` with a computed factor has one tile, at
+ * ~180 registers a thread (one block a multiprocessor) or capped for two blocks (ptxas spills a few words
+ * on sm_90): which is faster is for the GPU to say.
  */
-export function tileCandidates(sharedPerMultiprocessor: number, p?: MatmulPattern): TensorCoreTile[] {
+export function tileCandidates(sharedPerMultiprocessor: number, p?: MatmulPattern, arch = ""): TensorCoreTile[] {
   if (p && throughRegisters(p)) {
     const tile = { ...DEFAULT_TILE_SHAPE, stages: 2 };
     return [tile, { ...tile, minBlocks: 2 }];
   }
-  return TILE_SHAPES.flatMap((shape) => {
-    const tile = tensorCoreTile(sharedPerMultiprocessor, shape);
-    return tile.stages > 2 && !process.env.TC_STAGES ? [tile, { ...tile, stages: tile.stages - 1 }] : [tile];
+  const shapes = arch === WGMMA_ARCH ? [...TILE_SHAPES, ...WGMMA_TILE_SHAPES] : TILE_SHAPES;
+  return shapes.flatMap((shape) => {
+    const tile = tensorCoreTile(sharedPerMultiprocessor, shape, arch);
+    if (process.env.TC_STAGES) return tile.wgmma && tile.stages < MIN_WGMMA_STAGES ? [] : [tile];
+    // a wgmma tile that two blocks a multiprocessor could share also runs alone, as deep as one block allows
+    const alone = deepest(sharedPerMultiprocessor, shape, 1);
+    if (tile.wgmma && alone > tile.stages) return [tile, { ...tile, stages: alone }];
+    return tile.stages > (tile.wgmma ? MIN_WGMMA_STAGES : 2) ? [tile, { ...tile, stages: tile.stages - 1 }] : [tile];
   });
 }
 
@@ -252,24 +287,26 @@ export function tileCandidates(sharedPerMultiprocessor: number, p?: MatmulPatter
  * 8 different 16-byte bank groups (pitches of 80, 144, 272 and 528 bytes), so fragment loads are conflict-free.
  */
 const PAD = 8;
-/** Bytes of one pipeline stage at most: both factors' tiles, row-major (k-major tiles take less). */
-const stageBytes = (t: TileShape): number => (t.bm + t.bn) * (t.bk + PAD) * 2;
+/** Bytes of one pipeline stage at most: both factors' tiles, row-major (k-major tiles take less; wgmma's are unpadded). */
+const stageBytes = (t: TileShape): number => (t.bm + t.bn) * (t.bk + (t.wgmma ? 0 : PAD)) * 2;
 
 /** Whether 8 neighbours along `along` (unit stride) always start 16-byte aligned: one vector load reads them. */
 const vectorAlong = (af: Affine, along: Loop): boolean =>
   af.coef.get(along.var) === 1 && along.size % 8 === 0 && af.constant % 8 === 0
   && [...af.coef].every(([v, c]) => v === along.var || c % 8 === 0);
 
-/** The deepest pipeline tried: four k tiles in flight. */
-const MAX_STAGES = 4;
+/** The deepest pipeline tried: four k tiles in flight (mma.sync), six (wgmma, which keeps two stages busy). */
+const MAX_STAGES = 4, MAX_WGMMA_STAGES = 6;
+/** wgmma tiles pipeline at least three stages: one multiplied, one being released, one loading. */
+const MIN_WGMMA_STAGES = 3;
 /** Shared memory the driver keeps per block (1 KB on sm_80 and later). */
 const RESERVED_SHARED = 1024;
 
 /**
  * How many shared-memory stages tensor-core kernels whose factors both travel by cp.async pipeline: the
- * most (2 to 4) with which the blocks a multiprocessor's registers hold (two for warp tiles of up to 64
- * accumulators a thread, else one) fit its shared memory. The default tile: 4 on an H100/H200 (228 KB),
- * 2 on a 4090 (100 KB). `TC_STAGES` overrides. Unknown (0): the most.
+ * most (2 to 4; wgmma tiles 3 to 6) with which the blocks a multiprocessor's registers hold (two for
+ * tiles of up to 64 accumulators a thread, else one) fit its shared memory. The default tile: 4 on an
+ * H100/H200 (228 KB), 2 on a 4090 (100 KB). `TC_STAGES` overrides. Unknown (0): the most.
  */
 export function tensorCoreStages(sharedPerMultiprocessor: number, shape: TileShape = DEFAULT_TILE_SHAPE): number {
   const forced = getenv("TC_STAGES", 0);
@@ -277,19 +314,28 @@ export function tensorCoreStages(sharedPerMultiprocessor: number, shape: TileSha
     throw new TsgradError(`TC_STAGES=${process.env.TC_STAGES}: expected a whole number of pipeline stages from 2 to 8`);
   }
   if (forced) return forced;
-  if (sharedPerMultiprocessor <= 0) return MAX_STAGES;
-  const blocks = accumulators(shape) <= 64 ? 2 : 1;
-  let stages = MAX_STAGES;
-  while (stages > 2 && blocks * (stages * stageBytes(shape) + RESERVED_SHARED) > sharedPerMultiprocessor) stages--;
+  return deepest(sharedPerMultiprocessor, shape, accumulators(shape) <= 64 ? 2 : 1);
+}
+
+/** The most stages (within the tile kind's range) with which `blocks` blocks of `shape` fit a multiprocessor's shared memory. */
+function deepest(sharedPerMultiprocessor: number, shape: TileShape, blocks: number): number {
+  const [fewest, most] = shape.wgmma ? [MIN_WGMMA_STAGES, MAX_WGMMA_STAGES] : [2, MAX_STAGES];
+  if (sharedPerMultiprocessor <= 0) return most;
+  let stages = most;
+  while (stages > fewest && blocks * (stages * stageBytes(shape) + RESERVED_SHARED) > sharedPerMultiprocessor) stages--;
   return stages;
 }
 
 /**
- * The tile tensor-core kernels take on a GPU with this much shared memory a multiprocessor: `shape`, else
- * `TC_TILE`'s, else the default, with its pipeline depth (tensorCoreStages).
+ * The tile tensor-core kernels take on a GPU of architecture `arch` with this much shared memory a
+ * multiprocessor: `shape`, else `TC_TILE`'s, else the default, with its pipeline depth (tensorCoreStages).
+ * A wgmma tile asked for where the GPU has none is an error.
  */
-export function tensorCoreTile(sharedPerMultiprocessor: number, shape?: TileShape): TensorCoreTile {
+export function tensorCoreTile(sharedPerMultiprocessor: number, shape?: TileShape, arch?: string): TensorCoreTile {
   const chosen = shape ?? (process.env.TC_TILE ? parseTileShape(process.env.TC_TILE) : DEFAULT_TILE_SHAPE);
+  if (chosen.wgmma && arch !== undefined && arch !== WGMMA_ARCH) {
+    throw new TsgradError(`tensor-core tile ${tileName(chosen)}${shape ? "" : ` (TC_TILE)`}: wgmma runs on ${WGMMA_ARCH} GPUs (H100, H200) only, this one is ${arch}`);
+  }
   return { ...chosen, stages: tensorCoreStages(sharedPerMultiprocessor, chosen) };
 }
 
@@ -306,6 +352,7 @@ export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: boole
   const pipelined = !throughRegisters(p);
   const tile = pipelined ? requested : { ...DEFAULT_TILE_SHAPE, stages: 2, minBlocks: requested.minBlocks };
   const { bm, bn, stages } = tile;
+  if (tile.wgmma && stages < MIN_WGMMA_STAGES) throw new TsgradError(`tensor-core tile ${tileName(tile)}: wgmma tiles pipeline at least ${MIN_WGMMA_STAGES} stages`);
   const threads = threadsOf(tile);
   const copyA = tileCopy("As", "ra", p.a, m, p, bm, tile), copyB = tileCopy("Bs", "rb", p.b, n, p, bn, tile);
   const batches = batch.reduce((s, l) => s * l.size, 1);
@@ -329,8 +376,9 @@ export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: boole
     // this block's share of k (all of it without a split)
     splits > 1 ? `  const int kBegin = ((int)blockIdx.z % ${splits}) * ${span}, kEnd = min(${k.size}, kBegin + ${span});` : `  const int kBegin = 0, kEnd = ${k.size};`,
     `  float c[${mi}][${nj}][4] = {};`,
-    ...(pipelined ? pipelinedLoop(copyA, copyB, tile) : registerLoop(copyA, copyB, tile.bk)).flatMap((line) =>
-      line === MULTIPLY ? multiplyStage(copyA, copyB, p.input, tile) : [line]),
+    ...(tile.wgmma ? wgmmaLoop(copyA, copyB, tile, p.input)
+      : (pipelined ? pipelinedLoop(copyA, copyB, tile) : registerLoop(copyA, copyB, tile.bk)).flatMap((line) =>
+        line === MULTIPLY ? multiplyStage(copyA, copyB, p.input, tile) : [line])),
     ...(splits > 1 ? combineSplits(splits, tiles, tile) : []),
     ...epilogue(p, mi, nj),
     "}",
@@ -447,6 +495,49 @@ function pipelinedLoop(copyA: TileCopy, copyB: TileCopy, { stages, bk }: TensorC
 }
 
 /**
+ * The k loop of a wgmma tile: `stages` - 2 tiles loading while each warpgroup multiplies one with
+ * wgmma.mma_async straight from shared memory and the previous stage's products may still run (one
+ * group in flight). The barrier of a step publishes the landed tile (after each thread's own copies are
+ * made visible to the tensor cores' async proxy) and, every thread having waited for all but its newest
+ * products, frees the stage multiplied two steps before, which the step's fetch then fills. After the last
+ * products, a fence on every accumulator keeps the epilogue's reads behind the final wait.
+ */
+function wgmmaLoop(copyA: TileCopy, copyB: TileCopy, tile: TensorCoreTile, input: "f16" | "bf16"): string[] {
+  const { stages, bk, bn } = tile;
+  const ahead = stages - 2;
+  const desc = (copy: TileCopy, offset: string) => `tg_wgmma_desc(&${copy.name}[stage][${offset}], 128, ${bk * 16})`;
+  return [
+    `  const int wg = warp >> 2;`,
+    `  #pragma unroll`,
+    `  for (int s = 0; s < ${ahead}; s++) {`,
+    `    if (kBegin + s * ${bk} < kEnd) {`,
+    ...copyA.fetch(`kBegin + s * ${bk}`, "s"), ...copyB.fetch(`kBegin + s * ${bk}`, "s"),
+    `    }`,
+    `    tg_cp_async_commit();`,
+    `  }`,
+    `  for (int k0 = kBegin, stage = 0; k0 < kEnd; k0 += ${bk}, stage = stage == ${stages - 1} ? 0 : stage + 1) {`,
+    `    tg_cp_async_wait<${ahead - 1}>();`,
+    `    tg_fence_proxy_async();`,
+    `    __syncthreads();`,
+    `    if (k0 + ${ahead * bk} < kEnd) {`,
+    `      const int next = stage >= ${stages - ahead} ? stage - ${stages - ahead} : stage + ${ahead};`,
+    ...copyA.fetch(`k0 + ${ahead * bk}`, "next"), ...copyB.fetch(`k0 + ${ahead * bk}`, "next"),
+    `    }`,
+    `    tg_cp_async_commit();`,
+    `    tg_wgmma_fence();`,
+    `    #pragma unroll`,
+    // each 8 x 8 core matrix is 128 contiguous bytes: 16 of k is two of them; a warpgroup's 64 rows, eight
+    `    for (int kk = 0; kk < ${bk}; kk += 16) tg_wgmma_${input}_n${bn}<${copyA.transposed ? 1 : 0}, ${copyB.transposed ? 1 : 0}>(&c[0][0][0], ${desc(copyA, `wg * ${64 * bk} + kk * 8`)}, ${desc(copyB, "kk * 8")});`,
+    `    tg_wgmma_commit();`,
+    `    tg_wgmma_wait<1>();`,
+    `  }`,
+    `  tg_wgmma_wait<0>();`,
+    `  #pragma unroll`,
+    `  for (int q = 0; q < ${bn / 2}; q++) tg_fence_reg(c[0][q >> 2][q & 3]);`,
+  ];
+}
+
+/**
  * The k loop when a factor goes through registers (computed factors): two stages; the next tile's loads
  * are issued before the multiply and stored into the other stage after it.
  */
@@ -534,8 +625,12 @@ function combineSplits(splits: number, tiles: number, tile: TensorCoreTile): str
  * register-held tiles into a stage; `fragmentA` / `fragmentB` load the fragments at k `kk` of the current stage.
  */
 interface TileCopy {
+  /** The shared array's name ("As", "Bs"). */
+  readonly name: string;
   /** The shared array's dimensions after the stage, e.g. "[128][40]". */
   readonly shape: string;
+  /** Stored with its rows contiguous (k-major, for wgmma MN-major: transposed on the way in). */
+  readonly transposed: boolean;
   /** Bytes of one stage. */
   readonly stageBytes: number;
   /** Whether the tile travels by cp.async alone (no registers). */
@@ -587,7 +682,7 @@ function tileCopy(tile: string, regs: string, o: Operand, row: Loop, p: MatmulPa
   const scalars = (rows * bk) / threads, chunks = scalars / 8;
   // [row][k] fragments: lanes 0-15 address rows at k, lanes 16-31 the same rows at k + 8
   const rowMajor = {
-    shape: `[${rows}][${bk + PAD}]`, stageBytes: rows * (bk + PAD) * 2,
+    name: tile, shape: `[${rows}][${bk + PAD}]`, stageBytes: rows * (bk + PAD) * 2, transposed: false,
     fragmentA: (r: string, row0: string) => `tg_ldsm_x4(${r}, &${tile}[stage][${row0} + (lane & 15)][kk + (lane >> 4) * 8]);`,
     fragmentB: (first: string, second: string, col0: string) =>
       `{ unsigned q[4]; tg_ldsm_x4(q, &${tile}[stage][${col0} + (lane & 7) + (lane >> 4) * 8][kk + ((lane >> 3) & 1) * 8]); ${first}[0] = q[0]; ${first}[1] = q[1]; ${second}[0] = q[2]; ${second}[1] = q[3]; }`,
@@ -598,6 +693,7 @@ function tileCopy(tile: string, regs: string, o: Operand, row: Loop, p: MatmulPa
     const base = [String(af.constant), ...[...af.coef].filter(([v]) => v !== row.var && v !== k.var).map(([v, c]) => `${v} * ${c}`)].join(" + ");
     const address = `b${o.load.buf} + ${base} + gr * ${af.coef.get(row.var) ?? 0} + gk * ${af.coef.get(k.var)!}`;
     const copy = (stage: string, index: string) => `      tg_cp_async16(&${tile}[${stage}]${index}, ${inside} ? ${address} : b${o.load!.buf}, ${inside} ? 16 : 0);`;
+    if (shape.wgmma) return wgmmaTileCopy(tile, path, rows, bk, start, (stage, offset) => copy(stage, `[${offset}]`), each, chunks);
     if (path === "cp.async, k contiguous") {
       return {
         ...rowMajor, registers: "", async: true,
@@ -607,7 +703,7 @@ function tileCopy(tile: string, regs: string, o: Operand, row: Loop, p: MatmulPa
     }
     // k-major: [k][row]; ldmatrix.trans hands each lane the (row, k) pairs mma wants
     return {
-      shape: `[${bk}][${rows + PAD}]`, stageBytes: bk * (rows + PAD) * 2, registers: "", async: true,
+      name: tile, shape: `[${bk}][${rows + PAD}]`, stageBytes: bk * (rows + PAD) * 2, transposed: true, registers: "", async: true,
       fetch: (k0, stage) => each(chunks, `kk = e / ${rows / 8}, r = (e % ${rows / 8}) * 8, gr = ${start} + r, gk = ${k0} + kk`, [copy(stage, "[kk][r]")]),
       store: () => [],
       fragmentA: (r, row0) => `tg_ldsm_x4_trans(${r}, &${tile}[stage][kk + (lane & 7) + (lane >> 4) * 8][${row0} + ((lane >> 3) & 1) * 8]);`,
@@ -628,6 +724,35 @@ function tileCopy(tile: string, regs: string, o: Operand, row: Loop, p: MatmulPa
     registers: `unsigned short ${regs}[${scalars}];`,
     fetch: (k0) => each(scalars, `${index}, gr = ${start} + r, gk = ${k0} + kk`, body),
     store: (stage) => each(scalars, index, [`      ${tile}[${stage}][r][kk] = ${regs}[j];`]),
+  };
+}
+
+/**
+ * A wgmma tile's copy, in the layout wgmma reads without swizzling: 8 x 8 core matrices of 128 contiguous
+ * bytes, those along k adjacent (128 bytes apart: the descriptors' leading offset), those along the rows
+ * bk * 16 bytes apart (the stride offset). A k-contiguous factor's core matrix holds 8 rows of 8 k (K-major);
+ * a rows-contiguous one's, 8 k of 8 rows (MN-major, which wgmma transposes). Each 8 neighbouring threads
+ * write the 8 16-byte lines of one core matrix (one conflict-free 128-byte shared-memory access) while a
+ * warp reads whole 32-byte sectors of global memory: 64 bytes of each of 8 rows (K-major), or of each of
+ * 8 k (MN-major).
+ */
+function wgmmaTileCopy(tile: string, path: TilePath, rows: number, bk: number, start: string,
+  copy: (stage: string, offset: string) => string, each: (count: number, index: string, body: string[]) => string[], chunks: number): TileCopy {
+  const k8 = bk / 8;
+  const noFragments = (): string => { throw new TsgradError("wgmma tiles have no mma.sync fragments"); };
+  const common = { name: tile, shape: `[${rows * bk}]`, stageBytes: rows * bk * 2, registers: "", async: true, store: () => [], fragmentA: noFragments, fragmentB: noFragments };
+  if (path === "cp.async, k contiguous") {
+    // chunk e is the e-th 16 bytes of the stage: core matrix e / 8 (rows e / 8 / k8, k e / 8 % k8), row e % 8
+    return {
+      ...common, transposed: false,
+      fetch: (k0, stage) => each(chunks, `r = ((e >> 3) / ${k8}) * 8 + (e & 7), kk = ((e >> 3) % ${k8}) * 8, gr = ${start} + r, gk = ${k0} + kk`, [copy(stage, "e * 8")]),
+    };
+  }
+  // k e % 8 of row chunk rc = 4 (e / 32 / k8) + e / 8 % 4, in core matrix (rc, e / 32 % k8)
+  return {
+    ...common, transposed: true,
+    fetch: (k0, stage) => each(chunks, `rc = ((e >> 5) / ${k8}) * 4 + ((e >> 3) & 3), kc = (e >> 5) % ${k8}, r = rc * 8, kk = kc * 8 + (e & 7), gr = ${start} + r, gk = ${k0} + kk`,
+      [copy(stage, `(rc * ${k8} + kc) * 64 + (e & 7) * 8`)]),
   };
 }
 

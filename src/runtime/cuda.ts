@@ -41,7 +41,7 @@ import { debugLevel, getenv } from "../helpers.ts";
 import { beamSearch, searchChoice, searchLimits } from "../engine/search.ts";
 import { CUDA_PRELUDE, type CudaKernelSource, type CudaLaunch } from "../renderer/cuda.ts";
 import { type CudaForm, cudaForm, renderCudaForm } from "../renderer/cuda_opts.ts";
-import { type MatmulPattern, type TensorCoreTile, renderMatmulTC, tensorCoreTile, tileCandidates, tileName } from "../renderer/cuda_matmul.ts";
+import { type MatmulPattern, type TensorCoreTile, WGMMA_ARCH, renderMatmulTC, tensorCoreTile, tileCandidates, tileName } from "../renderer/cuda_matmul.ts";
 import { CachingAllocator } from "./cuda_allocator.ts";
 import { compileCuda } from "./cuda_compile.ts";
 import { ATTRIBUTE, type CudaDriver, CudaError, type Handle, cudaDriver, loadCudaDriver, out } from "./cuda_driver.ts";
@@ -99,7 +99,7 @@ export class CudaDevice {
     const minor = out<number>(this.driver, "cuDeviceGetAttribute", ATTRIBUTE.computeCapabilityMinor, device);
     this.arch = `sm_${major}${minor}`;
     this.sharedPerMultiprocessor = out<number>(this.driver, "cuDeviceGetAttribute", ATTRIBUTE.maxSharedMemoryPerMultiprocessor, device);
-    this.tcTile = tensorCoreTile(this.sharedPerMultiprocessor);
+    this.tcTile = tensorCoreTile(this.sharedPerMultiprocessor, undefined, this.arch);
     const d = this.driver;
     this.allocator = new CachingAllocator(
       (bytes) => (this.activate(), out<number>(d, "cuMemAlloc_v2", bytes)),
@@ -220,7 +220,7 @@ export class CudaProgram implements Program {
       return (this.form = { kind: "loops", kernel: beamSearch(this.kernel, "CUDA", (ks) => timeCandidates(this.device, ks)) });
     }
     if (form.kind === "tensorCores" && searchLimits().beam > 0 && !process.env.TC_TILE) {
-      const tiles = tileCandidates(this.device.sharedPerMultiprocessor, form.pattern);
+      const tiles = tileCandidates(this.device.sharedPerMultiprocessor, form.pattern, this.device.arch);
       const byName = new Map(tiles.map((t) => [tileName(t), t]));
       const chosen = searchChoice(this.kernel, `CUDA ${this.device.arch}`, [...byName.keys()], (names) =>
         timeTiles(this.device, this.kernel, form.pattern, names.map((n) => byName.get(n)!)));
@@ -272,10 +272,19 @@ function compileTogether(device: CudaDevice, programs: readonly CudaProgram[], r
 
 /** Compiles (or finds in the cache) and loads a module; the handles of its functions `names`. */
 function loadFunctions(device: CudaDevice, source: string, names: readonly string[], what: string): Handle[] {
-  const cubin = compileCuda(source, device.arch, what);
+  const cubin = compileCuda(source, compileArch(device.arch, source), what);
   device.activate();
   const module = out<Handle>(device.driver, "cuModuleLoadData", cubin);
   return names.map((name) => out<Handle>(device.driver, "cuModuleGetFunction", module, name));
+}
+
+/**
+ * The architecture a module is compiled for: the GPU's, or its "a" variant (sm_90a: code for that GPU
+ * alone) where a kernel of the module (past the prelude, which defines the helpers) uses wgmma.
+ */
+export function compileArch(arch: string, source: string): string {
+  const kernels = source.startsWith(CUDA_PRELUDE) ? source.slice(CUDA_PRELUDE.length) : source;
+  return arch === WGMMA_ARCH && /\btg_wgmma_/.test(kernels) ? `${arch}a` : arch;
 }
 
 /** The shared memory a block may take without asking (more needs the function's attribute raised). */

@@ -19,7 +19,7 @@ const { Device, Tensor, dtypes } = await import("../../src/index.ts");
 const { recordItems } = await import("../../src/engine/realize.ts");
 const { cudaForm, renderCudaForm } = await import("../../src/renderer/cuda_opts.ts");
 const { groupSize } = await import("../../src/renderer/cuda.ts");
-const { TILE_SHAPES, tileName } = await import("../../src/renderer/cuda_matmul.ts");
+const { TILE_SHAPES, WGMMA_TILE_SHAPES, tileCandidates, tileName } = await import("../../src/renderer/cuda_matmul.ts");
 type T = InstanceType<typeof Tensor>;
 
 /** Whether a kernel's CUDA form stores vectors (several upcast lanes at once). */
@@ -68,13 +68,15 @@ if (library) {
   }
 
   // the device picks the default tile at 4 stages here (an H100's shared memory); a 4090 gets 2 stages,
-  // TC_STAGES any depth, TC_TILE (and BEAM) other tiles: every tile shape, and depths 2 and 3, in children
+  // TC_STAGES any depth, TC_TILE (and BEAM) other tiles: every tile shape, mma.sync's at depths 2 and 3 as
+  // well, wgmma's (the emulator is an sm_90 GPU) at 3 and 4 as well as their deepest, in children
   const variants = [
     { TC_TILE: "128x128x32:2x4", TC_STAGES: "2" }, { TC_TILE: "128x128x32:2x2", TC_STAGES: "3" }, { TC_TILE: "128x256x32:2x4" },
     { TC_TILE: "128x128x64:2x2", TC_STAGES: "2" }, { TC_TILE: "128x128x64:2x4", TC_STAGES: "3" },
+    { TC_TILE: "128x128x32:wgmma" }, { TC_TILE: "128x128x64:wgmma", TC_STAGES: "4" }, { TC_TILE: "128x256x32:wgmma", TC_STAGES: "3" }, { TC_TILE: "128x256x64:wgmma" },
   ];
   test("the pipelined tensor-core kernels are right at every tile shape BEAM may choose, and at 2 and 3 stages", { skip: process.env.TC_STAGES || process.env.TC_TILE ? "runs inside itself" : false }, () => {
-    assert.deepEqual(new Set(variants.map((v) => v.TC_TILE)), new Set(TILE_SHAPES.map(tileName)));
+    assert.deepEqual(new Set(variants.map((v) => v.TC_TILE)), new Set([...TILE_SHAPES, ...WGMMA_TILE_SHAPES].map(tileName)));
     for (const variant of variants) {
       const { NODE_TEST_CONTEXT: _, ...env } = process.env;
       const run = spawnSync(process.execPath, ["--import", "tsx", "--test", "--test-reporter=spec", "--test-name-pattern=aligned|along k|k split across blocks|bfloat16, batched", import.meta.filename], {
@@ -101,11 +103,14 @@ if (library) {
     assert.ok(first.error <= 4e-3, `max relative error ${first.error}`);
     const line = /BEAM r_256_320: (\S+) [\d.]+ us of (\d+) choices/.exec(first.log);
     assert.ok(line, `no search reported:\n${first.log.slice(-2000)}`);
-    assert.equal(Number(line[2]), 2 * TILE_SHAPES.length);
+    // the emulator is an H100 (sm_90, 228 KB of shared memory a multiprocessor): wgmma tiles too
+    const candidates = tileCandidates(233472, undefined, "sm_90");
+    assert.ok(candidates.some((t) => t.wgmma));
+    assert.equal(Number(line[2]), candidates.length);
     // the cache holds the choice and every tile's time
     const entries = readdirSync(join(cache, "beam")).map((f) => JSON.parse(readFileSync(join(cache, "beam", f), "utf8")) as { choice?: string; seconds?: Record<string, number> });
     const entry = entries.find((e) => e.choice === line[1]);
-    assert.ok(entry && Object.values(entry.seconds!).length === 2 * TILE_SHAPES.length && Object.values(entry.seconds!).every((t) => t > 0 && Number.isFinite(t)), JSON.stringify(entries));
+    assert.ok(entry && Object.values(entry.seconds!).length === candidates.length && Object.values(entry.seconds!).every((t) => t > 0 && Number.isFinite(t)), JSON.stringify(entries));
     const second = child();
     assert.deepEqual([second.searched, second.cacheHits], [0, 1]);
     assert.ok(second.error <= 4e-3, `max relative error ${second.error}`);

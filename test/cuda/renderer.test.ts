@@ -8,7 +8,9 @@ import type { DType } from "../../src/dtype.ts";
 import type { KernelIR } from "../../src/codegen/ir.ts";
 import { recordItems } from "../../src/engine/realize.ts";
 import { groupSize } from "../../src/renderer/cuda.ts";
-import { DEFAULT_TILE_SHAPE, TILE_SHAPES, parseTileShape, tensorCoreStages, tensorCoreTile, tileCandidates, tileName } from "../../src/renderer/cuda_matmul.ts";
+import { DEFAULT_TILE_SHAPE, TILE_SHAPES, WGMMA_TILE_SHAPES, parseTileShape, tensorCoreStages, tensorCoreTile, tileCandidates, tileName } from "../../src/renderer/cuda_matmul.ts";
+import { CUDA_PRELUDE } from "../../src/renderer/cuda.ts";
+import { compileArch } from "../../src/runtime/cuda.ts";
 import { type CudaForm, cudaForm, renderCudaForm } from "../../src/renderer/cuda_opts.ts";
 import { findNvcc } from "../../src/runtime/cuda_compile.ts";
 import { compileKernels } from "./nvcc.ts";
@@ -70,7 +72,7 @@ test("tensor-core factors that both travel by cp.async pipeline k tiles through 
 
 test("tensor-core tiles: TC_TILE's form, its checks, each shape's depth and launch", () => {
   assert.deepEqual(parseTileShape("128x256x32:2x4"), { bm: 128, bn: 256, bk: 32, warpsM: 2, warpsN: 4 });
-  assert.throws(() => parseTileShape("128x128"), /TC_TILE=128x128: expected BMxBNxBK:WARPS_MxWARPS_N, e.g. 128x128x32:2x4/);
+  assert.throws(() => parseTileShape("128x128"), /TC_TILE=128x128: expected BMxBNxBK:WARPS_MxWARPS_N or BMxBNxBK:wgmma, e.g. 128x128x32:2x4/);
   assert.throws(() => parseTileShape("128x128x32:2x16"), /TC_TILE=128x128x32:2x16: a warp's columns \(bn \/ warpsN\) must be a multiple of 16/);
   assert.throws(() => parseTileShape("256x256x32:2x2"), /512 float32 accumulators a thread \(at most 128\)/);
   assert.throws(() => parseTileShape("128x128x24:2x4"), /bk must be a multiple of 16/);
@@ -104,6 +106,42 @@ test("tensor-core tiles: TC_TILE's form, its checks, each shape's depth and laun
     // A [bm][bk + 8], B (rows contiguous) [bk][bn + 8], per stage
     assert.equal(launch.sharedBytes, tile.stages * (shape.bm * (shape.bk + 8) + shape.bk * (shape.bn + 8)) * 2, tileName(tile));
   }
+});
+
+test("wgmma tiles (Hopper): TC_TILE's form and checks, offered on sm_90 only, their depths, launch and layout", () => {
+  assert.deepEqual(parseTileShape("128x256x64:wgmma"), { bm: 128, bn: 256, bk: 64, warpsM: 8, warpsN: 1, wgmma: true });
+  assert.equal(tileName(parseTileShape("128x256x64:wgmma")), "128x256x64:wgmma");
+  assert.throws(() => parseTileShape("96x128x32:wgmma"), /TC_TILE=96x128x32:wgmma: a wgmma tile's rows \(bm\) must be a multiple of 64/);
+  assert.throws(() => parseTileShape("128x96x32:wgmma"), /a wgmma tile's columns \(bn\) must be one of 64, 128, 256/);
+  assert.throws(() => parseTileShape("128x128x16:wgmma"), /a wgmma tile's bk must be a multiple of 32/);
+  // four warpgroups (512 threads) stack along m
+  assert.equal(parseTileShape("256x256x32:wgmma").warpsM, 16);
+  // asked for where there is no wgmma: a clear error; BEAM offers wgmma tiles on sm_90 only
+  assert.throws(() => tensorCoreTile(102400, parseTileShape("128x128x32:wgmma"), "sm_89"), /wgmma runs on sm_90 GPUs \(H100, H200\) only, this one is sm_89/);
+  assert.ok(!tileCandidates(233472, undefined, "sm_89").some((t) => t.wgmma));
+  const hopper = tileCandidates(233472, undefined, "sm_90").filter((t) => t.wgmma);
+  // 64 accumulators a thread: two blocks a multiprocessor, or one block as deep as it fits; else the deepest and one shallower
+  assert.deepEqual(hopper.map(tileName), [
+    "128x128x32:wgmma:s6", "128x128x32:wgmma:s5", "128x128x64:wgmma:s3", "128x128x64:wgmma:s6",
+    "128x256x32:wgmma:s6", "128x256x32:wgmma:s5", "128x256x64:wgmma:s4", "128x256x64:wgmma:s3",
+  ]);
+  assert.throws(() => renderCudaForm(forms.halfMatmul, "k", true, { ...WGMMA_TILE_SHAPES[0]!, stages: 2 }), /wgmma tiles pipeline at least 3 stages/);
+  for (const tile of hopper) {
+    const { launch, code } = renderCudaForm(forms.halfMatmul, "k", true, tile);
+    // two warpgroups, each 64 rows by all bn columns; unpadded core-matrix tiles, bm + bn rows of bk a stage
+    assert.deepEqual(launch.block, [256, 1, 1], tileName(tile));
+    assert.deepEqual(launch.grid.slice(0, 2), [Math.ceil(384 / tile.bn), Math.ceil(256 / tile.bm)], tileName(tile));
+    assert.equal(launch.sharedBytes, tile.stages * (tile.bm + tile.bn) * tile.bk * 2, tileName(tile));
+    assert.match(code, new RegExp(`float c\\[1\\]\\[${tile.bn / 8}\\]\\[4\\]`), tileName(tile));
+    // A is k-contiguous (K-major), B rows-contiguous (MN-major, transposed by wgmma); core matrices along k 128 bytes apart, along rows bk * 16
+    assert.ok(code.includes(`tg_wgmma_f16_n${tile.bn}<0, 1>(&c[0][0][0], tg_wgmma_desc(&As[stage][wg * ${64 * tile.bk} + kk * 8], 128, ${tile.bk * 16})`), tileName(tile));
+    assert.ok(code.includes(`tg_cp_async_wait<${tile.stages - 3}>()`) && code.includes("tg_wgmma_wait<1>()"), tileName(tile));
+  }
+  // modules with a wgmma kernel compile for sm_90a (code for that GPU alone), the rest as before
+  const wgmmaCode = renderCudaForm(forms.halfMatmul, "k", true, hopper[0]).code, mmaCode = renderCudaForm(forms.halfMatmul, "k", true).code;
+  assert.equal(compileArch("sm_90", `${CUDA_PRELUDE}\n${wgmmaCode}`), "sm_90a");
+  assert.equal(compileArch("sm_90", `${CUDA_PRELUDE}\n${mmaCode}`), "sm_90");
+  assert.equal(compileArch("sm_89", `${CUDA_PRELUDE}\n${mmaCode}`), "sm_89");
 });
 
 test("a weight gradient with few output tiles and a long k splits k across blocks, combined through a workspace", () => {
@@ -230,6 +268,31 @@ test("every tensor-core tile shape BEAM may choose assembles for sm_90 without s
     assert.equal(Number(usage[1]), 0, `${tileName(tile)} (${name}) spills registers`);
     assert.ok(Number(usage[2]) <= 255, `${tileName(tile)}: ${usage[2]} registers`);
   }
+});
+
+test("every wgmma tile shape assembles for sm_90a without spilling, its products wgmma.mma_async from shared memory", { skip }, async () => {
+  // a split-k weight gradient (both factors transposed, the splits' combine), a plain float16 matmul and bfloat16
+  const cases = [
+    ...WGMMA_TILE_SHAPES.map((shape) => ({ form: forms.weightGradient, tile: tensorCoreTile(233472, shape, "sm_90") })),
+    { form: forms.halfMatmul, tile: tensorCoreTile(233472, WGMMA_TILE_SHAPES[0], "sm_90") },
+    { form: forms.bf16Batched, tile: tensorCoreTile(233472, WGMMA_TILE_SHAPES[2], "sm_90") },
+  ];
+  const kernels = cases.map(({ form, tile }, i) => ({ name: `w${i}`, tile, code: renderCudaForm(form, `w${i}`, true, tile).code }));
+  const report = await compileKernels(nvcc!, kernels, ["sm_90a"], { files: 2, mode: "-cubin", flags: ["-Xptxas", "-v"] });
+  assert.equal(report.errors, "");
+  const log = report.logs.join("\n");
+  // ptxas warns where it must serialise wgmma (accumulators moved while products are in flight)
+  assert.doesNotMatch(log, /warning/i);
+  for (const { name, tile } of kernels) {
+    const usage = new RegExp(`Compiling entry function '${name}'[\\s\\S]*?(\\d+) bytes spill stores[\\s\\S]*?Used (\\d+) registers`).exec(log);
+    assert.ok(usage, `no ptxas report for ${name}`);
+    assert.equal(Number(usage[1]), 0, `${tileName(tile)} (${name}) spills registers`);
+  }
+  const text = (await compileKernels(nvcc!, kernels.slice(0, 1).concat(kernels.slice(-1)), ["sm_90a"], { files: 1, mode: "-ptx" })).outputs[0]!;
+  assert.match(text, /wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.f16\.f16/);
+  assert.match(text, /wgmma\.mma_async\.sync\.aligned\.m64n256k16\.f32\.bf16\.bf16/);
+  assert.match(text, /fence\.proxy\.async\.shared::cta/);
+  assert.match(text, /wgmma\.wait_group\.sync\.aligned 1;/);
 });
 
 test("tensor-core kernels assemble for sm_89 and sm_90", { skip }, async () => {

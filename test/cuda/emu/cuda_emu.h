@@ -6,6 +6,8 @@
 #pragma once
 #define TG_EMU 1
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 #include <utility>
@@ -32,6 +34,8 @@ struct tg_emu_thread {
   unsigned char *shared;
   /** Different for every block run: per-thread state of an earlier block is stale. */
   unsigned long serial;
+  /** The dynamic shared memory's size (wgmma descriptors are checked against it). */
+  unsigned shared_bytes;
 };
 /** What the scheduler lends a module: the running thread and the barriers. */
 struct tg_emu_api {
@@ -178,6 +182,87 @@ template <int N> static inline void tg_cp_async_wait() {
   }
   q.count = kept;
 }
+
+/* Hopper's warpgroup products (wgmma.mma_async, no swizzle). A descriptor is a shared-memory offset, a
+ * leading byte offset (between 8 x 8 core matrices along k) and a stride byte offset (between core matrices
+ * along the rows), each over 16. A product is computed when issued and again when the wait that covers it
+ * runs (the latest moment a GPU may read its operands): the two must agree, else the kernel changed a tile
+ * while the tensor cores could still read it, and the emulator stops. Only then are the accumulators added
+ * to: reading them before the wait sees the old values, as on a GPU. Fences are no-ops here (one thread of
+ * the host runs everything, in order). Thread (warp w of its warpgroup, lane g * 4 + t) holds, for each 8
+ * columns j, rows 16 w + g (+8) at columns 8 j + 2 t (+1): mma.sync's accumulator layout, repeated. */
+static inline unsigned long long tg_wgmma_desc(const void *p, unsigned lbo, unsigned sbo) {
+  const tg_emu_thread *t = *tg_emu.current;
+  const size_t at = (const unsigned char *)p - t->shared;
+  if (at >= t->shared_bytes || at % 16 || lbo % 16 || sbo % 16 || lbo >= (1u << 18) || sbo >= (1u << 18)) abort(); /* not a descriptor a GPU could take */
+  return (unsigned long long)(at >> 4) | (unsigned long long)(lbo >> 4) << 16 | (unsigned long long)(sbo >> 4) << 32;
+}
+struct tg_emu_wgmma_op { float *d; int n; unsigned long long a, b; int ta, tb; float (*widen)(unsigned short); unsigned group; float product[128]; };
+struct tg_emu_wgmmas { unsigned long serial; unsigned committed; int count; tg_emu_wgmma_op pending[16]; };
+static tg_emu_wgmmas tg_emu_wg[1024];
+static inline tg_emu_wgmmas &tg_emu_my_wgmmas() {
+  const unsigned long serial = (*tg_emu.current)->serial;
+  tg_emu_wgmmas &q = tg_emu_wg[threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)];
+  if (q.serial != serial) { q.serial = serial; q.committed = 0; q.count = 0; }
+  return q;
+}
+/** This thread's share of A (64 x 16) * B (16 x n) as the descriptors find them now. */
+static inline void tg_emu_wgmma_product(const tg_emu_wgmma_op &op, float *out) {
+  const tg_emu_thread *t = *tg_emu.current;
+  auto at = [&](unsigned long long desc, int trans, int row, int k) {
+    const size_t start = (desc & 0x3fff) << 4, lbo = ((desc >> 16) & 0x3fff) << 4, sbo = ((desc >> 32) & 0x3fff) << 4;
+    const size_t offset = trans ? start + (row % 8) * 2 + (row / 8) * sbo + (k % 8) * 16 + (k / 8) * lbo
+                                : start + (row % 8) * 16 + (row / 8) * sbo + (k % 8) * 2 + (k / 8) * lbo;
+    if (offset + 2 > t->shared_bytes) abort(); /* a descriptor reaching past the block's shared memory */
+    unsigned short h;
+    memcpy(&h, t->shared + offset, 2);
+    return op.widen(h);
+  };
+  const unsigned w = (threadIdx.x >> 5) & 3, g = (threadIdx.x & 31) >> 2, l = threadIdx.x & 3;
+  for (int j = 0; j < op.n / 8; j++)
+    for (int e = 0; e < 4; e++) {
+      const int row = 16 * w + g + 8 * (e >> 1), col = 8 * j + 2 * l + (e & 1);
+      float sum = 0;
+      for (int k = 0; k < 16; k++) sum += at(op.a, op.ta, row, k) * at(op.b, op.tb, col, k);
+      out[4 * j + e] = sum;
+    }
+}
+static inline void tg_emu_wgmma(float *d, int n, unsigned long long a, unsigned long long b, int ta, int tb, float (*widen)(unsigned short)) {
+  tg_emu_wgmmas &q = tg_emu_my_wgmmas();
+  if (q.count == 16 || n > 256) abort(); /* more products in flight than any tsgrad kernel issues */
+  tg_emu_wgmma_op &op = q.pending[q.count++];
+  op = tg_emu_wgmma_op{d, n, a, b, ta, tb, widen, q.committed, {}};
+  tg_emu_wgmma_product(op, op.product);
+}
+static inline void tg_wgmma_fence() {}
+static inline void tg_fence_proxy_async() {}
+static inline void tg_fence_reg(float &) {}
+static inline void tg_wgmma_commit() { tg_emu_my_wgmmas().committed++; }
+/* every committed group of products but the newest N has been added to its accumulators */
+template <int N> static inline void tg_wgmma_wait() {
+  tg_emu_wgmmas &q = tg_emu_my_wgmmas();
+  int kept = 0;
+  for (int i = 0; i < q.count; i++) {
+    tg_emu_wgmma_op &op = q.pending[i];
+    if (op.group + N < q.committed) {
+      float again[128];
+      tg_emu_wgmma_product(op, again);
+      if (memcmp(again, op.product, sizeof(float) * (op.n / 2)) != 0) {
+        fprintf(stderr, "tg_emu: a wgmma's shared-memory operands changed before the wait that covers it (block %u,%u,%u thread %u)\n", blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x);
+        abort();
+      }
+      for (int e = 0; e < op.n / 2; e++) op.d[e] += op.product[e];
+    } else {
+      if (kept != i) q.pending[kept] = op;
+      kept++;
+    }
+  }
+  q.count = kept;
+}
+#define TG_EMU_WGMMA(n) \
+  template <int TA, int TB> static inline void tg_wgmma_f16_n##n(float *d, unsigned long long a, unsigned long long b) { tg_emu_wgmma(d, n, a, b, TA, TB, tg_h2f); } \
+  template <int TA, int TB> static inline void tg_wgmma_bf16_n##n(float *d, unsigned long long a, unsigned long long b) { tg_emu_wgmma(d, n, a, b, TA, TB, tg_emu_b2f); }
+TG_EMU_WGMMA(64) TG_EMU_WGMMA(128) TG_EMU_WGMMA(256)
 
 /* calling a kernel with the parameter array cuLaunchKernel takes (pointers to each argument) */
 template <typename... A, size_t... I> static void tg_emu_invoke(void (*f)(A...), void **p, std::index_sequence<I...>) { f(*(A *)p[I]...); }

@@ -80,7 +80,7 @@ static std::vector<KernelInfo> kernels_of(const std::string &src) {
     size_t next = src.find("__global__", end);
     std::string body = src.substr(end, next == std::string::npos ? std::string::npos : next - end);
     bool waits = false;
-    for (const char *call : {"__syncthreads", "shfl", "tg_mma", "tg_ldsm"}) waits = waits || body.find(call) != std::string::npos;
+    for (const char *call : {"__syncthreads", "shfl", "tg_mma", "tg_ldsm", "tg_wgmma"}) waits = waits || body.find(call) != std::string::npos;
     kernels.push_back({src.substr(p, end - p), waits});
   }
   return kernels;
@@ -240,7 +240,7 @@ bool run_block(uint3 block, uint3 grid, uint3 dim) {
     f.ctx.uc_stack.ss_size = f.stack.size();
     f.ctx.uc_link = &scheduler;
     makecontext(&f.ctx, fiber_main, 0);
-    f.t = tg_emu_thread{{(unsigned)(i % dim.x), (unsigned)(i / dim.x % dim.y), (unsigned)(i / (dim.x * dim.y))}, block, dim, grid, warps[i / 32].slots, (unsigned)(i % 32), dynamic_shared.data(), block_serial};
+    f.t = tg_emu_thread{{(unsigned)(i % dim.x), (unsigned)(i / dim.x % dim.y), (unsigned)(i / (dim.x * dim.y))}, block, dim, grid, warps[i / 32].slots, (unsigned)(i % 32), dynamic_shared.data(), block_serial, (unsigned)dynamic_shared.size()};
     f.started = f.done = false;
   }
   int alive = n;
@@ -349,7 +349,7 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
       for (unsigned y = 0; y < gy; y++)
         for (unsigned x = 0; x < gx; x++)
           for (unsigned i = 0; i < bx * by * bz; i++) {
-            t = tg_emu_thread{{i % bx, i / bx % by, i / (bx * by)}, {x, y, z}, {bx, by, bz}, {gx, gy, gz}, nullptr, i % 32, dynamic_shared.data(), ++block_serial};
+            t = tg_emu_thread{{i % bx, i / bx % by, i / (bx * by)}, {x, y, z}, {bx, by, bz}, {gx, gy, gz}, nullptr, i % 32, dynamic_shared.data(), ++block_serial, (unsigned)dynamic_shared.size()};
             launch_call(launch_params);
           }
     return OK;
