@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Every GPU check in one run, for the next session that is lent a GPU (see ../shared/device/README.md):
 #   1. the op test-suite on the CUDA device (correctness, against the float64 references),
-#   2. tsgrad's tensor-core kernels against the JS device on small odd shapes, then float16 GEMM TFLOP/s
-#      (and two of them again at every tile BEAM may choose, block and warp shapes and pipeline depths,
-#      each tile's output checked against the default tile's, after the BERT step),
+#   2. tsgrad's tensor-core kernels against the JS device on small odd shapes (again at two wgmma tiles:
+#      wgmma_checks), then float16 GEMM TFLOP/s (and two of them again at every tile BEAM may choose,
+#      mma.sync and wgmma, block and warp shapes and pipeline depths, each tile's output checked against
+#      the default tile's, after the BERT step),
 #   3. PyTorch on the same GPU: the same GEMMs through cuBLAS and the same BERT-large float16 train step,
 #   4. tsgrad's BERT-large float16 train step at sequence 512 (jitted), with a per-kernel profile,
 #   5. a 2-layer BERT-large step checked kernel by kernel against the CPU device (bench/gpu/validate.ts),
@@ -158,6 +159,12 @@ if wanted gemm; then
   log "tsgrad float16 GEMMs"
   part gemm "$(share 90)" "$results/tsgrad_gemm.json" node "$bundle/gemm.mjs" $([ "$small" = 1 ] && echo --shapes 256x384x512 --runs 2)
   log "tsgrad gemm exit $?"
+  # Hopper's wgmma tiles on the same checks (every layout of the factors, split k, bfloat16), each tile
+  # in a process of its own (the tile is chosen when the device opens); elsewhere they say it is no sm_90
+  for tile in 128x128x32:wgmma 128x256x64:wgmma; do
+    TC_TILE=$tile part gemm "$(share 15)" "$results/wgmma_checks_${tile%%:*}.json" node "$bundle/gemm.mjs" --checks-only
+    log "wgmma checks $tile exit $?: $(head -c 400 "$results/wgmma_checks_${tile%%:*}.json")"
+  done
 fi
 
 if wanted torch; then
@@ -168,7 +175,7 @@ fi
 
 if wanted bert; then
   log "tsgrad BERT-$([ "$small" = 1 ] && echo "tiny float16 step, batch $batch, seq 64" || echo "large float16 step, batch $batch, seq 512")"
-  remaining=$((budget - ($(date +%s) - start) - $(wanted validate && share 90 || echo 0) - $(wanted gemm && share 40 || echo 0)))
+  remaining=$((budget - ($(date +%s) - start) - $(wanted validate && share 90 || echo 0) - $(wanted gemm && share 60 || echo 0)))
   DEBUG=1 part bert "$((remaining > 60 ? remaining : 60))" "$results/tsgrad_bert.json" node "$bundle/bert_step.mjs" --batch "$batch" \
     $([ "$small" = 1 ] && echo --preset tiny --seq 64 --steps 2 || echo --seq 512 --steps 3)
   log "tsgrad bert exit $?"
@@ -176,7 +183,7 @@ fi
 
 # the tensor-core tiles: two GEMMs again at every tile BEAM may choose (the default tile ran above)
 if wanted gemm; then
-  part gemm "$(share 40)" "$results/tsgrad_gemm_tiles.json" node "$bundle/gemm.mjs" --no-checks --tiles \
+  part gemm "$(share 60)" "$results/tsgrad_gemm_tiles.json" node "$bundle/gemm.mjs" --no-checks --tiles \
     $([ "$small" = 1 ] && echo --shapes 256x384x512 --runs 2 || echo --shapes 16384x4096x1024,4096x4096x4096 --runs 5)
   log "tsgrad gemm by tile exit $?"
 fi
@@ -213,8 +220,13 @@ validate = {k: check.get(k) for k in ("kernels_checked", "disagreeing", "first_n
 ints = load("int_reduce_check.json")
 int_check = {k: ints.get(k) for k in ("expected", "via_tsgrad", "nvrtc", "nvcc", "error")}
 tiles = load("tsgrad_gemm_tiles.json")
+wgmma_checks = {}
+for name in sorted(os.listdir(out)):
+    if name.startswith("wgmma_checks_"):
+        w = load(name)
+        wgmma_checks[w.get("tc_tile") or name] = {"pass": w.get("checks_pass"), "errors": w.get("checks"), "error": w.get("error")}
 by_tile = {g["shape"]: dict(tflops=g.get("tflops_by_tile"), difference_from_default=g.get("difference_by_tile")) for g in tiles.get("gemm", [])} or tiles.get("error")
-summary = dict(gpu=torch.get("gpu"), op_suite=ops, int_reduce_check=int_check, kernel_check=validate, tensor_core_checks=checks, gemm=gemm,
+summary = dict(gpu=torch.get("gpu"), op_suite=ops, int_reduce_check=int_check, kernel_check=validate, tensor_core_checks=checks, wgmma_checks=wgmma_checks, gemm=gemm,
                default_tile=ours.get("tc_tile"), gemm_tflops_by_tile=by_tile, bert=bert)
 with open(os.path.join(out, "summary.json"), "w") as f:
     json.dump(summary, f, indent=1)

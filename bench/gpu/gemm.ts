@@ -2,8 +2,10 @@
 // alone with CUDA events (best of --runs launches). First, the tensor-core kernels' results against the JS
 // device on small odd shapes (partial tiles, transposed and computed factors, bfloat16, batches): the op
 // suite runs float32 only, so this is where tensor-core correctness is checked. With --tiles, each shape is
-// timed again at every tile BEAM may choose (block and warp shapes, pipeline depths). Prints one JSON object.
-// Usage: node gemm.mjs [--shapes 4096x4096x4096,16384x1024x4096] [--runs 20] [--device CUDA] [--tiles] [--no-checks]
+// timed again at every tile BEAM may choose (block and warp shapes, pipeline depths; on an H100/H200 the
+// wgmma tiles too). `--checks-only` runs the checks alone (gpu-check runs them so under TC_TILE for wgmma
+// tiles). Prints one JSON object.
+// Usage: node gemm.mjs [--shapes 4096x4096x4096,16384x1024x4096] [--runs 20] [--device CUDA] [--tiles] [--no-checks | --checks-only]
 import { parseArgs } from "node:util";
 import { Device, Tensor, dtypes } from "../../src/index.ts";
 import { recordItems } from "../../src/engine/realize.ts";
@@ -16,11 +18,11 @@ import { tileCandidates, tileName } from "../../src/renderer/cuda_matmul.ts";
 const BERT_SHAPES = "16384x1024x1024,16384x4096x1024,16384x1024x4096,4096x4096x4096,8192x8192x8192";
 const { values } = parseArgs({ options: {
   shapes: { type: "string", default: BERT_SHAPES }, runs: { type: "string", default: "20" }, device: { type: "string", default: "CUDA" },
-  "no-checks": { type: "boolean" }, tiles: { type: "boolean" }, help: { type: "boolean" },
+  "no-checks": { type: "boolean" }, "checks-only": { type: "boolean" }, tiles: { type: "boolean" }, help: { type: "boolean" },
 } });
 if (values.help) {
-  console.log("Usage: gemm [--shapes MxNxK,...] [--runs N] [--device CUDA] [--no-checks]   (float16 A[M,K] @ B[K,N], float32 accumulation;\n" +
-    "TC_STAGES=2..4 sets the tensor-core pipeline's depth, else the GPU's shared memory does; TC_TILE the tile;\n" +
+  console.log("Usage: gemm [--shapes MxNxK,...] [--runs N] [--device CUDA] [--no-checks | --checks-only]   (float16 A[M,K] @ B[K,N], float32 accumulation;\n" +
+    "TC_STAGES=2..8 sets the tensor-core pipeline's depth, else the GPU's shared memory does; TC_TILE the tile (e.g. 128x256x32:2x4, 128x128x64:wgmma);\n" +
     "--tiles times each shape at every tile BEAM may choose)");
   process.exit(0);
 }
@@ -46,10 +48,12 @@ const checks: Record<string, number> = values["no-checks"] ? {} : {
   transposed_aligned: maxError([[200, 256], [200, 384]], dtypes.float16, (a, b) => a.T.matmul(b)),
   computed_factor_and_epilogue: maxError([[3, 130, 64], [64]], dtypes.float16, (x, bias) => { const q = x.add(bias); return q.matmul(q.transpose(-1, -2)).gelu(); }),
   bfloat16_batched: maxError([[4, 136, 72], [4, 72, 144]], dtypes.bfloat16, (a, b) => a.matmul(b)),
+  both_along_k: maxError([[136, 200], [264, 200]], dtypes.float16, (a, b) => a.matmul(b.T)),
+  split_k_weight_gradient: maxError([[1000, 136], [1000, 200]], dtypes.float16, (a, b) => a.T.matmul(b)),
 };
 for (const [name, error] of Object.entries(checks)) console.error(`check ${name}: max relative error ${error.toExponential(2)}`);
 
-const results = values.shapes.split(",").map((shape) => {
+const results = values["checks-only"] ? [] : values.shapes.split(",").map((shape) => {
   const [m, n, k] = shape.split("x").map(Number) as [number, number, number];
   const a = Tensor.rand([m, k], { device: values.device }).cast(dtypes.float16).realize();
   const b = Tensor.rand([k, n], { device: values.device }).cast(dtypes.float16).realize();
@@ -80,11 +84,13 @@ function byTile(item: ExecItem & { kind: "kernel" }, flops: number): { tflops_by
   };
   const reference = output();
   const tflops: Record<string, number | null> = {}, difference: Record<string, number | null> = {};
-  for (const tile of tileCandidates(device.sharedPerMultiprocessor, form.pattern)) {
+  for (const tile of tileCandidates(device.sharedPerMultiprocessor, form.pattern, device.arch)) {
     const [seconds] = timeTiles(device, item.kernel, form.pattern, [tile], item.buffers);
     const ok = Number.isFinite(seconds!);
     tflops[tileName(tile)] = ok ? +(flops / seconds! / 1e12).toFixed(2) : null;
     difference[tileName(tile)] = ok ? +output().reduce((worst, x, i) => Math.max(worst, Math.abs(x - reference[i]!) / (1 + Math.abs(reference[i]!))), 0).toExponential(2) : null;
+    // each as it comes: a run cut short by its time limit still reports the tiles it timed
+    console.error(`  ${tileName(tile)}: ${tflops[tileName(tile)]} TFLOP/s, difference ${difference[tileName(tile)]}`);
   }
   console.error(`  by tile: ${JSON.stringify(tflops)}\n  difference from the default tile: ${JSON.stringify(difference)}`);
   return { tflops_by_tile: tflops, difference_by_tile: difference };

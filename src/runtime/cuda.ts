@@ -21,9 +21,12 @@
 //   a pipeline of 2-4 stages in dynamic shared memory (as deep as two blocks a multiprocessor allow: 4 on
 //   an H100/H200, 2 on a 4090; TC_STAGES sets it); a factor computed from loads (a bias added first) is
 //   evaluated while staging, rounded to 16 bits, through two stages; TC=0 turns tensor cores off;
+// - on an H100/H200 (sm_90) a tile may use wgmma instead (warpgroups multiplying straight from shared
+//   memory); modules with such a kernel compile for sm_90a;
 // - BEAM=n searches the loop options on the GPU (timed with events) as on the CPU, and times each
-//   tensor-core kernel at every tile of cuda_matmul.ts's list (block and warp shapes, pipeline depths);
-//   TC_TILE (e.g. 128x256x32:2x4) sets the tile instead. Winners are cached on disk (engine/search.ts).
+//   tensor-core kernel at every tile of cuda_matmul.ts's lists (block and warp shapes, pipeline depths,
+//   wgmma on sm_90); TC_TILE (e.g. 128x256x32:2x4, 128x128x64:wgmma) sets the tile instead. Winners are
+//   cached on disk (engine/search.ts).
 //
 // - kernels launch on a stream of the device's own; a jitted function's replays launch as one CUDA graph
 //   (engine/jit.ts; CUDA_GRAPH=0 launches kernel by kernel).
