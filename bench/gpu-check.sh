@@ -6,7 +6,8 @@
 #      mma.sync and wgmma, block and warp shapes and pipeline depths, each tile's output checked against
 #      the default tile's, after the BERT step),
 #   3. PyTorch on the same GPU: the same GEMMs through cuBLAS and the same BERT-large float16 train step,
-#   4. tsgrad's BERT-large float16 train step at sequence 512 (jitted), with a per-kernel profile,
+#   4. tsgrad's BERT-large float16 train step at sequence 512 (jitted), with a per-kernel profile, and
+#      again with its tensor-core kernels on a wgmma tile (WGMMA_TILE, default 128x128x32:wgmma),
 #   5. a 2-layer BERT-large step checked kernel by kernel against the CPU device (bench/gpu/validate.ts),
 # then summary.json with the ratios. Each part runs under a watchdog with its own time limit; all of it
 # fits in GPU_CHECK_S seconds (default 470, about 8 minutes).
@@ -19,7 +20,7 @@
 # results.tgz (JSON per part, the op suite's TAP output, nvidia-smi): three files, as the device tool
 # brings back at most eight. BERT_BATCH (default 8) sets the batch of both BERT steps; GPU_CHECK_S (default
 # 470) is the whole run's budget in seconds, shared out over the parts in proportion; PARTS (default
-# ops,diag,gemm,torch,bert,validate, run in that order) picks which parts run.
+# ops,diag,gemm,torch,bert,bert_wgmma,validate, run in that order) picks which parts run.
 #
 # Without a GPU, `bench/gpu-check.sh --emulate` runs the same script on the CPU emulator of a CUDA GPU
 # (test/cuda/emu) with small sizes (tiny BERT, small GEMMs, no PyTorch): a dry run of every part, the
@@ -33,7 +34,7 @@ if [ "${1:-}" = "--emulate" ]; then
   emu=$(mktemp -d "${TMPDIR:-/tmp}/tsgrad-gpu-check-emu-XXXXXX")
   library=$(npx tsx test/cuda/emu/build.ts "$emu") || { rm -rf "$emu"; exit 2; }
   export TSGRAD_LIBCUDA="$library" TSGRAD_LIBNVRTC="$library" TG_EMU_CACHE="$emu/modules" GPU_CHECK_CACHE="$emu/cache"
-  export PARTS=${PARTS:-ops,diag,gemm,bert,validate} OUT=${OUT:-$root/gpu-results-emulated}
+  export PARTS=${PARTS:-ops,diag,gemm,bert,bert_wgmma,validate} OUT=${OUT:-$root/gpu-results-emulated}
   small=1
 fi
 
@@ -74,7 +75,7 @@ budget=${GPU_CHECK_S:-$([ "$small" = 1 ] && echo 1800 || echo 470)}
 share() { echo $((budget * $1 / 470)); }
 # whatever happens, what was measured comes back
 finish() {
-  for name in gemm torch bert; do
+  for name in gemm torch bert bert_wgmma; do
     [ -s "$results/$name.err" ] && { echo "--- $name stderr (tail)"; tail -40 "$results/$name.err"; } >> "$results/gpu-check.log"
   done
   tar czf "$OUT/results.tgz" -C "$results" . 2>/dev/null
@@ -132,7 +133,8 @@ part() { # part NAME LIMIT_S OUTFILE COMMAND...
   return $status
 }
 wanted() { [[ ",$PARTS," == *",$1,"* ]]; }
-PARTS=${PARTS:-ops,diag,gemm,torch,bert,validate}
+PARTS=${PARTS:-ops,diag,gemm,torch,bert,bert_wgmma,validate}
+WGMMA_TILE=${WGMMA_TILE:-128x128x32:wgmma}
 
 if wanted ops; then
   log "op suite on CUDA"
@@ -175,7 +177,7 @@ fi
 
 if wanted bert; then
   log "tsgrad BERT-$([ "$small" = 1 ] && echo "tiny float16 step, batch $batch, seq 64" || echo "large float16 step, batch $batch, seq 512")"
-  remaining=$((budget - ($(date +%s) - start) - $(wanted validate && share 90 || echo 0) - $(wanted gemm && share 60 || echo 0)))
+  remaining=$((budget - ($(date +%s) - start) - $(wanted validate && share 90 || echo 0) - $(wanted gemm && share 60 || echo 0) - $(wanted bert_wgmma && share 70 || echo 0)))
   DEBUG=1 part bert "$((remaining > 60 ? remaining : 60))" "$results/tsgrad_bert.json" node "$bundle/bert_step.mjs" --batch "$batch" \
     $([ "$small" = 1 ] && echo --preset tiny --seq 64 --steps 2 || echo --seq 512 --steps 3)
   log "tsgrad bert exit $?"
@@ -186,6 +188,15 @@ if wanted gemm; then
   part gemm "$(share 60)" "$results/tsgrad_gemm_tiles.json" node "$bundle/gemm.mjs" --no-checks --tiles \
     $([ "$small" = 1 ] && echo --shapes 256x384x512 --runs 2 || echo --shapes 16384x4096x1024,4096x4096x4096 --runs 5)
   log "tsgrad gemm by tile exit $?"
+fi
+
+# the same BERT step with every pipelined tensor-core kernel on a wgmma tile (H100/H200: the tile sweep
+# above says how the tiles compare on two GEMMs; this, on the step)
+if wanted bert_wgmma; then
+  log "tsgrad BERT step again, TC_TILE=$WGMMA_TILE"
+  TC_TILE=$WGMMA_TILE DEBUG=1 part bert_wgmma "$(share 70)" "$results/tsgrad_bert_wgmma.json" node "$bundle/bert_step.mjs" --batch "$batch" \
+    $([ "$small" = 1 ] && echo --preset tiny --seq 64 --steps 2 || echo --seq 512 --steps 2)
+  log "tsgrad bert (wgmma) exit $?"
 fi
 
 if wanted validate; then
@@ -209,6 +220,7 @@ def load(name):
     except Exception as e:
         return {"error": f"{name}: {e}"}
 ours, torch, ours_bert, ops, check = load("tsgrad_gemm.json"), load("torch.json"), load("tsgrad_bert.json"), load("op_suite.json"), load("validate.json")
+ours_wgmma = load("tsgrad_bert_wgmma.json")
 cublas = {g["shape"]: g for g in torch.get("gemm", [])}
 checks = {"pass": ours.get("checks_pass"), "errors": ours.get("checks")}
 gemm = [dict(shape=g["shape"], tsgrad_tflops=g["tflops"], cublas_tflops=cublas.get(g["shape"], {}).get("tflops"),
@@ -216,6 +228,10 @@ gemm = [dict(shape=g["shape"], tsgrad_tflops=g["tflops"], cublas_tflops=cublas.g
 bert = dict(tsgrad=ours_bert, torch=torch.get("bert"))
 if "ms_per_step" in ours_bert and torch.get("bert"):
     bert["speed_ratio_vs_torch"] = round(torch["bert"]["ms_per_step"] / ours_bert["ms_per_step"], 3)
+if os.path.exists(os.path.join(out, "tsgrad_bert_wgmma.json")):
+    bert["tsgrad_wgmma"] = ours_wgmma
+    if "ms_per_step" in ours_wgmma and torch.get("bert"):
+        bert["wgmma_speed_ratio_vs_torch"] = round(torch["bert"]["ms_per_step"] / ours_wgmma["ms_per_step"], 3)
 validate = {k: check.get(k) for k in ("kernels_checked", "disagreeing", "first_non_finite", "losses", "error")}
 ints = load("int_reduce_check.json")
 int_check = {k: ints.get(k) for k in ("expected", "via_tsgrad", "nvrtc", "nvcc", "error")}

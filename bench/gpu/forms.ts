@@ -70,7 +70,7 @@ for (const kernel of kernels) {
   let reason: string | undefined;
   const pattern = matchMatmul(plain, (r) => (reason = r));
   const tc = form.kind === "tensorCores" ? describeTensorCoreKernel(form.pattern) : undefined;
-  const kind = tc ? `tensor cores (A ${tc.a}; B ${tc.b}${tc.splits > 1 ? `; k split ${tc.splits}` : ""})` : form.kind === "loops" && groupSize(form.kernel) > 0 ? `group ${form.group ?? groupSize(form.kernel)}` : "loops";
+  const kind = tc ? `tensor cores (A ${tc.a}; B ${tc.b}${tc.splits > 1 ? `; k split ${tc.splits}` : ""})` : form.kind === "loops" && form.rows ? `group 32, a warp a row` : form.kind === "loops" && groupSize(form.kernel) > 0 ? `group ${form.group ?? groupSize(form.kernel)}` : "loops";
   const why = form.kind === "tensorCores" || !kernel.name.startsWith("r") ? undefined : pattern ? (worthTensorCores(pattern) ? "TC=0" : "matmul, too small for tensor cores") : reason;
   const key = `${kernel.name} ${kind}`;
   const row = rows.get(key) ?? { name: kernel.name, form: kind, count: 0, gflop: 0, why };

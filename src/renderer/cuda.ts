@@ -38,6 +38,8 @@ export interface CudaRenderOptions {
   readonly blockSize?: number;
   /** Threads that split each output's reduce loop (0: one thread per output). Default: `groupSize(kernel)`. */
   readonly group?: number;
+  /** Outputs a block computes in group mode, a warp each (group is then 32); default 1, the whole block. */
+  readonly rows?: number;
 }
 
 /** The CUDA type a dtype is computed in. */
@@ -122,8 +124,8 @@ __device__ __forceinline__ void tg_cp_async16(void* dst, const void* src, int by
 __device__ __forceinline__ void tg_cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 /* every committed group but the newest N has landed (in this thread) */
 template <int N> __device__ __forceinline__ void tg_cp_async_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
-/* shared memory sized at launch (over 48 KB only after cuFuncSetAttribute) */
-#define TG_DYNAMIC_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
+/* shared memory sized at launch (over 48 KB only after cuFuncSetAttribute); 128-byte aligned, as wgmma's core matrices are */
+#define TG_DYNAMIC_SHARED(name) extern __shared__ __align__(128) unsigned char name[]
 #ifdef __CUDA_ARCH_FEAT_SM90_ALL
 ${wgmmaHelpers()}
 #endif
@@ -194,6 +196,23 @@ export function groupSize(kernel: KernelIR): number {
   return Math.min(most, Math.max(32, 2 ** Math.floor(Math.log2(reduceTrips / 4))));
 }
 
+/** Outputs (rows) a block of warp-per-row group reduces computes: 8 warps, 256 threads. */
+export const WARP_ROWS = 8;
+
+/**
+ * Whether a group reduce computes each output with one warp, WARP_ROWS outputs a block, instead of a
+ * block an output: where there are many outputs, each a row of its own of at most 4096 (a softmax over
+ * 512 keys, a layer norm over 1024 features). A warp then keeps several of its row's loads in flight and
+ * combines by shuffles alone (no shared memory, no barriers), and a multiprocessor holds 64 rows at once
+ * instead of 8 to 16 blocks.
+ */
+export function warpPerRow(kernel: KernelIR): boolean {
+  const { loops, body } = splitOutputLoops(kernel);
+  const outputs = loops.reduce((n, l) => n * l.size, 1);
+  const reduces = body.filter((s): s is Stmt & { kind: "loop" } => s.kind === "loop");
+  return groupSize(kernel) > 0 && outputs >= 4096 && reduces.every((s) => s.size <= 4096) && readsRows(loops, reduces);
+}
+
 /**
  * Whether some load inside the reduce loops reads a row of its own for each output (it depends on every
  * output loop: a softmax's scores, beside a mask all rows share). A matmul's operands each skip an output
@@ -210,13 +229,18 @@ function readsRows(loops: readonly { var: string; size: number }[], reduces: rea
 }
 
 export function renderCuda(kernel: KernelIR, fnName: string, opts: CudaRenderOptions): CudaKernelSource {
-  const group = opts.group ?? groupSize(kernel);
-  const blockSize = group > 0 ? group : (opts.blockSize ?? defaultBlockSize());
+  const rows = opts.rows ?? 1;
+  const group = rows > 1 ? 32 : opts.group ?? groupSize(kernel);
+  const blockSize = group > 0 ? group * rows : (opts.blockSize ?? defaultBlockSize());
   const { loops, body } = splitOutputLoops(kernel);
   const outputs = loops.reduce((n, l) => n * l.size, 1);
   const index = indexType(kernel);
   const lines = [`extern "C" __global__ void __launch_bounds__(${blockSize}) ${fnName}(${kernelParams(kernel, opts.restrict)}) {`];
-  if (group > 0) {
+  if (rows > 1) {
+    // a warp an output: warps past the end leave together (no block barrier follows, only shuffles)
+    lines.push(`  ${index} gid = (${index})blockIdx.x * ${rows} + (threadIdx.x >> 5);`);
+    lines.push(`  if (gid >= ${outputs}) return;`);
+  } else if (group > 0) {
     lines.push(`  __shared__ unsigned long long tg_partial[32];`);
     lines.push(`  ${index} gid = blockIdx.x;`);
   } else {
@@ -224,10 +248,10 @@ export function renderCuda(kernel: KernelIR, fnName: string, opts: CudaRenderOpt
     lines.push(`  if (gid >= ${outputs}) return;`);
   }
   lines.push(...outputIndices(loops, index, "gid", "  "));
-  const ctx: RenderContext = { kernel, products: new Map(), group };
+  const ctx: RenderContext = { kernel, products: new Map(), group, member: rows > 1 ? "(threadIdx.x & 31)" : "threadIdx.x" };
   renderBlock(body, lines, "  ", ctx, true);
   lines.push("}");
-  const blocks = group > 0 ? outputs : Math.ceil(outputs / blockSize);
+  const blocks = group > 0 ? Math.ceil(outputs / rows) : Math.ceil(outputs / blockSize);
   return { code: lines.join("\n"), launch: { grid: [blocks, 1, 1], block: [blockSize, 1, 1], sharedBytes: 0 } };
 }
 
@@ -260,6 +284,8 @@ export interface RenderContext {
   readonly products: Map<string, readonly Operand[]>;
   /** Threads per output in group mode (0: none). */
   readonly group: number;
+  /** A thread's place in its output's group (threadIdx.x, or its lane where a warp computes an output). */
+  readonly member?: string;
 }
 
 /** Renders statements; `top` marks the innermost output loop's body, where group mode splits reduce loops. */
@@ -273,7 +299,7 @@ export function renderBlock(stmts: readonly Stmt[], out: string[], indent: strin
     switch (s.kind) {
       case "loop":
         if (top && ctx.group > 0) {
-          out.push(`${indent}for (${index} ${s.var} = threadIdx.x; ${s.var} < ${s.size}; ${s.var} += ${ctx.group}) {`);
+          out.push(`${indent}for (${index} ${s.var} = ${ctx.member ?? "threadIdx.x"}; ${s.var} < ${s.size}; ${s.var} += ${ctx.group}) {`);
           renderBlock(s.body, out, indent + "  ", ctx);
           out.push(`${indent}}`);
           // accumulators of this level (not those of reduces nested in the loop) hold per-thread parts
@@ -311,7 +337,7 @@ export function renderBlock(stmts: readonly Stmt[], out: string[], indent: strin
         }
         const line = `b${s.buf}[${idx(s.index)}] = ${toStorage(operand(s.value), s.dtype)};`;
         // in group mode every thread holds the combined value: one of them writes it
-        out.push(`${indent}${top && ctx.group > 0 ? `if (threadIdx.x == 0) ${line}` : line}`);
+        out.push(`${indent}${top && ctx.group > 0 ? `if (${ctx.member ?? "threadIdx.x"} == 0) ${line}` : line}`);
         break;
       }
     }

@@ -10,15 +10,18 @@ import { kernelSpecOf, lowerKernel } from "../codegen/lower.ts";
 import { NO_OPTS, type Upcast } from "../codegen/opts.ts";
 import { axisFacts, countStmts, hasUnitTerm } from "../codegen/heuristics.ts";
 import { mergeNestedLoops } from "../codegen/merge_loops.ts";
-import { type CudaKernelSource, groupSize, renderCuda, splitOutputLoops } from "./cuda.ts";
+import { type CudaKernelSource, WARP_ROWS, groupSize, renderCuda, splitOutputLoops, warpPerRow } from "./cuda.ts";
 import { type MatmulPattern, type TensorCoreTile, matchMatmul, renderMatmulTC, worthTensorCores } from "./cuda_matmul.ts";
 
 /** What the CUDA backend renders for one kernel. */
 export type CudaForm =
   /** `tile`: where BEAM chose one; else the device's (tensorCoreTile). */
   | { readonly kind: "tensorCores"; readonly pattern: MatmulPattern; readonly tile?: TensorCoreTile }
-  /** `group`: threads a block splits each output's reduce over, where not `groupSize(kernel)`. */
-  | { readonly kind: "loops"; readonly kernel: KernelIR; readonly group?: number };
+  /**
+   * `group`: threads a block splits each output's reduce over, where not `groupSize(kernel)`; `rows`: outputs
+   * a block computes, a warp each (group 32), where many rows of their own are reduced (warpPerRow).
+   */
+  | { readonly kind: "loops"; readonly kernel: KernelIR; readonly group?: number; readonly rows?: number };
 
 /** Reduce steps each thread of a group takes at once (neighbours: one vector load). */
 const GROUP_UNROLL = 4;
@@ -36,12 +39,15 @@ export function cudaForm(kernel: KernelIR): CudaForm {
     if (pattern && worthTensorCores(pattern)) return { kind: "tensorCores", pattern };
   }
   if (!spec) return { kind: "loops", kernel };
+  // many rows of their own: a warp a row
+  const rows = warpPerRow(plain) ? WARP_ROWS : undefined;
   if (groupSize(plain) > 0 && readsAlongReduce(plain)) {
     // a group's threads each take 4 neighbours a step: aligned, they load as one vector. As many threads
     // as without (a row of 512 or 1024: one step each), so that the block keeps as many loads in flight
     const unrolled = mergeNestedLoops(lowerKernel(spec, { ...NO_OPTS, unroll: GROUP_UNROLL }));
-    if (groupSize(unrolled) > 0 && countStmts(unrolled.body) <= LANES_BUDGET) return { kind: "loops", kernel: unrolled, group: groupSize(plain) };
+    if (groupSize(unrolled) > 0 && countStmts(unrolled.body) <= LANES_BUDGET) return { kind: "loops", kernel: unrolled, group: rows ? 32 : groupSize(plain), rows };
   }
+  if (rows) return { kind: "loops", kernel: plain, group: 32, rows };
   return { kind: "loops", kernel: mergeNestedLoops(lowerKernel(spec, { ...NO_OPTS, upcast: gpuUpcasts(plain, unmerged) })) };
 }
 
@@ -95,5 +101,5 @@ function gpuUpcasts(plain: KernelIR, unmerged: KernelIR): Upcast[] {
 
 /** Renders a form as the kernel `fnName`; tensor cores take the form's tile, else `tile` (the device's), else the default. */
 export function renderCudaForm(form: CudaForm, fnName: string, restrict: boolean, tile?: TensorCoreTile): CudaKernelSource {
-  return form.kind === "tensorCores" ? renderMatmulTC(form.pattern, fnName, restrict, form.tile ?? tile) : renderCuda(form.kernel, fnName, { restrict, group: form.group });
+  return form.kind === "tensorCores" ? renderMatmulTC(form.pattern, fnName, restrict, form.tile ?? tile) : renderCuda(form.kernel, fnName, { restrict, group: form.group, rows: form.rows });
 }

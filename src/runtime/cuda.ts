@@ -366,6 +366,7 @@ function timeSources(device: CudaDevice, kernel: KernelIR, renders: readonly (()
     });
   } finally {
     scratch.forEach((pointer, i) => device.allocator.free(pointer, sizes[i]!));
+    for (const event of events) device.driver.check("cuEventDestroy_v2", device.driver.cuEventDestroy_v2(event), `timing ${kernel.name}`);
   }
 }
 

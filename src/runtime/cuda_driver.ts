@@ -43,6 +43,7 @@ const SIGNATURES = [
   "int cuEventRecord(void *event, void *stream)",
   "int cuEventSynchronize(void *event)",
   "int cuEventElapsedTime(_Out_ float *milliseconds, void *start, void *end)",
+  "int cuEventDestroy_v2(void *event)",
   "int cuGetErrorName(int error, _Out_ const char **name)",
   "int cuStreamCreate(_Out_ void **stream, unsigned int flags)",
   "int cuStreamSynchronize(void *stream)",

@@ -33,7 +33,7 @@ function compare(shapes: number[][], dtype: (typeof dtypes)[keyof typeof dtypes]
   const forms = items.flatMap((item) => {
     if (item.kind !== "kernel") return [];
     const form = cudaForm(item.kernel);
-    if (form.kind !== "tensorCores") return [groupSize(form.kernel) > 0 ? "group" : vectorStores(item.kernel) ? "loops, vector stores" : "loops"];
+    if (form.kind !== "tensorCores") return [form.rows ? "warp rows" : groupSize(form.kernel) > 0 ? "group" : vectorStores(item.kernel) ? "loops, vector stores" : "loops"];
     return [renderCudaForm(form, "k", true).launch.workspace ? "tensor cores, split k" : "tensor cores"];
   });
   assert.equal(result.length, js.length);
@@ -207,6 +207,17 @@ if (library) {
     assert.ok(rows.error < 1e-4, `max relative error ${rows.error}`);
     const softmax = compare([[4, 700]], dtypes.float32, (x) => x.softmax(-1));
     assert.ok(softmax.error < 1e-6, `softmax: max relative error ${softmax.error}`);
+  });
+
+  test("warp-per-row reduces (many rows of their own: a softmax, a layer norm) match the JS device", () => {
+    // 4100 rows: the last block's warps past the end leave; float16 rows of 512 as the BERT step has them
+    // (4 neighbours a step, one vector load), float32 rows of 200 (one element a step)
+    const softmax = compare([[4100, 512]], dtypes.float16, (x) => x.softmax(-1));
+    assert.ok(softmax.forms.includes("warp rows"), `forms: ${softmax.forms.join(", ")}`);
+    assert.ok(softmax.error < 1e-3, `softmax: max relative error ${softmax.error}`);
+    const norm = compare([[4100, 200]], dtypes.float32, (x) => { const centered = x.sub(x.mean({ axis: -1, keepdim: true })); return centered.div(centered.square().mean({ axis: -1, keepdim: true }).add(1e-5).sqrt()); });
+    assert.ok(norm.forms.includes("warp rows"), `forms: ${norm.forms.join(", ")}`);
+    assert.ok(norm.error < 1e-4, `layer norm: max relative error ${norm.error}`);
   });
 
   test("int32 argmin and argmax (wrong on an H200, see issue 8) are right here", () => {

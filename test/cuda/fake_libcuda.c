@@ -88,6 +88,7 @@ int cuStreamBeginCapture_v2(void *stream, int mode) { (void)stream; (void)mode; 
 int cuEventCreate(void **event, unsigned flags) { (void)flags; *event = (void *)0x3000; return 0; }
 int cuEventRecord(void *event, void *stream) { (void)event; (void)stream; return 0; }
 int cuEventSynchronize(void *event) { (void)event; return 0; }
+int cuEventDestroy_v2(void *event) { (void)event; return 0; }
 int cuEventElapsedTime(float *ms, void *start, void *end) { (void)start; (void)end; *ms = 0.25f; return 0; }
 int cuGetErrorName(int error, const char **name) {
   switch (error) {

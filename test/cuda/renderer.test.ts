@@ -29,6 +29,7 @@ const forms = {
   weightGradient: lastForm([rand([4096, 256], dtypes.float16), rand([4096, 384], dtypes.float16)], (x, dy) => x.T.matmul(dy)),
   bf16Batched: lastForm([rand([4, 128, 64], dtypes.bfloat16), rand([4, 64, 128], dtypes.bfloat16)], (a, b) => a.matmul(b)),
   rowMax: lastForm([rand([64, 1024])], (x) => x.max({ axis: 1 })),
+  manyRowsMax: lastForm([rand([4100, 512], dtypes.float16)], (x) => x.max({ axis: 1 })),
   halfAdd: lastForm([rand([1000], dtypes.float16), rand([1000], dtypes.float16)], (a, b) => a.add(b)),
   mulAdd: lastForm([rand([1000]), rand([1000]), rand([1000])], (a, b, c) => a.mul(b).add(c)),
   floatMatmul: lastForm([rand([1024, 256]), rand([256, 1024])], (a, b) => a.matmul(b)),
@@ -187,6 +188,20 @@ test("a long row reduce with few outputs runs one block per row; a matmul one th
   assert.match(renderCudaForm(forms.rowMax, "k", true).code, /float4 vec_\w+ = \*\(const float4\*\)\(b1 \+ \(i0\*1024 \+ r0\*4\)\)/);
 });
 
+test("many rows of their own (a softmax over 512 keys) reduce a warp a row, 8 rows a block, combined by shuffles alone", () => {
+  assert.ok(forms.manyRowsMax.kind === "loops" && forms.manyRowsMax.rows === 8);
+  const { code, launch } = renderCudaForm(forms.manyRowsMax, "k", true);
+  assert.deepEqual([launch.grid, launch.block], [[Math.ceil(4100 / 8), 1, 1], [256, 1, 1]]);
+  assert.match(code, /int gid = \(int\)blockIdx\.x \* 8 \+ \(threadIdx\.x >> 5\);\n  if \(gid >= 4100\) return;/);
+  // each lane takes 4 neighbours a step (one 8-byte load), lane 0 stores
+  assert.match(code, /for \(int r0 = \(threadIdx\.x & 31\); r0 < 128; r0 \+= 32\)/);
+  assert.match(code, /ushort4 vec_/);
+  assert.match(code, /if \(\(threadIdx\.x & 31\) == 0\) b0\[/);
+  assert.doesNotMatch(code, /__syncthreads|tg_partial/);
+  // few rows keep a block a row
+  assert.ok(forms.rowMax.kind === "loops" && !forms.rowMax.rows);
+});
+
 test("elementwise kernels over many elements take 4 neighbours a thread, loaded and stored as vectors", () => {
   const { code, launch } = renderCudaForm(forms.halfBiasRelu, "k", true);
   assert.equal(launch.grid[0] * launch.block[0], (512 * 1024) / 4);
@@ -222,6 +237,8 @@ test("tensor-core tiles of plain loads travel by cp.async and reach fragments by
 
 test("group reduces combine with warp shuffles", { skip }, () => {
   assert.match(ptx.get("rowMax")!, /shfl\.sync\.bfly/);
+  assert.match(ptx.get("manyRowsMax")!, /shfl\.sync\.bfly/);
+  assert.doesNotMatch(ptx.get("manyRowsMax")!, /bar\.sync/);
 });
 
 test("float16 values are read exactly and stored rounded to nearest even", { skip }, () => {

@@ -401,6 +401,7 @@ int cuEventRecord(void *event, void *) {
   return OK;
 }
 int cuEventSynchronize(void *) { return OK; }
+int cuEventDestroy_v2(void *event) { delete (double *)event; return OK; }
 int cuEventElapsedTime(float *ms, void *start, void *end) { *ms = (float)(*(double *)end - *(double *)start); return OK; }
 int cuGetErrorName(int error, const char **name) {
   switch (error) {
