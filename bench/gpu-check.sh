@@ -7,7 +7,7 @@
 #      the default tile's, after the BERT step),
 #   3. PyTorch on the same GPU: the same GEMMs through cuBLAS and the same BERT-large float16 train step,
 #   4. tsgrad's BERT-large float16 train step at sequence 512 (jitted), with a per-kernel profile, and
-#      again with its tensor-core kernels on a wgmma tile (WGMMA_TILE, default 128x128x32:wgmma),
+#      again with its tensor-core kernels on a wgmma tile (WGMMA_TILE, default 128x256x64:wgmma),
 #   5. a 2-layer BERT-large step checked kernel by kernel against the CPU device (bench/gpu/validate.ts),
 # then summary.json with the ratios. Each part runs under a watchdog with its own time limit; all of it
 # fits in GPU_CHECK_S seconds (default 470, about 8 minutes).
@@ -134,7 +134,7 @@ part() { # part NAME LIMIT_S OUTFILE COMMAND...
 }
 wanted() { [[ ",$PARTS," == *",$1,"* ]]; }
 PARTS=${PARTS:-ops,diag,gemm,torch,bert,bert_wgmma,validate}
-WGMMA_TILE=${WGMMA_TILE:-128x128x32:wgmma}
+WGMMA_TILE=${WGMMA_TILE:-128x256x64:wgmma}
 
 if wanted ops; then
   log "op suite on CUDA"

@@ -1,7 +1,7 @@
 // Renders the loop IR as a CUDA C kernel `extern "C" __global__ void name(T0* b0, const T1* b1, ...)`.
 // The output loops become the grid: one thread per output iteration (exact grid, bounds check), or,
 // for reduces with few outputs, one block per output whose threads split the reduce loop and combine
-// with warp shuffles ("group" mode). Semantics follow the JS renderer (the reference) as the C renderer
+// with warp shuffles ("group" mode; many rows of their own: one warp a row, 8 rows a block). Semantics follow the JS renderer (the reference) as the C renderer
 // does: float32 math in float, 16-bit floats stored as bits and computed in float, integers wrap, bool
 // is 0/1 in a byte, integer division by zero gives 0. No headers: NVRTC needs no include path.
 // Differences from the reference: exp2/log2/sin of 32-bit floats use CUDA's float functions (within

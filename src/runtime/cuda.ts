@@ -10,7 +10,8 @@
 // - the output loops are flattened onto the grid, one thread per output iteration (CUDA_BLOCK threads a
 //   block, default 256), with a bounds check; reduces are loops inside the thread;
 // - a long reduce with few outputs, or whose rows no two outputs share (softmax, norms), runs in "group"
-//   mode: one block per output, its threads split the reduce loop and combine with warp shuffles;
+//   mode: one block per output, its threads split the reduce loop and combine with warp shuffles (4096 or
+//   more such rows of up to 4096: one warp a row, 8 rows a block, shuffles alone);
 // - reduces with many outputs get small register tiles (up to 4 x 4 upcast lanes), aligned neighbouring
 //   loads become float4/ushort4 loads;
 // - big elementwise kernels take 4 (or 2) neighbours a thread along the axis their store steps along:
