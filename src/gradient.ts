@@ -1,6 +1,7 @@
 // Reverse-mode autodiff over the lazy graph: one gradient rule per primitive, next to each other.
 // Gradients are UOps too, so a whole backward pass stays lazy (and one JIT can capture it).
-import { type DType, isFloat } from "./dtype.ts";
+import { type DType, dtypes, isFloat } from "./dtype.ts";
+import { reduceInTwo, splitReduce } from "./split_reduce.ts";
 import { type Pads, type ReduceArg, UOp } from "./uop.ts";
 
 const full = (like: UOp, value: number, dtype: DType = like.dtype): UOp =>
@@ -49,7 +50,10 @@ function rule(node: UOp, g: UOp): (UOp | undefined)[] {
       // term by term it is several matmuls (tensor cores, tiled kernels), not one loop over all the products
       const terms = addTerms(g);
       if (terms.length > 1 && terms.every(isProduct)) return [terms.map((t) => t.reduce("ADD", axes)).reduce((sum, t) => sum.alu("ADD", t))];
-      return [g.reduce("ADD", axes)];
+      // a long sum to few outputs (a bias's gradient over every token) in two kernels, the partials in float32
+      if (!splitReduce(g.shape, axes)) return [g.reduce("ADD", axes)];
+      const sixteen = g.dtype === dtypes.float16 || g.dtype === dtypes.bfloat16;
+      return [reduceInTwo(sixteen ? g.cast(dtypes.float32) : g, "ADD", axes).cast(g.dtype)];
     }
     case "PAD": return [g.shrink((node.arg as Pads).map(([before], i) => [before, before + a.shape[i]!]))];
     case "SHRINK": return [g.pad((node.arg as Pads).map(([start, end], i) => [start, a.shape[i]! - end]))];

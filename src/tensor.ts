@@ -10,6 +10,7 @@ import { TsgradError, arraysEqual, fmtShape, prod, range } from "./helpers.ts";
 import { realizeNodes } from "./engine/realize.ts";
 import { storedBuffer } from "./engine/schedule.ts";
 import { randomBits } from "./random.ts";
+import { reduceInTwo } from "./split_reduce.ts";
 import { type BinaryOp, type Pads, type UnaryOp, UOp } from "./uop.ts";
 import { type Lazy, MultiLazy, allReduce, multiDeviceName, splitDeviceName, splitSizes } from "./multi.ts";
 
@@ -501,20 +502,9 @@ export class Tensor {
   private reduceNode(op: "ADD" | "MAX", { axis, keepdim = false }: ReduceOptions): Tensor {
     const axes = this.axes(axis);
     const sharded = this.node instanceof MultiLazy && this.node.axis !== null;
-    const split = sharded ? undefined : splitReduce(this.shape, axes);
-    const out = split ? this.reduceInTwo(op, axes, split) : new Tensor(this.node.reduce(op, axes));
+    // a long reduce to few outputs: two kernels (split_reduce.ts)
+    const out = new Tensor(sharded ? this.node.reduce(op, axes) : reduceInTwo(this.node, op, axes));
     return keepdim ? out : out.reshape(this.shape.filter((_, i) => !axes.includes(i)));
-  }
-
-  /**
-   * A long reduce to few outputs in two kernels: axis `split.axis` is cut into `factor` parts, each part
-   * reduced on its own (many outputs: every core or multiprocessor busy), then the parts. Keeps dims.
-   */
-  private reduceInTwo(op: "ADD" | "MAX", axes: readonly number[], { axis, factor }: { axis: number; factor: number }): Tensor {
-    const size = this.shape[axis]!;
-    const parts = this.reshape([...this.shape.slice(0, axis), factor, size / factor, ...this.shape.slice(axis + 1)]);
-    const partial = new Tensor(parts.node.reduce(op, axes.map((a) => (a < axis ? a : a + 1)))).contiguous();
-    return new Tensor(partial.node.reduce(op, [axis])).reshape(this.shape.map((s, i) => (axes.includes(i) ? 1 : s)));
   }
 
   /** Sum; small ints sum as int32, 16-bit floats accumulate in float32. */
@@ -926,20 +916,3 @@ function erfScalar(x: number): number {
   return Math.sign(x) * y;
 }
 
-/** Reduces at least this long are split in two (when their outputs are few): one long loop per output starves a GPU. */
-const SPLIT_REDUCE_MIN = 1 << 15;
-/** ... unless there are this many outputs: then the outputs alone keep every core busy. */
-const SPLIT_REDUCE_MAX_OUTPUTS = 1 << 14;
-
-/** Where to cut a long reduce to few outputs: the reduced axis with the largest factor in 8..256 (the outermost on ties). */
-export function splitReduce(shape: readonly number[], axes: readonly number[]): { axis: number; factor: number } | undefined {
-  const reduced = axes.reduce((n, a) => n * shape[a]!, 1);
-  const outputs = prod(shape) / Math.max(1, reduced);
-  if (reduced < SPLIT_REDUCE_MIN || outputs >= SPLIT_REDUCE_MAX_OUTPUTS) return undefined;
-  let best: { axis: number; factor: number } | undefined;
-  for (const axis of [...axes].sort((a, b) => a - b)) {
-    const factor = [256, 128, 64, 32, 16, 8].find((f) => shape[axis]! % f === 0 && shape[axis]! > f);
-    if (factor && (!best || factor > best.factor)) best = { axis, factor };
-  }
-  return best;
-}

@@ -39,8 +39,8 @@ export function cudaForm(kernel: KernelIR): CudaForm {
     if (pattern && worthTensorCores(pattern)) return { kind: "tensorCores", pattern };
   }
   if (!spec) return { kind: "loops", kernel };
-  // many rows of their own: a warp a row
-  const rows = warpPerRow(plain) ? WARP_ROWS : undefined;
+  // many rows of their own, read along the row (not a column sum: its warps would read across rows): a warp a row
+  const rows = warpPerRow(plain) && readsAlongReduce(plain) ? WARP_ROWS : undefined;
   if (groupSize(plain) > 0 && readsAlongReduce(plain)) {
     // a group's threads each take 4 neighbours a step: aligned, they load as one vector. As many threads
     // as without (a row of 512 or 1024: one step each), so that the block keeps as many loads in flight
