@@ -46,14 +46,17 @@ function rule(node: UOp, g: UOp): (UOp | undefined)[] {
     }
     case "EXPAND": {
       const axes = a.shape.flatMap((s, i) => (s === 1 && node.shape[i] !== 1 ? [i] : []));
+      // a long sum to few outputs (a bias's gradient over every token, whatever products it sums: no
+      // matmul has so few outputs) in two kernels, the partials in float32
+      if (splitReduce(g.shape, axes)) {
+        const sixteen = g.dtype === dtypes.float16 || g.dtype === dtypes.bfloat16;
+        return [reduceInTwo(sixteen ? g.cast(dtypes.float32) : g, "ADD", axes).cast(g.dtype)];
+      }
       // an input several matmuls read (x under q, k and v) gets the sum of their products here: reduced
       // term by term it is several matmuls (tensor cores, tiled kernels), not one loop over all the products
       const terms = addTerms(g);
       if (terms.length > 1 && terms.every(isProduct)) return [terms.map((t) => t.reduce("ADD", axes)).reduce((sum, t) => sum.alu("ADD", t))];
-      // a long sum to few outputs (a bias's gradient over every token) in two kernels, the partials in float32
-      if (!splitReduce(g.shape, axes)) return [g.reduce("ADD", axes)];
-      const sixteen = g.dtype === dtypes.float16 || g.dtype === dtypes.bfloat16;
-      return [reduceInTwo(sixteen ? g.cast(dtypes.float32) : g, "ADD", axes).cast(g.dtype)];
+      return [g.reduce("ADD", axes)];
     }
     case "PAD": return [g.shrink((node.arg as Pads).map(([before], i) => [before, before + a.shape[i]!]))];
     case "SHRINK": return [g.pad((node.arg as Pads).map(([start, end], i) => [start, a.shape[i]! - end]))];
