@@ -350,7 +350,7 @@ export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: boole
   if (problem) throw new TsgradError(`tensor-core tile ${tileName(requested)}: ${problem}`);
   const { kernel, m, n, k, batch } = p;
   const pipelined = !throughRegisters(p);
-  const tile = pipelined ? requested : { ...DEFAULT_TILE_SHAPE, stages: 2, minBlocks: requested.minBlocks };
+  const tile = pipelined ? fitWidth(requested, p) : { ...DEFAULT_TILE_SHAPE, stages: 2, minBlocks: requested.minBlocks };
   const { bm, bn, stages } = tile;
   if (tile.wgmma && stages < MIN_WGMMA_STAGES) throw new TsgradError(`tensor-core tile ${tileName(tile)}: wgmma tiles pipeline at least ${MIN_WGMMA_STAGES} stages`);
   const threads = threadsOf(tile);
@@ -390,6 +390,16 @@ export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: boole
       ...(splits > 1 ? { workspace: { bytes: counterBytes(tiles) + tiles * splits * bm * bn * 4, zeroedBytes: counterBytes(tiles) } } : {}),
     },
   };
+}
+
+/**
+ * A wgmma tile no wider than the problem needs: where n is narrower than bn (an attention's values, 64
+ * wide), the narrowest wgmma width that covers it, so that no warpgroup multiplies columns that are not there.
+ */
+function fitWidth(tile: TensorCoreTile, p: MatmulPattern): TensorCoreTile {
+  if (!tile.wgmma || p.n.size >= tile.bn) return tile;
+  const bn = WGMMA_WIDTHS.find((w) => w >= p.n.size && w <= tile.bn) ?? tile.bn;
+  return bn === tile.bn || tileProblem({ ...tile, bn }) ? tile : { ...tile, bn };
 }
 
 /** The vector type of two neighbouring outputs, by storage type. */

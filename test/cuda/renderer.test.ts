@@ -138,6 +138,12 @@ test("wgmma tiles (Hopper): TC_TILE's form and checks, offered on sm_90 only, th
     assert.ok(code.includes(`tg_wgmma_f16_n${tile.bn}<0, 1>(&c[0][0][0], tg_wgmma_desc(&As[stage][wg * ${64 * tile.bk} + kk * 8], 128, ${tile.bk * 16})`), tileName(tile));
     assert.ok(code.includes(`tg_cp_async_wait<${tile.stages - 3}>()`) && code.includes("tg_wgmma_wait<1>()"), tileName(tile));
   }
+  // a problem narrower than the tile (an attention's values, 64 wide) takes the narrowest wgmma width that covers it
+  const narrow = lastForm([rand([256, 512], dtypes.float16), rand([512, 64], dtypes.float16)], (a, b) => a.matmul(b));
+  const fitted = renderCudaForm(narrow, "k", true, tensorCoreTile(233472, parseTileShape("128x256x64:wgmma"), "sm_90"));
+  assert.match(fitted.code, /tg_wgmma_f16_n64<0, 1>/);
+  assert.match(fitted.code, /float c\[1\]\[8\]\[4\]/);
+  assert.equal(fitted.launch.grid[0], 1);
   // modules with a wgmma kernel compile for sm_90a (code for that GPU alone), the rest as before
   const wgmmaCode = renderCudaForm(forms.halfMatmul, "k", true, hopper[0]).code, mmaCode = renderCudaForm(forms.halfMatmul, "k", true).code;
   assert.equal(compileArch("sm_90", `${CUDA_PRELUDE}\n${wgmmaCode}`), "sm_90a");
