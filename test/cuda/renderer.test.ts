@@ -311,9 +311,11 @@ test("every wgmma tile shape assembles for sm_90a without spilling, its products
     assert.ok(usage, `no ptxas report for ${name}`);
     assert.equal(Number(usage[1]), 0, `${tileName(tile)} (${name}) spills registers`);
   }
-  const text = (await compileKernels(nvcc!, kernels.slice(0, 1).concat(kernels.slice(-1)), ["sm_90a"], { files: 1, mode: "-ptx" })).outputs[0]!;
+  // 128x128x32 and 128x256x64 on the weight gradient (n = 384), and bfloat16 (n = 128: the 256-wide tile fits it)
+  const text = (await compileKernels(nvcc!, [kernels[0]!, kernels[3]!, kernels.at(-1)!], ["sm_90a"], { files: 1, mode: "-ptx" })).outputs[0]!;
   assert.match(text, /wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.f16\.f16/);
-  assert.match(text, /wgmma\.mma_async\.sync\.aligned\.m64n256k16\.f32\.bf16\.bf16/);
+  assert.match(text, /wgmma\.mma_async\.sync\.aligned\.m64n256k16\.f32\.f16\.f16/);
+  assert.match(text, /wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.bf16\.bf16/);
   assert.match(text, /fence\.proxy\.async\.shared::cta/);
   assert.match(text, /wgmma\.wait_group\.sync\.aligned 1;/);
 });
