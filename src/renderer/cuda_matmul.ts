@@ -1,13 +1,14 @@
 // Tensor-core matmul for CUDA: a kernel whose plain lowering is one float32 sum over k of products of two
 // float16 (or two bfloat16) factors, A at (m, k) and B at (n, k), is rendered as a tiled `mma.sync`
-// (m16n8k16, float32 accumulation) kernel. A factor that is one load with an affine index travels by
+// (m16n8k16, float32 accumulation) kernel, or on an H100/H200 as warpgroup products (wgmma.mma_async,
+// TC_TILE=...:wgmma or BEAM's choice). A factor that is one load with an affine index travels by
 // cp.async, 16 bytes at a time along its unit stride (k or rows), and reaches mma fragments by ldmatrix
 // (transposed where stored k-major); when both do, k tiles pipeline through 2-4 stages of dynamic shared
 // memory, with the block and warp tile of a TensorCoreTile (a default, TC_TILE, or BEAM's choice among
 // TILE_SHAPES). A computed factor (a bias added first) is evaluated per element through registers and
-// rounded to 16 bits there, where the loop kernel would keep it in float32, with the default tile at two
-// static stages. Few output tiles with a long k split k across blocks (split-K, partials through a
-// workspace). Whatever follows the reduce (casts, bias, activation) runs per output element on the
+// rounded to 16 bits there, where the loop kernel would keep it in float32, through two stages (the
+// default tile, or a 128 x 128 x 32 wgmma tile on an H100/H200). Few output tiles with a long k split k
+// across blocks (split-K, partials through a workspace). Whatever follows the reduce (casts, bias, activation) runs per output element on the
 // accumulators, as the plain kernel would. test/cuda/emulated.test.ts checks all of it on a CPU emulator.
 import type { KernelIR, Operand as Value, Stmt } from "../codegen/ir.ts";
 import { TsgradError, getenv } from "../helpers.ts";
@@ -262,14 +263,15 @@ export function parseTileShape(text: string, what = "TC_TILE"): TileShape {
 /**
  * What BEAM times for a tensor-core kernel: every shape of TILE_SHAPES (and on an sm_90 GPU, `arch`, of
  * WGMMA_TILE_SHAPES) at the depth the GPU's shared memory allows, and one stage shallower (more blocks'
- * loads in flight against fewer of each block's). A kernel `p` with a computed factor has one tile, at
- * ~180 registers a thread (one block a multiprocessor) or capped for two blocks (ptxas spills a few words
- * on sm_90): which is faster is for the GPU to say.
+ * loads in flight against fewer of each block's). A kernel `p` with a computed factor has the default
+ * tile at ~180 registers a thread (one block a multiprocessor) or capped for two blocks (ptxas spills a
+ * few words on sm_90), and on sm_90 a 128 x 128 x 32 wgmma tile: which is faster is for the GPU to say.
  */
 export function tileCandidates(sharedPerMultiprocessor: number, p?: MatmulPattern, arch = ""): TensorCoreTile[] {
   if (p && throughRegisters(p)) {
     const tile = { ...DEFAULT_TILE_SHAPE, stages: 2 };
-    return [tile, { ...tile, minBlocks: 2 }];
+    // on sm_90 also wgmma, its computed tiles stored into core matrices (renderMatmulTC narrows it to 128 x 128 x 32)
+    return [tile, { ...tile, minBlocks: 2 }, ...(arch === WGMMA_ARCH ? [{ ...wgmmaShape(128, 128, 32), stages: 2 }] : [])];
   }
   const shapes = arch === WGMMA_ARCH ? [...TILE_SHAPES, ...WGMMA_TILE_SHAPES] : TILE_SHAPES;
   return shapes.flatMap((shape) => {
@@ -350,19 +352,25 @@ export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: boole
   if (problem) throw new TsgradError(`tensor-core tile ${tileName(requested)}: ${problem}`);
   const { kernel, m, n, k, batch } = p;
   const pipelined = !throughRegisters(p);
-  const tile = pipelined ? fitWidth(requested, p) : { ...DEFAULT_TILE_SHAPE, stages: 2, minBlocks: requested.minBlocks };
+  // a computed factor passes through registers: two stages, the default tile, or for a wgmma request 128
+  // rows by at most 128 columns (more accumulators beside the staged tiles would spill)
+  const tile = pipelined ? fitWidth(requested, p)
+    : requested.wgmma ? fitWidth({ ...wgmmaShape(128, Math.min(128, requested.bn), 32), stages: 2 }, p)
+    : { ...DEFAULT_TILE_SHAPE, stages: 2, minBlocks: requested.minBlocks };
   const { bm, bn, stages } = tile;
-  if (tile.wgmma && stages < MIN_WGMMA_STAGES) throw new TsgradError(`tensor-core tile ${tileName(tile)}: wgmma tiles pipeline at least ${MIN_WGMMA_STAGES} stages`);
+  if (pipelined && tile.wgmma && stages < MIN_WGMMA_STAGES) throw new TsgradError(`tensor-core tile ${tileName(tile)}: wgmma tiles pipeline at least ${MIN_WGMMA_STAGES} stages`);
   const threads = threadsOf(tile);
   const copyA = tileCopy("As", "ra", p.a, m, p, bm, tile), copyB = tileCopy("Bs", "rb", p.b, n, p, bn, tile);
   const batches = batch.reduce((s, l) => s * l.size, 1);
   const tiles = Math.ceil(n.size / bn) * Math.ceil(m.size / bm) * batches;
   const { splits, span } = splitK(tiles, k.size, tile.bk);
-  const sharedBytes = pipelined ? stages * (copyA.stageBytes + copyB.stageBytes) : 0;
+  // wgmma's descriptors address dynamic shared memory (the emulator's too)
+  const dynamic = pipelined || tile.wgmma;
+  const sharedBytes = dynamic ? stages * (copyA.stageBytes + copyB.stageBytes) : 0;
   const { mi, nj } = mmaTiles(tile);
   const lines = [
     `extern "C" __global__ void __launch_bounds__(${threads}${tile.minBlocks ? `, ${tile.minBlocks}` : ""}) ${fnName}(${kernelParams(kernel, restrict)}${splits > 1 ? ", unsigned* __restrict__ tg_ws" : ""}) {`,
-    ...(pipelined
+    ...(dynamic
       ? [
         `  TG_DYNAMIC_SHARED(tg_smem);`,
         `  typedef unsigned short TileA${copyA.shape}; typedef unsigned short TileB${copyB.shape};`,
@@ -376,9 +384,10 @@ export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: boole
     // this block's share of k (all of it without a split)
     splits > 1 ? `  const int kBegin = ((int)blockIdx.z % ${splits}) * ${span}, kEnd = min(${k.size}, kBegin + ${span});` : `  const int kBegin = 0, kEnd = ${k.size};`,
     `  float c[${mi}][${nj}][4] = {};`,
-    ...(tile.wgmma ? wgmmaLoop(copyA, copyB, tile, p.input)
-      : (pipelined ? pipelinedLoop(copyA, copyB, tile) : registerLoop(copyA, copyB, tile.bk)).flatMap((line) =>
-        line === MULTIPLY ? multiplyStage(copyA, copyB, p.input, tile) : [line])),
+    ...(tile.wgmma && pipelined ? wgmmaLoop(copyA, copyB, tile, p.input)
+      : (pipelined ? pipelinedLoop(copyA, copyB, tile) : registerLoop(copyA, copyB, tile.bk, tile.wgmma)).flatMap((line) =>
+        line !== MULTIPLY ? [line] : tile.wgmma ? wgmmaProducts(copyA, copyB, tile, p.input, 0) : multiplyStage(copyA, copyB, p.input, tile))),
+    ...(tile.wgmma && !pipelined ? accumulatorFences(tile) : []),
     ...(splits > 1 ? combineSplits(splits, tiles, tile) : []),
     ...epilogue(p, mi, nj),
     "}",
@@ -513,11 +522,9 @@ function pipelinedLoop(copyA: TileCopy, copyB: TileCopy, { stages, bk }: TensorC
  * products, a fence on every accumulator keeps the epilogue's reads behind the final wait.
  */
 function wgmmaLoop(copyA: TileCopy, copyB: TileCopy, tile: TensorCoreTile, input: "f16" | "bf16"): string[] {
-  const { stages, bk, bn } = tile;
+  const { stages, bk } = tile;
   const ahead = stages - 2;
-  const desc = (copy: TileCopy, offset: string) => `tg_wgmma_desc(&${copy.name}[stage][${offset}], 128, ${bk * 16})`;
   return [
-    `  const int wg = warp >> 2;`,
     `  #pragma unroll`,
     `  for (int s = 0; s < ${ahead}; s++) {`,
     `    if (kBegin + s * ${bk} < kEnd) {`,
@@ -534,24 +541,40 @@ function wgmmaLoop(copyA: TileCopy, copyB: TileCopy, tile: TensorCoreTile, input
     ...copyA.fetch(`k0 + ${ahead * bk}`, "next"), ...copyB.fetch(`k0 + ${ahead * bk}`, "next"),
     `    }`,
     `    tg_cp_async_commit();`,
-    `    tg_wgmma_fence();`,
-    `    #pragma unroll`,
-    // each 8 x 8 core matrix is 128 contiguous bytes: 16 of k is two of them; a warpgroup's 64 rows, eight
-    `    for (int kk = 0; kk < ${bk}; kk += 16) tg_wgmma_${input}_n${bn}<${copyA.transposed ? 1 : 0}, ${copyB.transposed ? 1 : 0}>(&c[0][0][0], ${desc(copyA, `wg * ${64 * bk} + kk * 8`)}, ${desc(copyB, "kk * 8")});`,
-    `    tg_wgmma_commit();`,
-    `    tg_wgmma_wait<1>();`,
+    ...wgmmaProducts(copyA, copyB, tile, input, 1),
     `  }`,
-    `  tg_wgmma_wait<0>();`,
-    `  #pragma unroll`,
-    `  for (int q = 0; q < ${bn / 2}; q++) tg_fence_reg(c[0][q >> 2][q & 3]);`,
+    ...accumulatorFences(tile),
   ];
 }
+
+/**
+ * Each warpgroup's products of the current stage, issued as one group, then a wait until at most
+ * `inFlight` groups remain. Each 8 x 8 core matrix is 128 contiguous bytes: 16 of k is two of them along
+ * k; a warpgroup's 64 rows, eight along the rows.
+ */
+function wgmmaProducts(copyA: TileCopy, copyB: TileCopy, { bk, bn }: TensorCoreTile, input: "f16" | "bf16", inFlight: number): string[] {
+  const desc = (copy: TileCopy, offset: string) => `tg_wgmma_desc(&${copy.name}[stage][${offset}], 128, ${bk * 16})`;
+  return [
+    `    tg_wgmma_fence();`,
+    `    #pragma unroll`,
+    `    for (int kk = 0; kk < ${bk}; kk += 16) tg_wgmma_${input}_n${bn}<${copyA.transposed ? 1 : 0}, ${copyB.transposed ? 1 : 0}>(&c[0][0][0], ${desc(copyA, `(warp >> 2) * ${64 * bk} + kk * 8`)}, ${desc(copyB, "kk * 8")});`,
+    `    tg_wgmma_commit();`,
+    `    tg_wgmma_wait<${inFlight}>();`,
+  ];
+}
+
+/** After the last products: every group waited for, and a fence on every accumulator keeps the epilogue's reads behind it. */
+const accumulatorFences = ({ bn }: TensorCoreTile): string[] => [
+  `  tg_wgmma_wait<0>();`,
+  `  #pragma unroll`,
+  `  for (int q = 0; q < ${bn / 2}; q++) tg_fence_reg(c[0][q >> 2][q & 3]);`,
+];
 
 /**
  * The k loop when a factor goes through registers (computed factors): two stages; the next tile's loads
  * are issued before the multiply and stored into the other stage after it.
  */
-function registerLoop(copyA: TileCopy, copyB: TileCopy, bk: number): string[] {
+function registerLoop(copyA: TileCopy, copyB: TileCopy, bk: number, wgmma = false): string[] {
   return [
     `  ${copyA.registers} ${copyB.registers}`,
     ...copyA.fetch("kBegin", "0"), ...copyB.fetch("kBegin", "0"), `  tg_cp_async_commit();`,
@@ -562,8 +585,10 @@ function registerLoop(copyA: TileCopy, copyB: TileCopy, bk: number): string[] {
     ...copyA.fetch(`k0 + ${bk}`, "stage ^ 1"), ...copyB.fetch(`k0 + ${bk}`, "stage ^ 1"),
     `    }`,
     `    tg_cp_async_commit();`,
-    // every copy but the group just issued (the next tile's) has landed, in every thread
+    // every copy but the group just issued (the next tile's) has landed, in every thread (and, for wgmma,
+    // is visible to its async proxy, as are the computed tiles stored the step before)
     `    tg_cp_async_wait<1>();`,
+    ...(wgmma ? [`    tg_fence_proxy_async();`] : []),
     `    __syncthreads();`,
     MULTIPLY,
     // the other stage was last read before the previous barrier: computed tiles can go there now
@@ -729,11 +754,14 @@ function tileCopy(tile: string, regs: string, o: Operand, row: Loop, p: MatmulPa
   const body = [`      ${regs}[j] = 0;`, `      if (${inside}) {`, `        const int ${row.var} = gr, ${k.var} = gk;`];
   renderBlock(o.defs, body, "        ", { kernel: p.kernel, products: new Map(), group: 0 });
   body.push(`        ${regs}[j] = ${p.input === "f16" ? "tg_f2h" : "tg_f2b"}(${o.defs[o.defs.length - 1]!.name});`, `      }`);
+  // wgmma: K-major core matrices (see wgmmaTileCopy), element by element
+  const at = shape.wgmma ? `[((r >> 3) * ${bk / 8} + (kk >> 3)) * 64 + (r & 7) * 8 + (kk & 7)]` : "[r][kk]";
   return {
     ...rowMajor, async: false,
+    ...(shape.wgmma ? { shape: `[${rows * bk}]`, stageBytes: rows * bk * 2 } : {}),
     registers: `unsigned short ${regs}[${scalars}];`,
     fetch: (k0) => each(scalars, `${index}, gr = ${start} + r, gk = ${k0} + kk`, body),
-    store: (stage) => each(scalars, index, [`      ${tile}[${stage}][r][kk] = ${regs}[j];`]),
+    store: (stage) => each(scalars, index, [`      ${tile}[${stage}]${at} = ${regs}[j];`]),
   };
 }
 

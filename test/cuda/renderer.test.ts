@@ -135,7 +135,7 @@ test("wgmma tiles (Hopper): TC_TILE's form and checks, offered on sm_90 only, th
     assert.equal(launch.sharedBytes, tile.stages * (tile.bm + tile.bn) * tile.bk * 2, tileName(tile));
     assert.match(code, new RegExp(`float c\\[1\\]\\[${tile.bn / 8}\\]\\[4\\]`), tileName(tile));
     // A is k-contiguous (K-major), B rows-contiguous (MN-major, transposed by wgmma); core matrices along k 128 bytes apart, along rows bk * 16
-    assert.ok(code.includes(`tg_wgmma_f16_n${tile.bn}<0, 1>(&c[0][0][0], tg_wgmma_desc(&As[stage][wg * ${64 * tile.bk} + kk * 8], 128, ${tile.bk * 16})`), tileName(tile));
+    assert.ok(code.includes(`tg_wgmma_f16_n${tile.bn}<0, 1>(&c[0][0][0], tg_wgmma_desc(&As[stage][(warp >> 2) * ${64 * tile.bk} + kk * 8], 128, ${tile.bk * 16})`), tileName(tile));
     assert.ok(code.includes(`tg_cp_async_wait<${tile.stages - 3}>()`) && code.includes("tg_wgmma_wait<1>()"), tileName(tile));
   }
   // a problem narrower than the tile (an attention's values, 64 wide) takes the narrowest wgmma width that covers it
@@ -299,6 +299,8 @@ test("every wgmma tile shape assembles for sm_90a without spilling, its products
     ...WGMMA_TILE_SHAPES.map((shape) => ({ form: forms.weightGradient, tile: tensorCoreTile(233472, shape, "sm_90") })),
     { form: forms.halfMatmul, tile: tensorCoreTile(233472, WGMMA_TILE_SHAPES[0], "sm_90") },
     { form: forms.bf16Batched, tile: tensorCoreTile(233472, WGMMA_TILE_SHAPES[2], "sm_90") },
+    // a computed factor through registers, stored into core matrices (two stages, at most 128 wide)
+    { form: forms.biasedMatmul, tile: tensorCoreTile(233472, WGMMA_TILE_SHAPES[3], "sm_90") },
   ];
   const kernels = cases.map(({ form, tile }, i) => ({ name: `w${i}`, tile, code: renderCudaForm(form, `w${i}`, true, tile).code }));
   const report = await compileKernels(nvcc!, kernels, ["sm_90a"], { files: 2, mode: "-cubin", flags: ["-Xptxas", "-v"] });
@@ -312,7 +314,7 @@ test("every wgmma tile shape assembles for sm_90a without spilling, its products
     assert.equal(Number(usage[1]), 0, `${tileName(tile)} (${name}) spills registers`);
   }
   // 128x128x32 and 128x256x64 on the weight gradient (n = 384), and bfloat16 (n = 128: the 256-wide tile fits it)
-  const text = (await compileKernels(nvcc!, [kernels[0]!, kernels[3]!, kernels.at(-1)!], ["sm_90a"], { files: 1, mode: "-ptx" })).outputs[0]!;
+  const text = (await compileKernels(nvcc!, [kernels[0]!, kernels[3]!, kernels.at(-2)!], ["sm_90a"], { files: 1, mode: "-ptx" })).outputs[0]!;
   assert.match(text, /wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.f16\.f16/);
   assert.match(text, /wgmma\.mma_async\.sync\.aligned\.m64n256k16\.f32\.f16\.f16/);
   assert.match(text, /wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.bf16\.bf16/);
