@@ -8,8 +8,9 @@
 // TILE_SHAPES). A computed factor (a bias added first) is evaluated per element through registers and
 // rounded to 16 bits there, where the loop kernel would keep it in float32, through two stages (the
 // default tile, or a 128 x 128 x 32 wgmma tile on an H100/H200). Few output tiles with a long k split k
-// across blocks (split-K, partials through a workspace). Whatever follows the reduce (casts, bias, activation) runs per output element on the
-// accumulators, as the plain kernel would. test/cuda/emulated.test.ts checks all of it on a CPU emulator.
+// across blocks (split-K, partials through a workspace). Whatever follows the reduce (casts, bias,
+// activation) runs per output element on the accumulators, as the plain kernel would.
+// test/cuda/emulated.test.ts checks all of it on a CPU emulator.
 import type { KernelIR, Operand as Value, Stmt } from "../codegen/ir.ts";
 import { TsgradError, getenv } from "../helpers.ts";
 import { type Idx, varsOf } from "../shape/symbolic.ts";
