@@ -179,7 +179,7 @@ fi
 
 if wanted bert; then
   log "tsgrad BERT-$([ "$small" = 1 ] && echo "tiny float16 step, batch $batch, seq 64" || echo "large float16 step, batch $batch, seq 512")"
-  remaining=$((budget - ($(date +%s) - start) - $(wanted validate && share 90 || echo 0) - $(wanted gemm && share 60 || echo 0) - $(wanted bert_wgmma && share 70 || echo 0)))
+  remaining=$((budget - ($(date +%s) - start) - $(wanted validate && share 60 || echo 0) - $(wanted gemm && share 45 || echo 0) - $(wanted bert_wgmma && share 60 || echo 0)))
   DEBUG=1 part bert "$((remaining > 60 ? remaining : 60))" "$results/tsgrad_bert.json" node "$bundle/bert_step.mjs" --batch "$batch" \
     $([ "$small" = 1 ] && echo --preset tiny --seq 64 --steps 2 || echo --seq 512 --steps 3)
   log "tsgrad bert exit $?"
@@ -187,7 +187,7 @@ fi
 
 # the tensor-core tiles: two GEMMs again at every tile BEAM may choose (the default tile ran above)
 if wanted gemm; then
-  part gemm "$(share 60)" "$results/tsgrad_gemm_tiles.json" node "$bundle/gemm.mjs" --no-checks --tiles \
+  part gemm "$(share 45)" "$results/tsgrad_gemm_tiles.json" node "$bundle/gemm.mjs" --no-checks --tiles \
     $([ "$small" = 1 ] && echo --shapes 256x384x512 --runs 2 || echo --shapes 16384x4096x1024,4096x4096x4096 --runs 5)
   log "tsgrad gemm by tile exit $?"
 fi
@@ -196,7 +196,7 @@ fi
 # above says how the tiles compare on two GEMMs; this, on the step)
 if wanted bert_wgmma; then
   log "tsgrad BERT step again, TC_TILE=$WGMMA_TILE"
-  TC_TILE=$WGMMA_TILE DEBUG=1 part bert_wgmma "$(share 70)" "$results/tsgrad_bert_wgmma.json" node "$bundle/bert_step.mjs" --batch "$batch" \
+  TC_TILE=$WGMMA_TILE DEBUG=1 part bert_wgmma "$(share 60)" "$results/tsgrad_bert_wgmma.json" node "$bundle/bert_step.mjs" --batch "$batch" \
     $([ "$small" = 1 ] && echo --preset tiny --seq 64 --steps 2 || echo --seq 512 --steps 2)
   log "tsgrad bert (wgmma) exit $?"
 fi
@@ -204,7 +204,7 @@ fi
 if wanted validate; then
   log "BERT-$([ "$small" = 1 ] && echo tiny || echo large) (2 layers) float16 step kernel by kernel against the CPU device (last: it hung once)"
   if command -v "${REFERENCE_CC:-cc}" >/dev/null; then
-    CC="${REFERENCE_CC:-cc}" part validate "$(share 90)" "$results/validate.json" node "$bundle/validate.mjs" --batch 2 --layers 2 --steps 2 \
+    CC="${REFERENCE_CC:-cc}" part validate "$(share 60)" "$results/validate.json" node "$bundle/validate.mjs" --batch 2 --layers 2 --steps 2 \
       $([ "$small" = 1 ] && echo --preset tiny --seq 32 || echo --seq 128)
     log "validate exit $?: $(head -c 600 "$results/validate.json")"
   else
