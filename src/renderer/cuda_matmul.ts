@@ -385,10 +385,8 @@ export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: boole
     // this block's share of k (all of it without a split)
     splits > 1 ? `  const int kBegin = ((int)blockIdx.z % ${splits}) * ${span}, kEnd = min(${k.size}, kBegin + ${span});` : `  const int kBegin = 0, kEnd = ${k.size};`,
     `  float c[${mi}][${nj}][4] = {};`,
-    ...(tile.wgmma && pipelined ? wgmmaLoop(copyA, copyB, tile, p.input)
-      : (pipelined ? pipelinedLoop(copyA, copyB, tile) : registerLoop(copyA, copyB, tile.bk, tile.wgmma)).flatMap((line) =>
-        line !== MULTIPLY ? [line] : tile.wgmma ? wgmmaProducts(copyA, copyB, tile, p.input, 0) : multiplyStage(copyA, copyB, p.input, tile))),
-    ...(tile.wgmma && !pipelined ? accumulatorFences(tile) : []),
+    ...(!pipelined ? registerLoop(copyA, copyB, tile) : tile.wgmma ? wgmmaLoop(copyA, copyB, tile, p.input) : pipelinedLoop(copyA, copyB, tile)).flatMap((line) =>
+      line !== MULTIPLY ? [line] : tile.wgmma ? wgmmaProducts(copyA, copyB, tile, p.input, 0) : multiplyStage(copyA, copyB, p.input, tile)),
     ...(splits > 1 ? combineSplits(splits, tiles, tile) : []),
     ...epilogue(p, mi, nj),
     "}",
@@ -484,6 +482,18 @@ function multiplyStage(copyA: TileCopy, copyB: TileCopy, input: "f16" | "bf16", 
   ];
 }
 
+/** The first `count` k tiles' copies into stages 0.. before the k loop, a group each. */
+const prefetch = (copyA: TileCopy, copyB: TileCopy, count: number, bk: number): string[] => [
+  `  #pragma unroll`,
+  `  for (int s = 0; s < ${count}; s++) {`,
+  `    if (kBegin + s * ${bk} < kEnd) {`,
+  ...copyA.fetch(`kBegin + s * ${bk}`, "s"), ...copyB.fetch(`kBegin + s * ${bk}`, "s"),
+  `    }`,
+  // a group per tile, empty past the end, so that the count of groups still in flight stays exact
+  `    tg_cp_async_commit();`,
+  `  }`,
+];
+
 /**
  * The k loop when both factors travel by cp.async: `stages` - 1 tiles in flight while the warps multiply
  * one. One barrier a step both publishes the landed tile and frees the stage multiplied the step before,
@@ -491,14 +501,7 @@ function multiplyStage(copyA: TileCopy, copyB: TileCopy, input: "f16" | "bf16", 
  */
 function pipelinedLoop(copyA: TileCopy, copyB: TileCopy, { stages, bk }: TensorCoreTile): string[] {
   return [
-    `  #pragma unroll`,
-    `  for (int s = 0; s < ${stages - 1}; s++) {`,
-    `    if (kBegin + s * ${bk} < kEnd) {`,
-    ...copyA.fetch(`kBegin + s * ${bk}`, "s"), ...copyB.fetch(`kBegin + s * ${bk}`, "s"),
-    `    }`,
-    // a group per tile, empty past the end, so that the count of groups still in flight stays exact
-    `    tg_cp_async_commit();`,
-    `  }`,
+    ...prefetch(copyA, copyB, stages - 1, bk),
     `  for (int k0 = kBegin, stage = 0; k0 < kEnd; k0 += ${bk}, stage = stage == ${stages - 1} ? 0 : stage + 1) {`,
     // this tile's group has landed in this thread; after the barrier, in every thread, and every warp is
     // done with the stage multiplied last step
@@ -526,13 +529,7 @@ function wgmmaLoop(copyA: TileCopy, copyB: TileCopy, tile: TensorCoreTile, input
   const { stages, bk } = tile;
   const ahead = stages - 2;
   return [
-    `  #pragma unroll`,
-    `  for (int s = 0; s < ${ahead}; s++) {`,
-    `    if (kBegin + s * ${bk} < kEnd) {`,
-    ...copyA.fetch(`kBegin + s * ${bk}`, "s"), ...copyB.fetch(`kBegin + s * ${bk}`, "s"),
-    `    }`,
-    `    tg_cp_async_commit();`,
-    `  }`,
+    ...prefetch(copyA, copyB, ahead, bk),
     `  for (int k0 = kBegin, stage = 0; k0 < kEnd; k0 += ${bk}, stage = stage == ${stages - 1} ? 0 : stage + 1) {`,
     `    tg_cp_async_wait<${ahead - 1}>();`,
     `    tg_fence_proxy_async();`,
@@ -575,7 +572,8 @@ const accumulatorFences = ({ bn }: TensorCoreTile): string[] => [
  * The k loop when a factor goes through registers (computed factors): two stages; the next tile's loads
  * are issued before the multiply and stored into the other stage after it.
  */
-function registerLoop(copyA: TileCopy, copyB: TileCopy, bk: number, wgmma = false): string[] {
+function registerLoop(copyA: TileCopy, copyB: TileCopy, tile: TensorCoreTile): string[] {
+  const { bk, wgmma } = tile;
   return [
     `  ${copyA.registers} ${copyB.registers}`,
     ...copyA.fetch("kBegin", "0"), ...copyB.fetch("kBegin", "0"), `  tg_cp_async_commit();`,
@@ -598,6 +596,7 @@ function registerLoop(copyA: TileCopy, copyB: TileCopy, bk: number, wgmma = fals
     `    }`,
     `    __syncthreads();`,
     `  }`,
+    ...(wgmma ? accumulatorFences(tile) : []),
   ];
 }
 
