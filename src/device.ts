@@ -20,6 +20,13 @@ export interface Backend {
   transfer?(dst: unknown, src: unknown, bytes: number, srcDevice: string): void;
   compile(kernel: KernelIR): Program;
   /**
+   * Whether one-hot sums along an output axis (the gradient of an embedding or a gather) are lowered as
+   * scatters: the output zeroed, then each summed row added where its index points, serially along the
+   * summed axis. Host backends want it (a vocabulary's worth less work); GPUs keep the dense product, whose
+   * outputs all run in parallel (tensor cores).
+   */
+  readonly scatters?: boolean;
+  /**
    * Records the kernel launches `run` makes and returns a function that replays them all at once (a CUDA
    * graph); undefined where the backend cannot (then the JIT launches kernel by kernel).
    */

@@ -25,7 +25,8 @@ export type Stmt =
   | { readonly kind: "loop"; readonly var: string; readonly size: number; readonly body: Stmt[] }
   | { readonly kind: "acc"; readonly name: string; readonly dtype: DType; readonly op: ReduceKind }
   | { readonly kind: "update"; readonly name: string; readonly dtype: DType; readonly op: ReduceKind; readonly value: Operand }
-  | { readonly kind: "store"; readonly buf: number; readonly index: Idx; readonly value: Operand; readonly dtype: DType };
+  /** buffer[index] = value, only where every bound of `valid` holds (a scatter's row from a runtime index) */
+  | { readonly kind: "store"; readonly buf: number; readonly index: Idx; readonly value: Operand; readonly dtype: DType; readonly valid?: readonly Bound[] };
 
 export interface KernelBuffer {
   readonly dtype: DType;
@@ -43,7 +44,7 @@ export interface KernelIR {
   readonly flops: number;
   /** How many leading (perfectly nested) output loops backends with threads split across them; 0: none. */
   readonly parallel: number;
-  /** The options the kernel was lowered with (opts.ts `optsKey`). */
+  /** The options the kernel was lowered with (opts.ts `optsKey`); "cat" or "scatter" for those forms. */
   readonly opts: string;
 }
 

@@ -2,7 +2,8 @@
 // Movement ops become index arithmetic; each reduce becomes a loop with an accumulator.
 // Options (opts.ts) shape the loops: upcast output axes become lanes computed in lockstep, sharing
 // loads and reduce loops; the innermost reduce loop can be unrolled. A one-hot sum (embedding, gather)
-// collapses to one guarded load at the runtime index.
+// collapses to one guarded load at the runtime index; on host backends, one whose hot index is an output
+// row (their gradients) becomes a scatter: each summed row added where its index points.
 import { dtypes, type DType } from "../dtype.ts";
 import {
   type Bound, type Idx, andBound, condKey, flatIndex, iadd, iconst, imul, iruntime, ivar, unflatIndex, varsOf,
@@ -10,7 +11,7 @@ import {
 import { type Pads, type ReduceArg, type UOp, isElementwise } from "../uop.ts";
 import type { AluOp, Expr, KernelBuffer, KernelIR, Operand, Stmt } from "./ir.ts";
 import { type KernelOpts, NO_OPTS, optsKey } from "./opts.ts";
-import { heuristicOpts } from "./heuristics.ts";
+import { hasUnitTerm, heuristicOpts } from "./heuristics.ts";
 
 /** A kernel as the scheduler hands it over: what to compute and where its inputs live. */
 export interface KernelSpec {
@@ -19,6 +20,8 @@ export interface KernelSpec {
   /** Slot of each input node: its data is stored contiguously in its own shape. */
   readonly inputs: ReadonlyMap<UOp, number>;
   readonly buffers: readonly KernelBuffer[];
+  /** Lower a one-hot sum along an output axis as a scatter (the device's `Backend.scatters`). */
+  readonly scatter?: boolean;
 }
 
 const specs = new WeakMap<KernelIR, KernelSpec>();
@@ -28,6 +31,14 @@ export const kernelSpecOf = (kernel: KernelIR): KernelSpec | undefined => specs.
 
 /** The kernel with `opts`, or with the hand-written heuristics' choice. */
 export function lowerKernel(spec: KernelSpec, opts?: KernelOpts): KernelIR {
+  // an embedding's or a gather's gradient adds each row where its index points, instead of testing every
+  // row against every index; it has no options to choose
+  const plan = spec.scatter ? scatterPlan(spec) : undefined;
+  if (plan) {
+    const kernel = new Lowerer({ ...spec, inputs: new Map([...spec.inputs, [plan.reduce, 0]]) }, NO_OPTS).runScatter(plan);
+    specs.set(kernel, spec);
+    return kernel;
+  }
   // a concatenation (cat, the all-gather of an all-reduce) copies each piece with its own loops,
   // instead of testing every piece's bounds at every element
   const pieces = opts ? undefined : catPieces(spec.value);
@@ -155,6 +166,72 @@ class Lowerer {
       flops: this.flops,
       parallel: pieces.some(({ src }) => src.shape.some((s) => s > 1)) ? 1 : 0,
       opts: "cat",
+    };
+  }
+
+  /**
+   * The scatter form of a one-hot sum (scatterPlan): for each block of columns (the kept axes: these loops may
+   * run in parallel), zero the output rows, then add every summed row where its index points (rows outside
+   * the output are dropped, as the dense sum drops them), then compute what the kernel stores from the sums.
+   */
+  runScatter({ reduce, axis, idx, lanes, laneAxis, match, place, epilogue }: ScatterPlan): KernelIR {
+    const root = this.spec.value;
+    const body: Stmt[] = [];
+    this.scopes.push({ stmts: body, cache: new Map(), trips: 1 });
+    const src = reduce.src[0]!;
+    const { axes } = reduce.arg as ReduceArg;
+    const dtype = this.spec.buffers[0]!.dtype;
+    let opened = 0;
+    src.shape.forEach((size, d) => {
+      if (d === axis || axes.includes(d)) return;
+      const trips = d === laneAxis ? size / lanes : size;
+      if (trips > 1) {
+        this.openLoop(`o${d}`, trips);
+        opened++;
+      }
+    });
+    const columns = this.scopes.length;
+    const rows = src.shape[axis]!;
+    const openRows = (): void => {
+      this.openLoop(`row${axis}`, rows);
+      if (lanes > 1) this.openLoop(`l${laneAxis}`, lanes);
+    };
+    // the output element of row `row` in these columns (the reduce's own shape: the summed axes are 1)
+    const outputAt = (row: Idx): Idx => place(idx.map((i, d) => (d === axis ? row : axes.includes(d) ? iconst(0) : i)));
+
+    openRows();
+    this.emit({ kind: "store", buf: 0, index: outputAt(idx[axis]!), value: { kind: "lit", value: 0, dtype }, dtype });
+    this.scopes.length = columns;
+
+    axes.forEach((d) => src.shape[d]! > 1 && this.openLoop(`t${d}`, src.shape[d]!));
+    if (lanes > 1) this.openLoop(`l${laneAxis}`, lanes);
+    const [hot, value] = this.genAll([{ node: match.other, idx: match.otherIdx, valid: [] }, { node: match.value, idx: match.valueIdx, valid: [] }]);
+    const row = iadd(hot!.kind === "lit" ? iconst(hot!.value) : iruntime(hot!.name, ...dtypeRange(hot!.dtype)), imul(match.offset, -1));
+    const inside = andBound([], row, 0, rows);
+    if (inside !== null) {
+      const added = match.cast && match.cast !== value!.dtype ? this.define(match.cast, { op: "CAST", srcs: [value!] }, "scatter|cast") : value!;
+      const at = outputAt(row);
+      const old = this.define(reduce.dtype, { op: "LOAD", buf: 0, index: at, valid: inside }, "scatter|old");
+      const sum = this.define(reduce.dtype, { op: "ADD", srcs: [old, added] }, "scatter|sum");
+      this.emit({ kind: "store", buf: 0, index: at, value: sum, dtype, valid: inside });
+    }
+    this.scopes.length = columns;
+
+    if (epilogue) {
+      openRows();
+      const flat = outputAt(idx[axis]!);
+      const [out] = this.genAll([{ node: root, idx: unflatIndex(flat, root.shape), valid: [] }]);
+      this.emit({ kind: "store", buf: 0, index: flat, value: out!, dtype });
+    }
+    return {
+      name: ["s", ...root.shape.filter((s) => s !== 1)].join("_"),
+      buffers: this.spec.buffers,
+      body,
+      outputShape: root.shape,
+      flops: this.flops,
+      // without a loop over columns, the top-level loops are the rows and the summed axis: not parallel
+      parallel: opened > 0 ? 1 : 0,
+      opts: "scatter",
     };
   }
 
@@ -352,11 +429,22 @@ function throughMoves(node: UOp, idx: readonly Idx[], inputs: Inputs): { node: U
   return { node, idx };
 }
 
+interface OneHot {
+  /** Summed where hot, at `valueIdx` (the index of the WHERE); `cast`: its float cast under the sum. */
+  readonly value: UOp;
+  readonly valueIdx: readonly Idx[];
+  readonly cast?: DType;
+  /** The hot index is `other` at `otherIdx` minus `offset`. */
+  readonly other: UOp;
+  readonly otherIdx: readonly Idx[];
+  readonly offset: Idx;
+}
+
 /**
  * Matches WHERE(NOT(a != b), v, 0) at `idx` where one side is exactly r + offset (r the reduce variable,
  * offset free of r) and the other side does not depend on r.
  */
-function matchOneHot(src: UOp, idx: readonly Idx[], r: Idx, inputs: Inputs): { value: UOp; cast?: DType; other: UOp; otherIdx: readonly Idx[]; offset: Idx } | undefined {
+function matchOneHot(src: UOp, idx: readonly Idx[], r: Idx, inputs: Inputs): OneHot | undefined {
   const computed = (u: UOp, at: readonly Idx[]) => {
     const found = throughMoves(u, at, inputs);
     return found && !inputs.has(found.node) ? found : undefined;
@@ -382,7 +470,7 @@ function matchOneHot(src: UOp, idx: readonly Idx[], r: Idx, inputs: Inputs): { v
     const rTerms = terms.filter((t) => varsOf(t).has(rName));
     if (rTerms.length !== 1 || rTerms[0]!.kind !== "var") continue;
     const offset = iadd(...terms.filter((t) => t !== rTerms[0]));
-    return { value: where.node.src[1]!, cast, other: sideB, otherIdx: ne.idx, offset };
+    return { value: where.node.src[1]!, valueIdx: where.idx, cast, other: sideB, otherIdx: ne.idx, offset };
   }
   return undefined;
 }
@@ -418,6 +506,124 @@ function dependsOn(node: UOp, idx: readonly Idx[], name: string, inputs: Inputs)
   if (isElementwise(node.op) || node.op === "CONTIGUOUS") return node.src.some((s) => dependsOn(s, idx, name, inputs));
   return true;
 }
+
+/** A one-hot sum to lower as a scatter: `reduce` sums over its axes WHERE(x == row + offset, value, 0), row along `axis`. */
+interface ScatterPlan {
+  readonly reduce: UOp;
+  readonly axis: number;
+  /** The reduce source's index over the loops runScatter opens (o: kept, t: summed, row: `axis`, l: lanes). */
+  readonly idx: readonly Idx[];
+  /** Neighbouring columns along `laneAxis` one loop iteration takes (contiguous in the output: they vectorise). */
+  readonly lanes: number;
+  readonly laneAxis: number;
+  readonly match: OneHot;
+  /** Where the output holds the reduce's element at an index of the reduce's shape. */
+  readonly place: (idx: readonly Idx[]) => Idx;
+  /** Whether the kernel stores something computed from the sums (elementwise), not the sums themselves. */
+  readonly epilogue: boolean;
+}
+
+/** Rows below this stay dense: few rows cost little either way, and the dense form is parallel over them. */
+const MIN_SCATTER_ROWS = 16;
+
+/**
+ * The scatter plan of a kernel that stores one sum over its axes of WHERE(x == row + offset, value, 0), with x
+ * and value free of the row (an embedding's or a gather's gradient): stored as it is, through reshapes and
+ * permutes, or after elementwise ops (each output element reads its own sum, once it is complete). The sums
+ * accumulate in the output buffer itself: its dtype must be the sum's, 32 or 64 bits (not a 16-bit float,
+ * whose sum accumulates in float32).
+ */
+function scatterPlan(spec: KernelSpec): ScatterPlan | undefined {
+  const out = spec.buffers[0]!;
+  const accumulates = out.dtype.itemsize >= 4 && (out.dtype.kind === "float" || isIntegral(out.dtype));
+  if (!accumulates) return undefined;
+  const ok = (reduce: UOp): boolean => (reduce.arg as ReduceArg).op === "ADD" && reduce.dtype === out.dtype && reduce.shape.reduce((a, b) => a * b, 1) === out.size;
+  // the sums stored through movement ops that keep every element (reshapes, permutes)
+  const chain: UOp[] = [];
+  let n = spec.value;
+  while ((n.op === "RESHAPE" || n.op === "PERMUTE" || n.op === "CONTIGUOUS") && !spec.inputs.has(n)) {
+    chain.unshift(n);
+    n = n.src[0]!;
+  }
+  if (n.op === "REDUCE" && ok(n)) return planFor(n, spec.inputs, (idx) => placeThrough(chain, n, idx), false);
+  // or after elementwise ops: the reduces reached through them alone
+  const reduces: UOp[] = [];
+  const seen = new Set<UOp>();
+  const find = (u: UOp): void => {
+    if (seen.has(u) || spec.inputs.has(u)) return;
+    seen.add(u);
+    if (u.op === "REDUCE") reduces.push(u);
+    else if (keepsElements(u)) u.src.forEach(find);
+  };
+  find(spec.value);
+  for (const reduce of reduces) {
+    if (!ok(reduce) || readsElsewhere(spec, reduce)) continue;
+    const plan = planFor(reduce, spec.inputs, (idx) => flatIndex(idx, reduce.shape), true);
+    if (plan) return plan;
+  }
+  return undefined;
+}
+
+/** The flat output index of the reduce's element at `idx`, up through `chain` (reshapes and permutes, bottom first). */
+function placeThrough(chain: readonly UOp[], reduce: UOp, idx: readonly Idx[]): Idx {
+  let at = idx;
+  let shape = reduce.shape;
+  for (const m of chain) {
+    if (m.op === "PERMUTE") at = (m.arg as number[]).map((from) => at[from]!);
+    else if (m.op === "RESHAPE") at = unflatIndex(flatIndex(at, shape), m.shape);
+    shape = m.shape;
+  }
+  return flatIndex(at, shape);
+}
+
+/** The scatter plan of `reduce`: the first kept axis of enough rows that the one-hot compares against. */
+function planFor(reduce: UOp, inputs: Inputs, place: (idx: readonly Idx[]) => Idx, epilogue: boolean): ScatterPlan | undefined {
+  const src = reduce.src[0]!;
+  const { axes } = reduce.arg as ReduceArg;
+  const kept = src.shape.map((_, d) => d).filter((d) => !axes.includes(d) && src.shape[d]! > 1);
+  const plainIdx = src.shape.map((size, d) => (axes.includes(d) ? iconst(0) : ivar(`o${d}`, size)));
+  const placed = place(plainIdx);
+  for (const axis of kept) {
+    if (src.shape[axis]! < MIN_SCATTER_ROWS) continue;
+    const columns = kept.filter((d) => d !== axis);
+    // lanes along the column axis the output stores contiguously; two blocks of them at least, unless other columns split the work
+    const laneAxis = columns.find((d) => hasUnitTerm(placed, `o${d}`)) ?? -1;
+    const size = laneAxis < 0 ? 1 : src.shape[laneAxis]!;
+    const lanes = [32, 16, 8, 4, 2].find((w) => size % w === 0 && (columns.length > 1 || size / w >= 2)) ?? 1;
+    const idx = src.shape.map((size, d): Idx => {
+      if (axes.includes(d)) return ivar(`t${d}`, size);
+      if (d === axis) return ivar(`row${d}`, size);
+      if (d === laneAxis && lanes > 1) return iadd(imul(ivar(`o${d}`, size / lanes), lanes), ivar(`l${d}`, lanes));
+      return ivar(`o${d}`, size);
+    });
+    const match = matchOneHot(src, idx, idx[axis]!, inputs);
+    if (match && !dependsOn(match.value, match.valueIdx, `row${axis}`, inputs)) return { reduce, axis, idx, lanes, laneAxis, match, place, epilogue };
+  }
+  return undefined;
+}
+
+/** Whether some path from the stored value reaches `reduce` through anything but elementwise ops and reshapes (keepsElements). */
+function readsElsewhere(spec: KernelSpec, reduce: UOp): boolean {
+  const reaches = new Map<UOp, boolean>();
+  const reach = (n: UOp): boolean => {
+    if (n === reduce) return true;
+    if (spec.inputs.has(n)) return false;
+    let known = reaches.get(n);
+    if (known === undefined) reaches.set(n, (known = n.src.some(reach)));
+    return known;
+  };
+  const visited = new Set<UOp>();
+  const check = (n: UOp): boolean => {
+    if (n === reduce || spec.inputs.has(n) || visited.has(n)) return false;
+    visited.add(n);
+    if (!keepsElements(n) && n.src.some(reach)) return true;
+    return n.src.some(check);
+  };
+  return check(spec.value);
+}
+
+/** Whether each element of `n` reads only the same (flat) element of its sources. */
+const keepsElements = (n: UOp): boolean => isElementwise(n.op) || n.op === "RESHAPE" || n.op === "CONTIGUOUS";
 
 /** Bytes a kernel reads and writes (each buffer once). */
 export const estimateBytes = (k: KernelIR): number => k.buffers.reduce((s, b) => s + b.size * b.dtype.itemsize, 0);

@@ -4,7 +4,7 @@
 //   result is read by several users, broadcast (expanded) afterwards, or read inside another reduce,
 //   where recomputing it would multiply the work: then it is stored;
 // - CONTIGUOUS, COPY and ASSIGN are always stored; requested outputs are stored.
-import { Buffer } from "../device.ts";
+import { Buffer, Device } from "../device.ts";
 import { TsgradError, fmtShape } from "../helpers.ts";
 import { type KernelBuffer, type KernelIR } from "../codegen/ir.ts";
 import { type KernelSpec, lowerKernel } from "../codegen/lower.ts";
@@ -307,11 +307,13 @@ function kernelsFor(node: UOp, out: Buffer, stored: Set<UOp>, bufferOf: (u: UOp)
   walk(value, value === node);
   const inputNodes = [...inputs.keys()];
   const kernelBuffers: KernelBuffer[] = buffers.map((b) => ({ dtype: b.dtype, size: b.size }));
-  const kernel = lowerCached({ value, inputs, buffers: kernelBuffers }, out.device);
+  const scatter = Device.backend(out.device).scatters === true;
+  const kernel = lowerCached({ value, inputs, buffers: kernelBuffers, scatter }, out.device);
   if (!readsOwnOutputElsewhere(kernel, buffers)) return { items: [{ kind: "kernel", kernel, buffers }], inputs: inputNodes };
-  // an in-place write that reads its target elsewhere (w.assign(w.flip(0))): compute into a temporary, then copy
+  // an in-place write that reads its target elsewhere (w.assign(w.flip(0)), or a scatter, which zeroes its
+  // output first, into a buffer it reads): compute into a temporary, then copy
   const temp = new Buffer(out.device, out.size, out.dtype);
-  const first = lowerKernel({ value, inputs, buffers: [{ dtype: temp.dtype, size: temp.size }, ...kernelBuffers.slice(1)] });
+  const first = lowerKernel({ value, inputs, buffers: [{ dtype: temp.dtype, size: temp.size }, ...kernelBuffers.slice(1)], scatter });
   const tempNode = UOp.buffer(temp).reshape(value.shape);
   const second = lowerKernel({ value: tempNode, inputs: new Map([[tempNode, 1]]), buffers: [kernelBuffers[0]!, { dtype: temp.dtype, size: temp.size }] });
   const items: ExecItem[] = [
@@ -334,7 +336,7 @@ function lowerCached(spec: KernelSpec, device: string): KernelIR {
 }
 
 /** What the lowering depends on: the inlined graph's ops, dtypes, shapes and arguments, with inputs as slots. */
-function structureKey({ value, inputs, buffers }: KernelSpec): string {
+function structureKey({ value, inputs, buffers, scatter }: KernelSpec): string {
   const ids = new Map<UOp, number>();
   const parts: string[] = [];
   const visit = (n: UOp): number => {
@@ -350,7 +352,7 @@ function structureKey({ value, inputs, buffers }: KernelSpec): string {
     return id;
   };
   visit(value);
-  return `${parts.join(";")}|${buffers.map((b) => `${b.dtype.name}:${b.size}`).join(",")}`;
+  return `${parts.join(";")}|${buffers.map((b) => `${b.dtype.name}:${b.size}`).join(",")}|${scatter ? "scatter" : ""}`;
 }
 
 /** Numbers by String (JSON would print NaN and Infinity both as null), the rest as JSON. */
@@ -361,6 +363,7 @@ const argString = (arg: unknown): string =>
 function readsOwnOutputElsewhere(kernel: KernelIR, buffers: readonly Buffer[]): boolean {
   const aliased = new Set(buffers.map((b, slot) => (slot > 0 && b === buffers[0] ? slot : -1)).filter((s) => s > 0));
   if (aliased.size === 0) return false;
+  if (kernel.opts === "scatter") return true;
   const loads: string[] = [];
   let storeKey = "";
   const scan = (stmts: KernelIR["body"]): void => {

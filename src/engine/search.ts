@@ -48,7 +48,8 @@ export const searchStats = { searched: 0, cacheHits: 0 };
 export function beamSearch(kernel: KernelIR, device: string, time: TimeKernels): KernelIR {
   const spec = kernelSpecOf(kernel);
   const limits = searchLimits();
-  if (!spec || limits.beam <= 0) return kernel;
+  // a scatter has no options to choose
+  if (!spec || limits.beam <= 0 || kernel.opts === "scatter") return kernel;
   const key = searchKey(spec, device);
   const cached = memo.get(key) ?? readCached(key);
   if (cached) {

@@ -335,7 +335,7 @@ export function renderBlock(stmts: readonly Stmt[], out: string[], indent: strin
           out.push(...vector.map((line) => indent + line));
           break;
         }
-        const line = `b${s.buf}[${idx(s.index)}] = ${toStorage(operand(s.value), s.dtype)};`;
+        const line = `${s.valid?.length ? `if (${cond(s.valid)}) ` : ""}b${s.buf}[${idx(s.index)}] = ${toStorage(operand(s.value), s.dtype)};`;
         // in group mode every thread holds the combined value: one of them writes it
         out.push(`${indent}${top && ctx.group > 0 ? `if (${ctx.member ?? "threadIdx.x"} == 0) ${line}` : line}`);
         break;
@@ -574,7 +574,7 @@ function vectorLoads(stmts: readonly Stmt[], kernel: KernelIR): Map<number, stri
  * between the lanes' stores reads the stored buffer or holds a loop.
  */
 function vectorStores(stmts: readonly Stmt[], kernel: KernelIR): Map<number, string[] | null> {
-  const stores = stmts.flatMap((s, position) => (s.kind === "store" ? [{ position, buf: s.buf, index: s.index, value: s.value }] : []));
+  const stores = stmts.flatMap((s, position) => (s.kind === "store" && !s.valid?.length ? [{ position, buf: s.buf, index: s.index, value: s.value }] : []));
   const undisturbed = (run: readonly Lane[]): boolean => {
     const positions = run.map((lane) => lane.position);
     return stmts.slice(Math.min(...positions), Math.max(...positions) + 1)

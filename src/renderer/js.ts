@@ -31,7 +31,7 @@ function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, kern
         break;
       }
       case "store":
-        out.push(`${indent}b${s.buf}[${idx(s.index)}] = ${toStorage(operand(s.value), s.dtype)};`);
+        out.push(`${indent}${s.valid?.length ? `if (${cond(s.valid)}) ` : ""}b${s.buf}[${idx(s.index)}] = ${toStorage(operand(s.value), s.dtype)};`);
         break;
     }
   }

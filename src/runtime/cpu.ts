@@ -125,6 +125,7 @@ export const cpuAvailable = (): boolean => findCompiler() !== null;
 export function cpuBackend(): Backend {
   return {
     name: "CPU",
+    scatters: true,
     ...hostMemory,
     compile: (kernel) => new CpuProgram(kernel),
   };

@@ -67,6 +67,7 @@ export class JsProgram implements Program {
 export function jsBackend(): Backend {
   return {
     name: "JS",
+    scatters: true,
     ...hostMemory,
     compile(kernel) {
       const source = renderJs(kernel);
