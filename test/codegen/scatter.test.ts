@@ -3,9 +3,13 @@
 // as the dense sum (the same additions in the same order), without a loop over every row for every index.
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { GlobalCounters, Tensor, dtypes } from "../../src/index.ts";
 import { recordItems } from "../../src/engine/realize.ts";
 import { lowerKernel, kernelSpecOf } from "../../src/codegen/lower.ts";
+import { clearKernelCache, searchStats } from "../../src/engine/search.ts";
 import { testDevices } from "../devices.ts";
 
 const VOCAB = 3000;
@@ -142,4 +146,27 @@ test("scatter lowering only where the device asks for it: the same kernel lowere
   const dense = lowerKernel({ ...spec, scatter: false });
   assert.ok(dense.name.startsWith("r_"), dense.name);
   assert.ok(dense.flops >= VOCAB * DIM * 2, `the dense sum tests every row: ${dense.flops} operations`);
+});
+
+test("BEAM leaves a scatter as it is: it has no options to search", { skip: !testDevices().includes("CPU") }, () => {
+  const saved = { BEAM: process.env.BEAM, TSGRAD_CACHE: process.env.TSGRAD_CACHE };
+  const scratch = mkdtempSync(join(tmpdir(), "tsgrad-cache-"));
+  Object.assign(process.env, { BEAM: "2", TSGRAD_CACHE: scratch });
+  try {
+    clearKernelCache();
+    const ids = [3, 3, 60, 1];
+    const weight = leaf(Tensor.zeros([64, 40], { device: "CPU" }));
+    const idsT = new Tensor(ids, { dtype: dtypes.int32, device: "CPU" }).realize();
+    Tensor.embedding(idsT, weight).mul(2).sum().backward();
+    const before = { ...searchStats };
+    assert.deepEqual(kernelNames(weight.grad!), ["s_64_40"]);
+    assert.deepEqual(searchStats, before, "searched or looked up options for a scatter");
+    const grad = weight.grad!.toArray() as Float32Array;
+    assert.equal(grad[3 * 40], 4);
+    assert.equal(grad[60 * 40 + 39], 2);
+  } finally {
+    for (const [key, value] of Object.entries(saved)) value === undefined ? delete process.env[key] : (process.env[key] = value);
+    clearKernelCache();
+    rmSync(scratch, { recursive: true, force: true });
+  }
 });
