@@ -32,6 +32,11 @@ test("run_and_time/cpu.sh runs both phases and writes a compliant MLPerf log, th
     assert.ok(lines.filter((l) => parseStepLine(l) !== null).length >= 3 + 4, "step lines of both phases");
     assert.ok(lines.some((l) => parseEvalLine(l) !== null));
     assert.ok(lines.some((l) => l.startsWith("Reference Convergence point reached after")));
+    // the estimate comes from the replayed step: the first two steps compile and capture the jitted step
+    const estimate = lines.find((l) => l.startsWith("Estimated training time:"));
+    assert.match(estimate ?? "", /\(median of 1 replayed step [\d.]+ ms x \d+ steps\)$/, estimate);
+    const initSteps = lines.filter((l) => parseStepLine(l) !== null).slice(0, 3).map((l) => parseStepLine(l)!.totalMs);
+    assert.equal(Number(/step ([\d.]+) ms/.exec(estimate!)![1]), Number(initSteps[2]!.toFixed(1)), "the third (replayed) step's time");
 
     const mlperfText = readFileSync(join(dir, "result_bert_4242.log"), "latin1");
     const result = checkCompliance(mlperfText);
