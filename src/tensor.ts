@@ -764,7 +764,9 @@ export class Tensor {
   dropout(p = 0.5): Tensor {
     if (!Tensor.training || p === 0) return this;
     if (p < 0 || p >= 1) throw new TsgradError(`dropout probability ${p} must be in [0, 1)`);
-    const keep = Tensor.rand(this.shape, { device: this.device, dtype: dtypes.float32 }).ge(p);
+    // the mask is stored, a byte an element: the output's readers (a residual's layer norm reads it three
+    // times) and the backward pass read it, where each would otherwise run Threefry again
+    const keep = Tensor.rand(this.shape, { device: this.device, dtype: dtypes.float32 }).ge(p).contiguous();
     return keep.where(this.mul(1 / (1 - p)), 0);
   }
   /** One-hot encoding along a new last axis. */

@@ -1,6 +1,6 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { Tensor, UOp, dtypes } from "../../src/index.ts";
+import { GlobalCounters, Tensor, UOp, dtypes } from "../../src/index.ts";
 import { testDevices } from "../devices.ts";
 import { assertClose, checkOp, fromNd, values } from "./harness.ts";
 import { type Nd, matmul, nd, permute, randomNd, softmax } from "./ref.ts";
@@ -92,6 +92,32 @@ for (const device of testDevices()) {
         const zeros = kept.filter((v) => v === 0).length;
         assert.ok(Math.abs(zeros / 4000 - 0.25) < 0.03, `dropped ${zeros} of 4000`);
         assert.ok(kept.every((v) => v === 0 || Math.abs(v - 4 / 3) < 1e-6));
+      } finally {
+        Tensor.training = false;
+      }
+    });
+    test("a dropout mask is drawn once however many kernels read it (a layer norm after it, its backward)", () => {
+      const [rowCount, width] = [64, 256];
+      const x = Tensor.randn([rowCount, width], { device }).realize();
+      x.requiresGrad = true;
+      Tensor.manualSeed(5);
+      GlobalCounters.reset();
+      Tensor.rand([rowCount, width], { device }).realize();
+      const oneDraw = GlobalCounters.globalOps;
+      Tensor.training = true;
+      try {
+        Tensor.manualSeed(5);
+        const y = x.dropout(0.1);
+        const loss = y.layerNorm().square().sum();
+        loss.backward();
+        GlobalCounters.reset();
+        Tensor.realizeAll([loss, x.grad!]);
+        // the layer norm's mean, variance, output and the backward's kernels all read y: without a stored
+        // mask each runs Threefry again (about 5 draws' worth of operations)
+        assert.ok(GlobalCounters.globalOps < oneDraw + 100 * rowCount * width, `${GlobalCounters.globalOps} operations, one draw is ${oneDraw}`);
+        const grad = values(x.grad!);
+        const dropped = values(y).map((v) => v === 0);
+        assert.ok(grad.every((g, i) => !dropped[i] || g === 0), "dropped elements get no gradient");
       } finally {
         Tensor.training = false;
       }
