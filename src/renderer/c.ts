@@ -1,6 +1,7 @@
 // Renders the loop IR as a C function `void name(T0* b0, const T1* b1, ..., int threads)`.
 // Semantics follow the JS renderer (the reference): float32 math in float, 16-bit floats stored
-// as their bits and computed in float, integers wrap, bool is 0/1 in a uint8_t, division by zero gives 0.
+// as their bits and computed in float, integers wrap, bool is 0/1 (computed in an int32_t, stored in a byte),
+// division by zero gives 0.
 import type { DType } from "../dtype.ts";
 import { type Bound, type Idx, renderIdx, varsOf, renderBounds } from "../shape/symbolic.ts";
 import type { AluOp, Expr, KernelIR, Operand, Stmt } from "../codegen/ir.ts";
@@ -12,11 +13,11 @@ export interface CRenderOptions {
 
 /** The C type a dtype is computed in. */
 const computeType: Record<DType["name"], string> = {
-  bool: "uint8_t", int8: "int8_t", uint8: "uint8_t", int16: "int16_t", uint16: "uint16_t", int32: "int32_t",
+  bool: "int32_t", int8: "int8_t", uint8: "uint8_t", int16: "int16_t", uint16: "uint16_t", int32: "int32_t",
   uint32: "uint32_t", int64: "int64_t", float16: "float", bfloat16: "float", float32: "float", float64: "double",
 };
-/** The C type a dtype is stored in. */
-const storageType = (d: DType): string => (d.name === "float16" || d.name === "bfloat16" ? "uint16_t" : computeType[d.name]);
+/** The C type a dtype is stored in: bools are computed as 32-bit 0/1 (as wide as the floats beside them, so that loops mixing them vectorise) and stored in a byte. */
+const storageType = (d: DType): string => (d.name === "float16" || d.name === "bfloat16" ? "uint16_t" : d.name === "bool" ? "uint8_t" : computeType[d.name]);
 
 /** Inline helpers every kernel may use: exact 16-bit float conversions, wrapping casts, safe division. */
 export const C_PRELUDE = `#include <stdint.h>
@@ -52,6 +53,23 @@ static inline uint16_t tg_f2h(float v) {
   return (uint16_t)(sign | h);
 }
 #endif
+/* 2^x for float math, in double (rounded to float it is what libm's exp2 and JS give) with arithmetic alone,
+   so that loops around it vectorise: x = n + f (n the nearest integer, |f| <= 1/2), 2^f by its Taylor series
+   (degree 13: error below 1e-17), 2^n from the exponent bits. Floats need |x| < 160 at most: clamped there. */
+static inline double tg_exp2_narrow(double x) {
+  double c = x < -160.0 ? -160.0 : (x > 160.0 ? 160.0 : x);
+  double t = c + 6755399441055744.0; /* 1.5 * 2^52: the low mantissa bits of t hold round(c) */
+  double n = t - 6755399441055744.0, f = c - n;
+  double p = 1.0 + f * (0.6931471805599453 + f * (0.24022650695910072 + f * (0.05550410866482158 + f * (0.009618129107628477
+    + f * (0.0013333558146428443 + f * (0.0001540353039338161 + f * (1.5252733804059841e-05 + f * (1.321548679014431e-06
+    + f * (1.01780860092397e-07 + f * (7.054911620801123e-09 + f * (4.4455382718708116e-10 + f * (2.5678435993488206e-11
+    + f * 1.3691488853904128e-12))))))))))));
+  uint64_t tb, sb; double s;
+  memcpy(&tb, &t, 8);
+  sb = (tb + 1023) << 52;
+  memcpy(&s, &sb, 8);
+  return x != x ? x : p * s;
+}
 static inline float tg_b2f(uint16_t h) { uint32_t bits = (uint32_t)h << 16; float f; memcpy(&f, &bits, 4); return f; }
 static inline uint16_t tg_f2b(float v) {
   uint32_t x; memcpy(&x, &v, 4);
@@ -189,7 +207,7 @@ function renderExpr(e: Expr, dtype: DType, kernel: KernelIR): string {
     const load = fromStorage(`b${e.buf}[${idx(e.index)}]`, kernel.buffers[e.buf]!.dtype);
     return e.valid.length ? `(${cond(e.valid)} ? ${load} : 0)` : load;
   }
-  if (e.op === "VALID") return `(uint8_t)(${cond(e.valid)})`;
+  if (e.op === "VALID") return `(int32_t)(${cond(e.valid)})`;
   if (e.op === "INDEX") return `(int32_t)(${idx(e.index)})`;
   return renderAlu(e.op, e.srcs, dtype);
 }
@@ -249,17 +267,17 @@ function renderAlu(op: AluOp, srcs: readonly Operand[], d: DType): string {
     case "IDIV": return isInt ? `TG_${d.kind === "uint" ? "U" : "I"}DIV(${t}, ${a}, ${b})` : `(${t})trunc((double)${a} / (double)${b})`;
     case "MOD": return isInt ? `TG_${d.kind === "uint" ? "U" : "I"}MOD(${t}, ${a}, ${b})` : `(${t})fmod((double)${a}, (double)${b})`;
     case "MAX": return d.kind === "float" ? `((${a} > ${b} || ${a} != ${a}) ? ${a} : ${b})` : `(${a} > ${b} ? ${a} : ${b})`;
-    case "CMPLT": return `(uint8_t)(${a} < ${b})`;
-    case "CMPNE": return `(uint8_t)(${a} != ${b})`;
+    case "CMPLT": return `(int32_t)(${a} < ${b})`;
+    case "CMPNE": return `(int32_t)(${a} != ${b})`;
     case "AND": return `(${t})(${a} & ${b})`;
     case "OR": return `(${t})(${a} | ${b})`;
     case "XOR": return `(${t})(${a} ^ ${b})`;
     case "SHL": return d.itemsize === 8 ? `(${t})((uint64_t)${a} << (${b} & 63))` : `(${t})((uint32_t)${a} << (${b} & 31))`;
     case "SHR": return d.itemsize === 8 ? `(${t})(${a} >> (${b} & 63))` : `(${t})(${a} >> (${b} & 31))`;
-    case "NEG": return d.name === "bool" ? `(uint8_t)!${a}` : isInt ? wrapped("-", "0", a, d) : `(-${a})`;
+    case "NEG": return d.name === "bool" ? `(int32_t)!${a}` : isInt ? wrapped("-", "0", a, d) : `(-${a})`;
     case "RECIP": return isInt ? `TG_${d.kind === "uint" ? "U" : "I"}DIV(${t}, 1, ${a})` : `(${t})(1 / ${a})`;
     case "SQRT": return d.name === "float64" ? `sqrt(${a})` : `sqrtf(${a})`;
-    case "EXP2": return viaDouble("exp2", a, d);
+    case "EXP2": return d.name === "float64" ? `exp2(${a})` : `(float)tg_exp2_narrow((double)${a})`;
     case "LOG2": return viaDouble("log2", a, d);
     case "SIN": return viaDouble("sin", a, d);
     case "TRUNC": return d.kind === "float" ? (d.name === "float64" ? `trunc(${a})` : `truncf(${a})`) : a;
@@ -271,7 +289,7 @@ function renderAlu(op: AluOp, srcs: readonly Operand[], d: DType): string {
 
 function renderCast(x: string, from: DType, to: DType): string {
   switch (to.name) {
-    case "bool": return `(uint8_t)(${x} != 0)`;
+    case "bool": return `(int32_t)(${x} != 0)`;
     case "float16": return `tg_h2f(tg_f2h((float)${x}))`;
     case "bfloat16": return `tg_b2f(tg_f2b((float)${x}))`;
     case "float32": return `(float)${x}`;

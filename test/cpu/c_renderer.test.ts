@@ -93,3 +93,24 @@ test("index math that can leave the int32 range gets 64-bit loop variables", () 
   assert.match(renderC(kernel(imul(i0, 65536)), "k", { restrict: true }), /for \(int64_t i0/);
   assert.match(renderC(kernel(imul(i0, 2)), "k", { restrict: true }), /for \(int32_t i0/);
 });
+
+test("exp2 in float is libm's and the reference's to the bit, specials included (the C kernels' own vectorisable 2^x)", { skip: !hasCpu }, () => {
+  // every region of float's range: huge and tiny results, subnormal results, halfway points, integers
+  const xs = [Infinity, -Infinity, NaN, 0, -0, 128, 127.99999, -126, -126.5, -149, -149.5, -150, -151, 1e-30, -1e-30, 0.5, -0.5, 1.5, 200, -200];
+  for (let i = 0; i < 20000; i++) xs.push(Math.fround(Math.sin(i * 1.618) * 160), Math.fround((i - 10000) * 1e-4), Math.fround(Math.round((i - 10000) / 50) + 0.5));
+  assertSame((device) => new Tensor(xs, { dtype: dtypes.float32, device }).exp2());
+  assertSame((device) => new Tensor(xs.map((x) => x / 16), { dtype: dtypes.float16, device }).exp2());
+});
+
+test("bools computed as 32-bit 0/1 store as one byte and combine like the reference", { skip: !hasCpu }, () => {
+  const a = [0.5, -1, 2, Number.NaN, 0, 3, -0, 7];
+  assertSame((device) => {
+    const x = new Tensor(a, { device });
+    const lt = x.lt(1), ne = x.ne(0), pos = x.gt(0);
+    return lt.logicalAnd(ne).logicalOr(pos.logicalNot()).ne(lt);
+  });
+  assertSame((device) => {
+    const x = new Tensor(a, { device });
+    return x.lt(1).where(x.mul(2), x.gt(2).cast(dtypes.float32)).add(x.ne(x).cast(dtypes.float32));
+  });
+});
