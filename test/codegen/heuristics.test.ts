@@ -21,6 +21,17 @@ test("a matmul is tiled in registers along both output axes", () => {
   assert.deepEqual(upcasts(kernel!), [16, 8]);
 });
 
+test("an axis with one factor of two (a 30522-word vocabulary) takes 6 or 3 lanes, not 2", () => {
+  // logits = hidden @ embeddings^T: 30522 = 2 x 3 x 5087 rows, 20 = 4 x 5 positions
+  const hidden = Tensor.empty([20, 64], { device: "JS" });
+  const table = Tensor.empty([30522, 64], { device: "JS" });
+  const [logits] = kernelsFor(hidden.matmul(table.transpose(0, 1)));
+  assert.deepEqual(upcasts(logits!).sort((x, y) => x - y), [4, 6], logits!.opts);
+  // a size with factors 4 and 6 keeps 4-wide vectors on its vector axis
+  const [narrow] = kernelsFor(Tensor.empty([12, 40], { device: "JS" }).matmul(Tensor.empty([40, 12], { device: "JS" })));
+  assert.ok(upcasts(narrow!).includes(4), narrow!.opts);
+});
+
 test("a reduce over a long fused expression is upcast little", () => {
   let a = Tensor.empty([64, 32], { device: "JS" });
   for (let i = 0; i < 40; i++) a = a.mul(1.5).add(0.25);
