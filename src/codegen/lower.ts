@@ -103,20 +103,11 @@ class Lowerer {
     const values = this.genAll(lanes.map((idx) => ({ node: root, idx, valid: [] })));
     lanes.forEach((idx, i) => this.emit({ kind: "store", buf: 0, index: flatIndex(idx, root.shape), value: values[i]!, dtype: this.spec.buffers[0]!.dtype }));
     const loopCount = outer.filter((i) => i.kind !== "const").length;
-    return {
-      name: [this.hasReduce ? "r" : "E", ...root.shape.filter((s) => s !== 1)].join("_"),
-      buffers: this.spec.buffers,
-      body,
-      outputShape: root.shape,
-      flops: this.flops,
-      parallel: Math.min(this.opts.parallel, loopCount),
-      opts: optsKey(this.opts),
-    };
+    return this.kernel(this.hasReduce ? "r" : "E", body, Math.min(this.opts.parallel, loopCount), optsKey(this.opts));
   }
 
   /** The kernel as one loop nest per piece of a concatenation, each storing at its offset. */
   runPieces({ axis, pieces, shape }: CatPieces): KernelIR {
-    const root = this.spec.value;
     const body: Stmt[] = [];
     this.scopes.push({ stmts: body, cache: new Map(), trips: 1 });
     pieces.forEach(({ src, offset }, p) => {
@@ -131,15 +122,7 @@ class Lowerer {
       this.emit({ kind: "store", buf: 0, index: flatIndex(at, shape), value: value!, dtype: this.spec.buffers[0]!.dtype });
       this.scopes.length = depth;
     });
-    return {
-      name: ["E", ...root.shape.filter((s) => s !== 1)].join("_"),
-      buffers: this.spec.buffers,
-      body,
-      outputShape: root.shape,
-      flops: this.flops,
-      parallel: pieces.some(({ src }) => src.shape.some((s) => s > 1)) ? 1 : 0,
-      opts: "cat",
-    };
+    return this.kernel("E", body, pieces.some(({ src }) => src.shape.some((s) => s > 1)) ? 1 : 0, "cat");
   }
 
   /**
@@ -196,16 +179,14 @@ class Lowerer {
       const [out] = this.genAll([{ node: root, idx: unflatIndex(flat, root.shape), valid: [] }]);
       this.emit({ kind: "store", buf: 0, index: flat, value: out!, dtype });
     }
-    return {
-      name: ["s", ...root.shape.filter((s) => s !== 1)].join("_"),
-      buffers: this.spec.buffers,
-      body,
-      outputShape: root.shape,
-      flops: this.flops,
-      // without a loop over columns, the top-level loops are the rows and the summed axis: not parallel
-      parallel: opened > 0 ? 1 : 0,
-      opts: "scatter",
-    };
+    // without a loop over columns, the top-level loops are the rows and the summed axis: not parallel
+    return this.kernel("s", body, opened > 0 ? 1 : 0, "scatter");
+  }
+
+  /** The lowered kernel: named by its kind (r: reduce, E: elementwise, s: scatter) and its output shape. */
+  private kernel(kind: string, body: Stmt[], parallel: number, opts: string): KernelIR {
+    const shape = this.spec.value.shape;
+    return { name: [kind, ...shape.filter((s) => s !== 1)].join("_"), buffers: this.spec.buffers, body, outputShape: shape, flops: this.flops, parallel, opts };
   }
 
   private get top(): Scope {

@@ -182,9 +182,10 @@ export function scatterPlan(spec: KernelSpec): ScatterPlan | undefined {
   };
   find(spec.value);
   for (const reduce of reduces) {
-    if (!ok(reduce) || readsElsewhere(spec, reduce)) continue;
+    if (!ok(reduce)) continue;
+    // the one-hot match fails fast on most reduces; the walk over every path is left for the few that match
     const plan = planFor(reduce, spec.inputs, (idx) => flatIndex(idx, reduce.shape), true);
-    if (plan) return plan;
+    if (plan && !readsElsewhere(spec, reduce)) return plan;
   }
   return undefined;
 }
