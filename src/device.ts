@@ -6,6 +6,8 @@ import type { KernelIR } from "./codegen/ir.ts";
 /** A compiled kernel: call it with buffers (outputs first, as the kernel's signature says). */
 export interface Program {
   run(buffers: Buffer[], opts?: { wait?: boolean }): number | undefined;
+  /** Told before a schedule runs it on `buffers`: a backend that compiles lazily builds what those runs need together. */
+  expect?(buffers: Buffer[]): void;
 }
 
 /** What a backend provides: memory, and turning kernels into runnable programs. */

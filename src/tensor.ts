@@ -705,6 +705,11 @@ export class Tensor {
   }
   /** A tensor stored in its own buffer in row-major order. */
   contiguous(): Tensor { return new Tensor(this.node.contiguous()); }
+  /**
+   * Like contiguous, but realized it gets a buffer no other tensor shares (equal lazy values otherwise share
+   * one): state to assign into, made lazily so that many are realized together.
+   */
+  owned(): Tensor { return new Tensor(this.node.contiguous(uniqueTag++)); }
   /** out[..., i, ...] = this[..., index[..., i, ...], ...] along `axis`; index has this tensor's rank. */
   gather(axis: number, index: Tensor): Tensor {
     const a = this.normalizeAxis(axis);

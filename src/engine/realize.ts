@@ -84,7 +84,7 @@ export function countKernel(item: ExecItem & { kind: "kernel" }, seconds: number
 export function realizeNodes(roots: readonly UOp[]): void {
   const { items, outputs, temporaries } = createSchedule(roots);
   // every program first: backends that compile lazily then build the whole schedule's kernels together
-  for (const item of items) if (item.kind === "kernel") programFor(item);
+  for (const item of items) if (item.kind === "kernel") programFor(item).expect?.(item.buffers);
   const debug = debugLevel();
   for (const item of items) runItem(item, debug);
   // an assigned buffer holds a new value: nodes that stood for its old value no longer do

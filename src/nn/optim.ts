@@ -8,8 +8,8 @@ import type { HasStateDict, StateDict } from "./state.ts";
 
 /** A float32 [1] tensor in its own buffer, for state a step assigns to. */
 const scalarState = (value: number, device: string): Tensor => new Tensor([value], { dtype: dtypes.float32, device });
-/** float32 zeros shaped like `t`, realized so they can be assigned to. */
-const zerosLike = (t: Tensor): Tensor => Tensor.zeros(t.shape, { dtype: dtypes.float32, device: t.device }).contiguous().realize();
+/** float32 zeros shaped like `t` in a buffer of their own, to assign to (lazy: realize them together, one schedule). */
+const zerosLike = (t: Tensor): Tensor => Tensor.zeros(t.shape, { dtype: dtypes.float32, device: t.device }).owned();
 
 /** Common ground of every optimizer: parameters, a learning-rate tensor, zeroGrad and step. */
 export abstract class Optimizer implements HasStateDict {
@@ -62,6 +62,7 @@ export class SGD extends Optimizer {
     this.weightDecay = weightDecay;
     this.nesterov = nesterov;
     this.momentumBuffers = momentum ? this.params.map(zerosLike) : [];
+    Tensor.realizeAll(this.momentumBuffers);
   }
 
   protected update(grads: Tensor[]): Tensor[] {
@@ -122,6 +123,7 @@ export class LAMB extends Optimizer {
     this.adam = adam;
     this.m = this.params.map(zerosLike);
     this.v = this.params.map(zerosLike);
+    Tensor.realizeAll([...this.m, ...this.v]);
     this.b1Power = scalarState(1, this.lr.device);
     this.b2Power = scalarState(1, this.lr.device);
   }

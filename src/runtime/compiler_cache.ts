@@ -78,8 +78,8 @@ export interface CompiledFunction {
 const hashOf = (compiler: Compiler, fn: CFunction): string =>
   createHash("sha256").update(compiler.identity).update("\0").update(fn.prelude).update("\0").update(fn.code).digest("hex").slice(0, 32);
 
-/** Counts compiled and cached functions, for tests and DEBUG output. */
-export const compileStats = { compiled: 0, cached: 0, seconds: 0 };
+/** Counts compiled and cached functions and the rounds of compiler runs that built them, for tests and DEBUG output. */
+export const compileStats = { compiled: 0, cached: 0, rounds: 0, seconds: 0 };
 
 /**
  * Each function's library, compiling the ones not in the cache. Compiler start-up dominates small
@@ -115,6 +115,7 @@ export function compileEach(compiler: Compiler, functions: readonly CFunction[])
       for (const h of stillFailing) errors.set(h, errors.get(h) ?? `compiling ${join(dir, `${h}.c`)} failed`);
     }
     compileStats.compiled += missing.length;
+    compileStats.rounds++;
     compileStats.seconds += (performance.now() - start) / 1000;
     if (debugLevel() >= 3) console.error(`tsgrad: compiled ${missing.length} kernel(s) in ${width} batch(es) in ${(performance.now() - start).toFixed(0)} ms`);
   }

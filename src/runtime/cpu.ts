@@ -30,16 +30,19 @@ function loadKernel({ path, symbol }: CompiledFunction, kernel: KernelIR): Kerne
   return fn;
 }
 
-/** Compiles the kernels of several not-yet-compiled programs in one go (the compiler runs in parallel). */
-export function compilePrograms(programs: readonly CpuProgram[], restrict = true): void {
+/** One way to compile a program: `restrict` promises the compiler that no two buffers share memory. */
+type Variant = { program: CpuProgram; restrict: boolean };
+
+/** Compiles several not-yet-compiled program variants in one go (the compiler runs in parallel). */
+export function compilePrograms(variants: readonly Variant[]): void {
   const compiler = findCompiler();
   if (!compiler) throw new TsgradError(`CPU device: no working C compiler (tried ${process.env.CC || "cc"}); use DEVICE=JS`);
-  const todo = programs.filter((p) => !p.fn(restrict));
-  for (const p of todo) if (!p.searched) p.useSearched(beamSearch(p.kernel, "CPU", timeKernels));
-  const functions = todo.map((p) => cFunction(p.kernel, restrict));
+  const todo = variants.filter(({ program, restrict }) => !program.fn(restrict));
+  for (const { program } of todo) if (!program.searched) program.useSearched(beamSearch(program.kernel, "CPU", timeKernels));
+  const functions = todo.map(({ program, restrict }) => cFunction(program.kernel, restrict));
   if (debugLevel() >= 4) functions.forEach((f) => console.error(f.code));
   const compiled = compileLibraries(compiler, functions);
-  todo.forEach((p, i) => p.setFn(restrict, loadKernel(compiled[i]!, p.kernel)));
+  todo.forEach(({ program, restrict }, i) => program.setFn(restrict, loadKernel(compiled[i]!, program.kernel)));
 }
 
 /** Times candidate kernels (BEAM) on scratch buffers of the kernel's sizes; Infinity for those that do not compile. */
@@ -67,23 +70,32 @@ function timeKernels(kernels: readonly KernelIR[]): number[] {
 /** THREADS=n caps the threads a kernel uses (default: every core). */
 export const threadCount = (): number => Math.max(1, getenv("THREADS", availableParallelism()));
 
-/** Programs created but not compiled yet: the first run compiles all of them together (weakly held: one never run is dropped). */
+/**
+ * Programs created or expected to run (`expect`) but not compiled yet, with the variants they wait for: the
+ * first run compiles all of them together (weakly held: one never run is dropped).
+ */
 const pending = new Set<WeakRef<CpuProgram>>();
 
-/** The pending programs still alive (the rest are forgotten). */
-function waitingPrograms(): CpuProgram[] {
-  const alive: CpuProgram[] = [];
+/** The variants pending programs still alive wait for (the rest are forgotten). */
+function waitingVariants(): Variant[] {
+  const variants: Variant[] = [];
   for (const ref of pending) {
     const program = ref.deref();
-    if (program) alive.push(program);
-    else pending.delete(ref);
+    if (!program) pending.delete(ref);
+    else for (const restrict of program.awaited) variants.push({ program, restrict });
   }
-  return alive;
+  return variants;
 }
+
+/** One memory in two slots (an in-place assign) must not be promised to the compiler as unaliased. */
+const unaliased = (buffers: readonly Buffer[]): boolean => new Set(buffers.map((b) => b.handle)).size === buffers.length;
 
 export class CpuProgram implements Program {
   private restricted: KernelFn | undefined;
   private aliased: KernelFn | undefined;
+  /** The variants coming runs need that are not compiled yet (a new program's guess: the restricted one). */
+  readonly awaited = new Set<boolean>([true]);
+  private guessed = true;
   /** Whether BEAM had its say on the kernel's options (it leaves the kernel as is when BEAM=0). */
   searched = false;
   private readonly pendingRef = new WeakRef(this);
@@ -103,16 +115,27 @@ export class CpuProgram implements Program {
   setFn(restrict: boolean, fn: KernelFn): void {
     if (restrict) this.restricted = fn;
     else this.aliased = fn;
-    pending.delete(this.pendingRef);
+    this.awaited.delete(restrict);
+    if (this.awaited.size === 0) pending.delete(this.pendingRef);
+  }
+
+  /** A schedule will run this program on `buffers`: the variant they need compiles with the schedule's others. */
+  expect(buffers: Buffer[]): void {
+    const restrict = unaliased(buffers);
+    if (this.guessed) {
+      this.guessed = false;
+      this.awaited.clear();
+    }
+    if (!this.fn(restrict)) this.awaited.add(restrict);
+    if (this.awaited.size > 0) pending.add(this.pendingRef);
+    else pending.delete(this.pendingRef);
   }
 
   run(buffers: Buffer[]): number {
-    // one memory in two slots (an in-place assign) must not be promised to the compiler as unaliased
-    const handles = buffers.map((b) => b.handle);
-    const restrict = new Set(handles).size === handles.length;
-    if (!this.fn(restrict)) compilePrograms(restrict ? [this, ...waitingPrograms().filter((p) => p !== this)] : [this], restrict);
+    const restrict = unaliased(buffers);
+    if (!this.fn(restrict)) compilePrograms([{ program: this, restrict }, ...waitingVariants().filter((v) => v.program !== this || v.restrict !== restrict)]);
     const fn = this.fn(restrict)!;
-    const args = [...handles, threadCount()];
+    const args = [...buffers.map((b) => b.handle), threadCount()];
     const start = performance.now();
     fn(...args);
     return (performance.now() - start) / 1000;
