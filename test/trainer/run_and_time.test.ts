@@ -37,6 +37,10 @@ test("run_and_time/cpu.sh runs both phases and writes a compliant MLPerf log, th
     assert.match(estimate ?? "", /\(median of 1 replayed step [\d.]+ ms x \d+ steps\)$/, estimate);
     const initSteps = lines.filter((l) => parseStepLine(l) !== null).slice(0, 3).map((l) => parseStepLine(l)!.totalMs);
     assert.equal(Number(/step ([\d.]+) ms/.exec(estimate!)![1]), Number(initSteps[2]!.toFixed(1)), "the third (replayed) step's time");
+    // the JS device runs its kernels inside the step call: their time is the device's, not host overhead
+    const replayed = lines.map((l) => parseStepLine(l)).filter((s) => s !== null && s.step >= 3);
+    assert.ok(replayed.length >= 2);
+    for (const s of replayed) assert.ok(s!.deviceMs > s!.hostMs, `step ${s!.step}: device ${s!.deviceMs} ms, host ${s!.hostMs} ms`);
 
     const mlperfText = readFileSync(join(dir, "result_bert_4242.log"), "latin1");
     const result = checkCompliance(mlperfText);
