@@ -12,6 +12,8 @@ interface Shape {
   readonly m: number;
   readonly k: number;
   readonly n: number;
+  /** How the operands are stored: "nt" keeps b as [n, k] (a linear layer's weight), "tn" keeps a as [k, m]. */
+  readonly layout?: "nt" | "tn";
 }
 
 const SHAPES: readonly Shape[] = [
@@ -21,7 +23,14 @@ const SHAPES: readonly Shape[] = [
   { name: "bert_ffn_in 1024x768x3072", batch: 1, m: 1024, k: 768, n: 3072 },
   { name: "bert_ffn_out 1024x3072x768", batch: 1, m: 1024, k: 3072, n: 768 },
   { name: "bert_proj 1024x768x768", batch: 1, m: 1024, k: 768, n: 768 },
+  // a linear layer's forward, x @ W^T with W stored [out, in]
+  { name: "bert_linear_nt 1024x768x3072", batch: 1, m: 1024, k: 768, n: 3072, layout: "nt" },
   { name: "bert_attention 96x(128x64@64x128)", batch: 96, m: 128, k: 64, n: 128 },
+  // BERT-tiny's masked-LM head (160 masked positions, hidden 128, 30522 words): logits h @ W^T, the tied
+  // weight's gradient g^T @ h, the hidden state's gradient g @ W (a reduce 30522 long)
+  { name: "mlm_logits 160x128x30522", batch: 1, m: 160, k: 128, n: 30522, layout: "nt" },
+  { name: "mlm_weight_grad 30522x160x128", batch: 1, m: 30522, k: 160, n: 128, layout: "tn" },
+  { name: "mlm_hidden_grad 160x30522x128", batch: 1, m: 160, k: 30522, n: 128 },
 ];
 
 const HELP = `usage: tsx bench/matmul.ts [--reps N] [--beam 0,2] [--threads 1,2] [--shapes 512^3,1024^3] [--no-numpy]
@@ -55,11 +64,11 @@ function timeTsgrad(shape: Shape, reps: number): number[] {
   const b = data(shape.batch * shape.k * shape.n, 2);
   const runs: number[] = [];
   for (let rep = 0; rep <= reps; rep++) {
-    const x = new Tensor(a, { device: "CPU" }).reshape(dims(shape.m, shape.k));
-    const w = new Tensor(b, { device: "CPU" }).reshape(dims(shape.k, shape.n));
+    const x = new Tensor(a, { device: "CPU" }).reshape(shape.layout === "tn" ? dims(shape.k, shape.m) : dims(shape.m, shape.k));
+    const w = new Tensor(b, { device: "CPU" }).reshape(shape.layout === "nt" ? dims(shape.n, shape.k) : dims(shape.k, shape.n));
     Tensor.realizeAll([x, w]);
     GlobalCounters.reset();
-    x.matmul(w).realize();
+    (shape.layout === "tn" ? x.transpose(-1, -2) : x).matmul(shape.layout === "nt" ? w.transpose(-1, -2) : w).realize();
     // the first run compiles (and searches, with BEAM): not timed
     if (rep > 0) runs.push(flopsOf(shape) / GlobalCounters.timeSumS / 1e9);
   }
@@ -74,8 +83,11 @@ out = {}
 rng = np.random.default_rng(0)
 for s in shapes:
     dims = lambda r, c: (s["batch"], r, c) if s["batch"] > 1 else (r, c)
-    a = rng.standard_normal(dims(s["m"], s["k"]), dtype=np.float32)
-    b = rng.standard_normal(dims(s["k"], s["n"]), dtype=np.float32)
+    layout = s.get("layout")
+    a = rng.standard_normal(dims(s["k"], s["m"]) if layout == "tn" else dims(s["m"], s["k"]), dtype=np.float32)
+    b = rng.standard_normal(dims(s["n"], s["k"]) if layout == "nt" else dims(s["k"], s["n"]), dtype=np.float32)
+    if layout == "tn": a = np.swapaxes(a, -1, -2)
+    if layout == "nt": b = np.swapaxes(b, -1, -2)
     np.matmul(a, b)
     runs = []
     for _ in range(reps):
@@ -157,7 +169,7 @@ function main(): void {
       const numpy = table[s.name]![`numpy_${k.split("_")[1]}`];
       return k.startsWith("beam") && numpy ? [[k, round(v / numpy)]] : [];
     }));
-    return { shape: s.name, batch: s.batch, m: s.m, k: s.k, n: s.n, gflops, ratioToNumpy };
+    return { shape: s.name, batch: s.batch, m: s.m, k: s.k, n: s.n, layout: s.layout ?? "nn", gflops, ratioToNumpy };
   });
   console.log(JSON.stringify({ note: "medians; kernel time for tsgrad; shared machine, noisy", reps, results }, null, 2));
 }

@@ -45,3 +45,24 @@ test("elementwise kernels are not upcast, and big ones run on threads", () => {
   const [small] = kernelsFor(Tensor.empty([8, 8], { device: "JS" }).mul(2));
   assert.equal(small!.opts, "u|r1|p0");
 });
+
+/** The output axis a kernel's loops walk outermost (its options key's `o` part, the last axis listed). */
+const outermostTile = (k: KernelIR): number => Number(/\|o([\d,]+)/.exec(k.opts)![1]!.split(",").at(-1));
+
+test("a register tile walks outermost the axis whose order reads the least memory", () => {
+  // BERT's tied-weight gradient g^T @ h: out [30522, 128], g [160, 30522] (19.5 MB), h [160, 128] (80 KB).
+  // Vector tiles (along 128) outermost would read all of g once per tile; rows outermost read g once, h from cache
+  const g = Tensor.empty([160, 30522], { device: "JS" });
+  const h = Tensor.empty([160, 128], { device: "JS" });
+  const [grad] = kernelsFor(g.transpose(0, 1).matmul(h));
+  assert.equal(upcasts(grad!)[0], 16, grad!.opts);
+  assert.equal(outermostTile(grad!), 0, grad!.opts);
+  // square and BERT-FFN-shaped products keep the vector axis outermost: its panel of the right operand stays in cache
+  for (const [m, k, n] of [[1024, 1024, 1024], [1024, 3072, 768], [1024, 768, 3072]] as const) {
+    const [kernel] = kernelsFor(Tensor.empty([m, k], { device: "JS" }).matmul(Tensor.empty([k, n], { device: "JS" })));
+    assert.equal(outermostTile(kernel!), 1, `${m}x${k}x${n}: ${kernel!.opts}`);
+  }
+  // so does the logits product over the vocabulary (h @ W^T: W is the big operand, h is read from cache)
+  const [logits] = kernelsFor(h.matmul(Tensor.empty([30522, 128], { device: "JS" }).transpose(0, 1)));
+  assert.equal(outermostTile(logits!), 1, logits!.opts);
+});
