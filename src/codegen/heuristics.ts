@@ -3,7 +3,8 @@
 // that loads are contiguous along (vector lanes); big kernels split their outer loops across threads.
 import { type Idx, varsOf } from "../shape/symbolic.ts";
 import type { KernelIR, Stmt } from "./ir.ts";
-import type { KernelSpec } from "./lower.ts";
+import { type KernelSpec, blockedReduce } from "./lower.ts";
+import type { ReduceArg } from "../uop.ts";
 import type { KernelOpts, Upcast } from "./opts.ts";
 
 /** Work (operations plus elements written) below which threads cost more than they save. */
@@ -103,7 +104,32 @@ export function heuristicOpts(spec: KernelSpec, plain: KernelIR): KernelOpts {
   const outer = upcast.length === 2
     ? [...spec.value.shape.map((_, d) => d).filter((d) => d < Math.min(upcast[0]!.axis, upcast[1]!.axis) && spec.value.shape[d]! > 1), outerTileAxis(plain, upcast)]
     : [];
-  return { upcast, unroll: 1, parallel: parallelLoops(loopTrips(spec.value.shape, upcast, outer), work), outer };
+  const kblock = spec.scatter && upcast.length === 2 ? blockLength(spec, plain) : 0;
+  return { upcast, unroll: 1, parallel: parallelLoops(loopTrips(spec.value.shape, upcast, outer), work), outer, ...(kblock ? { kblock } : {}) };
+}
+
+/**
+ * Steps a block of a long sum should have on a host backend (0: leave the sum whole). Blocking pays when the
+ * output is small enough to stay in cache between blocks while the operands are not: every output tile then
+ * reads the same block of them from cache, instead of streaming the sum's whole length for itself. The block
+ * is sized so that one step's loads over every output (a column of g and a row of W in g @ W) fit in cache.
+ */
+function blockLength(spec: KernelSpec, plain: KernelIR): number {
+  const reduce = blockedReduce(spec);
+  if (!reduce) return 0;
+  const length = reduce.src[0]!.shape[(reduce.arg as ReduceArg).axes[0]!]!;
+  const outputBytes = reduce.numel * reduce.dtype.itemsize;
+  if (outputBytes > CACHED_BYTES) return 0;
+  // bytes one step of the sum loads across all outputs: each load covers the output axes its index uses
+  const stepBytes = reduceLoads(plain.body).reduce((n, l) => {
+    const vars = varsOf(l.index);
+    const extent = plain.outputShape.reduce((e, size, d) => (vars.has(`i${d}`) ? e * size : e), 1);
+    return n + extent * plain.buffers[l.buf]!.dtype.itemsize;
+  }, 0);
+  let size = 64;
+  while (size * 2 * stepBytes <= CACHED_BYTES) size *= 2;
+  // worth it only when the sum is several blocks long and the operands are well beyond the cache
+  return length >= 4 * size && length * stepBytes > 4 * CACHED_BYTES ? size : 0;
 }
 
 /** Bytes an operand may have and still stay in a core's cache while it is read again and again. */

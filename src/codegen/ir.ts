@@ -22,7 +22,8 @@ export type Expr =
 
 export type Stmt =
   | { readonly kind: "def"; readonly name: string; readonly dtype: DType; readonly expr: Expr }
-  | { readonly kind: "loop"; readonly var: string; readonly size: number; readonly body: Stmt[] }
+  /** `serial`: a top-level loop whose trips run in order, each splitting the kernel's parallel loops inside it across threads */
+  | { readonly kind: "loop"; readonly var: string; readonly size: number; readonly body: Stmt[]; readonly serial?: boolean }
   | { readonly kind: "acc"; readonly name: string; readonly dtype: DType; readonly op: ReduceKind }
   | { readonly kind: "update"; readonly name: string; readonly dtype: DType; readonly op: ReduceKind; readonly value: Operand }
   /** buffer[index] = value, only where every bound of `valid` holds (a scatter's row from a runtime index) */

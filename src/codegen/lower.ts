@@ -75,13 +75,33 @@ class Lowerer {
   private hasReduce = false;
   /** While collecting (a dry run), the reduces met, instead of emitting their loops. */
   private collecting: Request[] | null = null;
+  /** A K-blocked kernel's sum while its blocks are lowered: its loop covers `size` steps from `start`, on the partial sums. */
+  private block: { node: UOp; start: Idx; size: number } | undefined;
+  /** A K-blocked kernel's sum while its epilogue is lowered: read back from the output. */
+  private partials: UOp | undefined;
 
   constructor(private readonly spec: KernelSpec, private readonly opts: KernelOpts) {}
 
   run(): KernelIR {
+    if (this.opts.kblock) return this.runBlocked(this.opts.kblock);
     const root = this.spec.value;
     const body: Stmt[] = [];
     this.scopes.push({ stmts: body, cache: new Map(), trips: 1 });
+    const loopCount = this.tiles((lanes) => {
+      const values = this.genAll(lanes.map((idx) => ({ node: root, idx, valid: [] })));
+      lanes.forEach((idx, i) => this.emit({ kind: "store", buf: 0, index: flatIndex(idx, root.shape), value: values[i]!, dtype: this.spec.buffers[0]!.dtype }));
+    });
+    return this.kernel(this.hasReduce ? "r" : "E", body, Math.min(this.opts.parallel, loopCount), optsKey(this.opts));
+  }
+
+  /**
+   * The output's loops under the options (upcast axes step by their amount, `outer` axes first), and in them
+   * `fill` given every lane's per-axis index (each combination of upcast offsets is one lane). Returns how
+   * many loops it opened; they are closed again when it returns.
+   */
+  private tiles(fill: (lanes: Idx[][]) => void): number {
+    const root = this.spec.value;
+    const depth = this.scopes.length;
     const amounts = root.shape.map((size, d) => {
       const u = this.opts.upcast.filter((x) => x.axis === d).reduce((a, x) => a * x.amount, 1);
       if (size % u !== 0) throw new Error(`lowerKernel: upcast ${u} does not divide axis ${d} of size ${size}`);
@@ -94,16 +114,69 @@ class Lowerer {
       outer[d] = trips === 1 ? iconst(0) : ivar(`i${d}`, trips);
       if (trips > 1) this.openLoop(`i${d}`, trips);
     }
-    // every combination of upcast offsets is one lane
     let lanes: Idx[][] = [[]];
     root.shape.forEach((_, d) => {
       const u = amounts[d]!;
       lanes = lanes.flatMap((lane) => Array.from({ length: u }, (_, c) => [...lane, u === 1 ? outer[d]! : iadd(imul(outer[d]!, u), iconst(c))]));
     });
-    const values = this.genAll(lanes.map((idx) => ({ node: root, idx, valid: [] })));
-    lanes.forEach((idx, i) => this.emit({ kind: "store", buf: 0, index: flatIndex(idx, root.shape), value: values[i]!, dtype: this.spec.buffers[0]!.dtype }));
-    const loopCount = outer.filter((i) => i.kind !== "const").length;
-    return this.kernel(this.hasReduce ? "r" : "E", body, Math.min(this.opts.parallel, loopCount), optsKey(this.opts));
+    fill(lanes);
+    this.scopes.length = depth;
+    return outer.filter((i) => i.kind !== "const").length;
+  }
+
+  /**
+   * A kernel whose one long sum runs in blocks of `size` steps (kblock): zero the output, then for each block
+   * (in order) every output tile adds the block's terms to its partial sum, loaded from the output and stored
+   * back; then the last, shorter block; then what the kernel stores is computed from the finished sums. The
+   * terms are added in the plain kernel's order, so the results are the same bits; what changes is that a
+   * block of the operands stays in cache while every tile reads it, instead of each tile streaming the whole
+   * length of both (BERT's hidden-state gradient g @ W reads 30522 x 128 of W per tile).
+   */
+  private runBlocked(size: number): KernelIR {
+    const reduce = blockedReduce(this.spec);
+    if (!reduce) throw new Error(`lowerKernel: kblock needs one float sum over one axis that the kernel stores (${optsKey(this.opts)})`);
+    const root = this.spec.value;
+    const dtype = this.spec.buffers[0]!.dtype;
+    const body: Stmt[] = [];
+    this.scopes.push({ stmts: body, cache: new Map(), trips: 1 });
+    const length = reduce.src[0]!.shape[(reduce.arg as ReduceArg).axes[0]!]!;
+    const [blocks, rest] = [Math.floor(length / size), length % size];
+    // the partial sums live in the output at the sum's own (row-major) index, which a reshape keeps
+    const atSum = (idx: readonly Idx[]): Idx[] => unflatIndex(flatIndex(idx, root.shape), reduce.shape);
+    const sumPass = (): number => this.tiles((lanes) => {
+      const requests = lanes.map((idx) => ({ node: reduce, idx: atSum(idx), valid: [] }));
+      const values = this.genAll(requests);
+      requests.forEach((r, i) => this.emit({ kind: "store", buf: 0, index: flatIndex(r.idx, reduce.shape), value: values[i]!, dtype }));
+    });
+    const plainLoops = (fill: (idx: Idx[]) => void): number => {
+      const depth = this.scopes.length;
+      const idx = root.shape.map((n, d) => (n === 1 ? iconst(0) : (this.openLoop(`i${d}`, n), ivar(`i${d}`, n))));
+      fill(idx);
+      this.scopes.length = depth;
+      return idx.filter((i) => i.kind !== "const").length;
+    };
+    let loops = plainLoops((idx) => this.emit({ kind: "store", buf: 0, index: flatIndex(idx, root.shape), value: { kind: "lit", value: 0, dtype }, dtype }));
+    if (blocks > 0) {
+      this.openLoop("kb", blocks, true);
+      this.block = { node: reduce, start: imul(ivar("kb", blocks), size), size };
+      loops = Math.min(loops, sumPass());
+      this.scopes.length = 1;
+    }
+    if (rest > 0) {
+      this.block = { node: reduce, start: iconst(blocks * size), size: rest };
+      loops = Math.min(loops, sumPass());
+    }
+    this.block = undefined;
+    if (unwrap(root) !== reduce) {
+      // the epilogue: what the kernel stores, with the sum read back from the output
+      this.partials = reduce;
+      loops = Math.min(loops, plainLoops((idx) => {
+        const [value] = this.genAll([{ node: root, idx, valid: [] }]);
+        this.emit({ kind: "store", buf: 0, index: flatIndex(idx, root.shape), value: value!, dtype });
+      }));
+      this.partials = undefined;
+    }
+    return this.kernel("r", body, Math.min(this.opts.parallel, loops), optsKey(this.opts));
   }
 
   /** The kernel as one loop nest per piece of a concatenation, each storing at its offset. */
@@ -197,8 +270,8 @@ class Lowerer {
     this.top.stmts.push(stmt);
   }
 
-  private openLoop(name: string, size: number): void {
-    const loop: Stmt = { kind: "loop", var: name, size, body: [] };
+  private openLoop(name: string, size: number, serial = false): void {
+    const loop: Stmt = serial ? { kind: "loop", var: name, size, body: [], serial } : { kind: "loop", var: name, size, body: [] };
     this.emit(loop);
     this.scopes.push({ stmts: loop.body, cache: new Map(), trips: this.top.trips * size });
   }
@@ -271,6 +344,7 @@ class Lowerer {
       const value = this.gen(node.src[0]!, srcIdx, inside.length ? [...valid, ...inside] : valid);
       return inside.length ? this.select(inside, value, key) : value;
     }
+    if (node.op === "REDUCE" && node === this.partials) return this.define(node.dtype, { op: "LOAD", buf: 0, index: flatIndex(idx, node.shape), valid: [] }, key);
     if (node.op === "REDUCE") {
       if (this.collecting) {
         this.collecting.push({ node, idx, valid });
@@ -297,12 +371,19 @@ class Lowerer {
     const src = node.src[0]!;
     const accs = lanes.map(() => `acc${this.names++}`);
     accs.forEach((name) => this.emit({ kind: "acc", name, dtype: node.dtype, op }));
+    // a block of a K-blocked sum starts from the partial sum so far (0 + partial: the same bits)
+    const block = this.block?.node === node ? this.block : undefined;
+    if (block) lanes.forEach((lane, l) => {
+      const partial = this.define(node.dtype, { op: "LOAD", buf: 0, index: flatIndex(lane.idx, node.shape), valid: [] }, `${requestKey(lane)}|partial`);
+      this.emit({ kind: "update", name: accs[l]!, dtype: node.dtype, op, value: partial });
+    });
     const outer = this.scopes.length;
     const loopIdx = new Map<number, Idx>();
     const last = axes[axes.length - 1]!;
-    const unroll = src.shape[last]! % this.opts.unroll === 0 ? this.opts.unroll : 1;
+    const lastSize = block ? block.size : src.shape[last]!;
+    const unroll = lastSize % this.opts.unroll === 0 ? this.opts.unroll : 1;
     for (const axis of axes) {
-      const size = axis === last ? src.shape[axis]! / unroll : src.shape[axis]!;
+      const size = axis === last ? lastSize / unroll : src.shape[axis]!;
       const name = `r${this.loops++}`;
       if (size > 1) this.openLoop(name, size);
       loopIdx.set(axis, ivar(name, size));
@@ -312,7 +393,9 @@ class Lowerer {
       const idx = lane.idx.map((i, d) => {
         const loop = loopIdx.get(d);
         if (!loop) return i;
-        return d === last && unroll > 1 ? iadd(imul(loop, unroll), iconst(step)) : loop;
+        if (d !== last) return loop;
+        const at = unroll > 1 ? iadd(imul(loop, unroll), iconst(step)) : loop;
+        return block ? iadd(block.start, at) : at;
       });
       return { node: src, idx, valid: lane.valid };
     }));
@@ -397,4 +480,38 @@ function catPieces(value: UOp): CatPieces | undefined {
     next += src.shape[axis]!;
   }
   return next === root.shape[axis] ? { axis, pieces, shape: root.shape } : undefined;
+}
+/** `node` without the reshapes and copies around it (they keep the row-major order). */
+const unwrap = (node: UOp): UOp => (node.op === "RESHAPE" || node.op === "CONTIGUOUS" ? unwrap(node.src[0]!) : node);
+
+/**
+ * The sum a K-blocked kernel runs in blocks, if it has one that can: the kernel's only reduce, a float32 or
+ * float64 sum over one axis in the output's own dtype (the output holds the partial sums), with as many
+ * elements as the output, reached from what the kernel stores through elementwise ops and reshapes only
+ * (so each output element's partial sum sits at its own index).
+ */
+export function blockedReduce(spec: KernelSpec): UOp | undefined {
+  const root = spec.value;
+  const out = spec.buffers[0]!.dtype;
+  const reduces: UOp[] = [];
+  const onPath: UOp[] = [];
+  const seen = new Set<UOp>();
+  const walk = (n: UOp, direct: boolean): void => {
+    if (seen.has(n) || spec.inputs.has(n)) return;
+    seen.add(n);
+    if (n.op === "REDUCE") {
+      reduces.push(n);
+      if (direct) onPath.push(n);
+      return;
+    }
+    const keeps = isElementwise(n.op) || n.op === "RESHAPE" || n.op === "CONTIGUOUS";
+    for (const s of n.src) walk(s, direct && keeps);
+  };
+  walk(root, true);
+  if (reduces.length !== 1 || onPath.length !== 1) return undefined;
+  const reduce = reduces[0]!;
+  const { op, axes } = reduce.arg as ReduceArg;
+  const float = reduce.dtype.name === "float32" || reduce.dtype.name === "float64";
+  if (op !== "ADD" || axes.length !== 1 || !float || reduce.dtype !== out || reduce.numel !== root.numel) return undefined;
+  return reduce;
 }

@@ -15,13 +15,18 @@ export interface KernelOpts {
   readonly parallel: number;
   /** Output axes whose loops come first, outermost first (the rest follow in order): which data stays in cache. */
   readonly outer: readonly number[];
+  /**
+   * The kernel's one long sum runs in blocks of this many steps, each block over every output (host backends:
+   * the operands' block stays in cache across the output tiles; the output holds the partial sums). 0: none.
+   */
+  readonly kblock?: number;
 }
 
 export const NO_OPTS: KernelOpts = { upcast: [], unroll: 1, parallel: 0, outer: [] };
 
 /** A stable text form: cache keys and DEBUG output. */
 export const optsKey = (o: KernelOpts): string =>
-  `u${o.upcast.map((u) => `${u.axis}x${u.amount}`).join(",")}|r${o.unroll}|p${o.parallel}${o.outer.length ? `|o${o.outer.join(",")}` : ""}`;
+  `u${o.upcast.map((u) => `${u.axis}x${u.amount}`).join(",")}|r${o.unroll}|p${o.parallel}${o.outer.length ? `|o${o.outer.join(",")}` : ""}${o.kblock ? `|k${o.kblock}` : ""}`;
 
 /** How many elements each iteration of the kernel computes. */
 export const upcastWidth = (o: KernelOpts): number => o.upcast.reduce((w, u) => w * u.amount, 1);

@@ -363,7 +363,8 @@ const argString = (arg: unknown): string =>
 function readsOwnOutputElsewhere(kernel: KernelIR, buffers: readonly Buffer[]): boolean {
   const aliased = new Set(buffers.map((b, slot) => (slot > 0 && b === buffers[0] ? slot : -1)).filter((s) => s > 0));
   if (aliased.size === 0) return false;
-  if (kernel.opts === "scatter") return true;
+  // a scatter zeroes its output first, a K-blocked sum keeps partial sums there: both read it back elsewhere
+  if (kernel.opts === "scatter" || /\|k\d+/.test(kernel.opts)) return true;
   const loads: string[] = [];
   let storeKey = "";
   const scan = (stmts: KernelIR["body"]): void => {

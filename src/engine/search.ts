@@ -130,6 +130,8 @@ function extensions(opts: KernelOpts, spec: KernelSpec, plain: KernelIR): Kernel
   for (const unroll of [2, 4, 8]) if (reduceSize % unroll === 0 && unroll !== opts.unroll) out.push({ ...opts, unroll });
   const loops = loopTrips(shape, opts.upcast, opts.outer).length;
   for (let parallel = 0; parallel <= Math.min(loops, 3); parallel++) if (parallel !== opts.parallel) out.push({ ...opts, parallel });
+  // a K-blocked sum may do better whole, or in blocks half or twice as long
+  if (opts.kblock) for (const kblock of [0, opts.kblock / 2, opts.kblock * 2]) if (kblock === 0 || kblock >= 64) out.push({ ...opts, kblock });
   return out;
 }
 

@@ -143,10 +143,10 @@ function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, ctx:
   for (const s of stmts) {
     switch (s.kind) {
       case "loop":
-        // the first `parallel` perfectly nested output loops are split across threads
-        if (parallel > 0) out.push(`${indent}#pragma omp parallel for schedule(static) num_threads(threads)${parallel > 1 ? ` collapse(${parallel})` : ""}`);
+        // the first `parallel` perfectly nested output loops are split across threads (inside a serial loop)
+        if (parallel > 0 && !s.serial) out.push(`${indent}#pragma omp parallel for schedule(static) num_threads(threads)${parallel > 1 ? ` collapse(${parallel})` : ""}`);
         out.push(`${indent}for (${ctx.indexType} ${s.var} = 0; ${s.var} < ${s.size}; ${s.var}++) {`);
-        renderBlock(s.body, out, indent + "  ", ctx, 0);
+        renderBlock(s.body, out, indent + "  ", ctx, s.serial ? parallel : 0);
         out.push(`${indent}}`);
         // sibling loop nests at the top (the pieces of a concatenation) are each split across threads
         break;

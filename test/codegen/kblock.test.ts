@@ -1,0 +1,76 @@
+// K-blocked sums on host backends: a product with few outputs and a long sum (BERT's hidden-state gradient
+// g @ W over the 30522-word vocabulary) runs its sum in blocks, every output tile adding one block of the
+// operands (from cache) to its partial sum in the output. The terms are added in the same order, so the
+// results are the bits of the same kernel lowered whole.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { Device, Tensor } from "../../src/index.ts";
+import { recordItems, runItem } from "../../src/engine/realize.ts";
+import type { ExecItem } from "../../src/engine/schedule.ts";
+import { heuristicOpts } from "../../src/codegen/heuristics.ts";
+import { kernelSpecOf, lowerKernel } from "../../src/codegen/lower.ts";
+import { NO_OPTS } from "../../src/codegen/opts.ts";
+import { testDevices } from "../devices.ts";
+
+type KernelItem = ExecItem & { kind: "kernel" };
+
+/** The kernel items that compute `t`, run. */
+function ranKernels(t: Tensor): KernelItem[] {
+  return recordItems(() => t.realize()).items.filter((i): i is KernelItem => i.kind === "kernel");
+}
+
+/** The output of `item`'s kernel lowered again with the heuristics' options but without blocking, run on the same buffers. */
+function wholeSum(item: KernelItem): Float32Array {
+  const spec = kernelSpecOf(item.kernel)!;
+  const opts = heuristicOpts(spec, lowerKernel(spec, NO_OPTS));
+  assert.ok(opts.kblock, `expected a blocked kernel, got ${item.kernel.opts}`);
+  const whole = lowerKernel(spec, { ...opts, kblock: 0 });
+  assert.doesNotMatch(whole.opts, /\|k/);
+  runItem({ ...item, kernel: whole });
+  return item.buffers[0]!.toTypedArray() as Float32Array;
+}
+
+const randn = (shape: number[], device: string): Tensor => Tensor.randn(shape, { device }).realize();
+
+for (const device of testDevices().filter((d) => Device.backend(d).scatters)) {
+  // small enough for the JS device; 23 blocks of 512 and a last block of 224
+  const [m, k, n] = device === "JS" ? [40, 12000, 32] : [96, 20000, 64];
+
+  test(`${device}: g @ W over a long sum runs in blocks and gives the bits of the whole sum`, () => {
+    Tensor.manualSeed(11);
+    const product = randn([m, k], device).matmul(randn([k, n], device));
+    const [item] = ranKernels(product);
+    assert.match(item!.kernel.opts, /\|k\d+/, item!.kernel.opts);
+    const blocked = Float32Array.from(product.toArray() as Float32Array);
+    assert.deepEqual(wholeSum(item!), blocked);
+  });
+
+  test(`${device}: a blocked sum's epilogue (scale and bias) sees the finished sums`, () => {
+    Tensor.manualSeed(12);
+    const bias = randn([n], device);
+    const out = randn([m, k], device).matmul(randn([k, n], device)).mul(0.5).add(bias);
+    const [item] = ranKernels(out);
+    assert.match(item!.kernel.opts, /\|k\d+/, item!.kernel.opts);
+    const blocked = Float32Array.from(out.toArray() as Float32Array);
+    assert.deepEqual(wholeSum(item!), blocked);
+  });
+
+  test(`${device}: an in-place accumulate of a blocked sum goes through a temporary`, () => {
+    Tensor.manualSeed(13);
+    const [g, w] = [randn([m, k], device), randn([k, n], device)];
+    const start = randn([m, n], device);
+    const acc = start.add(0).contiguous().realize();
+    const expected = Float32Array.from(start.add(g.matmul(w)).toArray() as Float32Array);
+    acc.assign(acc.add(g.matmul(w)));
+    const kernels = ranKernels(acc);
+    assert.ok(kernels.some((i) => /\|k\d+/.test(i.kernel.opts)), kernels.map((i) => i.kernel.opts).join(" "));
+    assert.ok(!kernels.some((i) => /\|k\d+/.test(i.kernel.opts) && i.buffers.slice(1).includes(i.buffers[0]!)), "a blocked kernel reads the buffer it accumulates into");
+    assert.deepEqual(Float32Array.from(acc.toArray() as Float32Array), expected);
+  });
+}
+
+test("products with many outputs, or short sums, are not blocked", () => {
+  const kernelOpts = (a: number[], b: number[]): string => ranKernels(Tensor.empty(a, { device: "JS" }).matmul(Tensor.empty(b, { device: "JS" })))[0]!.kernel.opts;
+  assert.doesNotMatch(kernelOpts([512, 1024], [1024, 512]), /\|k/);
+  assert.doesNotMatch(kernelOpts([96, 512], [512, 64]), /\|k/);
+});
