@@ -101,28 +101,46 @@ class Lowerer {
    */
   private tiles(fill: (lanes: Idx[][]) => void): number {
     const root = this.spec.value;
-    const depth = this.scopes.length;
     const amounts = root.shape.map((size, d) => {
-      const u = this.opts.upcast.filter((x) => x.axis === d).reduce((a, x) => a * x.amount, 1);
-      if (size % u !== 0) throw new Error(`lowerKernel: upcast ${u} does not divide axis ${d} of size ${size}`);
+      const upcasts = this.opts.upcast.filter((x) => x.axis === d);
+      const u = upcasts.reduce((a, x) => a * x.amount, 1);
+      // the vector axis alone may leave a remainder (upcast alone): it runs as a narrower last tile
+      const ragged = upcasts.length === 1 && this.opts.upcast[0] === upcasts[0];
+      if (size % u !== 0 && !ragged) throw new Error(`lowerKernel: upcast ${u} does not divide axis ${d} of size ${size}`);
       return u;
     });
-    const order = [...this.opts.outer, ...root.shape.map((_, d) => d).filter((d) => !this.opts.outer.includes(d))];
-    const outer = new Array<Idx>(root.shape.length);
-    for (const d of order) {
-      const trips = root.shape[d]! / amounts[d]!;
-      outer[d] = trips === 1 ? iconst(0) : ivar(`i${d}`, trips);
-      if (trips > 1) this.openLoop(`i${d}`, trips);
+    const ragged = amounts.findIndex((u, d) => root.shape[d]! % u !== 0);
+    const nest = (widths: readonly number[], trips: readonly number[], base: readonly number[]): number => {
+      const depth = this.scopes.length;
+      const order = [...this.opts.outer, ...root.shape.map((_, d) => d).filter((d) => !this.opts.outer.includes(d))];
+      const outer = new Array<Idx>(root.shape.length);
+      for (const d of order) {
+        outer[d] = trips[d] === 1 ? iconst(0) : ivar(`i${d}`, trips[d]!);
+        if (trips[d]! > 1) this.openLoop(`i${d}`, trips[d]!);
+      }
+      let lanes: Idx[][] = [[]];
+      root.shape.forEach((_, d) => {
+        const u = widths[d]!;
+        const tile = (c: number): Idx => (u === 1 ? outer[d]! : iadd(imul(outer[d]!, u), iconst(c)));
+        const at = (c: number): Idx => (base[d] === 0 ? tile(c) : iadd(tile(c), iconst(base[d]!)));
+        lanes = lanes.flatMap((lane) => Array.from({ length: u }, (_, c) => [...lane, at(c)]));
+      });
+      fill(lanes);
+      this.scopes.length = depth;
+      return outer.filter((i) => i.kind !== "const").length;
+    };
+    const full = root.shape.map((size, d) => Math.floor(size / amounts[d]!));
+    const zero = root.shape.map(() => 0);
+    let loops = full[ragged] === 0 ? Infinity : nest(amounts, full, zero);
+    if (ragged >= 0) {
+      // the last tile along the ragged axis: as many lanes as are left, at the end
+      const rest = root.shape[ragged]! % amounts[ragged]!;
+      const at = (d: number, inRest: number, otherwise: number): number => (d === ragged ? inRest : otherwise);
+      loops = Math.min(loops, nest(amounts.map((u, d) => at(d, rest, u)), full.map((t, d) => at(d, 1, t)), zero.map((_, d) => at(d, full[d]! * amounts[d]!, 0))));
     }
-    let lanes: Idx[][] = [[]];
-    root.shape.forEach((_, d) => {
-      const u = amounts[d]!;
-      lanes = lanes.flatMap((lane) => Array.from({ length: u }, (_, c) => [...lane, u === 1 ? outer[d]! : iadd(imul(outer[d]!, u), iconst(c))]));
-    });
-    fill(lanes);
-    this.scopes.length = depth;
-    return outer.filter((i) => i.kind !== "const").length;
+    return loops;
   }
+
 
   /**
    * A kernel whose one long sum runs in blocks of `size` steps (kblock): zero the output, then for each block

@@ -21,12 +21,18 @@ test("a matmul is tiled in registers along both output axes", () => {
   assert.deepEqual(upcasts(kernel!), [16, 8]);
 });
 
-test("an axis with one factor of two (a 30522-word vocabulary) takes 6 or 3 lanes, not 2", () => {
-  // logits = hidden @ embeddings^T: 30522 = 2 x 3 x 5087 rows, 20 = 4 x 5 positions
+test("an axis with one factor of two takes 6 or 3 lanes, not 2; a long vector axis takes 16, ragged", () => {
+  // 102 = 2 x 3 x 17 outputs along the vector axis, 24 = 3 x 8 rows
+  const [small] = kernelsFor(Tensor.empty([24, 64], { device: "JS" }).matmul(Tensor.empty([64, 102], { device: "JS" })));
+  assert.deepEqual(upcasts(small!), [6, 8], small!.opts);
+  const [rows] = kernelsFor(Tensor.empty([30, 64], { device: "JS" }).matmul(Tensor.empty([64, 64], { device: "JS" })));
+  assert.deepEqual(upcasts(rows!), [16, 6], rows!.opts);
+  // logits = hidden @ embeddings^T: 30522 = 2 x 3 x 5087 words take 16 lanes (the last tile 10 wide) on host
+  // backends, 20 = 4 x 5 positions 4
   const hidden = Tensor.empty([20, 64], { device: "JS" });
   const table = Tensor.empty([30522, 64], { device: "JS" });
   const [logits] = kernelsFor(hidden.matmul(table.transpose(0, 1)));
-  assert.deepEqual(upcasts(logits!).sort((x, y) => x - y), [4, 6], logits!.opts);
+  assert.deepEqual(upcasts(logits!), [16, 4], logits!.opts);
   // a size with factors 4 and 6 keeps 4-wide vectors on its vector axis
   const [narrow] = kernelsFor(Tensor.empty([12, 40], { device: "JS" }).matmul(Tensor.empty([40, 12], { device: "JS" })));
   assert.ok(upcasts(narrow!).includes(4), narrow!.opts);
