@@ -10,7 +10,7 @@ import {
 } from "../shape/symbolic.ts";
 import { type Pads, type ReduceArg, type UOp, isElementwise } from "../uop.ts";
 import type { AluOp, Expr, KernelBuffer, KernelIR, Operand, Stmt } from "./ir.ts";
-import { type KernelOpts, NO_OPTS, optsKey } from "./opts.ts";
+import { type KernelOpts, NO_OPTS, optsKey, upcastWidth } from "./opts.ts";
 import { heuristicOpts } from "./heuristics.ts";
 import { type ScatterPlan, dtypeRange, isMovement, matchOneHot, moveIndex, scatterPlan } from "./one_hot.ts";
 
@@ -48,10 +48,55 @@ export function lowerKernel(spec: KernelSpec, opts?: KernelOpts): KernelIR {
     specs.set(kernel, spec);
     return kernel;
   }
+  if (!opts && spec.scatter) spec = mergeOutputAxes(spec);
   const chosen = opts ?? heuristicOpts(spec, new Lowerer(spec, NO_OPTS).run());
   const kernel = new Lowerer(spec, chosen).run();
   specs.set(kernel, spec);
   return kernel;
+}
+
+/** Floor divisions and modulos in a kernel's indices and bounds: what merging loops must not add. */
+function divisions(body: readonly Stmt[]): number {
+  const count = (e: Idx): number => (e.kind === "div" || e.kind === "mod" ? 1 + count(e.a) : e.kind === "mul" ? count(e.a) : e.kind === "sum" ? e.terms.reduce((n, t) => n + count(t), 0) : 0);
+  return body.reduce((n, s) => {
+    if (s.kind === "loop") return n + divisions(s.body);
+    if (s.kind === "store") return n + count(s.index) + (s.valid ?? []).reduce((m, b) => m + count(b.expr), 0);
+    if (s.kind !== "def") return n;
+    const { expr } = s;
+    if (expr.op === "LOAD") return n + count(expr.index) + expr.valid.reduce((m, b) => m + count(b.expr), 0);
+    if (expr.op === "VALID") return n + expr.valid.reduce((m, b) => m + count(b.expr), 0);
+    return expr.op === "INDEX" ? n + count(expr.index) : n;
+  }, 0);
+}
+
+/**
+ * The kernel over its output with neighbouring axes merged wherever every index stays as simple (a batch of
+ * 8 sequences of 20 masked positions is 160 rows): a host backend's register tile then has rows to take
+ * along the merged axis (8 rather than the 4 that divide 20), and its cost model sees one operand, not a batch.
+ */
+function mergeOutputAxes(spec: KernelSpec): KernelSpec {
+  // no more divisions in the plain kernel, and as many lanes in the heuristics' tile (merging a matmul's two
+  // tile axes would leave one)
+  const judge = (s: KernelSpec): { divs: number; lanes: number } => {
+    const plain = new Lowerer(s, NO_OPTS).run();
+    return { divs: divisions(plain.body), lanes: plain.name.startsWith("r") ? upcastWidth(heuristicOpts(s, plain)) : 1 };
+  };
+  let shape = [...spec.value.shape];
+  let best = spec;
+  let baseline = judge(spec);
+  for (let d = 0; d + 1 < shape.length; ) {
+    if (shape[d] === 1 || shape[d + 1] === 1) {
+      d++;
+      continue;
+    }
+    const merged = [...shape.slice(0, d), shape[d]! * shape[d + 1]!, ...shape.slice(d + 2)];
+    const candidate = { ...spec, value: spec.value.reshape(merged) };
+    const verdict = judge(candidate);
+    if (verdict.divs <= baseline.divs && verdict.lanes >= baseline.lanes) {
+      [shape, best, baseline] = [merged, candidate, verdict];
+    } else d++;
+  }
+  return best;
 }
 
 /** One value wanted: `node` at per-axis index `idx`, where `valid` holds. */

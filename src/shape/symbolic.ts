@@ -30,6 +30,17 @@ export function iadd(...parts: Idx[]): Idx {
     const entry = coeffs.get(term.key);
     entry ? (entry.c += c) : coeffs.set(term.key, { term, c });
   }
+  // (x / m) * (m*k) + (x % m) * k = x * k (floor division and modulo by m > 0): a merged axis split again
+  // (x / m is in its simplest form: (y / c) / m is y / (c*m))
+  for (const [key, mod] of coeffs) {
+    if (mod.term.kind !== "mod" || mod.c === 0) continue;
+    const quotient = idiv(mod.term.a, mod.term.c);
+    const div = coeffs.get(quotient.key);
+    if (!div || div.c !== mod.c * mod.term.c) continue;
+    coeffs.delete(key);
+    coeffs.delete(quotient.key);
+    return iadd(...[...coeffs.values()].map(({ term, c }) => imul(term, c)), imul(mod.term.a, mod.c), iconst(constant));
+  }
   const terms: Idx[] = [];
   for (const { term, c } of coeffs.values()) if (c !== 0) terms.push(imul(term, c));
   terms.sort((x, y) => (x.key < y.key ? -1 : x.key > y.key ? 1 : 0));
@@ -76,6 +87,8 @@ export function idiv(a: Idx, c: number): Idx {
     }
     if (whole.length > 0) return iadd(...whole, idiv(iadd(...rest), c));
   }
+  const split = commonFactor(a, c);
+  if (split) return idiv(split.scaled, c / split.g);
   return { kind: "div", a, c, min: Math.floor(a.min / c), max: Math.floor(a.max / c), key: `(${a.key}/${c})` };
 }
 
@@ -93,8 +106,41 @@ export function imod(a: Idx, c: number): Idx {
     const changed = rest.length < a.terms.length || a.terms.some((t) => t.kind === "const" && (t.value < 0 || t.value >= c));
     if (changed) return imod(iadd(...rest), c);
   }
+  const split = commonFactor(a, c);
+  if (split) return iadd(imul(imod(split.scaled, c / split.g), split.g), split.small);
   const [min, max] = a.min >= 0 ? [0, Math.min(c - 1, a.max)] : [0, c - 1];
   return { kind: "mod", a, c, min, max, key: `(${a.key}%${c})` };
+}
+
+/**
+ * A sum as g*y + r with g > 1 dividing c and 0 <= r < g: then floor(sum / c) = floor(y / (c/g)) and
+ * sum % c = (y % (c/g))*g + r (an index into rows of g, divided by a multiple of the row).
+ */
+function commonFactor(a: Idx, c: number): { g: number; scaled: Idx; small: Idx } | undefined {
+  if (a.kind !== "sum" && a.kind !== "mul") return undefined;
+  const terms = a.kind === "sum" ? a.terms : [a];
+  const gcd = (x: number, y: number): number => (y === 0 ? Math.abs(x) : gcd(y, x % y));
+  let best: { g: number; scaled: Idx; small: Idx } | undefined;
+  // try each term's coefficient's common factor with c; the terms it does not divide must stay below it
+  for (const t of terms) {
+    const g = gcd(t.kind === "mul" ? t.c : 1, c);
+    if (g <= 1 || (best && best.g >= g)) continue;
+    // multiples of g (a constant's multiple of g included) over g, and the rest, which must stay in [0, g)
+    const scaled: Idx[] = [];
+    const rest: Idx[] = [];
+    for (const u of terms) {
+      if (u.kind === "mul" && u.c % g === 0) scaled.push(imul(u.a, u.c / g));
+      else if (u.kind === "const") {
+        const r = ((u.value % g) + g) % g;
+        scaled.push(iconst((u.value - r) / g));
+        rest.push(iconst(r));
+      } else rest.push(u);
+    }
+    const small = iadd(...rest);
+    if (small.min < 0 || small.max >= g) continue;
+    best = { g, scaled: iadd(...scaled), small };
+  }
+  return best;
 }
 
 /** lo <= expr < hi; a list of these is a validity condition (all must hold). */
