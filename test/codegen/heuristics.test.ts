@@ -72,3 +72,20 @@ test("a register tile walks outermost the axis whose order reads the least memor
   const [logits] = kernelsFor(h.matmul(Tensor.empty([30522, 128], { device: "JS" }).transpose(0, 1)));
   assert.equal(outermostTile(logits!), 1, logits!.opts);
 });
+
+test("neighbouring output axes merge where indices stay simple and the tile keeps its lanes", () => {
+  // logits over a batch of sequences of masked positions: [8, 20] rows read as 160, tiled 8 rows at a time
+  const hidden = Tensor.empty([8, 20, 64], { device: "JS" });
+  const table = Tensor.empty([1030, 64], { device: "JS" });
+  const [logits] = kernelsFor(hidden.matmul(table.transpose(0, 1)));
+  assert.equal(logits!.name, "r_160_1030");
+  assert.deepEqual(upcasts(logits!), [16, 8], logits!.opts);
+  // a weight gradient over heads: [2 x 64, 128] stays two axes (one merged axis would lose the 2-D tile)
+  const x = Tensor.empty([1024, 2, 64], { device: "JS" });
+  const g = Tensor.empty([1024, 128], { device: "JS" });
+  const [grad] = kernelsFor(x.reshape([1024, 128]).transpose(0, 1).matmul(g));
+  assert.equal(upcasts(grad!).length, 2, grad!.opts);
+  // an elementwise op over [8, 128, 64] is one loop
+  const [flat] = kernelsFor(Tensor.empty([8, 128, 64], { device: "JS" }).exp());
+  assert.equal(flat!.name, "E_65536");
+});
