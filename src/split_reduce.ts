@@ -34,6 +34,15 @@ export function splitReduce(shape: readonly number[], axes: readonly number[]): 
 
 /** `node` reduced over `axes` (dims kept as 1): in two reduces where splitReduce cuts it, else in one. */
 export function reduceInTwo<T extends Lazy>(node: T, op: ReduceKind, axes: readonly number[]): T {
+  // neighbouring reduced axes are cut as one: a norm over [30522, 128] is 256 partials of 15261 neighbouring
+  // elements, not 64 partials of two columns each (30522 has no factor in 8..256)
+  const sorted = [...axes].sort((a, b) => a - b);
+  const [first, last] = [sorted[0]!, sorted[sorted.length - 1]!];
+  if (sorted.length > 1 && last - first === sorted.length - 1) {
+    const shape = node.shape;
+    const merged = node.reshape([...shape.slice(0, first), prod(shape.slice(first, last + 1)), ...shape.slice(last + 1)]);
+    if (splitReduce(merged.shape, [first])) return reduceInTwo(merged, op, [first]).reshape(shape.map((s, i) => (axes.includes(i) ? 1 : s))) as T;
+  }
   const split = splitReduce(node.shape, axes);
   if (!split) return node.reduce(op, [...axes]) as T;
   const { axis, factor } = split;

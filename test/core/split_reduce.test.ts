@@ -4,6 +4,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { GlobalCounters, Tensor, dtypes } from "../../src/index.ts";
 import { splitReduce } from "../../src/split_reduce.ts";
+import { recordItems } from "../../src/engine/realize.ts";
 import { testDevices } from "../devices.ts";
 
 test("only long reduces to few outputs are split, at the reduced axis with the largest factor up to 256", () => {
@@ -92,3 +93,14 @@ for (const device of testDevices()) {
     });
   }
 }
+
+test("neighbouring reduced axes are cut as one: a norm over [1021, 256] is 256 partials of 1021 neighbours", () => {
+  // cut per axis, 1021 (prime) has no factor, so 256 would give 128 partials of two columns each, strided
+  const values = Array.from({ length: 1021 * 256 }, (_, i) => Math.cos(i * 0.11) * 3);
+  const t = new Tensor(values, { device: "JS" }).reshape([1021, 256]).realize();
+  const items = recordItems(() => t.square().sum().realize()).items.filter((i) => i.kind === "kernel");
+  assert.deepEqual(items.map((i) => (i.kind === "kernel" ? i.kernel.outputShape : [])), [[256, 1], []]);
+  const expected = values.reduce((a, b) => a + b * b, 0);
+  const total = t.square().sum().item();
+  assert.ok(Math.abs(total - expected) <= 1e-5 * expected, `${total} vs ${expected}`);
+});
