@@ -556,23 +556,22 @@ const unwrap = (node: UOp): UOp => (node.op === "RESHAPE" || node.op === "CONTIG
 export function blockedReduce(spec: KernelSpec): UOp | undefined {
   const root = spec.value;
   const out = spec.buffers[0]!.dtype;
-  const reduces: UOp[] = [];
-  const onPath: UOp[] = [];
-  const seen = new Set<UOp>();
-  const walk = (n: UOp, direct: boolean): void => {
+  // reduces reached along elementwise ops and reshapes (read where the output is stored), and otherwise
+  // (a flip or an expand of the sum would read another element's partial sum, or what the epilogue wrote)
+  const direct = new Set<UOp>();
+  const elsewhere = new Set<UOp>();
+  const walk = (n: UOp, along: boolean): void => {
+    const seen = along ? direct : elsewhere;
     if (seen.has(n) || spec.inputs.has(n)) return;
     seen.add(n);
-    if (n.op === "REDUCE") {
-      reduces.push(n);
-      if (direct) onPath.push(n);
-      return;
-    }
-    const keeps = isElementwise(n.op) || n.op === "RESHAPE" || n.op === "CONTIGUOUS";
-    for (const s of n.src) walk(s, direct && keeps);
+    if (n.op === "REDUCE") return;
+    const keeps = along && (isElementwise(n.op) || n.op === "RESHAPE" || n.op === "CONTIGUOUS");
+    for (const s of n.src) walk(s, keeps);
   };
   walk(root, true);
-  if (reduces.length !== 1 || onPath.length !== 1) return undefined;
-  const reduce = reduces[0]!;
+  const reduces = [...new Set([...direct, ...elsewhere].filter((n) => n.op === "REDUCE"))];
+  const reduce = reduces[0];
+  if (reduces.length !== 1 || !reduce || !direct.has(reduce) || elsewhere.has(reduce)) return undefined;
   const { op, axes } = reduce.arg as ReduceArg;
   const float = reduce.dtype.name === "float32" || reduce.dtype.name === "float64";
   if (op !== "ADD" || axes.length !== 1 || !float || reduce.dtype !== out || reduce.numel !== root.numel) return undefined;

@@ -69,6 +69,19 @@ for (const device of testDevices().filter((d) => Device.backend(d).scatters)) {
   });
 }
 
+test("JS: a sum the kernel also reads elsewhere (times its own flip) is not blocked, and is right", () => {
+  Tensor.manualSeed(14);
+  const device = "JS";
+  const product = randn([40, 12000], device).matmul(randn([12000, 32], device));
+  const sums = Float32Array.from(product.contiguous().toArray() as Float32Array);
+  const out = product.mul(product.flip(1));
+  const [item] = ranKernels(out);
+  // blocked, one output's epilogue would read another's partial sum, or what that epilogue already wrote
+  assert.doesNotMatch(item!.kernel.opts, /\|k/, item!.kernel.opts);
+  const values = out.toArray() as Float32Array;
+  for (let i = 0; i < 40; i++) for (let j = 0; j < 32; j++) assert.equal(values[i * 32 + j], Math.fround(sums[i * 32 + j]! * sums[i * 32 + 31 - j]!));
+});
+
 test("products with many outputs, or short sums, are not blocked", () => {
   const kernelOpts = (a: number[], b: number[]): string => ranKernels(Tensor.empty(a, { device: "JS" }).matmul(Tensor.empty(b, { device: "JS" })))[0]!.kernel.opts;
   assert.doesNotMatch(kernelOpts([512, 1024], [1024, 512]), /\|k/);
