@@ -22,12 +22,13 @@ export interface Backend {
   transfer?(dst: unknown, src: unknown, bytes: number, srcDevice: string): void;
   compile(kernel: KernelIR): Program;
   /**
-   * Whether one-hot sums along an output axis (the gradient of an embedding or a gather) are lowered as
-   * scatters: the output zeroed, then each summed row added where its index points, serially along the
-   * summed axis. Host backends want it (a vocabulary's worth less work); GPUs keep the dense product, whose
-   * outputs all run in parallel (tensor cores).
+   * Whether kernels are lowered in the forms that suit a host CPU (codegen/lower.ts, heuristics.ts): one-hot
+   * sums along an output axis (an embedding's or a gather's gradient) as scatters, the output zeroed then each
+   * summed row added where its index points (a vocabulary's worth less work); long sums to few outputs in
+   * cached blocks; ragged 16-lane tiles; neighbouring output axes merged. GPUs keep their own forms (the
+   * dense one-hot product runs every output in parallel on tensor cores).
    */
-  readonly scatters?: boolean;
+  readonly hostForms?: boolean;
   /**
    * Records the kernel launches `run` makes and returns a function that replays them all at once (a CUDA
    * graph); undefined where the backend cannot (then the JIT launches kernel by kernel).

@@ -101,7 +101,7 @@ export function heuristicOpts(spec: KernelSpec, plain: KernelIR): KernelOpts {
       let amount = (upcast.length === 0 ? [16, 8, 4, 6, 2] : [8, 6, 4, 3, 2]).find((n) => f.size % n === 0 && lanes * n <= maxLanes);
       // a long vector axis without a factor of 8 (30522 words) takes 16 lanes anyway, its last tile narrower:
       // 16-wide tiles of the logits h @ W^T ran ~40% faster than 6-wide ones (a host backend's lowering)
-      if (upcast.length === 0 && spec.scatter && (amount ?? 1) < 8 && f.size >= RAGGED_MIN && lanes * 16 <= maxLanes) amount = 16;
+      if (upcast.length === 0 && spec.host && (amount ?? 1) < 8 && f.size >= RAGGED_MIN && lanes * 16 <= maxLanes) amount = 16;
       if (!amount) continue;
       upcast.push({ axis: f.axis, amount });
       lanes *= amount;
@@ -112,7 +112,7 @@ export function heuristicOpts(spec: KernelSpec, plain: KernelIR): KernelOpts {
   const outer = upcast.length === 2
     ? [...spec.value.shape.map((_, d) => d).filter((d) => d < Math.min(upcast[0]!.axis, upcast[1]!.axis) && spec.value.shape[d]! > 1), outerTileAxis(plain, upcast)]
     : [];
-  const kblock = spec.scatter && upcast.length === 2 ? blockLength(spec, plain) : 0;
+  const kblock = spec.host && upcast.length === 2 ? blockLength(spec, plain) : 0;
   return { upcast, unroll: 1, parallel: parallelLoops(loopTrips(spec.value.shape, upcast, outer), work), outer, ...(kblock ? { kblock } : {}) };
 }
 

@@ -21,8 +21,8 @@ export interface KernelSpec {
   /** Slot of each input node: its data is stored contiguously in its own shape. */
   readonly inputs: ReadonlyMap<UOp, number>;
   readonly buffers: readonly KernelBuffer[];
-  /** Lower a one-hot sum along an output axis as a scatter (the device's `Backend.scatters`). */
-  readonly scatter?: boolean;
+  /** Lower in the host backends' forms (the device's `Backend.hostForms`): scatters, K-blocks, ragged tiles, merged axes. */
+  readonly host?: boolean;
 }
 
 const specs = new WeakMap<KernelIR, KernelSpec>();
@@ -34,7 +34,7 @@ export const kernelSpecOf = (kernel: KernelIR): KernelSpec | undefined => specs.
 export function lowerKernel(spec: KernelSpec, opts?: KernelOpts): KernelIR {
   // an embedding's or a gather's gradient adds each row where its index points, instead of testing every
   // row against every index; it has no options to choose
-  const plan = spec.scatter ? scatterPlan(spec) : undefined;
+  const plan = spec.host ? scatterPlan(spec) : undefined;
   if (plan) {
     const kernel = new Lowerer({ ...spec, inputs: new Map([...spec.inputs, [plan.reduce, 0]]) }, NO_OPTS).runScatter(plan);
     specs.set(kernel, spec);
@@ -48,7 +48,7 @@ export function lowerKernel(spec: KernelSpec, opts?: KernelOpts): KernelIR {
     specs.set(kernel, spec);
     return kernel;
   }
-  if (!opts && spec.scatter) spec = mergeOutputAxes(spec);
+  if (!opts && spec.host) spec = mergeOutputAxes(spec);
   const chosen = opts ?? heuristicOpts(spec, new Lowerer(spec, NO_OPTS).run());
   const kernel = new Lowerer(spec, chosen).run();
   specs.set(kernel, spec);

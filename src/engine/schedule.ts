@@ -307,13 +307,13 @@ function kernelsFor(node: UOp, out: Buffer, stored: Set<UOp>, bufferOf: (u: UOp)
   walk(value, value === node);
   const inputNodes = [...inputs.keys()];
   const kernelBuffers: KernelBuffer[] = buffers.map((b) => ({ dtype: b.dtype, size: b.size }));
-  const scatter = Device.backend(out.device).scatters === true;
-  const kernel = lowerCached({ value, inputs, buffers: kernelBuffers, scatter }, out.device);
+  const host = Device.backend(out.device).hostForms === true;
+  const kernel = lowerCached({ value, inputs, buffers: kernelBuffers, host }, out.device);
   if (!readsOwnOutputElsewhere(kernel, buffers)) return { items: [{ kind: "kernel", kernel, buffers }], inputs: inputNodes };
   // an in-place write that reads its target elsewhere (w.assign(w.flip(0)), or a scatter, which zeroes its
   // output first, into a buffer it reads): compute into a temporary, then copy
   const temp = new Buffer(out.device, out.size, out.dtype);
-  const first = lowerKernel({ value, inputs, buffers: [{ dtype: temp.dtype, size: temp.size }, ...kernelBuffers.slice(1)], scatter });
+  const first = lowerKernel({ value, inputs, buffers: [{ dtype: temp.dtype, size: temp.size }, ...kernelBuffers.slice(1)], host });
   const tempNode = UOp.buffer(temp).reshape(value.shape);
   const second = lowerKernel({ value: tempNode, inputs: new Map([[tempNode, 1]]), buffers: [kernelBuffers[0]!, { dtype: temp.dtype, size: temp.size }] });
   const items: ExecItem[] = [
@@ -336,7 +336,7 @@ function lowerCached(spec: KernelSpec, device: string): KernelIR {
 }
 
 /** What the lowering depends on: the inlined graph's ops, dtypes, shapes and arguments, with inputs as slots. */
-function structureKey({ value, inputs, buffers, scatter }: KernelSpec): string {
+function structureKey({ value, inputs, buffers, host }: KernelSpec): string {
   const ids = new Map<UOp, number>();
   const parts: string[] = [];
   const visit = (n: UOp): number => {
@@ -352,7 +352,7 @@ function structureKey({ value, inputs, buffers, scatter }: KernelSpec): string {
     return id;
   };
   visit(value);
-  return `${parts.join(";")}|${buffers.map((b) => `${b.dtype.name}:${b.size}`).join(",")}|${scatter ? "scatter" : ""}`;
+  return `${parts.join(";")}|${buffers.map((b) => `${b.dtype.name}:${b.size}`).join(",")}|${host ? "host" : ""}`;
 }
 
 /** Numbers by String (JSON would print NaN and Infinity both as null), the rest as JSON. */

@@ -148,7 +148,7 @@ export const cpuAvailable = (): boolean => findCompiler() !== null;
 export function cpuBackend(): Backend {
   return {
     name: "CPU",
-    scatters: true,
+    hostForms: true,
     ...hostMemory,
     compile: (kernel) => new CpuProgram(kernel),
   };

@@ -67,7 +67,7 @@ export class JsProgram implements Program {
 export function jsBackend(): Backend {
   return {
     name: "JS",
-    scatters: true,
+    hostForms: true,
     ...hostMemory,
     compile(kernel) {
       const source = renderJs(kernel);

@@ -143,7 +143,7 @@ test("scatter lowering only where the device asks for it: the same kernel lowere
   assert.ok(item?.kind === "kernel");
   const spec = kernelSpecOf(item.kernel)!;
   assert.equal(item.kernel.opts, "scatter");
-  const dense = lowerKernel({ ...spec, scatter: false });
+  const dense = lowerKernel({ ...spec, host: false });
   assert.ok(dense.name.startsWith("r_"), dense.name);
   assert.ok(dense.flops >= VOCAB * DIM * 2, `the dense sum tests every row: ${dense.flops} operations`);
 });
