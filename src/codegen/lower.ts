@@ -48,11 +48,21 @@ export function lowerKernel(spec: KernelSpec, opts?: KernelOpts): KernelIR {
     specs.set(kernel, spec);
     return kernel;
   }
-  if (!opts && spec.host) spec = mergeOutputAxes(spec);
-  const chosen = opts ?? heuristicOpts(spec, new Lowerer(spec, NO_OPTS).run());
-  const kernel = new Lowerer(spec, chosen).run();
-  specs.set(kernel, spec);
+  if (opts) {
+    const kernel = new Lowerer(spec, opts).run();
+    specs.set(kernel, spec);
+    return kernel;
+  }
+  const chosen = spec.host ? mergeOutputAxes(spec) : tiled(spec);
+  const kernel = new Lowerer(chosen.spec, chosen.opts).run();
+  specs.set(kernel, chosen.spec);
   return kernel;
+}
+
+/** The heuristics' options for `spec`, with what they were judged from (its plain lowering). */
+function tiled(spec: KernelSpec): { spec: KernelSpec; plain: KernelIR; opts: KernelOpts } {
+  const plain = new Lowerer(spec, NO_OPTS).run();
+  return { spec, plain, opts: heuristicOpts(spec, plain) };
 }
 
 /** Floor divisions and modulos in a kernel's indices and bounds: what merging loops must not add. */
@@ -74,27 +84,24 @@ function divisions(body: readonly Stmt[]): number {
  * 8 sequences of 20 masked positions is 160 rows): a host backend's register tile then has rows to take
  * along the merged axis (8 rather than the 4 that divide 20), and its cost model sees one operand, not a batch.
  */
-function mergeOutputAxes(spec: KernelSpec): KernelSpec {
+function mergeOutputAxes(spec: KernelSpec): ReturnType<typeof tiled> {
   // no more divisions in the plain kernel, and as many lanes in the heuristics' tile (merging a matmul's two
   // tile axes would leave one)
-  const judge = (s: KernelSpec): { divs: number; lanes: number } => {
-    const plain = new Lowerer(s, NO_OPTS).run();
-    return { divs: divisions(plain.body), lanes: plain.name.startsWith("r") ? upcastWidth(heuristicOpts(s, plain)) : 1 };
+  const judge = (s: KernelSpec) => {
+    const t = tiled(s);
+    return { ...t, divs: divisions(t.plain.body), lanes: upcastWidth(t.opts) };
   };
   let shape = [...spec.value.shape];
-  let best = spec;
-  let baseline = judge(spec);
+  let best = judge(spec);
   for (let d = 0; d + 1 < shape.length; ) {
     if (shape[d] === 1 || shape[d + 1] === 1) {
       d++;
       continue;
     }
     const merged = [...shape.slice(0, d), shape[d]! * shape[d + 1]!, ...shape.slice(d + 2)];
-    const candidate = { ...spec, value: spec.value.reshape(merged) };
-    const verdict = judge(candidate);
-    if (verdict.divs <= baseline.divs && verdict.lanes >= baseline.lanes) {
-      [shape, best, baseline] = [merged, candidate, verdict];
-    } else d++;
+    const candidate = judge({ ...spec, value: spec.value.reshape(merged) });
+    if (candidate.divs <= best.divs && candidate.lanes >= best.lanes) [shape, best] = [merged, candidate];
+    else d++;
   }
   return best;
 }
