@@ -193,7 +193,6 @@ class Lowerer {
     return loops;
   }
 
-
   /**
    * A kernel whose one long sum runs in blocks of `size` steps (kblock): zero the output, then for each block
    * (in order) every output tile adds the block's terms to its partial sum, loaded from the output and stored
@@ -227,10 +226,11 @@ class Lowerer {
     };
     let loops = plainLoops((idx) => this.emit({ kind: "store", buf: 0, index: flatIndex(idx, root.shape), value: { kind: "lit", value: 0, dtype }, dtype }));
     if (blocks > 0) {
+      const depth = this.scopes.length;
       this.openLoop("kb", blocks, true);
       this.block = { node: reduce, start: imul(ivar("kb", blocks), size), size };
       loops = Math.min(loops, sumPass());
-      this.scopes.length = 1;
+      this.scopes.length = depth;
     }
     if (rest > 0) {
       this.block = { node: reduce, start: iconst(blocks * size), size: rest };
