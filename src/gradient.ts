@@ -70,8 +70,17 @@ function rule(node: UOp, g: UOp): (UOp | undefined)[] {
 /** The terms of a tree of ADDs (the gradient contributions summed at a node). */
 const addTerms = (u: UOp): UOp[] => (u.op === "ADD" ? u.src.flatMap(addTerms) : [u]);
 
-/** A product, or a cast of one: what a matmul's gradient sums. */
-const isProduct = (u: UOp): boolean => u.op === "MUL" || (u.op === "CAST" && u.src[0]!.op === "MUL");
+const skipCasts = (u: UOp): UOp => (u.op === "CAST" ? skipCasts(u.src[0]!) : u);
+
+/**
+ * A product of two broadcast operands, or a cast of one: what a matmul's gradient sums. An elementwise
+ * product (a GELU's gradient contributions) is not one: summed term by term it would be two reduces that
+ * each recompute part of the chain, instead of one reduce reading the chain the matmuls store.
+ */
+const isProduct = (u: UOp): boolean => {
+  const product = skipCasts(u);
+  return product.op === "MUL" && product.src.every((s) => skipCasts(s).op === "EXPAND");
+};
 
 /** Gradients of `root` (seeded with `rootGrad`) with respect to each of `targets` that it depends on. */
 export function computeGradients(root: UOp, rootGrad: UOp, targets: ReadonlySet<UOp>): Map<UOp, UOp> {
