@@ -8,6 +8,8 @@ import { Buffer, Device } from "../device.ts";
 import { TsgradError, fmtShape } from "../helpers.ts";
 import { type KernelBuffer, type KernelIR } from "../codegen/ir.ts";
 import { type KernelSpec, lowerKernel } from "../codegen/lower.ts";
+import { moveIndex } from "../codegen/one_hot.ts";
+import { type Idx, coefficientOf, flatIndex, ivar, varsOf as varsOfIdx } from "../shape/symbolic.ts";
 import { MOVEMENT_OPS, type ReduceArg, UOp, isElementwise, isNarrowingFloatCast, isWideningFloatCast } from "../uop.ts";
 
 export type ExecItem =
@@ -59,13 +61,23 @@ export function createSchedule(roots: readonly UOp[]): Schedule {
     if (n.op === "COPY" && !isLeaf(n.src[0]!)) stored.add(n.src[0]!);
   }
   markRecomputedWork(stored, users);
+  storeBeforeHeavyEpilogues(stored);
+  const packs = packStridedOperands(nodes, stored);
   capKernelInputs(stored);
   stageCrossReadingAssigns(nodes, stored);
+  // each packed view gets a copy, computed after the view's sources (right after the view in the order)
+  const copies = new Map<UOp, UOp>();
+  for (const view of new Set(packs.values())) {
+    const copy = view.contiguous();
+    copies.set(view, copy);
+    stored.add(copy);
+  }
+  const ordered = copies.size === 0 ? nodes : nodes.flatMap((n) => (copies.has(n) && !nodes.includes(copies.get(n)!) ? [n, copies.get(n)!] : [n]));
 
   const outputs = new Map<UOp, Buffer>();
   const created: Buffer[] = [];
   const steps: Step[] = [];
-  for (const n of nodes) {
+  for (const n of ordered) {
     if (!stored.has(n)) continue;
     let out: Buffer;
     if (n.op === "ASSIGN") {
@@ -83,7 +95,7 @@ export function createSchedule(roots: readonly UOp[]): Schedule {
       steps.push({ node: n, items: [{ kind: "copy", src, dst: out }], inputs: [n.src[0]!] });
       continue;
     }
-    steps.push({ node: n, ...kernelsFor(n, out, stored, bufferOf) });
+    steps.push({ node: n, ...kernelsFor(n, out, stored, bufferOf, (reduce) => copies.get(packs.get(reduce)!)) });
   }
   const order = orderSteps(steps, stored);
   const rootSet = new Set(roots);
@@ -181,6 +193,87 @@ function markRecomputedWork(stored: Set<UOp>, users: ReadonlyMap<UOp, number>): 
     };
     walk(root.op === "ASSIGN" ? root.src[1]! : root, false, false);
   }
+}
+
+/** Inline cost (ALU operations an element) of the elementwise work after a matmul above which a host backend stores the matmul first. */
+const HEAVY_EPILOGUE = 16;
+
+/**
+ * On host backends a matmul's register tile copies its kernel's epilogue once per lane, and the heuristics
+ * narrow the tile to keep the code small: a GELU's gradient after dY @ W (~90 operations an element) left
+ * 2 rows of 16 lanes, 16 GFLOP/s. Such a matmul is stored first (full tile), and the epilogue reads it.
+ */
+function storeBeforeHeavyEpilogues(stored: Set<UOp>): void {
+  for (const root of [...stored]) {
+    if (Device.backend(root.device).hostForms !== true) continue;
+    const value = root.op === "ASSIGN" ? root.src[1]! : root;
+    const matmuls: UOp[] = [];
+    const seen = new Set<UOp>();
+    const walk = (n: UOp, top: boolean): void => {
+      if (seen.has(n) || (!top && (stored.has(n) || isLeaf(n)))) return;
+      seen.add(n);
+      if (n.op === "REDUCE") {
+        if (isMatmul(n)) matmuls.push(n);
+        return;
+      }
+      if (isElementwise(n.op) || MOVEMENT_OPS.has(n.op)) for (const s of n.src) walk(s, false);
+    };
+    walk(value, value === root);
+    if (matmuls.length === 0 || matmuls.includes(value)) continue;
+    const cut = new Set([...stored, ...matmuls]);
+    cut.delete(value);
+    if (inlineCost(value, cut) > HEAVY_EPILOGUE) for (const matmul of matmuls) stored.add(matmul);
+  }
+}
+
+/** Bytes apart at which a matmul's vector lanes fall into two or fewer sets of a 32 KB, 64-set L1 cache. */
+const ALIASED_LANE_BYTES = 2048;
+/** Reads of each element below which packing an operand costs more than it saves (a matrix-vector product). */
+const PACK_MIN_REUSE = 32;
+
+/**
+ * Host backends tile a matmul's output with vector lanes along its last axis. An operand read along that
+ * axis with a stride that is a multiple of 2 KB (a linear layer's x @ W^T with W [out, 1024]: each lane
+ * reads a row of W 4 KB after the last) puts all the tile's loads into one or two sets of the L1 cache,
+ * which then miss on every step of the sum: 1024x1024x256 ran at 8-12 GFLOP/s instead of ~60. Such an
+ * operand's view is copied first into the layout it reads contiguously along the lanes (W^T: one pass over
+ * W) when the product reads each element many times. Returns, per product, the view whose copy it reads;
+ * only that product reads the copy (a backward's dY @ W keeps reading W, contiguous for it). Same values,
+ * same sums.
+ */
+function packStridedOperands(nodes: readonly UOp[], stored: ReadonlySet<UOp>): Map<UOp, UOp> {
+  const packs = new Map<UOp, UOp>();
+  for (const n of nodes) {
+    if (n.op !== "REDUCE" || isLeaf(n) || !isMatmul(n) || Device.backend(n.device).hostForms !== true) continue;
+    const product = skipCasts(n.src[0]!);
+    const axes = (n.arg as ReduceArg).axes;
+    let lane = product.shape.length - 1;
+    while (lane >= 0 && (product.shape[lane] === 1 || axes.includes(lane))) lane--;
+    if (lane < 0) continue;
+    const vars = product.shape.map((size, d) => ivar(`a${d}`, size));
+    const stride = (node: UOp, idx: readonly Idx[]) => coefficientOf(flatIndex(idx, node.shape), `a${lane}`);
+    for (const operand of product.src) {
+      // walk the operand's views down to what they read, keeping the nodes a copy could be made of
+      let node = skipCasts(operand);
+      let idx: readonly Idx[] = vars;
+      let candidates: { node: UOp; idx: readonly Idx[] }[] = [];
+      for (let top = true; MOVEMENT_OPS.has(node.op) && (top || !(stored.has(node) || isLeaf(node))); top = false) {
+        // a view above a broadcast would copy the broadcast too
+        if (node.op === "EXPAND") candidates = [];
+        else candidates.push({ node, idx });
+        idx = moveIndex(node, idx).srcIdx;
+        node = node.src[0]!;
+      }
+      const step = stride(node, idx);
+      if (step === undefined || step === 0 || (Math.abs(step) * node.dtype.itemsize) % ALIASED_LANE_BYTES !== 0) continue;
+      const used = new Set(idx.flatMap((i) => [...varsOfIdx(i)]));
+      const reuse = product.shape.reduce((r, size, d) => (axes.includes(d) || used.has(`a${d}`) ? r : r * size), 1);
+      if (reuse < PACK_MIN_REUSE) continue;
+      const packed = candidates.reverse().find((c) => stride(c.node, c.idx) === 1);
+      if (packed) packs.set(n, packed.node);
+    }
+  }
+  return packs;
 }
 
 /** A sum of products of two broadcast operands (through casts): a matmul. */
@@ -286,26 +379,36 @@ function stageCrossReadingAssigns(nodes: readonly UOp[], stored: Set<UOp>): void
   }
 }
 
-/** The kernel(s) computing `node` into `out`: two when an in-place write would clobber its own inputs. */
-function kernelsFor(node: UOp, out: Buffer, stored: Set<UOp>, bufferOf: (u: UOp) => Buffer): { items: ExecItem[]; inputs: UOp[] } {
+/**
+ * The kernel(s) computing `node` into `out`: two when an in-place write would clobber its own inputs.
+ * `packedFor(reduce)`: the stored copy of a view that reduce's operand reads (packStridedOperands), which
+ * this kernel then loads in the view's place, the view's own layout (other kernels keep reading the view).
+ */
+function kernelsFor(
+  node: UOp, out: Buffer, stored: Set<UOp>, bufferOf: (u: UOp) => Buffer, packedFor: (reduce: UOp) => UOp | undefined = () => undefined,
+): { items: ExecItem[]; inputs: UOp[] } {
   const value = node.op === "ASSIGN" ? node.src[1]! : node;
   const inputs = new Map<UOp, number>();
   const buffers: Buffer[] = [out];
+  const readFrom = new Map<UOp, UOp>();
   const seen = new Set<UOp>();
   const walk = (n: UOp, top: boolean): void => {
     if (seen.has(n)) return;
     seen.add(n);
-    if (!top && (stored.has(n) || isLeaf(n))) {
+    const copy = readFrom.get(n);
+    if (!top && (copy || stored.has(n) || isLeaf(n))) {
       if (!isSource(n)) {
         inputs.set(n, buffers.length);
-        buffers.push(bufferOf(n));
+        buffers.push(bufferOf(copy ?? n));
       }
       return;
     }
+    const packed = n.op === "REDUCE" ? packedFor(n) : undefined;
+    if (packed) readFrom.set(packed.src[0]!, packed);
     for (const s of n.src) walk(s, false);
   };
   walk(value, value === node);
-  const inputNodes = [...inputs.keys()];
+  const inputNodes = [...inputs.keys()].map((n) => readFrom.get(n) ?? n);
   const kernelBuffers: KernelBuffer[] = buffers.map((b) => ({ dtype: b.dtype, size: b.size }));
   const host = Device.backend(out.device).hostForms === true;
   const kernel = lowerCached({ value, inputs, buffers: kernelBuffers, host }, out.device);

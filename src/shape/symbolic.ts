@@ -191,6 +191,31 @@ export function varsOf(e: Idx, into = new Set<string>()): Set<string> {
 }
 
 /**
+ * How far `e` steps as variable `name` steps by one, where `e` is linear in it (0 where `e` does not read it);
+ * undefined where `name` sits under a division or modulo.
+ */
+export function coefficientOf(e: Idx, name: string): number | undefined {
+  switch (e.kind) {
+    case "const": return 0;
+    case "var": return e.name === name ? 1 : 0;
+    case "sum": {
+      let total = 0;
+      for (const t of e.terms) {
+        const c = coefficientOf(t, name);
+        if (c === undefined) return undefined;
+        total += c;
+      }
+      return total;
+    }
+    case "mul": {
+      const c = coefficientOf(e.a, name);
+      return c === undefined ? undefined : c * e.c;
+    }
+    default: return varsOf(e).has(name) ? undefined : 0;
+  }
+}
+
+/**
  * Renders with a language's division and modulo. Both are floor operations here; `nonNegative`
  * tells the renderer when the dividend cannot be negative, so plain truncating forms are exact.
  */

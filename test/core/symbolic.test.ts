@@ -2,7 +2,7 @@
 // variables (floor division and modulo). Checked exhaustively on small random expressions.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { type Idx, iadd, iconst, idiv, imod, imul, ivar } from "../../src/shape/symbolic.ts";
+import { type Idx, coefficientOf, iadd, iconst, idiv, imod, imul, ivar } from "../../src/shape/symbolic.ts";
 
 /** The value of `e` with variables set from `env`. */
 function evaluate(e: Idx, env: ReadonlyMap<string, number>): number {
@@ -72,4 +72,16 @@ test("a row index split and merged again is the plain index (what merging two lo
   const [j, col] = [ivar("j", 10), ivar("col", 1000)];
   const flat = iadd(imul(j, 16000), col);
   assert.equal(idiv(flat, 20000).key, idiv(imul(j, 4), 5).key);
+});
+
+test("coefficientOf: a variable's step in a linear index, 0 where absent, undefined under a division or modulo", () => {
+  const [i, j, k] = [ivar("i", 64), ivar("j", 48), ivar("k", 512)];
+  // W^T viewed as [48, 512] from a [512, 48] buffer: j steps by 1, k by 48
+  const index = iadd(imul(k, 48), j, iconst(7));
+  assert.equal(coefficientOf(index, "j"), 1);
+  assert.equal(coefficientOf(index, "k"), 48);
+  assert.equal(coefficientOf(index, "i"), 0);
+  assert.equal(coefficientOf(imul(iadd(imul(k, 3), j), 512), "k"), 1536);
+  assert.equal(coefficientOf(iadd(imod(i, 8), j), "i"), undefined);
+  assert.equal(coefficientOf(iadd(idiv(i, 8), j), "j"), 1);
 });
