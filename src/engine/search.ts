@@ -33,6 +33,8 @@ export function searchLimits() {
     upcastMax: getenv("BEAM_UPCAST_MAX", 256),
     /** Most threads' worth of local work: the CPU has no local memory, so this only caps parallel loops' depth. */
     localMax: getenv("BEAM_LOCAL_MAX", 1024),
+    /** Microseconds a round must gain to go on (tinygrad's BEAM_MIN_PROGRESS); a kernel faster than this is not searched. */
+    minProgressUs: getenv("BEAM_MIN_PROGRESS", 0.01),
   };
 }
 
@@ -43,6 +45,31 @@ const memo = new Map<string, KernelOpts>();
 
 /** Counts searches and cache hits, for tests and DEBUG output. */
 export const searchStats = { searched: 0, cacheHits: 0 };
+
+/** Seconds between progress lines of a long search. */
+const PROGRESS_EVERY_S = 10;
+const progress = { seconds: 0, announced: false, lastLine: 0 };
+
+/**
+ * Progress on stderr (DEBUG=2 prints every search instead): a search can take minutes for a whole model, the
+ * first time only. One line when the first search starts, then one every PROGRESS_EVERY_S seconds.
+ */
+function reportProgress(searching: string, seconds?: number): void {
+  if (seconds !== undefined) {
+    progress.seconds += seconds;
+    return;
+  }
+  if (debugLevel() >= 2) return;
+  const now = performance.now();
+  if (!progress.announced) {
+    progress.announced = true;
+    progress.lastLine = now;
+    console.error(`BEAM=${searchLimits().beam}: searching kernel options (once: the choices are cached in ${join(cacheDir(), "beam")})`);
+  } else if (now - progress.lastLine >= PROGRESS_EVERY_S * 1000) {
+    progress.lastLine = now;
+    console.error(`BEAM: ${searchStats.searched} kernels searched in ${progress.seconds.toFixed(0)} s, ${searchStats.cacheHits} from the cache; now ${searching}`);
+  }
+}
 
 /** The searched kernel for `kernel` on `device` (the kernel itself when it cannot be searched). */
 export function beamSearch(kernel: KernelIR, device: string, time: TimeKernels): KernelIR {
@@ -57,9 +84,11 @@ export function beamSearch(kernel: KernelIR, device: string, time: TimeKernels):
     memo.set(key, cached);
     return lowerKernel(spec, cached);
   }
+  reportProgress(kernel.name);
   const start = performance.now();
   const best = search(spec, limits, time);
   searchStats.searched++;
+  reportProgress(kernel.name, (performance.now() - start) / 1000);
   memo.set(key, best.opts);
   mkdirSync(join(cacheDir(), "beam"), { recursive: true });
   writeAtomic(cachePath(key), JSON.stringify(best.opts));
@@ -91,11 +120,15 @@ function search(spec: KernelSpec, limits: ReturnType<typeof searchLimits>, time:
   let beam = evaluate([heuristicOpts(spec, plain)]);
   if (beam.length === 0) return { opts: NO_OPTS, kernel: plain, seconds: Infinity };
   const start = beam[0]!;
+  const minProgress = limits.minProgressUs / 1e6;
+  // no option set can gain more than the whole kernel takes
+  if (start.seconds < minProgress) return start;
   for (;;) {
     const next = evaluate(beam.flatMap((c) => extensions(c.opts, spec, plain)));
     const merged = [...beam, ...next].sort(bySpeed).slice(0, limits.beam);
-    // gains within timing noise do not count
-    if (merged[0]!.seconds > beam[0]!.seconds * (1 - MIN_GAIN)) break;
+    // gains within timing noise, or below BEAM_MIN_PROGRESS, do not count
+    const gain = beam[0]!.seconds - merged[0]!.seconds;
+    if (gain < beam[0]!.seconds * MIN_GAIN || gain < minProgress) break;
     beam = merged;
   }
   return confirm(beam[0]!, start, time);
@@ -185,9 +218,11 @@ export function searchChoice(kernel: KernelIR, device: string, names: readonly s
     choiceMemo.set(key, cached);
     return cached;
   }
+  reportProgress(kernel.name);
   const start = performance.now();
   const seconds = time(names);
   const best = seconds.reduce((b, t, i) => (t < seconds[b]! ? i : b), 0);
+  reportProgress(kernel.name, (performance.now() - start) / 1000);
   if (!Number.isFinite(seconds[best]!)) return undefined;
   searchStats.searched++;
   choiceMemo.set(key, names[best]!);

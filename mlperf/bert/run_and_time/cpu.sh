@@ -11,7 +11,9 @@ export MODEL="bert"
 export SUBMISSION_PLATFORM="${SUBMISSION_PLATFORM:-cpu}"
 export DEFAULT_FLOAT="${DEFAULT_FLOAT:-FLOAT}" GPUS="${GPUS:-1}" BS="${BS:-8}" EVAL_BS="${EVAL_BS:-8}"
 
-export BEAM="${BEAM:-2}"
+# kernels under 5 us are not searched, and a search stops once a round gains under 5 us (most of a
+# CPU step is in a few big kernels; the init phase would otherwise search hundreds of small ones)
+export BEAM="${BEAM:-2}" BEAM_MIN_PROGRESS="${BEAM_MIN_PROGRESS:-5}"
 export IGNORE_JIT_FIRST_BEAM="${IGNORE_JIT_FIRST_BEAM:-1}"
 export BASEDIR="${BASEDIR:-${XDG_DATA_HOME:-$HOME/.local/share}/tsgrad/wiki}"
 
