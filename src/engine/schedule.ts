@@ -72,7 +72,8 @@ export function createSchedule(roots: readonly UOp[]): Schedule {
     copies.set(view, copy);
     stored.add(copy);
   }
-  const ordered = copies.size === 0 ? nodes : nodes.flatMap((n) => (copies.has(n) && !nodes.includes(copies.get(n)!) ? [n, copies.get(n)!] : [n]));
+  const inGraph = new Set(copies.size === 0 ? [] : nodes);
+  const ordered = copies.size === 0 ? nodes : nodes.flatMap((n) => (copies.has(n) && !inGraph.has(copies.get(n)!) ? [n, copies.get(n)!] : [n]));
 
   const outputs = new Map<UOp, Buffer>();
   const created: Buffer[] = [];
