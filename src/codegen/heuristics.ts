@@ -106,6 +106,8 @@ export function heuristicOpts(spec: KernelSpec, plain: KernelIR): KernelOpts {
       upcast.push({ axis: f.axis, amount });
       lanes *= amount;
     }
+  } else if (spec.host) {
+    upcast.push(...transposeTile(plain));
   }
   // a two-axis tile walks one axis's tiles outermost (after batch axes): that axis's panel of its operand
   // stays in cache while the tile moves along the other axis, whose operand is read again for every panel
@@ -114,6 +116,35 @@ export function heuristicOpts(spec: KernelSpec, plain: KernelIR): KernelOpts {
     : [];
   const kblock = spec.host && upcast.length === 2 ? blockLength(spec, plain) : 0;
   return { upcast, unroll: 1, parallel: parallelLoops(loopTrips(spec.value.shape, upcast, outer), work), outer, ...(kblock ? { kblock } : {}) };
+}
+
+/**
+ * An elementwise kernel whose loads all step by one along some output axis but none along the innermost one
+ * (a transposing copy such as W^T's) reads a new cache line for every element it writes. A tile of 16 lanes
+ * along the axis the loads step along, by 8 along the innermost, reads 8 runs of 16 neighbours and writes 16
+ * runs of 8: W^T of a [4096, 1024] W 23.5 -> 10.9 ms, of [3072, 768] 8.3 -> 4.9 ms on this 2-core machine.
+ */
+function transposeTile(plain: KernelIR): Upcast[] {
+  const loads = bodyLoads(plain.body);
+  const axes = plain.outputShape.flatMap((size, d) => (size > 1 ? [d] : []));
+  const inner = axes[axes.length - 1];
+  if (inner === undefined || loads.length === 0 || loads.some((l) => hasUnitTerm(l, `i${inner}`))) return [];
+  const along = axes.filter((d) => d !== inner && loads.every((l) => hasUnitTerm(l, `i${d}`)));
+  const axis = along[along.length - 1];
+  if (axis === undefined) return [];
+  const lanes = [16, 8, 4].find((n) => plain.outputShape[axis]! % n === 0);
+  if (!lanes) return [];
+  const rows = [8, 4].find((n) => plain.outputShape[inner]! % n === 0);
+  return rows ? [{ axis, amount: lanes }, { axis: inner, amount: rows }] : [{ axis, amount: lanes }];
+}
+
+/** The index of every load in a kernel body. */
+function bodyLoads(body: readonly Stmt[], out: Idx[] = []): Idx[] {
+  for (const s of body) {
+    if (s.kind === "loop") bodyLoads(s.body, out);
+    else if (s.kind === "def" && s.expr.op === "LOAD") out.push(s.expr.index);
+  }
+  return out;
 }
 
 /**

@@ -1,7 +1,7 @@
 // The hand-written kernel options: register tiles for matmul, nothing that blows up code size, threads for big kernels.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Tensor, UOp } from "../../src/index.ts";
+import { Device, Tensor, UOp } from "../../src/index.ts";
 import { createSchedule } from "../../src/engine/schedule.ts";
 import type { KernelIR } from "../../src/codegen/ir.ts";
 
@@ -50,6 +50,24 @@ test("elementwise kernels are not upcast, and big ones run on threads", () => {
   assert.equal(big!.opts, "u|r1|p1");
   const [small] = kernelsFor(Tensor.empty([8, 8], { device: "JS" }).mul(2));
   assert.equal(small!.opts, "u|r1|p0");
+  // a permute that keeps the innermost axis in place reads neighbours already
+  const [heads] = kernelsFor(Tensor.empty([4, 16, 8, 32], { device: "JS" }).permute([0, 2, 1, 3]).contiguous());
+  assert.deepEqual(upcasts(heads!), []);
+});
+
+test("a transposing copy is tiled: 16 lanes along the axis its loads step along, by 8 along the innermost", () => {
+  const data = Float32Array.from({ length: 48 * 40 }, (_, i) => i);
+  const w = new Tensor(data, { device: "JS" }).reshape([48, 40]).realize();
+  const t = w.T.contiguous();
+  const [copy] = kernelsFor(t);
+  assert.equal(copy!.opts.split("|")[0], "u0x8,1x8", "40 rows of W^T take 8 lanes (16 does not divide 40), 48 columns 8");
+  // the values, on JS and (where a C compiler works) on the CPU
+  for (const device of Device.isAvailable("CPU") ? ["JS", "CPU"] : ["JS"]) {
+    const got = new Tensor(data, { device }).reshape([48, 40]).T.contiguous().toArray() as Float32Array;
+    for (let i = 0; i < 40; i++) for (let j = 0; j < 48; j++) assert.equal(got[i * 48 + j], data[j * 40 + i], `${device} [${i}, ${j}]`);
+  }
+  const [copy16] = kernelsFor(Tensor.empty([64, 48], { device: "JS" }).T.contiguous());
+  assert.deepEqual(upcasts(copy16!), [16, 8]);
 });
 
 /** The output axis a kernel's loops walk outermost (its options key's `o` part, the last axis listed). */
