@@ -2,7 +2,7 @@
 // Gradients are UOps too, so a whole backward pass stays lazy (and one JIT can capture it).
 import { type DType, dtypes, isFloat } from "./dtype.ts";
 import { reduceInTwo, splitReduce } from "./split_reduce.ts";
-import { type Pads, type ReduceArg, UOp } from "./uop.ts";
+import { type Pads, type ReduceArg, UOp, isBroadcastProduct } from "./uop.ts";
 
 const full = (like: UOp, value: number, dtype: DType = like.dtype): UOp =>
   UOp.const(value, dtype, like.device).reshape(like.shape.map(() => 1)).expand(like.shape);
@@ -55,7 +55,9 @@ function rule(node: UOp, g: UOp): (UOp | undefined)[] {
       // an input several matmuls read (x under q, k and v) gets the sum of their products here: reduced
       // term by term it is several matmuls (tensor cores, tiled kernels), not one loop over all the products
       const terms = addTerms(g);
-      if (terms.length > 1 && terms.every(isProduct)) return [terms.map((t) => t.reduce("ADD", axes)).reduce((sum, t) => sum.alu("ADD", t))];
+      // (only matmul products: an elementwise product, a GELU's gradient contributions, summed term by term
+      // would be two reduces each recomputing part of the chain instead of one reading the stored gradient)
+      if (terms.length > 1 && terms.every(isBroadcastProduct)) return [terms.map((t) => t.reduce("ADD", axes)).reduce((sum, t) => sum.alu("ADD", t))];
       return [g.reduce("ADD", axes)];
     }
     case "PAD": return [g.shrink((node.arg as Pads).map(([before], i) => [before, before + a.shape[i]!]))];
@@ -70,17 +72,6 @@ function rule(node: UOp, g: UOp): (UOp | undefined)[] {
 /** The terms of a tree of ADDs (the gradient contributions summed at a node). */
 const addTerms = (u: UOp): UOp[] => (u.op === "ADD" ? u.src.flatMap(addTerms) : [u]);
 
-const skipCasts = (u: UOp): UOp => (u.op === "CAST" ? skipCasts(u.src[0]!) : u);
-
-/**
- * A product of two broadcast operands, or a cast of one: what a matmul's gradient sums. An elementwise
- * product (a GELU's gradient contributions) is not one: summed term by term it would be two reduces that
- * each recompute part of the chain, instead of one reduce reading the chain the matmuls store.
- */
-const isProduct = (u: UOp): boolean => {
-  const product = skipCasts(u);
-  return product.op === "MUL" && product.src.every((s) => skipCasts(s).op === "EXPAND");
-};
 
 /** Gradients of `root` (seeded with `rootGrad`) with respect to each of `targets` that it depends on. */
 export function computeGradients(root: UOp, rootGrad: UOp, targets: ReadonlySet<UOp>): Map<UOp, UOp> {

@@ -197,6 +197,15 @@ function undoWidening(u: UOp, target: DType): UOp | undefined {
 export const isWideningFloatCast = (n: UOp): boolean =>
   n.op === "CAST" && n.dtype.kind === "float" && n.src[0]!.dtype.kind === "float" && n.dtype.itemsize > n.src[0]!.dtype.itemsize;
 
+/** `n` under any casts. */
+export const skipCasts = (n: UOp): UOp => (n.op === "CAST" ? skipCasts(n.src[0]!) : n);
+
+/** A product of two broadcast operands (through casts): what a matmul sums, and each term of its gradient. */
+export const isBroadcastProduct = (n: UOp): boolean => {
+  const product = skipCasts(n);
+  return product.op === "MUL" && product.src.every((s) => skipCasts(s).op === "EXPAND");
+};
+
 /** A cast from a float to a narrower float (rounds). */
 export const isNarrowingFloatCast = (n: UOp): boolean =>
   n.op === "CAST" && n.dtype.kind === "float" && n.src[0]!.dtype.kind === "float" && n.dtype.itemsize < n.src[0]!.dtype.itemsize;

@@ -10,7 +10,7 @@ import { type KernelBuffer, type KernelIR } from "../codegen/ir.ts";
 import { type KernelSpec, lowerKernel } from "../codegen/lower.ts";
 import { moveIndex } from "../codegen/one_hot.ts";
 import { type Idx, coefficientOf, flatIndex, ivar, varsOf as varsOfIdx } from "../shape/symbolic.ts";
-import { MOVEMENT_OPS, type ReduceArg, UOp, isElementwise, isNarrowingFloatCast, isWideningFloatCast } from "../uop.ts";
+import { MOVEMENT_OPS, type ReduceArg, UOp, isBroadcastProduct, isElementwise, isNarrowingFloatCast, isWideningFloatCast, skipCasts } from "../uop.ts";
 
 export type ExecItem =
   | { readonly kind: "kernel"; readonly kernel: KernelIR; readonly buffers: Buffer[] }
@@ -221,9 +221,10 @@ function storeBeforeHeavyEpilogues(stored: Set<UOp>): void {
     };
     walk(value, value === root);
     if (matmuls.length === 0 || matmuls.includes(value)) continue;
-    const cut = new Set([...stored, ...matmuls]);
-    cut.delete(value);
-    if (inlineCost(value, cut) > HEAVY_EPILOGUE) for (const matmul of matmuls) stored.add(matmul);
+    // the work above the matmuls (nodes already counted cost nothing: the matmuls are seeded as counted)
+    const counted = new Set(matmuls);
+    const epilogue = value.src.reduce((sum, s) => sum + inlineCost(s, stored, counted), ownCost(value));
+    if (epilogue > HEAVY_EPILOGUE) for (const matmul of matmuls) stored.add(matmul);
   }
 }
 
@@ -279,10 +280,8 @@ function packStridedOperands(nodes: readonly UOp[], stored: ReadonlySet<UOp>): M
 
 /** A sum of products of two broadcast operands (through casts): a matmul. */
 function isMatmul(reduce: UOp): boolean {
-  const value = skipCasts(reduce.src[0]!);
-  return (reduce.arg as ReduceArg).op === "ADD" && value.op === "MUL" && value.src.every((s) => skipCasts(s).op === "EXPAND");
+  return (reduce.arg as ReduceArg).op === "ADD" && isBroadcastProduct(reduce.src[0]!);
 }
-const skipCasts = (n: UOp): UOp => (n.op === "CAST" ? skipCasts(n.src[0]!) : n);
 
 /**
  * What to store of a chain read under a broadcast: a widening float cast's source (through views) when that
@@ -350,9 +349,9 @@ const skipMovement = (n: UOp): UOp => (MOVEMENT_OPS.has(n.op) ? skipMovement(n.s
 function inlineCost(n: UOp, stored: ReadonlySet<UOp>, seen = new Set<UOp>()): number {
   if (seen.has(n) || stored.has(n) || isLeaf(n)) return 0;
   seen.add(n);
-  const own = isElementwise(n.op) && n.op !== "CAST" ? (TRANSCENDENTAL.has(n.op) ? 4 : 1) : 0;
-  return own + n.src.reduce((sum, s) => sum + inlineCost(s, stored, seen), 0);
+  return ownCost(n) + n.src.reduce((sum, s) => sum + inlineCost(s, stored, seen), 0);
 }
+const ownCost = (n: UOp): number => (isElementwise(n.op) && n.op !== "CAST" ? (TRANSCENDENTAL.has(n.op) ? 4 : 1) : 0);
 
 /**
  * An assigned value that reads the old contents of another assign's target is computed into its own
