@@ -206,6 +206,9 @@ export const isBroadcastProduct = (n: UOp): boolean => {
   return product.op === "MUL" && product.src.every((s) => skipCasts(s).op === "EXPAND");
 };
 
+/** A sum of products of two broadcast operands (through casts): a matmul. */
+export const isMatmul = (reduce: UOp): boolean => (reduce.arg as ReduceArg).op === "ADD" && isBroadcastProduct(reduce.src[0]!);
+
 /** A cast from a float to a narrower float (rounds). */
 export const isNarrowingFloatCast = (n: UOp): boolean =>
   n.op === "CAST" && n.dtype.kind === "float" && n.src[0]!.dtype.kind === "float" && n.dtype.itemsize < n.src[0]!.dtype.itemsize;

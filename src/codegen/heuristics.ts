@@ -1,7 +1,7 @@
 // Hand-written kernel options: what every kernel gets unless BEAM searched better ones.
 // Reduce kernels upcast the output axes that loads are shared along (register tiles for matmul) or
 // that loads are contiguous along (vector lanes); big kernels split their outer loops across threads.
-import { type Idx, varsOf } from "../shape/symbolic.ts";
+import { type Idx, coefficientOf, varsOf } from "../shape/symbolic.ts";
 import type { KernelIR, Stmt } from "./ir.ts";
 import { type KernelSpec, blockedReduce } from "./lower.ts";
 import type { ReduceArg } from "../uop.ts";
@@ -108,6 +108,7 @@ export function heuristicOpts(spec: KernelSpec, plain: KernelIR): KernelOpts {
     }
   } else if (spec.host) {
     upcast.push(...transposeTile(plain));
+    if (upcast.length === 0) upcast.push(...panelTile(plain));
   }
   // a two-axis tile walks one axis's tiles outermost (after batch axes): that axis's panel of its operand
   // stays in cache while the tile moves along the other axis, whose operand is read again for every panel
@@ -137,6 +138,26 @@ function transposeTile(plain: KernelIR): Upcast[] {
   if (!lanes) return [];
   const rows = [8, 4].find((n) => plain.outputShape[inner]! % n === 0);
   return rows ? [{ axis, amount: lanes }, { axis: inner, amount: rows }] : [{ axis, amount: lanes }];
+}
+
+/**
+ * An elementwise kernel whose innermost axis is a short run (16 elements or fewer) that its loads continue
+ * along another axis (a matmul operand's panel copy [m/8, k, 8] of A^T [k, m]: the loads read i0*8 + i2,
+ * one run of m along the source's row) would read a few bytes of each cache line per step. Upcasting that
+ * axis too reads whole lines: 8 runs of 8 are one 256-byte stretch of the source row.
+ */
+function panelTile(plain: KernelIR): Upcast[] {
+  const loads = reduceLoads(plain.body, true).map((l) => l.index);
+  const axes = plain.outputShape.flatMap((size, d) => (size > 1 ? [d] : []));
+  const inner = axes[axes.length - 1];
+  if (inner === undefined || loads.length === 0) return [];
+  const run = plain.outputShape[inner]!;
+  if (run > 16 || loads.some((l) => coefficientOf(l, `i${inner}`) !== 1)) return [];
+  // the axis must not be the next one out: loads that continue the run there are contiguous in loop order already
+  const along = axes.slice(0, -2).filter((d) => loads.every((l) => coefficientOf(l, `i${d}`) === run));
+  const axis = along[along.length - 1];
+  const amount = axis === undefined ? undefined : [128, 64, 32, 16].map((n) => n / run).find((n) => Number.isInteger(n) && n > 1 && plain.outputShape[axis]! % n === 0 && n * run <= 128);
+  return axis === undefined || !amount ? [] : [{ axis, amount }, { axis: inner, amount: run }];
 }
 
 /**

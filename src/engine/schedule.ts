@@ -8,9 +8,8 @@ import { Buffer, Device } from "../device.ts";
 import { TsgradError, fmtShape } from "../helpers.ts";
 import { type KernelBuffer, type KernelIR } from "../codegen/ir.ts";
 import { type KernelSpec, lowerKernel } from "../codegen/lower.ts";
-import { moveIndex } from "../codegen/one_hot.ts";
-import { type Idx, coefficientOf, flatIndex, ivar, varsOf as varsOfIdx } from "../shape/symbolic.ts";
-import { MOVEMENT_OPS, type ReduceArg, UOp, isBroadcastProduct, isElementwise, isNarrowingFloatCast, isWideningFloatCast, skipCasts } from "../uop.ts";
+import { type PackedOperand, packOperands } from "./pack.ts";
+import { MOVEMENT_OPS, type ReduceArg, UOp, isElementwise, isMatmul, isNarrowingFloatCast, isWideningFloatCast, skipCasts } from "../uop.ts";
 
 export type ExecItem =
   | { readonly kind: "kernel"; readonly kernel: KernelIR; readonly buffers: Buffer[] }
@@ -62,18 +61,20 @@ export function createSchedule(roots: readonly UOp[]): Schedule {
   }
   markRecomputedWork(stored, users);
   storeBeforeHeavyEpilogues(stored);
-  const packs = packStridedOperands(nodes, stored);
+  const packs = packOperands(nodes, stored, isLeaf);
   capKernelInputs(stored);
   stageCrossReadingAssigns(nodes, stored);
-  // each packed view gets a copy, computed after the view's sources (right after the view in the order)
-  const copies = new Map<UOp, UOp>();
-  for (const view of new Set(packs.values())) {
-    const copy = view.contiguous();
-    copies.set(view, copy);
-    stored.add(copy);
+  // each packed operand's copy is computed right before its product (its sources come earlier), so that it
+  // holds memory only until the product has read it
+  const copiesBefore = new Map<UOp, UOp[]>();
+  for (const [reduce, operands] of packs) {
+    for (const { copy } of operands) {
+      if (stored.has(copy) || isLeaf(copy)) continue;
+      copiesBefore.set(reduce, [...(copiesBefore.get(reduce) ?? []), copy]);
+      stored.add(copy);
+    }
   }
-  const inGraph = new Set(copies.size === 0 ? [] : nodes);
-  const ordered = copies.size === 0 ? nodes : nodes.flatMap((n) => (copies.has(n) && !inGraph.has(copies.get(n)!) ? [n, copies.get(n)!] : [n]));
+  const ordered = copiesBefore.size === 0 ? nodes : nodes.flatMap((n) => [...(copiesBefore.get(n) ?? []), n]);
 
   const outputs = new Map<UOp, Buffer>();
   const created: Buffer[] = [];
@@ -96,7 +97,7 @@ export function createSchedule(roots: readonly UOp[]): Schedule {
       steps.push({ node: n, items: [{ kind: "copy", src, dst: out }], inputs: [n.src[0]!] });
       continue;
     }
-    steps.push({ node: n, ...kernelsFor(n, out, stored, bufferOf, (reduce) => copies.get(packs.get(reduce)!)) });
+    steps.push({ node: n, ...kernelsFor(n, out, stored, bufferOf, (reduce) => packs.get(reduce)) });
   }
   const order = orderSteps(steps, stored);
   const rootSet = new Set(roots);
@@ -228,61 +229,6 @@ function storeBeforeHeavyEpilogues(stored: Set<UOp>): void {
   }
 }
 
-/** Bytes apart at which a matmul's vector lanes fall into two or fewer sets of a 32 KB, 64-set L1 cache. */
-const ALIASED_LANE_BYTES = 2048;
-/** Reads of each element below which packing an operand costs more than it saves (a matrix-vector product). */
-const PACK_MIN_REUSE = 32;
-
-/**
- * Host backends tile a matmul's output with vector lanes along its last axis. An operand read along that
- * axis with a stride that is a multiple of 2 KB (a linear layer's x @ W^T with W [out, 1024]: each lane
- * reads a row of W 4 KB after the last) puts all the tile's loads into one or two sets of the L1 cache,
- * which then miss on every step of the sum: 1024x1024x256 ran at 8-12 GFLOP/s instead of ~60. Such an
- * operand's view is copied first into the layout it reads contiguously along the lanes (W^T: one pass over
- * W) when the product reads each element many times. Returns, per product, the view whose copy it reads;
- * only that product reads the copy (a backward's dY @ W keeps reading W, contiguous for it). Same values,
- * same sums.
- */
-function packStridedOperands(nodes: readonly UOp[], stored: ReadonlySet<UOp>): Map<UOp, UOp> {
-  const packs = new Map<UOp, UOp>();
-  for (const n of nodes) {
-    if (n.op !== "REDUCE" || isLeaf(n) || !isMatmul(n) || Device.backend(n.device).hostForms !== true) continue;
-    const product = skipCasts(n.src[0]!);
-    const axes = (n.arg as ReduceArg).axes;
-    let lane = product.shape.length - 1;
-    while (lane >= 0 && (product.shape[lane] === 1 || axes.includes(lane))) lane--;
-    if (lane < 0) continue;
-    const vars = product.shape.map((size, d) => ivar(`a${d}`, size));
-    const stride = (node: UOp, idx: readonly Idx[]) => coefficientOf(flatIndex(idx, node.shape), `a${lane}`);
-    for (const operand of product.src) {
-      // walk the operand's views down to what they read, keeping the nodes a copy could be made of
-      let node = skipCasts(operand);
-      let idx: readonly Idx[] = vars;
-      let candidates: { node: UOp; idx: readonly Idx[] }[] = [];
-      for (let top = true; MOVEMENT_OPS.has(node.op) && (top || !(stored.has(node) || isLeaf(node))); top = false) {
-        // a view above a broadcast would copy the broadcast too
-        if (node.op === "EXPAND") candidates = [];
-        else candidates.push({ node, idx });
-        idx = moveIndex(node, idx).srcIdx;
-        node = node.src[0]!;
-      }
-      const step = stride(node, idx);
-      if (step === undefined || step === 0 || (Math.abs(step) * node.dtype.itemsize) % ALIASED_LANE_BYTES !== 0) continue;
-      const used = new Set(idx.flatMap((i) => [...varsOfIdx(i)]));
-      const reuse = product.shape.reduce((r, size, d) => (axes.includes(d) || used.has(`a${d}`) ? r : r * size), 1);
-      if (reuse < PACK_MIN_REUSE) continue;
-      const packed = candidates.reverse().find((c) => stride(c.node, c.idx) === 1);
-      if (packed) packs.set(n, packed.node);
-    }
-  }
-  return packs;
-}
-
-/** A sum of products of two broadcast operands (through casts): a matmul. */
-function isMatmul(reduce: UOp): boolean {
-  return (reduce.arg as ReduceArg).op === "ADD" && isBroadcastProduct(reduce.src[0]!);
-}
-
 /**
  * What to store of a chain read under a broadcast: a widening float cast's source (through views) when that
  * is computed too (a 16-bit gradient entering a float32 accumulation): half the bytes, re-widened exactly by readers.
@@ -381,34 +327,32 @@ function stageCrossReadingAssigns(nodes: readonly UOp[], stored: Set<UOp>): void
 
 /**
  * The kernel(s) computing `node` into `out`: two when an in-place write would clobber its own inputs.
- * `packedFor(reduce)`: the stored copy of a view that reduce's operand reads (packStridedOperands), which
- * this kernel then loads in the view's place, the view's own layout (other kernels keep reading the view).
+ * `packsFor(reduce)`: operands that reduce reads from stored copies (packOperands); this kernel reads each
+ * through its reader in the operand's place (other kernels keep reading the operand).
  */
 function kernelsFor(
-  node: UOp, out: Buffer, stored: Set<UOp>, bufferOf: (u: UOp) => Buffer, packedFor: (reduce: UOp) => UOp | undefined = () => undefined,
+  node: UOp, out: Buffer, stored: Set<UOp>, bufferOf: (u: UOp) => Buffer, packsFor: (reduce: UOp) => readonly PackedOperand[] | undefined = () => undefined,
 ): { items: ExecItem[]; inputs: UOp[] } {
-  const value = node.op === "ASSIGN" ? node.src[1]! : node;
+  const top = node.op === "ASSIGN" ? node.src[1]! : node;
+  const isTop = top === node;
+  const value = withPackedOperands(top, isTop, stored, packsFor);
   const inputs = new Map<UOp, number>();
   const buffers: Buffer[] = [out];
-  const readFrom = new Map<UOp, UOp>();
   const seen = new Set<UOp>();
-  const walk = (n: UOp, top: boolean): void => {
+  const walk = (n: UOp, first: boolean): void => {
     if (seen.has(n)) return;
     seen.add(n);
-    const copy = readFrom.get(n);
-    if (!top && (copy || stored.has(n) || isLeaf(n))) {
+    if (!first && (stored.has(n) || isLeaf(n))) {
       if (!isSource(n)) {
         inputs.set(n, buffers.length);
-        buffers.push(bufferOf(copy ?? n));
+        buffers.push(bufferOf(n));
       }
       return;
     }
-    const packed = n.op === "REDUCE" ? packedFor(n) : undefined;
-    if (packed) readFrom.set(packed.src[0]!, packed);
     for (const s of n.src) walk(s, false);
   };
-  walk(value, value === node);
-  const inputNodes = [...inputs.keys()].map((n) => readFrom.get(n) ?? n);
+  walk(value, isTop);
+  const inputNodes = [...inputs.keys()];
   const kernelBuffers: KernelBuffer[] = buffers.map((b) => ({ dtype: b.dtype, size: b.size }));
   const host = Device.backend(out.device).hostForms === true;
   const kernel = lowerCached({ value, inputs, buffers: kernelBuffers, host }, out.device);
@@ -425,6 +369,37 @@ function kernelsFor(
   ];
   return { items, inputs: inputNodes };
 }
+/**
+ * `value` with each packed operand of the matmuls it computes replaced by the view that reads its copy
+ * (the same values; the graph is rebuilt only along the paths that reach an operand, within this kernel).
+ */
+function withPackedOperands(value: UOp, isTop: boolean, stored: ReadonlySet<UOp>, packsFor: (reduce: UOp) => readonly PackedOperand[] | undefined): UOp {
+  const readers = new Map<UOp, UOp>();
+  const seen = new Set<UOp>();
+  const find = (n: UOp, first: boolean): void => {
+    if (seen.has(n) || (!first && (stored.has(n) || isLeaf(n)))) return;
+    seen.add(n);
+    if (n.op === "REDUCE") for (const p of packsFor(n) ?? []) readers.set(p.view, p.reader);
+    for (const s of n.src) find(s, false);
+  };
+  find(value, isTop);
+  if (readers.size === 0) return value;
+  const rebuilt = new Map<UOp, UOp>();
+  const rebuild = (n: UOp, first: boolean): UOp => {
+    if (!first && (stored.has(n) || isLeaf(n))) return n;
+    const reader = readers.get(n);
+    if (reader) return reader;
+    let done = rebuilt.get(n);
+    if (!done) {
+      const src = n.src.map((s) => rebuild(s, false));
+      done = src.every((s, i) => s === n.src[i]) ? n : UOp.make(n.op, n.dtype, src, n.arg, n.shape, n.device);
+      rebuilt.set(n, done);
+    }
+    return done;
+  };
+  return rebuild(value, isTop);
+}
+
 /** Kernels lowered before, by structure: a training loop schedules the same kernels over new buffers every step. */
 const lowered = new Map<string, KernelIR>();
 

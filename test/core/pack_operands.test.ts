@@ -1,15 +1,19 @@
-// Host backends copy a matmul operand read with a cache-aliasing stride along the output's vector lanes
-// (x @ W^T with W [n, 512 or more]) into the layout that makes the lanes contiguous, for that product only;
-// and store a matmul before a heavy epilogue instead of narrowing its register tile.
+// Host backends read a matmul's operands from packed copies (panels [n/16, k, 16] for the tile's vector lanes,
+// [m/8, k, 8] for its rows), for that product only, where reading them in place walks memory badly: lanes
+// along a row of the operand (a row a step), lanes that alias in L1, rows read across the sum. Where aliasing
+// lanes cannot take a panel, they are copied row-major. And a matmul before a heavy epilogue is stored first.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Tensor, UOp } from "../../src/index.ts";
+import { type Buffer, Device, Tensor, UOp } from "../../src/index.ts";
+import type { Stmt } from "../../src/codegen/ir.ts";
+import { coefficientOf } from "../../src/shape/symbolic.ts";
+import { jsBackend } from "../../src/runtime/js.ts";
 import { type ExecItem, createSchedule, storedBuffer } from "../../src/engine/schedule.ts";
 import { assertClose, values } from "./harness.ts";
 
 const device = "JS";
-function input(shape: number[], seed: number, requiresGrad = false): Tensor {
-  const t = new Tensor(Float32Array.from({ length: shape.reduce((a, b) => a * b, 1) }, (_, i) => Math.sin(i * 0.37 + seed)), { device }).reshape(shape).realize();
+function input(shape: number[], seed: number, requiresGrad = false, on = device): Tensor {
+  const t = new Tensor(Float32Array.from({ length: shape.reduce((a, b) => a * b, 1) }, (_, i) => Math.sin(i * 0.37 + seed)), { device: on }).reshape(shape).realize();
   t.requiresGrad = requiresGrad;
   return t;
 }
@@ -18,67 +22,144 @@ type Kernel = Extract<ExecItem, { kind: "kernel" }>;
 const kernels = (...ts: Tensor[]): Kernel[] =>
   createSchedule(ts.map((t) => t.node as UOp)).items.flatMap((item) => (item.kind === "kernel" ? [item] : []));
 const bufferOf = (t: Tensor) => storedBuffer(t.node as UOp)!;
+const shapeOf = (k: Kernel): string => k.kernel.outputShape.join("x");
 
-/** x @ w^T in float64, x [m, k], w [n, k]. */
-function reference(x: Tensor, w: Tensor): number[] {
-  const [m, k] = x.shape as [number, number];
-  const n = w.shape[0]!;
-  const [xs, ws] = [values(x), values(w)];
-  return Array.from({ length: m * n }, (_, i) => {
+/** How far `kernel`'s loads of `buffer` step per step of its sum loops (one entry per distinct step). */
+function sumSteps(kernel: Kernel, buffer: Buffer): number[] {
+  const slot = kernel.buffers.indexOf(buffer);
+  const steps = new Set<number>();
+  const visit = (stmts: readonly Stmt[], sums: readonly string[]): void => {
+    for (const s of stmts) {
+      if (s.kind === "loop") visit(s.body, s.var.startsWith("r") ? [...sums, s.var] : sums);
+      else if (s.kind === "def" && s.expr.op === "LOAD" && s.expr.buf === slot) for (const r of sums) steps.add(coefficientOf(s.expr.index, r)!);
+    }
+  };
+  visit(kernel.kernel.body, []);
+  return [...steps];
+}
+
+/** a @ b in float64: a [m, k] (or its transpose stored [k, m]), b [k, n] (or [n, k]). */
+function reference(a: Tensor, b: Tensor, { aT = false, bT = false } = {}): number[] {
+  const [as, bs] = [values(a), values(b)];
+  const m = aT ? a.shape[1]! : a.shape[0]!;
+  const k = aT ? a.shape[0]! : a.shape[1]!;
+  const n = bT ? b.shape[0]! : b.shape[1]!;
+  return Array.from({ length: m * n }, (_, e) => {
+    const [i, j] = [Math.floor(e / n), e % n];
     let sum = 0;
-    for (let j = 0; j < k; j++) sum += xs[Math.floor(i / n) * k + j]! * ws[(i % n) * k + j]!;
+    for (let t = 0; t < k; t++) sum += as[aT ? t * m + i : i * k + t]! * bs[bT ? j * k + t : t * n + j]!;
     return sum;
   });
 }
 
-test("x @ W^T with W's rows 2 KB apart reads a transposed copy of W, contiguous along the lanes", () => {
+test("x @ W reads W as [n/16, k, 16] panels: one sequential stream, not a row of W a step; x stays in place", () => {
+  const [x, w] = [input([64, 96], 1), input([96, 48], 2)];
+  const y = x.matmul(w);
+  const items = kernels(y);
+  assert.deepEqual(items.map(shapeOf), ["3x96x16", "64x48"]);
+  const [panel, product] = items as [Kernel, Kernel];
+  assert.ok(panel.buffers.includes(bufferOf(w)));
+  assert.ok(product.buffers.includes(panel.buffers[0]!) && !product.buffers.includes(bufferOf(w)) && product.buffers.includes(bufferOf(x)));
+  // each step of the sum reads the next 16 lanes of the panel
+  assert.deepEqual(sumSteps(product, panel.buffers[0]!), [16]);
+  assertClose(values(y), reference(x, w), { atol: 1e-3, rtol: 1e-5, what: "x @ W" });
+});
+
+test("x @ W^T with W's rows 2 KB apart (lanes aliasing in L1) reads W^T as panels", () => {
   const [x, w] = [input([64, 512], 1), input([48, 512], 2)];
   const y = x.matmul(w.T);
-  const [copy, product] = kernels(y);
-  assert.equal(kernels(y).length, 2);
-  // the copy: W^T [512, 48], read from W's buffer
-  assert.deepEqual(copy!.kernel.outputShape, [512, 48]);
-  assert.ok(copy!.buffers.includes(bufferOf(w)));
-  // the product reads the copy, not W
-  assert.ok(product!.buffers.includes(copy!.buffers[0]!));
-  assert.ok(!product!.buffers.includes(bufferOf(w)));
-  assertClose(values(y), reference(x, w), { atol: 1e-3, rtol: 1e-5, what: "x @ W^T" });
+  const items = kernels(y);
+  assert.deepEqual(items.map(shapeOf), ["3x512x16", "64x48"]);
+  const [panel, product] = items as [Kernel, Kernel];
+  assert.ok(panel.buffers.includes(bufferOf(w)) && !product.buffers.includes(bufferOf(w)));
+  assert.deepEqual(sumSteps(product, panel.buffers[0]!), [16]);
+  assertClose(values(y), reference(x, w, { bT: true }), { atol: 1e-3, rtol: 1e-5, what: "x @ W^T" });
 });
 
-test("no copy where the lanes' stride does not alias, the lanes are contiguous already, or the product reads W once", () => {
-  // rows 1.5 KB apart
-  assert.equal(kernels(input([64, 384], 1).matmul(input([48, 384], 2).T)).length, 1);
-  // x @ W with W [k, n]: the lanes read neighbours
-  assert.equal(kernels(input([64, 512], 1).matmul(input([512, 48], 2))).length, 1);
-  // four rows: each element of W is read four times, a copy would cost as much as the product
-  assert.equal(kernels(input([4, 512], 1).matmul(input([48, 512], 2).T)).length, 1);
+test("a weight gradient g^T @ x over a batch of sequences reads both operands as panels along the tokens", () => {
+  const [x, w] = [input([2, 24, 32], 1, true), input([32, 32], 2, true)];
+  const y = x.matmul(w.T);
+  y.square().sum().backward();
+  const items = kernels(w.grad!);
+  // dW [32, 32] = g^T @ x over 2 x 24 tokens, g and x [2, 24, 32] k-major: g as [32/8, 2, 24, 8], x as
+  // [32/16, 2, 24, 16] (a kernel's shape merges the axes it walks in one run: 4x48x8, 2x48x16)
+  const shapes = items.map(shapeOf);
+  assert.ok(shapes.includes("4x48x8") && shapes.includes("2x48x16"), shapes.join(" "));
+  const dw = items.find((k) => shapeOf(k) === "32x32")!;
+  // the sum runs over batch (2) and sequence (24): one sequential walk of the panel
+  assert.deepEqual(sumSteps(dw, items.find((k) => shapeOf(k) === "2x48x16")!.buffers[0]!).sort((a, b) => a - b), [16, 24 * 16]);
+  const xs = values(x);
+  const ys = reference(x.reshape([48, 32]), w, { bT: true });
+  const expected = Array.from({ length: 32 * 32 }, (_, e) => {
+    let sum = 0;
+    for (let t = 0; t < 48; t++) sum += 2 * ys[t * 32 + Math.floor(e / 32)]! * xs[t * 32 + (e % 32)]!;
+    return sum;
+  });
+  assertClose(values(w.grad!), expected, { atol: 1e-2, rtol: 1e-4, what: "dW" });
 });
 
-test("the backward's dY @ W reads W itself, not the forward's transposed copy", () => {
+test("the backward's dY @ W reads its own panels of W, not the forward's panels of W^T", () => {
   const [x, w] = [input([64, 512], 1, true), input([48, 512], 2, true)];
   const y = x.matmul(w.T);
   y.square().sum().backward();
-  const items = kernels(y, x.grad!, w.grad!);
-  const copies = items.filter((k) => k.kernel.outputShape.join() === "512,48");
-  assert.equal(copies.length, 1);
-  // dX [64, 512] = dY [64, 48] @ W [48, 512]: reads W's buffer
-  const dx = items.find((k) => k.kernel.name.startsWith("r") && k.kernel.outputShape.filter((s) => s > 1).join() === "64,512");
-  assert.ok(dx, "a kernel computes dX");
-  assert.ok(dx.buffers.includes(bufferOf(w)) && !dx.buffers.includes(copies[0]!.buffers[0]!));
-  // and the gradients are right: dX = 2 y @ W
-  const expected = (() => {
-    const [ys, ws] = [reference(x, w), values(w)];
-    return Array.from({ length: 64 * 512 }, (_, i) => {
-      let sum = 0;
-      for (let j = 0; j < 48; j++) sum += 2 * ys[Math.floor(i / 512) * 48 + j]! * ws[j * 512 + (i % 512)]!;
-      return sum;
-    });
-  })();
+  const items = kernels(y, x.grad!);
+  const forward = items.find((k) => shapeOf(k) === "3x512x16");
+  // dX [64, 512] = dY [64, 48] @ W [48, 512]: W's lanes along 512, as [32, 48, 16]
+  const backward = items.find((k) => shapeOf(k) === "32x48x16");
+  assert.ok(forward && backward, items.map(shapeOf).join(" "));
+  const dx = items.find((k) => shapeOf(k) === "64x512")!;
+  assert.ok(dx.buffers.includes(backward.buffers[0]!) && !dx.buffers.includes(bufferOf(w)));
+  assert.deepEqual(sumSteps(dx, backward.buffers[0]!), [16]);
+  // each copy is made right before its product and dies after it: the backward's copy takes the forward's memory
+  assert.equal(backward.buffers[0], forward.buffers[0]);
+  assert.ok(items.indexOf(forward) < items.findIndex((k) => shapeOf(k) === "64x48") && items.indexOf(backward) === items.indexOf(dx) - 1);
+  const ys = reference(x, w, { bT: true });
+  const ws = values(w);
+  const expected = Array.from({ length: 64 * 512 }, (_, e) => {
+    let sum = 0;
+    for (let j = 0; j < 48; j++) sum += 2 * ys[Math.floor(e / 512) * 48 + j]! * ws[j * 512 + (e % 512)]!;
+    return sum;
+  });
   assertClose(values(x.grad!), expected, { atol: 1e-2, rtol: 1e-4, what: "dX" });
 });
 
+test("batched products (attention's probabilities @ v) pack each batch's operand", () => {
+  const [p, v] = [input([3, 32, 40], 1), input([3, 40, 48], 2)];
+  const out = p.matmul(v);
+  // v as [3, 48/16, 40, 16]
+  assert.deepEqual(kernels(out).map(shapeOf), ["3x3x40x16", "3x32x48"]);
+  const expected = [0, 1, 2].flatMap((b) => reference(p.shrink([[b, b + 1], null, null]).reshape([32, 40]), v.shrink([[b, b + 1], null, null]).reshape([40, 48])));
+  assertClose(values(out), expected, { atol: 1e-3, rtol: 1e-5, what: "p @ v" });
+});
+
+test("no copies where an operand is read few times, the sum is short, the tile cannot take a panel, or the device is not a host", () => {
+  // four rows: each element of W is read four times, and 4 rows are no panel of 8
+  assert.equal(kernels(input([4, 512], 1).matmul(input([48, 512], 2).T)).length, 1);
+  // a sum of 16 steps
+  assert.equal(kernels(input([64, 16], 1).matmul(input([16, 48], 2))).length, 1);
+  // 40 lanes (no panel of 16) read contiguously, 60 rows (no panel of 8)
+  assert.equal(kernels(input([60, 64], 1).matmul(input([64, 40], 2))).length, 1);
+  // x @ W^T with W's rows 384 B apart: 16 sequential streams of W, 8 of x
+  assert.equal(kernels(input([64, 96], 1).matmul(input([48, 96], 2).T)).length, 1);
+  // a device without the host forms (a GPU's) tiles its own way
+  assert.equal(kernels(input([64, 96], 1).matmul(input([96, 48], 2))).length, 2);
+  Device.register("PLAINJS", () => ({ ...jsBackend(), name: "PLAINJS", hostForms: false }));
+  assert.equal(kernels(input([64, 96], 1, false, "PLAINJS").matmul(input([96, 48], 2, false, "PLAINJS"))).length, 1);
+});
+
+test("lanes no panel fits whose stride aliases in L1 (rows 2 KB apart) read a row-major copy of W^T", () => {
+  const [x, w] = [input([60, 512], 1), input([40, 512], 2)];
+  const y = x.matmul(w.T);
+  const items = kernels(y);
+  assert.deepEqual(items.map(shapeOf), ["512x40", "60x40"]);
+  assert.ok(items[1]!.buffers.includes(items[0]!.buffers[0]!) && !items[1]!.buffers.includes(bufferOf(w)));
+  assertClose(values(y), reference(x, w, { bT: true }), { atol: 1e-3, rtol: 1e-5, what: "x @ W^T" });
+  // 1.5 KB apart: no copy
+  assert.equal(kernels(input([60, 384], 1).matmul(input([40, 384], 2).T)).length, 1);
+});
+
 test("a matmul before a heavy epilogue (a GELU) is stored with its full tile; a light one stays fused", () => {
-  const [x, w] = [input([32, 64], 1), input([64, 48], 2)];
+  const [x, w] = [input([20, 64], 1), input([64, 40], 2)];
   const heavy = kernels(x.matmul(w).gelu());
   assert.deepEqual(heavy.map((k) => k.kernel.name[0]), ["r", "E"]);
   assert.ok(heavy[1]!.buffers.includes(heavy[0]!.buffers[0]!));
@@ -86,14 +167,14 @@ test("a matmul before a heavy epilogue (a GELU) is stored with its full tile; a 
 });
 
 test("a bias's gradient under a GELU is one reduce of the stored gradient, not one reduce per contribution", () => {
-  const [x, w, b] = [input([64, 32], 1), input([48, 32], 2, true), input([48], 3, true)];
+  const [x, w, b] = [input([20, 30], 1), input([40, 30], 2, true), input([40], 3, true)];
   const h = x.matmul(w.T).add(b);
   h.gelu().square().sum().backward();
   const items = kernels(w.grad!, b.grad!);
-  const bias = items.find((k) => k.kernel.outputShape.filter((s) => s > 1).join() === "48");
+  const bias = items.find((k) => k.kernel.outputShape.filter((s) => s > 1).join() === "40");
   assert.ok(bias, "a kernel computes the bias's gradient");
   // one input: the gradient at h, which dW's matmul reads too
   assert.equal(bias.buffers.length, 2);
-  const dw = items.find((k) => k.kernel.outputShape.filter((s) => s > 1).join() === "48,32")!;
+  const dw = items.find((k) => k.kernel.outputShape.filter((s) => s > 1).join() === "40,30")!;
   assert.ok(dw.buffers.includes(bias.buffers[1]!));
 });

@@ -1,9 +1,10 @@
 // What the CUDA renderer makes of typical kernels: the launch form it picks, and what the compiled PTX
 // must contain (tensor-core mma, warp shuffles, exact half conversions, no contracted multiply-adds,
-// vector loads). The kernels come from tensor ops run on the JS device.
+// vector loads). The kernels come from tensor ops run on the JS backend, scheduled as for a GPU.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Tensor, dtypes } from "../../src/index.ts";
+import { Device, Tensor, dtypes } from "../../src/index.ts";
+import { jsBackend } from "../../src/runtime/js.ts";
 import type { DType } from "../../src/dtype.ts";
 import type { KernelIR } from "../../src/codegen/ir.ts";
 import { recordItems } from "../../src/engine/realize.ts";
@@ -21,7 +22,9 @@ function kernelsOf(inputs: Tensor[], build: (...xs: Tensor[]) => Tensor): Kernel
   return recordItems(() => build(...inputs).realize()).items.flatMap((item) => (item.kind === "kernel" ? [item.kernel] : []));
 }
 
-const rand = (shape: number[], dtype: DType = dtypes.float32) => Tensor.rand(shape, { device: "JS" }).cast(dtype);
+// scheduled as for a GPU: the JS backend without the host forms (packed matmul operands, scatters, K-blocks)
+Device.register("GPUJS", () => ({ ...jsBackend(), name: "GPUJS", hostForms: false }));
+const rand = (shape: number[], dtype: DType = dtypes.float32) => Tensor.rand(shape, { device: "GPUJS" }).cast(dtype);
 const lastForm = (inputs: Tensor[], build: (...xs: Tensor[]) => Tensor): CudaForm => cudaForm(kernelsOf(inputs, build).at(-1)!);
 
 const forms = {

@@ -1,0 +1,144 @@
+// Host backends read a matmul's operands from copies laid out the way its register tile walks them (packed
+// panels, as BLAS libraries pack theirs). The tile (heuristics.ts) holds 16 vector lanes along the output's
+// last axis by 8 rows along another, and steps through the sum one k at a time: each step reads 16 lane
+// values of one operand and 8 row values of the other. Read in place those sit one row of the operand
+// apart per step (a weight gradient g^T @ x reads both operands k-major: every step touches two new 4 KB
+// pages) and, for some widths, in the same few L1 sets. A panel keeps one tile's values for consecutive
+// steps next to each other: [n/16, k, 16] for the lanes, [m/8, k, 8] for the rows, so a tile reads one
+// sequential stream per operand. Only the product reads the copy; other kernels keep reading the operand.
+import { Device } from "../device.ts";
+import { moveIndex } from "../codegen/one_hot.ts";
+import { type Idx, coefficientOf, flatIndex, ivar, varsOf } from "../shape/symbolic.ts";
+import { MOVEMENT_OPS, type Pads, type ReduceArg, UOp, isMatmul, skipCasts } from "../uop.ts";
+
+/** An operand a product reads from a stored copy: `reader` gives `view`'s values from `copy`. */
+export interface PackedOperand {
+  /** The node in the product's graph that the copy replaces (same shape as `reader`). */
+  readonly view: UOp;
+  /** What is stored: the operand's values in the order the tile reads them. */
+  readonly copy: UOp;
+  /** A view of `copy` with `view`'s shape and values. */
+  readonly reader: UOp;
+}
+
+/** Lanes and rows of the register tile the host heuristics give a matmul (16 float lanes by 8 rows). */
+const PANEL_LANES = 16;
+const PANEL_ROWS = 8;
+/** Reads of each element below which a copy costs more than it saves (a matrix-vector product). */
+const PACK_MIN_REUSE = 32;
+/** Steps of the sum below which the walk along it is too short to be worth a copy. */
+const PACK_MIN_LENGTH = 32;
+/** Bytes apart at which a tile's vector lanes fall into two or fewer sets of a 32 KB, 64-set L1 cache. */
+const ALIASED_LANE_BYTES = 2048;
+
+/** One operand of a product: the views above what it reads, and which of the product's axes it uses. */
+interface Operand {
+  /** The operand below its casts: a chain of views (a broadcast among them). */
+  readonly node: UOp;
+  /** The product's axes (of more than one element) the operand's index reads. */
+  readonly used: ReadonlySet<number>;
+  /** Views below the broadcast, each with its index in the product's variables (for the row-major copy). */
+  readonly candidates: readonly { node: UOp; idx: readonly Idx[] }[];
+  /** The index of what the chain reads at the bottom. */
+  readonly bottom: { node: UOp; idx: readonly Idx[] };
+}
+
+/**
+ * For each matmul on a host backend, the operands it reads from copies. `stored` and `isLeaf` say where a
+ * chain of views ends (a copy is made of views and of what the kernel would compute inline anyway).
+ */
+export function packOperands(nodes: readonly UOp[], stored: ReadonlySet<UOp>, isLeaf: (u: UOp) => boolean): Map<UOp, PackedOperand[]> {
+  const packs = new Map<UOp, PackedOperand[]>();
+  for (const reduce of nodes) {
+    if (reduce.op !== "REDUCE" || isLeaf(reduce) || !isMatmul(reduce) || Device.backend(reduce.device).hostForms !== true) continue;
+    const product = skipCasts(reduce.src[0]!);
+    const { shape } = product;
+    const axes = (reduce.arg as ReduceArg).axes;
+    const length = axes.reduce((n, d) => n * shape[d]!, 1);
+    const outputAxes = shape.flatMap((size, d) => (size > 1 && !axes.includes(d) ? [d] : []));
+    const lane = outputAxes[outputAxes.length - 1];
+    if (lane === undefined || length < PACK_MIN_LENGTH) continue;
+    const operands = product.src.map((src) => operandOf(skipCasts(src), stored, isLeaf));
+    // each element of an operand is read once for every output element along the axes it does not use
+    const reuse = (o: Operand): number => outputAxes.reduce((n, d) => (o.used.has(d) ? n : n * shape[d]!), 1);
+    const found: PackedOperand[] = [];
+    for (const operand of operands) {
+      if (reuse(operand) < PACK_MIN_REUSE) continue;
+      const other = operands.find((o) => o !== operand)!;
+      const step = (axis: number): number | undefined => coefficientOf(flatIndex(operand.bottom.idx, operand.bottom.node.shape), `a${axis}`);
+      if (operand.used.has(lane)) {
+        if (other.used.has(lane)) continue;
+        // lanes read in place along a row (x @ W: a row of W a step) take a panel: one stream instead of a
+        // row a page or more apart each step. Lanes a row of W^T apart (x @ W^T) take one only where they
+        // alias in L1: otherwise 16 sequential streams do as well, and the transposing copy costs ~1 s of
+        // compiling in a cold start
+        const laneStep = step(lane);
+        const aliased = laneStep !== undefined && laneStep !== 0 && (Math.abs(laneStep) * operand.bottom.node.dtype.itemsize) % ALIASED_LANE_BYTES === 0;
+        if (laneStep !== 1 && !aliased) continue;
+        const panel = shape[lane]! % PANEL_LANES === 0 ? panelOf(operand, lane, PANEL_LANES, axes) : aliased ? aliasedCopy(operand, lane) : undefined;
+        if (panel) found.push(panel);
+      } else {
+        // rows read along the sum (x in x @ W) are 8 sequential streams already; rows read across it (g in the
+        // weight gradient g^T @ x: 8 neighbours, then a row further on) take a panel
+        if (step(axes[axes.length - 1]!) === 1) continue;
+        // the rows: the last output axis this operand reads and the other does not (where the heuristics put them)
+        const rows = outputAxes.filter((d) => operand.used.has(d) && !other.used.has(d));
+        const axis = rows[rows.length - 1];
+        if (axis !== undefined && shape[axis]! % PANEL_ROWS === 0) found.push(panelOf(operand, axis, PANEL_ROWS, axes));
+      }
+    }
+    if (found.length > 0) packs.set(reduce, found);
+  }
+  return packs;
+}
+
+/** Walks an operand's views down to what they read (a stored node, a leaf, or computed work). */
+function operandOf(top: UOp, stored: ReadonlySet<UOp>, isLeaf: (u: UOp) => boolean): Operand {
+  let node = top;
+  let idx: readonly Idx[] = top.shape.map((size, d) => ivar(`a${d}`, size));
+  const vars = new Set<string>();
+  const candidates: { node: UOp; idx: readonly Idx[] }[] = [];
+  for (let first = true; MOVEMENT_OPS.has(node.op) && (first || !(stored.has(node) || isLeaf(node))); first = false) {
+    // a view above the broadcast would copy the broadcast too
+    if (node.op === "EXPAND") candidates.length = 0;
+    else candidates.push({ node, idx });
+    const moved = moveIndex(node, idx);
+    for (const bound of moved.inside ?? []) varsOf(bound.expr, vars);
+    idx = moved.srcIdx;
+    node = node.src[0]!;
+  }
+  for (const i of idx) varsOf(i, vars);
+  const used = new Set(top.shape.flatMap((size, d) => (size > 1 && vars.has(`a${d}`) ? [d] : [])));
+  return { node: top, used, candidates, bottom: { node, idx } };
+}
+
+/**
+ * The operand stored as panels of `width` along `axis`: the axes it uses, in the product's order, with
+ * `axis` split in two, laid out as [other output axes, axis / width, summed axes, width].
+ */
+function panelOf(operand: Operand, axis: number, width: number, summed: readonly number[]): PackedOperand {
+  const view = operand.node;
+  const used = view.shape.flatMap((_, d) => (operand.used.has(d) ? [d] : []));
+  // the operand without its broadcast axes (one element of each: the same values)
+  const dense = view.shrink(view.shape.map((size, d): [number, number] => [0, operand.used.has(d) ? size : 1]) as Pads).reshape(used.map((d) => view.shape[d]!));
+  const split = used.flatMap((d) => (d === axis ? [view.shape[d]! / width, width] : [view.shape[d]!]));
+  // positions in `split`: the axis's outer part sits at its own place, its inner part right after
+  const at = (d: number): number => used.indexOf(d) + (used.indexOf(d) > used.indexOf(axis) ? 1 : 0);
+  const outer = used.filter((d) => d !== axis && !summed.includes(d)).map(at);
+  const order = [...outer, at(axis), ...used.filter((d) => summed.includes(d)).map(at), at(axis) + 1];
+  const copy = dense.reshape(split).permute(order).contiguous();
+  const inverse = order.map((_, p) => order.indexOf(p));
+  const reader = copy.permute(inverse).reshape(dense.shape).reshape(view.shape.map((size, d) => (operand.used.has(d) ? size : 1))).expand(view.shape);
+  return { view, copy, reader };
+}
+
+/**
+ * Where aliasing lanes (a stride that is a multiple of 2 KB: x @ W^T with W [30522, 1024]) cannot take a panel
+ * (an axis 16 does not divide), the operand's deepest view that reads the lanes contiguously is copied in its
+ * own row-major layout.
+ */
+function aliasedCopy(operand: Operand, lane: number): PackedOperand | undefined {
+  const stride = (node: UOp, idx: readonly Idx[]) => coefficientOf(flatIndex(idx, node.shape), `a${lane}`);
+  const packed = [...operand.candidates].reverse().find((c) => stride(c.node, c.idx) === 1);
+  return packed && { view: packed.node, copy: packed.node.contiguous(), reader: packed.node.contiguous() };
+}
