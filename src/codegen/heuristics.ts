@@ -87,7 +87,10 @@ export function loopTrips(shape: readonly number[], upcast: readonly Upcast[], o
 export function heuristicOpts(spec: KernelSpec, plain: KernelIR): KernelOpts {
   const work = plain.flops + spec.value.numel;
   const upcast: Upcast[] = [];
-  if (plain.name.startsWith("r")) {
+  const split = spec.host && plain.name.startsWith("r") ? splitWidth(plain) : 0;
+  if (split) {
+    // the partial sums are the vector: no output tile beside them
+  } else if (plain.name.startsWith("r")) {
     // most shared loads first, then contiguous ones; later (inner) axes win ties
     const ranked = axisFacts(plain)
       .filter((f) => f.reuse > 0 || f.contiguous > 0)
@@ -116,7 +119,39 @@ export function heuristicOpts(spec: KernelSpec, plain: KernelIR): KernelOpts {
     ? [...spec.value.shape.map((_, d) => d).filter((d) => d < Math.min(upcast[0]!.axis, upcast[1]!.axis) && spec.value.shape[d]! > 1), outerTileAxis(plain, upcast)]
     : [];
   const kblock = spec.host && upcast.length === 2 ? blockLength(spec, plain, upcast) : 0;
-  return { upcast, unroll: 1, parallel: parallelLoops(loopTrips(spec.value.shape, upcast, outer), work), outer, ...(kblock ? { kblock } : {}) };
+  return { upcast, unroll: 1, parallel: parallelLoops(loopTrips(spec.value.shape, upcast, outer), work), outer, ...(kblock ? { kblock } : {}), ...(split ? { split } : {}) };
+}
+
+/**
+ * Accumulators for a sum that walks contiguous memory (a layer norm's row statistics, a softmax's row max and
+ * sum, LAMB's norm partials): each lane of a vector of partial sums takes every 16th step, so the loop body
+ * vectorises along the sum, which one accumulator cannot (its additions must stay in order). Only where no
+ * output axis reads neighbours (those take vector lanes instead) and most loads of the sum are each output's
+ * own (a matmul's are shared across a register tile, which serves it better). 0: one accumulator.
+ */
+function splitWidth(plain: KernelIR): number {
+  const sum = innermostReduceLoop(plain.body);
+  if (!sum) return 0;
+  const loads = reduceLoads(plain.body).map((l) => l.index).filter((l) => varsOf(l).has(sum.var));
+  if (loads.length === 0 || loads.some((l) => coefficientOf(l, sum.var) !== 1)) return 0;
+  // (loads the sum does not step, such as a softmax's row max, are read once a row: they do not count)
+  const axes = plain.outputShape.flatMap((size, d) => (size > 1 ? [`i${d}`] : []));
+  if (loads.some((l) => axes.some((v) => hasUnitTerm(l, v)))) return 0;
+  const own = loads.filter((l) => axes.every((v) => varsOf(l).has(v))).length;
+  if (own <= loads.length - own) return 0;
+  const body = reduceBodySize(plain.body);
+  return [16, 8].find((n) => sum.size % n === 0 && sum.size >= 4 * n && n * body <= LOOP_BODY_BUDGET) ?? 0;
+}
+
+/** The innermost reduce loop (the last one met), if the kernel has one. */
+function innermostReduceLoop(body: readonly Stmt[]): { var: string; size: number } | undefined {
+  let found: { var: string; size: number } | undefined;
+  for (const s of body) {
+    if (s.kind !== "loop") continue;
+    if (s.var.startsWith("r")) found = { var: s.var, size: s.size };
+    found = innermostReduceLoop(s.body) ?? found;
+  }
+  return found;
 }
 
 /**

@@ -439,19 +439,21 @@ class Lowerer {
     if (this.collapseOneHot(node, lanes)) return;
     const { op, axes } = node.arg as ReduceArg;
     const src = node.src[0]!;
-    const accs = lanes.map(() => `acc${this.names++}`);
+    const block = this.block?.node === node ? this.block : undefined;
+    const last = axes[axes.length - 1]!;
+    const lastSize = block ? block.size : src.shape[last]!;
+    // split: each step of a trip goes to its own accumulator (a K-blocked sum keeps one: its partial sums)
+    const split = !block && this.opts.split && this.opts.split > 1 && lastSize % this.opts.split === 0 ? this.opts.split : 1;
+    const unroll = split > 1 ? split : lastSize % this.opts.unroll === 0 ? this.opts.unroll : 1;
+    const accs = lanes.flatMap(() => Array.from({ length: split }, () => `acc${this.names++}`));
     accs.forEach((name) => this.emit({ kind: "acc", name, dtype: node.dtype, op }));
     // a block of a K-blocked sum starts from the partial sum so far (0 + partial: the same bits)
-    const block = this.block?.node === node ? this.block : undefined;
     if (block) lanes.forEach((lane, l) => {
       const partial = this.define(node.dtype, { op: "LOAD", buf: 0, index: flatIndex(lane.idx, node.shape), valid: [] }, `${requestKey(lane)}|partial`);
       this.emit({ kind: "update", name: accs[l]!, dtype: node.dtype, op, value: partial });
     });
     const outer = this.scopes.length;
     const loopIdx = new Map<number, Idx>();
-    const last = axes[axes.length - 1]!;
-    const lastSize = block ? block.size : src.shape[last]!;
-    const unroll = lastSize % this.opts.unroll === 0 ? this.opts.unroll : 1;
     for (const axis of axes) {
       const size = axis === last ? lastSize / unroll : src.shape[axis]!;
       const name = `r${this.loops++}`;
@@ -470,14 +472,23 @@ class Lowerer {
       return { node: src, idx, valid: lane.valid };
     }));
     const values = this.genAll(requests);
-    accs.forEach((name, l) => {
+    lanes.forEach((_, l) => {
       for (let step = 0; step < unroll; step++) {
-        this.emit({ kind: "update", name, dtype: node.dtype, op, value: values[l * unroll + step]! });
+        this.emit({ kind: "update", name: accs[l * split + (split > 1 ? step : 0)]!, dtype: node.dtype, op, value: values[l * unroll + step]! });
         this.flops += this.top.trips;
       }
     });
     this.scopes.length = outer;
-    lanes.forEach((lane, l) => this.top.cache.set(requestKey(lane), { kind: "val", name: accs[l]!, dtype: node.dtype }));
+    // a split sum's accumulators, added pairwise into the first
+    for (let width = split / 2; width >= 1; width /= 2) {
+      lanes.forEach((_, l) => {
+        for (let j = 0; j < width; j++) {
+          const value: Operand = { kind: "val", name: accs[l * split + j + width]!, dtype: node.dtype };
+          this.emit({ kind: "update", name: accs[l * split + j]!, dtype: node.dtype, op, value });
+        }
+      });
+    }
+    lanes.forEach((lane, l) => this.top.cache.set(requestKey(lane), { kind: "val", name: accs[l * split]!, dtype: node.dtype }));
   }
 
   /**

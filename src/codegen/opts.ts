@@ -20,13 +20,19 @@ export interface KernelOpts {
    * the operands' block stays in cache across the output tiles; the output holds the partial sums). 0: none.
    */
   readonly kblock?: number;
+  /**
+   * The innermost reduce loop's steps go to this many accumulators in turn, added pairwise at the end (host
+   * backends: a row sum along contiguous memory becomes one vector of partial sums). The additions happen
+   * in another order than the plain kernel's. 0 or absent: one accumulator.
+   */
+  readonly split?: number;
 }
 
 export const NO_OPTS: KernelOpts = { upcast: [], unroll: 1, parallel: 0, outer: [] };
 
 /** A stable text form: cache keys and DEBUG output. */
 export const optsKey = (o: KernelOpts): string =>
-  `u${o.upcast.map((u) => `${u.axis}x${u.amount}`).join(",")}|r${o.unroll}|p${o.parallel}${o.outer.length ? `|o${o.outer.join(",")}` : ""}${o.kblock ? `|k${o.kblock}` : ""}`;
+  `u${o.upcast.map((u) => `${u.axis}x${u.amount}`).join(",")}|r${o.unroll}|p${o.parallel}${o.outer.length ? `|o${o.outer.join(",")}` : ""}${o.kblock ? `|k${o.kblock}` : ""}${o.split ? `|s${o.split}` : ""}`;
 
 /** How many elements each iteration of the kernel computes. */
 export const upcastWidth = (o: KernelOpts): number => o.upcast.reduce((w, u) => w * u.amount, 1);

@@ -1,0 +1,70 @@
+// Split sums on host backends: a sum along contiguous memory (row statistics, softmax, norm partials) runs
+// its steps over 16 accumulators in turn, added pairwise at the end, so the loop vectorises along the sum.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { Device, Tensor } from "../../src/index.ts";
+import { recordItems, runItem } from "../../src/engine/realize.ts";
+import type { ExecItem } from "../../src/engine/schedule.ts";
+import type { KernelIR, Stmt } from "../../src/codegen/ir.ts";
+import { kernelSpecOf, lowerKernel } from "../../src/codegen/lower.ts";
+import { heuristicOpts } from "../../src/codegen/heuristics.ts";
+import { NO_OPTS } from "../../src/codegen/opts.ts";
+import { testDevices } from "../devices.ts";
+import { assertClose } from "../core/harness.ts";
+
+type KernelItem = ExecItem & { kind: "kernel" };
+const ranKernels = (t: Tensor): KernelItem[] => recordItems(() => t.realize()).items.filter((i): i is KernelItem => i.kind === "kernel");
+const data = (n: number, seed: number): Float32Array => Float32Array.from({ length: n }, (_, i) => Math.sin(i * 0.37 + seed) * (1 + (i % 7)));
+
+/** `item`'s kernel lowered again without options, run on the same buffers: its output. */
+function plainOutput(item: KernelItem): Float32Array {
+  runItem({ ...item, kernel: lowerKernel(kernelSpecOf(item.kernel)!, NO_OPTS) });
+  return Float32Array.from(item.buffers[0]!.toTypedArray() as Float32Array);
+}
+
+/** Accumulators declared at the top of the kernel's output loops (one per lane per split step). */
+const accumulators = (body: readonly Stmt[]): number => body.reduce((n, s) => n + (s.kind === "acc" ? 1 : s.kind === "loop" ? accumulators(s.body) : 0), 0);
+const splitOf = (k: KernelIR): number => Number(/\|s(\d+)/.exec(k.opts)?.[1] ?? 0);
+
+for (const device of testDevices().filter((d) => Device.backend(d).hostForms)) {
+  test(`${device}: a row sum takes 16 accumulators, added pairwise, and agrees with the single-accumulator sum`, () => {
+    const x = new Tensor(data(48 * 256, 1), { device }).reshape([48, 256]).realize();
+    const sum = x.sum({ axis: 1 });
+    const [item] = ranKernels(sum);
+    assert.equal(splitOf(item!.kernel), 16, item!.kernel.opts);
+    assert.equal(accumulators(item!.kernel.body), 16);
+    const split = Float32Array.from(sum.toArray() as Float32Array);
+    const plain = plainOutput(item!);
+    assertClose(split, plain, { atol: 1e-4, rtol: 1e-6, what: "split vs one accumulator" });
+    // against float64
+    const xs = data(48 * 256, 1);
+    const exact = Array.from({ length: 48 }, (_, r) => xs.slice(r * 256, r * 256 + 256).reduce((a, b) => a + b, 0));
+    assertClose(split, exact, { atol: 1e-4, rtol: 1e-6, what: "split vs float64" });
+  });
+
+  test(`${device}: a split max is the max to the bit, and a softmax's exp-sum is split despite its row-max load`, () => {
+    const x = new Tensor(data(40 * 128, 2), { device }).reshape([40, 128]).realize();
+    const max = x.max({ axis: 1 });
+    const [item] = ranKernels(max);
+    assert.equal(splitOf(item!.kernel), 16, item!.kernel.opts);
+    assert.deepEqual(Float32Array.from(max.toArray() as Float32Array), plainOutput(item!));
+    // softmax: the max, then sum(exp(x - max)) whose loads include the max (one a row, contiguous along rows)
+    const kernels = ranKernels(x.softmax(-1));
+    assert.deepEqual(kernels.filter((k) => k.kernel.name.startsWith("r")).map((k) => splitOf(k.kernel)), [16, 16]);
+  });
+}
+
+test("no split where a register tile or vector lanes serve better, for short sums, or on devices without host forms", () => {
+  const optsOf = (t: Tensor): string => ranKernels(t).at(-1)!.kernel.opts;
+  const a = Tensor.empty([64, 256], { device: "JS" });
+  // a matmul: its loads are shared across the tile
+  assert.doesNotMatch(optsOf(a.matmul(Tensor.empty([256, 48], { device: "JS" }))), /\|s/);
+  // a column sum: the lanes read neighbours along the output
+  assert.doesNotMatch(optsOf(a.sum({ axis: 0 })), /\|s/);
+  // a sum of 16 steps: fewer than 4 trips of 8 are not worth it
+  assert.doesNotMatch(optsOf(Tensor.empty([64, 16], { device: "JS" }).sum({ axis: 1 })), /\|s/);
+  // the same row sum lowered for a GPU-like device
+  const [item] = ranKernels(Tensor.empty([48, 256], { device: "JS" }).sum({ axis: 1 }));
+  const spec = { ...kernelSpecOf(item!.kernel)!, host: false };
+  assert.equal(heuristicOpts(spec, lowerKernel(spec, NO_OPTS)).split, undefined);
+});
