@@ -115,8 +115,9 @@ function operandOf(top: UOp, stored: ReadonlySet<UOp>, isLeaf: (u: UOp) => boole
 function panelOf(operand: Operand, axis: number, width: number, summed: readonly number[]): PackedOperand {
   const view = operand.node;
   const used = view.shape.flatMap((_, d) => (operand.used.has(d) ? [d] : []));
-  // the operand without its broadcast axes (one element of each: the same values)
-  const dense = view.shrink(view.shape.map((size, d): [number, number] => [0, operand.used.has(d) ? size : 1]) as Pads).reshape(used.map((d) => view.shape[d]!));
+  // the operand without its broadcast axes (one element of each: the same values), the axis split in two (one
+  // reshape each way: every reshape is a division per lane when the product's lowering walks the chain)
+  const dense = view.shrink(view.shape.map((size, d): [number, number] => [0, operand.used.has(d) ? size : 1]) as Pads);
   const split = used.flatMap((d) => (d === axis ? [view.shape[d]! / width, width] : [view.shape[d]!]));
   // positions in `split`: the axis's outer part sits at its own place, its inner part right after
   const at = (d: number): number => used.indexOf(d) + (used.indexOf(d) > used.indexOf(axis) ? 1 : 0);
@@ -124,7 +125,7 @@ function panelOf(operand: Operand, axis: number, width: number, summed: readonly
   const order = [...outer, at(axis), ...used.filter((d) => summed.includes(d)).map(at), at(axis) + 1];
   const copy = dense.reshape(split).permute(order).contiguous();
   const inverse = order.map((_, p) => order.indexOf(p));
-  const reader = copy.permute(inverse).reshape(dense.shape).reshape(view.shape.map((size, d) => (operand.used.has(d) ? size : 1))).expand(view.shape);
+  const reader = copy.permute(inverse).reshape(dense.shape).expand(view.shape);
   return { view, copy, reader };
 }
 
