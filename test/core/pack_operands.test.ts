@@ -137,6 +137,10 @@ test("no copies where an operand is read few times, the sum is short, the tile c
   assert.equal(kernels(input([4, 512], 1).matmul(input([48, 512], 2).T)).length, 1);
   // a sum of 16 steps
   assert.equal(kernels(input([64, 16], 1).matmul(input([16, 48], 2))).length, 1);
+  // a small output over a long sum: K-blocked instead, its operands' blocks read from cache
+  const blocked = kernels(input([64, 4096], 1).matmul(input([4096, 48], 2)));
+  assert.equal(blocked.length, 1);
+  assert.match(blocked[0]!.kernel.opts, /\|k\d+/);
   // 40 lanes (no panel of 16) read contiguously, 60 rows (no panel of 8)
   assert.equal(kernels(input([60, 64], 1).matmul(input([64, 40], 2))).length, 1);
   // a device without the host forms (a GPU's) tiles its own way
