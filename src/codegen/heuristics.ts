@@ -27,7 +27,7 @@ export interface AxisFacts {
   readonly size: number;
   /** Loads whose index does not use the axis: shared by all its lanes when upcast. */
   readonly reuse: number;
-  /** Loads that step by one element along the axis: upcast lanes read neighbours (vectorisable). */
+  /** Loads that step by one element along the axis (or within runs of 16: packed panels): upcast lanes read neighbours (vectorisable). */
   readonly contiguous: number;
 }
 
@@ -54,6 +54,12 @@ function reduceLoads(body: readonly Stmt[], inReduce = false, out: { buf: number
 export const hasUnitTerm = (e: Idx, name: string): boolean =>
   e.kind === "var" ? e.name === name : e.kind === "sum" && e.terms.some((t) => t.kind === "var" && t.name === name);
 
+/** Whether `e` steps by one element as `name` does within runs of 16 or more (`name % 16`: a packed panel's lanes). */
+const hasRunTerm = (e: Idx, name: string): boolean => {
+  const run = (t: Idx): boolean => t.kind === "mod" && t.a.kind === "var" && t.a.name === name && t.c >= 16;
+  return run(e) || (e.kind === "sum" && e.terms.some(run));
+};
+
 /** Per output axis: how upcasting it would share or vectorise loads. */
 export function axisFacts(plain: KernelIR): AxisFacts[] {
   const loads = reduceLoads(plain.body).map((l) => l.index);
@@ -61,7 +67,7 @@ export function axisFacts(plain: KernelIR): AxisFacts[] {
     if (size === 1) return [];
     const name = `i${axis}`;
     const reuse = loads.filter((l) => !varsOf(l).has(name)).length;
-    const contiguous = loads.filter((l) => hasUnitTerm(l, name)).length;
+    const contiguous = loads.filter((l) => hasUnitTerm(l, name) || hasRunTerm(l, name)).length;
     return [{ axis, size, reuse, contiguous }];
   });
 }

@@ -98,6 +98,17 @@ test("a weight gradient g^T @ x over a batch of sequences reads both operands as
   assertClose(values(w.grad!), expected, { atol: 1e-2, rtol: 1e-4, what: "dW" });
 });
 
+test("lanes read from a panel stay the tile's vector axis when the other operand reads neighbours along the rows", () => {
+  // BERT's tied-weight gradient g^T @ h in small: g [64, 1002] is read contiguously along the 1002 rows (no
+  // panel: 8 does not divide them), h [64, 32] as panels [2, 64, 16]; the lanes stay along the 32 columns
+  const [g, h] = [input([64, 1002], 1), input([64, 32], 2)];
+  const out = g.T.matmul(h);
+  const items = kernels(out);
+  assert.deepEqual(items.map(shapeOf), ["2x64x16", "1002x32"]);
+  assert.match(items[1]!.kernel.opts, /^u1x16,0x6\b/, items[1]!.kernel.opts);
+  assertClose(values(out), reference(g, h, { aT: true }), { atol: 1e-3, rtol: 1e-5, what: "g^T @ h" });
+});
+
 test("the backward's dY @ W reads its own panels of W, not the forward's panels of W^T", () => {
   const [x, w] = [input([64, 512], 1, true), input([48, 512], 2, true)];
   const y = x.matmul(w.T);
