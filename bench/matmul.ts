@@ -5,6 +5,7 @@
 import { spawnSync } from "node:child_process";
 import { parseArgs } from "node:util";
 import { GlobalCounters, Tensor } from "../src/index.ts";
+import { jit } from "../src/engine/jit.ts";
 
 interface Shape {
   readonly name: string;
@@ -36,11 +37,12 @@ const SHAPES: readonly Shape[] = [
   { name: "mlm_hidden_grad 160x30522x128", batch: 1, m: 160, k: 30522, n: 128 },
 ];
 
-const HELP = `usage: tsx bench/matmul.ts [--reps N] [--beam 0,2] [--threads 1,2] [--shapes 512^3,1024^3] [--no-numpy]
+const HELP = `usage: tsx bench/matmul.ts [--reps N] [--beam 0,2] [--threads 1,2] [--shapes 512^3,1024^3] [--no-numpy] [--jit]
 
 Times float32 matmuls on the CPU device for each BEAM and THREADS value, and numpy (OpenBLAS)
 on the same shapes, and prints JSON: GFLOP/s medians per shape and configuration, and the ratio
-of each tsgrad figure to numpy's with the same thread count.
+of each tsgrad figure to numpy's with the same thread count. Eager by default (fresh buffers every
+call); --jit replays one captured product on the same buffers, as a training step does.
 Shapes: ${SHAPES.map((s) => s.name.split(" ")[0]).join(", ")}`;
 
 const median = (xs: readonly number[]): number => {
@@ -60,18 +62,38 @@ function data(count: number, seed: number): Float32Array {
   });
 }
 
-/** GFLOP/s of each run: fresh input buffers every time, so nothing is reused from an earlier realize. */
-function timeTsgrad(shape: Shape, reps: number): number[] {
+/**
+ * GFLOP/s of each run. Eager: fresh input buffers every time, so nothing is reused from an earlier realize
+ * (and every intermediate, such as a packed operand's copy, is fresh memory). Jitted: one captured product
+ * replayed on the same buffers, as a training step runs.
+ */
+function timeTsgrad(shape: Shape, reps: number, jitted: boolean): number[] {
   const dims = (r: number, c: number) => (shape.batch > 1 ? [shape.batch, r, c] : [r, c]);
   const a = data(shape.batch * shape.m * shape.k, 1);
   const b = data(shape.batch * shape.k * shape.n, 2);
-  const runs: number[] = [];
-  for (let rep = 0; rep <= reps; rep++) {
+  const inputs = (): [Tensor, Tensor] => {
     const x = new Tensor(a, { device: "CPU" }).reshape(shape.layout === "tn" ? dims(shape.k, shape.m) : dims(shape.m, shape.k));
     const w = new Tensor(b, { device: "CPU" }).reshape(shape.layout === "nt" ? dims(shape.n, shape.k) : dims(shape.k, shape.n));
     Tensor.realizeAll([x, w]);
+    return [x, w];
+  };
+  const product = (x: Tensor, w: Tensor): Tensor => (shape.layout === "tn" ? x.transpose(-1, -2) : x).matmul(shape.layout === "nt" ? w.transpose(-1, -2) : w);
+  const runs: number[] = [];
+  if (jitted) {
+    const [x, w] = inputs();
+    const step = jit(product);
+    // the first call compiles (and searches, with BEAM), the second captures: neither is timed
+    for (let rep = 0; rep < reps + 2; rep++) {
+      GlobalCounters.reset();
+      step(x, w).realize();
+      if (rep >= 2) runs.push(flopsOf(shape) / GlobalCounters.timeSumS / 1e9);
+    }
+    return runs;
+  }
+  for (let rep = 0; rep <= reps; rep++) {
+    const [x, w] = inputs();
     GlobalCounters.reset();
-    (shape.layout === "tn" ? x.transpose(-1, -2) : x).matmul(shape.layout === "nt" ? w.transpose(-1, -2) : w).realize();
+    product(x, w).realize();
     // the first run compiles (and searches, with BEAM): not timed
     if (rep > 0) runs.push(flopsOf(shape) / GlobalCounters.timeSumS / 1e9);
   }
@@ -121,6 +143,7 @@ function main(): void {
       threads: { type: "string", default: "1,2" },
       shapes: { type: "string" },
       "no-numpy": { type: "boolean", default: false },
+      jit: { type: "boolean", default: false },
       worker: { type: "boolean", default: false },
       help: { type: "boolean", default: false },
     },
@@ -144,7 +167,7 @@ function main(): void {
     // one configuration, set by the parent through BEAM and THREADS
     console.log(JSON.stringify(Object.fromEntries(shapes.map((s) => {
       console.error(`tsgrad BEAM=${process.env.BEAM} THREADS=${process.env.THREADS} ${s.name}`);
-      return [s.name, timeTsgrad(s, reps)];
+      return [s.name, timeTsgrad(s, reps, values.jit === true)];
     }))));
     return;
   }
@@ -157,7 +180,7 @@ function main(): void {
       if (numpy) for (const s of shapes) table[s.name]![`numpy_t${threads}`] = median(numpy[s.name]!);
     }
     for (const beam of beams) {
-      const args = ["--import", "tsx", process.argv[1]!, "--worker", "--reps", String(reps), "--shapes", shapes.map((s) => s.name.split(" ")[0]).join(",")];
+      const args = ["--import", "tsx", process.argv[1]!, "--worker", "--reps", String(reps), "--shapes", shapes.map((s) => s.name.split(" ")[0]).join(","), ...(values.jit ? ["--jit"] : [])];
       const env = { ...process.env, BEAM: String(beam), THREADS: String(threads) };
       const worker = spawnSync(process.execPath, args, { env, encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
       if (worker.status !== 0) throw new Error(`BEAM=${beam} THREADS=${threads} run failed (exit ${worker.status})`);
@@ -174,7 +197,8 @@ function main(): void {
     }));
     return { shape: s.name, batch: s.batch, m: s.m, k: s.k, n: s.n, layout: s.layout ?? "nn", gflops, ratioToNumpy };
   });
-  console.log(JSON.stringify({ note: "medians; kernel time for tsgrad; shared machine, noisy", reps, results }, null, 2));
+  const mode = values.jit ? "jitted (one captured product replayed on the same buffers)" : "eager (fresh buffers every call)";
+  console.log(JSON.stringify({ note: "medians; kernel time for tsgrad; shared machine, noisy", mode, reps, results }, null, 2));
 }
 
 main();
