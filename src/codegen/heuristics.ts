@@ -19,7 +19,7 @@ const KERNEL_BUDGET = 4000;
 const RAGGED_MIN = 1024;
 
 /** Bytes an operand may have and still stay in a core's cache while it is read again and again. */
-const CACHED_BYTES = 256 * 1024;
+export const CACHED_BYTES = 256 * 1024;
 
 /** How output axis `axis` relates to the loads inside the reduce loops. */
 export interface AxisFacts {

@@ -7,6 +7,7 @@
 // steps next to each other: [n/16, k, 16] for the lanes, [m/8, k, 8] for the rows, so a tile reads one
 // sequential stream per operand. Only the product reads the copy; other kernels keep reading the operand.
 import { Device } from "../device.ts";
+import { CACHED_BYTES } from "../codegen/heuristics.ts";
 import { moveIndex } from "../codegen/one_hot.ts";
 import { type Idx, coefficientOf, flatIndex, ivar, varsOf } from "../shape/symbolic.ts";
 import { MOVEMENT_OPS, type Pads, type ReduceArg, UOp, isMatmul, skipCasts } from "../uop.ts";
@@ -28,8 +29,7 @@ const PANEL_ROWS = 8;
 const PACK_MIN_REUSE = 32;
 /** Steps of the sum below which the walk along it is too short to be worth a copy. */
 const PACK_MIN_LENGTH = 32;
-/** Outputs this small with sums this long are K-blocked on host backends (heuristics.ts `blockLength`). */
-const BLOCKED_OUTPUT_BYTES = 256 * 1024;
+/** Sums this long with an output that fits the cache are K-blocked on host backends (heuristics.ts `blockLength`). */
 const BLOCKED_MIN_LENGTH = 4096;
 /** Bytes apart at which a tile's vector lanes fall into two or fewer sets of a 32 KB, 64-set L1 cache. */
 const ALIASED_LANE_BYTES = 2048;
@@ -64,7 +64,7 @@ export function packOperands(nodes: readonly UOp[], stored: ReadonlySet<UOp>, is
     // an output that stays in cache with a long sum runs K-blocked (heuristics' blockLength), each block of
     // both operands read from cache by every tile already: a copy adds only its cost (jitted g @ W over the
     // vocabulary, 160x30522x128: 15.1-17.6 ms as is, 16.5-18.1 ms with W packed)
-    if (reduce.numel * reduce.dtype.itemsize <= BLOCKED_OUTPUT_BYTES && length >= BLOCKED_MIN_LENGTH) continue;
+    if (reduce.numel * reduce.dtype.itemsize <= CACHED_BYTES && length >= BLOCKED_MIN_LENGTH) continue;
     const operands = product.src.map((src) => operandOf(skipCasts(src), stored, isLeaf));
     // each element of an operand is read once for every output element along the axes it does not use
     const reuse = (o: Operand): number => outputAxes.reduce((n, d) => (o.used.has(d) ? n : n * shape[d]!), 1);

@@ -97,7 +97,7 @@ export function createSchedule(roots: readonly UOp[]): Schedule {
       steps.push({ node: n, items: [{ kind: "copy", src, dst: out }], inputs: [n.src[0]!] });
       continue;
     }
-    steps.push({ node: n, ...kernelsFor(n, out, stored, bufferOf, (reduce) => packs.get(reduce)) });
+    steps.push({ node: n, ...kernelsFor(n, out, stored, bufferOf, packs) });
   }
   const order = orderSteps(steps, stored);
   const rootSet = new Set(roots);
@@ -327,15 +327,15 @@ function stageCrossReadingAssigns(nodes: readonly UOp[], stored: Set<UOp>): void
 
 /**
  * The kernel(s) computing `node` into `out`: two when an in-place write would clobber its own inputs.
- * `packsFor(reduce)`: operands that reduce reads from stored copies (packOperands); this kernel reads each
+ * `packs`: per reduce, operands it reads from stored copies (packOperands); this kernel reads each
  * through its reader in the operand's place (other kernels keep reading the operand).
  */
 function kernelsFor(
-  node: UOp, out: Buffer, stored: Set<UOp>, bufferOf: (u: UOp) => Buffer, packsFor: (reduce: UOp) => readonly PackedOperand[] | undefined = () => undefined,
+  node: UOp, out: Buffer, stored: Set<UOp>, bufferOf: (u: UOp) => Buffer, packs: ReadonlyMap<UOp, readonly PackedOperand[]> = new Map(),
 ): { items: ExecItem[]; inputs: UOp[] } {
   const top = node.op === "ASSIGN" ? node.src[1]! : node;
   const isTop = top === node;
-  const value = withPackedOperands(top, isTop, stored, packsFor);
+  const value = packs.size === 0 ? top : withPackedOperands(top, isTop, stored, packs);
   const inputs = new Map<UOp, number>();
   const buffers: Buffer[] = [out];
   const seen = new Set<UOp>();
@@ -373,13 +373,13 @@ function kernelsFor(
  * `value` with each packed operand of the matmuls it computes replaced by the view that reads its copy
  * (the same values; the graph is rebuilt only along the paths that reach an operand, within this kernel).
  */
-function withPackedOperands(value: UOp, isTop: boolean, stored: ReadonlySet<UOp>, packsFor: (reduce: UOp) => readonly PackedOperand[] | undefined): UOp {
+function withPackedOperands(value: UOp, isTop: boolean, stored: ReadonlySet<UOp>, packs: ReadonlyMap<UOp, readonly PackedOperand[]>): UOp {
   const readers = new Map<UOp, UOp>();
   const seen = new Set<UOp>();
   const find = (n: UOp, first: boolean): void => {
     if (seen.has(n) || (!first && (stored.has(n) || isLeaf(n)))) return;
     seen.add(n);
-    if (n.op === "REDUCE") for (const p of packsFor(n) ?? []) readers.set(p.view, p.reader);
+    for (const p of packs.get(n) ?? []) readers.set(p.view, p.reader);
     for (const s of n.src) find(s, false);
   };
   find(value, isTop);
