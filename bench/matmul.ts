@@ -34,7 +34,12 @@ const SHAPES: readonly Shape[] = [
   // weight's gradient g^T @ h, the hidden state's gradient g @ W (a reduce 30522 long)
   { name: "mlm_logits 160x128x30522", batch: 1, m: 160, k: 128, n: 30522, layout: "nt" },
   { name: "mlm_weight_grad 30522x160x128", batch: 1, m: 30522, k: 160, n: 128, layout: "tn" },
+  // an output width 16 (the tile's lanes) does not divide
+  { name: "ragged_nn 1024x768x1000", batch: 1, m: 1024, k: 768, n: 1000 },
+  { name: "ragged_nt 1024x768x1000", batch: 1, m: 1024, k: 768, n: 1000, layout: "nt" },
   { name: "mlm_hidden_grad 160x30522x128", batch: 1, m: 160, k: 30522, n: 128 },
+  // BERT-large's logits: the tied weight's rows 4 KB apart (aliasing lanes) over a vocabulary 16 does not divide
+  { name: "large_mlm_logits 160x1024x30522", batch: 1, m: 160, k: 1024, n: 30522, layout: "nt" },
 ];
 
 const HELP = `usage: tsx bench/matmul.ts [--reps N] [--beam 0,2] [--threads 1,2] [--shapes 512^3,1024^3] [--no-numpy] [--jit]

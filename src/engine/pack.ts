@@ -31,8 +31,6 @@ const PACK_MIN_REUSE = 32;
 const PACK_MIN_LENGTH = 32;
 /** Sums this long with an output that fits the cache are K-blocked on host backends (heuristics.ts `blockLength`). */
 const BLOCKED_MIN_LENGTH = 4096;
-/** Bytes apart at which a tile's vector lanes fall into two or fewer sets of a 32 KB, 64-set L1 cache. */
-const ALIASED_LANE_BYTES = 2048;
 
 /** One operand of a product: the views above what it reads, and which of the product's axes it uses. */
 interface Operand {
@@ -40,8 +38,6 @@ interface Operand {
   readonly node: UOp;
   /** The product's axes (of more than one element) the operand's index reads. */
   readonly used: ReadonlySet<number>;
-  /** Views below the broadcast, each with its index in the product's variables (for the row-major copy). */
-  readonly candidates: readonly { node: UOp; idx: readonly Idx[] }[];
   /** The index of what the chain reads at the bottom. */
   readonly bottom: { node: UOp; idx: readonly Idx[] };
 }
@@ -76,12 +72,14 @@ export function packOperands(nodes: readonly UOp[], stored: ReadonlySet<UOp>, is
         if (other.used.has(lane)) continue;
         // lanes read in place walk a row of the operand a step (x @ W: rows a page or more apart) or 16 rows
         // at once (x @ W^T: 16 streams, which alias in L1 for some widths); a panel is one sequential stream
-        // (jitted, copy included: 1024x768x768 x @ W^T 67 -> 91 GFLOP/s, 1024x128x512 58 -> 88)
-        const panel = shape[lane]! % PANEL_LANES === 0 ? panelOf(operand, lane, PANEL_LANES, axes) : aliasedCopy(operand, lane);
-        if (panel) found.push(panel);
+        // (jitted, copy included: 1024x768x768 x @ W^T 67 -> 91 GFLOP/s, 1024x128x512 58 -> 88). Lanes 16 does
+        // not divide take a padded panel (x @ W^T over BERT's vocabulary, 160x128x30522: 0.45 -> 0.67 of numpy;
+        // 160x1024x30522, rows 4 KB apart, 0.55 -> 1.05; 1024x768x1000 x @ W 0.5 -> 0.75-0.9)
+        found.push(panelOf(operand, lane, PANEL_LANES, axes));
       } else {
         // rows read along the sum (x in x @ W) are 8 sequential streams already; rows read across it (g in the
-        // weight gradient g^T @ x: 8 neighbours, then a row further on) take a panel
+        // weight gradient g^T @ x: 8 neighbours, then a row further on) take a panel, where 8 divides them
+        // (padded, the tied-weight gradient 30522x160x128 fell from 1.2 to 0.85 of numpy)
         const { node, idx } = operand.bottom;
         if (coefficientOf(flatIndex(idx, node.shape), `a${axes[axes.length - 1]!}`) === 1) continue;
         // the rows: the last output axis this operand reads and the other does not (where the heuristics put them)
@@ -100,11 +98,7 @@ function operandOf(top: UOp, stored: ReadonlySet<UOp>, isLeaf: (u: UOp) => boole
   let node = top;
   let idx: readonly Idx[] = top.shape.map((size, d) => ivar(`a${d}`, size));
   const vars = new Set<string>();
-  const candidates: { node: UOp; idx: readonly Idx[] }[] = [];
   for (let first = true; MOVEMENT_OPS.has(node.op) && (first || !(stored.has(node) || isLeaf(node))); first = false) {
-    // a view above the broadcast would copy the broadcast too
-    if (node.op === "EXPAND") candidates.length = 0;
-    else candidates.push({ node, idx });
     const moved = moveIndex(node, idx);
     for (const bound of moved.inside ?? []) varsOf(bound.expr, vars);
     idx = moved.srcIdx;
@@ -112,7 +106,7 @@ function operandOf(top: UOp, stored: ReadonlySet<UOp>, isLeaf: (u: UOp) => boole
   }
   for (const i of idx) varsOf(i, vars);
   const used = new Set(top.shape.flatMap((size, d) => (size > 1 && vars.has(`a${d}`) ? [d] : [])));
-  return { node: top, used, candidates, bottom: { node, idx } };
+  return { node: top, used, bottom: { node, idx } };
 }
 
 /**
@@ -125,27 +119,17 @@ function panelOf(operand: Operand, axis: number, width: number, summed: readonly
   // the operand without its broadcast axes (one element of each: the same values), the axis split in two (one
   // reshape each way: every reshape is a division per lane when the product's lowering walks the chain)
   const dense = view.shrink(view.shape.map((size, d): [number, number] => [0, operand.used.has(d) ? size : 1]) as Pads);
-  const split = used.flatMap((d) => (d === axis ? [view.shape[d]! / width, width] : [view.shape[d]!]));
+  // an axis `width` does not divide is padded to a multiple (the last panel's extra lanes are never read)
+  const extra = (width - (view.shape[axis]! % width)) % width;
+  const padded = extra === 0 ? dense : dense.pad(dense.shape.map((_, d): [number, number] => [0, d === axis ? extra : 0]) as Pads);
+  const split = used.flatMap((d) => (d === axis ? [padded.shape[d]! / width, width] : [padded.shape[d]!]));
   // positions in `split`: the axis's outer part sits at its own place, its inner part right after
   const at = (d: number): number => used.indexOf(d) + (used.indexOf(d) > used.indexOf(axis) ? 1 : 0);
   const outer = used.filter((d) => d !== axis && !summed.includes(d)).map(at);
   const order = [...outer, at(axis), ...used.filter((d) => summed.includes(d)).map(at), at(axis) + 1];
-  const copy = dense.reshape(split).permute(order).contiguous();
+  const copy = padded.reshape(split).permute(order).contiguous();
   const inverse = order.map((_, p) => order.indexOf(p));
-  const reader = copy.permute(inverse).reshape(dense.shape).expand(view.shape);
+  const unpadded = copy.permute(inverse).reshape(padded.shape);
+  const reader = (extra === 0 ? unpadded : unpadded.shrink(dense.shape.map((size): [number, number] => [0, size]) as Pads)).expand(view.shape);
   return { view, copy, reader };
-}
-
-/**
- * Where aliasing lanes (a stride that is a multiple of 2 KB: x @ W^T with W [30522, 1024]) cannot take a panel
- * (an axis 16 does not divide), the operand's deepest view that reads the lanes contiguously is copied in its
- * own row-major layout.
- */
-function aliasedCopy(operand: Operand, lane: number): PackedOperand | undefined {
-  const stride = (node: UOp, idx: readonly Idx[]) => coefficientOf(flatIndex(idx, node.shape), `a${lane}`);
-  const { node, idx } = operand.bottom;
-  const step = stride(node, idx);
-  if (step === undefined || step === 0 || (Math.abs(step) * node.dtype.itemsize) % ALIASED_LANE_BYTES !== 0) return undefined;
-  const packed = [...operand.candidates].reverse().find((c) => stride(c.node, c.idx) === 1);
-  return packed && { view: packed.node, copy: packed.node.contiguous(), reader: packed.node.contiguous() };
 }

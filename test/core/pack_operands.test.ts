@@ -1,7 +1,7 @@
 // Host backends read a matmul's operands from packed copies (panels [n/16, k, 16] for the tile's vector lanes,
 // [m/8, k, 8] for its rows), for that product only, where reading them in place walks memory badly: the
-// lanes (a row of the operand a step, or 16 rows at once), rows read across the sum. Where aliasing lanes
-// cannot take a panel, they are copied row-major. And a matmul before a heavy epilogue is stored first.
+// lanes (a row of the operand a step, or 16 rows at once; padded where 16 does not divide them), rows read
+// across the sum. And a matmul before a heavy epilogue is stored first.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { type Buffer, Device, Tensor, UOp } from "../../src/index.ts";
@@ -152,23 +152,27 @@ test("no copies where an operand is read few times, the sum is short, the tile c
   const blocked = kernels(input([64, 4096], 1).matmul(input([4096, 48], 2)));
   assert.equal(blocked.length, 1);
   assert.match(blocked[0]!.kernel.opts, /\|k\d+/);
-  // 40 lanes (no panel of 16) read contiguously, 60 rows (no panel of 8)
-  assert.equal(kernels(input([60, 64], 1).matmul(input([64, 40], 2))).length, 1);
+  // 60 rows read across the sum: no panel of 8 (only the lanes of h take one)
+  assert.deepEqual(kernels(input([64, 60], 1).T.matmul(input([64, 32], 2))).map(shapeOf), ["2x64x16", "60x32"]);
   // a device without the host forms (a GPU's) tiles its own way
   assert.equal(kernels(input([64, 96], 1).matmul(input([96, 48], 2))).length, 2);
   Device.register("PLAINJS", () => ({ ...jsBackend(), name: "PLAINJS", hostForms: false }));
   assert.equal(kernels(input([64, 96], 1, false, "PLAINJS").matmul(input([96, 48], 2, false, "PLAINJS"))).length, 1);
 });
 
-test("lanes no panel fits whose stride aliases in L1 (rows 2 KB apart) read a row-major copy of W^T", () => {
+test("lanes 16 does not divide read a padded panel: x @ W^T over 40 outputs, x @ W over 40 columns", () => {
   const [x, w] = [input([60, 512], 1), input([40, 512], 2)];
   const y = x.matmul(w.T);
   const items = kernels(y);
-  assert.deepEqual(items.map(shapeOf), ["512x40", "60x40"]);
+  // W^T as [3, 512, 16]: 48 lanes, the last panel's 8 extra never read
+  assert.deepEqual(items.map(shapeOf), ["3x512x16", "60x40"]);
   assert.ok(items[1]!.buffers.includes(items[0]!.buffers[0]!) && !items[1]!.buffers.includes(bufferOf(w)));
+  assert.deepEqual(sumSteps(items[1]!, items[0]!.buffers[0]!), [16]);
   assertClose(values(y), reference(x, w, { bT: true }), { atol: 1e-3, rtol: 1e-5, what: "x @ W^T" });
-  // 1.5 KB apart: no copy
-  assert.equal(kernels(input([60, 384], 1).matmul(input([40, 384], 2).T)).length, 1);
+  const [a, b] = [input([60, 64], 3), input([64, 40], 4)];
+  const z = a.matmul(b);
+  assert.deepEqual(kernels(z).map(shapeOf), ["3x64x16", "60x40"]);
+  assertClose(values(z), reference(a, b), { atol: 1e-3, rtol: 1e-5, what: "x @ W" });
 });
 
 test("a matmul before a heavy epilogue (a GELU) is stored with its full tile; a light one stays fused", () => {
