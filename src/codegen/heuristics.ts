@@ -132,8 +132,9 @@ export function heuristicOpts(spec: KernelSpec, plain: KernelIR): KernelOpts {
  * Accumulators for a sum that walks contiguous memory (a layer norm's row statistics, a softmax's row max and
  * sum, LAMB's norm partials): each lane of a vector of partial sums takes every 16th step, so the loop body
  * vectorises along the sum, which one accumulator cannot (its additions must stay in order). Only where no
- * output axis reads neighbours (those take vector lanes instead) and most loads of the sum are each output's
- * own (a matmul's are shared across a register tile, which serves it better). 0: one accumulator.
+ * output axis reads neighbours (those take vector lanes instead) and more loads of the sum are each output's
+ * own than shared by some outputs (a matmul's are shared across a register tile, which serves it better).
+ * 0: one accumulator.
  */
 function splitWidth(plain: KernelIR): number {
   const sum = innermostReduceLoop(plain.body);
@@ -143,10 +144,16 @@ function splitWidth(plain: KernelIR): number {
   // (loads the sum does not step, such as a softmax's row max, are read once a row: they do not count)
   const axes = plain.outputShape.flatMap((size, d) => (size > 1 ? [`i${d}`] : []));
   if (loads.some((l) => axes.some((v) => hasUnitTerm(l, v)))) return 0;
+  // a load the same for every output (the bias of the logits over a vocabulary) is shared by any order alike;
+  // one that some outputs share (a matmul's operand, an attention mask shared by the heads and queries) is
+  // what a register tile serves: there the mask's arithmetic done once for 32 rows beat 16 split lanes (BERT-mini's
+  // softmax max over 128 keys: 0.17 ms tiled, 0.6 ms split)
   const own = loads.filter((l) => axes.every((v) => varsOf(l).has(v))).length;
-  if (own <= loads.length - own) return 0;
+  const shared = loads.filter((l) => axes.some((v) => !varsOf(l).has(v)) && axes.some((v) => varsOf(l).has(v))).length;
+  if (own <= shared) return 0;
   const body = reduceBodySize(plain.body);
-  return [16, 8].find((n) => sum.size % n === 0 && sum.size >= 4 * n && n * body <= LOOP_BODY_BUDGET) ?? 0;
+  // a size the split does not divide leaves its last steps to a loop of their own
+  return [16, 8].find((n) => sum.size >= 4 * n && n * body <= LOOP_BODY_BUDGET) ?? 0;
 }
 
 /** The innermost reduce loop (the last one met), if the kernel has one. */

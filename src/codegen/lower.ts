@@ -12,7 +12,7 @@ import { type Pads, type ReduceArg, type UOp, isElementwise } from "../uop.ts";
 import type { AluOp, Expr, KernelBuffer, KernelIR, Operand, Stmt } from "./ir.ts";
 import { type KernelOpts, NO_OPTS, optsKey, upcastWidth } from "./opts.ts";
 import { heuristicOpts } from "./heuristics.ts";
-import { type ScatterPlan, dtypeRange, isMovement, matchOneHot, moveIndex, scatterPlan } from "./one_hot.ts";
+import { type OneHot, type ScatterPlan, dtypeRange, isMovement, matchOneHot, moveIndex, scatterPlan } from "./one_hot.ts";
 
 /** A kernel as the scheduler hands it over: what to compute and where its inputs live. */
 export interface KernelSpec {
@@ -308,7 +308,7 @@ class Lowerer {
     const row = iadd(hot!.kind === "lit" ? iconst(hot!.value) : iruntime(hot!.name, ...dtypeRange(hot!.dtype)), imul(match.offset, -1));
     const inside = andBound([], row, 0, rows);
     if (inside !== null) {
-      const added = match.cast && match.cast !== value!.dtype ? this.define(match.cast, { op: "CAST", srcs: [value!] }, "scatter|cast") : value!;
+      const added = this.hotValue(match, value!, "scatter");
       const at = outputAt(row);
       const old = this.define(reduce.dtype, { op: "LOAD", buf: 0, index: at, valid: inside }, "scatter|old");
       const sum = this.define(reduce.dtype, { op: "ADD", srcs: [old, added] }, "scatter|sum");
@@ -442,9 +442,11 @@ class Lowerer {
     const block = this.block?.node === node ? this.block : undefined;
     const last = axes[axes.length - 1]!;
     const lastSize = block ? block.size : src.shape[last]!;
-    // split: each step of a trip goes to its own accumulator (a K-blocked sum keeps one: its partial sums)
-    const split = !block && this.opts.split && this.opts.split > 1 && lastSize % this.opts.split === 0 ? this.opts.split : 1;
+    // split: each step of a trip goes to its own accumulator (a K-blocked sum keeps one: its partial sums); the
+    // steps left over when the split does not divide the sum (a vocabulary of 30522) go to the first, after
+    const split = !block && this.opts.split && this.opts.split > 1 && lastSize >= this.opts.split ? this.opts.split : 1;
     const unroll = split > 1 ? split : lastSize % this.opts.unroll === 0 ? this.opts.unroll : 1;
+    const trips = Math.floor(lastSize / unroll);
     const accs = lanes.flatMap(() => Array.from({ length: split }, () => `acc${this.names++}`));
     accs.forEach((name) => this.emit({ kind: "acc", name, dtype: node.dtype, op }));
     // a block of a K-blocked sum starts from the partial sum so far (0 + partial: the same bits)
@@ -455,29 +457,36 @@ class Lowerer {
     const outer = this.scopes.length;
     const loopIdx = new Map<number, Idx>();
     for (const axis of axes) {
-      const size = axis === last ? lastSize / unroll : src.shape[axis]!;
+      const size = axis === last ? trips : src.shape[axis]!;
       const name = `r${this.loops++}`;
       if (size > 1) this.openLoop(name, size);
       loopIdx.set(axis, ivar(name, size));
     }
-    // each lane reads the source at the loop variables, `unroll` consecutive steps of the last axis per trip
-    const requests = lanes.flatMap((lane) => Array.from({ length: unroll }, (_, step) => {
-      const idx = lane.idx.map((i, d) => {
-        const loop = loopIdx.get(d);
-        if (!loop) return i;
-        if (d !== last) return loop;
-        const at = unroll > 1 ? iadd(imul(loop, unroll), iconst(step)) : loop;
-        return block ? iadd(block.start, at) : at;
+    // each lane reads the source at the loop variables, `steps` consecutive steps of the last axis per trip
+    const accumulate = (steps: number, lastAt: (step: number) => Idx, accOf: (step: number) => number): void => {
+      const requests = lanes.flatMap((lane) => Array.from({ length: steps }, (_, step) => {
+        const idx = lane.idx.map((i, d) => (d === last ? (block ? iadd(block.start, lastAt(step)) : lastAt(step)) : (loopIdx.get(d) ?? i)));
+        return { node: src, idx, valid: lane.valid };
+      }));
+      const values = this.genAll(requests);
+      lanes.forEach((_, l) => {
+        for (let step = 0; step < steps; step++) {
+          this.emit({ kind: "update", name: accs[l * split + accOf(step)]!, dtype: node.dtype, op, value: values[l * steps + step]! });
+          this.flops += this.top.trips;
+        }
       });
-      return { node: src, idx, valid: lane.valid };
-    }));
-    const values = this.genAll(requests);
-    lanes.forEach((_, l) => {
-      for (let step = 0; step < unroll; step++) {
-        this.emit({ kind: "update", name: accs[l * split + (split > 1 ? step : 0)]!, dtype: node.dtype, op, value: values[l * unroll + step]! });
-        this.flops += this.top.trips;
-      }
-    });
+    };
+    const loop = loopIdx.get(last)!;
+    accumulate(unroll, (step) => (unroll > 1 ? iadd(imul(loop, unroll), iconst(step)) : loop), (step) => (split > 1 ? step : 0));
+    const left = lastSize - trips * unroll;
+    if (left > 0) {
+      // the steps the split leaves over, in a loop of their own beside the main one, into the first accumulators
+      if (trips > 1) this.scopes.pop();
+      const name = `r${this.loops++}`;
+      if (left > 1) this.openLoop(name, left);
+      const tail = iadd(iconst(trips * unroll), ivar(name, left));
+      accumulate(1, () => tail, () => 0);
+    }
     this.scopes.length = outer;
     // a split sum's accumulators, added pairwise into the first
     for (let width = split / 2; width >= 1; width /= 2) {
@@ -489,6 +498,12 @@ class Lowerer {
       });
     }
     lanes.forEach((lane, l) => this.top.cache.set(requestKey(lane), { kind: "val", name: accs[l * split]!, dtype: node.dtype }));
+  }
+
+  /** What a one-hot sum adds at its hot index: the WHERE's value, cast and negated as the sum's source is. */
+  private hotValue(match: OneHot, value: Operand, key: string): Operand {
+    const cast = match.cast && match.cast !== value.dtype ? this.define(match.cast, { op: "CAST", srcs: [value] }, `${key}|cast`) : value;
+    return match.negate ? this.define(cast.dtype, { op: "NEG", srcs: [cast] }, `${key}|neg`) : cast;
   }
 
   /**
@@ -518,7 +533,7 @@ class Lowerer {
         continue;
       }
       const [loaded] = this.genAll([{ node: match.value, idx: atIdx, valid: [...lane.valid, ...inside] }]);
-      const value = match.cast && match.cast !== loaded!.dtype ? this.define(match.cast, { op: "CAST", srcs: [loaded!] }, `${laneKey}|cast`) : loaded!;
+      const value = this.hotValue(match, loaded!, laneKey);
       this.top.cache.set(laneKey, inside.length ? this.select(inside, value, laneKey) : value);
     }
     this.loops++;

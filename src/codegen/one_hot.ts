@@ -59,6 +59,8 @@ export interface OneHot {
   readonly value: UOp;
   readonly valueIdx: readonly Idx[];
   readonly cast?: DType;
+  /** Whether the sum adds the negated WHERE (a loss gradient's -(one-hot x weight)). */
+  readonly negate?: boolean;
   /** The hot index is `other` at `otherIdx` minus `offset`. */
   readonly other: UOp;
   readonly otherIdx: readonly Idx[];
@@ -74,10 +76,18 @@ export function matchOneHot(src: UOp, idx: readonly Idx[], r: Idx, inputs: Input
     const found = throughMoves(u, at, inputs);
     return found && !inputs.has(found.node) ? found : undefined;
   };
-  // a 16-bit sum accumulates in float32: sum(cast(where(c, v, 0))) is cast(v) at the hot index
-  const outer = computed(src, idx);
-  const cast = outer?.node.op === "CAST" && outer.node.dtype.kind === "float" ? outer.node.dtype : undefined;
-  const where = cast ? computed(outer!.node.src[0]!, outer!.idx) : outer;
+  // a 16-bit sum accumulates in float32: sum(cast(where(c, v, 0))) is cast(v) at the hot index; a negated one
+  // (zero stays zero) is -v there
+  let where = computed(src, idx);
+  let cast: DType | undefined;
+  let negate = false;
+  for (let peeled = 0; where && peeled < 3; peeled++) {
+    const n = where.node;
+    if (n.op === "CAST" && n.dtype.kind === "float" && !cast) cast = n.dtype;
+    else if (n.op === "NEG" && n.dtype.kind === "float") negate = !negate;
+    else break;
+    where = computed(n.src[0]!, where.idx);
+  }
   if (!where || where.node.op !== "WHERE") return undefined;
   const zero = computed(where.node.src[2]!, where.idx);
   if (!zero || zero.node.op !== "CONST" || zero.node.arg !== 0) return undefined;
@@ -95,7 +105,7 @@ export function matchOneHot(src: UOp, idx: readonly Idx[], r: Idx, inputs: Input
     const rTerms = terms.filter((t) => varsOf(t).has(rName));
     if (rTerms.length !== 1 || rTerms[0]!.kind !== "var") continue;
     const offset = iadd(...terms.filter((t) => t !== rTerms[0]));
-    return { value: where.node.src[1]!, valueIdx: where.idx, cast, other: sideB, otherIdx: ne.idx, offset };
+    return { value: where.node.src[1]!, valueIdx: where.idx, cast, negate, other: sideB, otherIdx: ne.idx, offset };
   }
   return undefined;
 }

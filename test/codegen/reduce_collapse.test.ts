@@ -40,6 +40,16 @@ for (const device of testDevices()) {
     assert.deepEqual(values, [7, 2500, VOCAB + 2999, VOCAB]);
     assert.ok(flops < 4 * 10, `expected no loop over the gathered axis, got ${flops} operations`);
   });
+
+  test(`a negated one-hot sum (a loss gradient's -(one-hot x weight) over the vocabulary) collapses too (${device})`, () => {
+    const labels = new Tensor([7, 2999, -1, 0], { dtype: dtypes.int32, device });
+    const weights = new Tensor([0.5, 2, 3, -1.5], { device });
+    const { values, flops } = measure([labels, weights], (l, w) =>
+      l!.unsqueeze(1).eq(Tensor.arange(0, VOCAB, 1, { device }).unsqueeze(0)).where(w!.unsqueeze(1), 0).neg().sum({ axis: 1 }));
+    // the label outside the vocabulary adds nothing
+    assert.deepEqual(values, [-0.5, -2, 0, 1.5]);
+    assert.ok(flops < 4 * 10, `expected no loop over the vocabulary, got ${flops} operations`);
+  });
 }
 
 test("a sum that is not one-hot still loops", () => {

@@ -52,6 +52,33 @@ for (const device of testDevices().filter((d) => Device.backend(d).hostForms)) {
     const kernels = ranKernels(x.softmax(-1));
     assert.deepEqual(kernels.filter((k) => k.kernel.name.startsWith("r")).map((k) => splitOf(k.kernel)), [16, 16]);
   });
+
+  test(`${device}: a sum 16 does not divide (a vocabulary) leaves its last steps to a loop of their own; a bias every row shares does not block the split`, () => {
+    // 1030 = 64 x 16 + 6, over rows of logits plus a bias along the sum (BERT's masked-LM head over 30522 words)
+    const xs = data(24 * 1030, 3);
+    const bs = data(1030, 4);
+    const x = new Tensor(xs, { device }).reshape([24, 1030]).realize();
+    const bias = new Tensor(bs, { device }).realize();
+    const sum = x.add(bias).sum({ axis: 1 });
+    const [item] = ranKernels(sum);
+    assert.equal(splitOf(item!.kernel), 16, item!.kernel.opts);
+    const loops: number[] = [];
+    const walk = (body: readonly Stmt[]): void => body.forEach((s) => s.kind === "loop" && (s.var.startsWith("r") && loops.push(s.size), walk(s.body)));
+    walk(item!.kernel.body);
+    assert.deepEqual(loops, [64, 6]);
+    const split = Float32Array.from(sum.toArray() as Float32Array);
+    const exact = Array.from({ length: 24 }, (_, r) => bs.reduce((a, b, j) => a + xs[r * 1030 + j]! + b, 0));
+    assertClose(split, exact, { atol: 1e-4, rtol: 1e-6, what: "ragged split vs float64" });
+    assertClose(split, plainOutput(item!), { atol: 1e-4, rtol: 1e-6, what: "ragged split vs one accumulator" });
+    // a max over 1030, with the largest value among the last six steps in some rows: exact
+    const ys = data(24 * 1030, 5);
+    for (let r = 0; r < 24; r += 3) ys[r * 1030 + 1027] = 100 + r;
+    const max = new Tensor(ys, { device }).reshape([24, 1030]).realize().max({ axis: 1 });
+    const [maxItem] = ranKernels(max);
+    assert.equal(splitOf(maxItem!.kernel), 16, maxItem!.kernel.opts);
+    const expected = Array.from({ length: 24 }, (_, r) => Math.max(...ys.slice(r * 1030, r * 1030 + 1030)));
+    assert.deepEqual(Array.from(max.toArray() as Float32Array), expected);
+  });
 }
 
 test("no split where a register tile or vector lanes serve better, for short sums, or on devices without host forms", () => {
