@@ -7,8 +7,11 @@ import { type Bound, type Idx, renderIdx, varsOf, renderBounds } from "../shape/
 import type { AluOp, Expr, KernelIR, Operand, Stmt } from "../codegen/ir.ts";
 
 export interface CRenderOptions {
-  /** Buffers never alias (false when one buffer is passed in two slots, as an in-place assign does). */
-  readonly restrict: boolean;
+  /**
+   * Slots whose memory is passed in another slot too (an in-place assign's output and input): not declared
+   * `restrict`. Every other slot is, so loads of the rest (an optimizer's scalars) stay hoisted out of loops.
+   */
+  readonly aliased?: ReadonlySet<number>;
 }
 
 /** The C type a dtype is computed in. */
@@ -100,7 +103,7 @@ static inline int64_t tg_floordiv(int64_t a, int64_t c) { int64_t q = a / c; ret
 export function renderC(kernel: KernelIR, fnName: string, opts: CRenderOptions): string {
   const params = kernel.buffers.map((b, slot) => {
     const constness = slot === 0 ? "" : "const ";
-    return `${constness}${storageType(b.dtype)}* ${opts.restrict ? "restrict " : ""}b${slot}`;
+    return `${constness}${storageType(b.dtype)}* ${opts.aliased?.has(slot) ? "" : "restrict "}b${slot}`;
   });
   const lines = [`void ${fnName}(${[...params, "int threads"].join(", ")}) {`];
   renderBlock(kernel.body, lines, "  ", { kernel, products: new Map(), indexType: indexType(kernel) }, kernel.parallel);

@@ -12,9 +12,13 @@ import { hostMemory } from "./host_memory.ts";
 
 type KernelFn = (...args: unknown[]) => void;
 
-/** One kernel as a C function (named `tg_kernel` until the compiler cache names it by hash). */
-export function cFunction(kernel: KernelIR, restrict: boolean): CFunction {
-  return { prelude: C_PRELUDE, code: `// ${kernel.name} ${kernel.opts}\n${renderC(kernel, "tg_kernel", { restrict })}` };
+/**
+ * One kernel as a C function (named `tg_kernel` until the compiler cache names it by hash), for buffers that
+ * share memory in the `aliased` slots (a comma-separated list; "" when no two slots share memory).
+ */
+export function cFunction(kernel: KernelIR, aliased: string): CFunction {
+  const slots = new Set(aliased ? aliased.split(",").map(Number) : []);
+  return { prelude: C_PRELUDE, code: `// ${kernel.name} ${kernel.opts}\n${renderC(kernel, "tg_kernel", { aliased: slots })}` };
 }
 
 const loaded = new Map<string, KernelFn>();
@@ -30,25 +34,25 @@ function loadKernel({ path, symbol }: CompiledFunction, kernel: KernelIR): Kerne
   return fn;
 }
 
-/** One way to compile a program: `restrict` promises the compiler that no two buffers share memory. */
-type Variant = { program: CpuProgram; restrict: boolean };
+/** One way to compile a program: for buffers sharing memory in the `aliased` slots ("": none, all `restrict`). */
+type Variant = { program: CpuProgram; aliased: string };
 
 /** Compiles several not-yet-compiled program variants in one go (the compiler runs in parallel). */
 export function compilePrograms(variants: readonly Variant[]): void {
   const compiler = findCompiler();
   if (!compiler) throw new TsgradError(`CPU device: no working C compiler (tried ${process.env.CC || "cc"}); use DEVICE=JS`);
-  const todo = variants.filter(({ program, restrict }) => !program.fn(restrict));
+  const todo = variants.filter(({ program, aliased }) => !program.fn(aliased));
   for (const { program } of todo) if (!program.searched) program.useSearched(beamSearch(program.kernel, "CPU", timeKernels));
-  const functions = todo.map(({ program, restrict }) => cFunction(program.kernel, restrict));
+  const functions = todo.map(({ program, aliased }) => cFunction(program.kernel, aliased));
   if (debugLevel() >= 4) functions.forEach((f) => console.error(f.code));
   const compiled = compileLibraries(compiler, functions);
-  todo.forEach(({ program, restrict }, i) => program.setFn(restrict, loadKernel(compiled[i]!, program.kernel)));
+  todo.forEach(({ program, aliased }, i) => program.setFn(aliased, loadKernel(compiled[i]!, program.kernel)));
 }
 
 /** Times candidate kernels (BEAM) on scratch buffers of the kernel's sizes; Infinity for those that do not compile. */
 function timeKernels(kernels: readonly KernelIR[]): number[] {
   const compiler = findCompiler()!;
-  const libraries = compileEach(compiler, kernels.map((k) => cFunction(k, true)));
+  const libraries = compileEach(compiler, kernels.map((k) => cFunction(k, "")));
   const args = [...(kernels[0]?.buffers ?? []).map((b) => new ArrayBuffer(b.size * b.dtype.itemsize)), threadCount()];
   let best = Infinity;
   return kernels.map((kernel, i) => {
@@ -82,19 +86,22 @@ function waitingVariants(): Variant[] {
   for (const ref of pending) {
     const program = ref.deref();
     if (!program) pending.delete(ref);
-    else for (const restrict of program.awaited) variants.push({ program, restrict });
+    else for (const aliased of program.awaited) variants.push({ program, aliased });
   }
   return variants;
 }
 
-/** One memory in two slots (an in-place assign) must not be promised to the compiler as unaliased. */
-const unaliased = (buffers: readonly Buffer[]): boolean => new Set(buffers.map((b) => b.handle)).size === buffers.length;
+/** The slots whose memory another slot holds too (an in-place assign's output and input), as "0,1"; "" if none. */
+export function aliasedSlots(buffers: readonly Buffer[]): string {
+  const count = new Map<unknown, number>();
+  for (const b of buffers) count.set(b.handle, (count.get(b.handle) ?? 0) + 1);
+  return buffers.flatMap((b, slot) => (count.get(b.handle)! > 1 ? [slot] : [])).join(",");
+}
 
 export class CpuProgram implements Program {
-  private restricted: KernelFn | undefined;
-  private aliased: KernelFn | undefined;
-  /** The variants coming runs need that are not compiled yet (a new program's guess: the restricted one). */
-  readonly awaited = new Set<boolean>([true]);
+  private readonly fns = new Map<string, KernelFn>();
+  /** The variants coming runs need that are not compiled yet (a new program's guess: no aliasing). */
+  readonly awaited = new Set<string>([""]);
   private guessed = true;
   /** Whether BEAM had its say on the kernel's options (it leaves the kernel as is when BEAM=0). */
   searched = false;
@@ -108,33 +115,32 @@ export class CpuProgram implements Program {
     this.searched = true;
   }
 
-  fn(restrict: boolean): KernelFn | undefined {
-    return restrict ? this.restricted : this.aliased;
+  fn(aliased: string): KernelFn | undefined {
+    return this.fns.get(aliased);
   }
 
-  setFn(restrict: boolean, fn: KernelFn): void {
-    if (restrict) this.restricted = fn;
-    else this.aliased = fn;
-    this.awaited.delete(restrict);
+  setFn(aliased: string, fn: KernelFn): void {
+    this.fns.set(aliased, fn);
+    this.awaited.delete(aliased);
     if (this.awaited.size === 0) pending.delete(this.pendingRef);
   }
 
   /** A schedule will run this program on `buffers`: the variant they need compiles with the schedule's others. */
   expect(buffers: Buffer[]): void {
-    const restrict = unaliased(buffers);
+    const aliased = aliasedSlots(buffers);
     if (this.guessed) {
       this.guessed = false;
       this.awaited.clear();
     }
-    if (!this.fn(restrict)) this.awaited.add(restrict);
+    if (!this.fn(aliased)) this.awaited.add(aliased);
     if (this.awaited.size > 0) pending.add(this.pendingRef);
     else pending.delete(this.pendingRef);
   }
 
   run(buffers: Buffer[]): number {
-    const restrict = unaliased(buffers);
-    if (!this.fn(restrict)) compilePrograms([{ program: this, restrict }, ...waitingVariants().filter((v) => v.program !== this || v.restrict !== restrict)]);
-    const fn = this.fn(restrict)!;
+    const aliased = aliasedSlots(buffers);
+    if (!this.fn(aliased)) compilePrograms([{ program: this, aliased }, ...waitingVariants().filter((v) => v.program !== this || v.aliased !== aliased)]);
+    const fn = this.fn(aliased)!;
     const args = [...buffers.map((b) => b.handle), threadCount()];
     const start = performance.now();
     fn(...args);

@@ -13,13 +13,13 @@ test("DEFAULT_FLOAT=HALF makes new float tensors float16", () => {
   assert.equal(r.stdout.trim(), "float16 float16 int32");
 });
 
-test("DEBUG=2 prints one line per kernel with device, name, shape, time and GFLOP/s; DEBUG=4 adds the source", () => {
+test("DEBUG=2 prints one line per kernel with device, name, shape, time, GFLOP/s and options; DEBUG=4 adds the source", () => {
   const code = `import { Tensor } from "./src/index.ts"; new Tensor([1, 2, 3], { device: "JS", dtype: "float32" }).exp().sum().realize();`;
   const two = run({ DEBUG: "2" }, code);
   assert.equal(two.status, 0, two.stderr);
   const lines = two.stderr.split("\n").filter((l) => l.startsWith("***"));
   assert.equal(lines.length, 1);
-  assert.match(lines[0]!, /^\*\*\* JS\s+\d+ r\s+\[\]\s+[\d.]+ ms\s+[\d.]+ GFLOP\/s$/);
+  assert.match(lines[0]!, /^\*\*\* JS\s+\d+ r\s+\[\]\s+[\d.]+ ms\s+[\d.]+ GFLOP\/s  u\|\S+$/);
   const four = run({ DEBUG: "4" }, code);
   assert.match(four.stderr, /for \(let r\d+ = 0; r\d+ < 3;/);
 });
