@@ -29,6 +29,9 @@ const SHAPES: readonly Shape[] = [
   // BERT-large's linear layers: W's rows 4 KB (1024 floats) or 16 KB apart, a stride that aliases in L1
   { name: "large_ffn_in_nt 1024x1024x4096", batch: 1, m: 1024, k: 1024, n: 4096, layout: "nt" },
   { name: "large_ffn_out_nt 1024x4096x1024", batch: 1, m: 1024, k: 4096, n: 1024, layout: "nt" },
+  // BERT-mini's FFN (hidden 256): a short sum (256) with a wide output, and the reverse
+  { name: "mini_ffn_in_nt 1024x256x1024", batch: 1, m: 1024, k: 256, n: 1024, layout: "nt" },
+  { name: "mini_ffn_out_nt 1024x1024x256", batch: 1, m: 1024, k: 1024, n: 256, layout: "nt" },
   { name: "bert_attention 96x(128x64@64x128)", batch: 96, m: 128, k: 64, n: 128 },
   // BERT-tiny's masked-LM head (160 masked positions, hidden 128, 30522 words): logits h @ W^T, the tied
   // weight's gradient g^T @ h, the hidden state's gradient g @ W (a reduce 30522 long)

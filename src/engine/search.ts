@@ -162,7 +162,7 @@ function extensions(opts: KernelOpts, spec: KernelSpec, plain: KernelIR): Kernel
   const reduceSize = lastReduceSize(plain);
   for (const unroll of [2, 4, 8]) if (reduceSize % unroll === 0 && unroll !== opts.unroll) out.push({ ...opts, unroll });
   // host backends: the sum's steps over several accumulators (a vector of partial sums), or back to one
-  if (spec.host && reduceSize > 1) for (const split of [0, 8, 16]) if (reduceSize % (split || 1) === 0 && split !== (opts.split ?? 0)) out.push({ ...opts, split });
+  if (spec.host && reduceSize > 1) for (const split of [0, 8, 16]) if (reduceSize >= 4 * split && split !== (opts.split ?? 0)) out.push({ ...opts, split });
   const loops = loopTrips(shape, opts.upcast, opts.outer).length;
   for (let parallel = 0; parallel <= Math.min(loops, 3); parallel++) if (parallel !== opts.parallel) out.push({ ...opts, parallel });
   // a K-blocked sum may do better whole, or in blocks half or twice as long
