@@ -471,7 +471,7 @@ class Lowerer {
       const values = this.genAll(requests);
       lanes.forEach((_, l) => {
         for (let step = 0; step < steps; step++) {
-          this.emit({ kind: "update", name: accs[l * split + accOf(step)]!, dtype: node.dtype, op, value: values[l * steps + step]! });
+          this.emit({ kind: "update", name: accs[l * split + accOf(step)]!, dtype: node.dtype, op, value: values[l * steps + step]!, ...(split > 1 ? { unfused: true } : {}) });
           this.flops += this.top.trips;
         }
       });

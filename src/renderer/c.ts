@@ -166,7 +166,7 @@ function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, ctx:
       case "update": {
         const acc: Operand = { kind: "val", name: s.name, dtype: s.dtype };
         // the one place results may differ from the JS reference in the last bit: matmul speed needs the FMA
-        const product = s.op === "ADD" && s.value.kind === "val" ? ctx.products.get(s.value.name) : undefined;
+        const product = s.op === "ADD" && s.value.kind === "val" && !s.unfused ? ctx.products.get(s.value.name) : undefined;
         if (product) {
           out.push(`${indent}${s.name} = ${s.dtype.name === "float64" ? "fma" : "fmaf"}(${operand(product[0]!)}, ${operand(product[1]!)}, ${s.name});`);
           break;

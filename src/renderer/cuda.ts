@@ -326,7 +326,7 @@ export function renderBlock(stmts: readonly Stmt[], out: string[], indent: strin
         out.push(`${indent}${computeType[s.dtype.name]} ${s.name} = ${identity(s.op, s.dtype)};`);
         break;
       case "update":
-        out.push(`${indent}${s.name} = ${accumulate(s.name, s.op, s.value, s.dtype, ctx)};`);
+        out.push(`${indent}${s.name} = ${accumulate(s.name, s.op, s.value, s.dtype, ctx, s.unfused)};`);
         break;
       case "store": {
         const vector = stores.get(n);
@@ -345,8 +345,8 @@ export function renderBlock(stmts: readonly Stmt[], out: string[], indent: strin
 }
 
 /** The new accumulator value; products accumulate with a fused multiply-add, as the C renderer does. */
-function accumulate(name: string, op: "ADD" | "MAX", value: Operand, d: DType, ctx: RenderContext): string {
-  const product = op === "ADD" && value.kind === "val" ? ctx.products.get(value.name) : undefined;
+function accumulate(name: string, op: "ADD" | "MAX", value: Operand, d: DType, ctx: RenderContext, unfused = false): string {
+  const product = op === "ADD" && value.kind === "val" && !unfused ? ctx.products.get(value.name) : undefined;
   if (product) return `${d.name === "float64" ? "fma" : "fmaf"}(${operand(product[0]!)}, ${operand(product[1]!)}, ${name})`;
   return renderAlu(op, [{ kind: "val", name, dtype: d }, value], d);
 }

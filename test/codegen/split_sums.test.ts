@@ -95,3 +95,18 @@ test("no split where a register tile or vector lanes serve better, for short sum
   const spec = { ...kernelSpecOf(item!.kernel)!, host: false };
   assert.equal(heuristicOpts(spec, lowerKernel(spec, NO_OPTS)).split, undefined);
 });
+
+test("a split sum of products is a multiply and an add, not a fused multiply-add: the CPU device matches the JS device to the bit", { skip: !Device.isAvailable("CPU") }, () => {
+  // a gradient norm's partials: sum of squares along rows (a register tile's sum keeps its FMA; a split's
+  // lanes do not, so gcc vectorises their loop)
+  const build = (device: string): { values: number[]; opts: string } => {
+    const x = new Tensor(data(64 * 1030, 6), { device }).reshape([64, 1030]).realize();
+    const sum = x.square().sum({ axis: 1 });
+    const [item] = ranKernels(sum);
+    return { values: Array.from(sum.toArray() as Float32Array), opts: item!.kernel.opts };
+  };
+  const [js, cpu] = [build("JS"), build("CPU")];
+  assert.match(cpu.opts, /\|s16/);
+  assert.equal(js.opts, cpu.opts);
+  assert.deepEqual(cpu.values, js.values);
+});
