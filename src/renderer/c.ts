@@ -5,6 +5,7 @@
 import type { DType } from "../dtype.ts";
 import { type Bound, type Idx, renderIdx, varsOf, renderBounds } from "../shape/symbolic.ts";
 import type { AluOp, Expr, KernelIR, Operand, Stmt } from "../codegen/ir.ts";
+import { hoistInvariants } from "../codegen/hoist.ts";
 
 export interface CRenderOptions {
   /**
@@ -106,7 +107,8 @@ export function renderC(kernel: KernelIR, fnName: string, opts: CRenderOptions):
     return `${constness}${storageType(b.dtype)}* ${opts.aliased?.has(slot) ? "" : "restrict "}b${slot}`;
   });
   const lines = [`void ${fnName}(${[...params, "int threads"].join(", ")}) {`];
-  renderBlock(kernel.body, lines, "  ", { kernel, products: new Map(), indexType: indexType(kernel) }, kernel.parallel);
+  const body = hoistInvariants(kernel.body, kernel.parallel, opts.aliased);
+  renderBlock(body, lines, "  ", { kernel, products: new Map(), indexType: indexType(kernel) }, kernel.parallel);
   lines.push("}");
   return lines.join("\n");
 }

@@ -1,0 +1,70 @@
+// Loop-invariant definitions move out of their loops before a C compiler sees the kernel. gcc hoists such
+// loads itself, but only after deciding whether the loop vectorises: an elementwise loop reading its row's
+// scalars (a layer norm backward's mean and rstd, b[i0] inside the loop over i1) beside a byte mask stayed
+// scalar until those loads sat before it.
+import type { Expr, Stmt } from "./ir.ts";
+import { varsOf } from "../shape/symbolic.ts";
+
+/**
+ * `body` with every definition that reads nothing its loop changes placed just before that loop, as far out as
+ * it goes. Loads of the output (slot 0) and of `pinned` slots (memory the kernel also writes: an in-place
+ * update's input) stay where they are, and nothing lands between the `parallel` perfectly nested loops that
+ * OpenMP collapses. Values and their order of evaluation within an iteration are unchanged.
+ */
+export function hoistInvariants(body: readonly Stmt[], parallel: number, pinned: ReadonlySet<number> = new Set()): Stmt[] {
+  const movable = (s: Stmt): s is Stmt & { kind: "def" } => s.kind === "def" && !(s.expr.op === "LOAD" && (s.expr.buf === 0 || pinned.has(s.expr.buf)));
+  // loops at depth 0..parallel-1 are collapsed when parallel > 1: their bodies (but the innermost's) hold only
+  // the next loop, so nothing moves out of the loops at depth 1..parallel-1
+  const closed = (depth: number): boolean => parallel > 1 && depth >= 1 && depth <= parallel - 1;
+  const visit = (stmts: readonly Stmt[], depth: number): Stmt[] => {
+    const out: Stmt[] = [];
+    for (const s of stmts) {
+      if (s.kind !== "loop") {
+        out.push(s);
+        continue;
+      }
+      const inner = visit(s.body, depth + 1);
+      if (closed(depth) || s.serial) {
+        out.push({ ...s, body: inner });
+        continue;
+      }
+      // names the loop changes: its variable, and everything defined, declared or updated inside it
+      const changing = namesIn(inner);
+      changing.add(s.var);
+      const stay: Stmt[] = [];
+      for (const t of inner) {
+        if (movable(t) && ![...reads(t.expr)].some((n) => changing.has(n))) {
+          out.push(t);
+          changing.delete(t.name);
+        } else {
+          stay.push(t);
+        }
+      }
+      out.push({ ...s, body: stay });
+    }
+    return out;
+  };
+  return visit(body, 0);
+}
+
+/** Names defined, declared, updated or looped over anywhere in `stmts`. */
+function namesIn(stmts: readonly Stmt[], into = new Set<string>()): Set<string> {
+  for (const s of stmts) {
+    if (s.kind === "loop") {
+      into.add(s.var);
+      namesIn(s.body, into);
+    } else if (s.kind === "def" || s.kind === "acc" || s.kind === "update") {
+      into.add(s.name);
+    }
+  }
+  return into;
+}
+
+/** The names (values, loop variables, runtime indices) an expression reads. */
+function reads(e: Expr): Set<string> {
+  const names = new Set<string>();
+  if (e.op === "LOAD" || e.op === "VALID") e.valid.forEach((b) => varsOf(b.expr, names));
+  if (e.op === "LOAD" || e.op === "INDEX") varsOf(e.index, names);
+  if ("srcs" in e) for (const o of e.srcs) if (o.kind === "val") names.add(o.name);
+  return names;
+}
