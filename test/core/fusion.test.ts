@@ -159,3 +159,31 @@ test("a kernel that would read more buffers than an FFI call takes is split", as
   const expected = [0, 1, 2, 3].map((j) => parts.reduce((s, _, i) => s + Math.fround(Math.sin(j * 0.37 + i)), 0));
   got.forEach((v, j) => assert.ok(Math.abs(v - expected[j]!) < 1e-3, `element ${j}: ${v} vs ${expected[j]}`));
 });
+
+test("an expensive elementwise value several kernels read is stored once on host backends; a cheap one, or on a GPU-like device, is recomputed", async () => {
+  const { Device } = await import("../../src/index.ts");
+  const { jsBackend } = await import("../../src/runtime/js.ts");
+  const kernelShapes = (t: Tensor): string[] => createSchedule([t.node as UOp]).items.flatMap((i) => (i.kind === "kernel" ? [i.kernel.name] : []));
+  const build = (x: Tensor, cheap: boolean): Tensor => {
+    // read by two reduces (a row sum and a column sum: two kernels) and the sum of both
+    const y = cheap ? x.mul(2).add(1) : x.mul(1.5).add(0.25).exp().mul(x).sqrt().add(x.square());
+    return y.sum({ axis: 1 }).unsqueeze(1).add(y.sum({ axis: 0 }).unsqueeze(0));
+  };
+  const x = input([64, 48], 1).abs();
+  const stored = kernelShapes(build(x, false));
+  // y (E_3072), the two sums, the output (E_64_48)
+  assert.deepEqual(stored, ["E_3072", "r_64", "r_48", "E_64_48"]);
+  // the values: as with y computed in every kernel
+  const xs = values(x);
+  const y = xs.map((v) => Math.sqrt(Math.exp(v * 1.5 + 0.25) * v) + v * v);
+  const rows = Array.from({ length: 64 }, (_, i) => y.slice(i * 48, i * 48 + 48).reduce((a, b) => a + b, 0));
+  const cols = Array.from({ length: 48 }, (_, j) => rows.reduce((a, _, i) => a + y[i * 48 + j]!, 0));
+  const got = values(build(x, false));
+  got.forEach((v, e) => assert.ok(Math.abs(v - (rows[Math.floor(e / 48)]! + cols[e % 48]!)) < 1e-3 * Math.abs(v), `element ${e}`));
+  // a cheap chain stays inlined
+  assert.deepEqual(kernelShapes(build(x, true)), ["r_64", "r_48", "E_64_48"]);
+  // a device without host forms (a GPU's) recomputes rather than hold more memory
+  Device.register("PLAINJS2", () => ({ ...jsBackend(), name: "PLAINJS2", hostForms: false }));
+  const onGpuLike = kernelShapes(build(input([64, 48], 1).to("PLAINJS2").abs().realize(), false));
+  assert.ok(!onGpuLike.includes("E_3072"), onGpuLike.join(" "));
+});
