@@ -209,6 +209,7 @@ function markRecomputedWork(stored: Set<UOp>, users: ReadonlyMap<UOp, number>): 
  * 11 at 512: 15.1 -> 21.3 GiB; it must fit 24).
  */
 function storeSharedChains(stored: Set<UOp>): void {
+  if (![...stored].some((n) => Device.backend(n.device).hostForms === true)) return;
   for (let pass = 0; pass < 8; pass++) {
     // how many kernels compute each node inline, and each inlined node's inlined users
     const readers = new Map<UOp, number>();
