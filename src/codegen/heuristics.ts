@@ -93,9 +93,11 @@ export function loopTrips(shape: readonly number[], upcast: readonly Upcast[], o
 export function heuristicOpts(spec: KernelSpec, plain: KernelIR): KernelOpts {
   const work = plain.flops + spec.value.numel;
   const upcast: Upcast[] = [];
-  const split = spec.host && plain.name.startsWith("r") ? splitWidth(plain) : 0;
-  if (split) {
-    // the partial sums are the vector: no output tile beside them
+  const splitSum = spec.host && plain.name.startsWith("r") ? splitWidth(plain) : undefined;
+  const split = splitSum?.width ?? 0;
+  if (splitSum) {
+    // the partial sums are the vector: no output tile beside them (but a short axis of stacked sums, whole)
+    upcast.push(...splitSum.upcast);
   } else if (plain.name.startsWith("r")) {
     // most shared loads first, then contiguous ones; later (inner) axes win ties
     const ranked = axisFacts(plain)
@@ -121,10 +123,10 @@ export function heuristicOpts(spec: KernelSpec, plain: KernelIR): KernelOpts {
   }
   // a two-axis tile walks one axis's tiles outermost (after batch axes): that axis's panel of its operand
   // stays in cache while the tile moves along the other axis, whose operand is read again for every panel
-  const outer = upcast.length === 2
+  const outer = upcast.length === 2 && !splitSum
     ? [...spec.value.shape.map((_, d) => d).filter((d) => d < Math.min(upcast[0]!.axis, upcast[1]!.axis) && spec.value.shape[d]! > 1), outerTileAxis(plain, upcast)]
     : [];
-  const kblock = spec.host && upcast.length === 2 ? blockLength(spec, plain, upcast) : 0;
+  const kblock = spec.host && upcast.length === 2 && !splitSum ? blockLength(spec, plain, upcast) : 0;
   return { upcast, unroll: 1, parallel: parallelLoops(loopTrips(spec.value.shape, upcast, outer), work), outer, ...(kblock ? { kblock } : {}), ...(split ? { split } : {}) };
 }
 
@@ -136,24 +138,33 @@ export function heuristicOpts(spec: KernelSpec, plain: KernelIR): KernelOpts {
  * own than shared by some outputs (a matmul's are shared across a register tile, which serves it better).
  * 0: one accumulator.
  */
-function splitWidth(plain: KernelIR): number {
+function splitWidth(plain: KernelIR): { width: number; upcast: Upcast[] } | undefined {
   const sum = innermostReduceLoop(plain.body);
-  if (!sum) return 0;
+  if (!sum) return undefined;
   const loads = reduceLoads(plain.body).map((l) => l.index).filter((l) => varsOf(l).has(sum.var));
-  if (loads.length === 0 || loads.some((l) => coefficientOf(l, sum.var) !== 1)) return 0;
+  if (loads.length === 0 || loads.some((l) => coefficientOf(l, sum.var) !== 1)) return undefined;
   // (loads the sum does not step, such as a softmax's row max, are read once a row: they do not count)
-  const axes = plain.outputShape.flatMap((size, d) => (size > 1 ? [`i${d}`] : []));
-  if (loads.some((l) => axes.some((v) => hasUnitTerm(l, v)))) return 0;
+  const dims = plain.outputShape.flatMap((size, d) => (size > 1 ? [d] : []));
+  if (loads.some((l) => dims.some((d) => hasUnitTerm(l, `i${d}`)))) return undefined;
+  const body = reduceBodySize(plain.body);
   // a load the same for every output (the bias of the logits over a vocabulary) is shared by any order alike;
   // one that some outputs share (a matmul's operand, an attention mask shared by the heads and queries) is
   // what a register tile serves: there the mask's arithmetic done once for 32 rows beat 16 split lanes (BERT-mini's
   // softmax max over 128 keys: 0.17 ms tiled, 0.6 ms split)
-  const own = loads.filter((l) => axes.every((v) => varsOf(l).has(v))).length;
-  const shared = loads.filter((l) => axes.some((v) => !varsOf(l).has(v)) && axes.some((v) => varsOf(l).has(v))).length;
-  if (own <= shared) return 0;
-  const body = reduceBodySize(plain.body);
-  // a size the split does not divide leaves its last steps to a loop of their own
-  return [16, 8].find((n) => sum.size >= 4 * n && n * body <= LOOP_BODY_BUDGET) ?? 0;
+  const attempt = (whole: readonly number[]): { width: number; upcast: Upcast[] } | undefined => {
+    const axes = dims.filter((d) => !whole.includes(d)).map((d) => `i${d}`);
+    if (axes.length === 0) return undefined;
+    const own = loads.filter((l) => axes.every((v) => varsOf(l).has(v))).length;
+    const shared = loads.filter((l) => axes.some((v) => !varsOf(l).has(v)) && axes.some((v) => varsOf(l).has(v))).length;
+    if (own <= shared) return undefined;
+    const lanes = whole.reduce((n, d) => n * plain.outputShape[d]!, 1);
+    // a size the split does not divide leaves its last steps to a loop of their own
+    const width = [16, 8].find((n) => sum.size >= 4 * n && n * lanes * body <= LOOP_BODY_BUDGET);
+    return width ? { width, upcast: whole.map((axis) => ({ axis, amount: plain.outputShape[axis]! })) } : undefined;
+  };
+  // a few sums stacked along a short axis (LAMB's two norms in one kernel, [2, partials]) share their loads
+  // along it: that axis is upcast whole beside the split, each load then serving every sum
+  return attempt([]) ?? attempt(dims.filter((d) => plain.outputShape[d]! <= 4));
 }
 
 /** The innermost reduce loop (the last one met), if the kernel has one. */

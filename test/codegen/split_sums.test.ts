@@ -110,3 +110,15 @@ test("a split sum of products is a multiply and an add, not a fused multiply-add
   assert.equal(js.opts, cpu.opts);
   assert.deepEqual(cpu.values, js.values);
 });
+
+test("sums stacked along a short axis (LAMB's two norms in one kernel) split, that axis upcast whole beside the split", () => {
+  const xs = data(64 * 300, 7);
+  const x = new Tensor(xs, { device: "JS" }).reshape([64, 300]).realize();
+  // two sums of the same loads, stacked: [2, 64], each row summed over 300
+  const norms = Tensor.stack([x.square(), x.mul(0.5).add(1).square()]).sum({ axis: -1 });
+  const [item] = ranKernels(norms);
+  assert.match(item!.kernel.opts, /^u0x2\|.*\|s16$/, item!.kernel.opts);
+  const got = Array.from(norms.toArray() as Float32Array);
+  const exact = [0, 1].flatMap((k) => Array.from({ length: 64 }, (_, r) => xs.slice(r * 300, r * 300 + 300).reduce((a, v) => a + (k === 0 ? v * v : (v * 0.5 + 1) ** 2), 0)));
+  assertClose(got, exact, { atol: 1e-3, rtol: 1e-5, what: "stacked split sums vs float64" });
+});
