@@ -1,7 +1,8 @@
 // BERT pretraining train steps (forward + backward + LAMB, one jitted step) on the default device:
-// ms per step (median after the JIT captured) and GFLOP/s from analytic matmul FLOPs x3, for the
-// issue's configurations; and the start-up figure: process start to the first tiny train step, with a
-// cold kernel cache and then a warm one. Prints JSON on stdout, progress on stderr.
+// ms per step (median after the JIT captured), kernels a step and their summed run time (host devices), and
+// GFLOP/s from analytic matmul FLOPs x3, for the issue's configurations; and the start-up figure: process
+// start to the first tiny train step, with a cold kernel cache and then a warm one. Prints JSON on stdout,
+// progress on stderr.
 // Usage: npx tsx bench/bert-step.ts [--configs tiny,mini] [--steps 3] [--base] [--large] [--no-startup]
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -9,7 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { Device, Tensor } from "../src/index.ts";
+import { Device, GlobalCounters, Tensor } from "../src/index.ts";
 import { jit } from "../src/engine/jit.ts";
 import { BERT_PRESETS, BertForPretraining, type BertConfig } from "../models/bert.ts";
 import { createBertOptimizer, makeBertTrainStep } from "../models/bert_train_step.ts";
@@ -53,11 +54,13 @@ function stepper(r: Run) {
   let seed = 0;
   return {
     config,
-    step: (): number => {
+    /** Wall ms of one step, with the kernels it ran and their summed run time (0 where launches do not wait: a GPU's). */
+    step: (): { ms: number; kernels: number; kernelMs: number } => {
       const batch = samplesToTensors(fakeBatch(r.batch, r.seq, r.predictions, seed++, config.vocabSize));
+      GlobalCounters.reset();
       const start = performance.now();
       step(...batch).item();
-      return performance.now() - start;
+      return { ms: performance.now() - start, kernels: GlobalCounters.kernelCount, kernelMs: GlobalCounters.timeSumS * 1000 };
     },
   };
 }
@@ -78,12 +81,16 @@ for (const name of names) {
   if (!run) throw new Error(`unknown config ${name}; known: ${Object.keys(RUNS).join(", ")}`);
   console.error(`${name}: building the model and capturing the step...`);
   const { config, step } = stepper(run);
-  const first = step(); // uncaptured
+  const first = step().ms; // uncaptured
   step(); // captured
-  const times = Array.from({ length: Number(values.steps) }, () => step());
-  const ms = median(times);
+  const steps = Array.from({ length: Number(values.steps) }, () => step());
+  const ms = median(steps.map((s) => s.ms));
+  const kernelMs = median(steps.map((s) => s.kernelMs));
   const gflop = (3 * forwardFlops(config, run)) / 1e9;
-  results.push({ config: name, ...run, first_step_ms: Math.round(first), median_step_ms: +ms.toFixed(1), gflop_per_step: +gflop.toFixed(2), gflops: +(gflop / (ms / 1000)).toFixed(2) });
+  results.push({
+    config: name, ...run, first_step_ms: Math.round(first), median_step_ms: +ms.toFixed(1), gflop_per_step: +gflop.toFixed(2), gflops: +(gflop / (ms / 1000)).toFixed(2),
+    kernels_per_step: steps.at(-1)!.kernels, ...(kernelMs > 0 ? { median_kernel_ms: +kernelMs.toFixed(1) } : {}),
+  });
   console.error(JSON.stringify(results.at(-1)));
 }
 
