@@ -213,7 +213,7 @@ function storeSharedChains(stored: Set<UOp>): void {
   for (let pass = 0; pass < 8; pass++) {
     // how many kernels compute each node inline, and each inlined node's inlined users
     const readers = new Map<UOp, number>();
-    const usersOf = new Map<UOp, UOp[]>();
+    const usersOf = new Map<UOp, Set<UOp>>();
     for (const root of stored) {
       const value = root.op === "ASSIGN" ? root.src[1]! : root;
       const seen = new Set<UOp>();
@@ -223,14 +223,25 @@ function storeSharedChains(stored: Set<UOp>): void {
         if (!top) readers.set(n, (readers.get(n) ?? 0) + 1);
         for (const src of n.src) {
           if (stored.has(src) || isLeaf(src)) continue;
-          if (!seen.has(src)) usersOf.set(src, [...(usersOf.get(src) ?? []), n]);
+          let users = usersOf.get(src);
+          if (!users) usersOf.set(src, (users = new Set()));
+          users.add(n);
           walk(src, false);
         }
       };
       if (!isLeaf(value) && (value === root || !stored.has(value))) walk(value, value === root);
     }
-    const shared = (n: UOp): boolean => isElementwise(n.op) && (readers.get(n) ?? 0) > 1 && Device.backend(n.device).hostForms === true && inlineCost(n, stored) >= EXPENSIVE;
-    const tops = [...readers.keys()].filter((n) => shared(n) && !(usersOf.get(n) ?? []).some((u) => shared(u) && readers.get(u)! >= readers.get(n)!));
+    // (each node's verdict once a pass: inlineCost walks the chain below it)
+    const verdicts = new Map<UOp, boolean>();
+    const shared = (n: UOp): boolean => {
+      let verdict = verdicts.get(n);
+      if (verdict === undefined) {
+        verdict = isElementwise(n.op) && (readers.get(n) ?? 0) > 1 && Device.backend(n.device).hostForms === true && inlineCost(n, stored) >= EXPENSIVE;
+        verdicts.set(n, verdict);
+      }
+      return verdict;
+    };
+    const tops = [...readers.keys()].filter((n) => shared(n) && ![...(usersOf.get(n) ?? [])].some((u) => shared(u) && readers.get(u)! >= readers.get(n)!));
     if (tops.length === 0) return;
     for (const n of tops) stored.add(n);
   }

@@ -93,6 +93,8 @@ function waitingVariants(): Variant[] {
 
 /** The slots whose memory another slot holds too (an in-place assign's output and input), as "0,1"; "" if none. */
 export function aliasedSlots(buffers: readonly Buffer[]): string {
+  // every kernel run asks: the common answer without building the list
+  if (new Set(buffers.map((b) => b.handle)).size === buffers.length) return "";
   const count = new Map<unknown, number>();
   for (const b of buffers) count.set(b.handle, (count.get(b.handle) ?? 0) + 1);
   return buffers.flatMap((b, slot) => (count.get(b.handle)! > 1 ? [slot] : [])).join(",");
