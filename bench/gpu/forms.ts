@@ -57,12 +57,16 @@ const buffers = new Set(recorded.flatMap((item) => (item.kind === "kernel" ? ite
 const footprintGiB = [...buffers].reduce((sum, b) => sum + b.nbytes, 0) / 2 ** 30;
 const hostSeconds = (performance.now() - started) / 1000;
 
-type Row = { name: string; form: string; count: number; gflop: number; why?: string };
+// bytes each kernel moves at least: every buffer it touches, read or written once (a kernel outside tensor cores
+// is bound by these on a GPU: H200 ~4.8 TB/s)
+const kernelBytes = recorded.flatMap((item) => (item.kind === "kernel" ? [item.buffers.reduce((sum, b) => sum + b.nbytes, 0)] : []));
+type Row = { name: string; form: string; count: number; gflop: number; gb: number; why?: string };
 const rows = new Map<string, Row>();
 const sources = new Set(values.source);
 let totalFlops = 0;
+const bytesByForm: Record<string, number> = {};
 const formOf = new Map<KernelIR, ReturnType<typeof cudaForm>>();
-for (const kernel of kernels) {
+for (const [index, kernel] of kernels.entries()) {
   const form = formOf.get(kernel) ?? cudaForm(kernel);
   formOf.set(kernel, form);
   const spec = kernelSpecOf(kernel);
@@ -73,9 +77,12 @@ for (const kernel of kernels) {
   const kind = tc ? `tensor cores (A ${tc.a}; B ${tc.b}${tc.splits > 1 ? `; k split ${tc.splits}` : ""})` : form.kind === "loops" && form.rows ? `group 32, a warp a row` : form.kind === "loops" && groupSize(form.kernel) > 0 ? `group ${form.group ?? groupSize(form.kernel)}` : "loops";
   const why = form.kind === "tensorCores" || !kernel.name.startsWith("r") ? undefined : pattern ? (worthTensorCores(pattern) ? "TC=0" : "matmul, too small for tensor cores") : reason;
   const key = `${kernel.name} ${kind}`;
-  const row = rows.get(key) ?? { name: kernel.name, form: kind, count: 0, gflop: 0, why };
+  const row = rows.get(key) ?? { name: kernel.name, form: kind, count: 0, gflop: 0, gb: 0, why };
   row.count++;
   row.gflop += kernel.flops / 1e9;
+  row.gb += kernelBytes[index]! / 1e9;
+  const formName = kind.startsWith("tensor cores") ? "tensor" : kind.split(" ")[0]!;
+  bytesByForm[formName] = (bytesByForm[formName] ?? 0) + kernelBytes[index]! / 1e9;
   totalFlops += kernel.flops;
   rows.set(key, row);
   if (sources.has(kernel.name) || sources.has(key)) {
@@ -93,6 +100,7 @@ for (const r of rows.values()) {
 console.log(JSON.stringify({
   model: `BERT-${values.preset} (${config.numHiddenLayers} layers) float16`, batch: batchSize, seq, kernels: kernels.length, distinct_kernels: formOf.size, host_s: +hostSeconds.toFixed(1),
   footprint_gib: +footprintGiB.toFixed(2),
+  gb_moved_by_form: Object.fromEntries(Object.entries(bytesByForm).map(([k, v]) => [k, +v.toFixed(2)])),
   flop_share_by_form: Object.fromEntries(Object.entries(byForm).map(([k, v]) => [k, +v.toFixed(4)])),
-  kernels_by_flops: [...rows.values()].sort((a, b) => b.gflop - a.gflop).map((r) => ({ ...r, gflop: +r.gflop.toFixed(2) })),
+  kernels_by_flops: [...rows.values()].sort((a, b) => b.gflop - a.gflop).map((r) => ({ ...r, gflop: +r.gflop.toFixed(2), gb: +r.gb.toFixed(3) })),
 }, null, 1));
