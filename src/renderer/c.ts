@@ -6,6 +6,7 @@ import type { DType } from "../dtype.ts";
 import { type Bound, type Idx, renderIdx, varsOf, renderBounds } from "../shape/symbolic.ts";
 import type { AluOp, Expr, KernelIR, Operand, Stmt } from "../codegen/ir.ts";
 import { hoistInvariants } from "../codegen/hoist.ts";
+import { type LanePlan, planLanes } from "./c_lanes.ts";
 
 export interface CRenderOptions {
   /**
@@ -13,6 +14,8 @@ export interface CRenderOptions {
    * `restrict`. Every other slot is, so loads of the rest (an optimizer's scalars) stay hoisted out of loops.
    */
   readonly aliased?: ReadonlySet<number>;
+  /** Lane counts a register tile's runs are rendered as C vectors at (c_lanes.ts; the target's: `vectorLaneWidths`). None by default. */
+  readonly vectorLanes?: readonly number[];
 }
 
 /** The C type a dtype is computed in. */
@@ -99,6 +102,17 @@ static inline int64_t tg_floordiv(int64_t a, int64_t c) { int64_t q = a / c; ret
 #define TG_IMOD(T, a, b) ((b) == 0 || (b) == -1 ? (T)0 : (T)((a) % (b)))
 #define TG_UDIV(T, a, b) ((b) == 0 ? (T)0 : (T)((a) / (b)))
 #define TG_UMOD(T, a, b) ((b) == 0 ? (T)0 : (T)((a) % (b)))
+/* a register tile's lanes as one vector (c_lanes.ts, at the widths compiler_cache.ts's vectorLaneWidths finds
+   the target has instructions for): lane i is fmaf(a, w[i], c[i]), as in the scalar form */
+#if defined(__AVX512F__) || (defined(__AVX__) && defined(__FMA__))
+#include <immintrin.h>
+typedef float tg_f32x8 __attribute__((vector_size(32)));
+static inline tg_f32x8 tg_fma8(float a, const float* w, tg_f32x8 c) { return (tg_f32x8)_mm256_fmadd_ps(_mm256_set1_ps(a), _mm256_loadu_ps(w), (__m256)c); }
+#endif
+#if defined(__AVX512F__)
+typedef float tg_f32x16 __attribute__((vector_size(64)));
+static inline tg_f32x16 tg_fma16(float a, const float* w, tg_f32x16 c) { return (tg_f32x16)_mm512_fmadd_ps(_mm512_set1_ps(a), _mm512_loadu_ps(w), (__m512)c); }
+#endif
 `;
 
 export function renderC(kernel: KernelIR, fnName: string, opts: CRenderOptions): string {
@@ -107,8 +121,8 @@ export function renderC(kernel: KernelIR, fnName: string, opts: CRenderOptions):
     return `${constness}${storageType(b.dtype)}* ${opts.aliased?.has(slot) ? "" : "restrict "}b${slot}`;
   });
   const lines = [`void ${fnName}(${[...params, "int threads"].join(", ")}) {`];
-  const body = hoistInvariants(kernel.body, kernel.parallel, opts.aliased);
-  renderBlock(body, lines, "  ", { kernel, products: new Map(), indexType: indexType(kernel) }, kernel.parallel);
+  const { body, plan: lanes } = planLanes(hoistInvariants(kernel.body, kernel.parallel, opts.aliased), opts.vectorLanes ?? []);
+  renderBlock(body, lines, "  ", { kernel, products: new Map(), indexType: indexType(kernel), lanes }, kernel.parallel);
   lines.push("}");
   return lines.join("\n");
 }
@@ -141,31 +155,43 @@ interface RenderContext {
   readonly indexType: string;
   /** Float products by name: a sum of products accumulates with fused multiply-adds. */
   readonly products: Map<string, readonly Operand[]>;
+  /** Register-tile lanes rendered as vectors. */
+  readonly lanes: LanePlan;
 }
 
 function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, ctx: RenderContext, parallel: number): void {
-  const { kernel } = ctx;
+  const { kernel, lanes } = ctx;
   for (const s of stmts) {
     switch (s.kind) {
       case "loop":
         // the first `parallel` perfectly nested output loops are split across threads (inside a serial loop)
         if (parallel > 0 && !s.serial) out.push(`${indent}#pragma omp parallel for schedule(static) num_threads(threads)${parallel > 1 ? ` collapse(${parallel})` : ""}`);
+        for (const group of lanes.groups.get(s) ?? []) out.push(`${indent}tg_f32x${group.accs.length} ${group.vector} = {${group.accs.join(", ")}};`);
         out.push(`${indent}for (${ctx.indexType} ${s.var} = 0; ${s.var} < ${s.size}; ${s.var}++) {`);
         renderBlock(s.body, out, indent + "  ", ctx, s.serial ? parallel : 0);
         out.push(`${indent}}`);
+        for (const group of lanes.groups.get(s) ?? []) out.push(group.accs.map((acc, j) => `${acc} = ${group.vector}[${j}];`).join(" ").replace(/^/, indent));
         // sibling loop nests at the top (the pieces of a concatenation) are each split across threads
         break;
       case "def":
+        if (lanes.skipped.has(s.name)) break;
         out.push(`${indent}${computeType[s.dtype.name]} ${s.name} = ${renderExpr(s.expr, s.dtype, kernel)};`);
         if (s.expr.op === "MUL" && s.dtype.kind === "float") ctx.products.set(s.name, s.expr.srcs);
         // a 16-bit product widened to float32 is the same C float: the sum still takes the FMA
         const src = s.expr.op === "CAST" ? s.expr.srcs[0] : undefined;
         if (src?.kind === "val" && ctx.products.has(src.name) && computeType[s.dtype.name] === computeType[src.dtype.name]) ctx.products.set(s.name, ctx.products.get(src.name)!);
         break;
-      case "acc":
+      case "acc": {
         out.push(`${indent}${computeType[s.dtype.name]} ${s.name} = ${identity(s.op, s.dtype)};`);
         break;
+      }
       case "update": {
+        const lane = lanes.updates.get(s);
+        if (lane !== undefined) {
+          const { vector, accs } = lane?.group ?? { vector: "", accs: [] };
+          if (lane) out.push(`${indent}${vector} = tg_fma${accs.length}(${operand(lane.scalar)}, &b${lane.buf}[${idx(lane.index)}], ${vector});`);
+          break;
+        }
         const acc: Operand = { kind: "val", name: s.name, dtype: s.dtype };
         // the one place results may differ from the JS reference in the last bit: matmul speed needs the FMA
         const product = s.op === "ADD" && s.value.kind === "val" && !s.unfused ? ctx.products.get(s.value.name) : undefined;

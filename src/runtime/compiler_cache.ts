@@ -66,6 +66,21 @@ export function findCompiler(): Compiler | null {
   return (probed = null);
 }
 
+let widths: readonly number[] | undefined;
+
+/**
+ * The register-tile lane runs the target takes as C vectors (renderer/c_lanes.ts), from the compiler's own
+ * macros for its flags: 16 and 8 floats with AVX-512, 8 with AVX and FMA (a 16-lane run as two: a 64-byte
+ * vector without AVX-512 goes through memory, 12-20 GFLOP/s where the scalar form ran 80-100), none elsewhere.
+ */
+export function vectorLaneWidths(): readonly number[] {
+  if (widths) return widths;
+  const compiler = findCompiler();
+  const macros = compiler ? spawnSync(compiler.command, [...compiler.flags.filter((f) => f.startsWith("-m")), "-dM", "-E", "-x", "c", "-"], { input: "", encoding: "utf8" }).stdout ?? "" : "";
+  const has = (name: string): boolean => new RegExp(`^#define ${name} `, "m").test(macros);
+  return (widths = has("__AVX512F__") ? [16, 8] : has("__AVX__") && has("__FMA__") ? [8] : []);
+}
+
 /** A C function to compile: `code` defines it under the name `tg_kernel`, after `prelude` (shared helpers). */
 export interface CFunction {
   readonly prelude: string;

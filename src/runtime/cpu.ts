@@ -6,7 +6,7 @@ import type { Backend, Buffer, Program } from "../device.ts";
 import type { KernelIR } from "../codegen/ir.ts";
 import { C_PRELUDE, renderC } from "../renderer/c.ts";
 import { TsgradError, debugLevel, getenv } from "../helpers.ts";
-import { type CFunction, type CompiledFunction, compileEach, compileLibraries, findCompiler } from "./compiler_cache.ts";
+import { type CFunction, type CompiledFunction, compileEach, compileLibraries, findCompiler, vectorLaneWidths } from "./compiler_cache.ts";
 import { beamSearch } from "../engine/search.ts";
 import { hostMemory } from "./host_memory.ts";
 
@@ -18,7 +18,7 @@ type KernelFn = (...args: unknown[]) => void;
  */
 export function cFunction(kernel: KernelIR, aliased: string): CFunction {
   const slots = new Set(aliased ? aliased.split(",").map(Number) : []);
-  return { prelude: C_PRELUDE, code: `// ${kernel.name} ${kernel.opts}\n${renderC(kernel, "tg_kernel", { aliased: slots })}` };
+  return { prelude: C_PRELUDE, code: `// ${kernel.name} ${kernel.opts}\n${renderC(kernel, "tg_kernel", { aliased: slots, vectorLanes: vectorLaneWidths() })}` };
 }
 
 const loaded = new Map<string, KernelFn>();

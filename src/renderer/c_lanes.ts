@@ -1,0 +1,162 @@
+// Register-tile lanes as C vectors. A host matmul's tile is 8 rows x 16 lanes of scalar accumulators, each
+// step `acc = fmaf(x_row, w_lane, acc)` with the lanes' w read from one contiguous run of a packed panel.
+// gcc 12 vectorises those scalars itself (SLP), but builds each row's broadcast from a 64-byte load and a
+// shuffle instead of a broadcasting operand: a 1024x256 @ 256x1024 tile ran at 110 GFLOP/s where the same
+// loop written with vectors runs at 200-220 on this machine. So such runs are rendered as one vector
+// accumulator a row (`tg_f32x16`) for the length of their loop: packed from the scalar accumulators before it,
+// updated by `tg_fma16` (prelude: AVX-512 or AVX2 intrinsics where the target has them, else a lane loop of
+// fmaf), unpacked after it. Each lane still computes fmaf(x, w, acc) in the same order, so the results are
+// bit for bit those of the scalar form.
+import type { Operand, Stmt } from "../codegen/ir.ts";
+import { iadd, iconst, type Idx } from "../shape/symbolic.ts";
+
+/** Accumulators updated as one vector: scalar names lane by lane, and the vector's name. */
+export interface LaneGroup {
+  readonly accs: readonly string[];
+  readonly vector: string;
+}
+
+/** A run of updates rendered as one vector multiply-add: `vector += splat(scalar) * buf[index .. index + width)`. */
+export interface LaneUpdate {
+  readonly group: LaneGroup;
+  readonly scalar: Operand;
+  readonly buf: number;
+  readonly index: Idx;
+}
+
+export interface LanePlan {
+  /** Updates: the first of a run does the vector update, the rest (null) nothing. */
+  readonly updates: Map<Stmt, LaneUpdate | null>;
+  /** Loops whose groups are packed into vectors before them and unpacked after. */
+  readonly groups: Map<Stmt, LaneGroup[]>;
+  /** Definitions only the vector updates consumed (the lanes' products and loads): not rendered. */
+  readonly skipped: Set<string>;
+}
+
+/**
+ * Finds the vector runs of every reduce loop in `body` (float32 sums of products over packed lanes). The plan
+ * is keyed by statement, so it comes with its own copy of the body (lowering may share a statement object
+ * between two places, a tile and its ragged tail): render that copy.
+ */
+export function planLanes(source: readonly Stmt[], widths: readonly number[]): { body: Stmt[]; plan: LanePlan } {
+  const copy = (stmts: readonly Stmt[]): Stmt[] => stmts.map((s) => (s.kind === "loop" ? { ...s, body: copy(s.body) } : { ...s }));
+  const body = copy(source);
+  const plan: LanePlan = { updates: new Map(), groups: new Map(), skipped: new Set() };
+  const uses = new Map<string, number>();
+  countUses(body, uses);
+  const visit = (block: readonly Stmt[]): void => {
+    for (const s of block) if (s.kind === "loop") {
+      planLoop(s, plan, uses, widths);
+      visit(s.body);
+    }
+  };
+  visit(body);
+  return { body, plan };
+}
+
+type Def = Stmt & { kind: "def" };
+type Update = Stmt & { kind: "update" };
+
+function planLoop(loop: Stmt & { kind: "loop" }, plan: LanePlan, uses: ReadonlyMap<string, number>, widths: readonly number[]): void {
+  const defs = new Map<string, Def>();
+  for (const s of loop.body) if (s.kind === "def") defs.set(s.name, s);
+  const updates = loop.body.filter((s): s is Update => s.kind === "update");
+  // every run of updates that is one vector multiply-add, keyed by its accumulators
+  const runs: { updates: Update[]; accs: string[]; lane: Omit<LaneUpdate, "group">; consumed: [string, string][] }[] = [];
+  for (let i = 0; i < updates.length; ) {
+    const run = widths.map((w) => vectorRun(updates.slice(i, i + w), defs)).find((r) => r !== undefined);
+    if (!run) { i++; continue; }
+    runs.push(run);
+    i += run.updates.length;
+  }
+  if (runs.length === 0) return;
+  // a group is its accumulators in lane order; every update of them must be in one of its runs
+  const groups = new Map<string, { accs: string[]; runs: typeof runs }>();
+  for (const run of runs) {
+    const key = run.accs.join(",");
+    const group = groups.get(key) ?? { accs: run.accs, runs: [] };
+    group.runs.push(run);
+    groups.set(key, group);
+  }
+  // the vector holds the accumulators for the whole loop: nothing else in it may read or update them
+  const readInLoop = new Set<string>();
+  readNames(loop.body, readInLoop);
+  const claimed = new Set<string>();
+  const consumedUses = new Map<string, number>();
+  for (const { accs, runs: groupRuns } of groups.values()) {
+    const own = new Set(groupRuns.flatMap((r) => r.updates));
+    const ok = accs.every((a) => !claimed.has(a) && !readInLoop.has(a)) && updates.every((u) => !accs.includes(u.name) || own.has(u)) && !updatedDeeper(loop.body, accs);
+    if (!ok) continue;
+    accs.forEach((a) => claimed.add(a));
+    const group: LaneGroup = { accs, vector: `${accs[0]}_v` };
+    for (const run of groupRuns) {
+      run.updates.forEach((u, j) => plan.updates.set(u, j === 0 ? { group, ...run.lane } : null));
+      for (const [product] of run.consumed) consumedUses.set(product, (consumedUses.get(product) ?? 0) + 1);
+    }
+    plan.groups.set(loop, [...(plan.groups.get(loop) ?? []), group]);
+  }
+  // the lanes' products where nothing but the vector updates reads them, then their loads where nothing but
+  // those products does
+  for (const [name, n] of consumedUses) if (uses.get(name) === n) plan.skipped.add(name);
+  const loadUses = new Map<string, number>();
+  for (const group of groups.values()) for (const run of group.runs) for (const [product, load] of run.consumed) {
+    if (plan.skipped.has(product)) loadUses.set(load, (loadUses.get(load) ?? 0) + 1);
+  }
+  for (const [name, n] of loadUses) if (uses.get(name) === n) plan.skipped.add(name);
+}
+
+/**
+ * `run` as one vector multiply-add, if it is one: float32 sums of fused products, all with one scalar factor,
+ * the other factors float32 loads of one buffer at consecutive indices, each into its own accumulator.
+ */
+function vectorRun(run: readonly Update[], defs: ReadonlyMap<string, Def>) {
+  if (run.length !== 16 && run.length !== 8) return undefined; // the prelude's tg_f32x16 and tg_f32x8
+  const products = run.map((u) => {
+    if (u.op !== "ADD" || u.unfused || u.dtype.name !== "float32" || u.value.kind !== "val") return undefined;
+    const def = defs.get(u.value.name);
+    return def?.expr.op === "MUL" && def.dtype.name === "float32" ? { def, srcs: def.expr.srcs } : undefined;
+  });
+  if (products.some((p) => p === undefined) || new Set(run.map((u) => u.name)).size !== run.length) return undefined;
+  const first = products[0]!.srcs;
+  for (const side of [0, 1]) {
+    const scalar = first[side]!;
+    if (products.some((p) => !sameOperand(p!.srcs[side]!, scalar))) continue;
+    const loads = products.map((p) => {
+      const o = p!.srcs[1 - side]!;
+      const def = o.kind === "val" ? defs.get(o.name) : undefined;
+      return def?.expr.op === "LOAD" && def.expr.valid.length === 0 && def.dtype.name === "float32" ? def.expr : undefined;
+    });
+    const base = loads[0];
+    if (!base || loads.some((l, j) => !l || l.buf !== base.buf || l.index.key !== iadd(base.index, iconst(j)).key)) continue;
+    const consumed = products.map((p): [string, string] => [p!.def.name, (p!.srcs[1 - side] as Operand & { kind: "val" }).name]);
+    return { updates: [...run], accs: run.map((u) => u.name), lane: { scalar, buf: base.buf, index: base.index }, consumed };
+  }
+  return undefined;
+}
+
+const sameOperand = (a: Operand, b: Operand): boolean =>
+  a.kind === "val" ? b.kind === "val" && a.name === b.name : b.kind === "lit" && Object.is(a.value, b.value);
+
+/** Whether loops nested in `stmts` update any of `accs` (only the loop's own updates are planned). */
+function updatedDeeper(stmts: readonly Stmt[], accs: readonly string[]): boolean {
+  return stmts.some((s) => s.kind === "loop" && s.body.some((t) => (t.kind === "update" && accs.includes(t.name)) || (t.kind === "loop" && updatedDeeper([t], accs))));
+}
+
+/** The names statements read (operands, update values, stored values), nested loops included. */
+function readNames(stmts: readonly Stmt[], into: Set<string>): void {
+  for (const s of stmts) {
+    if (s.kind === "loop") readNames(s.body, into);
+    else if (s.kind === "def" && "srcs" in s.expr) s.expr.srcs.forEach((o) => o.kind === "val" && into.add(o.name));
+    else if ((s.kind === "update" || s.kind === "store") && s.value.kind === "val") into.add(s.value.name);
+  }
+}
+
+/** How many statements read each name (operands, update values, stores). */
+function countUses(stmts: readonly Stmt[], uses: Map<string, number>): void {
+  const use = (o: Operand): void => { if (o.kind === "val") uses.set(o.name, (uses.get(o.name) ?? 0) + 1); };
+  for (const s of stmts) {
+    if (s.kind === "loop") countUses(s.body, uses);
+    else if (s.kind === "def" && "srcs" in s.expr) s.expr.srcs.forEach(use);
+    else if (s.kind === "update" || s.kind === "store") use(s.value);
+  }
+}

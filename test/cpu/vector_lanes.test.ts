@@ -1,0 +1,158 @@
+// A host matmul's register-tile lanes are rendered as C vectors (src/renderer/c_lanes.ts): the same fused
+// multiply-adds in the same order as the scalar form, so the results are those of fmaf over k, bit for bit.
+import { test } from "node:test";
+import { existsSync, readFileSync } from "node:fs";
+import assert from "node:assert/strict";
+import { Device, Tensor, dtypes } from "../../src/index.ts";
+import type { Expr, KernelIR, Stmt } from "../../src/codegen/ir.ts";
+import { recordItems } from "../../src/engine/realize.ts";
+import { renderC } from "../../src/renderer/c.ts";
+import { cFunction } from "../../src/runtime/cpu.ts";
+import { vectorLaneWidths } from "../../src/runtime/compiler_cache.ts";
+import { iadd, iconst, imul, ivar, type Idx } from "../../src/shape/symbolic.ts";
+
+const hasCpu = Device.isAvailable("CPU");
+/** The vector a run of `lanes` lanes is rendered as on this machine (16 lanes: two of 8 with AVX2), if any. */
+const vectorFor = (lanes: number): string | undefined => {
+  const width = vectorLaneWidths().find((w) => w <= lanes);
+  return width ? `tg_fma${width}(` : undefined;
+};
+const f32 = dtypes.float32;
+
+/** fmaf(a, b, c) for float32 values: the exact a*b + c rounded once to float32. */
+function fmaf(a: number, b: number, c: number): number {
+  const p = a * b; // exact: two 24-bit significands fit in a double's 53
+  const s = p + c;
+  const bb = s - p;
+  const err = p - (s - bb) + (c - bb); // s + err == p + c exactly (TwoSum)
+  const r = Math.fround(s);
+  if (r === s || err === 0) return r;
+  // s was rounded to a double: only a tie between two floats can come out wrong, broken by err's sign
+  const bits = new Float32Array([r]);
+  const word = new Int32Array(bits.buffer);
+  word[0]! += (r > s) === r > 0 ? -1 : 1; // r's neighbour on the other side of s
+  const other = bits[0]!;
+  if ((r + other) / 2 !== s) return r;
+  return err > 0 ? Math.max(r, other) : Math.min(r, other);
+}
+
+/** x[m, k] @ w[k, n] as sequential fmaf over k from 0: what the scalar and the vector tile both compute. */
+function fmaMatmul(x: Float32Array, w: Float32Array, m: number, k: number, n: number): Float32Array {
+  const out = new Float32Array(m * n);
+  for (let i = 0; i < m; i++) for (let j = 0; j < n; j++) {
+    let acc = 0;
+    for (let r = 0; r < k; r++) acc = fmaf(x[i * k + r]!, w[r * n + j]!, acc);
+    out[i * n + j] = acc;
+  }
+  return out;
+}
+
+const random = (n: number, seed: number): Float32Array => {
+  let s = seed;
+  return Float32Array.from({ length: n }, () => ((s = (s * 1103515245 + 12345) % 2 ** 31) / 2 ** 31) * 2 - 1);
+};
+
+/** Runs `compute` on CPU and returns its kernels' C sources and the result. */
+function onCpu(compute: () => Tensor): { codes: string[]; values: Float32Array } {
+  let out: Tensor | undefined;
+  const { items } = recordItems(() => (out = compute().realize()));
+  const codes = items.flatMap((item) => (item.kind === "kernel" ? [cFunction(item.kernel, "").code] : []));
+  return { codes, values: out!.toArray() as Float32Array };
+}
+
+test("fmaf reference: rounds once, ties broken by what a double dropped", () => {
+  assert.equal(fmaf(1 + 2 ** -12, 1 + 2 ** -12, -1), Math.fround(2 ** -11 + 2 ** -24));
+  // the exact sum is 1 + 2^-23 + 2^-24 - 2^-54: as a double it is the float32 tie 1 + 2^-23 + 2^-24 (which
+  // rounds to even, 1 + 2^-22), but the dropped -2^-54 puts it below: 1 + 2^-23
+  const [a, b] = [2 ** -12 * (1 + 2 ** -15), 2 ** -12 * (1 - 2 ** -15)];
+  assert.equal(Math.fround(a * b + (1 + 2 ** -23)), 1 + 2 ** -22);
+  assert.equal(fmaf(a, b, 1 + 2 ** -23), 1 + 2 ** -23);
+  assert.equal(fmaf(3, 5, 0.25), 15.25);
+});
+
+for (const [what, m, k, n, transposed, width] of [
+  ["a plain tile (16 lanes, 8 rows)", 64, 256, 64, false, 16],
+  ["a k-blocked tile, partial sums in the output, ragged last block", 40, 3000, 64, false, 16],
+  ["an 8-lane tile (40 columns)", 64, 64, 40, false, 8],
+  ["x @ W^T", 64, 512, 96, true, 16],
+] as const) {
+  test(`matmul: ${what} updates vector accumulators, and equals fmaf over k bit for bit`, { skip: !hasCpu }, () => {
+    const xs = random(m * k, 1), ws = random(k * n, 2);
+    const wT = new Float32Array(k * n);
+    for (let r = 0; r < k; r++) for (let j = 0; j < n; j++) wT[j * k + r] = ws[r * n + j]!;
+    const on = { device: "CPU", dtype: f32 };
+    const x = new Tensor(xs, on).reshape([m, k]).realize();
+    const w = (transposed ? new Tensor(wT, on).reshape([n, k]) : new Tensor(ws, on).reshape([k, n])).realize();
+    const { codes, values } = onCpu(() => x.matmul(transposed ? w.transpose() : w));
+    const vector = vectorFor(width);
+    if (vector) {
+      const product = codes.find((c) => c.includes(vector));
+      assert.ok(product, `no ${vector} in:\n${codes.join("\n")}`);
+      assert.ok(!product.includes("fmaf("), "scalar lanes left beside the vectors");
+    } else {
+      assert.ok(codes.every((c) => !c.includes("tg_fma")), "vectors rendered for a target without them");
+    }
+    assert.deepEqual(Array.from(values), Array.from(fmaMatmul(xs, ws, m, k, n)));
+  });
+}
+
+test("a weight gradient (sum over batch and sequence) takes vector lanes too", { skip: !hasCpu }, () => {
+  const [b, s, i, o] = [4, 32, 48, 32];
+  const xs = random(b * s * i, 3), gs = random(b * s * o, 4);
+  const on = { device: "CPU", dtype: f32 };
+  const x = new Tensor(xs, on).reshape([b * s, i]).realize();
+  const g = new Tensor(gs, on).reshape([b * s, o]).realize();
+  const { codes, values } = onCpu(() => x.transpose().matmul(g));
+  if (vectorFor(16)) assert.ok(codes.some((c) => /tg_fma(8|16)\(/.test(c)), codes.join("\n"));
+  const xT = new Float32Array(i * b * s);
+  for (let r = 0; r < b * s; r++) for (let c = 0; c < i; c++) xT[c * b * s + r] = xs[r * i + c]!;
+  assert.deepEqual(Array.from(values), Array.from(fmaMatmul(xT, gs, i, b * s, o)));
+});
+
+// hand-made kernels: for i0 { acc0..acc15; for r0 { x = b1[i0*K + r0]; w_j = b2[r0*16 + j]; acc_j += x * w_j }; b0[i0*16 + j] = acc_j }
+const K = 8;
+const val = (name: string) => ({ kind: "val" as const, name, dtype: f32 });
+const def = (name: string, expr: Expr): Stmt => ({ kind: "def", name, dtype: f32, expr });
+const load = (name: string, buf: number, index: Idx): Stmt => def(name, { op: "LOAD", buf, index, valid: [] });
+const [i0, r0] = [ivar("i0", 4), ivar("r0", K)];
+
+function tile(opts: { stride?: number; unfused?: boolean; readAcc?: boolean } = {}): KernelIR {
+  const lanes = Array.from({ length: 16 }, (_, j) => j);
+  const inner: Stmt[] = [load("x", 1, iadd(imul(i0, K), r0))];
+  for (const j of lanes) inner.push(load(`w${j}`, 2, iadd(imul(r0, 16), iconst(j * (opts.stride ?? 1)))), def(`p${j}`, { op: "MUL", srcs: [val("x"), val(`w${j}`)] }));
+  for (const j of lanes) inner.push({ kind: "update", name: `acc${j}`, dtype: f32, op: "ADD", value: val(`p${j}`), ...(opts.unfused ? { unfused: true } : {}) });
+  if (opts.readAcc) inner.push(def("peek", { op: "ADD", srcs: [val("acc3"), val("x")] }), { kind: "store", buf: 0, index: i0, value: val("peek"), dtype: f32 });
+  const body: Stmt[] = [{ kind: "loop", var: "i0", size: 4, body: [
+    ...lanes.map((j): Stmt => ({ kind: "acc", name: `acc${j}`, dtype: f32, op: "ADD" })),
+    { kind: "loop", var: "r0", size: K, body: inner },
+    ...lanes.map((j): Stmt => ({ kind: "store", buf: 0, index: iadd(imul(i0, 16), iconst(j)), value: val(`acc${j}`), dtype: f32 })),
+  ] }];
+  return { name: "r_4_16", buffers: [{ dtype: f32, size: 64 }, { dtype: f32, size: 4 * K }, { dtype: f32, size: 16 * K * 16 }], body, outputShape: [4, 16], flops: 0, parallel: 0, opts: "" };
+}
+
+test("a run of fused products over 16 neighbouring loads becomes one vector update, packed before its loop and unpacked after", () => {
+  const code = renderC(tile(), "k", { vectorLanes: [16, 8] });
+  // 8-lane vectors only (AVX2): two a run
+  assert.match(renderC(tile(), "k", { vectorLanes: [8] }), /acc0_v = tg_fma8\(x, &b2\[r0\*16\], acc0_v\);\s+acc8_v = tg_fma8\(x, &b2\[\(r0\*16 \+ 8\)\], acc8_v\);/);
+  // none: the scalar form
+  assert.doesNotMatch(renderC(tile(), "k", {}), /tg_fma/);
+  assert.match(code, /tg_f32x16 acc0_v = \{acc0, acc1, .*acc15\};/);
+  assert.match(code, /acc0_v = tg_fma16\(x, &b2\[r0\*16\], acc0_v\);/);
+  assert.match(code, /acc0 = acc0_v\[0\]; acc1 = acc0_v\[1\];.* acc15 = acc0_v\[15\];/);
+  // the lanes' products and loads are gone; the scalar the row broadcasts stays
+  assert.doesNotMatch(code, /fmaf|float p\d+|float w\d+/);
+  assert.match(code, /float x = b1\[/);
+});
+
+test("lanes stay scalar when the loads are not neighbours, the products must not fuse, or the loop reads an accumulator", () => {
+  for (const opts of [{ stride: 2 }, { unfused: true }, { readAcc: true }]) {
+    const code = renderC(tile(opts), "k", { vectorLanes: [16, 8] });
+    assert.doesNotMatch(code, /tg_fma16\(|_v = /, JSON.stringify(opts));
+  }
+});
+
+test("the vector widths follow the machine's instruction sets (the compiler's macros for -march=native)", { skip: !hasCpu || !!process.env.CC || !existsSync("/proc/cpuinfo") }, () => {
+  const flags = new Set(/^flags\s*:(.*)$/m.exec(readFileSync("/proc/cpuinfo", "utf8"))?.[1]?.trim().split(/\s+/) ?? []);
+  const expected = flags.has("avx512f") ? [16, 8] : flags.has("avx") && flags.has("fma") ? [8] : [];
+  assert.deepEqual(vectorLaneWidths(), expected);
+});
