@@ -1,9 +1,11 @@
 // BERT pretraining train steps (forward + backward + LAMB, one jitted step) on the default device:
 // ms per step (median after the JIT captured), kernels a step and their summed run time (host devices), and
 // GFLOP/s from analytic matmul FLOPs x3, for the issue's configurations; and the start-up figure: process
-// start to the first tiny train step, with a cold kernel cache and then a warm one. Prints JSON on stdout,
-// progress on stderr.
-// Usage: npx tsx bench/bert-step.ts [--configs tiny,mini] [--steps 3] [--base] [--large] [--no-startup]
+// start to the first tiny train step, with a cold kernel cache and then a warm one. `--profile N` adds each
+// configuration's N costliest kernels (by name and options: median ms a step over the timed steps, how many,
+// GFLOP/s and the GB/s of the buffers they touch, which tells memory-bound kernels from the rest). Prints JSON
+// on stdout, progress on stderr.
+// Usage: npx tsx bench/bert-step.ts [--configs tiny,mini] [--steps 3] [--base] [--large] [--no-startup] [--profile 20]
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -12,6 +14,7 @@ import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { Device, GlobalCounters, Tensor } from "../src/index.ts";
 import { jit } from "../src/engine/jit.ts";
+import { kernelTimers } from "../src/engine/realize.ts";
 import { BERT_PRESETS, BertForPretraining, type BertConfig } from "../models/bert.ts";
 import { createBertOptimizer, makeBertTrainStep } from "../models/bert_train_step.ts";
 import { fakeBatch, samplesToTensors } from "../mlperf/bert/data/loader.ts";
@@ -28,11 +31,11 @@ const { values } = parseArgs({
   options: {
     configs: { type: "string", default: "tiny,mini" }, steps: { type: "string", default: "3" },
     base: { type: "boolean", default: false }, large: { type: "boolean", default: false },
-    "no-startup": { type: "boolean", default: false }, "first-step-only": { type: "string" }, help: { type: "boolean", default: false },
+    "no-startup": { type: "boolean", default: false }, "first-step-only": { type: "string" }, profile: { type: "string" }, help: { type: "boolean", default: false },
   },
 });
 if (values.help) {
-  console.log("usage: npx tsx bench/bert-step.ts [--configs tiny,mini] [--steps 3] [--base] [--large] [--no-startup]");
+  console.log("usage: npx tsx bench/bert-step.ts [--configs tiny,mini] [--steps 3] [--base] [--large] [--no-startup] [--profile N]");
   process.exit(0);
 }
 
@@ -83,15 +86,45 @@ for (const name of names) {
   const { config, step } = stepper(run);
   const first = step().ms; // uncaptured
   step(); // captured
+  // per kernel launch of the timed steps: seconds, by position in the step (a jitted step replays in order)
+  const launches: { key: string; seconds: number; flops: number; bytes: number }[] = [];
+  const timer = (item: Parameters<typeof kernelTimers extends Set<infer F> ? F : never>[0], seconds: number): void => {
+    launches.push({ key: `${item.kernel.name} ${item.kernel.opts}`, seconds, flops: item.kernel.flops, bytes: item.buffers.reduce((sum, b) => sum + b.nbytes, 0) });
+  };
+  if (values.profile) kernelTimers.add(timer);
   const steps = Array.from({ length: Number(values.steps) }, () => step());
+  kernelTimers.delete(timer);
   const ms = median(steps.map((s) => s.ms));
   const kernelMs = median(steps.map((s) => s.kernelMs));
   const gflop = (3 * forwardFlops(config, run)) / 1e9;
   results.push({
     config: name, ...run, first_step_ms: Math.round(first), median_step_ms: +ms.toFixed(1), gflop_per_step: +gflop.toFixed(2), gflops: +(gflop / (ms / 1000)).toFixed(2),
     kernels_per_step: steps.at(-1)!.kernels, ...(kernelMs > 0 ? { median_kernel_ms: +kernelMs.toFixed(1) } : {}),
+    ...(values.profile ? { profile: profile(launches, steps.length, Number(values.profile)) } : {}),
   });
   console.error(JSON.stringify(results.at(-1)));
+}
+
+/**
+ * The `top` costliest kernels of a step, grouped by name and options: the median over steps of each launch's
+ * time (launch i of every step is the same kernel), summed per group.
+ */
+function profile(launches: readonly { key: string; seconds: number; flops: number; bytes: number }[], stepCount: number, top: number) {
+  const perStep = launches.length / stepCount;
+  const groups = new Map<string, { ms: number; count: number; flops: number; bytes: number }>();
+  for (let i = 0; i < perStep; i++) {
+    const { key, flops, bytes } = launches[i]!;
+    const ms = median(Array.from({ length: stepCount }, (_, s) => launches[s * perStep + i]!.seconds)) * 1000;
+    const group = groups.get(key) ?? { ms: 0, count: 0, flops: 0, bytes: 0 };
+    group.ms += ms;
+    group.count++;
+    group.flops += flops;
+    group.bytes += bytes;
+    groups.set(key, group);
+  }
+  return [...groups].sort((a, b) => b[1].ms - a[1].ms).slice(0, top).map(([kernel, g]) => ({
+    kernel, count: g.count, ms: +g.ms.toFixed(2), gflops: +(g.flops / g.ms / 1e6).toFixed(1), gbps: +(g.bytes / g.ms / 1e6).toFixed(1),
+  }));
 }
 
 let startup: Record<string, unknown> | undefined;
