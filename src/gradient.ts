@@ -63,6 +63,7 @@ function rule(node: UOp, g: UOp): (UOp | undefined)[] {
     case "PAD": return [g.shrink((node.arg as Pads).map(([before], i) => [before, before + a.shape[i]!]))];
     case "SHRINK": return [g.pad((node.arg as Pads).map(([start, end], i) => [start, a.shape[i]! - end]))];
     case "FLIP": return [g.flip(node.arg as boolean[])];
+    case "DETACH": return [undefined];
     case "CONTIGUOUS": return [g];
     case "COPY": return [g.copyTo(a.device)];
     default: return node.src.map(() => undefined); // comparisons, integer and bit ops, ASSIGN: no gradient

@@ -83,6 +83,7 @@ export class MultiLazy {
   cast(dtype: DType): MultiLazy { return this.map((s) => s.cast(dtype)); }
   bitcast(dtype: DType): MultiLazy { return this.map((s) => s.bitcast(dtype)); }
   contiguous(tag?: number): MultiLazy { return this.map((s) => s.contiguous(tag)); }
+  detach(): MultiLazy { return this.map((s) => s.detach()); }
 
   reduce(op: ReduceKind, axes: number[]): MultiLazy {
     const partial = this.map((s) => s.reduce(op, axes));

@@ -305,9 +305,9 @@ export class Tensor {
     return this;
   }
 
-  /** Replaces the contents, without autograd history: `t.replace(other)` points t at other's value. */
+  /** The same values with no autograd history: gradients do not flow back through it (a view, no copy). */
   detach(): Tensor {
-    return new Tensor(this.node);
+    return new Tensor(this.node.detach());
   }
 
   /** Fills `.grad` of every tensor with requiresGrad that this (scalar) tensor depends on. */

@@ -6,7 +6,8 @@ import type { Buffer } from "./device.ts";
 
 export type UnaryOp = "NEG" | "RECIP" | "SQRT" | "EXP2" | "LOG2" | "SIN" | "TRUNC";
 export type BinaryOp = "ADD" | "MUL" | "IDIV" | "MOD" | "MAX" | "CMPLT" | "CMPNE" | "AND" | "OR" | "XOR" | "SHL" | "SHR";
-export type MovementOp = "RESHAPE" | "PERMUTE" | "EXPAND" | "PAD" | "SHRINK" | "FLIP";
+/** DETACH: the identity view, where gradients stop. */
+export type MovementOp = "RESHAPE" | "PERMUTE" | "EXPAND" | "PAD" | "SHRINK" | "FLIP" | "DETACH";
 export type ReduceKind = "ADD" | "MAX";
 export type Op =
   | "BUFFER" | "CONST" | "INDEX"
@@ -16,7 +17,7 @@ export type Op =
 
 export const UNARY_OPS: ReadonlySet<Op> = new Set<Op>(["NEG", "RECIP", "SQRT", "EXP2", "LOG2", "SIN", "TRUNC"]);
 export const BINARY_OPS: ReadonlySet<Op> = new Set<Op>(["ADD", "MUL", "IDIV", "MOD", "MAX", "CMPLT", "CMPNE", "AND", "OR", "XOR", "SHL", "SHR"]);
-export const MOVEMENT_OPS: ReadonlySet<Op> = new Set<Op>(["RESHAPE", "PERMUTE", "EXPAND", "PAD", "SHRINK", "FLIP"]);
+export const MOVEMENT_OPS: ReadonlySet<Op> = new Set<Op>(["RESHAPE", "PERMUTE", "EXPAND", "PAD", "SHRINK", "FLIP", "DETACH"]);
 export const isElementwise = (op: Op): boolean => UNARY_OPS.has(op) || BINARY_OPS.has(op) || op === "WHERE" || op === "CAST" || op === "BITCAST";
 
 /** The argument each op carries. */
@@ -128,6 +129,11 @@ export class UOp {
     return UOp.make("FLIP", this.dtype, [this], [...axes], this.shape, this.device);
   }
 
+  /** The same values, a node of its own that gradients do not pass (a view: no copy, no kernel). */
+  detach(): UOp {
+    return UOp.make("DETACH", this.dtype, [this], undefined, this.shape, this.device);
+  }
+
   contiguous(tag?: number): UOp {
     return UOp.make("CONTIGUOUS", this.dtype, [this], tag, this.shape, this.device);
   }
@@ -144,7 +150,7 @@ export class UOp {
   /** The buffer behind this node when it is a buffer or a reshape of one. */
   get baseBuffer(): Buffer | undefined {
     let base: UOp = this;
-    while (base.op === "RESHAPE") base = base.src[0]!;
+    while (base.op === "RESHAPE" || base.op === "DETACH") base = base.src[0]!;
     return base.op === "BUFFER" ? (base.arg as Buffer) : undefined;
   }
 

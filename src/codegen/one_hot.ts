@@ -20,6 +20,7 @@ export function moveIndex(node: UOp, idx: readonly Idx[]): { srcIdx: Idx[]; insi
     }
     case "EXPAND": return { srcIdx: idx.map((i, d) => (src.shape[d] === 1 ? iconst(0) : i)), inside: [] };
     case "SHRINK": return { srcIdx: idx.map((i, d) => iadd(i, iconst((node.arg as Pads)[d]![0]))), inside: [] };
+    case "DETACH": return { srcIdx: [...idx], inside: [] };
     case "FLIP": return { srcIdx: idx.map((i, d) => ((node.arg as boolean[])[d] ? iadd(iconst(src.shape[d]! - 1), imul(i, -1)) : i)), inside: [] };
     case "PAD": {
       let inside: Bound[] | null = [];
@@ -34,7 +35,7 @@ export function moveIndex(node: UOp, idx: readonly Idx[]): { srcIdx: Idx[]; insi
   }
 }
 
-export const isMovement = (op: string): boolean => ["RESHAPE", "PERMUTE", "EXPAND", "SHRINK", "FLIP", "PAD"].includes(op);
+export const isMovement = (op: string): boolean => ["RESHAPE", "PERMUTE", "EXPAND", "SHRINK", "FLIP", "PAD", "DETACH"].includes(op);
 
 /** The values an integer dtype can hold, as the range of a runtime index. */
 export function dtypeRange(d: DType): [number, number] {

@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Tensor, UOp } from "../../src/index.ts";
+import { GlobalCounters, Tensor, UOp } from "../../src/index.ts";
 import { testDevices } from "../devices.ts";
 
 for (const device of testDevices()) {
@@ -40,6 +40,22 @@ test("a tensor used twice gets the sum of both gradient paths", () => {
   const x = new Tensor([1.5], { device: "JS", requiresGrad: true });
   x.mul(x).add(x.exp()).sum().backward();
   assert.ok(Math.abs(x.grad!.item() - (3 + Math.exp(1.5))) < 1e-5);
+});
+
+test("detach() stops gradients and nothing else: same values, no copy kernel, a view of a realized buffer", () => {
+  const x = new Tensor([1.5, 2, 3], { device: "JS", requiresGrad: true });
+  // d/dx (stop(x) * x) = stop(x); without the stop it would be 2x
+  x.detach().mul(x).sum().backward();
+  assert.deepEqual(x.grad!.tolist(), [1.5, 2, 3]);
+  const y = x.mul(2).realize();
+  GlobalCounters.reset();
+  const detached = y.detach();
+  assert.deepEqual(detached.add(1).tolist(), [4, 5, 7]);
+  assert.equal(GlobalCounters.kernelCount, 1);
+  // a lazy value detached fuses into its reader
+  GlobalCounters.reset();
+  x.exp().detach().mul(3).realize();
+  assert.equal(GlobalCounters.kernelCount, 1);
 });
 
 test("two equal lazy parameters keep separate gradients", () => {
