@@ -162,7 +162,7 @@ class Lowerer {
       return u;
     });
     const ragged = amounts.findIndex((u, d) => root.shape[d]! % u !== 0);
-    const nest = (widths: readonly number[], trips: readonly number[], base: readonly number[]): number => {
+    const nest = (widths: readonly number[], trips: readonly number[], base: readonly number[], oneLoop = false): number => {
       const depth = this.scopes.length;
       const order = [...this.opts.outer, ...root.shape.map((_, d) => d).filter((d) => !this.opts.outer.includes(d))];
       const outer = new Array<Idx>(root.shape.length);
@@ -170,6 +170,21 @@ class Lowerer {
         outer[d] = trips[d] === 1 ? iconst(0) : ivar(`i${d}`, trips[d]!);
         if (trips[d]! > 1) this.openLoop(`i${d}`, trips[d]!);
       }
+      // a last tile with no output loop of its own (a 1-D output) gets one of one trip: the loops split across
+      // threads must be output loops, and without one here the whole kernel ran on one thread (the vocabulary
+      // bias's gradient, a sum over 160 rows of 30522 columns, 2.3 ms)
+      if (oneLoop && outer.every((i) => i.kind === "const")) {
+        this.openLoop(`i${ragged}`, 1);
+        fill(lanesOf(widths, outer, base));
+        this.scopes.length = depth;
+        return 1;
+      }
+      fill(lanesOf(widths, outer, base));
+      this.scopes.length = depth;
+      return outer.filter((i) => i.kind !== "const").length;
+    };
+    // every lane's per-axis index in a tile at `outer`
+    const lanesOf = (widths: readonly number[], outer: readonly Idx[], base: readonly number[]): Idx[][] => {
       let lanes: Idx[][] = [[]];
       root.shape.forEach((_, d) => {
         const u = widths[d]!;
@@ -177,9 +192,7 @@ class Lowerer {
         const at = (c: number): Idx => (base[d] === 0 ? tile(c) : iadd(tile(c), iconst(base[d]!)));
         lanes = lanes.flatMap((lane) => Array.from({ length: u }, (_, c) => [...lane, at(c)]));
       });
-      fill(lanes);
-      this.scopes.length = depth;
-      return outer.filter((i) => i.kind !== "const").length;
+      return lanes;
     };
     const full = root.shape.map((size, d) => Math.floor(size / amounts[d]!));
     const zero = root.shape.map(() => 0);
@@ -188,7 +201,7 @@ class Lowerer {
       // the last tile along the ragged axis: as many lanes as are left, at the end
       const rest = root.shape[ragged]! % amounts[ragged]!;
       const at = (d: number, inRest: number, otherwise: number): number => (d === ragged ? inRest : otherwise);
-      loops = Math.min(loops, nest(amounts.map((u, d) => at(d, rest, u)), full.map((t, d) => at(d, 1, t)), zero.map((_, d) => at(d, full[d]! * amounts[d]!, 0))));
+      loops = Math.min(loops, nest(amounts.map((u, d) => at(d, rest, u)), full.map((t, d) => at(d, 1, t)), zero.map((_, d) => at(d, full[d]! * amounts[d]!, 0)), this.opts.parallel > 0 && loops !== Infinity));
     }
     return loops;
   }

@@ -56,3 +56,18 @@ test("a vector axis that 8 divides, or a short one, is not ragged", () => {
   assert.match(opts([8, 16], [16, 2056]), /^u1x8\b/);
   assert.match(opts([8, 16], [16, 102]), /^u1x6\b/);
 });
+
+test("a 1-D output's ragged last tile gets a loop of its own, so the full tiles still split across threads", () => {
+  Tensor.manualSeed(23);
+  // the gradient of a bias over a vocabulary: 160 rows summed into 4099 columns
+  const g = Tensor.randn([160, 4099], { device: "JS" }).realize();
+  const { item, out } = runOne(g.sum({ axis: 0 }));
+  assert.match(item.kernel.opts, /^u0x16\|.*\|p1/, item.kernel.opts);
+  assert.equal(item.kernel.parallel, 1);
+  // two top-level output loops (the full tiles, the last one's single trip), no reduce loop at the top
+  const top = item.kernel.body.filter((s) => s.kind === "loop");
+  assert.deepEqual(top.map((s) => s.kind === "loop" && [s.var, s.size]), [["i0", 256], ["i0", 1]]);
+  const rows = g.toArray() as Float32Array;
+  const expected = Array.from({ length: 4099 }, (_, c) => Array.from({ length: 160 }, (_, r) => rows[r * 4099 + c]!).reduce((a, b) => Math.fround(a + b), 0));
+  assert.deepEqual(Array.from(out), expected);
+});
