@@ -174,8 +174,8 @@ function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, ctx:
     switch (s.kind) {
       case "loop":
         // the first `parallel` perfectly nested output loops are split across threads (inside a serial loop)
-        if (parallel > 0 && !s.serial) out.push(`${indent}#pragma omp parallel for schedule(static) num_threads(threads)${parallel > 1 ? ` collapse(${parallel})` : ""}`);
         for (const group of lanes.groups.get(s) ?? []) out.push(`${indent}tg_f32x${group.accs.length} ${group.vector} = {${group.accs.join(", ")}};`);
+        if (parallel > 0 && !s.serial) out.push(`${indent}#pragma omp parallel for schedule(static) num_threads(threads)${parallel > 1 ? ` collapse(${parallel})` : ""}`);
         out.push(`${indent}for (${ctx.indexType} ${s.var} = 0; ${s.var} < ${s.size}; ${s.var}++) {`);
         renderBlock(s.body, out, indent + "  ", ctx, s.serial ? parallel : 0);
         out.push(`${indent}}`);
