@@ -39,6 +39,18 @@ export interface Backend {
 let nextBufferId = 0;
 
 /** Device memory holding `size` elements of `dtype`. Allocated on first use. */
+/**
+ * The slots of a kernel's buffers whose memory another slot holds too (an in-place assign's output and input),
+ * as "0,1"; "" if none. Renderers promise every other slot unaliased (C `restrict`, CUDA `__restrict__`).
+ */
+export function aliasedSlots(buffers: readonly Buffer[]): string {
+  // every kernel run asks: the common answer without building the list
+  if (new Set(buffers.map((b) => b.handle)).size === buffers.length) return "";
+  const count = new Map<unknown, number>();
+  for (const b of buffers) count.set(b.handle, (count.get(b.handle) ?? 0) + 1);
+  return buffers.flatMap((b, slot) => (count.get(b.handle)! > 1 ? [slot] : [])).join(",");
+}
+
 export class Buffer {
   readonly id = nextBufferId++;
   /** Bumped by every assign into this buffer: a BUFFER node names a (buffer, version) pair. */

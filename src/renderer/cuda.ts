@@ -32,8 +32,8 @@ export interface CudaKernelSource {
 }
 
 export interface CudaRenderOptions {
-  /** Buffers never alias (false when one buffer is passed in two slots, as an in-place assign does). */
-  readonly restrict: boolean;
+  /** Which slots are promised unaliased (`__restrict__`): see `Restrict`. */
+  readonly restrict: Restrict;
   /** Threads per block when each thread computes one output iteration. */
   readonly blockSize?: number;
   /** Threads that split each output's reduce loop (0: one thread per output). Default: `groupSize(kernel)`. */
@@ -255,10 +255,18 @@ export function renderCuda(kernel: KernelIR, fnName: string, opts: CudaRenderOpt
   return { code: lines.join("\n"), launch: { grid: [blocks, 1, 1], block: [blockSize, 1, 1], sharedBytes: 0 } };
 }
 
+/**
+ * Which of a kernel's buffer slots are `__restrict__`: true, every one; false, none; a set, every slot but
+ * those (the slots one buffer is passed in twice, an in-place assign's output and input: the optimizer's other
+ * inputs stay promised unaliased, so their loads may go through the read-only cache).
+ */
+export type Restrict = boolean | ReadonlySet<number>;
+
 /** The parameter list: the output first, inputs const. */
-export function kernelParams(kernel: KernelIR, restrict: boolean): string {
+export function kernelParams(kernel: KernelIR, restrict: Restrict): string {
+  const restricted = (slot: number): boolean => (typeof restrict === "boolean" ? restrict : !restrict.has(slot));
   return kernel.buffers
-    .map((b, slot) => `${slot === 0 ? "" : "const "}${storageType(b.dtype)}* ${restrict ? "__restrict__ " : ""}b${slot}`)
+    .map((b, slot) => `${slot === 0 ? "" : "const "}${storageType(b.dtype)}* ${restricted(slot) ? "__restrict__ " : ""}b${slot}`)
     .join(", ");
 }
 

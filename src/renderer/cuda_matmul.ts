@@ -14,7 +14,7 @@
 import type { KernelIR, Operand as Value, Stmt } from "../codegen/ir.ts";
 import { TsgradError, getenv } from "../helpers.ts";
 import { type Idx, varsOf } from "../shape/symbolic.ts";
-import { type CudaKernelSource, WGMMA_WIDTHS, idx, indexType, kernelParams, operand as renderOperand, outputIndices, renderBlock, splitOutputLoops, storageType, toStorage } from "./cuda.ts";
+import { type CudaKernelSource, type Restrict, WGMMA_WIDTHS, idx, indexType, kernelParams, operand as renderOperand, outputIndices, renderBlock, splitOutputLoops, storageType, toStorage } from "./cuda.ts";
 
 interface Loop {
   readonly var: string;
@@ -348,7 +348,7 @@ export function tensorCoreTile(sharedPerMultiprocessor: number, shape?: TileShap
  * registers. Factors that both travel by cp.async pipeline `stages` k tiles through dynamic shared memory;
  * a computed factor goes through registers, with the default tile at two stages.
  */
-export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: boolean, requested: TensorCoreTile = tensorCoreTile(0)): CudaKernelSource {
+export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: Restrict, requested: TensorCoreTile = tensorCoreTile(0)): CudaKernelSource {
   const problem = tileProblem(requested);
   if (problem) throw new TsgradError(`tensor-core tile ${tileName(requested)}: ${problem}`);
   const { kernel, m, n, k, batch } = p;

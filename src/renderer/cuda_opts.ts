@@ -10,7 +10,7 @@ import { kernelSpecOf, lowerKernel } from "../codegen/lower.ts";
 import { NO_OPTS, type Upcast } from "../codegen/opts.ts";
 import { axisFacts, countStmts, hasUnitTerm } from "../codegen/heuristics.ts";
 import { mergeNestedLoops } from "../codegen/merge_loops.ts";
-import { type CudaKernelSource, WARP_ROWS, groupSize, renderCuda, splitOutputLoops, warpPerRow } from "./cuda.ts";
+import { type CudaKernelSource, type Restrict, WARP_ROWS, groupSize, renderCuda, splitOutputLoops, warpPerRow } from "./cuda.ts";
 import { type MatmulPattern, type TensorCoreTile, matchMatmul, renderMatmulTC, worthTensorCores } from "./cuda_matmul.ts";
 
 /** What the CUDA backend renders for one kernel. */
@@ -100,6 +100,6 @@ function gpuUpcasts(plain: KernelIR, unmerged: KernelIR): Upcast[] {
 }
 
 /** Renders a form as the kernel `fnName`; tensor cores take the form's tile, else `tile` (the device's), else the default. */
-export function renderCudaForm(form: CudaForm, fnName: string, restrict: boolean, tile?: TensorCoreTile): CudaKernelSource {
+export function renderCudaForm(form: CudaForm, fnName: string, restrict: Restrict, tile?: TensorCoreTile): CudaKernelSource {
   return form.kind === "tensorCores" ? renderMatmulTC(form.pattern, fnName, restrict, form.tile ?? tile) : renderCuda(form.kernel, fnName, { restrict, group: form.group, rows: form.rows });
 }

@@ -2,7 +2,7 @@
 // libraries, loaded with koffi and called directly on the buffers' memory (ArrayBuffers, no copies).
 import koffi from "koffi";
 import { availableParallelism } from "node:os";
-import type { Backend, Buffer, Program } from "../device.ts";
+import { type Backend, type Buffer, type Program, aliasedSlots } from "../device.ts";
 import type { KernelIR } from "../codegen/ir.ts";
 import { C_PRELUDE, renderC } from "../renderer/c.ts";
 import { TsgradError, debugLevel, getenv } from "../helpers.ts";
@@ -89,15 +89,6 @@ function waitingVariants(): Variant[] {
     else for (const aliased of program.awaited) variants.push({ program, aliased });
   }
   return variants;
-}
-
-/** The slots whose memory another slot holds too (an in-place assign's output and input), as "0,1"; "" if none. */
-export function aliasedSlots(buffers: readonly Buffer[]): string {
-  // every kernel run asks: the common answer without building the list
-  if (new Set(buffers.map((b) => b.handle)).size === buffers.length) return "";
-  const count = new Map<unknown, number>();
-  for (const b of buffers) count.set(b.handle, (count.get(b.handle) ?? 0) + 1);
-  return buffers.flatMap((b, slot) => (count.get(b.handle)! > 1 ? [slot] : [])).join(",");
 }
 
 export class CpuProgram implements Program {

@@ -39,7 +39,7 @@
 // beside PyTorch).
 // Semantics match the JS reference as the C backend does, except that float32 exp2/log2/sin use CUDA's
 // float functions (within 2 ulp) and reduces may add in another order (group mode, tensor cores).
-import type { Backend, Buffer, Program } from "../device.ts";
+import { type Backend, type Buffer, type Program, aliasedSlots } from "../device.ts";
 import type { KernelIR } from "../codegen/ir.ts";
 import { debugLevel, getenv } from "../helpers.ts";
 import { beamSearch, searchChoice, searchLimits } from "../engine/search.ts";
@@ -201,9 +201,9 @@ interface Loaded {
 /** Programs created but not compiled yet: the first run compiles those of its device together, in one module. */
 const pending = new Set<CudaProgram>();
 
-/** A kernel compiled for one device, in both aliasing variants (compiled on first use of each). */
+/** A kernel compiled for one device, in each aliasing variant it runs with (compiled on first use of each). */
 export class CudaProgram implements Program {
-  readonly loaded = new Map<boolean, Loaded>();
+  readonly loaded = new Map<string, Loaded>();
   private readonly params: globalThis.Buffer[];
   private readonly bufferParams: globalThis.Buffer[];
   private events: [Handle, Handle] | undefined;
@@ -234,13 +234,14 @@ export class CudaProgram implements Program {
   }
 
   run(buffers: Buffer[], opts: { wait?: boolean } = {}): number | undefined {
-    // one buffer in two slots (an in-place assign) must not be promised to the compiler as unaliased
-    const restrict = new Set(buffers).size === buffers.length;
-    if (!this.loaded.has(restrict)) {
-      const others = restrict ? [...pending].filter((p) => p !== this && p.device === this.device) : [];
-      compileTogether(this.device, [this, ...others], restrict);
+    // one buffer in two slots (an in-place assign) must not be promised to the compiler as unaliased: those
+    // slots lose __restrict__ in a variant of their own ("" is the plain kernel)
+    const aliased = aliasedSlots(buffers);
+    if (!this.loaded.has(aliased)) {
+      const others = aliased === "" ? [...pending].filter((p) => p !== this && p.device === this.device) : [];
+      compileTogether(this.device, [this, ...others], aliased);
     }
-    const { fn, launch } = this.loaded.get(restrict)!;
+    const { fn, launch } = this.loaded.get(aliased)!;
     buffers.forEach((b, i) => this.params[i]!.writeBigUInt64LE(BigInt((b.handle as CudaMemory).pointer)));
     const params = launch.workspace ? this.params : this.bufferParams;
     if (launch.workspace) this.params[buffers.length]!.writeBigUInt64LE(BigInt(this.device.workspace(launch.workspace.bytes, launch.workspace.zeroedBytes)));
@@ -257,7 +258,8 @@ export class CudaProgram implements Program {
  * Compiles several programs' kernels as one module (the compiler starts once; the cache keeps the whole
  * batch). Kernels whose code is the same (a model's layers) are compiled once and share a function.
  */
-function compileTogether(device: CudaDevice, programs: readonly CudaProgram[], restrict: boolean): void {
+function compileTogether(device: CudaDevice, programs: readonly CudaProgram[], aliased: string): void {
+  const restrict = aliased === "" || new Set(aliased.split(",").map(Number));
   const rendered = programs.map((p) => renderCudaForm(p.chosenForm(), "tg_kernel", restrict, device.tcTile));
   const firstOf = new Map<string, number>();
   rendered.forEach((r, i) => firstOf.has(r.code) || firstOf.set(r.code, i));
@@ -269,8 +271,8 @@ function compileTogether(device: CudaDevice, programs: readonly CudaProgram[], r
   const fnOf = new Map(unique.map((code, u) => [code, fns[u]!]));
   rendered.forEach((r, i) => allowSharedMemory(device, fnOf.get(r.code)!, r.launch, programs[i]!.kernel.name));
   programs.forEach((p, i) => {
-    p.loaded.set(restrict, { fn: fnOf.get(rendered[i]!.code)!, launch: rendered[i]!.launch });
-    if (restrict) pending.delete(p);
+    p.loaded.set(aliased, { fn: fnOf.get(rendered[i]!.code)!, launch: rendered[i]!.launch });
+    if (aliased === "") pending.delete(p);
   });
 }
 

@@ -220,6 +220,16 @@ test("elementwise kernels over many elements take 4 neighbours a thread, loaded 
   assert.doesNotMatch(renderCudaForm(forms.halfAdd, "k", true).code, /tg_st/);
 });
 
+test("an in-place update's variant leaves only its aliased slots without __restrict__", () => {
+  const params = (restrict: boolean | ReadonlySet<number>): string[] => /tg_kernel\((.*)\) \{/.exec(renderCudaForm(forms.halfAdd, "tg_kernel", restrict).code)![1]!.split(", ");
+  assert.deepEqual(params(new Set([0, 1])).map((p) => p.includes("__restrict__")), [false, false, true]);
+  assert.deepEqual(params(true).map((p) => p.includes("__restrict__")), [true, true, true]);
+  assert.deepEqual(params(false).map((p) => p.includes("__restrict__")), [false, false, false]);
+  // tensor-core kernels too
+  const tc = /tg_kernel\((.*?)\) \{/.exec(renderCudaForm(forms.halfMatmul, "tg_kernel", new Set([0, 2])).code)![1]!.split(", ");
+  assert.deepEqual(tc.slice(0, 3).map((p) => p.includes("__restrict__")), [false, true, false]);
+});
+
 const nvcc = findNvcc();
 const names = Object.keys(forms) as (keyof typeof forms)[];
 const ptx = new Map<string, string>();
