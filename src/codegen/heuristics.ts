@@ -1,7 +1,7 @@
 // Hand-written kernel options: what every kernel gets unless BEAM searched better ones.
 // Reduce kernels upcast the output axes that loads are shared along (register tiles for matmul) or
 // that loads are contiguous along (vector lanes); big kernels split their outer loops across threads.
-import { type Idx, coefficientOf, varsOf } from "../shape/symbolic.ts";
+import { type Idx, coefficientOf, iadd, iconst, imul, ivar, substitute, varsOf } from "../shape/symbolic.ts";
 import type { KernelIR, Stmt } from "./ir.ts";
 import { type KernelSpec, blockedReduce } from "./lower.ts";
 import type { ReduceArg } from "../uop.ts";
@@ -213,11 +213,27 @@ function panelTile(plain: KernelIR): Upcast[] {
   if (inner === undefined || loads.length === 0) return [];
   const run = plain.outputShape[inner]!;
   if (run > 16 || loads.some((l) => coefficientOf(l, `i${inner}`) !== 1)) return [];
+  const amounts = [128, 64, 32, 16].map((n) => n / run).filter((n) => Number.isInteger(n) && n > 1);
   // the axis must not be the next one out: loads that continue the run there are contiguous in loop order already
   const along = axes.slice(0, -2).filter((d) => loads.every((l) => coefficientOf(l, `i${d}`) === run));
   const axis = along[along.length - 1];
-  const amount = axis === undefined ? undefined : [128, 64, 32, 16].map((n) => n / run).find((n) => Number.isInteger(n) && n > 1 && plain.outputShape[axis]! % n === 0 && n * run <= 128);
-  return axis === undefined || !amount ? [] : [{ axis, amount }, { axis: inner, amount: run }];
+  const amount = axis === undefined ? undefined : amounts.find((n) => plain.outputShape[axis]! % n === 0);
+  if (axis !== undefined && amount) return [{ axis, amount }, { axis: inner, amount: run }];
+  // or along a merged axis, through a modulo: (i0 % 8)*8 + (i0 / 8)*8192 reads 8 runs of 8 in a row for
+  // i0 = 8t + c, c = 0..7 (an attention head's panel copy, the heads merged with the batch)
+  for (const d of axes.slice(0, -2).reverse()) {
+    const n = amounts.find((k) => plain.outputShape[d]! % k === 0 && loads.every((l) => continuesRun(l, `i${d}`, k, plain.outputShape[d]! / k, run)));
+    if (n) return [{ axis: d, amount: n }, { axis: inner, amount: run }];
+  }
+  return [];
+}
+
+/** Whether `index` at `name` = n*t + c (c < n, t < trips) is its value at c = 0 plus c*run: n runs in a row. */
+function continuesRun(index: Idx, name: string, n: number, trips: number, run: number): boolean {
+  const t = ivar(name, trips);
+  const at = (c: number): Idx => substitute(index, name, iadd(imul(t, n), iconst(c)));
+  const first = at(0);
+  return Array.from({ length: n }, (_, c) => c).every((c) => at(c).key === iadd(first, iconst(c * run)).key);
 }
 
 /**

@@ -179,6 +179,18 @@ export function unflatIndex(flat: Idx, shape: readonly number[]): Idx[] {
   return out;
 }
 
+/** `e` with every read of variable `name` replaced by `by` (then simplified). */
+export function substitute(e: Idx, name: string, by: Idx): Idx {
+  switch (e.kind) {
+    case "const": return e;
+    case "var": return e.name === name ? by : e;
+    case "sum": return iadd(...e.terms.map((t) => substitute(t, name, by)));
+    case "mul": return imul(substitute(e.a, name, by), e.c);
+    case "div": return idiv(substitute(e.a, name, by), e.c);
+    case "mod": return imod(substitute(e.a, name, by), e.c);
+  }
+}
+
 /** The variables an expression reads. */
 export function varsOf(e: Idx, into = new Set<string>()): Set<string> {
   switch (e.kind) {

@@ -75,6 +75,23 @@ test("a transposing copy is tiled: 8 lanes along the axis its loads step along, 
   assert.deepEqual(upcasts(copy4!), [4, 8], "36 rows of W^T take 4 lanes (8 does not divide 36)");
 });
 
+test("a panel copy whose runs continue along a merged axis (through a modulo) reads whole stretches of the source", () => {
+  // an attention head's panel: out[i0, i1, i2, i3] = x[i1, i0 / 8, i2, i0 % 8, i3], runs of 8 (i3) continued by
+  // i0 % 8: upcasting i0 by 8 beside i3 reads 64 neighbours at once (it read 32 bytes of every 256 before)
+  const shape = [4, 3, 16, 8, 8];
+  const data = Float32Array.from({ length: shape.reduce((a, b) => a * b, 1) }, (_, i) => i);
+  const copyOf = (device: string): Tensor => new Tensor(data, { device }).reshape(shape).permute([1, 3, 0, 2, 4]).reshape([24, 4, 16, 8]).contiguous();
+  const [copy] = kernelsFor(copyOf("JS")).slice(-1);
+  assert.equal(copy!.opts.split("|")[0], "u0x8,3x8");
+  for (const device of Device.isAvailable("CPU") ? ["JS", "CPU"] : ["JS"]) {
+    const got = copyOf(device).toArray() as Float32Array;
+    for (let i0 = 0; i0 < 24; i0++) for (let i1 = 0; i1 < 4; i1++) for (let i2 = 0; i2 < 16; i2++) for (let i3 = 0; i3 < 8; i3++) {
+      const at = i1 * 3 * 16 * 64 + Math.floor(i0 / 8) * 16 * 64 + i2 * 64 + (i0 % 8) * 8 + i3;
+      assert.equal(got[((i0 * 4 + i1) * 16 + i2) * 8 + i3], data[at], `${device} [${i0}, ${i1}, ${i2}, ${i3}]`);
+    }
+  }
+});
+
 /** The output axis a kernel's loops walk outermost (its options key's `o` part, the last axis listed). */
 const outermostTile = (k: KernelIR): number => Number(/\|o([\d,]+)/.exec(k.opts)![1]!.split(",").at(-1));
 
