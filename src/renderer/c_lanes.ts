@@ -44,14 +44,50 @@ export function planLanes(source: readonly Stmt[], widths: readonly number[]): {
   const plan: LanePlan = { updates: new Map(), groups: new Map(), skipped: new Set() };
   const uses = new Map<string, number>();
   countUses(body, uses);
-  const visit = (block: readonly Stmt[]): void => {
+  // (the loops enclosing the one visited, outermost first)
+  const visit = (block: readonly Stmt[], enclosing: readonly (Stmt & { kind: "loop" })[]): void => {
     for (const s of block) if (s.kind === "loop") {
       planLoop(s, plan, uses, widths);
-      visit(s.body);
+      hoistGroups(s, enclosing, plan);
+      visit(s.body, [...enclosing, s]);
     }
   };
-  visit(body);
+  visit(body, []);
   return { body, plan };
+}
+
+/**
+ * Moves `loop`'s vector accumulators out through the reduce loops around it whose bodies touch them nowhere
+ * else (a sum over two axes, r0 { r1 { ... } }): packed once for the whole nest, not once per trip of the
+ * outer loop. Packing 6 vectors from 96 scalars and back every 20 steps of a tied weight's gradient (160
+ * terms as 8 x 20) had made it a third slower than the scalar form.
+ */
+function hoistGroups(loop: Stmt & { kind: "loop" }, enclosing: readonly (Stmt & { kind: "loop" })[], plan: LanePlan): void {
+  const groups = plan.groups.get(loop);
+  if (!groups) return;
+  let at = loop;
+  for (let i = enclosing.length - 1; i >= 0; i--) {
+    const parent = enclosing[i]!;
+    if (!parent.var.startsWith("r")) break;
+    const others = parent.body.filter((t) => t !== at);
+    const names = new Set<string>();
+    readNames(others, names);
+    for (const t of others) if (t.kind === "update" || t.kind === "acc") names.add(t.name);
+    updatedNames(others, names);
+    if (groups.some((g) => g.accs.some((a) => names.has(a)))) break;
+    at = parent;
+  }
+  if (at === loop) return;
+  plan.groups.delete(loop);
+  plan.groups.set(at, [...(plan.groups.get(at) ?? []), ...groups]);
+}
+
+/** The accumulators updated anywhere in `stmts`, nested loops included. */
+function updatedNames(stmts: readonly Stmt[], into: Set<string>): void {
+  for (const s of stmts) {
+    if (s.kind === "loop") updatedNames(s.body, into);
+    else if (s.kind === "update") into.add(s.name);
+  }
 }
 
 type Def = Stmt & { kind: "def" };

@@ -116,7 +116,7 @@ const def = (name: string, expr: Expr): Stmt => ({ kind: "def", name, dtype: f32
 const load = (name: string, buf: number, index: Idx): Stmt => def(name, { op: "LOAD", buf, index, valid: [] });
 const [i0, r0] = [ivar("i0", 4), ivar("r0", K)];
 
-function tile(opts: { stride?: number; unfused?: boolean; readAcc?: boolean } = {}): KernelIR {
+function tile(opts: { stride?: number; unfused?: boolean; readAcc?: boolean; nested?: boolean } = {}): KernelIR {
   const lanes = Array.from({ length: 16 }, (_, j) => j);
   const inner: Stmt[] = [load("x", 1, iadd(imul(i0, K), r0))];
   for (const j of lanes) inner.push(load(`w${j}`, 2, iadd(imul(r0, 16), iconst(j * (opts.stride ?? 1)))), def(`p${j}`, { op: "MUL", srcs: [val("x"), val(`w${j}`)] }));
@@ -124,7 +124,7 @@ function tile(opts: { stride?: number; unfused?: boolean; readAcc?: boolean } = 
   if (opts.readAcc) inner.push(def("peek", { op: "ADD", srcs: [val("acc3"), val("x")] }), { kind: "store", buf: 0, index: i0, value: val("peek"), dtype: f32 });
   const body: Stmt[] = [{ kind: "loop", var: "i0", size: 4, body: [
     ...lanes.map((j): Stmt => ({ kind: "acc", name: `acc${j}`, dtype: f32, op: "ADD" })),
-    { kind: "loop", var: "r0", size: K, body: inner },
+    opts.nested ? { kind: "loop", var: "r1", size: 3, body: [{ kind: "loop", var: "r0", size: K, body: inner }] } : { kind: "loop", var: "r0", size: K, body: inner },
     ...lanes.map((j): Stmt => ({ kind: "store", buf: 0, index: iadd(imul(i0, 16), iconst(j)), value: val(`acc${j}`), dtype: f32 })),
   ] }];
   return { name: "r_4_16", buffers: [{ dtype: f32, size: 64 }, { dtype: f32, size: 4 * K }, { dtype: f32, size: 16 * K * 16 }], body, outputShape: [4, 16], flops: 0, parallel: 0, opts: "" };
@@ -142,6 +142,13 @@ test("a run of fused products over 16 neighbouring loads becomes one vector upda
   // the lanes' products and loads are gone; the scalar the row broadcasts stays
   assert.doesNotMatch(code, /fmaf|float p\d+|float w\d+/);
   assert.match(code, /float x = b1\[/);
+});
+
+test("a sum over two loops packs its vectors once, around the outer loop", () => {
+  const code = renderC(tile({ nested: true }), "k", { vectorLanes: [16, 8] });
+  assert.match(code, /tg_f32x16 acc0_v = \{[^}]*\};\s+for \(int32_t r1 = 0; r1 < 3; r1\+\+\) \{\s+for \(int32_t r0/);
+  assert.match(code, /acc0_v = tg_fma16\(/);
+  assert.match(code, /\}\s+\}\s+acc0 = acc0_v\[0\];/);
 });
 
 test("lanes stay scalar when the loads are not neighbours, the products must not fuse, or the loop reads an accumulator", () => {
