@@ -102,7 +102,13 @@ static inline int64_t tg_floordiv(int64_t a, int64_t c) { int64_t q = a / c; ret
 #define TG_IMOD(T, a, b) ((b) == 0 || (b) == -1 ? (T)0 : (T)((a) % (b)))
 #define TG_UDIV(T, a, b) ((b) == 0 ? (T)0 : (T)((a) / (b)))
 #define TG_UMOD(T, a, b) ((b) == 0 ? (T)0 : (T)((a) % (b)))
-/* a register tile's lanes as one vector (c_lanes.ts, at the widths compiler_cache.ts's vectorLaneWidths finds
+`;
+
+/**
+ * The vector helpers register tiles call (c_lanes.ts), added to the prelude only where the compiler builds
+ * them (`vectorLaneWidths`): an unused helper that does not compile would fail every kernel.
+ */
+export const C_VECTOR_PRELUDE = `/* a register tile's lanes as one vector (c_lanes.ts, at the widths compiler_cache.ts's vectorLaneWidths finds
    the target has instructions for): lane i is fmaf(a, w[i], c[i]), as in the scalar form. The x86 builtins
    behind _mm512_fmadd_ps and _mm256_fmadd_ps (gcc and clang name them alike), not <immintrin.h>: parsing it
    cost 0.2 s a translation unit. The splat of a becomes the instruction's broadcast operand. */

@@ -72,13 +72,23 @@ let widths: readonly number[] | undefined;
  * The register-tile lane runs the target takes as C vectors (renderer/c_lanes.ts), from the compiler's own
  * macros for its flags: 16 and 8 floats with AVX-512, 8 with AVX and FMA (a 16-lane run as two: a 64-byte
  * vector without AVX-512 goes through memory, 12-20 GFLOP/s where the scalar form ran 80-100), none elsewhere.
+ * Then `prelude`'s vector helpers must compile for them with this compiler (they call x86 builtins that gcc
+ * and clang name alike; another compiler gets the scalar form rather than kernels that do not build).
  */
-export function vectorLaneWidths(): readonly number[] {
+export function vectorLaneWidths(prelude: string): readonly number[] {
   if (widths) return widths;
   const compiler = findCompiler();
-  const macros = compiler ? spawnSync(compiler.command, [...compiler.flags.filter((f) => f.startsWith("-m")), "-dM", "-E", "-x", "c", "-"], { input: "", encoding: "utf8" }).stdout ?? "" : "";
+  if (!compiler) return (widths = []);
+  const targetFlags = compiler.flags.filter((f) => f.startsWith("-m"));
+  const macros = spawnSync(compiler.command, [...targetFlags, "-dM", "-E", "-x", "c", "-"], { input: "", encoding: "utf8" }).stdout ?? "";
   const has = (name: string): boolean => new RegExp(`^#define ${name} `, "m").test(macros);
-  return (widths = has("__AVX512F__") ? [16, 8] : has("__AVX__") && has("__FMA__") ? [8] : []);
+  const candidates = has("__AVX512F__") ? [16, 8] : has("__AVX__") && has("__FMA__") ? [8] : [];
+  if (candidates.length === 0) return (widths = []);
+  const uses = candidates.map((w) => `  { tg_f32x${w} v = {0}; v = tg_fma${w}(a, w, v); memcpy(out, &v, sizeof v); }`).join("\n");
+  const probe = `${prelude}\nvoid tg_probe(float* restrict out, const float* restrict w, float a) {\n${uses}\n}\n`;
+  const check = spawnSync(compiler.command, [...targetFlags, "-std=gnu11", "-fsyntax-only", "-Werror=implicit-function-declaration", "-x", "c", "-"], { input: probe, encoding: "utf8" });
+  if (check.status !== 0 && debugLevel() >= 1) console.error(`tsgrad: C compiler ${compiler.command} cannot build the vector helpers; register tiles stay scalar\n${check.stderr}`);
+  return (widths = check.status === 0 ? candidates : []);
 }
 
 /** A C function to compile: `code` defines it under the name `tg_kernel`, after `prelude` (shared helpers). */

@@ -4,7 +4,7 @@ import koffi from "koffi";
 import { availableParallelism } from "node:os";
 import { type Backend, type Buffer, type Program, aliasedSlots } from "../device.ts";
 import type { KernelIR } from "../codegen/ir.ts";
-import { C_PRELUDE, renderC } from "../renderer/c.ts";
+import { C_PRELUDE, C_VECTOR_PRELUDE, renderC } from "../renderer/c.ts";
 import { TsgradError, debugLevel, getenv } from "../helpers.ts";
 import { type CFunction, type CompiledFunction, compileEach, compileLibraries, findCompiler, vectorLaneWidths } from "./compiler_cache.ts";
 import { beamSearch } from "../engine/search.ts";
@@ -18,7 +18,9 @@ type KernelFn = (...args: unknown[]) => void;
  */
 export function cFunction(kernel: KernelIR, aliased: string): CFunction {
   const slots = new Set(aliased ? aliased.split(",").map(Number) : []);
-  return { prelude: C_PRELUDE, code: `// ${kernel.name} ${kernel.opts}\n${renderC(kernel, "tg_kernel", { aliased: slots, vectorLanes: vectorLaneWidths() })}` };
+  const vectorLanes = vectorLaneWidths(C_PRELUDE + C_VECTOR_PRELUDE);
+  const prelude = vectorLanes.length > 0 ? C_PRELUDE + C_VECTOR_PRELUDE : C_PRELUDE;
+  return { prelude, code: `// ${kernel.name} ${kernel.opts}\n${renderC(kernel, "tg_kernel", { aliased: slots, vectorLanes })}` };
 }
 
 const loaded = new Map<string, KernelFn>();

@@ -1,12 +1,15 @@
 // A host matmul's register-tile lanes are rendered as C vectors (src/renderer/c_lanes.ts): the same fused
 // multiply-adds in the same order as the scalar form, so the results are those of fmaf over k, bit for bit.
 import { test } from "node:test";
-import { existsSync, readFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import assert from "node:assert/strict";
 import { Device, Tensor, dtypes } from "../../src/index.ts";
 import type { Expr, KernelIR, Stmt } from "../../src/codegen/ir.ts";
 import { recordItems } from "../../src/engine/realize.ts";
-import { renderC } from "../../src/renderer/c.ts";
+import { C_PRELUDE, C_VECTOR_PRELUDE, renderC } from "../../src/renderer/c.ts";
 import { cFunction } from "../../src/runtime/cpu.ts";
 import { vectorLaneWidths } from "../../src/runtime/compiler_cache.ts";
 import { iadd, iconst, imul, ivar, type Idx } from "../../src/shape/symbolic.ts";
@@ -14,7 +17,7 @@ import { iadd, iconst, imul, ivar, type Idx } from "../../src/shape/symbolic.ts"
 const hasCpu = Device.isAvailable("CPU");
 /** The vector a run of `lanes` lanes is rendered as on this machine (16 lanes: two of 8 with AVX2), if any. */
 const vectorFor = (lanes: number): string | undefined => {
-  const width = vectorLaneWidths().find((w) => w <= lanes);
+  const width = vectorLaneWidths(C_PRELUDE + C_VECTOR_PRELUDE).find((w) => w <= lanes);
   return width ? `tg_fma${width}(` : undefined;
 };
 const f32 = dtypes.float32;
@@ -161,5 +164,23 @@ test("lanes stay scalar when the loads are not neighbours, the products must not
 test("the vector widths follow the machine's instruction sets (the compiler's macros for -march=native)", { skip: !hasCpu || !!process.env.CC || !existsSync("/proc/cpuinfo") }, () => {
   const flags = new Set(/^flags\s*:(.*)$/m.exec(readFileSync("/proc/cpuinfo", "utf8"))?.[1]?.trim().split(/\s+/) ?? []);
   const expected = flags.has("avx512f") ? [16, 8] : flags.has("avx") && flags.has("fma") ? [8] : [];
-  assert.deepEqual(vectorLaneWidths(), expected);
+  assert.deepEqual(vectorLaneWidths(C_PRELUDE + C_VECTOR_PRELUDE), expected);
+});
+
+test("a compiler without the helpers' builtins gets the scalar form, and its kernels still build", { skip: !hasCpu || process.platform === "win32" }, () => {
+  // the system compiler, with the two x86 builtins the vector helpers call made unknown
+  const dir = mkdtempSync(join(tmpdir(), "tsgrad-lanes-cc-"));
+  try {
+    const cc = join(dir, "cc");
+    writeFileSync(cc, `#!/bin/sh\nexec ${process.env.CC || "cc"} "$@" -D__builtin_ia32_vfmaddps256=tg_missing -D__builtin_ia32_vfmaddps512_mask=tg_missing\n`);
+    chmodSync(cc, 0o755);
+    const child = join(import.meta.dirname, "small-matmul-child.ts");
+    const run = spawnSync(process.execPath, ["--import", "tsx", child], { env: { ...process.env, CC: cc, BEAM: "", TSGRAD_CACHE: join(dir, "cache") }, encoding: "utf8" });
+    assert.equal(run.status, 0, run.stderr);
+    const x = Array.from({ length: 4 * 6 }, (_, i) => ((i * 7) % 11) - 5), w = Array.from({ length: 6 * 2 }, (_, i) => ((i * 5) % 7) * 0.25);
+    const expected = Array.from({ length: 8 }, (_, o) => Array.from({ length: 6 }, (_, k) => x[Math.floor(o / 2) * 6 + k]! * w[k * 2 + (o % 2)]!).reduce((a, b) => a + b, 0) + 1);
+    assert.deepEqual((JSON.parse(run.stdout) as { values: number[] }).values, expected);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
