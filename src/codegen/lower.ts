@@ -173,15 +173,11 @@ class Lowerer {
       // a last tile with no output loop of its own (a 1-D output) gets one of one trip: the loops split across
       // threads must be output loops, and without one here the whole kernel ran on one thread (the vocabulary
       // bias's gradient, a sum over 160 rows of 30522 columns, 2.3 ms)
-      if (oneLoop && outer.every((i) => i.kind === "const")) {
-        this.openLoop(`i${ragged}`, 1);
-        fill(lanesOf(widths, outer, base));
-        this.scopes.length = depth;
-        return 1;
-      }
+      const loops = outer.filter((i) => i.kind !== "const").length;
+      if (oneLoop && loops === 0) this.openLoop(`i${ragged}`, 1);
       fill(lanesOf(widths, outer, base));
       this.scopes.length = depth;
-      return outer.filter((i) => i.kind !== "const").length;
+      return oneLoop ? Math.max(loops, 1) : loops;
     };
     // every lane's per-axis index in a tile at `outer`
     const lanesOf = (widths: readonly number[], outer: readonly Idx[], base: readonly number[]): Idx[][] => {

@@ -4,7 +4,7 @@
 // ops the matching sees through.
 import { dtypes, type DType } from "../dtype.ts";
 import { type Bound, type Idx, andBound, flatIndex, iadd, iconst, imul, ivar, unflatIndex, varsOf } from "../shape/symbolic.ts";
-import { type Pads, type ReduceArg, type UOp, isElementwise } from "../uop.ts";
+import { MOVEMENT_OPS, type Op, type Pads, type ReduceArg, type UOp, isElementwise } from "../uop.ts";
 import { hasUnitTerm } from "./heuristics.ts";
 import type { KernelSpec } from "./lower.ts";
 
@@ -35,7 +35,7 @@ export function moveIndex(node: UOp, idx: readonly Idx[]): { srcIdx: Idx[]; insi
   }
 }
 
-export const isMovement = (op: string): boolean => ["RESHAPE", "PERMUTE", "EXPAND", "SHRINK", "FLIP", "PAD", "DETACH"].includes(op);
+export const isMovement = (op: Op): boolean => MOVEMENT_OPS.has(op);
 
 /** The values an integer dtype can hold, as the range of a runtime index. */
 export function dtypeRange(d: DType): [number, number] {

@@ -196,17 +196,17 @@ function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, ctx:
         const src = s.expr.op === "CAST" ? s.expr.srcs[0] : undefined;
         if (src?.kind === "val" && ctx.products.has(src.name) && computeType[s.dtype.name] === computeType[src.dtype.name]) ctx.products.set(s.name, ctx.products.get(src.name)!);
         break;
-      case "acc": {
+      case "acc":
         out.push(`${indent}${computeType[s.dtype.name]} ${s.name} = ${identity(s.op, s.dtype)};`);
         break;
-      }
       case "update": {
+        // a run of lanes is one vector update, rendered at its first (null: the rest of the run)
         const lane = lanes.updates.get(s);
-        if (lane !== undefined) {
-          const { vector, accs } = lane?.group ?? { vector: "", accs: [] };
-          if (lane) out.push(`${indent}${vector} = tg_fma${accs.length}(${operand(lane.scalar)}, &b${lane.buf}[${idx(lane.index)}], ${vector});`);
-          break;
+        if (lane) {
+          const { vector, accs } = lane.group;
+          out.push(`${indent}${vector} = tg_fma${accs.length}(${operand(lane.scalar)}, &b${lane.buf}[${idx(lane.index)}], ${vector});`);
         }
+        if (lane !== undefined) break;
         const acc: Operand = { kind: "val", name: s.name, dtype: s.dtype };
         // the one place results may differ from the JS reference in the last bit: matmul speed needs the FMA
         const product = s.op === "ADD" && s.value.kind === "val" && !s.unfused ? ctx.products.get(s.value.name) : undefined;

@@ -4,9 +4,9 @@
 // shuffle instead of a broadcasting operand: a 1024x256 @ 256x1024 tile ran at 110 GFLOP/s where the same
 // loop written with vectors runs at 200-220 on this machine. So such runs are rendered as one vector
 // accumulator a row (`tg_f32x16`) for the length of their loop: packed from the scalar accumulators before it,
-// updated by `tg_fma16` (prelude: AVX-512 or AVX2 intrinsics where the target has them, else a lane loop of
-// fmaf), unpacked after it. Each lane still computes fmaf(x, w, acc) in the same order, so the results are
-// bit for bit those of the scalar form.
+// updated by `tg_fma16` (c.ts's C_VECTOR_PRELUDE: the AVX-512 or AVX2 multiply-add, at the widths the target
+// has), unpacked after it. Each lane still computes fmaf(x, w, acc) in the same order, so the results are bit
+// for bit those of the scalar form.
 import type { Operand, Stmt } from "../codegen/ir.ts";
 import { iadd, iconst, type Idx } from "../shape/symbolic.ts";
 
@@ -72,8 +72,8 @@ function hoistGroups(loop: Stmt & { kind: "loop" }, enclosing: readonly (Stmt & 
     const others = parent.body.filter((t) => t !== at);
     const names = new Set<string>();
     readNames(others, names);
-    for (const t of others) if (t.kind === "update" || t.kind === "acc") names.add(t.name);
     updatedNames(others, names);
+    for (const t of others) if (t.kind === "acc") names.add(t.name);
     if (groups.some((g) => g.accs.some((a) => names.has(a)))) break;
     at = parent;
   }
@@ -117,11 +117,13 @@ function planLoop(loop: Stmt & { kind: "loop" }, plan: LanePlan, uses: ReadonlyM
   // the vector holds the accumulators for the whole loop: nothing else in it may read or update them
   const readInLoop = new Set<string>();
   readNames(loop.body, readInLoop);
+  const updatedDeeper = new Set<string>();
+  updatedNames(loop.body.filter((s) => s.kind === "loop"), updatedDeeper);
   const claimed = new Set<string>();
   const consumedUses = new Map<string, number>();
   for (const { accs, runs: groupRuns } of groups.values()) {
     const own = new Set(groupRuns.flatMap((r) => r.updates));
-    const ok = accs.every((a) => !claimed.has(a) && !readInLoop.has(a)) && updates.every((u) => !accs.includes(u.name) || own.has(u)) && !updatedDeeper(loop.body, accs);
+    const ok = accs.every((a) => !claimed.has(a) && !readInLoop.has(a)) && updates.every((u) => !accs.includes(u.name) || own.has(u)) && !accs.some((a) => updatedDeeper.has(a));
     if (!ok) continue;
     accs.forEach((a) => claimed.add(a));
     const group: LaneGroup = { accs, vector: `${accs[0]}_v` };
@@ -172,11 +174,6 @@ function vectorRun(run: readonly Update[], defs: ReadonlyMap<string, Def>) {
 
 const sameOperand = (a: Operand, b: Operand): boolean =>
   a.kind === "val" ? b.kind === "val" && a.name === b.name : b.kind === "lit" && Object.is(a.value, b.value);
-
-/** Whether loops nested in `stmts` update any of `accs` (only the loop's own updates are planned). */
-function updatedDeeper(stmts: readonly Stmt[], accs: readonly string[]): boolean {
-  return stmts.some((s) => s.kind === "loop" && s.body.some((t) => (t.kind === "update" && accs.includes(t.name)) || (t.kind === "loop" && updatedDeeper([t], accs))));
-}
 
 /** The names statements read (operands, update values, stored values), nested loops included. */
 function readNames(stmts: readonly Stmt[], into: Set<string>): void {

@@ -18,9 +18,19 @@ type KernelFn = (...args: unknown[]) => void;
  */
 export function cFunction(kernel: KernelIR, aliased: string): CFunction {
   const slots = new Set(aliased ? aliased.split(",").map(Number) : []);
-  const vectorLanes = vectorLaneWidths(C_PRELUDE + C_VECTOR_PRELUDE);
-  const prelude = vectorLanes.length > 0 ? C_PRELUDE + C_VECTOR_PRELUDE : C_PRELUDE;
+  const { prelude, vectorLanes } = cTarget();
   return { prelude, code: `// ${kernel.name} ${kernel.opts}\n${renderC(kernel, "tg_kernel", { aliased: slots, vectorLanes })}` };
+}
+
+let target: { prelude: string; vectorLanes: readonly number[] } | undefined;
+
+/** The prelude kernels compile with and the vector widths they render register tiles at (probed once). */
+function cTarget(): { prelude: string; vectorLanes: readonly number[] } {
+  if (!target) {
+    const vectorLanes = vectorLaneWidths(C_PRELUDE + C_VECTOR_PRELUDE);
+    target = { vectorLanes, prelude: vectorLanes.length > 0 ? C_PRELUDE + C_VECTOR_PRELUDE : C_PRELUDE };
+  }
+  return target;
 }
 
 const loaded = new Map<string, KernelFn>();
