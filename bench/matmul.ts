@@ -37,6 +37,8 @@ const SHAPES: readonly Shape[] = [
   // weight's gradient g^T @ h, the hidden state's gradient g @ W (a reduce 30522 long)
   { name: "mlm_logits 160x128x30522", batch: 1, m: 160, k: 128, n: 30522, layout: "nt" },
   { name: "mlm_weight_grad 30522x160x128", batch: 1, m: 30522, k: 160, n: 128, layout: "tn" },
+  // BERT-base's (hidden 768): g (19.5 MB) beyond a last-level cache's share, h (480 KB) beyond a core's
+  { name: "base_mlm_weight_grad 30522x160x768", batch: 1, m: 30522, k: 160, n: 768, layout: "tn" },
   // an output width 16 (the tile's lanes) does not divide
   { name: "ragged_nn 1024x768x1000", batch: 1, m: 1024, k: 768, n: 1000 },
   { name: "ragged_nt 1024x768x1000", batch: 1, m: 1024, k: 768, n: 1000, layout: "nt" },

@@ -5,7 +5,7 @@ import { type Idx, coefficientOf, iadd, iconst, imul, ivar, substitute, varsOf }
 import type { KernelIR, Stmt } from "./ir.ts";
 import { type KernelSpec, blockedReduce } from "./lower.ts";
 import type { ReduceArg } from "../uop.ts";
-import type { KernelOpts, Upcast } from "./opts.ts";
+import type { Chunk, KernelOpts, Upcast } from "./opts.ts";
 
 /** Work (operations plus elements written) below which threads cost more than they save. */
 const PARALLEL_MIN_WORK = 1 << 16;
@@ -20,6 +20,12 @@ const RAGGED_MIN = 1024;
 
 /** Bytes an operand may have and still stay in a core's cache while it is read again and again. */
 export const CACHED_BYTES = 256 * 1024;
+/**
+ * Bytes an operand may have and still come from a shared last-level cache when read again (a common share of
+ * one; beyond it, from memory). Re-reads from there cost a fraction of memory's (LLC_REREAD_COST).
+ */
+const LAST_LEVEL_BYTES = 8 << 20;
+const LLC_REREAD_COST = 1 / 8;
 
 /** How output axis `axis` relates to the loads inside the reduce loops. */
 export interface AxisFacts {
@@ -84,9 +90,12 @@ function parallelLoops(loopTrips: readonly number[], work: number): number {
 }
 
 /** The output loops' trip counts, outermost first, under some upcasts and loop order (loops of one trip vanish). */
-export function loopTrips(shape: readonly number[], upcast: readonly Upcast[], outer: readonly number[] = []): number[] {
+export function loopTrips(shape: readonly number[], upcast: readonly Upcast[], outer: readonly number[] = [], chunk?: Chunk): number[] {
   const order = [...outer, ...shape.map((_, d) => d).filter((d) => !outer.includes(d))];
-  return order.map((d) => Math.floor(upcast.filter((u) => u.axis === d).reduce((n, u) => n / u.amount, shape[d]!))).filter((n) => n > 1);
+  const trips = (d: number): number => Math.floor(upcast.filter((u) => u.axis === d).reduce((n, u) => n / u.amount, shape[d]!));
+  const chunked = chunk && trips(chunk.axis) > chunk.tiles ? chunk : undefined;
+  const loops = order.map((d) => (d === chunked?.axis ? chunked.tiles : trips(d)));
+  return (chunked ? [trips(chunked.axis) / chunked.tiles, ...loops] : loops).filter((n) => n > 1);
 }
 
 /** Options for `spec`, judged from its plain lowering (no options). */
@@ -123,11 +132,14 @@ export function heuristicOpts(spec: KernelSpec, plain: KernelIR): KernelOpts {
   }
   // a two-axis tile walks one axis's tiles outermost (after batch axes): that axis's panel of its operand
   // stays in cache while the tile moves along the other axis, whose operand is read again for every panel
-  const outer = upcast.length === 2 && !splitSum
-    ? [...spec.value.shape.map((_, d) => d).filter((d) => d < Math.min(upcast[0]!.axis, upcast[1]!.axis) && spec.value.shape[d]! > 1), outerTileAxis(plain, upcast)]
+  const order = upcast.length === 2 && !splitSum ? tileOrder(plain, upcast, spec.host === true) : undefined;
+  const outer = order
+    ? [...spec.value.shape.map((_, d) => d).filter((d) => d < Math.min(upcast[0]!.axis, upcast[1]!.axis) && spec.value.shape[d]! > 1), order.outer]
     : [];
+  const chunk = order?.chunk;
   const kblock = spec.host && upcast.length === 2 && !splitSum ? blockLength(spec, plain, upcast) : 0;
-  return { upcast, unroll: 1, parallel: parallelLoops(loopTrips(spec.value.shape, upcast, outer), work), outer, ...(kblock ? { kblock } : {}), ...(split ? { split } : {}) };
+  const parallel = parallelLoops(loopTrips(spec.value.shape, upcast, outer, chunk), work);
+  return { upcast, unroll: 1, parallel, outer, ...(kblock ? { kblock } : {}), ...(split ? { split } : {}), ...(chunk ? { chunk } : {}) };
 }
 
 /**
@@ -270,24 +282,41 @@ function blockLength(spec: KernelSpec, plain: KernelIR, upcast: readonly Upcast[
 }
 
 /**
- * Which of a register tile's two axes to walk outermost: the one whose order reads the least memory. Walking
- * axis a outermost reads the operands along the other axis once per tile of a, unless they fit in cache
- * (BERT's tied-weight gradient g^T @ h: the vector axis outermost read the 19.5 MB g eight times; the rows
- * outermost read it once and the 80 KB h from cache). Ties keep the vector axis (upcast[0]) outermost.
+ * How to walk a register tile's two axes: which one outermost, and whether the inner one goes in chunks (host
+ * backends). Each order is costed by the bytes it streams: walking axis a outermost reads the operand along the
+ * other axis once per tile of a, unless that operand fits in cache (BERT's tied-weight gradient g^T @ h: the
+ * vector axis outermost read the 19.5 MB g eight times; the rows outermost read it once and the 80 KB h from
+ * cache). An inner operand beyond the cache goes in chunks that fit, the chunk loop outermost, and the outer
+ * operand streams once per chunk (BERT-base's 30522 x 768 gradient, h 480 KB: g read 48 times took 95 ms, twice
+ * in chunks of 24 tiles 38 ms). Ties keep the vector axis (upcast[0]) outermost, unchunked.
  */
-function outerTileAxis(plain: KernelIR, upcast: readonly Upcast[]): number {
+function tileOrder(plain: KernelIR, upcast: readonly Upcast[], host: boolean): { outer: number; chunk?: Chunk } {
   const [vector, rows] = [upcast[0]!, upcast[1]!];
   // a batched product (other output axes) keeps the vector axis: its buffers hold every batch's operand
-  if (plain.outputShape.some((size, d) => size > 1 && d !== vector.axis && d !== rows.axis)) return vector.axis;
+  if (plain.outputShape.some((size, d) => size > 1 && d !== vector.axis && d !== rows.axis)) return { outer: vector.axis };
   const loads = reduceLoads(plain.body);
   const bytesAlong = (axis: number, other: number): number => {
     const bufs = new Set(loads.filter((l) => varsOf(l.index).has(`i${axis}`) && !varsOf(l.index).has(`i${other}`)).map((l) => l.buf));
     return [...bufs].reduce((n, b) => n + plain.buffers[b]!.size * plain.buffers[b]!.dtype.itemsize, 0);
   };
-  const trips = (u: Upcast): number => plain.outputShape[u.axis]! / u.amount;
-  const cost = (first: Upcast, second: Upcast): number => {
+  const trips = (u: Upcast): number => Math.floor(plain.outputShape[u.axis]! / u.amount);
+  // bytes from memory of reading `bytes` once and then `times - 1` more times
+  const reads = (bytes: number, times: number): number =>
+    bytes * (1 + (times - 1) * (bytes <= CACHED_BYTES ? 0 : bytes <= LAST_LEVEL_BYTES ? LLC_REREAD_COST : 1));
+  const options = [vector, rows].flatMap((first): { outer: number; chunk?: Chunk; cost: number }[] => {
+    const second = first === vector ? rows : vector;
     const [mine, theirs] = [bytesAlong(first.axis, second.axis), bytesAlong(second.axis, first.axis)];
-    return mine + (theirs > CACHED_BYTES ? trips(first) * theirs : theirs);
-  };
-  return cost(rows, vector) < cost(vector, rows) ? rows.axis : vector.axis;
+    const unchunked = { outer: first.axis, cost: mine + reads(theirs, trips(first)) };
+    if (!host || theirs <= CACHED_BYTES) return [unchunked];
+    // the most tiles of the second axis whose operand panel fits in cache, dividing its tiles evenly
+    const perTile = theirs / trips(second);
+    let tiles = Math.min(trips(second) - 1, Math.floor(CACHED_BYTES / perTile));
+    while (tiles > 1 && trips(second) % tiles !== 0) tiles--;
+    if (tiles < 2) return [unchunked];
+    return [unchunked, { outer: first.axis, chunk: { axis: second.axis, tiles }, cost: reads(mine, trips(second) / tiles) + theirs }];
+  });
+  const cheapest = (list: typeof options) => list.reduce((a, b) => (b.cost < a.cost ? b : a));
+  const [chunked, unchunked] = [cheapest(options), cheapest(options.filter((o) => !o.chunk))];
+  // chunks where they at least halve the bytes: the estimate is rough, and chunks split the loops further
+  return chunked.chunk && 2 * chunked.cost <= unchunked.cost ? { outer: chunked.outer, chunk: chunked.chunk } : { outer: unchunked.outer };
 }

@@ -26,13 +26,25 @@ export interface KernelOpts {
    * in another order than the plain kernel's. 0 or absent: one accumulator.
    */
   readonly split?: number;
+  /**
+   * One output axis's tile loop walked in chunks of this many tiles, the chunk loop outermost (host backends):
+   * the chunk's panel of that axis's operand stays in cache while the other axis's tiles walk past it, so the
+   * other operand streams once per chunk instead of once per tile. Absent: no chunks.
+   */
+  readonly chunk?: Chunk;
+}
+
+/** `tiles` tiles of output axis `axis` to a chunk (KernelOpts.chunk). */
+export interface Chunk {
+  readonly axis: number;
+  readonly tiles: number;
 }
 
 export const NO_OPTS: KernelOpts = { upcast: [], unroll: 1, parallel: 0, outer: [] };
 
 /** A stable text form: cache keys and DEBUG output. */
 export const optsKey = (o: KernelOpts): string =>
-  `u${o.upcast.map((u) => `${u.axis}x${u.amount}`).join(",")}|r${o.unroll}|p${o.parallel}${o.outer.length ? `|o${o.outer.join(",")}` : ""}${o.kblock ? `|k${o.kblock}` : ""}${o.split ? `|s${o.split}` : ""}`;
+  `u${o.upcast.map((u) => `${u.axis}x${u.amount}`).join(",")}|r${o.unroll}|p${o.parallel}${o.outer.length ? `|o${o.outer.join(",")}` : ""}${o.kblock ? `|k${o.kblock}` : ""}${o.split ? `|s${o.split}` : ""}${o.chunk ? `|c${o.chunk.axis}x${o.chunk.tiles}` : ""}`;
 
 /** How many elements each iteration of the kernel computes. */
 export const upcastWidth = (o: KernelOpts): number => o.upcast.reduce((w, u) => w * u.amount, 1);

@@ -163,11 +163,20 @@ function extensions(opts: KernelOpts, spec: KernelSpec, plain: KernelIR): Kernel
   for (const unroll of [2, 4, 8]) if (reduceSize % unroll === 0 && unroll !== opts.unroll) out.push({ ...opts, unroll });
   // host backends: the sum's steps over several accumulators (a vector of partial sums), or back to one
   if (spec.host && reduceSize > 1) for (const split of [0, 8, 16]) if (reduceSize >= 4 * split && split !== (opts.split ?? 0)) out.push({ ...opts, split });
-  const loops = loopTrips(shape, opts.upcast, opts.outer).length;
+  const loops = loopTrips(shape, opts.upcast, opts.outer, opts.chunk).length;
   for (let parallel = 0; parallel <= Math.min(loops, 3); parallel++) if (parallel !== opts.parallel) out.push({ ...opts, parallel });
   // a K-blocked sum may do better whole, or in blocks half or twice as long
   if (opts.kblock) for (const kblock of [0, opts.kblock / 2, opts.kblock * 2]) if (kblock === 0 || kblock >= 64) out.push({ ...opts, kblock });
-  return out;
+  // chunked tiles may do better unchunked, or in chunks half or twice as long
+  if (opts.chunk) for (const tiles of [0, opts.chunk.tiles / 2, opts.chunk.tiles * 2]) out.push({ ...opts, chunk: tiles ? { axis: opts.chunk.axis, tiles } : undefined });
+  return out.map((o) => (o.chunk && !chunkFits(shape, o) ? { ...o, chunk: undefined } : o));
+}
+
+/** Whether `opts.chunk` divides its axis's tiles into more than one chunk (another upcast may have changed them). */
+function chunkFits(shape: readonly number[], opts: KernelOpts): boolean {
+  const { axis, tiles } = opts.chunk!;
+  const trips = Math.floor(opts.upcast.filter((u) => u.axis === axis).reduce((n, u) => n / u.amount, shape[axis]!));
+  return Number.isInteger(tiles) && tiles >= 1 && trips > tiles && trips % tiles === 0;
 }
 
 /** The trip count of the innermost reduce loop (1 when there is none). */
