@@ -300,9 +300,10 @@ function tileOrder(plain: KernelIR, upcast: readonly Upcast[], host: boolean): {
     return [...bufs].reduce((n, b) => n + plain.buffers[b]!.size * plain.buffers[b]!.dtype.itemsize, 0);
   };
   const trips = (u: Upcast): number => Math.floor(plain.outputShape[u.axis]! / u.amount);
-  // bytes from memory of reading `bytes` once and then `times - 1` more times
-  const reads = (bytes: number, times: number): number =>
-    bytes * (1 + (times - 1) * (bytes <= CACHED_BYTES ? 0 : bytes <= LAST_LEVEL_BYTES ? LLC_REREAD_COST : 1));
+  // bytes from memory of reading `bytes` once and then `times - 1` more times (a GPU's loop order only maps
+  // axes to the grid: there the plain model of one cache level stays)
+  const rereadCost = (bytes: number): number => (bytes <= CACHED_BYTES ? 0 : host && bytes <= LAST_LEVEL_BYTES ? LLC_REREAD_COST : 1);
+  const reads = (bytes: number, times: number): number => bytes * (1 + (times - 1) * rereadCost(bytes));
   const options = [vector, rows].flatMap((first): { outer: number; chunk?: Chunk; cost: number }[] => {
     const second = first === vector ? rows : vector;
     const [mine, theirs] = [bytesAlong(first.axis, second.axis), bytesAlong(second.axis, first.axis)];
