@@ -89,10 +89,14 @@ function parallelLoops(loopTrips: readonly number[], work: number): number {
   return loopTrips.length;
 }
 
-/** The output loops' trip counts, outermost first, under some upcasts and loop order (loops of one trip vanish). */
+/** Whole tiles along output axis `d` under some upcasts (a ragged last tile not counted). */
+export const tileTrips = (shape: readonly number[], upcast: readonly Upcast[], d: number): number =>
+  Math.floor(upcast.filter((u) => u.axis === d).reduce((n, u) => n / u.amount, shape[d]!));
+
+/** The output loops' trip counts, outermost first, under some upcasts, loop order and chunks (loops of one trip vanish). */
 export function loopTrips(shape: readonly number[], upcast: readonly Upcast[], outer: readonly number[] = [], chunk?: Chunk): number[] {
   const order = [...outer, ...shape.map((_, d) => d).filter((d) => !outer.includes(d))];
-  const trips = (d: number): number => Math.floor(upcast.filter((u) => u.axis === d).reduce((n, u) => n / u.amount, shape[d]!));
+  const trips = (d: number): number => tileTrips(shape, upcast, d);
   const chunked = chunk && trips(chunk.axis) > chunk.tiles ? chunk : undefined;
   const loops = order.map((d) => (d === chunked?.axis ? chunked.tiles : trips(d)));
   return (chunked ? [trips(chunked.axis) / chunked.tiles, ...loops] : loops).filter((n) => n > 1);

@@ -8,7 +8,7 @@ import { debugLevel, getenv } from "../helpers.ts";
 import type { KernelIR } from "../codegen/ir.ts";
 import { type KernelSpec, kernelSpecOf, lowerKernel } from "../codegen/lower.ts";
 import { type KernelOpts, NO_OPTS, optsKey, upcastWidth } from "../codegen/opts.ts";
-import { countStmts, heuristicOpts, loopTrips } from "../codegen/heuristics.ts";
+import { countStmts, heuristicOpts, loopTrips, tileTrips } from "../codegen/heuristics.ts";
 import { cacheDir, writeAtomic } from "../runtime/compiler_cache.ts";
 
 /** Times each kernel (seconds; Infinity when it does not compile). */
@@ -149,7 +149,7 @@ function fits(kernel: KernelIR, opts: KernelOpts, limits: ReturnType<typeof sear
 
 
 /** Every option set one step beyond `opts`: one more upcast, a different unroll or split, more or fewer parallel loops. */
-function extensions(opts: KernelOpts, spec: KernelSpec, plain: KernelIR): KernelOpts[] {
+export function extensions(opts: KernelOpts, spec: KernelSpec, plain: KernelIR): KernelOpts[] {
   const out: KernelOpts[] = [];
   const shape = spec.value.shape;
   shape.forEach((size, axis) => {
@@ -175,7 +175,7 @@ function extensions(opts: KernelOpts, spec: KernelSpec, plain: KernelIR): Kernel
 /** Whether `opts.chunk` divides its axis's tiles into more than one chunk (another upcast may have changed them). */
 function chunkFits(shape: readonly number[], opts: KernelOpts): boolean {
   const { axis, tiles } = opts.chunk!;
-  const trips = Math.floor(opts.upcast.filter((u) => u.axis === axis).reduce((n, u) => n / u.amount, shape[axis]!));
+  const trips = tileTrips(shape, opts.upcast, axis);
   return Number.isInteger(tiles) && tiles >= 1 && trips > tiles && trips % tiles === 0;
 }
 

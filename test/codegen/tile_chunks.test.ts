@@ -4,12 +4,14 @@
 // the same order, so the results are the bits of the unchunked kernel.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Device, Tensor } from "../../src/index.ts";
+import { Device, Tensor, UOp } from "../../src/index.ts";
+import { createSchedule } from "../../src/engine/schedule.ts";
+import { extensions } from "../../src/engine/search.ts";
 import { recordItems, runItem } from "../../src/engine/realize.ts";
 import type { ExecItem } from "../../src/engine/schedule.ts";
 import { heuristicOpts } from "../../src/codegen/heuristics.ts";
 import { kernelSpecOf, lowerKernel } from "../../src/codegen/lower.ts";
-import { type KernelOpts, NO_OPTS } from "../../src/codegen/opts.ts";
+import { type KernelOpts, NO_OPTS, optsKey } from "../../src/codegen/opts.ts";
 import { testDevices } from "../devices.ts";
 
 type KernelItem = ExecItem & { kind: "kernel" };
@@ -58,3 +60,22 @@ for (const device of testDevices().filter((d) => Device.backend(d).hostForms)) {
     assert.throws(() => rerun(item, (o) => ({ ...o, chunk: { axis: 0, tiles: 5 } })), /chunks of 5 tiles do not divide axis 0's 12 tiles/);
   });
 }
+
+test("BEAM's neighbours of a chunked kernel all lower: half, double or no chunks, none left that no longer divides", () => {
+  // BERT-base's tied-weight gradient (g^T @ h, h [160, 768]): rows outermost, 48 column tiles in chunks of 24
+  const g = Tensor.empty([160, 30522], { device: "JS" });
+  const h = Tensor.empty([160, 768], { device: "JS" });
+  const product = g.transpose(0, 1).matmul(h);
+  assert.ok(product.node instanceof UOp);
+  const kernel = createSchedule([product.node]).items.flatMap((i) => (i.kind === "kernel" ? [i.kernel] : [])).at(-1)!;
+  const spec = kernelSpecOf(kernel)!;
+  const plain = lowerKernel(spec, NO_OPTS);
+  const opts = heuristicOpts(spec, plain);
+  assert.deepEqual(opts.chunk, { axis: 1, tiles: 24 }, kernel.opts);
+  const next = extensions(opts, spec, plain);
+  const chunks = new Set(next.map((o) => (o.chunk ? o.chunk.tiles : 0)));
+  for (const tiles of [0, 12, 24]) assert.ok(chunks.has(tiles), `no neighbour with ${tiles}-tile chunks: ${[...chunks]}`);
+  // one more upcast along the 48 column tiles leaves 24 or fewer: chunks of 24 no longer split them, and go
+  for (const o of next) assert.doesNotThrow(() => lowerKernel(spec, o), optsKey(o));
+  assert.ok(next.some((o) => !o.chunk && o.upcast.length > opts.upcast.length), "an extra upcast along the chunked axis should drop chunks that no longer divide");
+});
