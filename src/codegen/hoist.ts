@@ -13,18 +13,21 @@ import { varsOf } from "../shape/symbolic.ts";
  */
 export function hoistInvariants(body: readonly Stmt[], parallel: number, pinned: ReadonlySet<number> = new Set()): Stmt[] {
   const movable = (s: Stmt): s is Stmt & { kind: "def" } => s.kind === "def" && !(s.expr.op === "LOAD" && (s.expr.buf === 0 || pinned.has(s.expr.buf)));
-  // loops at depth 0..parallel-1 are collapsed when parallel > 1: their bodies (but the innermost's) hold only
-  // the next loop, so nothing moves out of the loops at depth 1..parallel-1
-  const closed = (depth: number): boolean => parallel > 1 && depth >= 1 && depth <= parallel - 1;
-  const visit = (stmts: readonly Stmt[], depth: number): Stmt[] => {
+  // OpenMP collapses `parallel` loops from the first loop that is not serial (as the renderer places the
+  // pragma: a K-blocked kernel's tiles sit inside the serial loop over blocks). Their bodies (but the
+  // innermost's) hold only the next loop, so nothing moves out of the collapsed loops at levels 1..parallel-1.
+  // `level`: the loop's place in that nest, or "before" while no collapsed loop encloses it yet.
+  const closed = (level: number | "before"): boolean => parallel > 1 && level !== "before" && level >= 1 && level <= parallel - 1;
+  const visit = (stmts: readonly Stmt[], level: number | "before"): Stmt[] => {
     const out: Stmt[] = [];
     for (const s of stmts) {
       if (s.kind !== "loop") {
         out.push(s);
         continue;
       }
-      const inner = visit(s.body, depth + 1);
-      if (closed(depth) || s.serial) {
+      const own = level === "before" && s.serial ? "before" : level === "before" ? 0 : level;
+      const inner = visit(s.body, own === "before" ? "before" : own + 1);
+      if (closed(own) || s.serial) {
         out.push({ ...s, body: inner });
         continue;
       }
@@ -44,7 +47,7 @@ export function hoistInvariants(body: readonly Stmt[], parallel: number, pinned:
     }
     return out;
   };
-  return visit(body, 0);
+  return visit(body, "before");
 }
 
 /** Names defined, declared, updated or looped over anywhere in `stmts`. */

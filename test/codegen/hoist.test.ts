@@ -73,3 +73,13 @@ test("a layer norm's backward (row scalars beside a dropout mask) gives the JS d
     Tensor.training = false;
   }
 });
+
+test("in a K-blocked kernel the collapsed loops start inside the serial loop over blocks: nothing lands between them", () => {
+  // for kb (serial) { for i0 { for i1 { ... } } } with 2 loops collapsed: i0 and i1, inside kb. m reads only
+  // i0: it may not sit between i0 and i1 (gcc: "not enough perfectly nested loops"), so it stays in i1
+  const blocked = hoistInvariants([loop("kb", 2, kernel(), true)], 2);
+  const outer = loopIn(loopIn(blocked).body);
+  assert.equal(outer.var, "i0");
+  assert.equal(outer.body.length, 1);
+  assert.deepEqual(defsAt(loopIn(outer.body).body), ["x", "m", "s", "y"]);
+});
