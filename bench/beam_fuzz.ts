@@ -35,7 +35,7 @@ Device.DEFAULT = "CPU";
 
 type KernelItem = ExecItem & { kind: "kernel" };
 
-// one train step's kernels, recorded while it runs (its buffers then hold real activations and weights)
+// one train step's kernels, recorded while it runs (integer and byte buffers then hold valid indices and masks)
 Tensor.manualSeed(0);
 const model = new BertForPretraining(BERT_PRESETS[preset]);
 const state = { model, ...createBertOptimizer(model, { lr: 1e-3, totalSteps: 100, warmupSteps: 2 }) };
@@ -46,11 +46,11 @@ for (const item of items) if (item.kind === "kernel" && kernelSpecOf(item.kernel
 const chosen = [...unique.values()].slice(0, values.kernels ? Number(values.kernels) : undefined);
 console.error(`beam_fuzz: ${unique.size} distinct kernels in a ${preset} step, checking ${chosen.length}`);
 
-/** Option sets up to `depth` extensions away from `start`, within BEAM's default limits, at most `limit`. */
+/** Option sets up to `depth` extensions away from `start` (not itself), within BEAM's default upcast limit, at most `perKernel`. */
 function variants(start: KernelOpts, spec: NonNullable<ReturnType<typeof kernelSpecOf>>, plain: ReturnType<typeof lowerKernel>): KernelOpts[] {
   const seen = new Map<string, KernelOpts>([[optsKey(start), start]]);
   let frontier = [start];
-  for (let d = 0; d < depth && seen.size < limit(); d++) {
+  for (let d = 0; d < depth && seen.size <= perKernel; d++) {
     const next: KernelOpts[] = [];
     for (const opts of frontier) for (const o of extensions(opts, spec, plain)) {
       if (upcastWidth(o) * o.unroll > 256 || seen.has(optsKey(o))) continue;
@@ -59,15 +59,14 @@ function variants(start: KernelOpts, spec: NonNullable<ReturnType<typeof kernelS
     }
     frontier = next;
   }
-  return [...seen.values()].slice(1, limit());
+  return [...seen.values()].slice(1, perKernel + 1);
 }
-const limit = (): number => perKernel + 1;
 
 /**
  * Inputs for a kernel: float32 buffers get values in [0.5, 1.5) (the step's buffers are reused by later kernels,
  * so what they hold after it is arbitrary, and a sum of arbitrary signs can round to either side of zero when
  * its order changes: sqrt of a variance gave NaN one way, a finite value the other); others (indices, masks)
- * keep what the step left in them, which is valid for them.
+ * keep what the step left in them (indices are the step's inputs, never overwritten; any byte is a mask).
  */
 function inputsFor(item: KernelItem): Uint8Array[] {
   let seed = 12345;
