@@ -5,7 +5,7 @@ import { type Idx, coefficientOf, iadd, iconst, imul, ivar, substitute, varsOf }
 import type { KernelIR, Stmt } from "./ir.ts";
 import { type KernelSpec, blockedReduce } from "./lower.ts";
 import type { ReduceArg } from "../uop.ts";
-import type { Chunk, KernelOpts, Upcast } from "./opts.ts";
+import { type Chunk, type KernelOpts, type Upcast, splittingChunk } from "./opts.ts";
 
 /** Work (operations plus elements written) below which threads cost more than they save. */
 const PARALLEL_MIN_WORK = 1 << 16;
@@ -97,7 +97,7 @@ export const tileTrips = (shape: readonly number[], upcast: readonly Upcast[], d
 export function loopTrips(shape: readonly number[], upcast: readonly Upcast[], outer: readonly number[] = [], chunk?: Chunk): number[] {
   const order = [...outer, ...shape.map((_, d) => d).filter((d) => !outer.includes(d))];
   const trips = (d: number): number => tileTrips(shape, upcast, d);
-  const chunked = chunk && trips(chunk.axis) > chunk.tiles ? chunk : undefined;
+  const chunked = chunk && splittingChunk(chunk, trips(chunk.axis));
   const loops = order.map((d) => (d === chunked?.axis ? chunked.tiles : trips(d)));
   return (chunked ? [trips(chunked.axis) / chunked.tiles, ...loops] : loops).filter((n) => n > 1);
 }

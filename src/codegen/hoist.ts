@@ -25,7 +25,7 @@ export function hoistInvariants(body: readonly Stmt[], parallel: number, pinned:
         out.push(s);
         continue;
       }
-      const own = level === "before" && s.serial ? "before" : level === "before" ? 0 : level;
+      const own = level !== "before" ? level : s.serial ? "before" : 0;
       const inner = visit(s.body, own === "before" ? "before" : own + 1);
       if (closed(own) || s.serial) {
         out.push({ ...s, body: inner });

@@ -10,7 +10,7 @@ import {
 } from "../shape/symbolic.ts";
 import { type Pads, type ReduceArg, type UOp, isElementwise } from "../uop.ts";
 import type { AluOp, Expr, KernelBuffer, KernelIR, Operand, Stmt } from "./ir.ts";
-import { type KernelOpts, NO_OPTS, optsKey, upcastWidth } from "./opts.ts";
+import { type KernelOpts, NO_OPTS, optsKey, splittingChunk, upcastWidth } from "./opts.ts";
 import { heuristicOpts } from "./heuristics.ts";
 import { type OneHot, type ScatterPlan, dtypeRange, isMovement, matchOneHot, moveIndex, scatterPlan } from "./one_hot.ts";
 
@@ -168,7 +168,7 @@ class Lowerer {
       const outer = new Array<Idx>(root.shape.length);
       let loops = 0;
       // a chunked axis (not in a last tile that has one tile along it): its chunk loop first, tiles within below
-      const chunk = this.opts.chunk && trips[this.opts.chunk.axis]! > this.opts.chunk.tiles ? this.opts.chunk : undefined;
+      const chunk = this.opts.chunk && splittingChunk(this.opts.chunk, trips[this.opts.chunk.axis]!);
       if (chunk) {
         const n = trips[chunk.axis]! / chunk.tiles;
         if (!Number.isInteger(n)) throw new Error(`lowerKernel: chunks of ${chunk.tiles} tiles do not divide axis ${chunk.axis}'s ${trips[chunk.axis]} tiles`);

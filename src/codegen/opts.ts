@@ -40,6 +40,9 @@ export interface Chunk {
   readonly tiles: number;
 }
 
+/** The chunk when it splits its axis's `trips` tiles into several chunks (a last tile one wide along it has none). */
+export const splittingChunk = (chunk: Chunk | undefined, trips: number): Chunk | undefined => (chunk && trips > chunk.tiles ? chunk : undefined);
+
 export const NO_OPTS: KernelOpts = { upcast: [], unroll: 1, parallel: 0, outer: [] };
 
 /** A stable text form: cache keys and DEBUG output. */

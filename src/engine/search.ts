@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { debugLevel, getenv } from "../helpers.ts";
 import type { KernelIR } from "../codegen/ir.ts";
 import { type KernelSpec, kernelSpecOf, lowerKernel } from "../codegen/lower.ts";
-import { type KernelOpts, NO_OPTS, optsKey, upcastWidth } from "../codegen/opts.ts";
+import { type KernelOpts, NO_OPTS, optsKey, splittingChunk, upcastWidth } from "../codegen/opts.ts";
 import { countStmts, heuristicOpts, loopTrips, tileTrips } from "../codegen/heuristics.ts";
 import { cacheDir, writeAtomic } from "../runtime/compiler_cache.ts";
 
@@ -176,7 +176,7 @@ export function extensions(opts: KernelOpts, spec: KernelSpec, plain: KernelIR):
 function chunkFits(shape: readonly number[], opts: KernelOpts): boolean {
   const { axis, tiles } = opts.chunk!;
   const trips = tileTrips(shape, opts.upcast, axis);
-  return Number.isInteger(tiles) && tiles >= 1 && trips > tiles && trips % tiles === 0;
+  return Number.isInteger(tiles) && tiles >= 1 && splittingChunk(opts.chunk, trips) !== undefined && trips % tiles === 0;
 }
 
 /** The trip count of the innermost reduce loop (1 when there is none). */
