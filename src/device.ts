@@ -30,10 +30,11 @@ export interface Backend {
    */
   readonly hostForms?: boolean;
   /**
-   * Records the kernel launches `run` makes and returns a function that replays them all at once (a CUDA
-   * graph); undefined where the backend cannot (then the JIT launches kernel by kernel).
+   * Records the kernel launches `run` makes (without running them) and returns a function that replays them
+   * all at once (a CUDA graph, a CPU call table); undefined where the backend cannot (then the JIT launches
+   * kernel by kernel). A replay that waits for its kernels (host devices) returns the seconds they took.
    */
-  captureGraph?(run: () => void): (() => void) | undefined;
+  captureGraph?(run: () => void): (() => number | void) | undefined;
 }
 
 let nextBufferId = 0;

@@ -1,8 +1,8 @@
 // Capture and replay: the second call of a jitted function records the kernels it ran, later
 // calls run that list again with the new inputs' buffers swapped in, skipping scheduling and codegen.
-// Where the device records graphs (CUDA), the replays launch the whole list as one graph instead.
+// Where the device records graphs (CUDA graphs, CPU call tables), the replays launch the whole list as one graph.
 import { Buffer, Device } from "../device.ts";
-import { TsgradError, debugLevel, fmtShape, getenv } from "../helpers.ts";
+import { GlobalCounters, TsgradError, debugLevel, fmtShape, getenv } from "../helpers.ts";
 import { Tensor } from "../tensor.ts";
 import { UOp } from "../uop.ts";
 import { type Lazy, MultiLazy } from "../multi.ts";
@@ -34,7 +34,7 @@ export class TinyJit<A extends Tensor[], R extends JitOutput> {
   private signature: InputSignature[] = [];
   private output: R | undefined;
   /** The captured kernels as one device graph (CUDA), with the buffers it reads inputs from; null: none. */
-  private graph: { replay: () => void; inputs: Buffer[][] } | null | undefined;
+  private graph: { replay: () => number | void; inputs: Buffer[][] } | null | undefined;
 
   constructor(private readonly fn: (...args: A) => R) {}
 
@@ -107,8 +107,9 @@ export class TinyJit<A extends Tensor[], R extends JitOutput> {
       const graphInputs = this.graph.inputs;
       args.forEach((a, i) => buffersOf(a)!.forEach((buffer, shard) => runItem({ kind: "copy", src: buffer, dst: graphInputs[i]![shard]! }, debug)));
       for (const item of this.captured!) for (const observe of execObservers) observe(item);
-      this.graph.replay();
+      const seconds = this.graph.replay();
       for (const item of this.captured!) if (item.kind === "kernel") countKernel(item, 0, debug);
+      GlobalCounters.timeSumS += seconds ?? 0;
       return freshOutputs(this.output) as R;
     }
     this.captured!.forEach((item, i) => runItem(this.touchesInput[i] ? swapBuffers(item, swap) : item, debug));
@@ -120,7 +121,7 @@ export class TinyJit<A extends Tensor[], R extends JitOutput> {
    * from buffers of its own; null where that cannot be: kernels on several devices or copies among the
    * items, an input the function writes, or a backend without graphs.
    */
-  private captureGraph(): { replay: () => void; inputs: Buffer[][] } | null {
+  private captureGraph(): { replay: () => number | void; inputs: Buffer[][] } | null {
     const items = this.captured!;
     const devices = new Set(items.flatMap((item) => (item.kind === "kernel" ? [item.buffers[0]!.device] : [])));
     const inputs = new Set(this.capturedInputs.flat());

@@ -9,6 +9,7 @@ import { TsgradError, debugLevel, getenv } from "../helpers.ts";
 import { type CFunction, type CompiledFunction, compileEach, compileLibraries, findCompiler, vectorLaneWidths } from "./compiler_cache.ts";
 import { beamSearch } from "../engine/search.ts";
 import { hostMemory } from "./host_memory.ts";
+import { type GraphCall, cpuGraph } from "./cpu_graph.ts";
 
 type KernelFn = (...args: unknown[]) => void;
 
@@ -58,7 +59,7 @@ export function compilePrograms(variants: readonly Variant[]): void {
   const functions = todo.map(({ program, aliased }) => cFunction(program.kernel, aliased));
   if (debugLevel() >= 4) functions.forEach((f) => console.error(f.code));
   const compiled = compileLibraries(compiler, functions);
-  todo.forEach(({ program, aliased }, i) => program.setFn(aliased, loadKernel(compiled[i]!, program.kernel)));
+  todo.forEach(({ program, aliased }, i) => program.setFn(aliased, loadKernel(compiled[i]!, program.kernel), compiled[i]!));
 }
 
 /** Times candidate kernels (BEAM) on scratch buffers of the kernel's sizes; Infinity for those that do not compile. */
@@ -103,8 +104,11 @@ function waitingVariants(): Variant[] {
   return variants;
 }
 
+/** While a graph is being recorded (captureGraph), the calls runs would make, made into the graph instead. */
+let recording: GraphCall[] | undefined;
+
 export class CpuProgram implements Program {
-  private readonly fns = new Map<string, KernelFn>();
+  private readonly fns = new Map<string, { fn: KernelFn; compiled: CompiledFunction }>();
   /** The variants coming runs need that are not compiled yet (a new program's guess: no aliasing). */
   readonly awaited = new Set<string>([""]);
   private guessed = true;
@@ -121,11 +125,11 @@ export class CpuProgram implements Program {
   }
 
   fn(aliased: string): KernelFn | undefined {
-    return this.fns.get(aliased);
+    return this.fns.get(aliased)?.fn;
   }
 
-  setFn(aliased: string, fn: KernelFn): void {
-    this.fns.set(aliased, fn);
+  setFn(aliased: string, fn: KernelFn, compiled: CompiledFunction): void {
+    this.fns.set(aliased, { fn, compiled });
     this.awaited.delete(aliased);
     if (this.awaited.size === 0) pending.delete(this.pendingRef);
   }
@@ -145,6 +149,10 @@ export class CpuProgram implements Program {
   run(buffers: Buffer[]): number {
     const aliased = aliasedSlots(buffers);
     if (!this.fn(aliased)) compilePrograms([{ program: this, aliased }, ...waitingVariants().filter((v) => v.program !== this || v.aliased !== aliased)]);
+    if (recording) {
+      recording.push({ fn: this.fns.get(aliased)!.compiled, buffers });
+      return 0;
+    }
     const fn = this.fn(aliased)!;
     const args = [...buffers.map((b) => b.handle), threadCount()];
     const start = performance.now();
@@ -162,5 +170,16 @@ export function cpuBackend(): Backend {
     hostForms: true,
     ...hostMemory,
     compile: (kernel) => new CpuProgram(kernel),
+    captureGraph: (run) => {
+      if (getenv("CPU_GRAPH", 1) === 0) return undefined;
+      const calls: GraphCall[] = [];
+      recording = calls;
+      try {
+        run();
+      } finally {
+        recording = undefined;
+      }
+      return cpuGraph(calls, threadCount());
+    },
   };
 }

@@ -1,0 +1,119 @@
+// The CPU device's graphs: a jitted function's kernel calls, recorded once into a table of (function pointer,
+// buffer addresses), replayed by one native call whose C loop calls each kernel in turn. Replaying kernel by
+// kernel costs a koffi call, an argument array and two clock reads per kernel (~5 us: 2-3 ms of a BERT-tiny
+// step's 13); a graph costs one call for the whole step.
+import koffi from "koffi";
+import type { Buffer } from "../device.ts";
+import { debugLevel } from "../helpers.ts";
+import { type CompiledFunction, compileLibraries, findCompiler } from "./compiler_cache.ts";
+
+/** The most buffers a recorded kernel may take (the scheduler caps kernels at 48 inputs and one output). */
+export const GRAPH_MAX_BUFFERS = 64;
+
+/** One recorded kernel call: where its function lives and the buffers it runs on, in slot order. */
+export interface GraphCall {
+  readonly fn: CompiledFunction;
+  readonly buffers: readonly Buffer[];
+}
+
+/** Replays counted, for tests and DEBUG output. */
+export const cpuGraphStats = { built: 0, replays: 0 };
+
+// Calls every kernel of a table: per call, the function pointer, the buffer count n, then n addresses. Kernels
+// are `void f(T0* b0, ..., int threads)`: every buffer is a pointer, so each arity is one cast.
+const cases = Array.from({ length: GRAPH_MAX_BUFFERS }, (_, i) => {
+  const n = i + 1;
+  const types = Array.from({ length: n }, () => "void*").join(", ");
+  const args = Array.from({ length: n }, (_, j) => `(void*)(uintptr_t)a[${j}]`).join(", ");
+  return `    case ${n}: ((void (*)(${types}, int))fn)(${args}, threads); break;`;
+});
+const RUNNER_SOURCE = `#include <stdint.h>
+#include <dlfcn.h>
+
+void tg_kernel(const uint64_t* table, int64_t calls, int threads) {
+  const uint64_t* p = table;
+  for (int64_t c = 0; c < calls; c++) {
+    void* fn = (void*)(uintptr_t)p[0];
+    const uint64_t* a = p + 2;
+    switch ((int)p[1]) {
+${cases.join("\n")}
+    }
+    p += 2 + p[1];
+  }
+}
+
+/* The address of a kernel in its library (already loaded by koffi: dlopen only finds it again). */
+uint64_t tg_graph_symbol(const char* path, const char* name) {
+  void* library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  return library ? (uint64_t)(uintptr_t)dlsym(library, name) : 0;
+}
+`;
+
+interface Runner {
+  run: (table: ArrayBuffer, calls: number, threads: number) => void;
+  /** A uint64 return: koffi gives a number where it fits one exactly, a bigint past that. */
+  symbol: (path: string, name: string) => number | bigint;
+}
+
+let runner: Runner | null | undefined;
+
+/** The runner library (compiled once, cached on disk like a kernel), or null where it does not build. */
+function loadRunner(): Runner | null {
+  if (runner !== undefined) return runner;
+  try {
+    const compiler = findCompiler();
+    if (!compiler) return (runner = null);
+    const [compiled] = compileLibraries(compiler, [{ prelude: "", code: RUNNER_SOURCE }]);
+    const library = koffi.load(compiled!.path);
+    runner = {
+      run: library.func(`void ${compiled!.symbol}(void *, int64_t, int)`) as Runner["run"],
+      symbol: library.func("uint64_t tg_graph_symbol(const char *, const char *)") as Runner["symbol"],
+    };
+  } catch (e) {
+    if (debugLevel() >= 1) console.error(`tsgrad: CPU graphs off, the runner did not build: ${e instanceof Error ? e.message : String(e)}`);
+    runner = null;
+  }
+  return runner;
+}
+
+const symbols = new Map<string, bigint>();
+
+/**
+ * One replayable graph of `calls` (run with `threads` threads each), or undefined where it cannot be (the
+ * runner does not build, a kernel takes more than GRAPH_MAX_BUFFERS buffers or cannot be found). The replay
+ * returns the seconds it ran. A buffer whose memory was given back and allocated again since is seen on the
+ * next replay (each buffer's handle is compared): the table is rebuilt, never run on old memory.
+ */
+export function cpuGraph(calls: readonly GraphCall[], threads: number): (() => number) | undefined {
+  const r = loadRunner();
+  if (!r || calls.some((c) => c.buffers.length > GRAPH_MAX_BUFFERS)) return undefined;
+  const pointers: bigint[] = [];
+  for (const { fn } of calls) {
+    let pointer = symbols.get(fn.symbol);
+    if (pointer === undefined) symbols.set(fn.symbol, (pointer = BigInt(r.symbol(fn.path, fn.symbol))));
+    if (pointer === 0n) return undefined;
+    pointers.push(pointer);
+  }
+  const buffers = [...new Set(calls.flatMap((c) => c.buffers))];
+  const table = new BigUint64Array(calls.reduce((n, c) => n + 2 + c.buffers.length, 0));
+  // the memory the table points into, kept reachable while the graph is: what a buffer held when the table was built
+  let held: unknown[] = [];
+  const build = (): void => {
+    held = buffers.map((b) => b.handle);
+    let at = 0;
+    calls.forEach((c, i) => {
+      table[at++] = pointers[i]!;
+      table[at++] = BigInt(c.buffers.length);
+      for (const b of c.buffers) table[at++] = koffi.address(b.handle);
+    });
+  };
+  build();
+  cpuGraphStats.built++;
+  return () => {
+    if (buffers.some((b, i) => b.handle !== held[i])) build();
+    const start = performance.now();
+    r.run(table.buffer as ArrayBuffer, calls.length, threads);
+    cpuGraphStats.replays++;
+    return (performance.now() - start) / 1000;
+  };
+}
