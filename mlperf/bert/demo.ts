@@ -31,7 +31,10 @@ export interface DemoSettings {
   model: DemoModel;
   /** Knobs of the run (the trainer's names); BASEDIR and the paths are added per run. */
   knobs: Record<string, string | number>;
-  /** Fake steps of the init phase (BENCHMARK): two capture the jitted steps, a third replays them. */
+  /**
+   * Fake steps of the init phase (BENCHMARK): two capture the jitted steps, the rest replay them; the estimate
+   * is their median (the first replay also builds the step's graph: 5-30x a later one).
+   */
   initSteps: number;
 }
 
@@ -44,7 +47,7 @@ export const DEMO_SETTINGS: Readonly<DemoSettings> = {
     BS: 32, EVAL_BS: 128, OPT_BASE_LEARNING_RATE: 0.03, NUM_WARMUP_STEPS: 20, TRAIN_STEPS: 1500, EVAL_STEP_FREQ: 50,
     TARGET: 0.72, DISABLE_DROPOUT: 1, LOGMLPERF: 1, SUBMISSION_PLATFORM: "cpu", CKPT: 1, SAVE_CKPT_FREQ: 500, KEEP_CKPT_AMOUNT: 2,
   },
-  initSteps: 3,
+  initSteps: 5,
 };
 
 export interface DemoData {
