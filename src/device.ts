@@ -30,11 +30,14 @@ export interface Backend {
    */
   readonly hostForms?: boolean;
   /**
-   * Records the kernel launches `run` makes (without running them) and returns a function that replays them
-   * all at once (a CUDA graph, a CPU call table); undefined where the backend cannot (then the JIT launches
-   * kernel by kernel). A replay that waits for its kernels (host devices) returns the seconds they took.
+   * Records the kernel launches (and copies) `run` makes, without running them, and returns a function that
+   * replays them all at once (a CUDA graph, a CPU call table); undefined where the backend cannot, e.g. for
+   * launches on several `devices` or with copies among them (then the JIT launches item by item). A replay
+   * that waits for its kernels (host devices) returns the seconds they took.
    */
-  captureGraph?(run: () => void): (() => number | void) | undefined;
+  captureGraph?(run: () => void, span: { readonly devices: readonly string[]; readonly copies: boolean }): (() => number | void) | undefined;
+  /** While `captureGraph` records: takes a copy between two devices of this kind into the graph (true), or not (false). */
+  recordCopy?(dst: Buffer, src: Buffer): boolean;
 }
 
 let nextBufferId = 0;

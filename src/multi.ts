@@ -4,6 +4,7 @@
 import type { DType } from "./dtype.ts";
 import { TsgradError, arraysEqual, fmtShape, prod } from "./helpers.ts";
 import { type BinaryOp, type Pads, type ReduceKind, type UnaryOp, UOp } from "./uop.ts";
+import { storedBuffer } from "./engine/schedule.ts";
 
 /** A device list written as one name: "CPU:0,CPU:1". */
 export const multiDeviceName = (devices: readonly string[]): string => devices.join(",");
@@ -42,6 +43,10 @@ export class MultiLazy {
       return this.map((s, i) => {
         const bounds: Pads = s.shape.map((n, d) => (d === axis ? [start, start + sizes[i]!] : [0, n]));
         start += sizes[i]!;
+        // a broadcast along the axis (a bias, a layer norm's weight, position embeddings meeting a sharded batch)
+        // is the same broadcast at the slice's size: a slice of it would make its gradient a padded full-size
+        // tensor summed over the whole axis, half zeros (on 2 devices) behind masks that keep matmuls untiled
+        if (s.op === "EXPAND" && s.src[0]!.shape[axis!] === 1) return s.src[0]!.expand(s.shape.map((n, d) => (d === axis ? sizes[i]! : n)));
         return s.shrink(bounds);
       }, axis);
     }
@@ -163,8 +168,12 @@ export function allReduce(op: ReduceKind, shards: readonly UOp[]): UOp[] {
   }
   const bounds: [number, number][] = Array.from({ length: n }, (_, c) => [Math.floor((c * numel) / n), Math.floor(((c + 1) * numel) / n)]);
   const chunk = (u: UOp, c: number): UOp => u.reshape([numel]).shrink([bounds[c]!]);
+  // A computed shard (a device's partial gradient: a matmul) is stored whole first and its chunks are views of
+  // it. Otherwise each chunk's kernel computed its own slice of the shard, and a matmul sliced through a flat
+  // view is no matmul to the lowering: BERT's weight gradients on two CPU devices ran as untiled loops.
+  const whole = shards.map((s) => (storedBuffer(s) ? s : s.contiguous()));
   // chunks[d][c]: device d's current version of chunk c
-  const chunks = shards.map((s) => bounds.map((_, c) => chunk(s, c)));
+  const chunks = whole.map((s) => bounds.map((_, c) => chunk(s, c)));
   for (let step = 0; step < n - 1; step++) {
     const sent = shards.map((_, d) => {
       const c = (d - step + n) % n;

@@ -6,7 +6,7 @@ import { GlobalCounters, TsgradError, debugLevel, fmtShape, getenv } from "../he
 import { Tensor } from "../tensor.ts";
 import { UOp } from "../uop.ts";
 import { type Lazy, MultiLazy } from "../multi.ts";
-import { countKernel, execObservers, kernelTimers, launchKernel, recordItems, runItem } from "./realize.ts";
+import { countCopy, countKernel, execObservers, kernelTimers, launchItem, recordItems, runItem } from "./realize.ts";
 import { type ExecItem, storedBuffer } from "./schedule.ts";
 import { jitFirstCall } from "./search.ts";
 
@@ -108,7 +108,7 @@ export class TinyJit<A extends Tensor[], R extends JitOutput> {
       args.forEach((a, i) => buffersOf(a)!.forEach((buffer, shard) => runItem({ kind: "copy", src: buffer, dst: graphInputs[i]![shard]! }, debug)));
       for (const item of this.captured!) for (const observe of execObservers) observe(item);
       const seconds = this.graph.replay();
-      for (const item of this.captured!) if (item.kind === "kernel") countKernel(item, 0, debug);
+      for (const item of this.captured!) item.kind === "kernel" ? countKernel(item, 0, debug) : countCopy(item, debug);
       GlobalCounters.timeSumS += seconds ?? 0;
       return freshOutputs(this.output) as R;
     }
@@ -117,23 +117,25 @@ export class TinyJit<A extends Tensor[], R extends JitOutput> {
   }
 
   /**
-   * The capture as one graph of the device's (CUDA graphs: one launch instead of thousands), reading inputs
-   * from buffers of its own; null where that cannot be: kernels on several devices or copies among the
-   * items, an input the function writes, or a backend without graphs.
+   * The capture as one graph of the devices' (CUDA graphs: one launch instead of thousands; on the CPU one
+   * call for every kernel and copy of all its virtual devices), reading inputs from buffers of its own; null
+   * where that cannot be: an input the function writes, devices of several kinds, or a backend that has no
+   * graphs or cannot record these items (CUDA: one device, no copies).
    */
   private captureGraph(): { replay: () => number | void; inputs: Buffer[][] } | null {
     const items = this.captured!;
-    const devices = new Set(items.flatMap((item) => (item.kind === "kernel" ? [item.buffers[0]!.device] : [])));
+    const written = items.map((item) => (item.kind === "kernel" ? item.buffers[0]! : item.dst));
+    const devices = [...new Set(items.flatMap((item) => (item.kind === "kernel" ? [item.buffers[0]!.device] : [item.src.device, item.dst.device])))];
     const inputs = new Set(this.capturedInputs.flat());
-    if (devices.size !== 1 || items.some((item) => item.kind !== "kernel" || inputs.has(item.buffers[0]!))) return null;
-    const backend = Device.backend([...devices][0]!);
+    if (devices.length === 0 || written.some((b) => inputs.has(b)) || new Set(devices.map((d) => d.split(":")[0])).size !== 1) return null;
+    const backend = Device.backend(devices[0]!);
     if (!backend.captureGraph) return null;
     const own = this.capturedInputs.map((buffers) => buffers.map((b) => new Buffer(b.device, b.size, b.dtype)));
     const swap = new Map(this.capturedInputs.flatMap((buffers, i) => buffers.map((b, shard) => [b, own[i]![shard]!] as const)));
-    const kernels = items.map((item) => swapBuffers(item, swap) as ExecItem & { kind: "kernel" });
+    const swapped = items.map((item) => swapBuffers(item, swap));
     // every buffer the graph touches exists before recording (allocation is not a launch)
-    for (const item of kernels) for (const b of item.buffers) void b.handle;
-    const replay = backend.captureGraph(() => kernels.forEach(launchKernel));
+    for (const item of swapped) for (const b of item.kind === "kernel" ? item.buffers : [item.src, item.dst]) void b.handle;
+    const replay = backend.captureGraph(() => swapped.forEach(launchItem), { devices, copies: items.some((item) => item.kind === "copy") });
     return replay ? { replay, inputs: own } : null;
   }
 }

@@ -49,21 +49,32 @@ function programFor(item: ExecItem & { kind: "kernel" }): Program {
 export function runItem(item: ExecItem, debug = debugLevel()): void {
   for (const observe of execObservers) observe(item);
   if (item.kind === "copy") {
-    const backend = Device.backend(item.dst.device);
-    const sameKind = item.src.device.split(":")[0] === item.dst.device.split(":")[0];
-    if (backend.transfer && sameKind) backend.transfer(item.dst.handle, item.src.handle, item.src.nbytes, item.src.device);
-    else item.dst.copyin(item.src.toTypedArray());
-    GlobalCounters.globalMem += item.src.nbytes;
-    if (debug >= 2) console.error(`copy ${item.src.nbytes} bytes ${item.src.device} -> ${item.dst.device}`);
+    copy(item);
+    countCopy(item, debug);
     return;
   }
   const seconds = programFor(item).run(item.buffers, { wait: debug >= 2 || kernelTimers.size > 0 }) ?? 0;
   countKernel(item, seconds, debug);
 }
 
-/** Launches a kernel item and nothing else (no observers, counters or timing): for recording it into a graph. */
-export function launchKernel(item: ExecItem & { kind: "kernel" }): void {
-  programFor(item).run(item.buffers);
+function copy(item: ExecItem & { kind: "copy" }): void {
+  const backend = Device.backend(item.dst.device);
+  const sameKind = item.src.device.split(":")[0] === item.dst.device.split(":")[0];
+  if (backend.transfer && sameKind) backend.transfer(item.dst.handle, item.src.handle, item.src.nbytes, item.src.device);
+  else item.dst.copyin(item.src.toTypedArray());
+}
+
+/** Launches an item and nothing else (no observers, counters or timing): for recording it into a graph. */
+export function launchItem(item: ExecItem): void {
+  if (item.kind === "copy") {
+    if (!Device.backend(item.dst.device).recordCopy?.(item.dst, item.src)) copy(item);
+  } else programFor(item).run(item.buffers);
+}
+
+/** What running a copy item adds to the counters (and DEBUG's log). */
+export function countCopy(item: ExecItem & { kind: "copy" }, debug = debugLevel()): void {
+  GlobalCounters.globalMem += item.src.nbytes;
+  if (debug >= 2) console.error(`copy ${item.src.nbytes} bytes ${item.src.device} -> ${item.dst.device}`);
 }
 
 /** What running a kernel item adds to the counters and timers (and DEBUG's log), `seconds` its time if measured. */

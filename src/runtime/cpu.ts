@@ -170,8 +170,10 @@ export function cpuBackend(): Backend {
     hostForms: true,
     ...hostMemory,
     compile: (kernel) => new CpuProgram(kernel),
-    captureGraph: (run) => {
-      if (getenv("CPU_GRAPH", 1) === 0) return undefined;
+    // a copy between two CPU devices' buffers goes into a graph as a memcpy (host memory)
+    recordCopy: (dst, src) => (recording && src.device.startsWith("CPU") ? (recording.push({ copy: { dst, src } }), true) : false),
+    captureGraph: (run, span) => {
+      if (getenv("CPU_GRAPH", 1) === 0 || span.devices.some((d) => !d.startsWith("CPU"))) return undefined;
       const calls: GraphCall[] = [];
       recording = calls;
       try {

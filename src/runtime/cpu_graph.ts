@@ -1,7 +1,7 @@
-// The CPU device's graphs: a jitted function's kernel calls, recorded once into a table of (function pointer,
-// buffer addresses), replayed by one native call whose C loop calls each kernel in turn. Replaying kernel by
-// kernel costs a koffi call, an argument array and two clock reads per kernel (~5 us: 2-3 ms of a BERT-tiny
-// step's 13); a graph costs one call for the whole step.
+// The CPU device's graphs: a jitted function's kernel calls (and copies between virtual CPU devices), recorded
+// once into a table of (function pointer, buffer addresses), replayed by one native call whose C loop calls
+// each kernel in turn. Kernel by kernel, a replay costs a koffi call, an argument array and two clock reads
+// per kernel (~5 us: 2-3 ms of a BERT-tiny step's 13); a graph costs one call for the whole step.
 import koffi from "koffi";
 import type { Buffer } from "../device.ts";
 import { debugLevel } from "../helpers.ts";
@@ -10,17 +10,17 @@ import { type CompiledFunction, compileLibraries, findCompiler } from "./compile
 /** The most buffers a recorded kernel may take (the scheduler caps kernels at 48 inputs and one output). */
 export const GRAPH_MAX_BUFFERS = 64;
 
-/** One recorded kernel call: where its function lives and the buffers it runs on, in slot order. */
-export interface GraphCall {
-  readonly fn: CompiledFunction;
-  readonly buffers: readonly Buffer[];
-}
+/** One recorded call: a kernel (where its function lives, the buffers it runs on in slot order), or a copy between two CPU devices' buffers. */
+export type GraphCall =
+  | { readonly fn: CompiledFunction; readonly buffers: readonly Buffer[] }
+  | { readonly copy: { readonly dst: Buffer; readonly src: Buffer } };
 
 /** Replays counted, for tests and DEBUG output. */
 export const cpuGraphStats = { built: 0, replays: 0 };
 
-// Calls every kernel of a table: per call, the function pointer, the buffer count n, then n addresses. Kernels
-// are `void f(T0* b0, ..., int threads)`: every buffer is a pointer, so each arity is one cast.
+// Walks a table: per call, the function pointer, the word count n, then n words: a kernel's buffer addresses
+// (kernels are `void f(T0* b0, ..., int threads)`: every buffer is a pointer, so each arity is one cast), or
+// for a copy (pointer 0) the destination, the source and the byte count.
 const cases = Array.from({ length: GRAPH_MAX_BUFFERS }, (_, i) => {
   const n = i + 1;
   const types = Array.from({ length: n }, () => "void*").join(", ");
@@ -28,6 +28,7 @@ const cases = Array.from({ length: GRAPH_MAX_BUFFERS }, (_, i) => {
   return `    case ${n}: ((void (*)(${types}, int))fn)(${args}, threads); break;`;
 });
 const RUNNER_SOURCE = `#include <stdint.h>
+#include <string.h>
 #include <dlfcn.h>
 
 void tg_kernel(const uint64_t* table, int64_t calls, int threads) {
@@ -35,7 +36,8 @@ void tg_kernel(const uint64_t* table, int64_t calls, int threads) {
   for (int64_t c = 0; c < calls; c++) {
     void* fn = (void*)(uintptr_t)p[0];
     const uint64_t* a = p + 2;
-    switch ((int)p[1]) {
+    if (!fn) memcpy((void*)(uintptr_t)a[0], (const void*)(uintptr_t)a[1], (size_t)a[2]);
+    else switch ((int)p[1]) {
 ${cases.join("\n")}
     }
     p += 2 + p[1];
@@ -79,40 +81,46 @@ function loadRunner(): Runner | null {
 const symbols = new Map<string, bigint>();
 
 /**
- * One replayable graph of `calls` (run with `threads` threads each), or undefined where it cannot be (the
- * runner does not build, a kernel takes more than GRAPH_MAX_BUFFERS buffers or cannot be found). The replay
+ * One replayable graph of `calls` (kernels run with `threads` threads each), or undefined where it cannot be
+ * (the runner does not build, a kernel takes more than GRAPH_MAX_BUFFERS buffers or cannot be found). The replay
  * returns the seconds it ran. A buffer whose memory was given back and allocated again since is seen on the
  * next replay (each buffer's handle is compared): the table is rebuilt, never run on old memory.
  */
 export function cpuGraph(calls: readonly GraphCall[], threads: number): (() => number) | undefined {
   const r = loadRunner();
-  if (!r || calls.some((c) => c.buffers.length > GRAPH_MAX_BUFFERS)) return undefined;
-  const pointers: bigint[] = [];
-  for (const { fn } of calls) {
-    let pointer = symbols.get(fn.symbol);
-    if (pointer === undefined) symbols.set(fn.symbol, (pointer = BigInt(r.symbol(fn.path, fn.symbol))));
-    if (pointer === 0n) return undefined;
-    pointers.push(pointer);
+  if (!r) return undefined;
+  // each call as (function pointer, the buffers whose addresses follow, a byte count after them for a copy)
+  const entries: { pointer: bigint; buffers: readonly Buffer[]; bytes?: number }[] = [];
+  for (const c of calls) {
+    if ("copy" in c) {
+      entries.push({ pointer: 0n, buffers: [c.copy.dst, c.copy.src], bytes: c.copy.src.nbytes });
+      continue;
+    }
+    let pointer = symbols.get(c.fn.symbol);
+    if (pointer === undefined) symbols.set(c.fn.symbol, (pointer = BigInt(r.symbol(c.fn.path, c.fn.symbol))));
+    if (pointer === 0n || c.buffers.length > GRAPH_MAX_BUFFERS) return undefined;
+    entries.push({ pointer, buffers: c.buffers });
   }
-  const buffers = [...new Set(calls.flatMap((c) => c.buffers))];
-  const table = new BigUint64Array(calls.reduce((n, c) => n + 2 + c.buffers.length, 0));
+  const buffers = [...new Set(entries.flatMap((e) => e.buffers))];
+  const table = new BigUint64Array(entries.reduce((n, e) => n + 2 + e.buffers.length + (e.bytes === undefined ? 0 : 1), 0));
   // the memory the table points into, kept reachable while the graph is: what a buffer held when the table was built
   let held: unknown[] = [];
   const build = (): void => {
     held = buffers.map((b) => b.handle);
     let at = 0;
-    calls.forEach((c, i) => {
-      table[at++] = pointers[i]!;
-      table[at++] = BigInt(c.buffers.length);
-      for (const b of c.buffers) table[at++] = koffi.address(b.handle);
-    });
+    for (const { pointer, buffers, bytes } of entries) {
+      table[at++] = pointer;
+      table[at++] = BigInt(buffers.length + (bytes === undefined ? 0 : 1));
+      for (const b of buffers) table[at++] = koffi.address(b.handle);
+      if (bytes !== undefined) table[at++] = BigInt(bytes);
+    }
   };
   build();
   cpuGraphStats.built++;
   return () => {
     if (buffers.some((b, i) => b.handle !== held[i])) build();
     const start = performance.now();
-    r.run(table.buffer as ArrayBuffer, calls.length, threads);
+    r.run(table.buffer as ArrayBuffer, entries.length, threads);
     cpuGraphStats.replays++;
     return (performance.now() - start) / 1000;
   };

@@ -404,7 +404,8 @@ export function cudaBackend(index: number): Backend {
       d.check("cuMemcpyHtoD_v2", d.cuMemcpyHtoD_v2((raw as CudaMemory).pointer, data, data.byteLength), `${data.byteLength} bytes to CUDA:${index}`);
     },
     compile: (kernel) => new CudaProgram(device, kernel),
-    captureGraph: (run) => device.captureGraph(run),
+    // one stream's capture: kernels of this device only
+    captureGraph: (run, span) => (span.devices.length === 1 && !span.copies ? device.captureGraph(run) : undefined),
     transfer: (dstRaw, srcRaw, bytes, srcDevice) => {
       const [dst, src] = [dstRaw as CudaMemory, srcRaw as CudaMemory];
       const srcIndex = Number(srcDevice.split(":")[1] ?? 0);

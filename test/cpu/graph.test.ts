@@ -84,3 +84,33 @@ test("a buffer given back and allocated again between replays is seen: the graph
   assert.deepEqual(f(x(4)).tolist(), expected);
   assert.equal(cpuGraphStats.replays, replays + 1, "the graph ran");
 });
+
+test("a data-parallel step over virtual CPU devices replays as one graph, copies included, bit for bit", { skip: !hasCpu }, () => {
+  const devices = ["CPU:1", "CPU:2"];
+  const makeShardedStep = () => {
+    Tensor.manualSeed(11);
+    const w = Tensor.randn([16, 4], { device: devices.join(","), requiresGrad: true }).realize();
+    return {
+      w,
+      step: jit((x: Tensor): Tensor => {
+        const loss = x.matmul(w).tanh().square().mean();
+        w.grad = null;
+        loss.backward();
+        w.assign(w.sub(w.grad!.mul(0.1)));
+        return loss;
+      }),
+    };
+  };
+  const graphed = makeShardedStep();
+  const plain = makeShardedStep();
+  const before = { ...cpuGraphStats };
+  for (let i = 0; i < 5; i++) {
+    const x = input(i).shard(devices, 0);
+    const a = graphed.step(x).item();
+    const b = withEnv("CPU_GRAPH", "0", () => plain.step(input(i).shard(devices, 0)).item());
+    assert.equal(a, b, `loss at step ${i}`);
+    assert.deepEqual(graphed.w.tolist(), plain.w.tolist(), `weights after step ${i}`);
+  }
+  assert.equal(cpuGraphStats.built - before.built, 1);
+  assert.equal(cpuGraphStats.replays - before.replays, 3);
+});
