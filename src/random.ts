@@ -30,12 +30,17 @@ export function threefry2x32(x0: UOp, x1: UOp, k0: UOp, k1: UOp): [UOp, UOp] {
 
 /**
  * `n` uniformly random uint32 words under key (seed, counter): `counter` is a one-element uint32 node
- * (read from a device buffer, so a replayed JIT draws new numbers each call).
+ * (read from a device buffer, so a replayed JIT draws new numbers each call). With `start`, words
+ * start..start+n-1 of that stream: a device computes only its slice of one logical draw.
  */
-export function randomBits(n: number, seed: number, counter: UOp, device: string): UOp {
-  const half = Math.ceil(n / 2);
-  const index = UOp.index(half, device).bitcast(dtypes.uint32);
+export function randomBits(n: number, seed: number, counter: UOp, device: string, start = 0): UOp {
+  // word j is half (lo or hi) of the Threefry pair j / 2
+  const [first, end] = [Math.floor(start / 2), Math.ceil((start + n) / 2)];
+  const half = end - first;
+  const local = UOp.index(half, device).bitcast(dtypes.uint32);
+  const index = first === 0 ? local : local.alu("ADD", u32(first, local));
   const zero = u32(0, index);
   const [lo, hi] = threefry2x32(index, zero, u32(seed, index), counter.reshape([1]).expand([half]));
-  return lo.reshape([half, 1]).pad([[0, 0], [0, 1]]).alu("ADD", hi.reshape([half, 1]).pad([[0, 0], [1, 0]])).reshape([half * 2]).shrink([[0, n]]);
+  const words = lo.reshape([half, 1]).pad([[0, 0], [0, 1]]).alu("ADD", hi.reshape([half, 1]).pad([[0, 0], [1, 0]])).reshape([half * 2]);
+  return words.shrink([[start - 2 * first, start - 2 * first + n]]);
 }

@@ -165,9 +165,24 @@ export class Tensor {
     const key = Tensor.nextRngKey(devices[0]!);
     const draws = devices.map((d) => randomBits(prod(shape as number[]), Tensor.seed, key.copyTo(d), d));
     const bits = new Tensor(draws.length === 1 ? draws[0]! : new MultiLazy(draws, null));
-    // 23 random mantissa bits under exponent 0 give [1, 2); minus 1 gives [0, 1)
-    const one = bits.shr(9).bitwiseOr(0x3f800000).bitcast(dtypes.float32).sub(1);
-    return one.reshape(shape).cast(toDtype(opts.dtype, Tensor.defaultFloat)).withGrad(opts);
+    return uniformFromBits(bits).reshape(shape).cast(toDtype(opts.dtype, Tensor.defaultFloat)).withGrad(opts);
+  }
+  /**
+   * `Tensor.rand(like.shape)` on like's devices, float32, laid out as `like` is: sharded along the first
+   * axis, each device draws only its slice of the one logical draw (the numbers the replicated draw's slice
+   * holds: a dropout mask over a sharded batch costs each device its share, not the whole batch).
+   */
+  private static randLike(like: Tensor): Tensor {
+    const node = like.node;
+    if (!(node instanceof MultiLazy) || node.axis !== 0) return Tensor.rand(like.shape, { device: like.device, dtype: dtypes.float32 });
+    const key = Tensor.nextRngKey(node.devices[0]!);
+    let start = 0;
+    const draws = node.shards.map((shard) => {
+      const bits = randomBits(shard.numel, Tensor.seed, key.copyTo(shard.device), shard.device, start);
+      start += shard.numel;
+      return bits;
+    });
+    return uniformFromBits(new Tensor(new MultiLazy(draws, 0))).reshape(like.shape);
   }
   static uniform(shape: readonly number[], low = 0, high = 1, opts: TensorOptions = {}): Tensor {
     const dtype = toDtype(opts.dtype, Tensor.defaultFloat);
@@ -771,7 +786,7 @@ export class Tensor {
     if (p < 0 || p >= 1) throw new TsgradError(`dropout probability ${p} must be in [0, 1)`);
     // the mask is stored, a byte an element: the output's readers (a residual's layer norm reads it three
     // times) and the backward pass read it, where each would otherwise run Threefry again
-    const keep = Tensor.rand(this.shape, { device: this.device, dtype: dtypes.float32 }).ge(p).contiguous();
+    const keep = Tensor.randLike(this).ge(p).contiguous();
     return keep.where(this.mul(1 / (1 - p)), 0);
   }
   /** One-hot encoding along a new last axis. */
@@ -915,6 +930,9 @@ function encode(flat: ArrayLike<number | bigint>, dtype: DType): TypedArray {
   }
   return out;
 }
+
+/** Uniform [0, 1) float32 from random uint32 words: 23 random mantissa bits under exponent 0 give [1, 2), minus 1. */
+const uniformFromBits = (bits: Tensor): Tensor => bits.shr(9).bitwiseOr(0x3f800000).bitcast(dtypes.float32).sub(1);
 
 /** erf on a host number (for constants such as the truncated normal's bounds). */
 function erfScalar(x: number): number {

@@ -1,6 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Tensor, TsgradError, UOp } from "../../src/index.ts";
+import { GlobalCounters, Tensor, TsgradError, UOp } from "../../src/index.ts";
+import { recordItems } from "../../src/engine/realize.ts";
 import { allReduce } from "../../src/multi.ts";
 import { jit } from "../../src/engine/jit.ts";
 import { assertClose, values } from "./harness.ts";
@@ -110,4 +111,62 @@ test("replicated weights stay identical on every device", () => {
   const w = Tensor.normal([2, 2], 0, 1, { device: devs(3).join(",") }).realize();
   const copies = (w.node as unknown as { shards: UOp[] }).shards.map((u) => values(new Tensor(u)));
   for (const c of copies.slice(1)) assert.deepEqual(c, copies[0]);
+});
+
+/** The gradients of a replicated weight and bias from a batch sharded over `n` devices: ops counted, kernels recorded. */
+function gradientWork(n: number) {
+  Tensor.manualSeed(1);
+  const x = Tensor.randn([8, 4, 16], { device: "JS" }).realize();
+  const w = Tensor.randn([16, 16], { device: "JS", requiresGrad: true }).realize();
+  const b = Tensor.randn([16], { device: "JS", requiresGrad: true }).realize();
+  const xs = n > 1 ? x.shard(devs(n), 0) : x;
+  if (n > 1) for (const p of [w, b]) p.node = p.to(devs(n)).realize().node;
+  xs.matmul(w).add(b).square().sum().backward();
+  GlobalCounters.reset();
+  const { items } = recordItems(() => Tensor.realizeAll([w.grad!, b.grad!]));
+  return { ops: GlobalCounters.globalOps, items, grads: [values(w.grad!), values(b.grad!)] };
+}
+
+test("data parallelism does no redundant work: weight and bias gradients on 2 devices cost one device's operations", () => {
+  const one = gradientWork(1);
+  const two = gradientWork(2);
+  two.grads.forEach((g, i) => assertClose(g, one.grads[i]!, { atol: 1e-4, what: `gradient ${i}` }));
+  // a replicated operand broadcast over the batch (the bias) met the sharded batch as a slice of the full-size
+  // broadcast: its gradient was a padded full batch on every device (120080 operations here instead of 36352)
+  assert.ok(two.ops <= one.ops * 1.05, `2 devices: ${two.ops} operations, 1 device: ${one.ops}`);
+});
+
+test("an all-reduce of computed shards computes each shard whole first: the ring's kernels only add", () => {
+  const { items } = gradientWork(2);
+  // on 2 devices the ring moves halves: 128 of the weight gradient's 256 values, 8 of the bias's 16. A half's
+  // kernel that did more than one addition an element computed its slice of the partial gradient (a matmul
+  // cut through a flat view, lowered as plain loops), 10240 operations for 128 values
+  const halves = items.flatMap((item) => (item.kind === "kernel" && [128, 8].includes(item.kernel.outputShape.reduce((a, b) => a * b, 1)) ? [item.kernel] : []));
+  assert.ok(halves.length >= 4, `the ring's kernels: ${halves.map((k) => k.name).join(", ")}`);
+  for (const k of halves) assert.ok(k.flops <= k.outputShape.reduce((a, b) => a * b, 1), `${k.name}: ${k.flops} operations`);
+});
+
+test("a sharded batch's dropout draws only each device's slice of the one logical mask", () => {
+  const drop = (devices: string[] | null): { values: number[]; ops: number } => {
+    Tensor.manualSeed(5);
+    Tensor.training = true;
+    try {
+      let x = new Tensor(data(6 * 7 * 5), { device: "JS", dtype: "float32" }).reshape([6, 7, 5]);
+      if (devices) x = x.shard(devices, 0);
+      x.realize();
+      const out = x.dropout(0.3);
+      GlobalCounters.reset();
+      out.realize();
+      return { values: values(out), ops: GlobalCounters.globalOps };
+    } finally {
+      Tensor.training = false;
+    }
+  };
+  const one = drop(null);
+  for (const n of [2, 3]) {
+    const many = drop(devs(n));
+    assert.deepEqual(many.values, one.values, `${n} devices: the mask of one device`);
+    // each device runs Threefry for its own rows only: the same operations as one device, not n times them
+    assert.ok(many.ops <= one.ops * 1.1, `${n} devices: ${many.ops} operations, one device: ${one.ops}`);
+  }
 });
