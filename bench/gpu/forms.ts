@@ -1,10 +1,11 @@
 // Which form each kernel of one BERT train step takes on CUDA (tensor cores, group reduce, plain loops),
 // with its share of the step's FLOPs, without a GPU: the step runs on a NULL device whose kernels do
 // nothing, and every kernel is shaped by the CUDA backend's own choice (cuda_opts.ts). Also the device memory
-// the step's buffers take (footprint_gib: will a batch fit a GPU?). `--source NAME` (or
+// the step's buffers take (footprint_gib: will a batch fit a GPU?). `--devices N` shards the batch over N such
+// devices, the weights replicated (data parallelism: kernels and footprint are then per device). `--source NAME` (or
 // "NAME FORM") prints the CUDA C of the first kernel of that name (and form); `--plain`, its lowering
 // without options. Prints one JSON object (and the sources, to stderr).
-// Usage: npx tsx bench/gpu/forms.ts [--batch 8] [--seq 512] [--preset large] [--layers 24] [--source r_1024]
+// Usage: npx tsx bench/gpu/forms.ts [--batch 8] [--seq 512] [--preset large] [--layers 24] [--devices 1] [--source r_1024]
 import { parseArgs } from "node:util";
 import { Device, Tensor, dtypes } from "../../src/index.ts";
 import type { KernelIR } from "../../src/codegen/ir.ts";
@@ -17,14 +18,15 @@ import { NO_OPTS } from "../../src/codegen/opts.ts";
 import { BERT_PRESETS, BertForPretraining, type BertPresetName } from "../../models/bert.ts";
 import { createBertOptimizer, makeBertTrainStep, trainStepOptionsFromEnv } from "../../models/bert_train_step.ts";
 import { fakeBatch, samplesToTensors } from "../../mlperf/bert/data/loader.ts";
+import { replicateParameters } from "../../src/nn/parallel.ts";
 
 const { values } = parseArgs({ options: {
   help: { type: "boolean" },
   batch: { type: "string", default: "8" }, seq: { type: "string", default: "512" }, preset: { type: "string", default: "large" },
-  layers: { type: "string" }, source: { type: "string", multiple: true, default: [] }, plain: { type: "boolean" },
+  layers: { type: "string" }, devices: { type: "string", default: "1" }, source: { type: "string", multiple: true, default: [] }, plain: { type: "boolean" },
 } });
 if (values.help) {
-  console.log("Usage: npx tsx bench/gpu/forms.ts [--batch 8] [--seq 512] [--preset large] [--layers 24] [--source NAME]... [--plain]");
+  console.log("Usage: npx tsx bench/gpu/forms.ts [--batch 8] [--seq 512] [--preset large] [--layers 24] [--devices 1] [--source NAME]... [--plain]");
   process.exit(0);
 }
 const [batchSize, seq] = [Number(values.batch), Number(values.seq)];
@@ -42,10 +44,12 @@ Device.register("NULL", () => ({
 Device.DEFAULT = "NULL";
 Tensor.defaultFloat = dtypes.float16;
 
+const devices = Array.from({ length: Number(values.devices) }, (_, i) => `NULL:${i}`);
 const model = new BertForPretraining(config);
+if (devices.length > 1) replicateParameters(model, devices);
 const { optimizer, scheduler } = createBertOptimizer(model, { lr: 1e-4, totalSteps: 1000, warmupSteps: 0 });
 const step = makeBertTrainStep({ model, optimizer, scheduler }, trainStepOptionsFromEnv(dtypes.float16));
-const batch = samplesToTensors(fakeBatch(batchSize, seq, Math.min(76, seq), 0, config.vocabSize));
+const batch = samplesToTensors(fakeBatch(batchSize, seq, Math.min(76, seq), 0, config.vocabSize), devices.length > 1 ? devices : undefined);
 Tensor.realizeAll([...batch, ...optimizer.params]);
 
 const started = performance.now();
@@ -54,7 +58,7 @@ const kernels = recorded.flatMap((item) => (item.kind === "kernel" ? [item.kerne
 // the distinct buffers one step touches (after the scheduler's memory planner): parameters, optimizer
 // state, the batch and every intermediate, all held by a jitted step's capture
 const buffers = new Set(recorded.flatMap((item) => (item.kind === "kernel" ? item.buffers : [item.src, item.dst])));
-const footprintGiB = [...buffers].reduce((sum, b) => sum + b.nbytes, 0) / 2 ** 30;
+const footprintGiB = Math.max(...devices.map((d) => [...buffers].reduce((sum, b) => sum + (Device.canonicalize(b.device) === Device.canonicalize(d) ? b.nbytes : 0), 0))) / 2 ** 30;
 const hostSeconds = (performance.now() - started) / 1000;
 
 // bytes each kernel moves at least: every buffer it touches, read or written once (a kernel outside tensor cores
@@ -98,7 +102,7 @@ for (const r of rows.values()) {
   byForm[form] = (byForm[form] ?? 0) + r.gflop / (totalFlops / 1e9);
 }
 console.log(JSON.stringify({
-  model: `BERT-${values.preset} (${config.numHiddenLayers} layers) float16`, batch: batchSize, seq, kernels: kernels.length, distinct_kernels: formOf.size, host_s: +hostSeconds.toFixed(1),
+  model: `BERT-${values.preset} (${config.numHiddenLayers} layers) float16`, batch: batchSize, seq, devices: devices.length, kernels_per_device: Math.round(kernels.length / devices.length), distinct_kernels: formOf.size, host_s: +hostSeconds.toFixed(1),
   footprint_gib: +footprintGiB.toFixed(2),
   gb_moved_by_form: Object.fromEntries(Object.entries(bytesByForm).map(([k, v]) => [k, +v.toFixed(2)])),
   flop_share_by_form: Object.fromEntries(Object.entries(byForm).map(([k, v]) => [k, +v.toFixed(4)])),

@@ -113,6 +113,26 @@ export function matchOneHot(src: UOp, idx: readonly Idx[], r: Idx, inputs: Input
 
 const isIntegral = (d: DType): boolean => d.kind === "int" || d.kind === "uint";
 
+const oneHotProducts = new WeakMap<UOp, boolean>();
+
+/**
+ * Whether `reduce` sums a one-hot selection over other axes than its class axis: WHERE(x == r + offset, v, 0)
+ * with r an axis kept in the output (an embedding's gradient: a product, which a GPU runs on tensor cores). A
+ * sum over the class axis itself is a gather (an embedding lookup) and answers false.
+ */
+export function isOneHotProduct(reduce: UOp): boolean {
+  let answer = oneHotProducts.get(reduce);
+  if (answer === undefined) {
+    const { op, axes } = reduce.arg as ReduceArg;
+    const src = reduce.src[0]!;
+    const idx = src.shape.map((n, d) => ivar(`a${d}`, n));
+    const classAxes = op === "ADD" ? idx.flatMap((i, d) => (i.kind === "var" && matchOneHot(src, idx, i, new Map()) ? [d] : [])) : [];
+    answer = classAxes.length > 0 && !classAxes.some((d) => axes.includes(d));
+    oneHotProducts.set(reduce, answer);
+  }
+  return answer;
+}
+
 /** An INDEX-derived integer value (index, constants, +, * by constants, integer casts) as an index expression. */
 function asIndex(node: UOp, idx: readonly Idx[], inputs: Inputs): Idx | undefined {
   const at = throughMoves(node, idx, inputs);

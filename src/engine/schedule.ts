@@ -10,6 +10,7 @@ import { type KernelBuffer, type KernelIR } from "../codegen/ir.ts";
 import { type KernelSpec, lowerKernel } from "../codegen/lower.ts";
 import { type PackedOperand, packOperands } from "./pack.ts";
 import { MOVEMENT_OPS, type ReduceArg, UOp, isElementwise, isMatmul, isNarrowingFloatCast, isWideningFloatCast, skipCasts } from "../uop.ts";
+import { isOneHotProduct } from "../codegen/one_hot.ts";
 
 export type ExecItem =
   | { readonly kind: "kernel"; readonly kernel: KernelIR; readonly buffers: Buffer[] }
@@ -176,9 +177,10 @@ function markRecomputedWork(stored: Set<UOp>, users: ReadonlyMap<UOp, number>): 
       // a reduce, or a narrowing cast that is all its reduce's readers see (then stored in its place)
       const reduce = n.op === "REDUCE" ? n : isNarrowingFloatCast(n) ? soleReduceUnder(n, users, stored) : undefined;
       if (reduce && n !== root && (underExpand || inReduce)) return mark(n);
-      // one matmul a kernel: a second one beside it (a gelu's input recomputed in its backward) is stored,
-      // so that each can be tiled as a matmul (tensor cores) instead of both running as plain loops
-      if (reduce && !inReduce && !underExpand && isMatmul(reduce)) {
+      // one matmul a kernel: a second one beside it (a gelu's input recomputed in its backward, a tied
+      // embedding's two gradients summed) is stored, so that each can be tiled as a matmul (tensor cores)
+      // instead of both running as plain loops
+      if (reduce && !inReduce && !underExpand && (isMatmul(reduce) || isOneHotProduct(reduce))) {
         if (matmuls > 0 && n !== root) return mark(n);
         if (n === reduce) matmuls++;
       }

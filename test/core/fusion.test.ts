@@ -5,6 +5,7 @@ import type { Stmt } from "../../src/codegen/ir.ts";
 import { createSchedule } from "../../src/engine/schedule.ts";
 import { kernelSpecOf, lowerKernel } from "../../src/codegen/lower.ts";
 import { NO_OPTS } from "../../src/codegen/opts.ts";
+import { isOneHotProduct } from "../../src/codegen/one_hot.ts";
 
 const values = (t: Tensor): number[] => Array.from(t.toArray() as Float32Array);
 
@@ -98,6 +99,28 @@ test("the gradient of an input several matmuls read is one matmul each, then a s
   const expected = up.map((u, i) => u.matmul([wq!, wk!, wv!][i]!)).reduce((a, b) => a.add(b));
   const [got, want] = [values(x!.grad!), values(expected)];
   got.forEach((g, i) => assert.ok(Math.abs(g - want[i]!) <= 1e-4 * (1 + Math.abs(want[i]!)), `element ${i}: ${g} vs ${want[i]}`));
+});
+
+test("a tied embedding's two gradients (a matmul and a one-hot product) are summed after two kernels, not computed in one", () => {
+  // the decoder's gradient h^T @ g and the lookup's gradient, the one-hot product sum over tokens of [ids == v] * dy
+  const [h, g, dy] = [input([12, 10], 1), input([12, 6], 2), input([20, 6], 3)];
+  const ids = new Tensor(Int32Array.from({ length: 20 }, (_, i) => (i * 7) % 10), { device }).realize();
+  const lookup = ids.unsqueeze(-1).eq(Tensor.arange(10, undefined, 1, { device })).unsqueeze(-1).where(dy.unsqueeze(1), 0).sum({ axis: 0 });
+  const total = h.T.matmul(g).add(lookup).contiguous();
+  const kernels = createSchedule([total.node as UOp]).items.filter((item) => item.kind === "kernel");
+  // one kernel for both ran as loops over every product (on a GPU: no tensor cores); a product beside a matmul is stored
+  assert.equal(kernels.length, 2, kernels.map((k) => (k.kind === "kernel" ? k.kernel.name : "copy")).join(", "));
+  const want = values(h.T.matmul(g).contiguous()).map((v, i) => v + values(lookup.contiguous())[i]!);
+  values(total).forEach((v, i) => assert.ok(Math.abs(v - want[i]!) <= 1e-5, `element ${i}: ${v} vs ${want[i]}`));
+});
+
+test("a one-hot sum over its class axis is a gather (an embedding lookup), over the other axes a product (its gradient)", () => {
+  const ids = new Tensor(Int32Array.from({ length: 20 }, (_, i) => (i * 7) % 10), { device }).realize();
+  const onehot = ids.unsqueeze(-1).eq(Tensor.arange(10, undefined, 1, { device })).unsqueeze(-1);
+  const reduceOf = (t: Tensor): UOp => UOp.toposort([t.node as UOp], () => false).find((n) => n.op === "REDUCE")!;
+  assert.equal(isOneHotProduct(reduceOf(onehot.where(input([10, 6], 1), 0).sum({ axis: 1 }))), false);
+  assert.equal(isOneHotProduct(reduceOf(onehot.where(input([20, 1, 6], 2), 0).sum({ axis: 0 }))), true);
+  assert.equal(isOneHotProduct(reduceOf(input([20, 10], 3).mul(input([20, 10], 4)).sum({ axis: 0 }))), false);
 });
 
 /** Reduce loops right inside the output loops. */
