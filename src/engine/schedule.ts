@@ -177,10 +177,11 @@ function markRecomputedWork(stored: Set<UOp>, users: ReadonlyMap<UOp, number>): 
       // a reduce, or a narrowing cast that is all its reduce's readers see (then stored in its place)
       const reduce = n.op === "REDUCE" ? n : isNarrowingFloatCast(n) ? soleReduceUnder(n, users, stored) : undefined;
       if (reduce && n !== root && (underExpand || inReduce)) return mark(n);
-      // one matmul a kernel: a second one beside it (a gelu's input recomputed in its backward, a tied
-      // embedding's two gradients summed) is stored, so that each can be tiled as a matmul (tensor cores)
-      // instead of both running as plain loops
-      if (reduce && !inReduce && !underExpand && (isMatmul(reduce) || isOneHotProduct(reduce))) {
+      // one matmul a kernel: a second one beside it (a gelu's input recomputed in its backward; on a GPU, a
+      // tied embedding's two gradients summed: its one-hot product runs on tensor cores too) is stored, so
+      // that each can be tiled as a matmul instead of both running as plain loops. (Host backends lower a
+      // one-hot product as a scatter, which takes the other gradient in its epilogue.)
+      if (reduce && !inReduce && !underExpand && (isMatmul(reduce) || (isOneHotProduct(reduce) && Device.backend(reduce.device).hostForms !== true))) {
         if (matmuls > 0 && n !== root) return mark(n);
         if (n === reduce) matmuls++;
       }

@@ -13,7 +13,7 @@ import { buildCudaEmulator, emulatorEnv } from "./emu/build.ts";
 const work = scratchDir("cuda-emu");
 const library = buildCudaEmulator(work);
 // the runtime reads these when it first loads the driver and the compiler
-if (library) Object.assign(process.env, emulatorEnv(library, work));
+if (library) Object.assign(process.env, emulatorEnv(library, work), { TG_EMU_DEVICES: "2" });
 
 const { Device, Tensor, dtypes } = await import("../../src/index.ts");
 const { recordItems } = await import("../../src/engine/realize.ts");
@@ -174,6 +174,37 @@ if (library) {
     assert.deepEqual(outs, plain);
     // call 1 runs, call 2 captures, calls 3 and 4 replay the graph
     assert.equal(graphLaunches() - before, 2);
+  });
+
+  test("data parallelism over two emulated GPUs: the batch sharded, peer copies, the numbers of one JS device", async () => {
+    const { jit } = await import("../../src/engine/jit.ts");
+    const koffi = (await import("koffi")).default;
+    const peerCopies = koffi.load(library).func("int tg_emu_peer_copies(void)") as () => number;
+    const batch = (i: number, shape: number[]) => new Tensor(Array.from({ length: shape.reduce((a, b) => a * b, 1) }, (_, j) => Math.sin(j * 0.37 + i)), { device: "JS", dtype: "float32" }).reshape(shape);
+    const train = (devices: string[]) => {
+      const place = (t: T) => (devices.length > 1 ? t.shard(devices, 0) : t);
+      const params = [batch(100, [16, 32]), batch(101, [32]), batch(102, [32, 4])].map((t) => {
+        const p = (devices.length > 1 ? t.to(devices) : t).realize();
+        p.requiresGrad = true;
+        return p;
+      });
+      const [w1, b1, w2] = params as [T, T, T];
+      const step = jit((x: T, y: T): T => {
+        const loss = x.matmul(w1).add(b1).gelu().matmul(w2).sub(y).square().mean();
+        for (const p of params) p.grad = null;
+        loss.backward();
+        for (const p of params) p.assign(p.sub(p.grad!.mul(0.05)));
+        return loss;
+      });
+      const losses = [0, 1, 2, 3].map((i) => step(place(batch(i, [8, 16])), place(batch(i + 10, [8, 4]))).item());
+      return { losses, weights: params.map((p) => Array.from(p.toArray() as Float32Array)) };
+    };
+    const one = train(["JS"]);
+    const before = peerCopies();
+    const two = train(["CUDA", "CUDA:1"]);
+    assert.ok(peerCopies() - before > 0, "the all-reduce copied between the GPUs peer to peer");
+    two.losses.forEach((l, i) => assert.ok(Math.abs(l - one.losses[i]!) <= 1e-5 * (1 + Math.abs(one.losses[i]!)), `loss ${i}: ${l} vs ${one.losses[i]}`));
+    two.weights.forEach((w, n) => w.forEach((v, i) => assert.ok(Math.abs(v - one.weights[n]![i]!) <= 1e-5, `weight ${n}[${i}]: ${v} vs ${one.weights[n]![i]}`)));
   });
 
   // big enough that each thread takes 4 (or 2) neighbours: vector loads and stores

@@ -277,16 +277,22 @@ bool run_block(uint3 block, uint3 grid, uint3 dim) {
 extern "C" {
 int cuInit(unsigned) { return OK; }
 int cuDriverGetVersion(int *v) { *v = 13000; return OK; }
-int cuDeviceGetCount(int *n) { *n = 1; return OK; }
-int cuDeviceGet(int *d, int ordinal) { if (ordinal != 0) return 101; *d = 0; return OK; }
+/* TG_EMU_DEVICES GPUs (default 1), all in host memory: peer access between any two, peer copies are memcpys */
+static int device_count(void) {
+  const char *n = getenv("TG_EMU_DEVICES");
+  return n && atoi(n) > 0 ? atoi(n) : 1;
+}
+int cuDeviceGetCount(int *n) { *n = device_count(); return OK; }
+int cuDeviceGet(int *d, int ordinal) { if (ordinal < 0 || ordinal >= device_count()) return 101; *d = ordinal; return OK; }
 int cuDeviceGetAttribute(int *v, int attribute, int) {
   /* an H100's: sm_90, 132 multiprocessors, 228 KB of shared memory each */
   *v = attribute == 75 ? 9 : attribute == 76 ? 0 : attribute == 16 ? 132 : attribute == 81 ? 233472 : 0;
   return OK;
 }
 int cuDeviceGetName(char *name, int length, int) { strncpy(name, "tsgrad CPU emulator", (size_t)length); return OK; }
-int cuDeviceCanAccessPeer(int *can, int, int) { *can = 0; return OK; }
-int cuDevicePrimaryCtxRetain(void **context, int) { *context = (void *)0x1000; return OK; }
+int peer_copies = 0; /* cuMemcpyPeer calls, for tests (tg_emu_peer_copies) */
+int cuDeviceCanAccessPeer(int *can, int device, int peer) { *can = device != peer; return OK; }
+int cuDevicePrimaryCtxRetain(void **context, int device) { *context = (void *)(uintptr_t)(0x1000 + device); return OK; }
 int cuCtxSetCurrent(void *) { return OK; }
 int cuCtxSynchronize(void) { return OK; }
 int cuCtxEnablePeerAccess(void *, unsigned) { return OK; }
@@ -302,7 +308,8 @@ int cuMemGetInfo_v2(size_t *free_bytes, size_t *total) { *free_bytes = *total = 
 int cuMemcpyHtoD_v2(uint64_t dst, const void *src, size_t bytes) { memcpy((void *)(uintptr_t)dst, src, bytes); return OK; }
 int cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t bytes) { memcpy(dst, (const void *)(uintptr_t)src, bytes); return OK; }
 int cuMemcpyDtoD_v2(uint64_t dst, uint64_t src, size_t bytes) { memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes); return OK; }
-int cuMemcpyPeer(uint64_t dst, void *, uint64_t src, void *, size_t bytes) { return cuMemcpyDtoD_v2(dst, src, bytes); }
+int cuMemcpyPeer(uint64_t dst, void *, uint64_t src, void *, size_t bytes) { peer_copies++; return cuMemcpyDtoD_v2(dst, src, bytes); }
+int tg_emu_peer_copies(void) { return peer_copies; }
 
 int cuModuleLoadData(void **module, const void *image) {
   const char *text = (const char *)image;
