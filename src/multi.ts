@@ -151,6 +151,9 @@ export function splitSizes(size: number, devices: number, shape: readonly number
   return Array(devices).fill(size / devices);
 }
 
+/** Tensors up to this size are all-reduced by copying every shard to every device rather than around a ring. */
+export const DIRECT_ALL_REDUCE_BYTES = 256 * 1024;
+
 /**
  * Sum (or max) of one same-shaped tensor per device, left on every device. A ring: the data is cut
  * into one chunk per device; n-1 steps pass partial chunks around the ring (reduce-scatter), n-1 more
@@ -162,9 +165,12 @@ export function allReduce(op: ReduceKind, shards: readonly UOp[]): UOp[] {
   const shape = shards[0]!.shape;
   const numel = shards[0]!.numel;
   const combine = (a: UOp, b: UOp): UOp => a.alu(op === "ADD" ? "ADD" : "MAX", b);
-  if (numel < n) {
-    // too small to cut: every device adds up everyone's copy
-    return shards.map((target) => shards.map((s) => s.copyTo(target.device)).reduce(combine));
+  if (numel < n || numel * shards[0]!.dtype.itemsize <= DIRECT_ALL_REDUCE_BYTES) {
+    // small: every device adds up everyone's copy, in the same order (the same bits everywhere): n-1 copies
+    // in and one kernel, where a ring's 2(n-1) steps each cost a copy and a kernel (BERT's biases and layer
+    // norm weights are more than half its tensors)
+    const whole = shards.map((s) => (storedBuffer(s) ? s : s.contiguous()));
+    return whole.map((target) => whole.map((s) => s.copyTo(target.device)).reduce(combine));
   }
   const bounds: [number, number][] = Array.from({ length: n }, (_, c) => [Math.floor((c * numel) / n), Math.floor(((c + 1) * numel) / n)]);
   const chunk = (u: UOp, c: number): UOp => u.reshape([numel]).shrink([bounds[c]!]);
@@ -193,6 +199,56 @@ export function allReduce(op: ReduceKind, shards: readonly UOp[]): UOp[] {
     const padded = parts.map((p, c) => p.pad([[bounds[c]![0], numel - bounds[c]![1]]]));
     return padded.reduce((a, b) => a.alu("ADD", b)).reshape(shape);
   });
+}
+
+/** Gradient buckets: tensors all-reduced together through flat buffers of up to this many bytes (DDP's idea). */
+export const ALL_REDUCE_BUCKET_BYTES = 32 * 2 ** 20;
+/** At most this many tensors a bucket (the kernel that lays them side by side reads each: the scheduler caps inputs at 48). */
+const BUCKET_MAX_TENSORS = 32;
+
+/**
+ * All-reduces several tensors (each one same-shaped node per device) through flat buckets: on each device a
+ * bucket's tensors are stored side by side in one buffer, the buffer is all-reduced, and each tensor is read
+ * back as a view of the result. A ring per tensor costs 2(n-1) copies and kernels per device for each of
+ * BERT's ~400 tensors; a bucket costs them once. A tensor bigger than a bucket goes around the ring alone.
+ */
+export function allReduceMany(op: ReduceKind, tensors: readonly (readonly UOp[])[]): UOp[][] {
+  const out: UOp[][] = new Array(tensors.length);
+  const byDtype = new Map<DType, number[]>();
+  tensors.forEach((parts, i) => byDtype.set(parts[0]!.dtype, [...(byDtype.get(parts[0]!.dtype) ?? []), i]));
+  for (const indices of byDtype.values()) {
+    let bucket: number[] = [];
+    let bytes = 0;
+    const flush = (): void => {
+      if (bucket.length === 0) return;
+      const reduced = bucket.length === 1 ? [allReduce(op, tensors[bucket[0]!]!)] : reduceBucket(op, bucket.map((i) => tensors[i]!));
+      bucket.forEach((i, k) => (out[i] = reduced[k]!));
+      [bucket, bytes] = [[], 0];
+    };
+    for (const i of indices) {
+      const size = tensors[i]![0]!.numel * tensors[i]![0]!.dtype.itemsize;
+      if (bucket.length > 0 && (bytes + size > ALL_REDUCE_BUCKET_BYTES || bucket.length >= BUCKET_MAX_TENSORS)) flush();
+      bucket.push(i);
+      bytes += size;
+    }
+    flush();
+  }
+  return out;
+}
+
+/** One bucket: each device's members stored whole, laid side by side, all-reduced as one buffer, read back as views. */
+function reduceBucket(op: ReduceKind, members: readonly (readonly UOp[])[]): UOp[][] {
+  const sizes = members.map((m) => m[0]!.numel);
+  const offsets = sizes.map((_, k) => sizes.slice(0, k).reduce((a, b) => a + b, 0));
+  const total = offsets.at(-1)! + sizes.at(-1)!;
+  const flat = members[0]!.map((_, d) =>
+    members.map((m, k) => {
+      const u = m[d]!;
+      return (storedBuffer(u) ? u : u.contiguous()).reshape([sizes[k]!]).pad([[offsets[k]!, total - offsets[k]! - sizes[k]!]]);
+    }).reduce((a, b) => a.alu("ADD", b)));
+  // stored once per device: the members' views read it directly
+  const reduced = allReduce(op, flat).map((u) => u.contiguous());
+  return members.map((m, k) => reduced.map((r) => r.shrink([[offsets[k]!, offsets[k]! + sizes[k]!]]).reshape(m[0]!.shape)));
 }
 
 /** Node of a tensor: a single-device UOp or a multi-device one. */

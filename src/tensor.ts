@@ -12,7 +12,7 @@ import { storedBuffer } from "./engine/schedule.ts";
 import { randomBits } from "./random.ts";
 import { reduceInTwo } from "./split_reduce.ts";
 import { type BinaryOp, type Pads, type UnaryOp, UOp } from "./uop.ts";
-import { type Lazy, MultiLazy, allReduce, multiDeviceName, splitDeviceName, splitSizes } from "./multi.ts";
+import { type Lazy, MultiLazy, allReduceMany, multiDeviceName, splitDeviceName, splitSizes } from "./multi.ts";
 
 export type NestedArray = number | boolean | NestedArray[];
 export type TensorData = NestedArray | TypedArray | readonly number[];
@@ -339,9 +339,13 @@ export class Tensor {
     for (const p of params) for (const u of shardsOf(p.node)) byNode.set(u, [...(byNode.get(u) ?? []), p]);
     // on several devices the loss is replicated (an all-reduce made it so): one copy carries the whole gradient
     const grads = computeGradients(shardsOf(this.node)[0]!, shardsOf(seed.node)[0]!, new Set(byNode.keys()));
-    const touched = new Set([...grads.keys()].flatMap((u) => byNode.get(u)!));
+    const touched = [...new Set([...grads.keys()].flatMap((u) => byNode.get(u)!))];
+    // a replicated parameter's gradient is the all-reduce of each device's: all of them together, in buckets
+    const replicated = touched.filter((p) => p.node instanceof MultiLazy && p.node.axis === null);
+    const reduced = new Map(allReduceMany("ADD", replicated.map((p) => localGradients(p.node as MultiLazy, grads))).map((shards, i) => [replicated[i]!, shards]));
     for (const p of touched) {
-      const grad = new Tensor(gradientFor(p.node, grads));
+      const shards = reduced.get(p);
+      const grad = new Tensor(shards ? new MultiLazy(shards, null) : gradientFor(p.node, grads));
       p.grad = p.grad ? p.grad.add(grad) : grad;
     }
   }
@@ -863,10 +867,14 @@ function constOn(like: Lazy, value: number, dtype: DType): Lazy {
  * A parameter's gradient from per-node gradients: on one device, its own; spread over several, each
  * device holds the part from its own shard of the batch, so a replicated parameter sums them (all-reduce).
  */
+/** The gradient of a single-device or sharded node (a replicated one's is an all-reduce: backward buckets those). */
 function gradientFor(node: Lazy, grads: ReadonlyMap<UOp, UOp>): Lazy {
-  if (!(node instanceof MultiLazy)) return grads.get(node)!;
-  const parts = node.shards.map((u) => grads.get(u) ?? UOp.const(0, u.dtype, u.device).reshape(u.shape.map(() => 1)).expand(u.shape));
-  return new MultiLazy(node.axis === null ? allReduce("ADD", parts) : parts, node.axis);
+  return node instanceof MultiLazy ? new MultiLazy(localGradients(node, grads), node.axis) : grads.get(node)!;
+}
+
+/** Each device's gradient of its shard of `node` (zeros where nothing reached it). */
+function localGradients(node: MultiLazy, grads: ReadonlyMap<UOp, UOp>): UOp[] {
+  return node.shards.map((u) => grads.get(u) ?? UOp.const(0, u.dtype, u.device).reshape(u.shape.map(() => 1)).expand(u.shape));
 }
 
 function checkShape(shape: readonly number[]): void {

@@ -102,7 +102,8 @@ for (const r of rows.values()) {
   byForm[form] = (byForm[form] ?? 0) + r.gflop / (totalFlops / 1e9);
 }
 console.log(JSON.stringify({
-  model: `BERT-${values.preset} (${config.numHiddenLayers} layers) float16`, batch: batchSize, seq, devices: devices.length, kernels_per_device: Math.round(kernels.length / devices.length), distinct_kernels: formOf.size, host_s: +hostSeconds.toFixed(1),
+  model: `BERT-${values.preset} (${config.numHiddenLayers} layers) float16`, batch: batchSize, seq, devices: devices.length, kernels_per_device: Math.round(kernels.length / devices.length),
+  ...(devices.length > 1 ? { copies_per_device: Math.round(recorded.filter((item) => item.kind === "copy").length / devices.length) } : {}), distinct_kernels: formOf.size, host_s: +hostSeconds.toFixed(1),
   footprint_gib: +footprintGiB.toFixed(2),
   gb_moved_by_form: Object.fromEntries(Object.entries(bytesByForm).map(([k, v]) => [k, +v.toFixed(2)])),
   flop_share_by_form: Object.fromEntries(Object.entries(byForm).map(([k, v]) => [k, +v.toFixed(4)])),

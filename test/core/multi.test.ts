@@ -113,12 +113,12 @@ test("replicated weights stay identical on every device", () => {
   for (const c of copies.slice(1)) assert.deepEqual(c, copies[0]);
 });
 
-/** The gradients of a replicated weight and bias from a batch sharded over `n` devices: ops counted, kernels recorded. */
-function gradientWork(n: number) {
+/** The gradients of a replicated weight [inner, outer] and bias from a batch sharded over `n` devices: ops counted, items recorded. */
+function gradientWork(n: number, inner = 16, outer = 16) {
   Tensor.manualSeed(1);
-  const x = Tensor.randn([8, 4, 16], { device: "JS" }).realize();
-  const w = Tensor.randn([16, 16], { device: "JS", requiresGrad: true }).realize();
-  const b = Tensor.randn([16], { device: "JS", requiresGrad: true }).realize();
+  const x = Tensor.randn([8, 4, inner], { device: "JS" }).realize();
+  const w = Tensor.randn([inner, outer], { device: "JS", requiresGrad: true }).realize();
+  const b = Tensor.randn([outer], { device: "JS", requiresGrad: true }).realize();
   const xs = n > 1 ? x.shard(devs(n), 0) : x;
   if (n > 1) for (const p of [w, b]) p.node = p.to(devs(n)).realize().node;
   xs.matmul(w).add(b).square().sum().backward();
@@ -136,14 +136,20 @@ test("data parallelism does no redundant work: weight and bias gradients on 2 de
   assert.ok(two.ops <= one.ops * 1.05, `2 devices: ${two.ops} operations, 1 device: ${one.ops}`);
 });
 
-test("an all-reduce of computed shards computes each shard whole first: the ring's kernels only add", () => {
-  const { items } = gradientWork(2);
-  // on 2 devices the ring moves halves: 128 of the weight gradient's 256 values, 8 of the bias's 16. A half's
-  // kernel that did more than one addition an element computed its slice of the partial gradient (a matmul
-  // cut through a flat view, lowered as plain loops), 10240 operations for 128 values
-  const halves = items.flatMap((item) => (item.kind === "kernel" && [128, 8].includes(item.kernel.outputShape.reduce((a, b) => a * b, 1)) ? [item.kernel] : []));
-  assert.ok(halves.length >= 4, `the ring's kernels: ${halves.map((k) => k.name).join(", ")}`);
-  for (const k of halves) assert.ok(k.flops <= k.outputShape.reduce((a, b) => a * b, 1), `${k.name}: ${k.flops} operations`);
+test("replicated gradients are all-reduced together, each device's partial stored whole: the ring's kernels only add", () => {
+  // a weight of 160 x 512 floats and its bias: one bucket of 82432 floats, big enough for the ring
+  const { items, grads } = gradientWork(2, 160, 512);
+  const one = gradientWork(1, 160, 512);
+  grads.forEach((g, i) => assertClose(g, one.grads[i]!, { atol: 1e-3, what: `gradient ${i}` }));
+  const half = (160 * 512 + 512) / 2;
+  // the ring moves halves of the bucket: one copy each way to reduce, one each way to gather (not a ring per tensor)
+  const copies = items.filter((item) => item.kind === "copy" && item.src.nbytes === half * 4);
+  assert.equal(copies.length, 4, `copies: ${items.flatMap((item) => (item.kind === "copy" ? [item.src.nbytes] : [])).join(", ")}`);
+  // a half's kernel that did more than an addition an element computed its slice of a partial gradient (a matmul
+  // cut through a flat view, lowered as plain loops: 10240 operations for 128 values before)
+  const halves = items.flatMap((item) => (item.kind === "kernel" && item.kernel.outputShape.reduce((a, b) => a * b, 1) === half ? [item.kernel] : []));
+  assert.ok(halves.length >= 2, `the ring's kernels: ${halves.map((k) => k.name).join(", ")}`);
+  for (const k of halves) assert.ok(k.flops <= half, `${k.name}: ${k.flops} operations`);
 });
 
 test("a sharded batch's dropout draws only each device's slice of the one logical mask", () => {
