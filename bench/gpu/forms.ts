@@ -13,7 +13,7 @@ import { recordItems } from "../../src/engine/realize.ts";
 import { cudaForm, renderCudaForm } from "../../src/renderer/cuda_opts.ts";
 import { groupSize } from "../../src/renderer/cuda.ts";
 import { describeTensorCoreKernel, matchMatmul, worthTensorCores } from "../../src/renderer/cuda_matmul.ts";
-import { kernelSpecOf, lowerKernel } from "../../src/codegen/lower.ts";
+import { estimateBytes, kernelSpecOf, lowerKernel } from "../../src/codegen/lower.ts";
 import { NO_OPTS } from "../../src/codegen/opts.ts";
 import { BERT_PRESETS, BertForPretraining, type BertPresetName } from "../../models/bert.ts";
 import { createBertOptimizer, makeBertTrainStep, trainStepOptionsFromEnv } from "../../models/bert_train_step.ts";
@@ -61,9 +61,9 @@ const buffers = new Set(recorded.flatMap((item) => (item.kind === "kernel" ? ite
 const footprintGiB = Math.max(...devices.map((d) => [...buffers].reduce((sum, b) => sum + (Device.canonicalize(b.device) === Device.canonicalize(d) ? b.nbytes : 0), 0))) / 2 ** 30;
 const hostSeconds = (performance.now() - started) / 1000;
 
-// bytes each kernel moves at least: every buffer it touches, read or written once (a kernel outside tensor cores
-// is bound by these on a GPU: H200 ~4.8 TB/s)
-const kernelBytes = recorded.flatMap((item) => (item.kind === "kernel" ? [item.buffers.reduce((sum, b) => sum + b.nbytes, 0)] : []));
+// bytes each kernel moves at least: the span of every buffer it touches, read or written once (a kernel outside
+// tensor cores is bound by these on a GPU: H200 ~4.8 TB/s)
+const kernelBytes = kernels.map(estimateBytes);
 type Row = { name: string; form: string; count: number; gflop: number; gb: number; why?: string };
 const rows = new Map<string, Row>();
 const sources = new Set(values.source);

@@ -564,7 +564,29 @@ class Lowerer {
 const requestKey = (r: Request): string => `${r.node.id}|${r.idx.map((i) => i.key).join(",")}|${condKey(r.valid)}`;
 
 /** Bytes a kernel reads and writes (each buffer once). */
-export const estimateBytes = (k: KernelIR): number => k.buffers.reduce((s, b) => s + b.size * b.dtype.itemsize, 0);
+/**
+ * Bytes a kernel moves at least: each buffer's span the kernel's loads and stores can reach, once (a kernel
+ * reading a view, a gradient in a bucket of many, moves its slice, not the bucket).
+ */
+export function estimateBytes(k: KernelIR): number {
+  const spans = k.buffers.map(() => ({ lo: Infinity, hi: -Infinity }));
+  const visit = (stmts: readonly Stmt[]): void => {
+    for (const s of stmts) {
+      if (s.kind === "loop") visit(s.body);
+      else if (s.kind === "store" || (s.kind === "def" && s.expr.op === "LOAD")) {
+        const { buf, index } = s.kind === "store" ? s : (s.expr as { buf: number; index: Idx });
+        spans[buf]!.lo = Math.min(spans[buf]!.lo, index.min);
+        spans[buf]!.hi = Math.max(spans[buf]!.hi, index.max);
+      }
+    }
+  };
+  visit(k.body);
+  return k.buffers.reduce((sum, b, i) => {
+    const { lo, hi } = spans[i]!;
+    const elements = hi >= lo ? Math.min(b.size, Math.max(0, Math.min(hi, b.size - 1) - Math.max(lo, 0) + 1)) : b.size;
+    return sum + elements * b.dtype.itemsize;
+  }, 0);
+}
 
 interface CatPieces {
   readonly axis: number;

@@ -214,3 +214,11 @@ test("an expensive elementwise value several kernels read is stored once on host
   const onGpuLike = kernelShapes(build(input([64, 48], 1).to("PLAINJS2").abs().realize(), false));
   assert.ok(!onGpuLike.includes("E_3072"), onGpuLike.join(" "));
 });
+
+test("a kernel's bytes are the spans it reads and writes: a slice of a big buffer, not the buffer", () => {
+  const big = input([1000, 16], 1);
+  GlobalCounters.reset();
+  big.shrink([[10, 20], [0, 16]]).mul(2).realize();
+  // 10 rows of 16 floats read, 10 rows written (the whole 64000-byte buffer counted before)
+  assert.equal(GlobalCounters.globalMem, 2 * 10 * 16 * 4);
+});
