@@ -136,11 +136,52 @@ export class TinyJit<A extends Tensor[], R extends JitOutput> {
     // every buffer the graph touches exists before recording (allocation is not a launch)
     for (const item of swapped) for (const b of item.kind === "kernel" ? item.buffers : [item.src, item.dst]) void b.handle;
     const replay = backend.captureGraph(() => swapped.forEach(launchItem), { devices, copies: items.some((item) => item.kind === "copy") });
-    return replay ? { replay, inputs: own } : null;
+    if (replay) return { replay, inputs: own };
+    const segments = devices.length > 1 ? segmentGraphs(swapped) : null;
+    return segments ? { replay: segments, inputs: own } : null;
   }
 }
 
-/** `jit(fn)` returns a function with the same signature that captures and replays, plus `reset()`. */
+/**
+ * Where one graph cannot hold the items (CUDA: a graph is one device's stream), one graph per run of a device's
+ * kernels between the copies that device takes part in, the copies launched between them; null if no run has
+ * two kernels. Kernels only touch their own device's buffers and a copy only its two devices', so a device's
+ * kernels may wait until its next copy: the items regroup into long runs (a data-parallel step: a device's
+ * whole forward and backward between all-reduces) with every buffer still written before it is read.
+ */
+function segmentGraphs(items: readonly ExecItem[]): (() => void) | null {
+  const parts: (ExecItem | ExecItem[])[] = [];
+  const pending = new Map<string, ExecItem[]>();
+  const flush = (device: string): void => {
+    const run = pending.get(device);
+    if (run && run.length > 0) parts.push(run);
+    pending.delete(device);
+  };
+  for (const item of items) {
+    if (item.kind === "kernel") {
+      const device = item.buffers[0]!.device;
+      const run = pending.get(device);
+      if (run) run.push(item);
+      else pending.set(device, [item]);
+    } else {
+      flush(item.src.device);
+      flush(item.dst.device);
+      parts.push(item);
+    }
+  }
+  for (const device of [...pending.keys()]) flush(device);
+  let graphs = 0;
+  const steps = parts.map((part) => {
+    if (!Array.isArray(part)) return () => launchItem(part);
+    const device = (part[0] as ExecItem & { kind: "kernel" }).buffers[0]!.device;
+    const graph = part.length > 1 ? Device.backend(device).captureGraph?.(() => part.forEach(launchItem), { devices: [device], copies: false }) : undefined;
+    if (graph) graphs++;
+    return graph ?? (() => part.forEach(launchItem));
+  });
+  return graphs > 0 ? () => steps.forEach((step) => step()) : null;
+}
+
+/** `jit(fn)` returns a function with the same signature that captures and replays, plus `reset()`. *//** `jit(fn)` returns a function with the same signature that captures and replays, plus `reset()`. */
 export function jit<A extends Tensor[], R extends JitOutput>(fn: (...args: A) => R): ((...args: A) => R) & { reset(): void; jit: TinyJit<A, R> } {
   const j = new TinyJit(fn);
   return Object.assign((...args: A) => j.call(...args), { reset: () => j.reset(), jit: j });

@@ -7,8 +7,12 @@ import { type ExecItem, createSchedule, recordRealized } from "./schedule.ts";
 import { beamHeldBack } from "./search.ts";
 import type { UOp } from "../uop.ts";
 
-/** `provisional`: made while BEAM was held back (IGNORE_JIT_FIRST_BEAM), to be made again (searched) after. */
-const programs = new WeakMap<KernelIR, { program: Program; provisional: boolean }>();
+/**
+ * Each kernel's program per device (the same kernel runs on every device of a data-parallel step: a CUDA
+ * program launches on its own GPU's stream). `provisional`: made while BEAM was held back
+ * (IGNORE_JIT_FIRST_BEAM), to be made again (searched) after.
+ */
+const programs = new WeakMap<KernelIR, Map<string, { program: Program; provisional: boolean }>>();
 
 const kernelBytes = new WeakMap<KernelIR, number>();
 const bytesOf = (kernel: KernelIR): number => {
@@ -36,11 +40,14 @@ export function recordItems<T>(fn: () => T): { result: T; items: ExecItem[] } {
 export const kernelTimers = new Set<(item: ExecItem & { kind: "kernel" }, seconds: number) => void>();
 
 function programFor(item: ExecItem & { kind: "kernel" }): Program {
-  // on the replay path: a map lookup, the environment is read only for provisional programs
-  let entry = programs.get(item.kernel);
+  // on the replay path: two map lookups, the environment is read only for provisional programs
+  const device = item.buffers[0]!.device;
+  let byDevice = programs.get(item.kernel);
+  if (!byDevice) programs.set(item.kernel, (byDevice = new Map()));
+  let entry = byDevice.get(device);
   if (!entry || (entry.provisional && !beamHeldBack())) {
-    entry = { program: Device.backend(item.buffers[0]!.device).compile(item.kernel), provisional: beamHeldBack() };
-    programs.set(item.kernel, entry);
+    entry = { program: Device.backend(device).compile(item.kernel), provisional: beamHeldBack() };
+    byDevice.set(device, entry);
   }
   return entry.program;
 }

@@ -176,10 +176,12 @@ if (library) {
     assert.equal(graphLaunches() - before, 2);
   });
 
-  test("data parallelism over two emulated GPUs: the batch sharded, peer copies, the numbers of one JS device", async () => {
+  test("data parallelism over two emulated GPUs: the batch sharded, peer copies, graphs per device, each kernel on its own GPU, the numbers of one JS device", async () => {
     const { jit } = await import("../../src/engine/jit.ts");
     const koffi = (await import("koffi")).default;
     const peerCopies = koffi.load(library).func("int tg_emu_peer_copies(void)") as () => number;
+    const graphLaunches = koffi.load(library).func("int tg_emu_graph_launches(void)") as () => number;
+    const foreignLaunches = koffi.load(library).func("int tg_emu_foreign_launches(void)") as () => number;
     const batch = (i: number, shape: number[]) => new Tensor(Array.from({ length: shape.reduce((a, b) => a * b, 1) }, (_, j) => Math.sin(j * 0.37 + i)), { device: "JS", dtype: "float32" }).reshape(shape);
     const train = (devices: string[]) => {
       const place = (t: T) => (devices.length > 1 ? t.shard(devices, 0) : t);
@@ -200,9 +202,13 @@ if (library) {
       return { losses, weights: params.map((p) => Array.from(p.toArray() as Float32Array)) };
     };
     const one = train(["JS"]);
-    const before = peerCopies();
+    const [copiesBefore, graphsBefore, foreignBefore] = [peerCopies(), graphLaunches(), foreignLaunches()];
     const two = train(["CUDA", "CUDA:1"]);
-    assert.ok(peerCopies() - before > 0, "the all-reduce copied between the GPUs peer to peer");
+    // each kernel ran on the GPU that holds its buffers (CUDA:1's were once launched on CUDA:0, reading over the link)
+    assert.equal(foreignLaunches() - foreignBefore, 0, "kernels launched on a GPU other than their buffers'");
+    assert.ok(peerCopies() - copiesBefore > 0, "the all-reduce copied between the GPUs peer to peer");
+    // replays (calls 3 and 4) launch each device's runs of kernels between copies as CUDA graphs
+    assert.ok(graphLaunches() - graphsBefore >= 4, `${graphLaunches() - graphsBefore} graph launches`);
     two.losses.forEach((l, i) => assert.ok(Math.abs(l - one.losses[i]!) <= 1e-5 * (1 + Math.abs(one.losses[i]!)), `loss ${i}: ${l} vs ${one.losses[i]}`));
     two.weights.forEach((w, n) => w.forEach((v, i) => assert.ok(Math.abs(v - one.weights[n]![i]!) <= 1e-5, `weight ${n}[${i}]: ${v} vs ${one.weights[n]![i]}`)));
   });

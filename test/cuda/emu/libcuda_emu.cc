@@ -26,6 +26,7 @@
 #include <setjmp.h>
 #include <ucontext.h>
 #include <unistd.h>
+#include <map>
 #include <string>
 #include <vector>
 #define TG_EMU_LIBRARY
@@ -171,12 +172,31 @@ struct Launch {
   std::vector<uint64_t> values;
 };
 struct Stream {
+  int device = 0; /* the device whose context was current when it was made */
   bool capturing = false;
   std::vector<Launch> recorded;
 };
 struct Graph {
+  int device = 0;
   std::vector<Launch> launches;
 };
+
+/* Which device each allocation belongs to, to count launches that read another GPU's memory (legal with
+   peer access, but every such read crosses the interconnect: a kernel run on the wrong GPU) */
+int current_device = 0;
+std::map<uint64_t, std::pair<uint64_t, int>> allocations; /* start -> (end, device) */
+int foreign_launches = 0;
+void check_owner(int device, const std::vector<uint64_t> &values) {
+  for (uint64_t v : values) {
+    auto it = allocations.upper_bound(v);
+    if (it == allocations.begin()) continue;
+    --it;
+    if (v < it->second.first && it->second.second != device) {
+      foreign_launches++;
+      return;
+    }
+  }
+}
 
 std::vector<Fiber> fibers;
 std::vector<Warp> warps;
@@ -293,7 +313,7 @@ int cuDeviceGetName(char *name, int length, int) { strncpy(name, "tsgrad CPU emu
 int peer_copies = 0; /* cuMemcpyPeer calls, for tests (tg_emu_peer_copies) */
 int cuDeviceCanAccessPeer(int *can, int device, int peer) { *can = device != peer; return OK; }
 int cuDevicePrimaryCtxRetain(void **context, int device) { *context = (void *)(uintptr_t)(0x1000 + device); return OK; }
-int cuCtxSetCurrent(void *) { return OK; }
+int cuCtxSetCurrent(void *context) { current_device = (int)((uintptr_t)context - 0x1000); return OK; }
 int cuCtxSynchronize(void) { return OK; }
 int cuCtxEnablePeerAccess(void *, unsigned) { return OK; }
 int cuMemAlloc_v2(uint64_t *pointer, size_t bytes) {
@@ -301,9 +321,12 @@ int cuMemAlloc_v2(uint64_t *pointer, size_t bytes) {
   if (posix_memalign(&p, 256, bytes ? bytes : 1) != 0) return OUT_OF_MEMORY;
   memset(p, 0xA5, bytes); /* like fresh device memory: not zero, so kernels that rely on zeros fail here too */
   *pointer = (uint64_t)(uintptr_t)p;
+  allocations[*pointer] = {*pointer + (bytes ? bytes : 1), current_device};
   return OK;
 }
-int cuMemFree_v2(uint64_t pointer) { free((void *)(uintptr_t)pointer); return OK; }
+int cuMemFree_v2(uint64_t pointer) { allocations.erase(pointer); free((void *)(uintptr_t)pointer); return OK; }
+/* for tests: launches whose pointer arguments reached another device's memory */
+int tg_emu_foreign_launches(void) { return foreign_launches; }
 int cuMemGetInfo_v2(size_t *free_bytes, size_t *total) { *free_bytes = *total = (size_t)1 << 34; return OK; }
 int cuMemcpyHtoD_v2(uint64_t dst, const void *src, size_t bytes) { memcpy((void *)(uintptr_t)dst, src, bytes); return OK; }
 int cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t bytes) { memcpy(dst, (const void *)(uintptr_t)src, bytes); return OK; }
@@ -338,11 +361,15 @@ int cuFuncSetAttribute(void *f, int attribute, int value) {
 }
 int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared, void *stream, void **params, void **) {
   if (shared > ((Function *)f)->max_dynamic_shared || bx * by * bz == 0 || bx * by * bz > 1024 || gx * gy * gz == 0) return INVALID_VALUE;
-  if (stream && ((Stream *)stream)->capturing) {
-    Launch l{(Function *)f, {gx, gy, gz}, {bx, by, bz}, shared, {}};
-    for (int i = 0; i < l.fn->params; i++) l.values.push_back(*(uint64_t *)params[i]);
-    ((Stream *)stream)->recorded.push_back(l);
-    return OK;
+  {
+    std::vector<uint64_t> values;
+    for (int i = 0; i < ((Function *)f)->params; i++) values.push_back(*(uint64_t *)params[i]);
+    if (stream && ((Stream *)stream)->capturing) {
+      ((Stream *)stream)->recorded.push_back(Launch{(Function *)f, {gx, gy, gz}, {bx, by, bz}, shared, values});
+      return OK;
+    }
+    /* a graph's launches are checked when it is launched (stream null here), on its stream's device */
+    if (stream) check_owner(((Stream *)stream)->device, values);
   }
   launch_call = ((Function *)f)->call;
   launch_params = params;
@@ -370,7 +397,7 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
         }
   return OK;
 }
-int cuStreamCreate(void **stream, unsigned) { *stream = new Stream(); return OK; }
+int cuStreamCreate(void **stream, unsigned) { Stream *s = new Stream(); s->device = current_device; *stream = s; return OK; }
 int cuStreamSynchronize(void *) { return OK; }
 int cuStreamBeginCapture_v2(void *stream, int) {
   if (!stream || ((Stream *)stream)->capturing) return INVALID_VALUE;
@@ -382,7 +409,7 @@ int cuStreamEndCapture(void *stream, void **graph) {
   Stream *s = (Stream *)stream;
   if (!s || !s->capturing) return INVALID_VALUE;
   s->capturing = false;
-  *graph = new Graph{s->recorded};
+  *graph = new Graph{s->device, s->recorded};
   return OK;
 }
 int cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long) { *exec = new Graph(*(Graph *)graph); return OK; }
@@ -392,6 +419,7 @@ int tg_emu_graph_launches(void) { return graph_launches; }
 int cuGraphLaunch(void *exec, void *stream) {
   graph_launches++;
   for (Launch &l : ((Graph *)exec)->launches) {
+    check_owner(((Graph *)exec)->device, l.values);
     std::vector<void *> params;
     for (uint64_t &v : l.values) params.push_back(&v);
     int result = cuLaunchKernel(l.fn, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1], l.block[2], l.shared, nullptr, params.data(), nullptr);
