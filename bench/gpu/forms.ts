@@ -10,6 +10,7 @@ import { parseArgs } from "node:util";
 import { Device, Tensor, dtypes } from "../../src/index.ts";
 import type { KernelIR } from "../../src/codegen/ir.ts";
 import { recordItems } from "../../src/engine/realize.ts";
+import { deviceRuns } from "../../src/engine/jit.ts";
 import { cudaForm, renderCudaForm } from "../../src/renderer/cuda_opts.ts";
 import { groupSize } from "../../src/renderer/cuda.ts";
 import { describeTensorCoreKernel, matchMatmul, worthTensorCores } from "../../src/renderer/cuda_matmul.ts";
@@ -103,7 +104,8 @@ for (const r of rows.values()) {
 }
 console.log(JSON.stringify({
   model: `BERT-${values.preset} (${config.numHiddenLayers} layers) float16`, batch: batchSize, seq, devices: devices.length, kernels_per_device: Math.round(kernels.length / devices.length),
-  ...(devices.length > 1 ? { copies_per_device: Math.round(recorded.filter((item) => item.kind === "copy").length / devices.length) } : {}), distinct_kernels: formOf.size, host_s: +hostSeconds.toFixed(1),
+  // a jitted replay launches one CUDA graph per run of a device's kernels between its copies (jit.ts deviceRuns)
+  ...(devices.length > 1 ? { copies_per_device: Math.round(recorded.filter((item) => item.kind === "copy").length / devices.length), graphs_per_device: Math.round(deviceRuns(recorded).filter((part) => Array.isArray(part)).length / devices.length) } : {}), distinct_kernels: formOf.size, host_s: +hostSeconds.toFixed(1),
   footprint_gib: +footprintGiB.toFixed(2),
   gb_moved_by_form: Object.fromEntries(Object.entries(bytesByForm).map(([k, v]) => [k, +v.toFixed(2)])),
   flop_share_by_form: Object.fromEntries(Object.entries(byForm).map(([k, v]) => [k, +v.toFixed(4)])),

@@ -150,6 +150,19 @@ export class TinyJit<A extends Tensor[], R extends JitOutput> {
  * whole forward and backward between all-reduces) with every buffer still written before it is read.
  */
 function segmentGraphs(items: readonly ExecItem[]): (() => void) | null {
+  let graphs = 0;
+  const steps = deviceRuns(items).map((part) => {
+    if (!Array.isArray(part)) return () => launchItem(part);
+    const device = (part[0] as ExecItem & { kind: "kernel" }).buffers[0]!.device;
+    const graph = part.length > 1 ? Device.backend(device).captureGraph?.(() => part.forEach(launchItem), { devices: [device], copies: false }) : undefined;
+    if (graph) graphs++;
+    return graph ?? (() => part.forEach(launchItem));
+  });
+  return graphs > 0 ? () => steps.forEach((step) => step()) : null;
+}
+
+/** The items regrouped as runs of one device's kernels (arrays) between the copies (items) each device takes part in. */
+export function deviceRuns(items: readonly ExecItem[]): (ExecItem | ExecItem[])[] {
   const parts: (ExecItem | ExecItem[])[] = [];
   const pending = new Map<string, ExecItem[]>();
   const flush = (device: string): void => {
@@ -170,15 +183,7 @@ function segmentGraphs(items: readonly ExecItem[]): (() => void) | null {
     }
   }
   for (const device of [...pending.keys()]) flush(device);
-  let graphs = 0;
-  const steps = parts.map((part) => {
-    if (!Array.isArray(part)) return () => launchItem(part);
-    const device = (part[0] as ExecItem & { kind: "kernel" }).buffers[0]!.device;
-    const graph = part.length > 1 ? Device.backend(device).captureGraph?.(() => part.forEach(launchItem), { devices: [device], copies: false }) : undefined;
-    if (graph) graphs++;
-    return graph ?? (() => part.forEach(launchItem));
-  });
-  return graphs > 0 ? () => steps.forEach((step) => step()) : null;
+  return parts;
 }
 
 /** `jit(fn)` returns a function with the same signature that captures and replays, plus `reset()`. *//** `jit(fn)` returns a function with the same signature that captures and replays, plus `reset()`. */
