@@ -165,19 +165,17 @@ export function allReduce(op: ReduceKind, shards: readonly UOp[]): UOp[] {
   const shape = shards[0]!.shape;
   const numel = shards[0]!.numel;
   const combine = (a: UOp, b: UOp): UOp => a.alu(op === "ADD" ? "ADD" : "MAX", b);
+  // A computed shard (a device's partial gradient: a matmul) is stored whole first and what moves are views of
+  // it. Otherwise each chunk's kernel computed its own slice of the shard, and a matmul sliced through a flat
+  // view is no matmul to the lowering: BERT's weight gradients on two CPU devices ran as untiled loops.
+  const whole = shards.map((s) => (storedBuffer(s) ? s : s.contiguous()));
   if (numel < n || numel * shards[0]!.dtype.itemsize <= DIRECT_ALL_REDUCE_BYTES) {
     // small: every device adds up everyone's copy, in the same order (the same bits everywhere): n-1 copies
-    // in and one kernel, where a ring's 2(n-1) steps each cost a copy and a kernel (BERT's biases and layer
-    // norm weights are more than half its tensors)
-    const whole = shards.map((s) => (storedBuffer(s) ? s : s.contiguous()));
+    // in and one kernel, where a ring's 2(n-1) steps each cost a copy and a kernel
     return whole.map((target) => whole.map((s) => s.copyTo(target.device)).reduce(combine));
   }
   const bounds: [number, number][] = Array.from({ length: n }, (_, c) => [Math.floor((c * numel) / n), Math.floor(((c + 1) * numel) / n)]);
   const chunk = (u: UOp, c: number): UOp => u.reshape([numel]).shrink([bounds[c]!]);
-  // A computed shard (a device's partial gradient: a matmul) is stored whole first and its chunks are views of
-  // it. Otherwise each chunk's kernel computed its own slice of the shard, and a matmul sliced through a flat
-  // view is no matmul to the lowering: BERT's weight gradients on two CPU devices ran as untiled loops.
-  const whole = shards.map((s) => (storedBuffer(s) ? s : s.contiguous()));
   // chunks[d][c]: device d's current version of chunk c
   const chunks = whole.map((s) => bounds.map((_, c) => chunk(s, c)));
   for (let step = 0; step < n - 1; step++) {

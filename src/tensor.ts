@@ -864,10 +864,10 @@ function constOn(like: Lazy, value: number, dtype: DType): Lazy {
 }
 
 /**
- * A parameter's gradient from per-node gradients: on one device, its own; spread over several, each
- * device holds the part from its own shard of the batch, so a replicated parameter sums them (all-reduce).
+ * A parameter's gradient from per-node gradients: on one device, its own; sharded, each device's part. (A
+ * replicated parameter's is the sum of every device's part, from its own shard of the batch: an all-reduce,
+ * which backward() makes for all of them together.)
  */
-/** The gradient of a single-device or sharded node (a replicated one's is an all-reduce: backward buckets those). */
 function gradientFor(node: Lazy, grads: ReadonlyMap<UOp, UOp>): Lazy {
   return node instanceof MultiLazy ? new MultiLazy(localGradients(node, grads), node.axis) : grads.get(node)!;
 }

@@ -186,7 +186,7 @@ export function deviceRuns(items: readonly ExecItem[]): (ExecItem | ExecItem[])[
   return parts;
 }
 
-/** `jit(fn)` returns a function with the same signature that captures and replays, plus `reset()`. *//** `jit(fn)` returns a function with the same signature that captures and replays, plus `reset()`. */
+/** `jit(fn)` returns a function with the same signature that captures and replays, plus `reset()`. */
 export function jit<A extends Tensor[], R extends JitOutput>(fn: (...args: A) => R): ((...args: A) => R) & { reset(): void; jit: TinyJit<A, R> } {
   const j = new TinyJit(fn);
   return Object.assign((...args: A) => j.call(...args), { reset: () => j.reset(), jit: j });
