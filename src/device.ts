@@ -35,7 +35,13 @@ export interface Backend {
    * launches on several `devices` or with copies among them (then the JIT launches item by item). A replay
    * that waits for its kernels (host devices) returns the seconds they took.
    */
-  captureGraph?(run: () => void, span: { readonly devices: readonly string[]; readonly copies: boolean }): (() => number | void) | undefined;
+  captureGraph?(run: () => void, span: { readonly devices: readonly string[]; readonly copies: boolean }): ((swap?: ReadonlyMap<Buffer, Buffer>) => number | void) | undefined;
+  /**
+   * Whether this backend's graph replays take `swap` (recorded buffer -> buffer to use this time) and read the
+   * swapped buffers directly (CPU tables: addresses patched); otherwise the JIT copies a call's inputs into
+   * buffers the graph owns (CUDA graphs hold fixed pointers).
+   */
+  readonly graphsSwapBuffers?: boolean;
   /** While `captureGraph` records: takes a copy between two devices of this kind into the graph (true), or not (false). */
   recordCopy?(dst: Buffer, src: Buffer): boolean;
 }

@@ -3,7 +3,7 @@
 // Ops run per device; a reduction over the sharded axis ends in an all-reduce.
 import type { DType } from "./dtype.ts";
 import { TsgradError, arraysEqual, fmtShape, prod } from "./helpers.ts";
-import { type BinaryOp, type Pads, type ReduceKind, type UnaryOp, UOp } from "./uop.ts";
+import { type BinaryOp, type Pads, type ReduceArg, type ReduceKind, type UnaryOp, UOp } from "./uop.ts";
 import { storedBuffer } from "./engine/schedule.ts";
 
 /** A device list written as one name: "CPU:0,CPU:1". */
@@ -151,6 +151,24 @@ export function splitSizes(size: number, devices: number, shape: readonly number
   return Array(devices).fill(size / devices);
 }
 
+/**
+ * A shard that sums inside (a device's partial gradient: a matmul) stored whole, so that what moves between
+ * devices are views of it. Otherwise each chunk's kernel computed its own slice of the sum, and a matmul sliced
+ * through a flat view is no matmul to the lowering: BERT's weight gradients on two CPU devices ran as untiled
+ * loops. Elementwise work (or a sum over one element) is cheaper computed in the chunks' kernels than stored.
+ */
+function storedWhole(u: UOp): UOp {
+  if (storedBuffer(u)) return u;
+  const seen = new Set<UOp>();
+  const sums = (n: UOp): boolean => {
+    if (seen.has(n) || storedBuffer(n)) return false;
+    seen.add(n);
+    if (n.op === "REDUCE" && (n.arg as ReduceArg).axes.some((a) => n.src[0]!.shape[a]! > 1)) return true;
+    return n.src.some(sums);
+  };
+  return sums(u) ? u.contiguous() : u;
+}
+
 /** Tensors up to this size are all-reduced by copying every shard to every device rather than around a ring. */
 export const DIRECT_ALL_REDUCE_BYTES = 256 * 1024;
 
@@ -165,10 +183,7 @@ export function allReduce(op: ReduceKind, shards: readonly UOp[]): UOp[] {
   const shape = shards[0]!.shape;
   const numel = shards[0]!.numel;
   const combine = (a: UOp, b: UOp): UOp => a.alu(op === "ADD" ? "ADD" : "MAX", b);
-  // A computed shard (a device's partial gradient: a matmul) is stored whole first and what moves are views of
-  // it. Otherwise each chunk's kernel computed its own slice of the shard, and a matmul sliced through a flat
-  // view is no matmul to the lowering: BERT's weight gradients on two CPU devices ran as untiled loops.
-  const whole = shards.map((s) => (storedBuffer(s) ? s : s.contiguous()));
+  const whole = shards.map(storedWhole);
   if (numel < n || numel * shards[0]!.dtype.itemsize <= DIRECT_ALL_REDUCE_BYTES) {
     // small: every device adds up everyone's copy, in the same order (the same bits everywhere): n-1 copies
     // in and one kernel, where a ring's 2(n-1) steps each cost a copy and a kernel
@@ -242,7 +257,7 @@ function reduceBucket(op: ReduceKind, members: readonly (readonly UOp[])[]): UOp
   const flat = members[0]!.map((_, d) =>
     members.map((m, k) => {
       const u = m[d]!;
-      return (storedBuffer(u) ? u : u.contiguous()).reshape([sizes[k]!]).pad([[offsets[k]!, total - offsets[k]! - sizes[k]!]]);
+      return storedWhole(u).reshape([sizes[k]!]).pad([[offsets[k]!, total - offsets[k]! - sizes[k]!]]);
     }).reduce((a, b) => a.alu("ADD", b)));
   // stored once per device: the members' views read it directly
   const reduced = allReduce(op, flat).map((u) => u.contiguous());

@@ -34,7 +34,7 @@ export class TinyJit<A extends Tensor[], R extends JitOutput> {
   private signature: InputSignature[] = [];
   private output: R | undefined;
   /** The captured kernels as one device graph (CUDA), with the buffers it reads inputs from; null: none. */
-  private graph: { replay: () => number | void; inputs: Buffer[][] } | null | undefined;
+  private graph: { replay: (swap?: ReadonlyMap<Buffer, Buffer>) => number | void; inputs: Buffer[][] | null } | null | undefined;
 
   constructor(private readonly fn: (...args: A) => R) {}
 
@@ -103,11 +103,12 @@ export class TinyJit<A extends Tensor[], R extends JitOutput> {
     const timed = debug >= 2 || kernelTimers.size > 0;
     if (this.graph === undefined && !timed) this.graph = this.captureGraph();
     if (this.graph && !timed) {
-      // the graph reads its own input buffers: this call's arguments are copied there, then one launch
+      // a graph that reads its own input buffers gets this call's arguments copied there; one that swaps
+      // buffers (CPU) reads them where they are
       const graphInputs = this.graph.inputs;
-      args.forEach((a, i) => buffersOf(a)!.forEach((buffer, shard) => runItem({ kind: "copy", src: buffer, dst: graphInputs[i]![shard]! }, debug)));
+      if (graphInputs) args.forEach((a, i) => buffersOf(a)!.forEach((buffer, shard) => runItem({ kind: "copy", src: buffer, dst: graphInputs[i]![shard]! }, debug)));
       for (const item of this.captured!) for (const observe of execObservers) observe(item);
-      const seconds = this.graph.replay();
+      const seconds = this.graph.replay(graphInputs ? undefined : swap);
       for (const item of this.captured!) item.kind === "kernel" ? countKernel(item, 0, debug) : countCopy(item, debug);
       GlobalCounters.timeSumS += seconds ?? 0;
       return freshOutputs(this.output) as R;
@@ -118,11 +119,11 @@ export class TinyJit<A extends Tensor[], R extends JitOutput> {
 
   /**
    * The capture as one graph of the devices' (CUDA graphs: one launch instead of thousands; on the CPU one
-   * call for every kernel and copy of all its virtual devices), reading inputs from buffers of its own; null
-   * where that cannot be: an input the function writes, devices of several kinds, or a backend that has no
-   * graphs or cannot record these items (CUDA: one device, no copies).
+   * call for every kernel and copy of all its virtual devices), reading inputs from buffers of its own (or,
+   * where graphs swap buffers, from the call's); null where that cannot be: an input the function writes,
+   * devices of several kinds, or a backend that has no graphs or cannot record these items.
    */
-  private captureGraph(): { replay: () => number | void; inputs: Buffer[][] } | null {
+  private captureGraph(): { replay: (swap?: ReadonlyMap<Buffer, Buffer>) => number | void; inputs: Buffer[][] | null } | null {
     const items = this.captured!;
     const written = items.map((item) => (item.kind === "kernel" ? item.buffers[0]! : item.dst));
     const devices = [...new Set(items.flatMap((item) => (item.kind === "kernel" ? [item.buffers[0]!.device] : [item.src.device, item.dst.device])))];
@@ -130,14 +131,15 @@ export class TinyJit<A extends Tensor[], R extends JitOutput> {
     if (devices.length === 0 || written.some((b) => inputs.has(b)) || new Set(devices.map((d) => d.split(":")[0])).size !== 1) return null;
     const backend = Device.backend(devices[0]!);
     if (!backend.captureGraph) return null;
-    const own = this.capturedInputs.map((buffers) => buffers.map((b) => new Buffer(b.device, b.size, b.dtype)));
-    const swap = new Map(this.capturedInputs.flatMap((buffers, i) => buffers.map((b, shard) => [b, own[i]![shard]!] as const)));
+    const own = backend.graphsSwapBuffers ? null : this.capturedInputs.map((buffers) => buffers.map((b) => new Buffer(b.device, b.size, b.dtype)));
+    const swap = new Map(own ? this.capturedInputs.flatMap((buffers, i) => buffers.map((b, shard) => [b, own[i]![shard]!] as const)) : []);
     const swapped = items.map((item) => swapBuffers(item, swap));
     // every buffer the graph touches exists before recording (allocation is not a launch)
     for (const item of swapped) for (const b of item.kind === "kernel" ? item.buffers : [item.src, item.dst]) void b.handle;
     const replay = backend.captureGraph(() => swapped.forEach(launchItem), { devices, copies: items.some((item) => item.kind === "copy") });
     if (replay) return { replay, inputs: own };
-    const segments = devices.length > 1 ? segmentGraphs(swapped) : null;
+    // (CPU graphs hold any device set: only graphs that copy inputs in come here)
+    const segments = own && devices.length > 1 ? segmentGraphs(swapped) : null;
     return segments ? { replay: segments, inputs: own } : null;
   }
 }

@@ -170,6 +170,7 @@ export function cpuBackend(): Backend {
     hostForms: true,
     ...hostMemory,
     compile: (kernel) => new CpuProgram(kernel),
+    graphsSwapBuffers: true,
     // a copy between two CPU devices' buffers goes into a graph as a memcpy (host memory)
     recordCopy: (dst, src) => (recording && src.device.startsWith("CPU") ? (recording.push({ copy: { dst, src } }), true) : false),
     captureGraph: (run, span) => {

@@ -83,10 +83,11 @@ const symbols = new Map<string, bigint>();
 /**
  * One replayable graph of `calls` (kernels run with `threads` threads each), or undefined where it cannot be
  * (the runner does not build, a kernel takes more than GRAPH_MAX_BUFFERS buffers or cannot be found). The replay
- * returns the seconds it ran. A buffer whose memory was given back and allocated again since is seen on the
- * next replay (each buffer's handle is compared): the table is rebuilt, never run on old memory.
+ * takes buffers to use instead of recorded ones (a jitted call's inputs: no copies) and returns the seconds it
+ * ran. Each buffer's handle is compared on every replay: a swapped one, or one whose memory was given back and
+ * allocated again, has its entries pointed at its memory now, never run on old memory.
  */
-export function cpuGraph(calls: readonly GraphCall[], threads: number): (() => number) | undefined {
+export function cpuGraph(calls: readonly GraphCall[], threads: number): ((swap?: ReadonlyMap<Buffer, Buffer>) => number) | undefined {
   const r = loadRunner();
   if (!r) return undefined;
   // each call as (function pointer, the buffers whose addresses follow, a byte count after them for a copy)
@@ -102,23 +103,28 @@ export function cpuGraph(calls: readonly GraphCall[], threads: number): (() => n
     entries.push({ pointer, buffers: c.buffers });
   }
   const buffers = [...new Set(entries.flatMap((e) => e.buffers))];
+  const slot = new Map(buffers.map((b, i) => [b, i]));
+  // the table's layout once; where each buffer's address goes, to point it elsewhere without rebuilding
   const table = new BigUint64Array(entries.reduce((n, e) => n + 2 + e.buffers.length + (e.bytes === undefined ? 0 : 1), 0));
-  // the memory the table points into, kept reachable while the graph is: what a buffer held when the table was built
-  let held: unknown[] = [];
-  const build = (): void => {
-    held = buffers.map((b) => b.handle);
-    let at = 0;
-    for (const { pointer, buffers, bytes } of entries) {
-      table[at++] = pointer;
-      table[at++] = BigInt(buffers.length + (bytes === undefined ? 0 : 1));
-      for (const b of buffers) table[at++] = koffi.address(b.handle);
-      if (bytes !== undefined) table[at++] = BigInt(bytes);
-    }
-  };
-  build();
+  const positions: number[][] = buffers.map(() => []);
+  let at = 0;
+  for (const { pointer, buffers: used, bytes } of entries) {
+    table[at++] = pointer;
+    table[at++] = BigInt(used.length + (bytes === undefined ? 0 : 1));
+    for (const b of used) positions[slot.get(b)!]!.push(at++);
+    if (bytes !== undefined) table[at++] = BigInt(bytes);
+  }
+  // the memory each buffer's entries point into, kept reachable while the graph is
+  const held: unknown[] = buffers.map(() => undefined);
   cpuGraphStats.built++;
-  return () => {
-    if (buffers.some((b, i) => b.handle !== held[i])) build();
+  return (swap) => {
+    buffers.forEach((b, i) => {
+      const handle = (swap?.get(b) ?? b).handle;
+      if (handle === held[i]) return;
+      held[i] = handle;
+      const address = koffi.address(handle);
+      for (const p of positions[i]!) table[p] = address;
+    });
     const start = performance.now();
     r.run(table.buffer as ArrayBuffer, entries.length, threads);
     cpuGraphStats.replays++;

@@ -114,3 +114,17 @@ test("a data-parallel step over virtual CPU devices replays as one graph, copies
   assert.equal(cpuGraphStats.built - before.built, 1);
   assert.equal(cpuGraphStats.replays - before.replays, 3);
 });
+
+test("a CPU graph reads each call's inputs where they are: no copy into buffers of its own", { skip: !hasCpu }, () => {
+  const f = jit((x: Tensor) => x.add(1));
+  const x = (i: number) => Tensor.full([1024], i, { device: "CPU", dtype: dtypes.float32 }).realize();
+  for (let i = 0; i < 3; i++) f(x(i)).tolist();
+  const input = x(7);
+  const replays = cpuGraphStats.replays;
+  GlobalCounters.reset();
+  const out = f(input);
+  // the kernel reads 4 KB and writes 4 KB; a copy of the input into the graph's own buffer would add 4 KB
+  assert.equal(GlobalCounters.globalMem, 2 * 1024 * 4);
+  assert.equal(cpuGraphStats.replays, replays + 1);
+  assert.deepEqual(out.tolist(), Array(1024).fill(8));
+});
