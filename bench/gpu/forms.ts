@@ -53,8 +53,11 @@ const step = makeBertTrainStep({ model, optimizer, scheduler }, trainStepOptions
 const batch = samplesToTensors(fakeBatch(batchSize, seq, Math.min(76, seq), 0, config.vocabSize), devices.length > 1 ? devices : undefined);
 Tensor.realizeAll([...batch, ...optimizer.params]);
 
+// the second step, as a jitted run captures it: the first also makes one-time copies (a replicated
+// parameter's first assign copies the buffer it still shares with the tensor it was replicated from)
 const started = performance.now();
-const recorded = recordItems(() => step(...batch)).items;
+Tensor.realizeAll([step(...batch), ...Tensor.pendingAssigns()]);
+const recorded = recordItems(() => Tensor.realizeAll([step(...batch), ...Tensor.pendingAssigns()])).items;
 const kernels = recorded.flatMap((item) => (item.kind === "kernel" ? [item.kernel] : []));
 // the distinct buffers one step touches (after the scheduler's memory planner): parameters, optimizer
 // state, the batch and every intermediate, all held by a jitted step's capture
