@@ -227,9 +227,13 @@ const BUCKET_MAX_TENSORS = 32;
  */
 export function allReduceMany(op: ReduceKind, tensors: readonly (readonly UOp[])[]): UOp[][] {
   const out: UOp[][] = new Array(tensors.length);
-  const byDtype = new Map<DType, number[]>();
-  tensors.forEach((parts, i) => byDtype.set(parts[0]!.dtype, [...(byDtype.get(parts[0]!.dtype) ?? []), i]));
-  for (const indices of byDtype.values()) {
+  // a bucket holds one dtype on one list of devices
+  const groups = new Map<string, number[]>();
+  tensors.forEach((parts, i) => {
+    const key = `${parts[0]!.dtype.name}|${parts.map((u) => u.device).join(",")}`;
+    groups.set(key, [...(groups.get(key) ?? []), i]);
+  });
+  for (const indices of groups.values()) {
     let bucket: number[] = [];
     let bytes = 0;
     const flush = (): void => {

@@ -1,8 +1,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { GlobalCounters, Tensor, TsgradError, UOp } from "../../src/index.ts";
+import { Device, GlobalCounters, Tensor, TsgradError, UOp } from "../../src/index.ts";
 import { recordItems } from "../../src/engine/realize.ts";
-import { allReduce } from "../../src/multi.ts";
+import { allReduce, allReduceMany } from "../../src/multi.ts";
 import { jit } from "../../src/engine/jit.ts";
 import { assertClose, values } from "./harness.ts";
 
@@ -175,4 +175,23 @@ test("a sharded batch's dropout draws only each device's slice of the one logica
     // each device runs Threefry for its own rows only: the same operations as one device, not n times them
     assert.ok(many.ops <= one.ops * 1.1, `${n} devices: ${many.ops} operations, one device: ${one.ops}`);
   }
+});
+
+test("allReduceMany sums each tensor over its own devices: buckets never mix dtypes or device lists", () => {
+  const shard = (device: string, n: number, seed: number, dtype: "float32" | "int32" = "float32") =>
+    (new Tensor(data(n, seed).map((v) => (dtype === "int32" ? Math.round(v * 10) : v)), { device, dtype }).realize().node as UOp);
+  const sets = [devs(2), ["JS:2", "JS:3"], devs(2)];
+  const tensors = [
+    sets[0]!.map((d, i) => shard(d, 6, i)),
+    sets[1]!.map((d, i) => shard(d, 6, 10 + i)),
+    sets[2]!.map((d, i) => shard(d, 5, 20 + i, "int32")),
+  ];
+  const reduced = allReduceMany("ADD", tensors);
+  reduced.forEach((shards, t) => {
+    const want = tensors[t]!.map((u) => values(new Tensor(u))).reduce((acc, v) => acc.map((x, i) => x + v[i]!));
+    shards.forEach((u, d) => {
+      assert.equal(u.device, Device.canonicalize(sets[t]![d]!), `tensor ${t} shard ${d}'s device`);
+      assertClose(values(new Tensor(u)), want, { atol: 1e-6, what: `tensor ${t} on ${u.device}` });
+    });
+  });
 });
