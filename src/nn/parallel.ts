@@ -10,7 +10,9 @@ import { getParameters } from "./state.ts";
 export function replicateParameters(model: unknown, devices: readonly string[]): void {
   const params = getParameters(model);
   const unique = [...new Set(params)];
-  // realized right away: each replica is then its own buffer, as a gradient target must be
-  for (const p of unique) p.node = p.to(devices).node;
+  // realized right away: each replica is then its own buffer, as a gradient target must be. Owned: the replica
+  // on the parameter's own device would otherwise share its buffer with the tensor it came from, and the first
+  // optimizer step (timed, in a benchmark) would copy every replica before writing
+  for (const p of unique) p.node = p.to(devices).owned().node;
   Tensor.realizeAll(unique);
 }

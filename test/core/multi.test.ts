@@ -195,3 +195,16 @@ test("allReduceMany sums each tensor over its own devices: buckets never mix dty
     });
   });
 });
+
+test("replicated parameters own their buffers: the first update writes in place like every later one", async () => {
+  const { replicateParameters } = await import("../../src/nn/parallel.ts");
+  const model = { w: Tensor.randn([4, 4], { device: "JS" }).realize() };
+  replicateParameters(model, devs(2));
+  const update = (): number => {
+    GlobalCounters.reset();
+    model.w.assign(model.w.mul(0.5)).realize();
+    return GlobalCounters.kernelCount;
+  };
+  // a buffer still shared with the tensor it was replicated from made the first assign copy every replica first
+  assert.equal(update(), update());
+});
