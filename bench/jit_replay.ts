@@ -22,6 +22,9 @@ if (values.help) {
 }
 if (Device.DEFAULT !== "CPU") throw new Error(`jit_replay measures the CPU device's graphs; the default device here is ${Device.DEFAULT}`);
 const [chainLength, rounds, steps, deviceCount] = [Number(values.kernels), Number(values.rounds), Number(values.steps), Number(values.devices)];
+for (const [name, v] of Object.entries({ kernels: chainLength, rounds, steps, devices: deviceCount })) {
+  if (!(Number.isInteger(v) && v >= 1)) throw new Error(`--${name} ${values[name as keyof typeof values]}: expected a whole number, 1 or more`);
+}
 
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 /** Runs `fn` with CPU_GRAPH set to `graph` (read on each replay). */

@@ -231,7 +231,9 @@ export function allReduceMany(op: ReduceKind, tensors: readonly (readonly UOp[])
   const groups = new Map<string, number[]>();
   tensors.forEach((parts, i) => {
     const key = `${parts[0]!.dtype.name}|${parts.map((u) => u.device).join(",")}`;
-    groups.set(key, [...(groups.get(key) ?? []), i]);
+    const group = groups.get(key);
+    if (group) group.push(i);
+    else groups.set(key, [i]);
   });
   for (const indices of groups.values()) {
     let bucket: number[] = [];
@@ -256,8 +258,8 @@ export function allReduceMany(op: ReduceKind, tensors: readonly (readonly UOp[])
 /** One bucket: each device's members stored whole, laid side by side, all-reduced as one buffer, read back as views. */
 function reduceBucket(op: ReduceKind, members: readonly (readonly UOp[])[]): UOp[][] {
   const sizes = members.map((m) => m[0]!.numel);
-  const offsets = sizes.map((_, k) => sizes.slice(0, k).reduce((a, b) => a + b, 0));
-  const total = offsets.at(-1)! + sizes.at(-1)!;
+  let total = 0;
+  const offsets = sizes.map((size) => (total += size) - size);
   const flat = members[0]!.map((_, d) =>
     members.map((m, k) => {
       const u = m[d]!;

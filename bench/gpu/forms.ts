@@ -31,6 +31,7 @@ if (values.help) {
   process.exit(0);
 }
 const [batchSize, seq] = [Number(values.batch), Number(values.seq)];
+if (!(Number(values.devices) >= 1 && Number.isInteger(Number(values.devices)))) throw new Error(`--devices ${values.devices}: expected a whole number of devices, 1 or more`);
 const preset = BERT_PRESETS[values.preset as BertPresetName];
 const config = { ...preset, numHiddenLayers: values.layers ? Number(values.layers) : preset.numHiddenLayers };
 

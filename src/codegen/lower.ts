@@ -563,7 +563,6 @@ class Lowerer {
 /** The cache key of a request. */
 const requestKey = (r: Request): string => `${r.node.id}|${r.idx.map((i) => i.key).join(",")}|${condKey(r.valid)}`;
 
-/** Bytes a kernel reads and writes (each buffer once). */
 /**
  * Bytes a kernel moves at least: each buffer's span the kernel's loads and stores can reach, once (a kernel
  * reading a view, a gradient in a bucket of many, moves its slice, not the bucket).

@@ -33,7 +33,10 @@ export class TinyJit<A extends Tensor[], R extends JitOutput> {
   private touchesInput: boolean[] = [];
   private signature: InputSignature[] = [];
   private output: R | undefined;
-  /** The captured kernels as one device graph (CUDA), with the buffers it reads inputs from; null: none. */
+  /**
+   * The captured items as the devices' graph(s), with the buffers it reads inputs from (null where the replay
+   * takes the call's buffers instead: CPU tables); null: no graph.
+   */
   private graph: { replay: (swap?: ReadonlyMap<Buffer, Buffer>) => number | void; inputs: Buffer[][] | null } | null | undefined;
 
   constructor(private readonly fn: (...args: A) => R) {}

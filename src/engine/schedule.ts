@@ -181,7 +181,7 @@ function markRecomputedWork(stored: Set<UOp>, users: ReadonlyMap<UOp, number>): 
       // tied embedding's two gradients summed: its one-hot product runs on tensor cores too) is stored, so
       // that each can be tiled as a matmul instead of both running as plain loops. (Host backends lower a
       // one-hot product as a scatter, which takes the other gradient in its epilogue.)
-      if (reduce && !inReduce && !underExpand && (isMatmul(reduce) || (isOneHotProduct(reduce) && Device.backend(reduce.device).hostForms !== true))) {
+      if (reduce && !inReduce && !underExpand && (isMatmul(reduce) || (Device.backend(reduce.device).hostForms !== true && isOneHotProduct(reduce)))) {
         if (matmuls > 0 && n !== root) return mark(n);
         if (n === reduce) matmuls++;
       }

@@ -15,7 +15,7 @@ export type GraphCall =
   | { readonly fn: CompiledFunction; readonly buffers: readonly Buffer[] }
   | { readonly copy: { readonly dst: Buffer; readonly src: Buffer } };
 
-/** Replays counted, for tests and DEBUG output. */
+/** Graphs built and replays run, for tests. */
 export const cpuGraphStats = { built: 0, replays: 0 };
 
 // Walks a table: per call, the function pointer, the word count n, then n words: a kernel's buffer addresses
