@@ -30,7 +30,8 @@
 //   cached on disk (engine/search.ts).
 //
 // - kernels launch on a stream of the device's own; a jitted function's replays launch as one CUDA graph
-//   (engine/jit.ts; CUDA_GRAPH=0 launches kernel by kernel).
+//   (engine/jit.ts; CUDA_GRAPH=0 launches kernel by kernel). A copy between GPUs is queued on the
+//   receiving GPU's stream between event waits, so neither host nor the other GPUs stop for it.
 //
 // Environment: TSGRAD_LIBCUDA / TSGRAD_LIBNVRTC (library paths), CUDA_BLOCK, TC, TC_STAGES, TC_TILE, BEAM, CUDA_GRAPH, DEBUG (>= 2
 // times each kernel with events, >= 3 reports compiles), TSGRAD_CACHE (where cubins are cached, under cuda/).
@@ -90,6 +91,8 @@ export class CudaDevice {
    * the legacy stream still wait for its work and it for theirs). A stream of its own can be captured.
    */
   private launchStream: Handle | undefined;
+  /** The event other streams wait on for this one's work (`waitFor`). */
+  private marker: Handle | undefined;
   /** Scratch memory for kernels that ask for it (split-K); shared, since launches run in stream order. */
   private scratch: { pointer: number; bytes: number; zeroed: number } | undefined;
 
@@ -162,7 +165,10 @@ export class CudaDevice {
     }
     const exec: unknown[] = [null];
     if (d.cuGraphInstantiateWithFlags(exec, graph[0], 0) !== 0) return undefined;
-    return () => d.check("cuGraphLaunch", d.cuGraphLaunch(exec[0], stream), "a captured CUDA graph");
+    return () => {
+      this.activate(); // a copy between GPUs may have left another device's context current
+      d.check("cuGraphLaunch", d.cuGraphLaunch(exec[0], stream), `a captured CUDA graph on CUDA:${this.index}`);
+    };
   }
 
   /**
@@ -178,6 +184,32 @@ export class CudaDevice {
     this.driver.check("cuMemcpyHtoD_v2", this.driver.cuMemcpyHtoD_v2(pointer, new Uint8Array(zeroed), zeroed), "zeroing a kernel workspace");
     this.scratch = { pointer, bytes: size, zeroed };
     return pointer;
+  }
+
+  /** Makes this device's stream hold its later work until `other`'s stream has run what it has queued so far. */
+  waitFor(other: CudaDevice): void {
+    const d = this.driver;
+    other.activate();
+    other.marker ??= out<Handle>(d, "cuEventCreate", 2); // CU_EVENT_DISABLE_TIMING: cheaper
+    d.check("cuEventRecord", d.cuEventRecord(other.marker, other.stream), `CUDA:${other.index}'s stream`);
+    this.activate();
+    // the wait is for the record as it is now: recording the event again later does not move it
+    d.check("cuStreamWaitEvent", d.cuStreamWaitEvent(this.stream, other.marker, 0), `CUDA:${this.index} waiting for CUDA:${other.index}`);
+  }
+
+  /**
+   * Queues a copy of `bytes` from `source`'s memory into this device's on this device's stream: after the
+   * work both have queued so far (`src` written, `dst` no longer read), before `source`'s later work (which
+   * may reuse `src`'s memory) and this device's. The host does not wait, and neither GPU stops the others
+   * (cuMemcpyPeer would hold all work of both contexts, turning a ring all-reduce's copies into a queue).
+   */
+  copyFrom(source: CudaDevice, dst: number, src: number, bytes: number): void {
+    this.enablePeer(source);
+    this.waitFor(source);
+    this.activate();
+    const d = this.driver;
+    d.check("cuMemcpyPeerAsync", d.cuMemcpyPeerAsync(dst, this.context, src, source.context, bytes, this.stream), `${bytes} bytes CUDA:${source.index} -> CUDA:${this.index}`);
+    source.waitFor(this);
   }
 
   /** Lets this device read `peer`'s memory directly, when the hardware can (once per pair). */
@@ -305,7 +337,7 @@ function allowSharedMemory(device: CudaDevice, fn: Handle, launch: CudaLaunch, n
   d.check("cuFuncSetAttribute", d.cuFuncSetAttribute(fn, MAX_DYNAMIC_SHARED_SIZE_BYTES, launch.sharedBytes), `${name}: ${launch.sharedBytes} bytes of shared memory`);
 }
 
-/** Launches on the default stream; with `events`, waits and returns the kernel's seconds. */
+/** Launches on the device's stream; with `events`, waits and returns the kernel's seconds. */
 function launchKernel(device: CudaDevice, fn: Handle, launch: CudaLaunch, params: globalThis.Buffer[], name: string, events?: [Handle, Handle]): number | undefined {
   const d = device.driver;
   device.activate();
@@ -385,7 +417,7 @@ export function cudaDevice(index: number): CudaDevice {
   return device;
 }
 
-/** The backend of `CUDA:index`. Its `transfer` copies device to device (peer to peer where the GPUs allow). */
+/** The backend of `CUDA:index`. Its `transfer` queues a copy device to device (peer to peer where the GPUs allow). */
 export function cudaBackend(index: number): Backend {
   const device = cudaDevice(index);
   const d = device.driver;
@@ -409,15 +441,9 @@ export function cudaBackend(index: number): Backend {
     transfer: (dstRaw, srcRaw, bytes, srcDevice) => {
       const [dst, src] = [dstRaw as CudaMemory, srcRaw as CudaMemory];
       const srcIndex = Number(srcDevice.split(":")[1] ?? 0);
-      if (srcIndex === index) {
-        device.activate();
-        d.check("cuMemcpyDtoD_v2", d.cuMemcpyDtoD_v2(dst.pointer, src.pointer, bytes), `${bytes} bytes on CUDA:${index}`);
-        return;
-      }
-      const source = cudaDevice(srcIndex);
-      device.enablePeer(source);
+      if (srcIndex !== index) return device.copyFrom(cudaDevice(srcIndex), dst.pointer, src.pointer, bytes);
       device.activate();
-      d.check("cuMemcpyPeer", d.cuMemcpyPeer(dst.pointer, device.context, src.pointer, source.context, bytes), `${bytes} bytes CUDA:${srcIndex} -> CUDA:${index}`);
+      d.check("cuMemcpyDtoDAsync_v2", d.cuMemcpyDtoDAsync_v2(dst.pointer, src.pointer, bytes, device.stream), `${bytes} bytes on CUDA:${index}`);
     },
   };
 }

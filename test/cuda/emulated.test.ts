@@ -213,6 +213,25 @@ if (library) {
     two.weights.forEach((w, n) => w.forEach((v, i) => assert.ok(Math.abs(v - one.weights[n]![i]!) <= 1e-5, `weight ${n}[${i}]: ${v} vs ${one.weights[n]![i]}`)));
   });
 
+  test("a copy between GPUs is queued, after the writes it reads and before the source's later writes (the emulator runs queued work only when something waits for it)", async () => {
+    const koffi = (await import("koffi")).default;
+    const queued = koffi.load(library).func("int tg_emu_queued(void)") as () => number;
+    const expected = Array.from({ length: 4096 }, (_, i) => 2 * i);
+    for (const readFirst of ["destination", "source"]) {
+      const src = Tensor.arange(0, 4096, 1, { device: "CUDA:1" }).float().mul(2).realize();
+      const dst = src.to("CUDA").realize();
+      assert.ok(queued() > 0, "the copy made the host wait for the GPUs");
+      src.assign(src.add(1)).realize();
+      // reading one side runs its stream's queue and, through the waits, what it depends on of the other
+      const [d, s] = readFirst === "destination" ? [Array.from(dst.toArray()), Array.from(src.toArray())] : (() => {
+        const s = Array.from(src.toArray());
+        return [Array.from(dst.toArray()), s];
+      })();
+      assert.deepEqual(d, expected, `the copy read the source too early or too late (reading the ${readFirst} first)`);
+      assert.deepEqual(s, expected.map((v) => v + 1));
+    }
+  });
+
   // big enough that each thread takes 4 (or 2) neighbours: vector loads and stores
   const vectorCases: [string, number[][], "float16" | "float32", (...xs: T[]) => T][] = [
     ["float16, a broadcast bias and row scale", [[512, 1024], [1024], [512, 1]], "float16", (a, bias, scale) => a.add(bias).mul(scale).relu()],

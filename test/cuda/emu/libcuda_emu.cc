@@ -8,6 +8,11 @@
  *   starts each on a stack of its own, _setjmp/_longjmp switch between them: no signal-mask syscalls),
  *   each running until it waits at a barrier (__syncthreads, or a warp-wide shuffle or mma) or returns.
  *   A barrier opens when every thread of the block (warp) that has not returned has reached it.
+ * - Work put on a stream (launches, graphs, async copies, event records, waits on another stream's event)
+ *   is queued and runs only when something needs it: a synchronising call, a legacy-stream copy (which waits
+ *   for the blocking streams of its contexts, as on a GPU), or a wait that another stream's queued work
+ *   reaches. A missing wait between two GPUs' streams then gives wrong numbers here every time, where a GPU
+ *   would give them only now and then. A failure of queued work is reported by the next synchronising call.
  * - Device memory is host memory; copies are memcpy; events read the host clock. Fresh device memory and
  *   dynamic shared memory hold 0xa5 / 0xff bytes, and cp.async copies land only at the wait that covers
  *   them (NaNs before), so that kernels reading what they never wrote, or too early, fail here too.
@@ -26,6 +31,7 @@
 #include <setjmp.h>
 #include <ucontext.h>
 #include <unistd.h>
+#include <deque>
 #include <map>
 #include <string>
 #include <vector>
@@ -36,7 +42,7 @@
 #error "build with -DTG_EMU_HEADER=\"/path/to/cuda_emu.h\""
 #endif
 
-enum { OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, INVALID_IMAGE = 200, NOT_FOUND = 500, LAUNCH_FAILED = 719 };
+enum { OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, INVALID_IMAGE = 200, INVALID_CONTEXT = 201, INVALID_HANDLE = 400, NOT_FOUND = 500, NOT_READY = 600, LAUNCH_FAILED = 719, CAPTURE_UNSUPPORTED = 900 };
 static const char MAGIC[] = "TGEMU1\n";
 
 /* ---------- modules: CUDA C -> host shared object ---------- */
@@ -171,27 +177,55 @@ struct Launch {
   unsigned grid[3], block[3], shared;
   std::vector<uint64_t> values;
 };
-struct Stream {
-  int device = 0; /* the device whose context was current when it was made */
-  bool capturing = false;
-  std::vector<Launch> recorded;
-};
 struct Graph {
   int device = 0;
   std::vector<Launch> launches;
 };
+struct Stream;
+struct Event {
+  int device = 0;           /* the context it was made in: it can be recorded only on that device's streams */
+  double ms = 0;            /* host clock when its record ran */
+  Stream *stream = nullptr; /* its last record: the first `seq` operations of `stream` (none: complete) */
+  uint64_t seq = 0;
+};
+/** An operation queued on a stream. */
+struct Op {
+  enum Kind { LAUNCH, GRAPH, COPY, RECORD, WAIT } kind;
+  Launch launch;              /* LAUNCH */
+  const Graph *graph = nullptr; /* GRAPH */
+  uint64_t dst = 0, src = 0;  /* COPY */
+  size_t bytes = 0;
+  Event *event = nullptr;     /* RECORD */
+  Stream *after = nullptr;    /* WAIT: until `after` has run its first `upto` operations */
+  uint64_t upto = 0;
+};
+struct Stream {
+  int device = 0; /* the device whose context was current when it was made */
+  bool capturing = false;
+  std::vector<Launch> recorded;
+  std::deque<Op> queue;
+  uint64_t queued = 0, done = 0; /* operations ever queued, and run */
+};
+std::vector<Stream *> streams;
+/** The first failure of queued work, until a synchronising call reports it. */
+int sticky = OK;
 
 /* Which device each allocation belongs to, to count launches that read another GPU's memory (legal with
    peer access, but every such read crosses the interconnect: a kernel run on the wrong GPU) */
 int current_device = 0;
 std::map<uint64_t, std::pair<uint64_t, int>> allocations; /* start -> (end, device) */
 int foreign_launches = 0;
+/** The device whose allocation holds `pointer`, or -1. */
+int owner(uint64_t pointer) {
+  auto it = allocations.upper_bound(pointer);
+  if (it == allocations.begin()) return -1;
+  --it;
+  return pointer < it->second.first ? it->second.second : -1;
+}
 void check_owner(int device, const std::vector<uint64_t> &values) {
   for (uint64_t v : values) {
-    auto it = allocations.upper_bound(v);
-    if (it == allocations.begin()) continue;
-    --it;
-    if (v < it->second.first && it->second.second != device) {
+    int o = owner(v);
+    if (o >= 0 && o != device) {
       foreign_launches++;
       return;
     }
@@ -292,6 +326,98 @@ bool run_block(uint3 block, uint3 grid, uint3 dim) {
 }
 }  // namespace
 
+/* ---------- streams: queued work, run when needed ---------- */
+
+namespace {
+/** Runs a launch now: its blocks one after another. */
+int execute(Function *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared, void **params) {
+  launch_call = f->call;
+  launch_params = params;
+  /* uninitialised, as on a GPU: NaN bytes, so that reading before writing shows */
+  dynamic_shared.assign(shared, 0xff);
+  if (!f->waits) {
+    /* no thread waits for another: each runs to its end in turn, on this stack */
+    static tg_emu_thread t;
+    current = &t;
+    for (unsigned z = 0; z < gz; z++)
+      for (unsigned y = 0; y < gy; y++)
+        for (unsigned x = 0; x < gx; x++)
+          for (unsigned i = 0; i < bx * by * bz; i++) {
+            t = tg_emu_thread{{i % bx, i / bx % by, i / (bx * by)}, {x, y, z}, {bx, by, bz}, {gx, gy, gz}, nullptr, i % 32, dynamic_shared.data(), ++block_serial, (unsigned)dynamic_shared.size()};
+            launch_call(launch_params);
+          }
+    return OK;
+  }
+  for (unsigned z = 0; z < gz; z++)
+    for (unsigned y = 0; y < gy; y++)
+      for (unsigned x = 0; x < gx; x++)
+        if (!run_block({x, y, z}, {gx, gy, gz}, {bx, by, bz})) {
+          fprintf(stderr, "tsgrad CUDA emulator: block (%u, %u, %u) deadlocked at a barrier\n", x, y, z);
+          return LAUNCH_FAILED;
+        }
+  return OK;
+}
+int execute(const Launch &l) {
+  std::vector<uint64_t> values = l.values;
+  std::vector<void *> params;
+  for (uint64_t &v : values) params.push_back(&v);
+  return execute(l.fn, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1], l.block[2], l.shared, params.data());
+}
+
+double now_ms() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/** Runs `s`'s queued operations until `upto` of them have run; a wait first runs what it waits for. */
+void run_until(Stream *s, uint64_t upto) {
+  while (s->done < upto) {
+    Op op = std::move(s->queue.front());
+    s->queue.pop_front();
+    int result = OK;
+    switch (op.kind) {
+      case Op::LAUNCH: result = execute(op.launch); break;
+      case Op::GRAPH:
+        for (const Launch &l : op.graph->launches)
+          if ((result = execute(l)) != OK) break;
+        break;
+      case Op::COPY: memmove((void *)(uintptr_t)op.dst, (const void *)(uintptr_t)op.src, op.bytes); break;
+      case Op::RECORD: op.event->ms = now_ms(); break;
+      /* waits are queued only for records queued before them: no cycles */
+      case Op::WAIT: run_until(op.after, op.upto); break;
+    }
+    s->done++;
+    if (result != OK && sticky == OK) sticky = result;
+  }
+}
+
+/** What a legacy-stream call of `device`'s context waits for: all its streams' work (they are blocking streams). */
+void drain_device(int device) {
+  for (Stream *s : streams)
+    if (s->device == device) run_until(s, s->queued);
+}
+void drain_all() {
+  for (Stream *s : streams) run_until(s, s->queued);
+}
+/** A synchronising call's result: the failure of queued work it waited for, once. */
+int reported() {
+  int r = sticky;
+  sticky = OK;
+  return r;
+}
+/** Queues `op` on `stream`, which must belong to the current context and not be capturing. */
+int enqueue(void *stream, Op op) {
+  Stream *s = (Stream *)stream;
+  if (!s) return INVALID_HANDLE;
+  if (s->capturing) return CAPTURE_UNSUPPORTED;
+  if (s->device != current_device) return INVALID_CONTEXT;
+  s->queue.push_back(std::move(op));
+  s->queued++;
+  return OK;
+}
+}  // namespace
+
 /* ---------- the driver API ---------- */
 
 extern "C" {
@@ -310,11 +436,14 @@ int cuDeviceGetAttribute(int *v, int attribute, int) {
   return OK;
 }
 int cuDeviceGetName(char *name, int length, int) { strncpy(name, "tsgrad CPU emulator", (size_t)length); return OK; }
-int peer_copies = 0; /* cuMemcpyPeer calls, for tests (tg_emu_peer_copies) */
+int peer_copies = 0; /* cuMemcpyPeerAsync calls, for tests (tg_emu_peer_copies) */
 int cuDeviceCanAccessPeer(int *can, int device, int peer) { *can = device != peer; return OK; }
 int cuDevicePrimaryCtxRetain(void **context, int device) { *context = (void *)(uintptr_t)(0x1000 + device); return OK; }
 int cuCtxSetCurrent(void *context) { current_device = (int)((uintptr_t)context - 0x1000); return OK; }
-int cuCtxSynchronize(void) { return OK; }
+int cuCtxSynchronize(void) {
+  drain_device(current_device);
+  return reported();
+}
 int cuCtxEnablePeerAccess(void *, unsigned) { return OK; }
 int cuMemAlloc_v2(uint64_t *pointer, size_t bytes) {
   void *p = nullptr;
@@ -324,14 +453,41 @@ int cuMemAlloc_v2(uint64_t *pointer, size_t bytes) {
   allocations[*pointer] = {*pointer + (bytes ? bytes : 1), current_device};
   return OK;
 }
-int cuMemFree_v2(uint64_t pointer) { allocations.erase(pointer); free((void *)(uintptr_t)pointer); return OK; }
+int cuMemFree_v2(uint64_t pointer) {
+  drain_all(); /* as cudaFree: queued work may still use it */
+  allocations.erase(pointer);
+  free((void *)(uintptr_t)pointer);
+  return OK;
+}
 /* for tests: launches whose pointer arguments reached another device's memory */
 int tg_emu_foreign_launches(void) { return foreign_launches; }
 int cuMemGetInfo_v2(size_t *free_bytes, size_t *total) { *free_bytes = *total = (size_t)1 << 34; return OK; }
-int cuMemcpyHtoD_v2(uint64_t dst, const void *src, size_t bytes) { memcpy((void *)(uintptr_t)dst, src, bytes); return OK; }
-int cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t bytes) { memcpy(dst, (const void *)(uintptr_t)src, bytes); return OK; }
-int cuMemcpyDtoD_v2(uint64_t dst, uint64_t src, size_t bytes) { memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes); return OK; }
-int cuMemcpyPeer(uint64_t dst, void *, uint64_t src, void *, size_t bytes) { peer_copies++; return cuMemcpyDtoD_v2(dst, src, bytes); }
+/* legacy-stream copies: after the current context's streams, before anything queued later */
+int cuMemcpyHtoD_v2(uint64_t dst, const void *src, size_t bytes) {
+  drain_device(current_device);
+  memcpy((void *)(uintptr_t)dst, src, bytes);
+  return reported();
+}
+int cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t bytes) {
+  drain_device(current_device);
+  memcpy(dst, (const void *)(uintptr_t)src, bytes);
+  return reported();
+}
+/* queued copies: on the device to device, or between two GPUs' memories (each pointer in its context's device) */
+int cuMemcpyDtoDAsync_v2(uint64_t dst, uint64_t src, size_t bytes, void *stream) {
+  if (owner(dst) != current_device || owner(src) != current_device) return INVALID_VALUE;
+  Op op{Op::COPY};
+  op.dst = dst, op.src = src, op.bytes = bytes;
+  return enqueue(stream, std::move(op));
+}
+int cuMemcpyPeerAsync(uint64_t dst, void *dst_context, uint64_t src, void *src_context, size_t bytes, void *stream) {
+  if (owner(dst) != (int)((uintptr_t)dst_context - 0x1000) || owner(src) != (int)((uintptr_t)src_context - 0x1000)) return INVALID_VALUE;
+  Op op{Op::COPY};
+  op.dst = dst, op.src = src, op.bytes = bytes;
+  int result = enqueue(stream, std::move(op));
+  if (result == OK) peer_copies++;
+  return result;
+}
 int tg_emu_peer_copies(void) { return peer_copies; }
 
 int cuModuleLoadData(void **module, const void *image) {
@@ -361,44 +517,49 @@ int cuFuncSetAttribute(void *f, int attribute, int value) {
 }
 int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared, void *stream, void **params, void **) {
   if (shared > ((Function *)f)->max_dynamic_shared || bx * by * bz == 0 || bx * by * bz > 1024 || gx * gy * gz == 0) return INVALID_VALUE;
-  {
-    std::vector<uint64_t> values;
-    for (int i = 0; i < ((Function *)f)->params; i++) values.push_back(*(uint64_t *)params[i]);
-    if (stream && ((Stream *)stream)->capturing) {
-      ((Stream *)stream)->recorded.push_back(Launch{(Function *)f, {gx, gy, gz}, {bx, by, bz}, shared, values});
-      return OK;
-    }
-    /* a graph's launches are checked when it is launched (stream null here), on its stream's device */
-    if (stream) check_owner(((Stream *)stream)->device, values);
-  }
-  launch_call = ((Function *)f)->call;
-  launch_params = params;
-  /* uninitialised, as on a GPU: NaN bytes, so that reading before writing shows */
-  dynamic_shared.assign(shared, 0xff);
-  if (!((Function *)f)->waits) {
-    /* no thread waits for another: each runs to its end in turn, on this stack */
-    static tg_emu_thread t;
-    current = &t;
-    for (unsigned z = 0; z < gz; z++)
-      for (unsigned y = 0; y < gy; y++)
-        for (unsigned x = 0; x < gx; x++)
-          for (unsigned i = 0; i < bx * by * bz; i++) {
-            t = tg_emu_thread{{i % bx, i / bx % by, i / (bx * by)}, {x, y, z}, {bx, by, bz}, {gx, gy, gz}, nullptr, i % 32, dynamic_shared.data(), ++block_serial, (unsigned)dynamic_shared.size()};
-            launch_call(launch_params);
-          }
+  Launch launch{(Function *)f, {gx, gy, gz}, {bx, by, bz}, shared, {}};
+  for (int i = 0; i < ((Function *)f)->params; i++) launch.values.push_back(*(uint64_t *)params[i]);
+  if (stream && ((Stream *)stream)->capturing) {
+    ((Stream *)stream)->recorded.push_back(launch);
     return OK;
   }
-  for (unsigned z = 0; z < gz; z++)
-    for (unsigned y = 0; y < gy; y++)
-      for (unsigned x = 0; x < gx; x++)
-        if (!run_block({x, y, z}, {gx, gy, gz}, {bx, by, bz})) {
-          fprintf(stderr, "tsgrad CUDA emulator: block (%u, %u, %u) deadlocked at a barrier\n", x, y, z);
-          return LAUNCH_FAILED;
-        }
+  if (!stream) {
+    /* the legacy stream: after the context's other streams */
+    check_owner(current_device, launch.values);
+    drain_device(current_device);
+    return execute(launch);
+  }
+  check_owner(((Stream *)stream)->device, launch.values);
+  Op op{Op::LAUNCH};
+  op.launch = std::move(launch);
+  return enqueue(stream, std::move(op));
+}
+int cuStreamCreate(void **stream, unsigned) {
+  Stream *s = new Stream();
+  s->device = current_device;
+  streams.push_back(s);
+  *stream = s;
   return OK;
 }
-int cuStreamCreate(void **stream, unsigned) { Stream *s = new Stream(); s->device = current_device; *stream = s; return OK; }
-int cuStreamSynchronize(void *) { return OK; }
+/* for tests: operations queued on streams and not yet run */
+int tg_emu_queued(void) {
+  uint64_t n = 0;
+  for (Stream *s : streams) n += s->queued - s->done;
+  return (int)n;
+}
+int cuStreamSynchronize(void *stream) {
+  if (!stream) return INVALID_HANDLE;
+  run_until((Stream *)stream, ((Stream *)stream)->queued);
+  return reported();
+}
+int cuStreamWaitEvent(void *stream, void *event, unsigned) {
+  Event *e = (Event *)event;
+  if (!e->stream) return OK; /* never recorded, or recorded complete */
+  Op op{Op::WAIT};
+  op.after = e->stream;
+  op.upto = e->seq; /* the record as it is now: a later record of the same event does not move this wait */
+  return enqueue(stream, std::move(op));
+}
 int cuStreamBeginCapture_v2(void *stream, int) {
   if (!stream || ((Stream *)stream)->capturing) return INVALID_VALUE;
   ((Stream *)stream)->capturing = true;
@@ -417,34 +578,59 @@ static int graph_launches = 0;
 /* for tests: how many graphs were launched */
 int tg_emu_graph_launches(void) { return graph_launches; }
 int cuGraphLaunch(void *exec, void *stream) {
+  const Graph *g = (const Graph *)exec;
   graph_launches++;
-  for (Launch &l : ((Graph *)exec)->launches) {
-    check_owner(((Graph *)exec)->device, l.values);
-    std::vector<void *> params;
-    for (uint64_t &v : l.values) params.push_back(&v);
-    int result = cuLaunchKernel(l.fn, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1], l.block[2], l.shared, nullptr, params.data(), nullptr);
-    if (result != OK) return result;
+  for (const Launch &l : g->launches) check_owner(g->device, l.values);
+  Op op{Op::GRAPH};
+  op.graph = g;
+  return enqueue(stream, std::move(op));
+}
+int cuEventCreate(void **event, unsigned) {
+  Event *e = new Event();
+  e->device = current_device;
+  *event = e;
+  return OK;
+}
+int cuEventRecord(void *event, void *stream) {
+  Event *e = (Event *)event;
+  if (!stream) {
+    drain_device(current_device);
+    e->ms = now_ms();
+    e->stream = nullptr;
+    return OK;
   }
-  (void)stream;
+  if (((Stream *)stream)->device != e->device) return INVALID_HANDLE;
+  Op op{Op::RECORD};
+  op.event = e;
+  int result = enqueue(stream, std::move(op));
+  if (result != OK) return result;
+  e->stream = (Stream *)stream;
+  e->seq = e->stream->queued;
   return OK;
 }
-int cuEventCreate(void **event, unsigned) { *event = new double(0); return OK; }
-int cuEventRecord(void *event, void *) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  *(double *)event = ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+int cuEventSynchronize(void *event) {
+  Event *e = (Event *)event;
+  if (e->stream) run_until(e->stream, e->seq);
+  return reported();
+}
+int cuEventDestroy_v2(void *event) { delete (Event *)event; return OK; }
+int cuEventElapsedTime(float *ms, void *start, void *end) {
+  for (Event *e : {(Event *)start, (Event *)end})
+    if (e->stream && e->stream->done < e->seq) return NOT_READY;
+  *ms = (float)(((Event *)end)->ms - ((Event *)start)->ms);
   return OK;
 }
-int cuEventSynchronize(void *) { return OK; }
-int cuEventDestroy_v2(void *event) { delete (double *)event; return OK; }
-int cuEventElapsedTime(float *ms, void *start, void *end) { *ms = (float)(*(double *)end - *(double *)start); return OK; }
 int cuGetErrorName(int error, const char **name) {
   switch (error) {
     case INVALID_VALUE: *name = "CUDA_ERROR_INVALID_VALUE"; return OK;
     case OUT_OF_MEMORY: *name = "CUDA_ERROR_OUT_OF_MEMORY"; return OK;
     case INVALID_IMAGE: *name = "CUDA_ERROR_INVALID_IMAGE"; return OK;
     case NOT_FOUND: *name = "CUDA_ERROR_NOT_FOUND"; return OK;
+    case INVALID_CONTEXT: *name = "CUDA_ERROR_INVALID_CONTEXT"; return OK;
+    case INVALID_HANDLE: *name = "CUDA_ERROR_INVALID_HANDLE"; return OK;
+    case NOT_READY: *name = "CUDA_ERROR_NOT_READY"; return OK;
     case LAUNCH_FAILED: *name = "CUDA_ERROR_LAUNCH_FAILED"; return OK;
+    case CAPTURE_UNSUPPORTED: *name = "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"; return OK;
     default: return INVALID_VALUE;
   }
 }
