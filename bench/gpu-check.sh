@@ -38,6 +38,13 @@ if [ "${1:-}" = "--emulate" ]; then
   # GPU_CHECK_S=6000 runs it: same losses as the mma.sync step)
   export PARTS=${PARTS:-ops,diag,gemm,bert,validate} OUT=${OUT:-$root/gpu-results-emulated}
   small=1
+  # the parts run the bundles: a source changed since --prepare would be tested as it was
+  stale=$(find src models mlperf bench test/core -name '*.ts' -newer .device/bundle/bert_step.mjs 2>/dev/null | head -3)
+  if [ ! -f .device/bundle/bert_step.mjs ] || [ -n "$stale" ]; then
+    echo "gpu-check --emulate: the bundles in .device are missing or older than $(echo ${stale:-the sources} | tr "\n" " ")(run bench/gpu-check.sh --prepare first)" >&2
+    rm -rf "$emu"
+    exit 2
+  fi
 fi
 
 OP_TESTS="elementwise nn_ops reduce_movement regressions jit autograd_assign"

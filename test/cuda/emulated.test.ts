@@ -223,10 +223,8 @@ if (library) {
       assert.ok(queued() > 0, "the copy made the host wait for the GPUs");
       src.assign(src.add(1)).realize();
       // reading one side runs its stream's queue and, through the waits, what it depends on of the other
-      const [d, s] = readFirst === "destination" ? [Array.from(dst.toArray()), Array.from(src.toArray())] : (() => {
-        const s = Array.from(src.toArray());
-        return [Array.from(dst.toArray()), s];
-      })();
+      const read = (t: T): number[] => Array.from(t.toArray() as Float32Array);
+      const [d, s] = readFirst === "destination" ? [read(dst), read(src)] : [read(src), read(dst)].reverse() as [number[], number[]];
       assert.deepEqual(d, expected, `the copy read the source too early or too late (reading the ${readFirst} first)`);
       assert.deepEqual(s, expected.map((v) => v + 1));
     }
