@@ -113,6 +113,35 @@ test("replicated weights stay identical on every device", () => {
   for (const c of copies.slice(1)) assert.deepEqual(c, copies[0]);
 });
 
+test("a random draw over several devices copies nothing: the others key it by mirrors of the first device's counter, advanced with it", () => {
+  Tensor.manualSeed(9);
+  const devices = devs(3);
+  Tensor.rand([3], { device: devices[0] }).realize(); // the first device's stream is in use before the mirrors exist
+  const draws: number[][] = [];
+  for (let step = 0; step < 3; step++) {
+    // as a jitted step: the draw, then the counters advanced past it
+    const { result, items } = recordItems(() => {
+      const r = Tensor.rand([4, 5], { device: devices.join(",") });
+      Tensor.realizeAll([r, ...Tensor.rngState()]);
+      return r;
+    });
+    assert.equal(items.filter((item) => item.kind === "copy").length, 0, `step ${step}: copies between devices`);
+    const replicas = (result.node as unknown as { shards: UOp[] }).shards.map((u) => values(new Tensor(u)));
+    for (const r of replicas.slice(1)) assert.deepEqual(r, replicas[0], `step ${step}: replicas differ`);
+    draws.push(replicas[0]!);
+  }
+  assert.notDeepEqual(draws[1], draws[0]);
+  assert.notDeepEqual(draws[2], draws[1]);
+  // the same numbers as draws on the first device alone
+  Tensor.manualSeed(9);
+  Tensor.rand([3], { device: devices[0] }).realize();
+  for (let step = 0; step < 3; step++) {
+    const r = Tensor.rand([4, 5], { device: devices[0] });
+    Tensor.realizeAll([r, ...Tensor.rngState()]);
+    assert.deepEqual(values(r), draws[step], `step ${step}: not the first device's numbers`);
+  }
+});
+
 /** The gradients of a replicated weight [inner, outer] and bias from a batch sharded over `n` devices: ops counted, items recorded. */
 function gradientWork(n: number, inner = 16, outer = 16) {
   Tensor.manualSeed(1);
