@@ -11,14 +11,15 @@
  * - Work put on a stream (launches, graphs, async copies, event records, waits on another stream's event)
  *   is queued and runs only when something needs it: a synchronising call, a legacy-stream copy (which waits
  *   for the blocking streams of its contexts, as on a GPU), or a wait that another stream's queued work
- *   reaches. A missing wait between two GPUs' streams then gives wrong numbers here every time, where a GPU
- *   would give them only now and then. A failure of queued work is reported by the next synchronising call.
+ *   reaches. A missing wait between two GPUs' streams then gives wrong numbers here on every run that reads
+ *   the results in an order that exposes it (the reader's stream runs first), where a GPU would give them
+ *   only now and then. A failure of queued work is reported by the next synchronising call.
  * - Device memory is host memory; copies are memcpy; events read the host clock. Fresh device memory and
  *   dynamic shared memory hold 0xa5 / 0xff bytes, and cp.async copies land only at the wait that covers
  *   them (NaNs before), so that kernels reading what they never wrote, or too early, fail here too.
  * - The device reports an H100's attributes (sm_90, 132 multiprocessors, 228 KB shared memory each).
  *
- * Environment: TG_EMU_CXX (default g++), TG_EMU_CACHE (a folder where built modules are kept and shared
+ * Environment: TG_EMU_DEVICES (how many GPUs, default 1), TG_EMU_CXX (default g++), TG_EMU_CACHE (a folder where built modules are kept and shared
  * between processes; default: a temporary folder removed at exit). The header's path is compiled in. */
 #include <dlfcn.h>
 #include <ftw.h>
