@@ -15,3 +15,5 @@ export { dtypes, promote, type DType, type DTypeName } from "./dtype.ts";
 export { Device, Buffer } from "./device.ts";
 export { GlobalCounters, TsgradError, getenv } from "./helpers.ts";
 export { UOp } from "./uop.ts";
+export { jit, TinyJit } from "./engine/jit.ts";
+export * as nn from "./nn/index.ts";
