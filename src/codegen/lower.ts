@@ -595,7 +595,7 @@ interface CatPieces {
 }
 
 /** `root` as a sum of pads along one axis that tile it exactly (what `Tensor.cat` builds), if it is one. */
-function catPieces(value: UOp): CatPieces | undefined {
+export function catPieces(value: UOp): CatPieces | undefined {
   let root = value;
   // a reshape keeps the row-major layout, so the pieces can be stored by the inner shape
   while (root.op === "CONTIGUOUS" || root.op === "RESHAPE") root = root.src[0]!;

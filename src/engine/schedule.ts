@@ -7,7 +7,7 @@
 import { Buffer, Device } from "../device.ts";
 import { TsgradError, fmtShape } from "../helpers.ts";
 import { type KernelBuffer, type KernelIR } from "../codegen/ir.ts";
-import { type KernelSpec, lowerKernel } from "../codegen/lower.ts";
+import { type KernelSpec, catPieces, lowerKernel } from "../codegen/lower.ts";
 import { type PackedOperand, packOperands } from "./pack.ts";
 import { MOVEMENT_OPS, type ReduceArg, UOp, isElementwise, isMatmul, isNarrowingFloatCast, isWideningFloatCast, skipCasts } from "../uop.ts";
 import { isOneHotProduct } from "../codegen/one_hot.ts";
@@ -165,6 +165,9 @@ function markRecomputedWork(stored: Set<UOp>, users: ReadonlyMap<UOp, number>): 
     const root = roots[r]!;
     const seen = new Set<string>();
     let matmuls = 0;
+    // a concatenation runs each piece as plain loops, without a tile or options: a reduce in a piece (the
+    // gradient of a fused q/k/v projection: three matmuls side by side) is stored first, and copied
+    const concatenation = catPieces(root.op === "ASSIGN" ? root.src[1]! : root) !== undefined;
     const mark = (n: UOp): void => {
       stored.add(n);
       roots.push(n);
@@ -176,7 +179,7 @@ function markRecomputedWork(stored: Set<UOp>, users: ReadonlyMap<UOp, number>): 
       seen.add(key);
       // a reduce, or a narrowing cast that is all its reduce's readers see (then stored in its place)
       const reduce = n.op === "REDUCE" ? n : isNarrowingFloatCast(n) ? soleReduceUnder(n, users, stored) : undefined;
-      if (reduce && n !== root && (underExpand || inReduce)) return mark(n);
+      if (reduce && n !== root && (underExpand || inReduce || concatenation)) return mark(n);
       // one matmul a kernel: a second one beside it (a gelu's input recomputed in its backward; on a GPU, a
       // tied embedding's two gradients summed: its one-hot product runs on tensor cores too) is stored, so
       // that each can be tiled as a matmul instead of both running as plain loops. (Host backends lower a
