@@ -10,6 +10,7 @@ import { TsgradError, arraysEqual, fmtShape, prod, range } from "./helpers.ts";
 import { realizeNodes } from "./engine/realize.ts";
 import { storedBuffer } from "./engine/schedule.ts";
 import { randomBits } from "./random.ts";
+import { type ConvOptions, type PoolOptions, avgPool2d, conv, maxPool2d } from "./windows.ts";
 import { reduceInTwo } from "./split_reduce.ts";
 import { type BinaryOp, type Pads, type UnaryOp, UOp } from "./uop.ts";
 import { type Lazy, MultiLazy, allReduceMany, multiDeviceName, splitDeviceName, splitSizes } from "./multi.ts";
@@ -780,6 +781,16 @@ export class Tensor {
     const out = this.matmul(weight.T);
     return bias ? out.add(bias) : out;
   }
+  /**
+   * Convolution (cross-correlation, as PyTorch's conv1d/2d/3d) over the weight's spatial axes: this [batch,
+   * channels, ...spatial], weight [filters, channels / groups, ...kernel] -> [batch, filters, ...out]. A matmul
+   * that reads a view of the input's windows (src/windows.ts): no im2col buffer.
+   */
+  conv2d(weight: Tensor, options: ConvOptions = {}): Tensor { return conv(this, weight, options); }
+  /** The largest element of each window of the last two axes (stride: the kernel unless given). */
+  maxPool2d(options: PoolOptions): Tensor { return maxPool2d(this, options); }
+  /** The mean of each window of the last two axes (padding counts as zeros). */
+  avgPool2d(options: PoolOptions): Tensor { return avgPool2d(this, options); }
   softmax(axis = -1): Tensor {
     // the values the max reads (a 16-bit input stored first) are the values shifted: the max is exactly 0
     // after the shift, and a computed input runs once (in its producer's kernel: attention scores in the

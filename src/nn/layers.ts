@@ -2,6 +2,7 @@
 // `getStateDict` finds them under the property names (`dense.weight`, `LayerNorm.bias`, ...).
 import { Tensor } from "../tensor.ts";
 import { TsgradError } from "../helpers.ts";
+import type { ConvOptions } from "../windows.ts";
 
 /** Makes a fresh initial value for a parameter of `shape`. */
 export type Initializer = (shape: number[]) => Tensor;
@@ -65,6 +66,29 @@ export class Linear {
   forward(x: Tensor): Tensor {
     if (x.shape[x.ndim - 1] !== this.inFeatures) throw new TsgradError(`Linear(${this.inFeatures} -> ${this.outFeatures}): input has shape [${x.shape.join(", ")}]`);
     return x.linear(this.weight, this.bias);
+  }
+}
+
+/** A convolution over 2 spatial axes (PyTorch's Conv2d: weight [out, in / groups, kh, kw], its initialisation). */
+export class Conv2d {
+  weight: Tensor;
+  bias?: Tensor;
+  readonly options: Omit<ConvOptions, "bias">;
+  constructor(
+    readonly inChannels: number,
+    readonly outChannels: number,
+    kernel: number | readonly [number, number],
+    { stride = 1, padding = 0, dilation = 1, groups = 1, bias = true }: Omit<ConvOptions, "bias"> & { bias?: boolean } = {},
+  ) {
+    const [kh, kw] = typeof kernel === "number" ? [kernel, kernel] : kernel;
+    if (inChannels % groups !== 0 || outChannels % groups !== 0) throw new TsgradError(`Conv2d(${inChannels} -> ${outChannels}): ${groups} groups must divide both`);
+    const fanIn = (inChannels / groups) * kh * kw;
+    this.weight = parameter(uniformFanIn(fanIn), [outChannels, inChannels / groups, kh, kw]);
+    if (bias) this.bias = parameter(uniformFanIn(fanIn), [outChannels]);
+    this.options = { stride, padding, dilation, groups };
+  }
+  forward(x: Tensor): Tensor {
+    return x.conv2d(this.weight, { ...this.options, bias: this.bias });
   }
 }
 
