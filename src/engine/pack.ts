@@ -40,6 +40,23 @@ interface Operand {
   readonly used: ReadonlySet<number>;
   /** The index of what the chain reads at the bottom. */
   readonly bottom: { node: UOp; idx: readonly Idx[] };
+  /** Whether that index (or a bound of a pad on the way) divides: a convolution's windows, costly to read in place. */
+  readonly divides: boolean;
+}
+
+/** Whether an index expression has a division or a modulo in it. */
+function hasDivision(e: Idx): boolean {
+  switch (e.kind) {
+    case "div":
+    case "mod":
+      return true;
+    case "sum":
+      return e.terms.some(hasDivision);
+    case "mul":
+      return hasDivision(e.a);
+    default:
+      return false;
+  }
 }
 
 /**
@@ -60,8 +77,10 @@ export function packOperands(nodes: readonly UOp[], stored: ReadonlySet<UOp>, is
     // an output that stays in cache with a long sum runs K-blocked (heuristics' blockLength), each block of
     // both operands read from cache by every tile already: a copy adds only its cost (jitted g @ W over the
     // vocabulary, 160x30522x128: 15.1-17.6 ms as is, 16.5-18.1 ms with W packed)
-    if (reduce.numel * reduce.dtype.itemsize <= CACHED_BYTES && length >= BLOCKED_MIN_LENGTH) continue;
+    // (unless an operand's index divides: a convolution's weight gradient read its windows in place at 14
+    // GFLOP/s, one division a load; its panel copies them once)
     const operands = product.src.map((src) => operandOf(skipCasts(src), stored, isLeaf));
+    if (reduce.numel * reduce.dtype.itemsize <= CACHED_BYTES && length >= BLOCKED_MIN_LENGTH && !operands.some((o) => o.divides)) continue;
     // each element of an operand is read once for every output element along the axes it does not use
     const reuse = (o: Operand): number => outputAxes.reduce((n, d) => (o.used.has(d) ? n : n * shape[d]!), 1);
     const found: PackedOperand[] = [];
@@ -81,7 +100,7 @@ export function packOperands(nodes: readonly UOp[], stored: ReadonlySet<UOp>, is
         // weight gradient g^T @ x: 8 neighbours, then a row further on) take a panel, where 8 divides them
         // (padded, the tied-weight gradient 30522x160x128 fell from 1.2 to 0.85 of numpy)
         const { node, idx } = operand.bottom;
-        if (coefficientOf(flatIndex(idx, node.shape), `a${axes[axes.length - 1]!}`) === 1) continue;
+        if (coefficientOf(flatIndex(idx, node.shape), `a${axes[axes.length - 1]!}`) === 1 && !operand.divides) continue;
         // the rows: the last output axis this operand reads and the other does not (where the heuristics put them)
         const rows = outputAxes.filter((d) => operand.used.has(d) && !other.used.has(d));
         const axis = rows[rows.length - 1];
@@ -98,15 +117,19 @@ function operandOf(top: UOp, stored: ReadonlySet<UOp>, isLeaf: (u: UOp) => boole
   let node = top;
   let idx: readonly Idx[] = top.shape.map((size, d) => ivar(`a${d}`, size));
   const vars = new Set<string>();
+  let divides = false;
   for (let first = true; MOVEMENT_OPS.has(node.op) && (first || !(stored.has(node) || isLeaf(node))); first = false) {
     const moved = moveIndex(node, idx);
-    for (const bound of moved.inside ?? []) varsOf(bound.expr, vars);
+    for (const bound of moved.inside ?? []) {
+      varsOf(bound.expr, vars);
+      divides ||= hasDivision(bound.expr);
+    }
     idx = moved.srcIdx;
     node = node.src[0]!;
   }
   for (const i of idx) varsOf(i, vars);
   const used = new Set(top.shape.flatMap((size, d) => (size > 1 && vars.has(`a${d}`) ? [d] : [])));
-  return { node: top, used, bottom: { node, idx } };
+  return { node: top, used, bottom: { node, idx }, divides: divides || idx.some(hasDivision) };
 }
 
 /**

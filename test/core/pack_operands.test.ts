@@ -195,3 +195,27 @@ test("a bias's gradient under a GELU is one reduce of the stored gradient, not o
   const dw = items.find((k) => k.kernel.outputShape.filter((s) => s > 1).join() === "40,30")!;
   assert.ok(dw.buffers.includes(bias.buffers[1]!));
 });
+
+test("an operand whose index divides (a convolution's windows) is packed even where the sum runs K-blocked: the weight gradient reads the copy", () => {
+  const x = input([8, 8, 34, 34], 1);
+  const w = input([64, 8, 3, 3], 2, true);
+  const g = input([8, 64, 32, 32], 3);
+  w.grad = null;
+  x.conv2d(w).mul(g).sum().backward();
+  const ks = kernels(w.grad!);
+  const product = ks.find((k) => k.kernel.name.startsWith("r_"))!;
+  assert.ok(product, ks.map(shapeOf).join(", "));
+  // the product reads no input buffer in place (the windows come from their packed copy), and the copy
+  // before it was made by a kernel of this schedule
+  assert.ok(!product.buffers.includes(bufferOf(x)), "the weight gradient reads the windows in place (a division a load)");
+  const copies = ks.filter((k) => k !== product && product.buffers.includes(k.buffers[0]!));
+  assert.ok(copies.length >= 1, "no packed copy feeds the product");
+  const gx = values(w.grad!);
+  // the same numbers as the definition: dW[f, c, i, j] = sum over n, y, x of g[n, f, y, x] * x[n, c, y + i, x + j]
+  const xv = values(x), gv = values(g);
+  for (const [f, c, i, j] of [[0, 0, 0, 0], [5, 3, 1, 2], [63, 7, 2, 1]] as const) {
+    let s = 0;
+    for (let n = 0; n < 8; n++) for (let y = 0; y < 32; y++) for (let xx = 0; xx < 32; xx++) s += gv[((n * 64 + f) * 32 + y) * 32 + xx]! * xv[((n * 8 + c) * 34 + y + i) * 34 + xx + j]!;
+    assertClose([gx[((f * 8 + c) * 3 + i) * 3 + j]!], [s], { atol: 1e-3, what: `dW[${f}, ${c}, ${i}, ${j}]` });
+  }
+});
