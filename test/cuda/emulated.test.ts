@@ -213,6 +213,25 @@ if (library) {
     two.weights.forEach((w, n) => w.forEach((v, i) => assert.ok(Math.abs(v - one.weights[n]![i]!) <= 1e-5, `weight ${n}[${i}]: ${v} vs ${one.weights[n]![i]}`)));
   });
 
+  test("a convolution and its gradients (a matmul over a view of the windows, float16) match the JS device", () => {
+    const run = (device: string) => {
+      const x = Tensor.rand([2, 16, 12, 12], { device: "JS" }).sub(0.5).cast(dtypes.float16).to(device).realize();
+      const w = Tensor.rand([32, 16, 3, 3], { device: "JS" }).sub(0.5).cast(dtypes.float16).to(device).realize();
+      for (const t of [x, w]) t.requiresGrad = true;
+      const y = x.conv2d(w, { padding: 1, stride: 2 }).maxPool2d({ kernel: 2 });
+      y.float().square().sum().backward();
+      return [y, x.grad!, w.grad!].map((t) => Array.from(t.cast(dtypes.float32).toArray() as Float32Array));
+    };
+    Tensor.manualSeed(7);
+    const js = run("JS");
+    Tensor.manualSeed(7);
+    const cuda = run("CUDA");
+    ["output", "input gradient", "weight gradient"].forEach((what, i) => {
+      const error = cuda[i]!.reduce((worst, g, j) => Math.max(worst, Math.abs(g - js[i]![j]!) / (1 + Math.abs(js[i]![j]!))), 0);
+      assert.ok(error <= 1e-2, `${what}: max relative error ${error}`);
+    });
+  });
+
   test("a copy between GPUs is queued, after the writes it reads and before the source's later writes (the emulator runs queued work only when something waits for it)", async () => {
     const koffi = (await import("koffi")).default;
     const queued = koffi.load(library).func("int tg_emu_queued(void)") as () => number;
@@ -287,7 +306,7 @@ if (library) {
   });
 
   test("the op suite passes on the emulated GPU", { timeout: 600_000 }, () => {
-    const files = ["elementwise", "nn_ops", "reduce_movement", "regressions", "jit"].map((t) => `test/core/${t}.test.ts`);
+    const files = ["elementwise", "nn_ops", "reduce_movement", "regressions", "jit", "conv"].map((t) => `test/core/${t}.test.ts`);
     const { NODE_TEST_CONTEXT: _, ...env } = process.env;
     // no CPU device: the op tests run on CUDA and JS only
     const run = spawnSync(process.execPath, ["--import", "tsx", "--test", "--test-reporter=spec", ...files], {
