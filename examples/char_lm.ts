@@ -92,7 +92,7 @@ export class CharLm {
     const time = ids.shape[1]!;
     if (time > this.config.context) throw new TsgradError(`CharLm: ${time} positions, the context holds ${this.config.context}`);
     // [time, time]: true where a position may attend (itself and earlier ones); index arithmetic, no buffer
-    const causal = Tensor.arange(time).reshape([time, 1]).ge(Tensor.arange(time).reshape([1, time]));
+    const causal = Tensor.ones([time, time], { dtype: dtypes.bool }).tril();
     let x = this.tokens.forward(ids).add(this.positions.weight.index([0, time]));
     for (const block of this.blocks) x = block.forward(x, causal);
     return this.head.forward(this.norm.forward(x));

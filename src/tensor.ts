@@ -787,6 +787,19 @@ export class Tensor {
    * that reads a view of the input's windows (src/windows.ts): no im2col buffer.
    */
   conv2d(weight: Tensor, options: ConvOptions = {}): Tensor { return conv(this, weight, options); }
+  /** Zeros above the `diagonal`-th diagonal of the last two axes (0: the main one; 1: one above it). A causal mask: `Tensor.ones([t, t]).tril()`. */
+  tril(diagonal = 0): Tensor { return this.triangle(diagonal, true); }
+  /** Zeros below the `diagonal`-th diagonal of the last two axes. */
+  triu(diagonal = 0): Tensor { return this.triangle(diagonal, false); }
+  private triangle(diagonal: number, lower: boolean): Tensor {
+    if (this.ndim < 2) throw new TsgradError(`${lower ? "tril" : "triu"} needs at least 2 axes, got ${fmtShape(this.shape)}`);
+    const [n, m] = this.shape.slice(-2) as [number, number];
+    // kept where col - row <= diagonal (tril) or >= diagonal (triu): index arithmetic, no buffer
+    const rows = Tensor.arange(n, undefined, 1, { device: this.device }).reshape([n, 1]);
+    const cols = Tensor.arange(m, undefined, 1, { device: this.device }).reshape([1, m]);
+    const keep = lower ? cols.sub(rows).le(diagonal) : cols.sub(rows).ge(diagonal);
+    return keep.where(this, 0);
+  }
   /** The largest element of each window of the last two axes (stride: the kernel unless given). */
   maxPool2d(options: PoolOptions): Tensor { return maxPool2d(this, options); }
   /** The mean of each window of the last two axes (padding counts as zeros). */

@@ -178,3 +178,17 @@ test("the same seed gives the same numbers on every device", () => {
   const draws = devices.map((device) => { Tensor.manualSeed(9); return values(Tensor.randn([32], { device })); });
   for (const d of draws.slice(1)) assertClose(d, draws[0]!, { atol: 1e-6 });
 });
+
+test("tril and triu keep the elements on and below (above) a diagonal, batched, any dtype", () => {
+  for (const device of testDevices()) {
+    const x = new Tensor(Array.from({ length: 2 * 3 * 4 }, (_, i) => i + 1), { device }).reshape([2, 3, 4]);
+    const expect = (keep: (r: number, c: number) => boolean) => Array.from({ length: 24 }, (_, i) => (keep(Math.floor(i / 4) % 3, i % 4) ? i + 1 : 0));
+    assert.deepEqual(Array.from(x.tril().toArray() as Int32Array), expect((r, c) => c <= r));
+    assert.deepEqual(Array.from(x.tril(1).toArray() as Int32Array), expect((r, c) => c <= r + 1));
+    assert.deepEqual(Array.from(x.tril(-1).toArray() as Int32Array), expect((r, c) => c < r));
+    assert.deepEqual(Array.from(x.triu().toArray() as Int32Array), expect((r, c) => c >= r));
+    assert.deepEqual(Array.from(x.triu(2).toArray() as Int32Array), expect((r, c) => c >= r + 2));
+    assert.equal(x.tril().dtype.name, "int32");
+  }
+  assert.throws(() => Tensor.ones([3]).tril(), /tril needs at least 2 axes, got \[3\]/);
+});
