@@ -1,7 +1,7 @@
 // A small convolutional network that learns to tell three kinds of drawn shapes apart (a filled square, a
-// hollow square, a plus sign), at random places, sizes and brightness, on noise: conv2d, max pooling,
-// nn.Conv2d and nn.Linear, a jitted AdamW step, accuracy on images it never saw. The images are drawn here,
-// so it needs no download.
+// hollow square, a plus sign), at random places, sizes and brightness, on noise: nn.Conv2d, nn.BatchNorm,
+// max pooling and nn.Linear, a jitted AdamW step, accuracy on images it never saw. The images are drawn
+// here, so it needs no download.
 //
 //   npx tsx examples/shapes_cnn.ts [--steps 150] [--batch 30] [--seed 1]
 import { parseArgs } from "node:util";
@@ -34,22 +34,24 @@ export function drawShapes(count: number, random: () => number): { images: Float
   return { images, labels };
 }
 
-/** conv 3x3 (1 -> 8) -> relu -> max pool 2 -> conv 3x3 (8 -> 16) -> relu -> max pool 2 -> linear (16*4*4 -> 3). */
+/** conv 3x3 (1 -> 8) -> relu -> max pool 2 -> conv 3x3 (8 -> 16) -> batch norm -> relu -> max pool 2 -> linear (16*4*4 -> 3). */
 export class ShapesNet {
   readonly conv1: nn.Conv2d;
   readonly conv2: nn.Conv2d;
+  readonly norm: nn.BatchNorm;
   readonly classify: nn.Linear;
   constructor() {
-    [this.conv1, this.conv2, this.classify] = nn.initialisedTogether(() => [
+    [this.conv1, this.conv2, this.norm, this.classify] = nn.initialisedTogether(() => [
       new nn.Conv2d(1, 8, 3, { padding: 1 }),
-      new nn.Conv2d(8, 16, 3, { padding: 1 }),
+      new nn.Conv2d(8, 16, 3, { padding: 1, bias: false }),
+      new nn.BatchNorm(16),
       new nn.Linear(16 * (SIZE / 4) ** 2, CLASSES.length),
     ] as const);
   }
-  /** images [batch, 1, SIZE, SIZE] -> logits [batch, classes] */
+  /** images [batch, 1, SIZE, SIZE] -> logits [batch, classes] (batch statistics while `Tensor.training`) */
   forward(images: Tensor): Tensor {
     const h = this.conv1.forward(images).relu().maxPool2d({ kernel: 2 });
-    const g = this.conv2.forward(h).relu().maxPool2d({ kernel: 2 });
+    const g = this.norm.forward(this.conv2.forward(h)).relu().maxPool2d({ kernel: 2 });
     return this.classify.forward(g.flatten(1));
   }
 }
@@ -74,11 +76,16 @@ export function trainShapes({ steps, batch, seed, testCount = 300, onStep }: { s
   });
   const random = seededRandom(seed);
   const losses: number[] = [];
-  for (let i = 1; i <= steps; i++) {
-    const { images, labels } = drawShapes(batch, random);
-    const { x, y } = batchOf(images, labels);
-    losses.push(step(x, y).item());
-    onStep?.(i, losses[losses.length - 1]!);
+  Tensor.training = true;
+  try {
+    for (let i = 1; i <= steps; i++) {
+      const { images, labels } = drawShapes(batch, random);
+      const { x, y } = batchOf(images, labels);
+      losses.push(step(x, y).item());
+      onStep?.(i, losses[losses.length - 1]!);
+    }
+  } finally {
+    Tensor.training = false;
   }
   // images from another stream of the generator: never seen in training
   const test = drawShapes(testCount, seededRandom(seed + 1_000_003));

@@ -117,6 +117,43 @@ export class LayerNorm {
   }
 }
 
+/**
+ * Batch normalisation over [batch, channels, ...]: while `Tensor.training`, each channel is normalised by the
+ * batch's mean and (biased) variance, and the running statistics move towards them by `momentum` (the variance
+ * unbiased, as PyTorch keeps it); otherwise the running statistics normalise. Then scaled and shifted per
+ * channel. The running statistics are state (saved, replicated, loaded), not parameters: no gradient.
+ */
+export class BatchNorm {
+  weight: Tensor;
+  bias: Tensor;
+  runningMean: Tensor;
+  runningVar: Tensor;
+  constructor(readonly channels: number, readonly eps = 1e-5, readonly momentum = 0.1) {
+    this.weight = parameter(ones, [channels]);
+    this.bias = parameter(zeros, [channels]);
+    this.runningMean = Tensor.zeros([channels]).contiguous().realize();
+    this.runningVar = Tensor.ones([channels]).contiguous().realize();
+  }
+  forward(x: Tensor): Tensor {
+    if (x.ndim < 2 || x.shape[1] !== this.channels) throw new TsgradError(`BatchNorm(${this.channels}): input has shape [${x.shape.join(", ")}], channels on axis 1`);
+    const axes = x.shape.flatMap((_, d) => (d === 1 ? [] : [d]));
+    const perChannel = (t: Tensor): Tensor => t.reshape(x.shape.map((s, d) => (d === 1 ? s : 1)));
+    let mean: Tensor, variance: Tensor;
+    if (Tensor.training) {
+      mean = x.mean({ axis: axes });
+      variance = x.sub(perChannel(mean)).square().mean({ axis: axes });
+      const count = x.numel / this.channels;
+      const [m, v] = [mean.detach(), variance.detach().mul(count / Math.max(count - 1, 1))];
+      this.runningMean.assign(this.runningMean.mul(1 - this.momentum).add(m.mul(this.momentum)));
+      this.runningVar.assign(this.runningVar.mul(1 - this.momentum).add(v.mul(this.momentum)));
+    } else {
+      [mean, variance] = [this.runningMean, this.runningVar];
+    }
+    const scale = variance.add(this.eps).rsqrt().mul(this.weight);
+    return x.sub(perChannel(mean)).mul(perChannel(scale)).add(perChannel(this.bias));
+  }
+}
+
 /** Zeroes a fraction p of the inputs while `Tensor.training`; no parameters. */
 export class Dropout {
   constructor(readonly p = 0.5) {}

@@ -39,9 +39,9 @@ export function getStateDict(root: unknown, prefix = ""): StateDict {
   return out;
 }
 
-/** The tensors of `getStateDict(root)`, in the same order. */
+/** The trainable tensors (requiresGrad) of `getStateDict(root)`, in the same order: what an optimizer takes. State such as a batch norm's running statistics or a frozen weight is left out. */
 export function getParameters(root: unknown): Tensor[] {
-  return Object.values(getStateDict(root));
+  return Object.values(getStateDict(root)).filter((t) => t.requiresGrad);
 }
 
 /** A state dict that does not fit the model: names missing or unexpected, or a shape that differs. */
