@@ -12,7 +12,7 @@ import type { KernelSpec } from "./lower.ts";
 export function moveIndex(node: UOp, idx: readonly Idx[]): { srcIdx: Idx[]; inside: Bound[] | null } {
   const src = node.src[0]!;
   switch (node.op) {
-    case "RESHAPE": return { srcIdx: unflatIndex(flatIndex(idx, node.shape), src.shape), inside: [] };
+    case "RESHAPE": return { srcIdx: reshapeIndex(node, idx), inside: [] };
     case "PERMUTE": {
       const srcIdx = new Array<Idx>(idx.length);
       (node.arg as number[]).forEach((from, to) => (srcIdx[from] = idx[to]!));
@@ -33,6 +33,65 @@ export function moveIndex(node: UOp, idx: readonly Idx[]): { srcIdx: Idx[]; insi
     }
     default: throw new Error(`moveIndex: ${node.op} is not a movement op`);
   }
+}
+
+/** Axes of a reshape that hold the same elements on both sides: `dims` of the result, `srcDims` of the source. */
+interface ReshapeGroup {
+  readonly dims: readonly number[];
+  readonly srcDims: readonly number[];
+}
+const reshapeGroups = new WeakMap<UOp, readonly ReshapeGroup[]>();
+
+/** The reshape's axes (those of more than one element) in groups of equal products, in order. */
+function groupsOf(node: UOp): readonly ReshapeGroup[] {
+  const cached = reshapeGroups.get(node);
+  if (cached) return cached;
+  const remember = (groups: readonly ReshapeGroup[]): readonly ReshapeGroup[] => (reshapeGroups.set(node, groups), groups);
+  const shape = node.shape, srcShape = node.src[0]!.shape;
+  const dims = shape.flatMap((size, d) => (size === 1 ? [] : [d]));
+  const srcDims = srcShape.flatMap((size, d) => (size === 1 ? [] : [d]));
+  // one group for everything (the whole flat index): an empty array
+  const whole = [{ dims, srcDims }];
+  if (shape.includes(0) || srcShape.includes(0)) return remember(whole);
+  const found: ReshapeGroup[] = [];
+  let [i, j] = [0, 0];
+  while (i < dims.length && j < srcDims.length) {
+    const group = { dims: [dims[i]!], srcDims: [srcDims[j]!] };
+    let [left, right] = [shape[dims[i++]!]!, srcShape[srcDims[j++]!]!];
+    while (left !== right) {
+      if (left < right && i < dims.length) {
+        group.dims.push(dims[i]!);
+        left *= shape[dims[i++]!]!;
+      } else if (left > right && j < srcDims.length) {
+        group.srcDims.push(srcDims[j]!);
+        right *= srcShape[srcDims[j++]!]!;
+      } else return remember(whole); // products that never meet: not a reshape of the same elements
+    }
+    found.push(group);
+  }
+  return remember(i < dims.length || j < srcDims.length ? whole : found);
+}
+
+/**
+ * The source index of a reshape, group by group of axes holding the same elements: an axis that only
+ * gains or loses unit axes around it (an unsqueeze, a squeeze: most reshapes a graph holds) maps straight to
+ * its counterpart; axes merged or split go through their group's flat index (a division and a modulo per
+ * axis, simplified by the ranges), not the whole array's.
+ */
+function reshapeIndex(node: UOp, idx: readonly Idx[]): Idx[] {
+  const srcShape = node.src[0]!.shape;
+  const out = new Array<Idx>(srcShape.length);
+  for (let d = 0; d < srcShape.length; d++) out[d] = iconst(0);
+  for (const { dims, srcDims } of groupsOf(node)) {
+    if (dims.length === 1 && srcDims.length === 1) {
+      out[srcDims[0]!] = idx[dims[0]!]!;
+      continue;
+    }
+    const flat = flatIndex(dims.map((d) => idx[d]!), dims.map((d) => node.shape[d]!));
+    const parts = unflatIndex(flat, srcDims.map((d) => srcShape[d]!));
+    srcDims.forEach((d, k) => (out[d] = parts[k]!));
+  }
+  return out;
 }
 
 export const isMovement = (op: Op): boolean => MOVEMENT_OPS.has(op);
