@@ -13,7 +13,7 @@ import { buildCudaEmulator, emulatorEnv } from "./emu/build.ts";
 const work = scratchDir("cuda-emu");
 const library = buildCudaEmulator(work);
 // the runtime reads these when it first loads the driver and the compiler
-if (library) Object.assign(process.env, emulatorEnv(library, work), { TG_EMU_DEVICES: "2" });
+if (library) Object.assign(process.env, emulatorEnv(library, work), { TG_EMU_DEVICES: "3" });
 
 const { Device, Tensor, dtypes } = await import("../../src/index.ts");
 const { recordItems } = await import("../../src/engine/realize.ts");
@@ -211,6 +211,22 @@ if (library) {
     assert.ok(graphLaunches() - graphsBefore >= 4, `${graphLaunches() - graphsBefore} graph launches`);
     two.losses.forEach((l, i) => assert.ok(Math.abs(l - one.losses[i]!) <= 1e-5 * (1 + Math.abs(one.losses[i]!)), `loss ${i}: ${l} vs ${one.losses[i]}`));
     two.weights.forEach((w, n) => w.forEach((v, i) => assert.ok(Math.abs(v - one.weights[n]![i]!) <= 1e-5, `weight ${n}[${i}]: ${v} vs ${one.weights[n]![i]}`)));
+  });
+
+  test("a ring all-reduce over three emulated GPUs (each step's copies queued between waits) sums exactly, on every GPU", async () => {
+    const { recordItems } = await import("../../src/engine/realize.ts");
+    const devices = ["CUDA", "CUDA:1", "CUDA:2"];
+    // big enough for the ring (over 256 KB), an odd length: uneven chunks
+    const n = 100_003;
+    const parts = devices.map((_, d) => Array.from({ length: n }, (_, i) => ((i * 7 + d * 13) % 17) - 8));
+    const x = new Tensor(parts.flat(), { device: "JS", dtype: dtypes.float32 }).reshape([3, n]).shard(devices, 0);
+    const { result: total, items } = recordItems(() => x.sum({ axis: 0 }).realize());
+    // 2(n-1) = 4 ring steps of 3 copies, and each device's share gathered for the replicated result
+    assert.ok(items.filter((item) => item.kind === "copy").length >= 12, `${items.filter((item) => item.kind === "copy").length} copies`);
+    const expected = Array.from({ length: n }, (_, i) => parts[0]![i]! + parts[1]![i]! + parts[2]![i]!);
+    const shards = (total.node as unknown as { shards: unknown[] }).shards;
+    assert.equal(shards.length, 3);
+    shards.forEach((shard, d) => assert.deepEqual(Array.from(new Tensor(shard as never).toArray() as Float32Array), expected, `CUDA:${d}`));
   });
 
   test("a convolution and its gradients (a matmul over a view of the windows, float16) match the JS device", () => {
