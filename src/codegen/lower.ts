@@ -6,7 +6,7 @@
 // row (their gradients) becomes a scatter: each summed row added where its index points.
 import { dtypes, type DType } from "../dtype.ts";
 import {
-  type Bound, type Idx, andBound, condKey, flatIndex, iadd, iconst, imul, iruntime, ivar, unflatIndex,
+  type Bound, type Idx, andBound, condKey, flatIndex, iadd, iconst, idiv, imul, iruntime, ivar, replaceSubexpressions, splitAtMultiple, unflatIndex,
 } from "../shape/symbolic.ts";
 import { type Pads, type ReduceArg, type UOp, isElementwise } from "../uop.ts";
 import type { AluOp, Expr, KernelBuffer, KernelIR, Operand, Stmt } from "./ir.ts";
@@ -428,8 +428,9 @@ class Lowerer {
       return this.define(node.dtype, { op: node.op as AluOp, srcs }, key);
     }
     if (isMovement(node.op)) {
-      const { srcIdx, inside } = moveIndex(node, idx);
-      if (inside === null) return { kind: "lit", value: 0, dtype: node.dtype };
+      const moved = moveIndex(node, idx);
+      if (moved.inside === null) return { kind: "lit", value: 0, dtype: node.dtype };
+      const { srcIdx, inside } = node.op === "PAD" && moved.inside.length ? this.unwrapGuardedModulo(moved.srcIdx, moved.inside) : (moved as { srcIdx: Idx[]; inside: Bound[] });
       const value = this.gen(node.src[0]!, srcIdx, inside.length ? [...valid, ...inside] : valid);
       return inside.length ? this.select(inside, value, key) : value;
     }
@@ -444,6 +445,35 @@ class Lowerer {
     }
     if (node.op === "CONTIGUOUS") return this.gen(node.src[0]!, idx, valid);
     throw new Error(`lowerKernel: ${node.op} must be scheduled as its own step, not fused`);
+  }
+
+  /**
+   * A pad's bound on an index `a mod c + k` (a reshape that skews rows under a pad: a sliding window's gradient)
+   * that only the unwrapped branch of the modulo can meet: there `a mod c` is r = a - q*c and `a div c` is q
+   * (`splitAtMultiple`). The index below the pad gets those, r held in a local whose range the bound gives, so
+   * the reshapes further down simplify as over plain loop variables instead of dividing a term at a time.
+   */
+  private unwrapGuardedModulo(srcIdx: readonly Idx[], inside: readonly Bound[]): { srcIdx: Idx[]; inside: Bound[] } {
+    let index = [...srcIdx];
+    const bounds = [...inside];
+    for (let b = 0; b < bounds.length; b++) {
+      const { expr, lo, hi } = bounds[b]!;
+      const terms = expr.kind === "sum" ? expr.terms : [expr];
+      const m = terms.find((t) => t.kind === "mod");
+      if (!m || m.kind !== "mod" || terms.some((t) => t !== m && t.kind !== "const")) continue;
+      const k = terms.reduce((sum, t) => sum + (t.kind === "const" ? t.value : 0), 0);
+      const [low, high] = [Math.max(lo - k, 0), Math.min(hi - k, m.c)];
+      const { q, r } = splitAtMultiple(m.a, m.c);
+      // a wrapped value (r < 0: a mod c = r + c) must fail the bound; then r >= 0 wherever it holds
+      if (low >= high || r.min < -m.c || r.max >= m.c || (r.min < 0 && r.min + m.c < high)) continue;
+      const held = this.define(dtypes.int32, { op: "INDEX", index: r }, `${r.key}|unwrapped`);
+      if (held.kind !== "val") continue;
+      const by = new Map([[m.key, iruntime(held.name, Math.max(low, r.min), Math.min(high - 1, r.max))], [idiv(m.a, m.c).key, q]]);
+      index = index.map((e) => replaceSubexpressions(e, by));
+      bounds[b] = { expr: r, lo: low, hi: high };
+      for (let o = b + 1; o < bounds.length; o++) bounds[o] = { ...bounds[o]!, expr: replaceSubexpressions(bounds[o]!.expr, by) };
+    }
+    return { srcIdx: index, inside: bounds };
   }
 
   /** `value` where every bound holds, else 0. */

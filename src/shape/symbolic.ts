@@ -191,6 +191,42 @@ export function substitute(e: Idx, name: string, by: Idx): Idx {
   }
 }
 
+/** `e` with each subexpression whose key `by` holds replaced by its value there (then simplified). */
+export function replaceSubexpressions(e: Idx, by: ReadonlyMap<string, Idx>): Idx {
+  const hit = by.get(e.key);
+  if (hit) return hit;
+  switch (e.kind) {
+    case "const":
+    case "var": return e;
+    case "sum": return iadd(...e.terms.map((t) => replaceSubexpressions(t, by)));
+    case "mul": return imul(replaceSubexpressions(e.a, by), e.c);
+    case "div": return idiv(replaceSubexpressions(e.a, by), e.c);
+    case "mod": return imod(replaceSubexpressions(e.a, by), e.c);
+  }
+}
+
+/**
+ * `a` as q*c + r, each term's coefficient split at the multiple of c nearest it (the constant at the one
+ * below): where -c <= r < c, floor(a / c) is q (r >= 0) or q - 1 (r < 0).
+ */
+export function splitAtMultiple(a: Idx, c: number): { q: Idx; r: Idx } {
+  const qs: Idx[] = [], rs: Idx[] = [];
+  for (const t of a.kind === "sum" ? a.terms : [a]) {
+    if (t.kind === "const") {
+      const rest = ((t.value % c) + c) % c;
+      qs.push(iconst((t.value - rest) / c));
+      rs.push(iconst(rest));
+      continue;
+    }
+    const [base, coefficient] = t.kind === "mul" ? [t.a, t.c] : [t, 1];
+    let rest = ((coefficient % c) + c) % c;
+    if (rest > c / 2) rest -= c;
+    qs.push(imul(base, (coefficient - rest) / c));
+    rs.push(imul(base, rest));
+  }
+  return { q: iadd(...qs), r: iadd(...rs) };
+}
+
 /** The variables an expression reads. */
 export function varsOf(e: Idx, into = new Set<string>()): Set<string> {
   switch (e.kind) {

@@ -4,6 +4,8 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Tensor, TsgradError, dtypes, nn } from "../../src/index.ts";
 import { recordItems } from "../../src/engine/realize.ts";
+import type { Stmt } from "../../src/codegen/ir.ts";
+import type { Idx } from "../../src/shape/symbolic.ts";
 import { assertClose, values } from "./harness.ts";
 import { testDevices } from "../devices.ts";
 
@@ -172,4 +174,35 @@ test("bad convolutions and pools are clear errors naming the shapes", () => {
   expectError(() => x.conv2d(Tensor.zeros([4, 3, 3, 3]), { bias: Tensor.zeros([3]) }), "bias [3] must be [4]");
   expectError(() => Tensor.zeros([8]).maxPool2d({ kernel: 2 }), "fewer than 2 axes");
   expectError(() => x.avgPool2d({ kernel: [2, 2, 2] }), "avgPool2d kernel");
+});
+
+test("a convolution's input gradient reads the windows' gradient at affine indices: the skewed rows' modulo is unwrapped under its pad", () => {
+  const x = new Tensor(data(2 * 4 * 10 * 10, 1), { device: "JS", dtype: dtypes.float32 }).reshape([2, 4, 10, 10]).realize();
+  const w = new Tensor(data(6 * 4 * 3 * 3, 2), { device: "JS", dtype: dtypes.float32 }).reshape([6, 4, 3, 3]).realize();
+  const g = new Tensor(data(2 * 6 * 10 * 10, 3), { device: "JS", dtype: dtypes.float32 }).reshape([2, 6, 10, 10]).realize();
+  x.requiresGrad = true;
+  x.conv2d(w, { padding: 1 }).mul(g).sum().backward();
+  const { result, items } = recordItems(() => x.grad!.realize());
+  // every load of every kernel of the input gradient: no division or modulo left in its index
+  const divides = (e: Idx): boolean => e.kind === "div" || e.kind === "mod" || (e.kind === "sum" ? e.terms.some(divides) : e.kind === "mul" ? divides(e.a) : false);
+  const loads: Idx[] = [];
+  const visit = (stmts: readonly Stmt[]): void => {
+    for (const s of stmts) {
+      if (s.kind === "loop") visit(s.body);
+      else if (s.kind === "def" && s.expr.op === "LOAD") loads.push(s.expr.index);
+    }
+  };
+  for (const item of items) if (item.kind === "kernel" && item.kernel.name.startsWith("r_")) visit(item.kernel.body);
+  assert.ok(loads.length > 0);
+  assert.deepEqual(loads.filter(divides).map((e) => e.key), []);
+  // and the numbers of the definition: dx[n, c, y, x] = sum over f, i, j of g[n, f, y - i + 1, x - j + 1] * w[f, c, i, j]
+  const [gv, wv, dx] = [values(g), values(w), values(result)];
+  for (const [n, c, yy, xx] of [[0, 0, 0, 0], [1, 3, 5, 9], [0, 2, 9, 4]] as const) {
+    let s = 0;
+    for (let f = 0; f < 6; f++) for (let i = 0; i < 3; i++) for (let j = 0; j < 3; j++) {
+      const [oy, ox] = [yy - i + 1, xx - j + 1];
+      if (oy >= 0 && oy < 10 && ox >= 0 && ox < 10) s += gv[((n * 6 + f) * 10 + oy) * 10 + ox]! * wv[((f * 4 + c) * 3 + i) * 3 + j]!;
+    }
+    assertClose([dx[((n * 4 + c) * 10 + yy) * 10 + xx]!], [s], { atol: 1e-4, what: `dx[${n}, ${c}, ${yy}, ${xx}]` });
+  }
 });

@@ -2,7 +2,7 @@
 // variables (floor division and modulo). Checked exhaustively on small random expressions.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { type Idx, coefficientOf, iadd, iconst, idiv, imod, imul, ivar } from "../../src/shape/symbolic.ts";
+import { type Idx, coefficientOf, iadd, iconst, idiv, imod, imul, ivar, replaceSubexpressions, splitAtMultiple } from "../../src/shape/symbolic.ts";
 
 /** The value of `e` with variables set from `env`. */
 function evaluate(e: Idx, env: ReadonlyMap<string, number>): number {
@@ -84,4 +84,29 @@ test("coefficientOf: a variable's step in a linear index, 0 where absent, undefi
   assert.equal(coefficientOf(imul(iadd(imul(k, 3), j), 512), "k"), 1536);
   assert.equal(coefficientOf(iadd(imod(i, 8), j), "i"), undefined);
   assert.equal(coefficientOf(iadd(idiv(i, 8), j), "j"), 1);
+});
+
+test("splitAtMultiple: a = q*c + r with each coefficient split at its nearest multiple; replaceSubexpressions swaps in values and simplifies", () => {
+  let seed = 7;
+  const rand = (n: number): number => ((seed = (seed * 1103515245 + 12345) % 2 ** 31), seed % n);
+  for (let trial = 0; trial < 200; trial++) {
+    const sizes = [1 + rand(40), 1 + rand(5), 1 + rand(9)];
+    const vars = sizes.map((size, i) => ivar(`v${i}`, size));
+    const c = 2 + rand(60);
+    const a = iadd(...vars.map((v) => imul(v, rand(3 * c) - c)), iconst(rand(200) - 100));
+    const { q, r } = splitAtMultiple(a, c);
+    for (let k = 0; k < 10; k++) {
+      const env = new Map(sizes.map((size, i) => [`v${i}`, rand(size)]));
+      assert.equal(evaluate(q, env) * c + evaluate(r, env), evaluate(a, env));
+    }
+  }
+  // the skewed rows of a sliding window's gradient: (i + 34 j) = 35 j + (i - j)
+  const [i, j] = [ivar("i", 34), ivar("j", 3)];
+  const { q, r } = splitAtMultiple(iadd(i, imul(j, 34)), 35);
+  assert.equal(q.key, j.key);
+  assert.equal(r.key, iadd(i, imul(j, -1)).key);
+  // replacing (i + 34 j) % 35 by a value in [0, 31] simplifies what divides it further
+  const m = imod(iadd(i, imul(j, 34)), 35);
+  const e = idiv(iadd(m, imul(ivar("n", 8), 32)), 32);
+  assert.equal(replaceSubexpressions(e, new Map([[m.key, ivar("h", 32)]])).key, "n");
 });
