@@ -430,7 +430,10 @@ class Lowerer {
     if (isMovement(node.op)) {
       const moved = moveIndex(node, idx);
       if (moved.inside === null) return { kind: "lit", value: 0, dtype: node.dtype };
-      const { srcIdx, inside } = node.op === "PAD" && moved.inside.length ? this.unwrapGuardedModulo(moved.srcIdx, moved.inside) : (moved as { srcIdx: Idx[]; inside: Bound[] });
+      // (not in collectReduces' dry run: a local defined there is dropped with its scope, and a reduce request
+      // found with it would name a value the real run never defines)
+      const unwrap = node.op === "PAD" && moved.inside.length > 0 && !this.collecting;
+      const { srcIdx, inside } = unwrap ? this.unwrapGuardedModulo(moved.srcIdx, moved.inside) : (moved as { srcIdx: Idx[]; inside: Bound[] });
       const value = this.gen(node.src[0]!, srcIdx, inside.length ? [...valid, ...inside] : valid);
       return inside.length ? this.select(inside, value, key) : value;
     }
