@@ -5,17 +5,18 @@
 //
 //   npx tsx examples/char_lm.ts                       # learns from this repository's README
 //   npx tsx examples/char_lm.ts --text FILE --steps 2000 --save lm.safe
+//   npx tsx examples/char_lm.ts --load lm.safe --prompt "Once " --sample 500
 //   DEVICE=JS npx tsx examples/char_lm.ts --steps 50  # any device; DEBUG=2 shows the kernels
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { Tensor, TsgradError, dtypes, jit, nn } from "../src/index.ts";
 
-/** The characters of a text, each an id. */
+/** The characters of a text (or a list of them, in order: a saved model's), each an id. */
 export class CharVocab {
   readonly chars: string[];
   private readonly ids: Map<string, number>;
-  constructor(text: string) {
-    this.chars = [...new Set(text)].sort();
+  constructor(source: string | readonly string[]) {
+    this.chars = typeof source === "string" ? [...new Set(source)].sort() : [...source];
     this.ids = new Map(this.chars.map((c, i) => [c, i]));
   }
   get size(): number {
@@ -97,6 +98,20 @@ export class CharLm {
     for (const block of this.blocks) x = block.forward(x, causal);
     return this.head.forward(this.norm.forward(x));
   }
+}
+
+/** Writes the model's weights with its configuration and vocabulary (safetensors metadata), atomically. */
+export function saveCharLm(path: string, model: CharLm, vocab: CharVocab): void {
+  nn.safeSave(nn.getStateDict(model), path, { config: JSON.stringify(model.config), vocab: JSON.stringify(vocab.chars) });
+}
+
+/** A model saved by saveCharLm, and its vocabulary. */
+export function loadCharLm(path: string): { model: CharLm; vocab: CharVocab } {
+  const { state, metadata } = nn.safeLoad(path);
+  if (metadata.config === undefined || metadata.vocab === undefined) throw new TsgradError(`${path}: no "config" and "vocab" in its metadata: not a model saved by char_lm`);
+  const model = new CharLm(JSON.parse(metadata.config) as CharLmConfig);
+  nn.loadStateDict(model, state, { source: path });
+  return { model, vocab: new CharVocab(JSON.parse(metadata.vocab) as string[]) };
 }
 
 /** A small deterministic generator (mulberry32): batches and samples repeat run to run. */
@@ -184,36 +199,39 @@ export function sample(model: CharLm, vocab: CharVocab, prompt: string, length: 
 async function main(): Promise<void> {
   const { values } = parseArgs({ options: {
     text: { type: "string", default: new URL("../README.md", import.meta.url).pathname },
-    steps: { type: "string", default: "300" }, batch: { type: "string", default: "16" }, context: { type: "string", default: "64" },
+    steps: { type: "string" }, batch: { type: "string", default: "16" }, context: { type: "string", default: "64" },
     dim: { type: "string", default: "128" }, heads: { type: "string", default: "4" }, layers: { type: "string", default: "2" },
     lr: { type: "string", default: "3e-3" }, seed: { type: "string", default: "1" }, sample: { type: "string", default: "300" },
-    prompt: { type: "string", default: "The " }, save: { type: "string" }, help: { type: "boolean" },
+    prompt: { type: "string", default: "The " }, save: { type: "string" }, load: { type: "string" }, help: { type: "boolean" },
   } });
   if (values.help) {
-    console.log("usage: npx tsx examples/char_lm.ts [--text FILE] [--steps 300] [--batch 16] [--context 64] [--dim 128] [--heads 4] [--layers 2] [--lr 3e-3] [--seed 1] [--sample 300] [--prompt 'The '] [--save FILE.safe]");
+    console.log("usage: npx tsx examples/char_lm.ts [--text FILE] [--steps 300] [--batch 16] [--context 64] [--dim 128] [--heads 4] [--layers 2] [--lr 3e-3] [--seed 1] [--sample 300] [--prompt 'The '] [--save FILE.safe] [--load FILE.safe (then --steps defaults to 0: sample only)]");
     return;
   }
-  const number = (name: keyof typeof values): number => {
-    const n = Number(values[name]);
-    if (!Number.isFinite(n) || n <= 0) throw new TsgradError(`--${name} ${values[name]}: expected a positive number`);
+  const number = (name: keyof typeof values, fallback?: string): number => {
+    const given = values[name] as string | undefined;
+    const n = Number(given ?? fallback);
+    if (!Number.isFinite(n) || n < 0 || (n === 0 && name !== "steps")) throw new TsgradError(`--${name} ${given}: expected a positive number`);
     return n;
   };
-  const text = readFileSync(values.text!, "utf8");
-  const vocab = new CharVocab(text);
-  const ids = vocab.encode(text);
   Tensor.manualSeed(number("seed"));
-  const model = new CharLm({ vocab: vocab.size, context: number("context"), dim: number("dim"), heads: number("heads"), layers: number("layers") });
-  const steps = number("steps");
-  console.log(`${values.text}: ${ids.length} characters, ${vocab.size} distinct; model of ${nn.getParameters(model).reduce((n, p) => n + p.numel, 0)} parameters`);
-  const started = performance.now();
-  train(model, ids, {
-    steps, batch: number("batch"), lr: number("lr"), seed: number("seed"),
-    onStep: (step, loss) => {
-      if (step === 1 || step % 50 === 0 || step === steps) console.log(`step ${step}/${steps}  loss ${loss.toFixed(4)}  ${((performance.now() - started) / step).toFixed(1)} ms/step`);
-    },
-  });
+  const loaded = values.load ? loadCharLm(values.load) : undefined;
+  const steps = number("steps", loaded ? "0" : "300");
+  const text = steps > 0 || !loaded ? readFileSync(values.text!, "utf8") : "";
+  const vocab = loaded?.vocab ?? new CharVocab(text);
+  const model = loaded?.model ?? new CharLm({ vocab: vocab.size, context: number("context"), dim: number("dim"), heads: number("heads"), layers: number("layers") });
+  console.log(`${loaded ? `${values.load}: loaded` : `${values.text}: ${text.length} characters, ${vocab.size} distinct;`} model of ${nn.getParameters(model).reduce((n, p) => n + p.numel, 0)} parameters`);
+  if (steps > 0) {
+    const started = performance.now();
+    train(model, vocab.encode(text), {
+      steps, batch: number("batch"), lr: number("lr"), seed: number("seed"),
+      onStep: (step, loss) => {
+        if (step === 1 || step % 50 === 0 || step === steps) console.log(`step ${step}/${steps}  loss ${loss.toFixed(4)}  ${((performance.now() - started) / step).toFixed(1)} ms/step`);
+      },
+    });
+  }
   if (values.save) {
-    nn.safeSave(nn.getStateDict(model), values.save, { vocab: JSON.stringify(vocab.chars) });
+    saveCharLm(values.save, model, vocab);
     console.log(`saved ${values.save}`);
   }
   console.log(`\n${sample(model, vocab, values.prompt!, number("sample"), { seed: number("seed") })}`);
@@ -224,7 +242,8 @@ if (process.argv[1] === new URL(import.meta.url).pathname) {
     await main();
   } catch (e) {
     // a bad flag or a missing file: its message, not a stack trace
-    if (!(e instanceof TsgradError) && (e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
+    const code = (e as NodeJS.ErrnoException).code ?? "";
+    if (!(e instanceof TsgradError) && code !== "ENOENT" && !code.startsWith("ERR_PARSE_ARGS")) throw e;
     console.error(`char_lm: ${(e as Error).message}`);
     process.exitCode = 2;
   }

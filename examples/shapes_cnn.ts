@@ -121,8 +121,9 @@ if (process.argv[1] === new URL(import.meta.url).pathname) {
   try {
     await main();
   } catch (e) {
-    if (!(e instanceof TsgradError)) throw e;
-    console.error(`shapes_cnn: ${e.message}`);
+    // a bad flag: its message, not a stack trace
+    if (!(e instanceof TsgradError) && !((e as NodeJS.ErrnoException).code ?? "").startsWith("ERR_PARSE_ARGS")) throw e;
+    console.error(`shapes_cnn: ${(e as Error).message}`);
     process.exitCode = 2;
   }
 }
