@@ -10,6 +10,7 @@
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { Tensor, TsgradError, dtypes, jit, nn } from "../src/index.ts";
+import { runExample, seededRandom, trainClassifier } from "./training.ts";
 
 /** The characters of a text (or a list of them, in order: a saved model's), each an id. */
 export class CharVocab {
@@ -114,17 +115,6 @@ export function loadCharLm(path: string): { model: CharLm; vocab: CharVocab } {
   return { model, vocab: new CharVocab(JSON.parse(metadata.vocab) as string[]) };
 }
 
-/** A small deterministic generator (mulberry32): batches and samples repeat run to run. */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = Math.imul(a ^ (a >>> 15), a | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 /** `batch` random windows of the text: inputs [batch, context] and the characters that follow each. */
 export function randomWindows(ids: Int32Array, batch: number, context: number, random: () => number): { x: Tensor; y: Tensor } {
   if (ids.length <= context) throw new TsgradError(`the text has ${ids.length} characters: it needs more than the context (${context})`);
@@ -148,28 +138,8 @@ export interface TrainOptions {
 
 /** Trains `model` on `ids` (next-character cross-entropy, AdamW); returns each step's loss. */
 export function train(model: CharLm, ids: Int32Array, { steps, batch, lr, seed, onStep }: TrainOptions): number[] {
-  const parameters = nn.getParameters(model);
-  const optimizer = new nn.AdamW(parameters, { lr, weightDecay: 0.01 });
   const random = seededRandom(seed);
-  const step = jit((x: Tensor, y: Tensor): Tensor => {
-    optimizer.zeroGrad();
-    const loss = model.forward(x).sparseCategoricalCrossentropy(y);
-    loss.backward();
-    Tensor.realizeAll([loss, ...optimizer.scheduleStep()]);
-    return loss;
-  });
-  const losses: number[] = [];
-  Tensor.training = true;
-  try {
-    for (let i = 1; i <= steps; i++) {
-      const { x, y } = randomWindows(ids, batch, model.config.context, random);
-      losses.push(step(x, y).item());
-      onStep?.(i, losses[losses.length - 1]!);
-    }
-  } finally {
-    Tensor.training = false;
-  }
-  return losses;
+  return trainClassifier(model, { steps, lr, weightDecay: 0.01, onStep, nextBatch: () => randomWindows(ids, batch, model.config.context, random) });
 }
 
 /** Continues `prompt` by `length` characters, each drawn from the model's distribution at `temperature`. */
@@ -237,14 +207,4 @@ async function main(): Promise<void> {
   console.log(`\n${sample(model, vocab, values.prompt!, number("sample"), { seed: number("seed") })}`);
 }
 
-if (process.argv[1] === new URL(import.meta.url).pathname) {
-  try {
-    await main();
-  } catch (e) {
-    // a bad flag or a missing file: its message, not a stack trace
-    const code = (e as NodeJS.ErrnoException).code ?? "";
-    if (!(e instanceof TsgradError) && code !== "ENOENT" && !code.startsWith("ERR_PARSE_ARGS")) throw e;
-    console.error(`char_lm: ${(e as Error).message}`);
-    process.exitCode = 2;
-  }
-}
+await runExample(import.meta.url, "char_lm", main);

@@ -5,8 +5,8 @@
 //
 //   npx tsx examples/shapes_cnn.ts [--steps 150] [--batch 30] [--seed 1]
 import { parseArgs } from "node:util";
-import { Tensor, TsgradError, dtypes, jit, nn } from "../src/index.ts";
-import { seededRandom } from "./char_lm.ts";
+import { Tensor, TsgradError, dtypes, nn } from "../src/index.ts";
+import { runExample, seededRandom, trainClassifier } from "./training.ts";
 
 export const SIZE = 16;
 export const CLASSES = ["filled square", "hollow square", "plus"] as const;
@@ -66,27 +66,12 @@ export function trainShapes({ steps, batch, seed, testCount = 300, onStep }: { s
   if (batch % CLASSES.length !== 0) throw new TsgradError(`--batch ${batch}: a multiple of ${CLASSES.length} (each batch holds every class)`);
   Tensor.manualSeed(seed);
   const model = new ShapesNet();
-  const optimizer = new nn.AdamW(nn.getParameters(model), { lr: 3e-3, weightDecay: 1e-4 });
-  const step = jit((x: Tensor, y: Tensor): Tensor => {
-    optimizer.zeroGrad();
-    const loss = model.forward(x).sparseCategoricalCrossentropy(y);
-    loss.backward();
-    Tensor.realizeAll([loss, ...optimizer.scheduleStep()]);
-    return loss;
-  });
   const random = seededRandom(seed);
-  const losses: number[] = [];
-  Tensor.training = true;
-  try {
-    for (let i = 1; i <= steps; i++) {
-      const { images, labels } = drawShapes(batch, random);
-      const { x, y } = batchOf(images, labels);
-      losses.push(step(x, y).item());
-      onStep?.(i, losses[losses.length - 1]!);
-    }
-  } finally {
-    Tensor.training = false;
-  }
+  const nextBatch = () => {
+    const { images, labels } = drawShapes(batch, random);
+    return batchOf(images, labels);
+  };
+  const losses = trainClassifier(model, { steps, lr: 3e-3, weightDecay: 1e-4, nextBatch, onStep });
   // images from another stream of the generator: never seen in training
   const test = drawShapes(testCount, seededRandom(seed + 1_000_003));
   const { x } = batchOf(test.images, test.labels);
@@ -117,13 +102,4 @@ async function main(): Promise<void> {
   console.log(`accuracy on 300 new images: ${(accuracy * 100).toFixed(1)}% (chance: ${(100 / CLASSES.length).toFixed(1)}%)`);
 }
 
-if (process.argv[1] === new URL(import.meta.url).pathname) {
-  try {
-    await main();
-  } catch (e) {
-    // a bad flag: its message, not a stack trace
-    if (!(e instanceof TsgradError) && !((e as NodeJS.ErrnoException).code ?? "").startsWith("ERR_PARSE_ARGS")) throw e;
-    console.error(`shapes_cnn: ${(e as Error).message}`);
-    process.exitCode = 2;
-  }
-}
+await runExample(import.meta.url, "shapes_cnn", main);

@@ -2,7 +2,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { CLASSES, SIZE, drawShapes, trainShapes } from "../../examples/shapes_cnn.ts";
-import { seededRandom } from "../../examples/char_lm.ts";
+import { seededRandom } from "../../examples/training.ts";
 
 test("the drawn images hold one shape each, every class in turn, pixels in [0, 1]", () => {
   const { images, labels } = drawShapes(6, seededRandom(3));
