@@ -72,6 +72,8 @@ function groupsOf(node: UOp): readonly ReshapeGroup[] {
   return remember(i < dims.length || j < srcDims.length ? whole : found);
 }
 
+const ZERO = iconst(0);
+
 /**
  * The source index of a reshape, group by group of axes holding the same elements: an axis that only
  * gains or loses unit axes around it (an unsqueeze, a squeeze: most reshapes a graph holds) maps straight to
@@ -80,8 +82,7 @@ function groupsOf(node: UOp): readonly ReshapeGroup[] {
  */
 function reshapeIndex(node: UOp, idx: readonly Idx[]): Idx[] {
   const srcShape = node.src[0]!.shape;
-  const out = new Array<Idx>(srcShape.length);
-  for (let d = 0; d < srcShape.length; d++) out[d] = iconst(0);
+  const out = new Array<Idx>(srcShape.length).fill(ZERO);
   for (const { dims, srcDims } of groupsOf(node)) {
     if (dims.length === 1 && srcDims.length === 1) {
       out[srcDims[0]!] = idx[dims[0]!]!;
