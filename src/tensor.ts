@@ -451,8 +451,56 @@ export class Tensor {
       .reduce<Tensor | null>((acc, c) => (acc ? acc.mul(big).add(c) : big.mul(0).add(c)), null)!;
     return w.lt(5).where(p1, p2).mul(x);
   }
-  /** GELU with the exact erf form, as BERT uses. */
-  gelu(): Tensor { return this.mul(0.5).mul(this.mul(Math.SQRT1_2).erf().add(1)); }
+  /** GELU with the exact erf form, as BERT uses; `approximate: "tanh"` for the tanh form (GPT-2's). */
+  gelu({ approximate = "none" }: { approximate?: "none" | "tanh" } = {}): Tensor {
+    if (approximate === "tanh") return this.mul(0.5).mul(this.add(this.mul(this).mul(this).mul(0.044715)).mul(Math.sqrt(2 / Math.PI)).tanh().add(1));
+    return this.mul(0.5).mul(this.mul(Math.SQRT1_2).erf().add(1));
+  }
+  /** x * sigmoid(x) (swish). */
+  silu(): Tensor { return this.mul(this.sigmoid()); }
+  leakyRelu(slope = 0.01): Tensor { return this.gt(0).where(this, this.mul(slope)); }
+  relu6(): Tensor { return this.relu().minimum(6); }
+  hardtanh(min = -1, max = 1): Tensor { return this.clip(min, max); }
+  hardsigmoid(): Tensor { return this.add(3).relu6().div(6); }
+  hardswish(): Tensor { return this.mul(this.hardsigmoid()); }
+  /** x where positive, alpha * (exp(x) - 1) elsewhere. */
+  elu(alpha = 1): Tensor {
+    // exp reads min(x, 0): the branch `where` drops must stay finite, or its gradient (0 * inf) is NaN
+    return this.gt(0).where(this, this.minimum(0).expm1().mul(alpha));
+  }
+  /** SELU: scaled ELU with the self-normalising constants. */
+  selu(): Tensor { return this.elu(1.6732632423543772).mul(1.0507009873554805); }
+  /** log(1 + exp(beta * x)) / beta, without overflow for large x. */
+  softplus(beta = 1): Tensor {
+    const x = this.float().mul(beta);
+    return x.relu().add(x.abs().neg().exp().log1p()).div(beta);
+  }
+  /** x * tanh(softplus(x)). */
+  mish(): Tensor { return this.mul(this.softplus().tanh()); }
+  /** log(sigmoid(x)), finite for very negative x. */
+  logsigmoid(): Tensor { return this.neg().softplus().neg(); }
+  /**
+   * log(1 + x), accurate for tiny x where 1 + x rounds: log(u) * x / (u - 1) with u = 1 + x (Goldberg) cancels
+   * u's rounding error; where u - 1 is 0, x itself.
+   */
+  log1p(): Tensor {
+    const x = this.float();
+    const u = x.add(1);
+    const d = u.sub(1);
+    const exact = d.eq(0);
+    return exact.where(x, u.log().mul(x).div(exact.where(1, d)));
+  }
+  /** exp(x) - 1, accurate for tiny x: (u - 1) * x / log(u) with u = exp(x) (Kahan) for |x| < 1. */
+  expm1(): Tensor {
+    const x = this.float();
+    const small = x.abs().lt(1);
+    const xs = small.where(x, 0); // the large branch's inputs kept out of the small one's arithmetic
+    const u = xs.exp();
+    const l = u.log();
+    const exact = l.eq(0);
+    const near = exact.where(xs, u.sub(1).mul(xs).div(exact.where(1, l)));
+    return small.where(near, small.where(0, x).exp().sub(1));
+  }
   pow(x: Tensor | number): Tensor {
     if (typeof x === "number" && Number.isInteger(x) && x >= 0 && x <= 4) {
       let out: Tensor = Tensor.onesLike(this);
@@ -575,6 +623,18 @@ export class Tensor {
     return first.neg().add(n).cast(dtypes.int32);
   }
   argmin(opts: { axis?: number; keepdim?: boolean } = {}): Tensor { return this.neg().argmax(opts); }
+  /** log(sum(exp(x))) without overflow: the max is taken out first (a row of -inf gives -inf). */
+  logsumexp(opts: ReduceOptions = {}): Tensor {
+    const x = this.float();
+    const m = x.max({ axis: opts.axis, keepdim: true }).detach();
+    const shift = m.abs().eq(Infinity).where(0, m); // an infinite max would make x - m NaN
+    const out = x.sub(shift).exp().sum({ axis: opts.axis, keepdim: true }).log().add(shift);
+    return opts.keepdim ? out : out.reshape(out.shape.filter((_, i) => !this.axes(opts.axis).includes(i)));
+  }
+  /** Whether any element is nonzero (true), as bool. */
+  any(opts: ReduceOptions = {}): Tensor { return this.ne(0).cast(dtypes.int32).max(opts).cast(dtypes.bool); }
+  /** Whether every element is nonzero (true), as bool. */
+  all(opts: ReduceOptions = {}): Tensor { return this.eq(0).any(opts).logicalNot(); }
 
   // ---------------------------------------------------------------- movement (views: no copies)
 
@@ -738,6 +798,15 @@ export class Tensor {
     const [s, e] = [this.normalizeAxis(startDim), this.normalizeAxis(endDim)];
     return this.reshape([...this.shape.slice(0, s), prod(this.shape.slice(s, e + 1)), ...this.shape.slice(e + 1)]);
   }
+  /** Tiles the tensor `reps[i]` times along each axis (PyTorch's repeat; extra leading reps add axes). */
+  repeat(reps: readonly number[]): Tensor {
+    if (reps.length < this.ndim || reps.some((r) => !Number.isInteger(r) || r < 0)) {
+      throw new TsgradError(`repeat: ${fmtShape(reps)} must give a non-negative integer for each of the ${this.ndim} axes of ${fmtShape(this.shape)} (and may add leading ones)`);
+    }
+    const shape = [...Array<number>(reps.length - this.ndim).fill(1), ...this.shape];
+    // each axis s becomes [r, s], the copies outermost, then merged: a view, no copy until read
+    return this.reshape(shape.flatMap((s) => [1, s])).expand(shape.flatMap((s, i) => [reps[i]!, s])).reshape(shape.map((s, i) => s * reps[i]!));
+  }
   /** A tensor stored in its own buffer in row-major order. */
   contiguous(): Tensor { return new Tensor(this.node.contiguous()); }
   /**
@@ -846,7 +915,7 @@ export class Tensor {
    * Cross-entropy of logits [..., classes] against integer labels [...]: targets equal to
    * `ignoreIndex` count zero, `weights` scale each element; mean divides by the sum of the weights used.
    */
-  sparseCategoricalCrossentropy(labels: Tensor, { ignoreIndex = -1, weights, reduction = "mean", labelSmoothing = 0 }: { ignoreIndex?: number; weights?: Tensor; reduction?: "none" | "mean" | "sum"; labelSmoothing?: number } = {}): Tensor {
+  sparseCategoricalCrossentropy(labels: Tensor, { ignoreIndex = -1, weights, reduction = "mean", labelSmoothing = 0 }: { ignoreIndex?: number; weights?: Tensor; reduction?: LossReduction; labelSmoothing?: number } = {}): Tensor {
     if (!arraysEqual(labels.shape, this.shape.slice(0, -1))) throw new TsgradError(`sparseCategoricalCrossentropy: labels ${fmtShape(labels.shape)} must match logits ${fmtShape(this.shape)} without the class axis`);
     const classes = this.shape[this.ndim - 1]!;
     const logProbs = this.logSoftmax(-1);
@@ -860,6 +929,34 @@ export class Tensor {
     if (reduction === "sum") return loss.sum();
     return loss.sum().div(w.sum().maximum(1e-12));
   }
+  /**
+   * Cross-entropy of logits [..., classes] against class probabilities of the same shape, or integer labels
+   * [...] (then as sparseCategoricalCrossentropy).
+   */
+  crossEntropy(target: Tensor, { reduction = "mean", labelSmoothing = 0 }: { reduction?: LossReduction; labelSmoothing?: number } = {}): Tensor {
+    if (!isFloat(target.dtype)) return this.sparseCategoricalCrossentropy(target, { reduction, labelSmoothing });
+    if (!arraysEqual(target.shape, this.shape)) throw new TsgradError(`crossEntropy: class probabilities ${fmtShape(target.shape)} must have the logits' shape ${fmtShape(this.shape)}`);
+    const classes = this.shape[this.ndim - 1]!;
+    const smoothed = labelSmoothing > 0 ? target.mul(1 - labelSmoothing).add(labelSmoothing / classes) : target;
+    return reduceLoss(this.logSoftmax(-1).mul(smoothed).sum({ axis: -1 }).neg(), reduction);
+  }
+  /** Binary cross-entropy of probabilities in [0, 1] against targets; logs are clamped at -100 (as PyTorch). */
+  binaryCrossentropy(target: Tensor, { reduction = "mean" }: { reduction?: LossReduction } = {}): Tensor {
+    const t = target.float();
+    const logP = this.log().maximum(-100), log1mP = this.neg().add(1).log().maximum(-100);
+    return reduceLoss(t.mul(logP).add(t.neg().add(1).mul(log1mP)).neg(), reduction);
+  }
+  /** Binary cross-entropy of logits against targets (sigmoid inside, stable); `posWeight` scales positives. */
+  binaryCrossentropyLogits(target: Tensor, { reduction = "mean", posWeight }: { reduction?: LossReduction; posWeight?: Tensor | number } = {}): Tensor {
+    const t = target.float();
+    const weight = posWeight === undefined ? 1 : t.mul(posWeight instanceof Tensor ? posWeight.sub(1) : posWeight - 1).add(1);
+    // (1 - t) x + w log(1 + exp(-x)), the log as softplus(-x)
+    return reduceLoss(t.neg().add(1).mul(this).add(this.neg().softplus().mul(weight)), reduction);
+  }
+  /** Mean squared error. */
+  mseLoss(target: Tensor, { reduction = "mean" }: { reduction?: LossReduction } = {}): Tensor { return reduceLoss(this.sub(target).square(), reduction); }
+  /** Mean absolute error. */
+  l1Loss(target: Tensor, { reduction = "mean" }: { reduction?: LossReduction } = {}): Tensor { return reduceLoss(this.sub(target).abs(), reduction); }
   /** softmax(q k^T / sqrt(d) + mask) v; a boolean mask keeps where true, a float mask is added. */
   scaledDotProductAttention(key: Tensor, value: Tensor, { mask, dropout = 0 }: { mask?: Tensor; dropout?: number } = {}): Tensor {
     const d = this.shape[this.ndim - 1]!;
@@ -867,6 +964,15 @@ export class Tensor {
     if (mask) scores = mask.dtype === dtypes.bool ? mask.where(scores, -Infinity) : scores.add(mask);
     return scores.softmax(-1).dropout(dropout).matmul(value);
   }
+}
+
+export type LossReduction = "none" | "mean" | "sum";
+
+function reduceLoss(loss: Tensor, reduction: LossReduction): Tensor {
+  if (reduction === "none") return loss;
+  if (reduction === "sum") return loss.sum();
+  if (reduction === "mean") return loss.mean();
+  throw new TsgradError(`loss reduction must be "none", "mean" or "sum", got ${JSON.stringify(reduction)}`);
 }
 
 /** "CPU:0,CPU:1" -> canonical names; nothing given -> the default device. */

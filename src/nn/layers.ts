@@ -117,6 +117,39 @@ export class LayerNorm {
   }
 }
 
+/** Scales the last axis by the reciprocal of its root mean square, then by weight (no centring, no bias). */
+export class RMSNorm {
+  weight: Tensor;
+  constructor(readonly dim: number, readonly eps = 1e-6) {
+    this.weight = parameter(ones, [dim]);
+  }
+  forward(x: Tensor): Tensor {
+    if (x.shape[x.ndim - 1] !== this.dim) throw new TsgradError(`RMSNorm(${this.dim}): input has shape [${x.shape.join(", ")}]`);
+    const xf = x.float();
+    return xf.mul(xf.square().mean({ axis: -1, keepdim: true }).add(this.eps).rsqrt()).cast(x.dtype).mul(this.weight);
+  }
+}
+
+/**
+ * Group normalisation over [batch, channels, ...]: the channels split into `groups` runs, each normalised over
+ * its channels and all spatial positions of one sample, then scaled and shifted per channel (PyTorch's).
+ */
+export class GroupNorm {
+  weight: Tensor;
+  bias: Tensor;
+  constructor(readonly groups: number, readonly channels: number, readonly eps = 1e-5) {
+    if (!Number.isInteger(groups) || groups < 1 || channels % groups !== 0) throw new TsgradError(`GroupNorm: ${groups} groups must divide ${channels} channels`);
+    this.weight = parameter(ones, [channels]);
+    this.bias = parameter(zeros, [channels]);
+  }
+  forward(x: Tensor): Tensor {
+    if (x.ndim < 2 || x.shape[1] !== this.channels) throw new TsgradError(`GroupNorm(${this.groups}, ${this.channels}): input has shape [${x.shape.join(", ")}], channels on axis 1`);
+    const normed = x.reshape([x.shape[0]!, this.groups, -1]).layerNorm({ eps: this.eps }).reshape(x.shape);
+    const perChannel = (t: Tensor): Tensor => t.reshape(x.shape.map((s, d) => (d === 1 ? s : 1)));
+    return normed.mul(perChannel(this.weight)).add(perChannel(this.bias));
+  }
+}
+
 /**
  * Batch normalisation over [batch, channels, ...]: while `Tensor.training`, each channel is normalised by the
  * batch's mean and (biased) variance, and the running statistics move towards them by `momentum` (the variance

@@ -49,6 +49,21 @@ export abstract class Optimizer implements HasStateDict {
   protected abstract update(grads: Tensor[]): Tensor[];
 }
 
+/**
+ * Scales the parameters' gradients so that their global L2 norm is at most `maxNorm` (PyTorch's
+ * clip_grad_norm_), lazily: it replaces each `grad` with the scaled one, so a jitted step captures it. Returns
+ * the norm before clipping (float32 scalar). Parameters without a gradient are skipped.
+ */
+export function clipGradNorm(params: readonly Tensor[], maxNorm: number, { eps = 1e-6 }: { eps?: number } = {}): Tensor {
+  if (!(maxNorm > 0)) throw new TsgradError(`clipGradNorm: maxNorm must be positive, got ${maxNorm}`);
+  const withGrad = params.filter((p) => p.grad);
+  if (withGrad.length === 0) throw new TsgradError("clipGradNorm: no parameter has a gradient; run backward() first");
+  const norm = withGrad.map((p) => p.grad!.float().square().sum()).reduce((a, b) => a.add(b)).sqrt();
+  const scale = norm.add(eps).reciprocal().mul(maxNorm).minimum(1);
+  for (const p of withGrad) p.grad = p.grad!.mul(scale).cast(p.grad!.dtype);
+  return norm;
+}
+
 /** Stochastic gradient descent with optional (Nesterov) momentum and L2 weight decay, as PyTorch's SGD. */
 export class SGD extends Optimizer {
   readonly momentumBuffers: Tensor[];

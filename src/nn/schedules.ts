@@ -81,6 +81,43 @@ export class PolynomialDecayWithWarmup extends LRScheduler {
   }
 }
 
+export interface CosineDecayOptions {
+  initialLr: number;
+  endLr?: number;
+  totalSteps: number;
+  warmupSteps?: number;
+}
+
+/**
+ * Linear warmup from 0 to `initialLr` over `warmupSteps`, then half a cosine down to `endLr` at `totalSteps`
+ * (and `endLr` after it): for step s past the warmup, with t = (s - warmup) / (totalSteps - warmup),
+ *   endLr + (initialLr - endLr) * (1 + cos(pi * min(t, 1))) / 2
+ */
+export class CosineDecayWithWarmup extends LRScheduler {
+  readonly initialLr: number;
+  readonly endLr: number;
+  readonly totalSteps: number;
+  readonly warmupSteps: number;
+
+  constructor(optimizer: Optimizer, { initialLr, endLr = 0, totalSteps, warmupSteps = 0 }: CosineDecayOptions) {
+    super(optimizer);
+    if (!(totalSteps > 0) || !(warmupSteps >= 0)) throw new TsgradError(`CosineDecayWithWarmup: totalSteps ${totalSteps} must be > 0 and warmupSteps ${warmupSteps} >= 0`);
+    this.initialLr = initialLr;
+    this.endLr = endLr;
+    this.totalSteps = totalSteps;
+    this.warmupSteps = Math.min(warmupSteps, totalSteps);
+    this.applyCurrent();
+  }
+
+  lrAt(steps: Tensor): Tensor {
+    const decayLength = Math.max(this.totalSteps - this.warmupSteps, 1);
+    const t = steps.sub(this.warmupSteps).div(decayLength).clip(0, 1);
+    const decayed = t.mul(Math.PI).cos().add(1).mul((this.initialLr - this.endLr) / 2).add(this.endLr);
+    if (this.warmupSteps === 0) return decayed;
+    return steps.lt(this.warmupSteps).where(steps.mul(this.initialLr / this.warmupSteps), decayed);
+  }
+}
+
 /** Schedulers of several optimizers (an OptimizerGroup's), stepped together. */
 export class LRSchedulerGroup implements HasStateDict {
   readonly schedulers: LRScheduler[];

@@ -1,8 +1,10 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { Device, Tensor } from "../../src/index.ts";
-import { Dropout, Embedding, LayerNorm, Linear, truncatedNormal, zeros } from "../../src/nn/layers.ts";
+import { Dropout, Embedding, GroupNorm, LayerNorm, Linear, RMSNorm, truncatedNormal, zeros } from "../../src/nn/layers.ts";
 import { getParameters } from "../../src/nn/state.ts";
+import { checkOp, fromNd } from "../core/harness.ts";
+import { type Nd, nd, randomNd } from "../core/ref.ts";
 
 Device.DEFAULT = process.env.DEVICE ?? "JS";
 
@@ -100,4 +102,40 @@ test("layer parameters require gradients and receive them from backward", () => 
   layer.forward(new Tensor([[1, 2]])).sum().backward();
   assertClose(values(layer.weight.grad!), [1, 2]);
   assertClose(values(layer.bias!.grad!), [1]);
+});
+
+test("RMSNorm scales each row by its reciprocal root mean square, then by the weight", () => {
+  const norm = new RMSNorm(4, 1e-6);
+  norm.weight.assign(new Tensor([1, 2, 0.5, -1])).realize();
+  const rows = [[1, -2, 3, 0.5], [0.1, 0.2, -0.3, 0.4]];
+  const expected = rows.flatMap((r) => {
+    const rms = Math.sqrt(r.reduce((s, v) => s + v * v, 0) / 4 + 1e-6);
+    return r.map((v, i) => (v / rms) * [1, 2, 0.5, -1][i]!);
+  });
+  assertClose(values(norm.forward(new Tensor(rows))), expected);
+  assert.throws(() => norm.forward(new Tensor([[1, 2, 3]])), /RMSNorm\(4\): input has shape \[1, 3\]/);
+});
+
+test("GroupNorm normalises each group of channels over its sample's positions, with gradients", () => {
+  const norm = new GroupNorm(2, 4);
+  const [w, b] = [[1, 2, 3, 4], [0, 0.5, -1, 0]];
+  norm.weight.assign(new Tensor(w)).realize();
+  norm.bias.assign(new Tensor(b)).realize();
+  // [batch 2, channels 4, positions 3]: a group is 2 channels x 3 positions of one sample
+  const reference = (a: Nd): Nd => nd(a.shape, a.data.map((v, i) => {
+    const [n, c] = [Math.floor(i / 12), Math.floor(i / 3) % 4];
+    const start = n * 12 + Math.floor(c / 2) * 6;
+    const group = a.data.slice(start, start + 6);
+    const mean = group.reduce((s, u) => s + u, 0) / 6;
+    const variance = group.reduce((s, u) => s + (u - mean) ** 2, 0) / 6;
+    return ((v - mean) / Math.sqrt(variance + 1e-5)) * w[c]! + b[c]!;
+  }));
+  checkOp("JS", [randomNd([2, 4, 3], 5, -2, 2)], (x) => norm.forward(x), reference, { atol: 1e-4, rtol: 1e-4 });
+  // each group's normalised values sum to 0, so the weight gradients of a sum over the output pair up
+  norm.weight.grad = null;
+  norm.forward(fromNd(randomNd([2, 4, 3], 6), "JS")).sum().backward();
+  const g = values(norm.weight.grad!);
+  assert.ok(Math.abs(g[0]! + g[1]!) < 1e-4 && Math.abs(g[2]! + g[3]!) < 1e-4, `${g}`);
+  assert.throws(() => new GroupNorm(3, 4), /GroupNorm: 3 groups must divide 4 channels/);
+  assert.throws(() => norm.forward(Tensor.zeros([2, 3, 3])), /GroupNorm\(2, 4\): input has shape \[2, 3, 3\], channels on axis 1/);
 });

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { Device, Tensor } from "../../src/index.ts";
-import { AdamW, LAMB, OptimizerGroup, SGD, type Optimizer } from "../../src/nn/optim.ts";
+import { AdamW, LAMB, OptimizerGroup, SGD, clipGradNorm, type Optimizer } from "../../src/nn/optim.ts";
 
 Device.DEFAULT = process.env.DEVICE ?? "JS";
 
@@ -180,4 +180,20 @@ test("optimizer state dicts name the learning rate and every moment", () => {
   assert.deepEqual(Object.keys(new LAMB([a, b]).stateDict()), ["lr", "b1Power", "b2Power", "m.0", "m.1", "v.0", "v.1"]);
   assert.deepEqual(Object.keys(new SGD([a], { momentum: 0.9 }).stateDict()), ["lr", "momentum.0"]);
   assert.deepEqual(Object.keys(new OptimizerGroup(new SGD([a]), new SGD([b])).stateDict()), ["0.lr", "1.lr"]);
+});
+
+test("clipGradNorm scales every gradient by maxNorm / (global norm) when above it, and returns the norm", () => {
+  const [a, b] = [param([1, 2]), param([3])];
+  a.mul(new Tensor([3, 0])).sum().add(b.mul(4).sum()).backward(); // gradients [3, 0] and [4]: norm 5
+  const norm = clipGradNorm([a, b], 2.5);
+  assertClose(norm.toArray() as Float32Array, [5]);
+  assertClose(a.grad!.toArray() as Float32Array, [1.5, 0], 1e-5);
+  assertClose(b.grad!.toArray() as Float32Array, [2], 1e-5);
+  // below the bound nothing changes
+  const c = param([1]);
+  c.mul(0.5).sum().backward();
+  clipGradNorm([c], 1);
+  assertClose(c.grad!.toArray() as Float32Array, [0.5]);
+  assert.throws(() => clipGradNorm([param([1])], 1), /clipGradNorm: no parameter has a gradient/);
+  assert.throws(() => clipGradNorm([c], 0), /clipGradNorm: maxNorm must be positive, got 0/);
 });

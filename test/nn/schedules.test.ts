@@ -3,7 +3,7 @@ import { test } from "node:test";
 import { Device, Tensor } from "../../src/index.ts";
 import { jit } from "../../src/engine/jit.ts";
 import { SGD } from "../../src/nn/optim.ts";
-import { LRSchedulerGroup, PolynomialDecayWithWarmup, type PolynomialDecayOptions } from "../../src/nn/schedules.ts";
+import { CosineDecayWithWarmup, LRSchedulerGroup, PolynomialDecayWithWarmup, type PolynomialDecayOptions } from "../../src/nn/schedules.ts";
 
 Device.DEFAULT = process.env.DEVICE ?? "JS";
 
@@ -88,4 +88,23 @@ test("a jitted function that reads the learning rate sees each scheduled change"
 
 test("bad schedule settings are refused", () => {
   assert.throws(() => new PolynomialDecayWithWarmup(optimizer(), { initialLr: 1, totalSteps: 0, warmupSteps: 1 }), /totalSteps 0 must be > 0/);
+});
+
+test("cosine decay warms up linearly, then follows half a cosine down to the end rate and stays there", () => {
+  const opt = optimizer();
+  const schedule = new CosineDecayWithWarmup(opt, { initialLr: 0.3, endLr: 0.01, totalSteps: 10, warmupSteps: 2 });
+  const seen: number[] = [];
+  for (let i = 0; i < 13; i++) {
+    seen.push(opt.lr.item());
+    schedule.step();
+  }
+  const expected = seen.map((_, s) => (s < 2 ? (0.3 * s) / 2 : 0.01 + (0.29 * (1 + Math.cos(Math.PI * Math.min((s - 2) / 8, 1)))) / 2));
+  seen.forEach((lr, s) => closeTo(lr, expected[s]!));
+  closeTo(seen[2]!, 0.3);
+  closeTo(seen[6]!, 0.155); // halfway down
+  closeTo(seen[12]!, 0.01);
+  const flat = optimizer();
+  new CosineDecayWithWarmup(flat, { initialLr: 0.5, totalSteps: 4 });
+  closeTo(flat.lr.item(), 0.5);
+  assert.throws(() => new CosineDecayWithWarmup(optimizer(), { initialLr: 1, totalSteps: -1 }), /CosineDecayWithWarmup: totalSteps -1 must be > 0/);
 });
