@@ -11,6 +11,7 @@ import { realizeNodes } from "./engine/realize.ts";
 import { storedBuffer } from "./engine/schedule.ts";
 import { randomBits } from "./random.ts";
 import { type ConvOptions, type PoolOptions, avgPool2d, conv, maxPool2d } from "./windows.ts";
+import { einsum } from "./einsum.ts";
 import { reduceInTwo } from "./split_reduce.ts";
 import { type BinaryOp, type Pads, type UnaryOp, UOp } from "./uop.ts";
 import { type Lazy, MultiLazy, allReduceMany, multiDeviceName, splitDeviceName, splitSizes } from "./multi.ts";
@@ -905,6 +906,11 @@ export class Tensor {
   oneHot(numClasses: number): Tensor {
     return this.unsqueeze(-1).eq(Tensor.arange(numClasses, undefined, 1, { device: this.device })).cast(dtypes.int32);
   }
+  /**
+   * Einstein summation, numpy's rules (`Tensor.einsum("bij,bjk->bik", a, b)`, diagonals, `...`, implicit
+   * output); a contraction of two operands runs as a matmul (src/einsum.ts).
+   */
+  static einsum(formula: string, ...operands: Tensor[]): Tensor { return einsum(formula, ...operands); }
   /** Rows of `weight` ([vocab, dim]) picked by integer ids of any shape. */
   static embedding(ids: Tensor, weight: Tensor): Tensor {
     const [vocab, dim] = weight.shape as [number, number];
