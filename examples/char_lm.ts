@@ -142,26 +142,21 @@ export function train(model: CharLm, ids: Int32Array, { steps, batch, lr, seed, 
   return trainClassifier(model, { steps, lr, weightDecay: 0.01, onStep, nextBatch: () => randomWindows(ids, batch, model.config.context, random) });
 }
 
-/** Continues `prompt` by `length` characters, each drawn from the model's distribution at `temperature`. */
+/**
+ * Continues `prompt` by `length` characters, each drawn from the model's distribution at `temperature` (on the
+ * device: softmax, then Tensor.multinomial; `seed` seeds tsgrad's generator).
+ */
 export function sample(model: CharLm, vocab: CharVocab, prompt: string, length: number, { temperature = 0.8, seed = 0 } = {}): string {
   const { context } = model.config;
-  const random = seededRandom(seed);
+  Tensor.manualSeed(seed);
   // always a full window (padded on the left with the prompt's first character): one shape, one set of kernels
-  const forward = jit((x: Tensor): Tensor => model.forward(x).index(0, context - 1).realize());
+  const next = jit((x: Tensor): Tensor => model.forward(x).index(0, context - 1).div(temperature).softmax().multinomial(1).realize());
   let ids = Array.from(vocab.encode(prompt));
   if (ids.length === 0) throw new TsgradError("sample: the prompt is empty");
   for (let i = 0; i < length; i++) {
     const window = ids.slice(-context);
     while (window.length < context) window.unshift(window[0]!);
-    const logits = forward(new Tensor(Int32Array.from(window), { dtype: dtypes.int32 }).reshape([1, context])).toArray() as Float32Array;
-    // softmax at the temperature, then one draw from it
-    const scaled = Array.from(logits, (l) => l / temperature);
-    const top = Math.max(...scaled);
-    const weights = scaled.map((s) => Math.exp(s - top));
-    let r = random() * weights.reduce((a, b) => a + b, 0);
-    let next = 0;
-    while (next < weights.length - 1 && (r -= weights[next]!) > 0) next++;
-    ids = [...ids, next];
+    ids = [...ids, next(new Tensor(Int32Array.from(window), { dtype: dtypes.int32 }).reshape([1, context])).item()];
   }
   return vocab.decode(ids);
 }

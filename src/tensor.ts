@@ -12,6 +12,7 @@ import { storedBuffer } from "./engine/schedule.ts";
 import { randomBits } from "./random.ts";
 import { type ConvOptions, type PoolOptions, avgPool2d, conv, maxPool2d } from "./windows.ts";
 import { einsum } from "./einsum.ts";
+import { type TopkOptions, cummax, cumsum, multinomial, topk } from "./scan.ts";
 import { reduceInTwo } from "./split_reduce.ts";
 import { type BinaryOp, type Pads, type UnaryOp, UOp } from "./uop.ts";
 import { type Lazy, MultiLazy, allReduceMany, multiDeviceName, splitDeviceName, splitSizes } from "./multi.ts";
@@ -632,6 +633,14 @@ export class Tensor {
     const out = x.sub(shift).exp().sum({ axis: opts.axis, keepdim: true }).log().add(shift);
     return opts.keepdim ? out : out.reshape(out.shape.filter((_, i) => !this.axes(opts.axis).includes(i)));
   }
+  /** Running sum along `axis` (src/scan.ts: a sum over a windows view; long axes in blocks). */
+  cumsum(axis = 0): Tensor { return cumsum(this, axis); }
+  /** Running maximum along `axis`. */
+  cummax(axis = 0): Tensor { return cummax(this, axis); }
+  /** The k largest (or smallest) elements along an axis, sorted, and their int32 indices (ties: lowest index). */
+  topk(k: number, options: TopkOptions = {}): { values: Tensor; indices: Tensor } { return topk(this, k, options); }
+  /** int32 category indices drawn from rows of non-negative weights ([n] or [rows, n]). */
+  multinomial(numSamples = 1, options: { replacement?: boolean } = {}): Tensor { return multinomial(this, numSamples, options); }
   /** Whether any element is nonzero (true), as bool. */
   any(opts: ReduceOptions = {}): Tensor { return this.ne(0).cast(dtypes.int32).max(opts).cast(dtypes.bool); }
   /** Whether every element is nonzero (true), as bool. */
