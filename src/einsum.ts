@@ -143,7 +143,8 @@ function sumOut(t: Tensor, labels: string[], kept: (label: string) => boolean): 
 
 /**
  * Two operands as Tensor.matmul lays them out: each permuted to the shared label order and given size-1 axes for
- * the labels it lacks, multiplied (the broadcast expands both), and summed over the contracted labels, last.
+ * the labels it lacks, multiplied (the broadcast expands both), and summed over the contracted labels, last
+ * (merged into one axis where both operands have them whole).
  */
 function contract([a, aLabels]: [Tensor, string[]], [b, bLabels]: [Tensor, string[]], needed: ReadonlySet<string>, order: string[]): [Tensor, string[]] {
   const labels = order.filter((label) => aLabels.includes(label) || bLabels.includes(label));
@@ -153,5 +154,13 @@ function contract([a, aLabels]: [Tensor, string[]], [b, bLabels]: [Tensor, strin
     const present = all.filter((label) => own.includes(label));
     return t.permute(present.map((label) => own.indexOf(label))).reshape(all.map((label) => (own.includes(label) ? t.shape[own.indexOf(label)]! : 1)));
   };
-  return sumOut(align(a, aLabels).mul(align(b, bLabels)), all, (label) => needed.has(label));
+  const [x, y] = [align(a, aLabels), align(b, bLabels)];
+  const k = kept.length;
+  // several contracted labels become one axis, as a matmul's K: the kernels tile, pack and block a single
+  // sum axis (two sums over the same K run ~6x apart); not where a size-1 axis broadcasts against a longer one
+  if (all.length - k > 1 && x.shape.slice(k).every((size, i) => size === y.shape[k + i])) {
+    const merge = (t: Tensor): Tensor => t.reshape([...t.shape.slice(0, k), t.shape.slice(k).reduce((p, s) => p * s, 1)]);
+    return [merge(x).mul(merge(y)).sum({ axis: -1 }), kept];
+  }
+  return sumOut(x.mul(y), all, (label) => needed.has(label));
 }

@@ -92,11 +92,13 @@ test("\"ij,jk->ik\" builds the very graph a.matmul(b) builds", () => {
   assert.equal(Tensor.einsum("ij,jk->ik", a, b).node, a.matmul(b).node, "the Tensor.einsum entry is the same function");
 });
 
-for (const [formula, shapes] of [["bij,bjk->bik", [[3, 8, 16], [3, 16, 4]]], ["ik,jk->ij", [[8, 16], [4, 16]]], ["bqhd,bkhd->bhqk", [[2, 8, 3, 16], [2, 8, 3, 16]]]] as const) {
+for (const [formula, shapes] of [["bij,bjk->bik", [[3, 8, 16], [3, 16, 4]]], ["ik,jk->ij", [[8, 16], [4, 16]]], ["bqhd,bkhd->bhqk", [[2, 8, 3, 16], [2, 8, 3, 16]]], ["ncl,flc->nf", [[8, 4, 6], [5, 6, 4]]]] as const) {
   test(`"${formula}" is one matmul kernel, as the matmul it is`, () => {
     const [a, b] = shapes.map((shape, i) => fromNd(randomNd([...shape], i + 1), "JS").realize()) as [Tensor, Tensor];
     const out = einsum(formula, a, b);
     assert.deepEqual(reduces(out).map(isMatmul), [true]);
+    // several contracted letters are summed as one axis, as a matmul's K (the kernels tile one sum axis)
+    assert.deepEqual(reduces(out).map((r) => (r.arg as { axes: number[] }).axes.length), [1]);
     const { items } = recordItems(() => out.realize());
     const kernels = items.flatMap((item) => (item.kind === "kernel" ? [item.kernel.name] : []));
     // the reduce, and at most a packed copy of an operand (host backends lay a matmul's operand out in panels)
