@@ -102,6 +102,8 @@ export class MultiLazy {
     const before = prod(this.shape.slice(0, this.axis) as number[]);
     let newAxis = 0;
     while (newAxis < shape.length && prod(shape.slice(0, newAxis) as number[]) < before) newAxis++;
+    // unit axes added in front of it (an unsqueeze, a broadcast's leading ones) leave it whole
+    while (newAxis + 1 < shape.length && shape[newAxis] === 1 && prod(shape.slice(0, newAxis + 1) as number[]) === before) newAxis++;
     const n = this.shards.length;
     const ok = prod(shape.slice(0, newAxis) as number[]) === before && newAxis < shape.length && this.shards.every((s) => (s.numel * n) === this.numel) && shape[newAxis]! % n === 0;
     if (!ok) throw new TsgradError(`reshape of a tensor sharded on axis ${this.axis} from ${fmtShape(this.shape)} to ${fmtShape(shape)} would split the sharded axis; gather it first with to()`);

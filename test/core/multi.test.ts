@@ -51,6 +51,15 @@ test("a ring all-reduce sums exactly, for sizes that do not split evenly", () =>
   }
 });
 
+test("unit axes added in front of the sharded axis keep it sharded (unsqueeze, einsum's alignment)", () => {
+  const x = new Tensor(data(12), { device: "JS" }).reshape([4, 3]);
+  const s = x.shard(devs(2));
+  const lifted = s.unsqueeze(0).reshape([1, 1, 4, 3]);
+  assert.equal((lifted.node as { axis: number | null }).axis, 2);
+  assertClose(values(lifted.mul(2).sum({ axis: [0, 1] })), values(x.mul(2)));
+  assertClose(values(Tensor.einsum("ij,j->i", s, new Tensor([1, 2, 3], { device: "JS", dtype: "float32" }).to(devs(2)))), values(x.matmul(new Tensor([1, 2, 3], { device: "JS", dtype: "float32" }))));
+});
+
 test("an uneven batch split is rejected naming the batch and the device count", () => {
   assert.throws(() => Tensor.zeros([5, 2], { device: "JS" }).shard(devs(2)), (e: unknown) => e instanceof TsgradError && e.message.includes("5 is not a multiple of 2") && e.message.includes("[5, 2]"));
 });
