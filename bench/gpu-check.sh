@@ -47,7 +47,7 @@ if [ "${1:-}" = "--emulate" ]; then
   fi
 fi
 
-OP_TESTS="elementwise nn_ops reduce_movement regressions jit autograd_assign conv activations einsum scan"
+OP_TESTS="elementwise nn_ops reduce_movement regressions jit autograd_assign conv activations einsum scan sort upsample"
 
 if [ "${1:-}" = "--help" ]; then
   sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'

@@ -58,3 +58,10 @@ export function stridesFor(shape: readonly number[]): number[] {
 }
 
 export const fmtShape = (shape: readonly number[]): string => `[${shape.join(", ")}]`;
+
+/** `axis` (negative counts from the end) as an index into `shape`, or an error naming `op`, the axis and the shape. */
+export function axisFor(op: string, shape: readonly number[], axis: number): number {
+  const a = axis < 0 ? axis + shape.length : axis;
+  if (!Number.isInteger(a) || a < 0 || a >= shape.length) throw new TsgradError(`${op}: axis ${axis} is out of range for a tensor of shape ${fmtShape(shape)}`);
+  return a;
+}

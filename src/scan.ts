@@ -2,7 +2,7 @@
 // over a sliding-windows view (no gather, no loop over the axis), so autograd needs no rule of its own.
 import { Tensor } from "./tensor.ts";
 import { type DType, dtypes } from "./dtype.ts";
-import { TsgradError, fmtShape } from "./helpers.ts";
+import { TsgradError, axisFor, fmtShape } from "./helpers.ts";
 import { slidingWindows } from "./windows.ts";
 
 type Combine = "sum" | "max";
@@ -10,11 +10,7 @@ type Combine = "sum" | "max";
 /** Up to this length an axis is scanned in one windowed reduce (n^2 work); longer ones in blocks. */
 const WINDOW_LIMIT = 512;
 
-function axisOf(op: string, x: Tensor, axis: number): number {
-  const a = axis < 0 ? axis + x.ndim : axis;
-  if (!Number.isInteger(a) || a < 0 || a >= x.ndim) throw new TsgradError(`${op}: axis ${axis} is out of range for a tensor of shape ${fmtShape(x.shape)}`);
-  return a;
-}
+const axisOf = (op: string, x: Tensor, axis: number): number => axisFor(op, x.shape, axis);
 
 /** The smallest value of a dtype: what a running max starts from, and what topk fills elements it has passed with. */
 function lowest(dtype: DType): number {

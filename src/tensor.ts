@@ -12,7 +12,9 @@ import { storedBuffer } from "./engine/schedule.ts";
 import { randomBits } from "./random.ts";
 import { type ConvOptions, type PoolOptions, avgPool2d, conv, maxPool2d } from "./windows.ts";
 import { einsum } from "./einsum.ts";
+import { type ConvTransposeOptions, type InterpolateOptions, convTranspose, interpolate } from "./upsample.ts";
 import { type TopkOptions, cummax, cumsum, multinomial, topk } from "./scan.ts";
+import { type SortOptions, argsort, sort } from "./sort.ts";
 import { reduceInTwo } from "./split_reduce.ts";
 import { type BinaryOp, type Pads, type UnaryOp, UOp } from "./uop.ts";
 import { type Lazy, MultiLazy, allReduceMany, multiDeviceName, splitDeviceName, splitSizes } from "./multi.ts";
@@ -639,6 +641,10 @@ export class Tensor {
   cummax(axis = 0): Tensor { return cummax(this, axis); }
   /** The k largest (or smallest) elements along an axis, sorted, and their int32 indices (ties: lowest index). */
   topk(k: number, options: TopkOptions = {}): { values: Tensor; indices: Tensor } { return topk(this, k, options); }
+  /** Sorted along an axis (a bitonic network, src/sort.ts), with the int32 indices; stable: ties keep index order. */
+  sort(options: SortOptions = {}): { values: Tensor; indices: Tensor } { return sort(this, options); }
+  /** The int32 indices that sort this tensor along an axis. */
+  argsort(options: SortOptions = {}): Tensor { return argsort(this, options); }
   /** int32 category indices drawn from rows of non-negative weights ([n] or [rows, n]). */
   multinomial(numSamples = 1, options: { replacement?: boolean } = {}): Tensor { return multinomial(this, numSamples, options); }
   /** Whether any element is nonzero (true), as bool. */
@@ -879,6 +885,13 @@ export class Tensor {
     const keep = lower ? cols.sub(rows).le(diagonal) : cols.sub(rows).ge(diagonal);
     return keep.where(this, 0);
   }
+  /**
+   * Transposed convolution (PyTorch's conv_transposeNd, weight [in, out / groups, ...kernel]): a convolution
+   * over the input with zeros between its elements, a view (src/upsample.ts).
+   */
+  convTranspose2d(weight: Tensor, options: ConvTransposeOptions = {}): Tensor { return convTranspose(this, weight, options); }
+  /** Resizes the spatial axes of [batch, channels, ...spatial]: nearest, linear, bilinear, trilinear (PyTorch's F.interpolate). */
+  interpolate(options: InterpolateOptions): Tensor { return interpolate(this, options); }
   /** The largest element of each window of the last two axes (stride: the kernel unless given). */
   maxPool2d(options: PoolOptions): Tensor { return maxPool2d(this, options); }
   /** The mean of each window of the last two axes (padding counts as zeros). */

@@ -45,10 +45,10 @@ function placeCount(n: number, a: number): number[] {
 }
 
 /** One value per spatial axis, from a number (the same on each) or a list. */
-function perAxis(name: string, value: number | readonly number[], axes: number): number[] {
+export function perAxis(name: string, value: number | readonly number[], axes: number, min = 0): number[] {
   const values = typeof value === "number" ? Array<number>(axes).fill(value) : [...value];
-  if (values.length !== axes || values.some((v) => !Number.isInteger(v) || v < 0)) {
-    throw new TsgradError(`${name}: expected a non-negative integer or ${axes} of them, got ${JSON.stringify(value)}`);
+  if (values.length !== axes || values.some((v) => !Number.isInteger(v) || v < min)) {
+    throw new TsgradError(`${name}: expected ${min === 0 ? "a non-negative integer" : `an integer >= ${min}`} or ${axes} of them, got ${JSON.stringify(value)}`);
   }
   return values;
 }

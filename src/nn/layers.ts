@@ -3,6 +3,7 @@
 import { Tensor } from "../tensor.ts";
 import { TsgradError } from "../helpers.ts";
 import type { ConvOptions } from "../windows.ts";
+import type { ConvTransposeOptions } from "../upsample.ts";
 
 /** Makes a fresh initial value for a parameter of `shape`. */
 export type Initializer = (shape: number[]) => Tensor;
@@ -89,6 +90,30 @@ export class Conv2d {
   }
   forward(x: Tensor): Tensor {
     return x.conv2d(this.weight, { ...this.options, bias: this.bias });
+  }
+}
+
+/** A transposed convolution over 2 spatial axes (PyTorch's ConvTranspose2d: weight [in, out / groups, kh, kw], its initialisation). */
+export class ConvTranspose2d {
+  weight: Tensor;
+  bias?: Tensor;
+  readonly options: Omit<ConvTransposeOptions, "bias">;
+  constructor(
+    readonly inChannels: number,
+    readonly outChannels: number,
+    kernel: number | readonly [number, number],
+    { stride = 1, padding = 0, outputPadding = 0, dilation = 1, groups = 1, bias = true }: Omit<ConvTransposeOptions, "bias"> & { bias?: boolean } = {},
+  ) {
+    const [kh, kw] = typeof kernel === "number" ? [kernel, kernel] : kernel;
+    if (inChannels % groups !== 0 || outChannels % groups !== 0) throw new TsgradError(`ConvTranspose2d(${inChannels} -> ${outChannels}): ${groups} groups must divide both`);
+    // PyTorch computes the fan-in from the weight's second axis: out / groups * kh * kw
+    const fanIn = (outChannels / groups) * kh * kw;
+    this.weight = parameter(uniformFanIn(fanIn), [inChannels, outChannels / groups, kh, kw]);
+    if (bias) this.bias = parameter(uniformFanIn(fanIn), [outChannels]);
+    this.options = { stride, padding, outputPadding, dilation, groups };
+  }
+  forward(x: Tensor): Tensor {
+    return x.convTranspose2d(this.weight, { ...this.options, bias: this.bias });
   }
 }
 

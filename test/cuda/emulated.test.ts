@@ -322,7 +322,7 @@ if (library) {
   });
 
   test("the op suite passes on the emulated GPU", { timeout: 600_000 }, () => {
-    const files = ["elementwise", "nn_ops", "reduce_movement", "regressions", "jit", "conv", "activations", "einsum", "scan"].map((t) => `test/core/${t}.test.ts`);
+    const files = ["elementwise", "nn_ops", "reduce_movement", "regressions", "jit", "conv", "activations", "einsum", "scan", "sort", "upsample"].map((t) => `test/core/${t}.test.ts`);
     const { NODE_TEST_CONTEXT: _, ...env } = process.env;
     // no CPU device: the op tests run on CUDA and JS only
     const run = spawnSync(process.execPath, ["--import", "tsx", "--test", "--test-reporter=spec", ...files], {

@@ -13,7 +13,7 @@ import { findNvcc } from "../../src/runtime/cuda_compile.ts";
 import { type NamedKernel, compileKernels } from "./nvcc.ts";
 import type { CapturedKernel } from "./capture_kernels.ts";
 
-const OP_TESTS = ["elementwise", "nn_ops", "reduce_movement", "fusion", "regressions", "jit", "conv", "activations", "einsum", "scan"];
+const OP_TESTS = ["elementwise", "nn_ops", "reduce_movement", "fusion", "regressions", "jit", "conv", "activations", "einsum", "scan", "sort", "upsample"];
 const nvcc = findNvcc();
 
 /** Runs the op tests with the capture hook; the distinct kernels they executed, rendered for CUDA. */

@@ -1,0 +1,95 @@
+// Sorting along an axis from existing Tensor ops alone: a bitonic network over the order (int32 indices), each
+// compare-exchange stage one elementwise kernel that pairs the order with a flipped view of itself and reads the
+// keys through a gather (one load each). Autograd needs no rule: the values are gathered from x by the final
+// indices, and the gradient flows through that gather only.
+import { Tensor } from "./tensor.ts";
+import { type DType, dtypes } from "./dtype.ts";
+import { TsgradError, axisFor, fmtShape, prod } from "./helpers.ts";
+
+export interface SortOptions {
+  axis?: number;
+  /** true: largest first. Equal values keep their order (lowest index first) either way. */
+  descending?: boolean;
+}
+
+/** The value that sorts after every element of `dtype`: what pads the axis up to a power of two. */
+function sortsLast(dtype: DType, descending: boolean): number {
+  const bits = 8 * dtype.itemsize;
+  const [min, max] = dtype.kind === "float" ? [-Infinity, Infinity]
+    : dtype.kind === "int" ? [-(2 ** (bits - 1)), 2 ** (bits - 1) - 1]
+    : dtype.kind === "uint" ? [0, 2 ** bits - 1] : [0, 1];
+  return descending ? min : max;
+}
+
+/** Whether element (keyA, indexA) sorts before (keyB, indexB): by key, equal keys by index, lower first. */
+function sortsBefore(keyA: Tensor, indexA: Tensor, keyB: Tensor, indexB: Tensor, descending: boolean): Tensor {
+  const strictly = descending ? keyA.gt(keyB) : keyA.lt(keyB);
+  return strictly.logicalOr(keyA.eq(keyB).logicalAnd(indexA.lt(indexB)));
+}
+
+/**
+ * One compare-exchange stage over blocks of `block` elements of the middle axis of [outer, size, inner]: the
+ * order `index` after it, each element's key read from `keys` through its index. Each element of a block's
+ * first half is paired with one of its second half, the pair's first in order going to the first half.
+ * `reverse` pairs element j with block - 1 - j (the merge of two sorted halves, the second read backwards);
+ * otherwise j pairs with j + block / 2 (the half-cleaner).
+ */
+function compareExchange(keys: Tensor, index: Tensor, block: number, reverse: boolean, descending: boolean): Tensor {
+  const [outer, size, inner] = index.shape as [number, number, number];
+  const split = [outer, size / block, 2, block / 2, inner];
+  const own = index.reshape(split);
+  const partner = own.flip(reverse ? [2, 3] : [2]);
+  const keyOf = (i: Tensor): Tensor => keys.gather(1, i.reshape(index.shape)).reshape(split);
+  const partnerFirst = sortsBefore(keyOf(partner), partner, keyOf(own), own, descending);
+  // the first half takes its partner when the partner sorts first, the second half when it does not
+  const firstHalf = Tensor.arange(2, undefined, 1, { device: index.device }).eq(0).reshape([1, 1, 2, 1, 1]);
+  const take = firstHalf.where(partnerFirst, partnerFirst.logicalNot());
+  // stored: the next stage reads two elements of this one, not two whole trees of the stages before
+  return take.where(partner, own).reshape(index.shape).contiguous();
+}
+
+/** The axis `axis` names in `x`, or a TsgradError naming the op, the axis and the shape. */
+function sortAxis(op: string, x: Tensor, axis: number): number {
+  if (x.ndim === 0) throw new TsgradError(`${op}: a 0-d tensor (shape ${fmtShape(x.shape)}) has no axis to sort`);
+  const a = axisFor(op, x.shape, axis);
+  if (x.dtype === dtypes.int64) throw new TsgradError(`${op}: int64 is not supported (its extremes, which pad the axis, are not exact numbers); shape ${fmtShape(x.shape)}`);
+  return a;
+}
+
+/**
+ * The int32 indices that sort `x` along axis `a`: the axis padded to a power of two with values that sort last
+ * (and indices past its end, so padding also loses every tie with them), ordered by the log2(n) merges of a
+ * bitonic network, log2(n) * (log2(n) + 1) / 2 compare-exchange stages of one kernel each, then shrunk back.
+ */
+function sortedIndices(x: Tensor, a: number, descending: boolean): Tensor {
+  const n = x.shape[a]!;
+  // nothing to order (and a pad or gather over no elements overflows the index simplifier's stack)
+  if (x.numel === 0) return Tensor.zeros(x.shape, { dtype: dtypes.int32, device: x.device });
+  const size = n <= 1 ? 1 : 2 ** (n - 1).toString(2).length;
+  const [outer, inner] = [prod(x.shape.slice(0, a)), prod(x.shape.slice(a + 1))];
+  const keys = x.detach().reshape([outer, n, inner]).pad([null, [0, size - n], null], sortsLast(x.dtype, descending));
+  let index = Tensor.arange(size, undefined, 1, { device: x.device }).reshape([1, size, 1]).expand([outer, size, inner]);
+  // each merge turns sorted runs of merged / 2 into sorted runs of `merged`, in stages over ever smaller blocks
+  for (let merged = 2; merged <= size; merged *= 2) {
+    for (let block = merged; block >= 2; block /= 2) index = compareExchange(keys, index, block, block === merged, descending);
+  }
+  return index.shrink([null, [0, n], null]).reshape(x.shape);
+}
+
+/**
+ * `x` sorted along `axis` (the last by default), with the int32 indices each value came from:
+ * `sort(t([3, 1, 2]))` is { values: [1, 2, 3], indices: [1, 2, 0] }. Stable: equal values keep their order,
+ * lowest index first, ascending and descending alike; ±inf sort as the largest and smallest values. NaN is
+ * not supported (it compares neither before nor after anything: the order around it is undefined). Gradients
+ * reach x through the values (each goes back to the element it came from).
+ */
+export function sort(x: Tensor, { axis = -1, descending = false }: SortOptions = {}): { values: Tensor; indices: Tensor } {
+  const a = sortAxis("sort", x, axis);
+  const indices = sortedIndices(x, a, descending);
+  return { values: x.gather(a, indices).cast(x.dtype), indices };
+}
+
+/** The int32 indices that sort `x` along `axis`: `sort(x, options).indices` without the values. */
+export function argsort(x: Tensor, { axis = -1, descending = false }: SortOptions = {}): Tensor {
+  return sortedIndices(x, sortAxis("argsort", x, axis), descending);
+}

@@ -1,0 +1,153 @@
+// Upsampling from existing ops: a transposed convolution is a convolution over the input with zeros inserted
+// between its elements (a view), and interpolation is one small [out, in] weight matrix multiplied in along
+// each spatial axis (or, for nearest by a whole factor, an expand). Autograd needs no rule of its own.
+import { Tensor } from "./tensor.ts";
+import { isFloat } from "./dtype.ts";
+import { TsgradError, fmtShape, range } from "./helpers.ts";
+import { conv, perAxis } from "./windows.ts";
+
+export interface ConvTransposeOptions {
+  bias?: Tensor;
+  stride?: number | readonly number[];
+  /** dilation*(kernel-1) - padding zeros are added before and after each spatial axis of the zero-stuffed input. */
+  padding?: number | readonly number[];
+  /** Extra elements at the end of each spatial axis (to pick among the input sizes a strided conv maps to one size). */
+  outputPadding?: number | readonly number[];
+  dilation?: number | readonly number[];
+  groups?: number;
+}
+
+/** stride-1 zeros between the elements of `axis`: a view (each element gets a zero-padded axis of `stride`, merged in). */
+function insertZeros(x: Tensor, axis: number, stride: number): Tensor {
+  if (stride === 1) return x;
+  const length = x.shape[axis]!;
+  const spread = x.unsqueeze(axis + 1).pad(range(x.ndim + 1).map((d) => (d === axis + 1 ? [0, stride - 1] : null)));
+  const merged = spread.reshape([...x.shape.slice(0, axis), length * stride, ...x.shape.slice(axis + 1)]);
+  return merged.shrink(range(x.ndim).map((d) => (d === axis ? [0, (length - 1) * stride + 1] : null)));
+}
+
+/**
+ * PyTorch's conv_transposeNd, the adjoint (input gradient) of convNd: x [batch, in, ...spatial], weight
+ * [in, out / groups, ...kernel] -> [batch, out, ...(L-1)*stride - 2*padding + dilation*(kernel-1) + outputPadding + 1].
+ */
+export function convTranspose(
+  x: Tensor,
+  weight: Tensor,
+  { bias, stride = 1, padding = 0, outputPadding = 0, dilation = 1, groups = 1 }: ConvTransposeOptions = {},
+): Tensor {
+  const spatial = weight.ndim - 2;
+  const what = `convTranspose: input ${fmtShape(x.shape)}, weight ${fmtShape(weight.shape)}`;
+  if (spatial < 1 || x.ndim !== spatial + 2) throw new TsgradError(`${what}: the input needs a batch and a channel axis before the weight's ${Math.max(spatial, 0)} spatial axes`);
+  const channels = x.shape[1]!;
+  const [inputs, perGroup] = weight.shape as [number, number];
+  if (inputs !== channels) throw new TsgradError(`${what}: the weight's first axis must be the input's ${channels} channels`);
+  if (!Number.isInteger(groups) || groups < 1 || channels % groups !== 0) throw new TsgradError(`${what}: ${groups} groups must divide the ${channels} channels`);
+  const filters = perGroup * groups;
+  if (bias && (bias.ndim !== 1 || bias.shape[0] !== filters)) throw new TsgradError(`${what}: bias ${fmtShape(bias.shape)} must be [${filters}]`);
+  const strides = perAxis("convTranspose stride", stride, spatial, 1);
+  const pads = perAxis("convTranspose padding", padding, spatial, 0);
+  const extras = perAxis("convTranspose outputPadding", outputPadding, spatial, 0);
+  const dilations = perAxis("convTranspose dilation", dilation, spatial, 1);
+  const kernel = weight.shape.slice(2);
+  const reach = kernel.map((k, d) => dilations[d]! * (k - 1));
+  extras.forEach((e, d) => {
+    // as PyTorch requires
+    if (e >= Math.max(strides[d]!, dilations[d]!)) throw new TsgradError(`${what}: outputPadding ${e} must be smaller than the stride ${strides[d]} or the dilation ${dilations[d]} (spatial axis ${d})`);
+  });
+  const out = x.shape.slice(2).map((l, d) => (l - 1) * strides[d]! - 2 * pads[d]! + reach[d]! + extras[d]! + 1);
+  if (out.some((o) => o < 1)) throw new TsgradError(`${what}: the output would be ${fmtShape(out)}; padding ${JSON.stringify(padding)} is too large`);
+  // every input element reaches `reach` outputs either side of its zero-stuffed position: pad to that, then shrink
+  // where padding exceeds it (after the padding, so a shrink can reach into outputPadding's zeros)
+  let stuffed = x;
+  for (let d = 0; d < spatial; d++) stuffed = insertZeros(stuffed, 2 + d, strides[d]!);
+  const edges = reach.map((r, d) => [r - pads[d]!, r - pads[d]! + extras[d]!] as const);
+  const padded = stuffed.pad([null, null, ...edges.map(([b, a]) => [Math.max(b, 0), Math.max(a, 0)] as [number, number])])
+    .shrink([null, null, ...edges.map(([b, a], d) => [Math.max(-b, 0), stuffed.shape[2 + d]! + Math.max(b, 0) + a] as [number, number])]);
+  // [in, out/groups, ...kernel] -> [out, in/groups, ...kernel], flipped: a correlation with the flipped kernel is the scatter
+  const filtersFlipped = weight.reshape([groups, channels / groups, perGroup, ...kernel]).transpose(1, 2)
+    .reshape([filters, channels / groups, ...kernel]).flip(range(spatial).map((d) => 2 + d));
+  return conv(padded, filtersFlipped, { bias, dilation: dilations, groups });
+}
+
+export type InterpolateMode = "nearest" | "linear" | "bilinear" | "trilinear";
+
+export interface InterpolateOptions {
+  /** The output's spatial sizes. Give this or scaleFactor. */
+  size?: number | readonly number[];
+  /** Output size = floor(input size * scaleFactor) on each spatial axis. */
+  scaleFactor?: number | readonly number[];
+  mode?: InterpolateMode;
+  /** Linear modes only: the corner pixels' centres line up (source = i*(in-1)/(out-1)) rather than their edges. */
+  alignCorners?: boolean;
+}
+
+/** How many spatial axes each linear mode interpolates (nearest: any number). */
+const linearAxes: Record<InterpolateMode, number | null> = { nearest: null, linear: 1, bilinear: 2, trilinear: 3 };
+
+/**
+ * PyTorch's F.interpolate over the spatial axes of x [batch, channels, ...spatial]:
+ * `interpolate(x, { scaleFactor: 2, mode: "bilinear" })`. Nearest is PyTorch's legacy "nearest" (floor of the source index).
+ */
+export function interpolate(x: Tensor, { size, scaleFactor, mode = "nearest", alignCorners }: InterpolateOptions = {}): Tensor {
+  const spatial = x.ndim - 2;
+  const what = `interpolate (${mode}): input ${fmtShape(x.shape)}`;
+  if (!Object.hasOwn(linearAxes, mode)) throw new TsgradError(`${what}: unknown mode ${JSON.stringify(mode)}; expected one of ${Object.keys(linearAxes).join(", ")}`);
+  if (spatial < 1) throw new TsgradError(`${what}: needs [batch, channels, ...spatial]`);
+  const axes = linearAxes[mode];
+  if (axes !== null && axes !== spatial) throw new TsgradError(`${what}: ${mode} interpolates ${axes} spatial axes, the input has ${spatial}`);
+  if (axes === null && alignCorners !== undefined) throw new TsgradError(`${what}: alignCorners is only for the linear modes`);
+  if (axes !== null && !isFloat(x.dtype)) throw new TsgradError(`${what}: ${mode} needs a float input, got ${x.dtype.name}`);
+  if ((size === undefined) === (scaleFactor === undefined)) throw new TsgradError(`${what}: give exactly one of size and scaleFactor`);
+  const inSizes = x.shape.slice(2);
+  const scales = scaleFactor === undefined ? null : typeof scaleFactor === "number" ? inSizes.map(() => scaleFactor) : [...scaleFactor];
+  if (scales && (scales.length !== spatial || scales.some((s) => !(s > 0) || !Number.isFinite(s)))) throw new TsgradError(`${what}: scaleFactor ${JSON.stringify(scaleFactor)} must be one positive number or ${spatial}`);
+  const outSizes = scales ? inSizes.map((n, d) => Math.floor(n * scales[d]!)) : typeof size === "number" ? inSizes.map(() => size) : [...size!];
+  if (outSizes.length !== spatial || outSizes.some((n) => !Number.isInteger(n) || n < 1)) {
+    throw new TsgradError(`${what}: output size ${fmtShape(outSizes)} must be ${spatial} positive integer(s)${scales ? ` (from scaleFactor ${JSON.stringify(scaleFactor)})` : ""}`);
+  }
+  let y = x;
+  for (let d = 0; d < spatial; d++) {
+    const [from, to, axis] = [inSizes[d]!, outSizes[d]!, 2 + d];
+    // a whole factor is an expand; PyTorch's floor(o / scaleFactor) agrees when no other factor was asked for
+    if (axes === null && to % from === 0 && (!scales || scales[d] === to / from)) {
+      y = repeatEach(y, axis, to / from);
+      continue;
+    }
+    // PyTorch uses the given scale factor itself, not in/out, when one is given
+    const step = scales ? 1 / scales[d]! : from / to;
+    const weights = axes === null ? nearestWeights(from, to, step) : linearWeights(from, to, step, alignCorners ?? false);
+    const matrix = new Tensor(weights, { device: x.device, dtype: x.dtype }).reshape([to, from]);
+    y = y.transpose(axis, -1).matmul(matrix.T).transpose(axis, -1);
+  }
+  return y;
+}
+
+/** Each element of `axis` `times` times in a row: a view (an expand of a new axis, merged in). */
+function repeatEach(x: Tensor, axis: number, times: number): Tensor {
+  if (times === 1) return x;
+  const shape = x.shape;
+  return x.unsqueeze(axis + 1).expand([...shape.slice(0, axis + 1), times, ...shape.slice(axis + 1)])
+    .reshape([...shape.slice(0, axis), shape[axis]! * times, ...shape.slice(axis + 1)]);
+}
+
+/** [to, from], row o one-hot at floor(o * step), the product rounded to float32 as PyTorch computes it. */
+function nearestWeights(from: number, to: number, step: number): Float32Array {
+  const weights = new Float32Array(to * from);
+  const scale = Math.fround(step);
+  for (let o = 0; o < to; o++) weights[o * from + Math.min(Math.floor(Math.fround(o * scale)), from - 1)] = 1;
+  return weights;
+}
+
+/** [to, from], row o mixing the two inputs either side of its source coordinate (clamped to the ends). */
+function linearWeights(from: number, to: number, step: number, alignCorners: boolean): Float32Array {
+  const weights = new Float32Array(to * from);
+  for (let o = 0; o < to; o++) {
+    const source = alignCorners ? (to > 1 ? (o * (from - 1)) / (to - 1) : 0) : Math.max((o + 0.5) * step - 0.5, 0);
+    const low = Math.min(Math.floor(source), from - 1);
+    const high = Math.min(low + 1, from - 1);
+    const fraction = source - low;
+    weights[o * from + low] += 1 - fraction;
+    weights[o * from + high] += fraction;
+  }
+  return weights;
+}
