@@ -573,6 +573,9 @@ export class Tensor {
   }
 
   private reduce(op: "ADD" | "MAX", { axis, keepdim = false }: ReduceOptions): Tensor {
+    // a sum of nothing is 0; a max of nothing has no value (numpy and PyTorch refuse it too)
+    const empty = op === "MAX" ? this.axes(axis).find((a) => this.shape[a] === 0) : undefined;
+    if (empty !== undefined) throw new TsgradError(`max/min over an empty axis: axis ${empty} of ${fmtShape(this.shape)} has no elements`);
     return (op === "MAX" ? this.maxSource() : this).reduceNode(op, { axis, keepdim });
   }
 

@@ -93,6 +93,11 @@ export function createSchedule(roots: readonly UOp[]): Schedule {
       created.push(out);
     }
     outputs.set(n, out);
+    if (n.numel === 0) {
+      // nothing to compute or copy: an empty buffer (a kernel of no elements has no loop to index with)
+      steps.push({ node: n, items: [], inputs: [] });
+      continue;
+    }
     const bufferOf = (u: UOp): Buffer => outputs.get(u) ?? storedBuffer(u)!;
     if (n.op === "COPY") {
       const src = bufferOf(n.src[0]!);
