@@ -63,7 +63,7 @@ function sortAxis(op: string, x: Tensor, axis: number): number {
  */
 function sortedIndices(x: Tensor, a: number, descending: boolean): Tensor {
   const n = x.shape[a]!;
-  // nothing to order (and a pad or gather over no elements overflows the index simplifier's stack)
+  // nothing to order
   if (x.numel === 0) return Tensor.zeros(x.shape, { dtype: dtypes.int32, device: x.device });
   const size = n <= 1 ? 1 : 2 ** (n - 1).toString(2).length;
   const [outer, inner] = [prod(x.shape.slice(0, a)), prod(x.shape.slice(a + 1))];

@@ -2,7 +2,7 @@
 // calls run that list again with the new inputs' buffers swapped in, skipping scheduling and codegen.
 // Where the device records graphs (CUDA graphs, CPU call tables), the replays launch the whole list as one graph.
 import { Buffer, Device } from "../device.ts";
-import { GlobalCounters, TsgradError, debugLevel, fmtShape, getenv } from "../helpers.ts";
+import { GlobalCounters, debugLevel, fmtShape, getenv } from "../helpers.ts";
 import { Tensor } from "../tensor.ts";
 import { UOp } from "../uop.ts";
 import { type Lazy, MultiLazy } from "../multi.ts";
@@ -19,38 +19,36 @@ interface InputSignature {
   device: string;
 }
 
+/** Input signatures one jitted function keeps captures for; calls with further ones run uncaptured. */
+export const MAX_CAPTURES = 8;
+
 /**
  * Wraps `fn` so that its kernels are captured on the second call and replayed afterwards.
- * Inputs are the Tensor arguments (shapes, dtypes and devices must stay those of the capture);
- * anything else `fn` reads must live in tensors (a learning rate, an RNG counter), not in JS numbers.
- * `JIT=0` turns capture off: every call then runs `fn` normally.
+ * Inputs are the Tensor arguments. Each signature of them (shapes, dtypes, devices) gets a capture of its own,
+ * made the same way (its first call runs normally, its second records): a last batch of another size, or
+ * training and evaluation shapes, each replay. Up to MAX_CAPTURES signatures; calls with more run uncaptured
+ * (said once on stderr). Anything else `fn` reads must live in tensors (a learning rate, an RNG counter), not
+ * in JS numbers. `JIT=0` turns capture off: every call then runs `fn` normally.
  */
 export class TinyJit<A extends Tensor[], R extends JitOutput> {
-  private calls = 0;
-  private captured: ExecItem[] | undefined;
-  private capturedInputs: Buffer[][] = [];
-  /** Per captured item: whether it reads or writes an input buffer (only those are rebuilt on replay). */
-  private touchesInput: boolean[] = [];
-  private signature: InputSignature[] = [];
-  private output: R | undefined;
-  /**
-   * The captured items as the devices' graph(s), with the buffers it reads inputs from (null where the replay
-   * takes the call's buffers instead: CPU tables); null: no graph.
-   */
-  private graph: { replay: (swap?: ReadonlyMap<Buffer, Buffer>) => number | void; inputs: Buffer[][] | null } | null | undefined;
+  private captures = new Map<string, Capture<R>>();
+  private warnedFull = false;
 
   constructor(private readonly fn: (...args: A) => R) {}
 
-  /** Forgets the capture: the next call runs uncaptured again. */
+  /** Forgets every capture: the next call runs uncaptured again. */
   reset(): void {
-    this.calls = 0;
-    this.captured = undefined;
-    this.output = undefined;
-    this.graph = undefined;
+    this.captures.clear();
   }
 
+  /** Whether some input signature has been captured (and is replayed). */
   get isCaptured(): boolean {
-    return this.captured !== undefined;
+    return [...this.captures.values()].some((c) => c.items !== undefined);
+  }
+
+  /** How many input signatures have been captured. */
+  get captureCount(): number {
+    return [...this.captures.values()].filter((c) => c.items !== undefined).length;
   }
 
   call(...args: A): R {
@@ -63,9 +61,21 @@ export class TinyJit<A extends Tensor[], R extends JitOutput> {
       a.node = bufferView(a.node);
     }
     if (getenv("JIT", 1) === 0) return this.runAndRealize(args);
-    if (this.captured) return this.replay(args);
-    this.calls++;
-    if (this.calls === 1) {
+    const signature = args.map(signatureOf);
+    const key = signature.map((s) => `${fmtShape(s.shape)} ${s.dtype} ${s.device}`).join("; ");
+    let capture = this.captures.get(key);
+    if (!capture) {
+      if (this.captures.size >= MAX_CAPTURES) {
+        if (!this.warnedFull) console.error(`tsgrad: jit: ${MAX_CAPTURES} input signatures captured already; calls with ${key} run uncaptured`);
+        this.warnedFull = true;
+        return this.runAndRealize(args);
+      }
+      capture = new Capture<R>(signature);
+      this.captures.set(key, capture);
+    }
+    if (capture.items) return capture.replay(args);
+    capture.calls++;
+    if (capture.calls === 1) {
       jitFirstCall.depth++;
       try {
         return this.runAndRealize(args);
@@ -74,12 +84,7 @@ export class TinyJit<A extends Tensor[], R extends JitOutput> {
       }
     }
     const { result: out, items } = recordItems(() => this.runAndRealize(args));
-    this.captured = items;
-    this.capturedInputs = args.map((a) => buffersOf(a)!);
-    const inputs = new Set(this.capturedInputs.flat());
-    this.touchesInput = items.map((item) => (item.kind === "copy" ? [item.src, item.dst] : item.buffers).some((b) => inputs.has(b)));
-    this.signature = args.map(signatureOf);
-    this.output = out;
+    capture.record(items, args, out);
     return out;
   }
 
@@ -89,18 +94,35 @@ export class TinyJit<A extends Tensor[], R extends JitOutput> {
     Tensor.realizeAll([...tensorsIn(out), ...Tensor.rngState(), ...Tensor.pendingAssigns()]);
     return out;
   }
+}
 
-  private replay(args: A): R {
-    if (args.length !== this.signature.length) throw new TsgradError(`jit: captured with ${this.signature.length} tensor arguments, called with ${args.length}`);
+/** One input signature's capture: the items its second call ran, replayed with each call's input buffers. */
+class Capture<R extends JitOutput> {
+  calls = 0;
+  items: ExecItem[] | undefined;
+  private inputs: Buffer[][] = [];
+  /** Per captured item: whether it reads or writes an input buffer (only those are rebuilt on replay). */
+  private touchesInput: boolean[] = [];
+  private output: R | undefined;
+  /**
+   * The captured items as the devices' graph(s), with the buffers it reads inputs from (null where the replay
+   * takes the call's buffers instead: CPU tables); null: no graph.
+   */
+  private graph: { replay: (swap?: ReadonlyMap<Buffer, Buffer>) => number | void; inputs: Buffer[][] | null } | null | undefined;
+
+  constructor(readonly signature: readonly InputSignature[]) {}
+
+  record(items: ExecItem[], args: readonly Tensor[], output: R): void {
+    this.items = items;
+    this.inputs = args.map((a) => buffersOf(a)!);
+    const inputs = new Set(this.inputs.flat());
+    this.touchesInput = items.map((item) => (item.kind === "copy" ? [item.src, item.dst] : item.buffers).some((b) => inputs.has(b)));
+    this.output = output;
+  }
+
+  replay(args: readonly Tensor[]): R {
     const swap = new Map<Buffer, Buffer>();
-    args.forEach((a, i) => {
-      const want = this.signature[i]!;
-      const got = signatureOf(a);
-      if (got.dtype !== want.dtype || got.device !== want.device || fmtShape(got.shape) !== fmtShape(want.shape)) {
-        throw new TsgradError(`jit: argument ${i} is ${fmtShape(got.shape)} ${got.dtype} on ${got.device}, but the capture was ${fmtShape(want.shape)} ${want.dtype} on ${want.device}; call reset() to capture again`);
-      }
-      buffersOf(a)!.forEach((buffer, shard) => swap.set(this.capturedInputs[i]![shard]!, buffer));
-    });
+    args.forEach((a, i) => buffersOf(a)!.forEach((buffer, shard) => swap.set(this.inputs[i]![shard]!, buffer)));
     const debug = debugLevel();
     // per-kernel timing (DEBUG >= 2, profilers) needs the kernels one by one
     const timed = debug >= 2 || kernelTimers.size > 0;
@@ -110,13 +132,13 @@ export class TinyJit<A extends Tensor[], R extends JitOutput> {
       // buffers (CPU) reads them where they are
       const graphInputs = this.graph.inputs;
       if (graphInputs) args.forEach((a, i) => buffersOf(a)!.forEach((buffer, shard) => runItem({ kind: "copy", src: buffer, dst: graphInputs[i]![shard]! }, debug)));
-      for (const item of this.captured!) for (const observe of execObservers) observe(item);
+      for (const item of this.items!) for (const observe of execObservers) observe(item);
       const seconds = this.graph.replay(graphInputs ? undefined : swap);
-      for (const item of this.captured!) item.kind === "kernel" ? countKernel(item, 0, debug) : countCopy(item, debug);
+      for (const item of this.items!) item.kind === "kernel" ? countKernel(item, 0, debug) : countCopy(item, debug);
       GlobalCounters.timeSumS += seconds ?? 0;
       return freshOutputs(this.output) as R;
     }
-    this.captured!.forEach((item, i) => runItem(this.touchesInput[i] ? swapBuffers(item, swap) : item, debug));
+    this.items!.forEach((item, i) => runItem(this.touchesInput[i] ? swapBuffers(item, swap) : item, debug));
     return freshOutputs(this.output) as R;
   }
 
@@ -127,15 +149,15 @@ export class TinyJit<A extends Tensor[], R extends JitOutput> {
    * devices of several kinds, or a backend that has no graphs or cannot record these items.
    */
   private captureGraph(): { replay: (swap?: ReadonlyMap<Buffer, Buffer>) => number | void; inputs: Buffer[][] | null } | null {
-    const items = this.captured!;
+    const items = this.items!;
     const written = items.map((item) => (item.kind === "kernel" ? item.buffers[0]! : item.dst));
     const devices = [...new Set(items.flatMap((item) => (item.kind === "kernel" ? [item.buffers[0]!.device] : [item.src.device, item.dst.device])))];
-    const inputs = new Set(this.capturedInputs.flat());
+    const inputs = new Set(this.inputs.flat());
     if (devices.length === 0 || written.some((b) => inputs.has(b)) || new Set(devices.map((d) => d.split(":")[0])).size !== 1) return null;
     const backend = Device.backend(devices[0]!);
     if (!backend.captureGraph) return null;
-    const own = backend.graphsSwapBuffers ? null : this.capturedInputs.map((buffers) => buffers.map((b) => new Buffer(b.device, b.size, b.dtype)));
-    const swap = new Map(own ? this.capturedInputs.flatMap((buffers, i) => buffers.map((b, shard) => [b, own[i]![shard]!] as const)) : []);
+    const own = backend.graphsSwapBuffers ? null : this.inputs.map((buffers) => buffers.map((b) => new Buffer(b.device, b.size, b.dtype)));
+    const swap = new Map(own ? this.inputs.flatMap((buffers, i) => buffers.map((b, shard) => [b, own[i]![shard]!] as const)) : []);
     const swapped = items.map((item) => swapBuffers(item, swap));
     // every buffer the graph touches exists before recording (allocation is not a launch)
     for (const item of swapped) for (const b of item.kind === "kernel" ? item.buffers : [item.src, item.dst]) void b.handle;

@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { GlobalCounters, Tensor, TsgradError } from "../../src/index.ts";
-import { jit } from "../../src/engine/jit.ts";
+import { GlobalCounters, Tensor, dtypes } from "../../src/index.ts";
+import { MAX_CAPTURES, jit } from "../../src/engine/jit.ts";
 import { testDevices } from "../devices.ts";
 
 for (const device of testDevices()) {
@@ -63,10 +63,33 @@ test("dropout inside a replayed step draws new masks each call", () => {
   }
 });
 
-test("a replay with a different input shape is a clear error", () => {
-  const f = jit((x: Tensor) => x.add(1));
-  for (let i = 0; i < 2; i++) f(Tensor.zeros([3], { device: "JS" }));
-  assert.throws(() => f(Tensor.zeros([4], { device: "JS" })), (e: unknown) => e instanceof TsgradError && /argument 0 is \[4\].*capture was \[3\]/.test(e.message));
+test("each input signature gets a capture of its own (a last batch of another size replays too)", () => {
+  let traced = 0; // calls that ran the function itself rather than a replay
+  const f = jit((x: Tensor) => (traced++, x.add(1).sum()));
+  const run = (n: number): number => f(Tensor.ones([n], { device: "JS" }).contiguous()).item();
+  for (let i = 0; i < 2; i++) assert.equal(run(3), 6);
+  assert.equal(f.jit.captureCount, 1);
+  // a new shape runs normally first, then is recorded; both replay afterwards, interleaved
+  assert.equal(run(4), 8);
+  assert.equal(f.jit.captureCount, 1);
+  assert.equal(run(4), 8);
+  assert.equal(f.jit.captureCount, 2);
+  assert.equal(traced, 4);
+  assert.deepEqual([run(3), run(4), run(3), run(4)], [6, 8, 6, 8]);
+  assert.equal(traced, 4, "these calls were replays");
+  // another dtype is another signature
+  assert.equal(f(Tensor.ones([3], { device: "JS", dtype: dtypes.int32 }).contiguous()).item(), 6);
+});
+
+test(`past ${MAX_CAPTURES} signatures, calls run uncaptured with the right results`, () => {
+  let traced = 0;
+  const f = jit((x: Tensor) => (traced++, x.mul(2).sum()));
+  for (let n = 1; n <= MAX_CAPTURES + 2; n++) {
+    for (let i = 0; i < 3; i++) assert.equal(f(Tensor.ones([n], { device: "JS" }).contiguous()).item(), 2 * n);
+  }
+  assert.equal(f.jit.captureCount, MAX_CAPTURES);
+  // two calls traced per captured signature (run, record), three for each one past the limit
+  assert.equal(traced, 2 * MAX_CAPTURES + 3 * 2);
 });
 
 test("reset() captures again, JIT=0 never captures", () => {
