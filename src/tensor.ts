@@ -131,6 +131,15 @@ export class Tensor {
     const index = new Tensor(UOp.index(n, device));
     return index.cast(isFloat(dtype) ? dtypes.float32 : dtype).mul(step).add(start).cast(dtype);
   }
+  /** `steps` evenly spaced values from start to end, both included (float unless given a dtype). */
+  static linspace(start: number, end: number, steps: number, opts: TensorOptions = {}): Tensor {
+    if (!Number.isInteger(steps) || steps < 0) throw new TsgradError(`linspace: steps must be a non-negative integer, got ${steps}`);
+    const dtype = toDtype(opts.dtype, Tensor.defaultFloat);
+    if (steps === 1) return Tensor.full([1], start, { ...opts, dtype });
+    // start + i * step, the last element exactly `end` (a step rounded in float32 could miss it)
+    const i = Tensor.arange(steps, undefined, 1, { ...opts, dtype: dtypes.float32 });
+    return i.eq(steps - 1).where(end, i.mul((end - start) / (steps - 1)).add(start)).cast(dtype);
+  }
   /** The n x m identity. */
   static eye(n: number, m = n, opts: TensorOptions = {}): Tensor {
     const rows = Tensor.arange(n, undefined, 1, { device: opts.device }).reshape([n, 1]);
@@ -650,6 +659,12 @@ export class Tensor {
   argsort(options: SortOptions = {}): Tensor { return argsort(this, options); }
   /** int32 category indices drawn from rows of non-negative weights ([n] or [rows, n]). */
   multinomial(numSamples = 1, options: { replacement?: boolean } = {}): Tensor { return multinomial(this, numSamples, options); }
+  /** The L2 norm (sqrt of the sum of squares) over `axis` (all elements by default); `ord: 1` for the L1 norm. */
+  norm({ ord = 2, ...opts }: ReduceOptions & { ord?: 1 | 2 } = {}): Tensor {
+    if (ord === 1) return this.abs().sum(opts);
+    if (ord === 2) return this.float().square().sum(opts).sqrt();
+    throw new TsgradError(`norm: ord must be 1 or 2, got ${ord}`);
+  }
   /** Whether any element is nonzero (true), as bool. */
   any(opts: ReduceOptions = {}): Tensor { return this.ne(0).cast(dtypes.int32).max(opts).cast(dtypes.bool); }
   /** Whether every element is nonzero (true), as bool. */

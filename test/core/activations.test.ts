@@ -102,6 +102,16 @@ for (const device of testDevices()) {
       assert.throws(() => new Tensor([1, 2], { device }).reshape([1, 2]).repeat([2]), (e: Error) => e instanceof TsgradError && /repeat: \[2\] must give .* 2 axes of \[1, 2\]/.test(e.message));
     });
 
+    test("norm (L2 and L1, over an axis or all) with its gradient; linspace includes both ends", () => {
+      checkOp(device, [x], (t) => t.norm({ axis: -1 }), (a) => nd([2, 3], [...Array(6).keys()].map((r) => Math.hypot(...a.data.slice(r * 4, r * 4 + 4)))));
+      checkOp(device, [awayFromZero], (t) => t.norm({ ord: 1 }), (a) => nd([], [a.data.reduce((s, v) => s + Math.abs(v), 0)]));
+      assertClose(values(Tensor.linspace(-1, 2, 7, { device })), [-1, -0.5, 0, 0.5, 1, 1.5, 2]);
+      assert.equal(values(Tensor.linspace(0, 0.3, 4, { device }))[3], Math.fround(0.3));
+      assert.deepEqual(Tensor.linspace(5, 9, 1, { device }).tolist(), [5]);
+      assert.throws(() => Tensor.linspace(0, 1, 2.5, { device }), /linspace: steps must be a non-negative integer, got 2.5/);
+      assert.throws(() => fromNd(x, device).norm({ ord: 3 as 2 }), /norm: ord must be 1 or 2, got 3/);
+    });
+
     test("crossEntropy with class probabilities (and smoothing), and with integer labels", () => {
       const logits = randomNd([3, 4], 41, -2, 2);
       const probs = nd([3, 4], [0.1, 0.2, 0.3, 0.4, 1, 0, 0, 0, 0.25, 0.25, 0.25, 0.25]);
