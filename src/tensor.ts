@@ -709,9 +709,14 @@ export class Tensor {
     });
     return new Tensor(this.node.reshape(padded).expand(shape));
   }
-  /** Pads each axis with [before, after] elements of `value` (null: no padding on that axis). */
-  pad(pads: readonly ([number, number] | null)[], value = 0): Tensor {
+  /**
+   * Pads each axis with [before, after] elements (null: no padding on that axis): of `value`, or with mode
+   * "reflect" (mirrored about the edge element), "replicate" (the edge element repeated) or "circular" (wrapped
+   * around from the other end), as PyTorch's F.pad modes.
+   */
+  pad(pads: readonly ([number, number] | null)[], value = 0, mode: PadMode = "constant"): Tensor {
     if (pads.length !== this.ndim) throw new TsgradError(`pad needs one entry per axis: ${pads.length} given for shape ${fmtShape(this.shape)}`);
+    if (mode !== "constant") return padFromEdges(this, pads.map((x) => x ?? [0, 0]), mode);
     const p: Pads = pads.map((x) => x ?? [0, 0]);
     if (p.some(([b, a]) => b < 0 || a < 0)) return this.shrink(p.map(([b, a], i) => [Math.max(0, -b), this.shape[i]! - Math.max(0, -a)])).pad(p.map(([b, a]) => [Math.max(0, b), Math.max(0, a)]), value);
     const out = new Tensor(this.node.pad(p));
@@ -1010,6 +1015,29 @@ export class Tensor {
     if (mask) scores = mask.dtype === dtypes.bool ? mask.where(scores, -Infinity) : scores.add(mask);
     return scores.softmax(-1).dropout(dropout).matmul(value);
   }
+}
+
+export type PadMode = "constant" | "reflect" | "replicate" | "circular";
+
+/** Padding made of the tensor's own elements: pieces of each padded axis (flipped for reflect) laid around it. */
+function padFromEdges(x: Tensor, pads: readonly [number, number][], mode: PadMode): Tensor {
+  let out = x;
+  pads.forEach(([before, after], axis) => {
+    if (before === 0 && after === 0) return;
+    const n = out.shape[axis]!;
+    const limit = mode === "reflect" ? n - 1 : mode === "circular" ? n : Infinity;
+    if (!["reflect", "replicate", "circular"].includes(mode)) throw new TsgradError(`pad: unknown mode ${JSON.stringify(mode)}; expected constant, reflect, replicate or circular`);
+    if (before < 0 || after < 0 || before > limit || after > limit || n === 0) {
+      throw new TsgradError(`pad (${mode}): [${before}, ${after}] on axis ${axis} of ${fmtShape(out.shape)}: ${mode === "replicate" ? "needs" : `at most ${limit} a side, and`} a non-empty axis, no negative padding`);
+    }
+    const slice = (start: number, end: number): Tensor => out.shrink(out.shape.map((s, d) => (d === axis ? [start, end] : [0, s]) as [number, number]));
+    const edge = (start: number, count: number): Tensor => slice(start, start + 1).expand(out.shape.map((s, d) => (d === axis ? count : s)));
+    const [head, tail] = mode === "reflect" ? [slice(1, before + 1).flip(axis), slice(n - 1 - after, n - 1).flip(axis)]
+      : mode === "circular" ? [slice(n - before, n), slice(0, after)]
+      : [edge(0, before), edge(n - 1, after)];
+    out = Tensor.cat([...(before > 0 ? [head] : []), out, ...(after > 0 ? [tail] : [])], axis);
+  });
+  return out;
 }
 
 export type LossReduction = "none" | "mean" | "sum";

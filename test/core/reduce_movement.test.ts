@@ -52,6 +52,26 @@ for (const device of testDevices()) {
     test("expand broadcasts size-1 axes", () => checkOp(device, [randomNd([3, 1], 3)], (t) => t.expand([2, 3, 4]), (a) => nd([2, 3, 4], Array.from({ length: 24 }, (_, i) => a.data[Math.floor(i / 4) % 3]!))));
     test("pad with zeros", () => checkOp(device, [x], (t) => t.pad([[1, 0], null, [2, 1]]), (a) => pad(a, [[1, 0], [0, 0], [2, 1]])));
     test("pad with a value", () => checkOp(device, [x], (t) => t.pad([null, [1, 1], null], 2.5), (a) => pad(a, [[0, 0], [1, 1], [0, 0]], 2.5)));
+    test("pad modes reflect, replicate and circular (numpy's reflect, edge and wrap), with gradients", () => {
+      const m = new Tensor([[1, 2, 3], [4, 5, 6]], { device });
+      // np.pad(x, ((1, 1), (2, 1)), mode=...)
+      assert.deepEqual(m.pad([[1, 1], [2, 1]], 0, "reflect").tolist(), [[6, 5, 4, 5, 6, 5], [3, 2, 1, 2, 3, 2], [6, 5, 4, 5, 6, 5], [3, 2, 1, 2, 3, 2]]);
+      assert.deepEqual(m.pad([[1, 1], [2, 1]], 0, "replicate").tolist(), [[1, 1, 1, 2, 3, 3], [1, 1, 1, 2, 3, 3], [4, 4, 4, 5, 6, 6], [4, 4, 4, 5, 6, 6]]);
+      assert.deepEqual(m.pad([[1, 1], [2, 1]], 0, "circular").tolist(), [[5, 6, 4, 5, 6, 4], [2, 3, 1, 2, 3, 1], [5, 6, 4, 5, 6, 4], [2, 3, 1, 2, 3, 1]]);
+      // along the last axis, element j of the padded row reads source index `from(j)` of the row
+      const along = (a: Nd, width: number, from: (j: number, n: number) => number): Nd => {
+        const n = a.shape[2]!;
+        const out: number[] = [];
+        for (let r = 0; r < a.data.length / n; r++) for (let j = 0; j < width; j++) out.push(a.data[r * n + from(j, n)]!);
+        return nd([...a.shape.slice(0, 2), width], out);
+      };
+      const reflect = (j: number, n: number): number => { const i = Math.abs(j - 2); return i < n ? i : 2 * (n - 1) - i; };
+      checkOp(device, [x], (t) => t.pad([null, null, [2, 3]], 0, "reflect"), (a) => along(a, 9, reflect));
+      checkOp(device, [x], (t) => t.pad([null, null, [2, 3]], 0, "replicate"), (a) => along(a, 9, (j, n) => Math.min(Math.max(j - 2, 0), n - 1)));
+      checkOp(device, [x], (t) => t.pad([null, null, [2, 3]], 0, "circular"), (a) => along(a, 9, (j, n) => (((j - 2) % n) + n) % n));
+      assert.throws(() => m.pad([null, [3, 0]], 0, "reflect"), /pad \(reflect\): \[3, 0\] on axis 1 of \[2, 3\]: at most 2 a side/);
+      assert.throws(() => m.pad([null, [1, 0]], 0, "mirror" as "reflect"), /pad: unknown mode "mirror"/);
+    });
     test("shrink", () => checkOp(device, [x], (t) => t.shrink([[1, 2], [0, 2], [1, 4]]), (a) => slice(a, [[1, 2], [0, 2], [1, 4]])));
     test("flip", () => checkOp(device, [x], (t) => t.flip([0, 2]), (a) => flip(a, [0, 2])));
     test("index with ints, strided and reversed slices, new axes", () => {
