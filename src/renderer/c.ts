@@ -320,7 +320,7 @@ function renderAlu(op: AluOp, srcs: readonly Operand[], d: DType): string {
     case "XOR": return `(${t})(${a} ^ ${b})`;
     case "SHL": return d.itemsize === 8 ? `(${t})((uint64_t)${a} << (${b} & 63))` : `(${t})((uint32_t)${a} << (${b} & 31))`;
     case "SHR": return d.itemsize === 8 ? `(${t})(${a} >> (${b} & 63))` : `(${t})(${a} >> (${b} & 31))`;
-    case "NEG": return d.name === "bool" ? `(int32_t)!${a}` : isInt ? wrapped("-", "0", a, d) : `(-${a})`;
+    case "NEG": return d.name === "bool" ? `(int32_t)!${a}` : isInt ? wrapped("-", "0", a, d) : `(-(${a}))`; // a may be a negative literal: --1.0f is a decrement
     case "RECIP": return isInt ? `TG_${d.kind === "uint" ? "U" : "I"}DIV(${t}, 1, ${a})` : `(${t})(1 / ${a})`;
     case "SQRT": return d.name === "float64" ? `sqrt(${a})` : `sqrtf(${a})`;
     case "EXP2": return d.name === "float64" ? `exp2(${a})` : `(float)tg_exp2_narrow((double)${a})`;

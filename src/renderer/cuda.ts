@@ -471,7 +471,7 @@ function renderAlu(op: AluOp, srcs: readonly Operand[], d: DType): string {
     case "XOR": return `(${t})(${a} ^ ${b})`;
     case "SHL": return d.itemsize === 8 ? `(${t})((unsigned long long)${a} << (${b} & 63))` : `(${t})((unsigned int)${a} << (${b} & 31))`;
     case "SHR": return d.itemsize === 8 ? `(${t})(${a} >> (${b} & 63))` : `(${t})(${a} >> (${b} & 31))`;
-    case "NEG": return d.name === "bool" ? `(unsigned char)!${a}` : isInt ? wrapped("-", "0", a, d) : `(-${a})`;
+    case "NEG": return d.name === "bool" ? `(unsigned char)!${a}` : isInt ? wrapped("-", "0", a, d) : `(-(${a}))`; // a may be a negative literal: --1.0f is a decrement
     case "RECIP": return isInt ? `TG_${signedness}DIV(${t}, 1, ${a})` : `(${t})(1 / ${a})`;
     case "SQRT": return mathFn("sqrt", a, d);
     case "EXP2": return mathFn("exp2", a, d);

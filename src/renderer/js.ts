@@ -112,7 +112,7 @@ function renderAlu(op: AluOp, srcs: readonly Operand[], d: DType): string {
     case "XOR": return fit(`${a} ^ ${b}`, d);
     case "SHL": return fit(`${a} << ${b}`, d);
     case "SHR": return d.kind === "uint" ? `(${a} >>> ${b})` : `(${a} >> ${b})`;
-    case "NEG": return d.name === "bool" ? `(${a} ? 0 : 1)` : isInt ? fit(`-${a}`, d) : `(-${a})`;
+    case "NEG": return d.name === "bool" ? `(${a} ? 0 : 1)` : isInt ? fit(`-(${a})`, d) : `(-(${a}))`; // a may be a negative literal: --1 does not parse
     case "RECIP": return fit(`1 / ${a}`, d);
     case "SQRT": return fit(`Math.sqrt(${a})`, d);
     case "EXP2": return fit(`2 ** ${a}`, d);

@@ -6,7 +6,7 @@ import { type Backend, type Buffer, type Program, aliasedSlots } from "../device
 import type { KernelIR } from "../codegen/ir.ts";
 import { C_PRELUDE, C_VECTOR_PRELUDE, renderC } from "../renderer/c.ts";
 import { TsgradError, debugLevel, getenv } from "../helpers.ts";
-import { type CFunction, type CompiledFunction, compileEach, compileLibraries, findCompiler, vectorLaneWidths } from "./compiler_cache.ts";
+import { type CFunction, CompileError, type CompiledFunction, compileEach, findCompiler, vectorLaneWidths } from "./compiler_cache.ts";
 import { beamSearch } from "../engine/search.ts";
 import { hostMemory } from "./host_memory.ts";
 import { type GraphCall, cpuGraph } from "./cpu_graph.ts";
@@ -58,8 +58,20 @@ export function compilePrograms(variants: readonly Variant[]): void {
   for (const { program } of todo) if (!program.searched) program.useSearched(beamSearch(program.kernel, "CPU", timeKernels));
   const functions = todo.map(({ program, aliased }) => cFunction(program.kernel, aliased));
   if (debugLevel() >= 4) functions.forEach((f) => console.error(f.code));
-  const compiled = compileLibraries(compiler, functions);
-  todo.forEach(({ program, aliased }, i) => program.setFn(aliased, loadKernel(compiled[i]!, program.kernel), compiled[i]!));
+  const compiled = compileEach(compiler, functions);
+  // the ones that compiled are ready; one that did not stops waiting (it would fail every later batch it joined)
+  // and raises its error when it is run, not when a program beside it is
+  let failed: string | undefined;
+  todo.forEach(({ program, aliased }, i) => {
+    const result = compiled[i]!;
+    if ("error" in result) {
+      program.giveUp(aliased);
+      if (i === 0) failed = result.error;
+    } else {
+      program.setFn(aliased, loadKernel(result, program.kernel), result);
+    }
+  });
+  if (failed !== undefined) throw new CompileError(failed);
 }
 
 /** Times candidate kernels (BEAM) on scratch buffers of the kernel's sizes; Infinity for those that do not compile. */
@@ -130,6 +142,12 @@ export class CpuProgram implements Program {
 
   setFn(aliased: string, fn: KernelFn, compiled: CompiledFunction): void {
     this.fns.set(aliased, { fn, compiled });
+    this.awaited.delete(aliased);
+    if (this.awaited.size === 0) pending.delete(this.pendingRef);
+  }
+
+  /** Stops waiting for a variant that does not compile (running it compiles it alone, and fails by name). */
+  giveUp(aliased: string): void {
     this.awaited.delete(aliased);
     if (this.awaited.size === 0) pending.delete(this.pendingRef);
   }

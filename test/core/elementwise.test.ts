@@ -49,7 +49,13 @@ const binary: [string, (p: Tensor, q: Tensor) => Tensor, (p: number, q: number) 
 for (const device of testDevices()) {
   describe(`elementwise on ${device}`, () => {
     for (const [name, fn, ref, input] of unary) {
-      test(`${name} matches the reference and finite differences`, () => checkOp(device, [input], fn, (i) => map(i, ref)));
+      test("negative constants under a negation (x - (-1), min(x, -1)) render and compute", () => {
+      assert.deepEqual(new Tensor([1.5, 2], { device }).sub(-1).tolist(), [2.5, 3]);
+      assert.deepEqual(new Tensor([1.5, -2], { device }).minimum(-1).tolist(), [-1, -2]);
+      assert.deepEqual(new Tensor([1, 2], { device }).sub(-1).tolist(), [2, 3]);
+      assert.deepEqual(new Tensor([1.5, 2], { device, dtype: dtypes.float16 }).add(-1).neg().tolist(), [-0.5, -1]);
+    });
+    test(`${name} matches the reference and finite differences`, () => checkOp(device, [input], fn, (i) => map(i, ref)));
     }
     for (const [name, fn, ref, p, q] of binary) {
       test(`${name} broadcasts ${JSON.stringify(p.shape)} with ${JSON.stringify(q.shape)}, values and gradients`, () => checkOp(device, [p, q], fn, (i, j) => zip(i, j, ref)));
