@@ -443,7 +443,7 @@ export class Tensor {
   relu(): Tensor { return this.maximum(0); }
   sigmoid(): Tensor { return this.neg().exp().add(1).reciprocal(); }
   tanh(): Tensor { return this.mul(2).sigmoid().mul(2).sub(1); }
-  abs(): Tensor { return this.relu().add(this.neg().relu()); }
+  abs(): Tensor { return this.dtype === dtypes.bool || this.dtype.kind === "uint" ? this : this.relu().add(this.neg().relu()); }
   sign(): Tensor { return this.gt(0).cast(this.dtype).sub(this.lt(0).cast(this.dtype)); }
   /** Error function, Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7, below float32 resolution near 1). */
   erf(): Tensor {
@@ -864,7 +864,8 @@ export class Tensor {
     const source = this.shrink(this.shape.map((s, i) => (i === a ? [0, s] : [0, index.shape[i]!]) as [number, number]));
     const moved = source.unsqueeze(-1).transpose(a, -1); // the gathered axis last, size 1 where it was
     const onehot = index.unsqueeze(-1).eq(Tensor.arange(n, undefined, 1, { device: this.device }));
-    return onehot.where(moved.broadcastTo([...index.shape, n]), 0).sum({ axis: -1 });
+    // the sum widens small types (bool to int32): the gathered values come back in this tensor's dtype
+    return onehot.where(moved.broadcastTo([...index.shape, n]), 0).sum({ axis: -1 }).cast(this.dtype);
   }
 
   // ---------------------------------------------------------------- neural-network ops

@@ -49,7 +49,13 @@ const binary: [string, (p: Tensor, q: Tensor) => Tensor, (p: number, q: number) 
 for (const device of testDevices()) {
   describe(`elementwise on ${device}`, () => {
     for (const [name, fn, ref, input] of unary) {
-      test("negative constants under a negation (x - (-1), min(x, -1)) render and compute", () => {
+      test("abs keeps bools and unsigned ints as they are", () => {
+      assert.deepEqual(new Tensor([true, false], { device }).abs().tolist(), [true, false]);
+      assert.equal(new Tensor([true, false], { device }).abs().dtype, dtypes.bool);
+      assert.deepEqual(new Tensor([1, 200], { device, dtype: dtypes.uint8 }).abs().tolist(), [1, 200]);
+      assert.deepEqual(new Tensor([-3, 2], { device, dtype: dtypes.int8 }).abs().tolist(), [3, 2]);
+    });
+    test("negative constants under a negation (x - (-1), min(x, -1)) render and compute", () => {
       assert.deepEqual(new Tensor([1.5, 2], { device }).sub(-1).tolist(), [2.5, 3]);
       assert.deepEqual(new Tensor([1.5, -2], { device }).minimum(-1).tolist(), [-1, -2]);
       assert.deepEqual(new Tensor([1, 2], { device }).sub(-1).tolist(), [2, 3]);

@@ -52,6 +52,14 @@ for (const device of testDevices()) {
     test("expand broadcasts size-1 axes", () => checkOp(device, [randomNd([3, 1], 3)], (t) => t.expand([2, 3, 4]), (a) => nd([2, 3, 4], Array.from({ length: 24 }, (_, i) => a.data[Math.floor(i / 4) % 3]!))));
     test("pad with zeros", () => checkOp(device, [x], (t) => t.pad([[1, 0], null, [2, 1]]), (a) => pad(a, [[1, 0], [0, 0], [2, 1]])));
     test("pad with a value", () => checkOp(device, [x], (t) => t.pad([null, [1, 1], null], 2.5), (a) => pad(a, [[0, 0], [1, 1], [0, 0]], 2.5)));
+    test("gather keeps the dtype of what it gathers (bool, int8)", () => {
+      const g = new Tensor([[true, false]], { device }).gather(1, new Tensor([[1, 0]], { device }));
+      assert.equal(g.dtype, dtypes.bool);
+      assert.deepEqual(g.tolist(), [[false, true]]);
+      const i8 = new Tensor([[-5, 7]], { device, dtype: dtypes.int8 }).gather(1, new Tensor([[1, 1, 0]], { device }));
+      assert.equal(i8.dtype, dtypes.int8);
+      assert.deepEqual(i8.tolist(), [[7, 7, -5]]);
+    });
     test("pad modes reflect, replicate and circular (numpy's reflect, edge and wrap), with gradients", () => {
       const m = new Tensor([[1, 2, 3], [4, 5, 6]], { device });
       // np.pad(x, ((1, 1), (2, 1)), mode=...)
