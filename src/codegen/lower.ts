@@ -42,7 +42,7 @@ export function lowerKernel(spec: KernelSpec, opts?: KernelOpts): KernelIR {
   }
   // a concatenation (cat, the all-gather of an all-reduce) copies each piece with its own loops,
   // instead of testing every piece's bounds at every element
-  const pieces = opts ? undefined : catPieces(spec.value);
+  const pieces = opts ? undefined : catPieces(spec.value, (n) => spec.inputs.has(n));
   if (pieces) {
     const kernel = new Lowerer(spec, NO_OPTS).runPieces(pieces);
     specs.set(kernel, spec);
@@ -628,10 +628,11 @@ interface CatPieces {
 }
 
 /** `root` as a sum of pads along one axis that tile it exactly (what `Tensor.cat` builds), if it is one. */
-export function catPieces(value: UOp): CatPieces | undefined {
+export function catPieces(value: UOp, isInput: (n: UOp) => boolean = () => false): CatPieces | undefined {
   let root = value;
-  // a reshape keeps the row-major layout, so the pieces can be stored by the inner shape
-  while (root.op === "CONTIGUOUS" || root.op === "RESHAPE") root = root.src[0]!;
+  // a reshape keeps the row-major layout, so the pieces can be stored by the inner shape; a copy the kernel
+  // reads as an input (cat(...).contiguous().contiguous()) is where the kernel's own work ends
+  while ((root.op === "CONTIGUOUS" || root.op === "RESHAPE") && !isInput(root.src[0]!)) root = root.src[0]!;
   const terms: UOp[] = [];
   const collect = (n: UOp): void => void (n.op === "ADD" && n.dtype.name !== "bool" ? (collect(n.src[0]!), collect(n.src[1]!)) : terms.push(n));
   collect(root);

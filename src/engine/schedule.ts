@@ -172,7 +172,7 @@ function markRecomputedWork(stored: Set<UOp>, users: ReadonlyMap<UOp, number>): 
     let matmuls = 0;
     // a concatenation runs each piece as plain loops, without a tile or options: a reduce in a piece (the
     // gradient of a fused q/k/v projection: three matmuls side by side) is stored first, and copied
-    const concatenation = catPieces(root.op === "ASSIGN" ? root.src[1]! : root) !== undefined;
+    const concatenation = catPieces(root.op === "ASSIGN" ? root.src[1]! : root, (n) => n !== root && (stored.has(n) || isLeaf(n))) !== undefined;
     const mark = (n: UOp): void => {
       stored.add(n);
       roots.push(n);

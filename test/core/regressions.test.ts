@@ -73,3 +73,12 @@ test("a BERT train step on 2 devices with the loader's fake batch keeps every we
   }, { lossScale: 1, gradientAccSteps: 1, maxGradNorm: 1 });
   for (const [name, t] of Object.entries(getStateDict(model))) assert.ok(Array.from(t.toArray() as Float32Array).every(Number.isFinite), `${name} is not finite`);
 });
+
+for (const device of testDevices()) {
+  test(`a concatenation stored twice (cat(...).contiguous(), read again through contiguous) (${device})`, () => {
+    const [x, y] = [new Tensor([1, 2], { device }), new Tensor([3], { device })];
+    // reading a lazy contiguous() wraps it once more: the outer kernel copies the stored concatenation
+    assert.deepEqual(Tensor.cat([x, y]).contiguous().tolist(), [1, 2, 3]);
+    assert.deepEqual(Tensor.stack([x, x]).contiguous().contiguous().tolist(), [[1, 2], [1, 2]]);
+  });
+}
