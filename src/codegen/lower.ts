@@ -6,7 +6,7 @@
 // row (their gradients) becomes a scatter: each summed row added where its index points.
 import { dtypes, type DType } from "../dtype.ts";
 import {
-  type Bound, type Idx, andBound, condKey, flatIndex, iadd, iconst, idiv, imul, iruntime, ivar, replaceSubexpressions, splitAtMultiple, unflatIndex,
+  type Bound, type Idx, andBound, condKey, flatIndex, iadd, iconst, idiv, imul, iruntime, ivar, replaceSubexpressions, splitAtMultiple, substitute, unflatIndex,
 } from "../shape/symbolic.ts";
 import { type Pads, type ReduceArg, type UOp, isElementwise } from "../uop.ts";
 import type { AluOp, Expr, KernelBuffer, KernelIR, Operand, Stmt } from "./ir.ts";
@@ -579,7 +579,9 @@ class Lowerer {
       const at = iadd(xIdx, imul(match.offset, -1));
       const inside = andBound([], at, 0, size);
       const laneKey = requestKey(lane);
-      const atIdx = lane.idx.map((i, d) => (d === axis ? at : i));
+      // the value where it is hot: its own index (movement ops may lie between the sum and the WHERE, a
+      // transpose moving the summed axis) with r replaced
+      const atIdx = r.kind === "var" ? match.valueIdx.map((i) => substitute(i, r.name, at)) : match.valueIdx;
       if (inside === null) {
         this.top.cache.set(laneKey, { kind: "lit", value: 0, dtype: node.dtype });
         continue;

@@ -82,3 +82,13 @@ for (const device of testDevices()) {
     assert.deepEqual(Tensor.stack([x, x]).contiguous().contiguous().tolist(), [[1, 2], [1, 2]]);
   });
 }
+
+for (const device of testDevices()) {
+  test(`a gather's gradient through a transpose of an expanded axis (the one-hot sum read its value at the sum's index, not the value's) (${device})`, () => {
+    const x = new Tensor([1, 2], { device, dtype: "float32", requiresGrad: true });
+    const out = x.reshape([2, 1]).expand([2, 2]).transpose().gather(0, new Tensor([[0, 0]], { device }));
+    assert.deepEqual(out.tolist(), [[1, 2]]);
+    out.mul(new Tensor([[10, 20]], { device, dtype: "float32" })).sum().backward();
+    assert.deepEqual(x.grad!.tolist(), [10, 20]);
+  });
+}
