@@ -369,6 +369,10 @@ export class Tensor {
     // on several devices the loss is replicated (an all-reduce made it so): one copy carries the whole gradient
     const grads = computeGradients(shardsOf(this.node)[0]!, shardsOf(seed.node)[0]!, new Set(byNode.keys()));
     const touched = [...new Set([...grads.keys()].flatMap((u) => byNode.get(u)!))];
+    // as PyTorch refuses it: silence here left every .grad null
+    if (touched.length === 0) {
+      throw new TsgradError(`backward: this ${fmtShape(this.shape)} tensor depends on no tensor that requires grad (a realized tensor keeps no graph: call backward() on the lazy result, and realize after)`);
+    }
     // a replicated parameter's gradient is the all-reduce of each device's: all of them together, in buckets
     const replicated = touched.filter((p) => p.node instanceof MultiLazy && p.node.axis === null);
     const reduced = new Map(allReduceMany("ADD", replicated.map((p) => localGradients(p.node as MultiLazy, grads))).map((shards, i) => [replicated[i]!, shards]));

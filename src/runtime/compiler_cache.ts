@@ -98,12 +98,13 @@ int main(void) {
  */
 function miscompilesInterleavedReduce(command: string, version: string, flags: readonly string[]): boolean {
   const codegen = flags.filter((f) => f.startsWith("-O") || f.startsWith("-m") || (f.startsWith("-f") && f !== "-fPIC"));
-  const dir = join(cacheDir(), "probe");
+  // beside the compiled kernels (clearing the kernel cache forgets it too)
+  const dir = join(cacheDir(), "cpu");
   const key = createHash("sha256").update(`${command}|${version}|${codegen.join(" ")}|${cpus()[0]?.model ?? ""}|${INTERLEAVED_REDUCE_PROBE}`).digest("hex").slice(0, 32);
-  const answer = join(dir, `reduce-${key}.txt`);
+  const answer = join(dir, `probe-reduce-${key}.txt`);
   if (existsSync(answer)) return readFileSync(answer, "utf8") === "wrong";
   mkdirSync(dir, { recursive: true });
-  const [source, program] = [join(dir, `reduce.${process.pid}.c`), join(dir, `reduce.${process.pid}`)];
+  const [source, program] = [join(dir, `probe-reduce.${process.pid}.c`), join(dir, `probe-reduce.${process.pid}`)];
   try {
     writeFileSync(source, INTERLEAVED_REDUCE_PROBE);
     if (spawnSync(command, [...codegen, "-o", program, source], { encoding: "utf8" }).status !== 0) return false;

@@ -1,7 +1,7 @@
 // Core bugs found while building on the core, one test each, named for the behaviour that broke.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Tensor } from "../../src/index.ts";
+import { Tensor, TsgradError } from "../../src/index.ts";
 import { testDevices } from "../devices.ts";
 
 for (const device of testDevices()) {
@@ -92,3 +92,14 @@ for (const device of testDevices()) {
     assert.deepEqual(x.grad!.tolist(), [10, 20]);
   });
 }
+
+test("backward of a tensor realized first (no graph left) is refused by name, not silent", () => {
+  const w = new Tensor([1.5, 2], { device: "JS", requiresGrad: true });
+  const loss = w.mul(w).sum();
+  loss.realize();
+  assert.throws(() => loss.backward(), (e: Error) => e instanceof TsgradError && /backward: this \[\] tensor depends on no tensor that requires grad/.test(e.message));
+  assert.equal(w.grad, null);
+  // the lazy one differentiates
+  w.mul(w).sum().backward();
+  assert.deepEqual(w.grad!.tolist(), [3, 4]);
+});

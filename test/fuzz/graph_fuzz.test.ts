@@ -1,0 +1,58 @@
+// A fixed sample of the differential fuzzer (graph_fuzz.ts): random tensor programs agree on the JS and CPU devices
+// and with numpy, and their gradients with each other and with central differences.
+//
+// Known failures, not fixed yet (rerun one with `npx tsx test/fuzz/graph_fuzz.ts --seed S --count 1 [flags]`, and
+// add it to the sample below once it passes):
+// - the bugs in program.ts's KNOWN_BUGS, which the generator steers around unless `--include-known` (e.g. seeds 5
+//   and 19: x.sub(-c); 11: abs of bool; 112: gather of bool; 993: cat(...).contiguous() read back; --grad 24: realize()
+//   cuts the gradient);
+// - seed 105644, and --grad --max-size 10 seeds 400437 and 400452: wrong values on CPU only, gcc 12.2 miscompiling
+//   kernels at -O3 -march=native (correct with -fno-tree-loop-vectorize): guarded loads under a pad, int32 sums;
+// - --grad seed 200261: the gradient of a gather along an expanded axis takes the gradient at the gathered index
+//   (x.reshape([2, 1]).expand([2, 2]).transpose().gather(0, [[0, 0]]) gives x.grad [g0, g0], not [g0, g1]), JS and CPU.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { type BatchReport, checkSeeds, compare } from "./check.ts";
+import { fuzzDevices } from "./graph_fuzz.ts";
+import { type Program, generateProgram } from "./program.ts";
+
+const hasNumpy = spawnSync(process.env.PYTHON ?? "python3", ["-c", "import numpy"]).status === 0;
+const skip = !hasNumpy && "python3 with numpy is not installed";
+
+const range = (from: number, count: number): number[] => Array.from({ length: count }, (_, i) => from + i);
+
+function assertNoMismatch(report: BatchReport): void {
+  const lines = [...report.failing.values()].flatMap(({ mismatches }) => mismatches.map((m) => `seed ${m.seed}${m.grad ? " --grad" : ""}: ${m.detail}`));
+  assert.deepEqual(lines, []);
+}
+
+test("the generator is deterministic: one seed, one program", () => {
+  assert.deepEqual(generateProgram(7), generateProgram(7));
+  assert.deepEqual(generateProgram(7, { grad: true }), generateProgram(7, { grad: true }));
+  assert.notDeepEqual(generateProgram(7), generateProgram(8));
+});
+
+test("the comparison reports a wrong value, a NaN, a wrong integer and an error, and lets float32 rounding pass", () => {
+  const p: Program = { seed: 0, grad: false, nodes: [{ op: "input", data: [1, 2], shape: [2], dtype: "float32" }] };
+  const ref = { out: [1, 2] };
+  const result = (data: number[], dtype = "float32") => new Map([["JS", { out: { shape: [2], dtype, data } }]]);
+  assert.deepEqual(compare(p, ref, result([1, 2.0000001])), []);
+  assert.match(compare(p, ref, result([1, 2.01]))[0]!.detail, /first difference at \[1\].*2\.01, expected 2/);
+  assert.equal(compare(p, { out: [1, "NaN"] }, result([1, 2])).length, 1);
+  assert.equal(compare(p, ref, new Map([["JS", { error: "running: Error: boom" }]]))[0]!.key, "JS: running: Error: boom");
+  const ints: Program = { ...p, nodes: [{ op: "input", data: [1, 2], shape: [2], dtype: "int32" }] };
+  assert.equal(compare(ints, ref, result([1, 3], "int32")).length, 1);
+});
+
+test("45 random programs agree on JS, CPU and numpy", { skip }, () => {
+  const report = checkSeeds(range(1, 45), fuzzDevices());
+  assert.ok(report.ran >= 40, `only ${report.ran} of 45 programs were defined`);
+  assertNoMismatch(report);
+});
+
+test("15 random programs' gradients agree on JS and CPU and with float64 central differences", { skip }, () => {
+  const report = checkSeeds(range(1, 15), fuzzDevices(), { grad: true });
+  assert.ok(report.ran >= 13, `only ${report.ran} of 15 programs were defined`);
+  assertNoMismatch(report);
+});

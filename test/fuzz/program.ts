@@ -1,0 +1,616 @@
+// A fuzz program: a small tensor graph as plain JSON (nodes in order, the last one the output), the rules that
+// give each node's shape and dtype (tsgrad's documented semantics, written out independently of tsgrad), and
+// the seeded generator that builds random ones. tsgrad (runner.ts) and numpy (numpy_ref.py) both run this JSON.
+
+export type DT = "bool" | "int32" | "float16" | "float32";
+
+export type BinaryFn = "add" | "sub" | "mul" | "div" | "maximum" | "minimum" | "lt" | "eq";
+export type UnaryFn = "exp" | "logAbs1" | "sqrtAbs" | "neg";
+export type ReduceFn = "sum" | "max" | "min" | "mean";
+/** One entry of Tensor.index: a number picks, [start, stop, step] slices (null: default), null adds an axis. */
+export type IndexEntry = number | [number | null, number | null, number | null] | null;
+
+export type Node =
+  | { op: "input"; data: number[]; shape: number[]; dtype: DT }
+  | { op: "binary"; fn: BinaryFn; args: number[]; scalar?: number; operand: DT; shape: number[]; dtype: DT }
+  /** args: [cond, a?, b?]; a branch given as a number sits in `a` or `b` instead. */
+  | { op: "where"; args: number[]; a?: number; b?: number; shape: number[]; dtype: DT }
+  | { op: "unary"; fn: UnaryFn; args: number[]; shape: number[]; dtype: DT }
+  | { op: "cast"; args: number[]; shape: number[]; dtype: DT }
+  | { op: "reshape"; args: number[]; to: number[]; shape: number[]; dtype: DT }
+  | { op: "permute"; args: number[]; order: number[]; shape: number[]; dtype: DT }
+  | { op: "transpose"; args: number[]; dims: [number, number]; shape: number[]; dtype: DT }
+  | { op: "expand"; args: number[]; to: number[]; shape: number[]; dtype: DT }
+  | { op: "pad"; args: number[]; pads: [number, number][]; value: number; shape: number[]; dtype: DT }
+  | { op: "shrink"; args: number[]; bounds: [number, number][]; shape: number[]; dtype: DT }
+  | { op: "flip"; args: number[]; axes: number[]; shape: number[]; dtype: DT }
+  | { op: "index"; args: number[]; spec: IndexEntry[]; shape: number[]; dtype: DT }
+  | { op: "cat"; args: number[]; axis: number; shape: number[]; dtype: DT }
+  | { op: "stack"; args: number[]; axis: number; shape: number[]; dtype: DT }
+  | { op: "repeat"; args: number[]; reps: number[]; shape: number[]; dtype: DT }
+  | { op: "reduce"; fn: ReduceFn; args: number[]; axis: number[] | null; keepdim: boolean; shape: number[]; dtype: DT }
+  | { op: "matmul"; args: number[]; shape: number[]; dtype: DT }
+  | { op: "cumsum"; args: number[]; axis: number; shape: number[]; dtype: DT }
+  | { op: "gather"; args: number[]; axis: number; shape: number[]; dtype: DT }
+  | { op: "contiguous"; args: number[]; shape: number[]; dtype: DT }
+  /** `realize()` on the tensor mid-program: it becomes a view of its buffer, and later ops read that. */
+  | { op: "realize"; args: number[]; shape: number[]; dtype: DT };
+
+export type Op = Node["op"];
+
+export interface Program {
+  seed: number;
+  /** Gradient mode: float32 inputs require grad and the loss is sum(out * weights). */
+  grad: boolean;
+  nodes: Node[];
+  /** Grid values of the output's shape (gradient mode only). */
+  weights?: number[];
+}
+
+export const argsOf = (n: Node): number[] => (n.op === "input" ? [] : n.args);
+export const outputOf = (p: Program): Node => p.nodes[p.nodes.length - 1]!;
+export const numel = (shape: readonly number[]): number => shape.reduce((a, b) => a * b, 1);
+export const isFloatDT = (d: DT): boolean => d === "float16" || d === "float32";
+
+// ---------------------------------------------------------------- tsgrad's dtype and shape rules
+
+const ORDER: readonly DT[] = ["bool", "int32", "float16", "float32"];
+/** numpy's promotion restricted to these four: bool < int32 < float16 < float32. */
+export const promote = (...ds: DT[]): DT => ds.reduce((a, b) => (ORDER.indexOf(a) >= ORDER.indexOf(b) ? a : b));
+/** What `float()` gives: floats stay, the rest become float32. */
+export const floatOf = (d: DT): DT => (isFloatDT(d) ? d : "float32");
+/** What `sum` (and cumsum, matmul) give: bool and ints accumulate in int32, 16-bit floats come back as themselves. */
+export const sumOf = (d: DT): DT => (d === "bool" ? "int32" : d);
+/** A JS number beside a tensor: the tensor's dtype, unless an integer tensor needs a float (bool beside a number: int32). */
+export function scalarDtype(tensor: DT, value: number): DT {
+  if (!isFloatDT(tensor) && !Number.isInteger(value)) return "float32";
+  return tensor === "bool" ? "int32" : tensor;
+}
+/** `where(cond, a, b)` with one branch a number: the tensor branch's dtype, or float32 for an integer tensor and a fraction. */
+export const whereScalarDtype = (tensor: DT, value: number): DT => (!isFloatDT(tensor) && !Number.isInteger(value) ? "float32" : tensor);
+
+export function broadcast(a: readonly number[], b: readonly number[]): number[] | null {
+  const n = Math.max(a.length, b.length);
+  const out: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const x = a[a.length - n + i] ?? 1, y = b[b.length - n + i] ?? 1;
+    if (x !== y && x !== 1 && y !== 1) return null;
+    out.push(x === 1 ? y : x);
+  }
+  return out;
+}
+
+/** Python's slice.indices and length: what numpy's `a[start:stop:step]` keeps of an axis of `size`. */
+export function sliceLength(size: number, [start, stop, step]: [number | null, number | null, number | null]): number {
+  const s = step ?? 1;
+  const clamp = (v: number | null, fallback: number, lo: number, hi: number): number => {
+    if (v === null) return fallback;
+    const w = v < 0 ? v + size : v;
+    return Math.min(hi, Math.max(lo, w));
+  };
+  const [lo, hi] = s > 0 ? [0, size] : [-1, size - 1];
+  const b = clamp(start, s > 0 ? 0 : size - 1, lo, hi);
+  const e = clamp(stop, s > 0 ? size : -1, lo, hi);
+  return s > 0 ? Math.max(0, Math.ceil((e - b) / s)) : Math.max(0, Math.ceil((b - e) / -s));
+}
+
+// ---------------------------------------------------------------- the generator
+
+/** mulberry32: a small deterministic PRNG (one seed, one program). */
+export class Rng {
+  private state: number;
+  constructor(seed: number) { this.state = (seed * 0x9e3779b1 + 0x6d2b79f5) >>> 0; }
+  next(): number {
+    let t = (this.state = (this.state + 0x6d2b79f5) >>> 0);
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  }
+  int(lo: number, hi: number): number { return lo + Math.floor(this.next() * (hi - lo + 1)); }
+  chance(p: number): boolean { return this.next() < p; }
+  pick<T>(items: readonly T[]): T { return items[Math.floor(this.next() * items.length)]!; }
+  weighted<T>(table: readonly (readonly [T, number])[]): T {
+    let r = this.next() * table.reduce((s, [, w]) => s + w, 0);
+    for (const [item, w] of table) if ((r -= w) < 0) return item;
+    return table[table.length - 1]![0];
+  }
+  shuffle<T>(items: T[]): T[] {
+    for (let i = items.length - 1; i > 0; i--) {
+      const j = this.int(0, i);
+      [items[i], items[j]] = [items[j]!, items[i]!];
+    }
+    return items;
+  }
+}
+
+/**
+ * Bugs this fuzzer found that are not fixed yet. The generator steers around them (so that other bugs show)
+ * unless asked to include them (`--include-known`); delete an entry once its bug is fixed.
+ */
+export const KNOWN_BUGS = {
+  /** `x.sub(-1.5)`, `x.minimum(-2)`: NEG of a negative constant renders as `--1.5` (SyntaxError in JS, a C compile error). */
+  negNegativeConstant: true,
+  /** `boolTensor.abs()` is 1 everywhere (relu(x) + relu(neg x), and neg of a bool is logical not). */
+  absOfBool: true,
+  /** `boolTensor.gather(axis, index)` comes back int32 (a sum over a one-hot), not bool. */
+  gatherOfBool: true,
+  /**
+   * `Tensor.cat([x, y]).contiguous().tolist()` throws "lowerKernel: BUFFER must be scheduled as its own step": reading
+   * a lazy contiguous() wraps it in a second one, and catPieces looks through both to the concatenation.
+   */
+  contiguousOfCat: true,
+  /** `y.realize()` swaps y's graph for its buffer: gradients no longer flow through y (`loss.realize(); loss.backward()` gives none). */
+  realizeCutsGradient: true,
+};
+
+export interface GenerateOptions {
+  /** Gradient mode: float32 and no float16, inputs off the grid, a float32 output, weights for the loss. */
+  grad?: boolean;
+  /** Generate the patterns of KNOWN_BUGS too. */
+  includeKnown?: boolean;
+  /** Largest axis of a new input (7: the sizes 1-7 the fuzzer is specified for; more reaches other kernel forms). */
+  maxSize?: number;
+}
+
+/** Largest node the generator builds, and largest input (finite differences cost four runs an input element), at axes up to 7. */
+const MAX_NUMEL = 512;
+const MAX_INPUT = { forward: 128, grad: 48 };
+const DEFAULT_MAX_SIZE = 7;
+
+type Maker = (g: ProgramBuilder) => number | null;
+
+/** Which op families a chain step picks from, and how often. */
+const STEPS: readonly (readonly [Maker, number])[] = [
+  [(g) => g.binary(), 22], [(g) => g.where(), 6], [(g) => g.unary(), 10], [(g) => g.cast(), 6],
+  [(g) => g.reshape(), 6], [(g) => g.permute(), 4], [(g) => g.transpose(), 3], [(g) => g.expand(), 4],
+  [(g) => g.pad(), 5], [(g) => g.shrink(), 4], [(g) => g.flip(), 3], [(g) => g.index(), 4], [(g) => g.cat(), 4],
+  [(g) => g.stack(), 3], [(g) => g.repeat(), 3], [(g) => g.reduce(), 10], [(g) => g.matmul(), 6],
+  [(g) => g.cumsum(), 3], [(g) => g.gather(), 3], [(g) => g.contiguous(), 6], [(g) => g.realize(), 3],
+];
+
+class ProgramBuilder {
+  readonly nodes: Node[] = [];
+  /**
+   * Nodes whose float16 values tsgrad may or may not have rounded (a 16-bit result computed in float32 is rounded
+   * only where it is stored, and kernel boundaries are the scheduler's choice): compared with a 16-bit tolerance,
+   * and never fed to a comparison or an integer cast, where a rounding would flip the answer.
+   */
+  readonly fuzzy = new Set<number>();
+  cur = 0;
+
+  /** Size limits scale with the square of the largest axis. */
+  readonly scale: number;
+
+  constructor(readonly rng: Rng, readonly grad: boolean, readonly includeKnown: boolean, readonly maxSize: number) {
+    this.scale = Math.max(1, (maxSize / DEFAULT_MAX_SIZE) ** 2);
+  }
+
+  /** Whether to steer around a known bug. */
+  avoid(bug: keyof typeof KNOWN_BUGS): boolean {
+    return KNOWN_BUGS[bug] && !this.includeKnown;
+  }
+
+  get node(): Node { return this.nodes[this.cur]!; }
+
+  push(node: Node, fuzzy = false): number | null {
+    if (numel(node.shape) > (this.grad ? MAX_NUMEL / 2 : MAX_NUMEL) * this.scale || node.shape.length > 4) return null;
+    this.nodes.push(node);
+    const id = this.nodes.length - 1;
+    const args = argsOf(node);
+    if (fuzzy || args.some((a) => this.fuzzy.has(a))) this.fuzzy.add(id);
+    return id;
+  }
+
+  /** Pushes `node`; a float16 result of arithmetic is fuzzy (see `fuzzy`). */
+  pushArith(node: Node): number | null {
+    return this.push(node, node.dtype === "float16");
+  }
+
+  randomDtype(): DT {
+    return this.grad
+      ? this.rng.weighted<DT>([["float32", 7], ["int32", 2], ["bool", 1]])
+      : this.rng.weighted<DT>([["float32", 5], ["int32", 2], ["bool", 1], ["float16", 2]]);
+  }
+
+  randomShape(): number[] {
+    const rank = this.rng.int(1, 4);
+    for (;;) {
+      const shape = Array.from({ length: rank }, () => (this.rng.chance(0.25) ? 1 : this.rng.int(1, this.maxSize)));
+      if (numel(shape) <= (this.grad ? MAX_INPUT.grad : MAX_INPUT.forward) * this.scale) return shape;
+    }
+  }
+
+  /** A float from the 1/8 grid (exact in float16, and sums and products of a few stay exact in float32). */
+  gridValue(nonzero = false): number {
+    for (;;) {
+      const v = this.rng.int(-24, 24) / 8;
+      if (!nonzero || v !== 0) return v;
+    }
+  }
+
+  value(dtype: DT, nonzero = false): number {
+    if (dtype === "bool") return nonzero ? 1 : this.rng.int(0, 1);
+    if (dtype === "int32") {
+      for (;;) {
+        const v = this.rng.int(-5, 5);
+        if (!nonzero || v !== 0) return v;
+      }
+    }
+    // gradient mode draws off the grid so that ties (max, abs at 0) have probability zero
+    if (this.grad) {
+      for (;;) {
+        const v = Math.fround(this.rng.next() * 4 - 2);
+        if (!nonzero || Math.abs(v) > 0.05) return v;
+      }
+    }
+    return this.gridValue(nonzero);
+  }
+
+  input(shape: readonly number[], dtype: DT, nonzero = false): number {
+    const n = numel(shape);
+    const data = Array.from({ length: n }, () => this.value(dtype, nonzero));
+    this.nodes.push({ op: "input", data, shape: [...shape], dtype });
+    return this.nodes.length - 1;
+  }
+
+  /** A shape that broadcasts with `shape`: trailing axes, each kept or 1 (rarely a size where `shape` has 1). */
+  partnerShape(shape: readonly number[]): number[] {
+    const rank = this.rng.int(Math.min(1, shape.length), shape.length);
+    return shape.slice(shape.length - rank).map((s) => {
+      if (s === 1 && this.rng.chance(0.15)) return this.rng.int(2, 4);
+      return this.rng.chance(0.3) ? 1 : s;
+    });
+  }
+
+  /** An earlier node satisfying `ok`, or undefined. */
+  fromPool(ok: (n: Node, id: number) => boolean): number | undefined {
+    const candidates = this.nodes.flatMap((n, id) => (ok(n, id) ? [id] : []));
+    return candidates.length > 0 ? this.rng.pick(candidates) : undefined;
+  }
+
+  /**
+   * A second operand broadcastable with the current node: an earlier node (a diamond) or a new input (`nonzero`:
+   * without zeros, for a divisor; an earlier node may hold some, and numpy skips a program where x / 0 decides).
+   */
+  partner(dtypeHint: DT, { nonzero = false, exact = false } = {}): number {
+    const shape = this.node.shape;
+    if (this.rng.chance(0.35)) {
+      const id = this.fromPool((n, i) => broadcast(n.shape, shape) !== null && numel(broadcast(n.shape, shape)!) <= MAX_NUMEL * this.scale && !(exact && this.fuzzy.has(i)));
+      if (id !== undefined) return id;
+    }
+    const dtype = this.rng.chance(0.6) ? dtypeHint : this.randomDtype();
+    return this.input(this.partnerShape(shape), dtype === "float16" && this.grad ? "float32" : dtype, nonzero);
+  }
+
+  // ---- elementwise
+
+  binary(): number | null {
+    const fn = this.rng.weighted<BinaryFn>([["add", 4], ["sub", 3], ["mul", 4], ["div", 2], ["maximum", 2], ["minimum", 2], ["lt", 2], ["eq", 1]]);
+    const a = this.cur, an = this.node;
+    const compare = fn === "lt" || fn === "eq";
+    if (compare && this.fuzzy.has(a)) return null;
+    const resultDtype = (operand: DT): DT => (compare ? "bool" : fn === "div" ? floatOf(operand) : operand);
+    if (this.rng.chance(0.3)) {
+      // a JS number: integers beside integer tensors mostly, fractions sometimes (then the result is float)
+      let scalar = isFloatDT(an.dtype) || this.rng.chance(0.2) ? this.gridValue(fn === "div") : this.value("int32", fn === "div");
+      if (an.dtype === "bool" && fn === "sub") return null;
+      if ((fn === "sub" || fn === "minimum") && scalar < 0 && this.avoid("negNegativeConstant")) scalar = -scalar;
+      const operand = promote(an.dtype, scalarDtype(an.dtype, scalar));
+      return this.pushArith({ op: "binary", fn, args: [a], scalar, operand, shape: [...an.shape], dtype: resultDtype(operand) });
+    }
+    const b = this.partner(an.dtype, { nonzero: fn === "div", exact: compare });
+    const bn = this.nodes[b]!;
+    const operand = promote(an.dtype, bn.dtype);
+    // bool - bool is not subtraction in numpy (an error) nor tsgrad (a | !b)
+    if (fn === "sub" && operand === "bool") return null;
+    const shape = broadcast(an.shape, bn.shape);
+    if (!shape) return null;
+    return this.pushArith({ op: "binary", fn, args: [a, b], operand, shape, dtype: resultDtype(operand) });
+  }
+
+  where(): number | null {
+    const an = this.node;
+    const branch = (): { id?: number; value?: number } => {
+      if (this.rng.chance(0.3)) return { value: an.dtype === "bool" ? this.rng.int(0, 1) : this.value(isFloatDT(an.dtype) ? an.dtype : this.rng.pick<DT>(["int32", "float32"])) };
+      return { id: this.partner(an.dtype) };
+    };
+    let cond: number, x: { id?: number; value?: number }, y: { id?: number; value?: number };
+    if (this.rng.chance(0.4) && !this.fuzzy.has(this.cur)) {
+      cond = this.cur;
+      [x, y] = [branch(), branch()];
+      if (x.id === undefined && y.id === undefined) x = { id: this.cur };
+    } else {
+      cond = this.rng.chance(0.5) ? this.input(this.partnerShape(an.shape), "bool") : this.partner("bool", { exact: true });
+      x = { id: this.cur };
+      y = branch();
+      if (this.rng.chance(0.5)) [x, y] = [y, x];
+    }
+    const ids = [cond, x.id, y.id].filter((i): i is number => i !== undefined);
+    const shape = ids.reduce<number[] | null>((s, i) => (s ? broadcast(s, this.nodes[i]!.shape) : null), []);
+    if (!shape || this.fuzzy.has(cond)) return null;
+    const [xd, yd] = [x, y].map((v) => (v.id !== undefined ? this.nodes[v.id]!.dtype : undefined));
+    const dtype = xd && yd ? promote(xd, yd) : xd ? whereScalarDtype(xd, y.value!) : whereScalarDtype(yd!, x.value!);
+    // a number beside a bool branch is cast to bool: 0 or 1 only, so that the cast does not hide in a wider value
+    if (dtype === "bool" && [x.value, y.value].some((v) => v !== undefined && v !== 0 && v !== 1)) return null;
+    return this.push({ op: "where", args: ids, a: x.value, b: y.value, shape, dtype });
+  }
+
+  unary(): number | null {
+    const fn = this.rng.weighted<UnaryFn>([["exp", 3], ["logAbs1", 3], ["sqrtAbs", 3], ["neg", 3]]);
+    const an = this.node;
+    if ((fn === "logAbs1" || fn === "sqrtAbs") && an.dtype === "bool" && this.avoid("absOfBool")) return null;
+    const dtype = fn === "neg" ? an.dtype : floatOf(an.dtype);
+    const node: Node = { op: "unary", fn, args: [this.cur], shape: [...an.shape], dtype };
+    return fn === "neg" ? this.push(node) : this.pushArith(node);
+  }
+
+  cast(): number | null {
+    const an = this.node;
+    const to = this.rng.pick<DT>(this.grad ? ["float32", "int32", "bool"] : ["float32", "int32", "float16", "bool"]);
+    if (to === an.dtype) return null;
+    if (isFloatDT(an.dtype) && !isFloatDT(to) && this.fuzzy.has(this.cur)) return null;
+    return this.push({ op: "cast", args: [this.cur], shape: [...an.shape], dtype: to });
+  }
+
+  // ---- movement
+
+  reshape(): number | null {
+    const an = this.node;
+    let rest = numel(an.shape);
+    const rank = this.rng.int(1, 4);
+    const to: number[] = [];
+    for (let i = 0; i < rank - 1; i++) {
+      const divisors = Array.from({ length: rest }, (_, d) => d + 1).filter((d) => rest % d === 0 && d <= 8);
+      const d = this.rng.pick(divisors);
+      to.push(d);
+      rest /= d;
+    }
+    to.push(rest);
+    this.rng.shuffle(to);
+    // -1 for one axis now and then: tsgrad works it out
+    const spec = this.rng.chance(0.2) ? to.map((s, i) => (i === 0 ? -1 : s)) : to;
+    if (spec.includes(-1) && numel(to) === 0) return null;
+    return this.push({ op: "reshape", args: [this.cur], to: spec, shape: to, dtype: an.dtype });
+  }
+
+  permute(): number | null {
+    const an = this.node;
+    if (an.shape.length < 2) return null;
+    const order = this.rng.shuffle(an.shape.map((_, i) => i));
+    return this.push({ op: "permute", args: [this.cur], order, shape: order.map((i) => an.shape[i]!), dtype: an.dtype });
+  }
+
+  transpose(): number | null {
+    const an = this.node, r = an.shape.length;
+    if (r < 2) return null;
+    const d0 = this.rng.int(0, r - 1);
+    let d1 = this.rng.int(0, r - 2);
+    if (d1 >= d0) d1++;
+    const shape = [...an.shape];
+    [shape[d0], shape[d1]] = [shape[d1]!, shape[d0]!];
+    // negative axes half the time
+    const dims: [number, number] = this.rng.chance(0.5) ? [d0 - r, d1 - r] : [d0, d1];
+    return this.push({ op: "transpose", args: [this.cur], dims, shape, dtype: an.dtype });
+  }
+
+  expand(): number | null {
+    const an = this.node;
+    const lead = this.rng.int(0, Math.max(0, 4 - an.shape.length) > 0 ? 1 : 0);
+    const ones = an.shape.some((s) => s === 1);
+    if (!ones && lead === 0) return null;
+    const shape = [...Array<number>(lead).fill(0).map(() => this.rng.int(1, 4)), ...an.shape.map((s) => (s === 1 && this.rng.chance(0.7) ? this.rng.int(2, 5) : s))];
+    // -1 keeps an axis as it is
+    const to = shape.map((s, i) => (i >= lead && s === an.shape[i - lead] && this.rng.chance(0.2) ? -1 : s));
+    return this.push({ op: "expand", args: [this.cur], to, shape, dtype: an.dtype });
+  }
+
+  pad(): number | null {
+    const an = this.node;
+    if (an.shape.length === 0) return null;
+    const pads = an.shape.map((s): [number, number] => {
+      if (!this.rng.chance(0.6)) return [0, 0];
+      // a negative pad crops (never the whole axis)
+      const before = this.rng.int(s > 1 ? -1 : 0, 2);
+      const after = this.rng.int(s - Math.max(0, -before) > 1 ? -1 : 0, 2);
+      return [before, after];
+    });
+    const value = this.rng.chance(0.3) ? 0 : an.dtype === "bool" ? this.rng.int(0, 1) : this.value(isFloatDT(an.dtype) || this.rng.chance(0.15) ? "float32" : "int32");
+    const shape = an.shape.map((s, i) => s + pads[i]![0] + pads[i]![1]);
+    if (shape.some((s) => s < 1)) return null;
+    // pad(value) is where(inside, x, value): an integer tensor and a fraction give float32
+    const dtype = value === 0 ? an.dtype : whereScalarDtype(an.dtype, value);
+    return this.push({ op: "pad", args: [this.cur], pads, value, shape, dtype });
+  }
+
+  shrink(): number | null {
+    const an = this.node;
+    if (an.shape.length === 0) return null;
+    const bounds = an.shape.map((s): [number, number] => {
+      const start = this.rng.int(0, s - 1);
+      return [start, this.rng.int(start + 1, s)];
+    });
+    return this.push({ op: "shrink", args: [this.cur], bounds, shape: bounds.map(([s, e]) => e - s), dtype: an.dtype });
+  }
+
+  flip(): number | null {
+    const an = this.node;
+    if (an.shape.length === 0) return null;
+    const axes = an.shape.map((_, i) => i).filter(() => this.rng.chance(0.5));
+    if (axes.length === 0) axes.push(this.rng.int(0, an.shape.length - 1));
+    return this.push({ op: "flip", args: [this.cur], axes, shape: [...an.shape], dtype: an.dtype });
+  }
+
+  /** numpy-style indexing: slices with steps (negative too), a picked index, a new axis. */
+  index(): number | null {
+    const an = this.node;
+    if (an.shape.length === 0) return null;
+    const spec: IndexEntry[] = [];
+    const shape: number[] = [];
+    for (const size of an.shape) {
+      if (this.rng.chance(0.15) && shape.length < 3) { spec.push(null); shape.push(1); }
+      if (this.rng.chance(0.15)) { spec.push(this.rng.int(-size, size - 1)); continue; }
+      const bound = (): number | null => (this.rng.chance(0.3) ? null : this.rng.int(-size - 1, size + 1));
+      const step = this.rng.chance(0.4) ? null : this.rng.pick([-3, -2, -1, 1, 2, 3]);
+      const entry: [number | null, number | null, number | null] = [bound(), bound(), step];
+      const n = sliceLength(size, entry);
+      if (n === 0) return null;
+      spec.push(entry);
+      shape.push(n);
+    }
+    return this.push({ op: "index", args: [this.cur], spec, shape, dtype: an.dtype });
+  }
+
+  cat(): number | null {
+    const an = this.node, r = an.shape.length;
+    if (r === 0) return null;
+    const axis = this.rng.int(0, r - 1);
+    const others: number[] = [];
+    for (let k = this.rng.int(1, 2); k > 0; k--) {
+      const id = this.rng.chance(0.3) ? this.fromPool((n) => n.shape.length === r && n.shape.every((s, i) => i === axis || s === an.shape[i])) : undefined;
+      others.push(id ?? this.input(an.shape.map((s, i) => (i === axis ? this.rng.int(1, 4) : s)), this.rng.chance(0.7) ? an.dtype : this.randomDtype()));
+    }
+    const args = this.rng.shuffle([this.cur, ...others]);
+    const shape = an.shape.map((s, i) => (i === axis ? args.reduce((t, id) => t + this.nodes[id]!.shape[axis]!, 0) : s));
+    const dtype = promote(...args.map((id) => this.nodes[id]!.dtype));
+    return this.push({ op: "cat", args, axis: this.rng.chance(0.3) ? axis - r : axis, shape, dtype });
+  }
+
+  stack(): number | null {
+    const an = this.node, r = an.shape.length;
+    if (r >= 4) return null;
+    const others = Array.from({ length: this.rng.int(1, 2) }, () => {
+      if (this.rng.chance(0.3)) return this.cur;
+      return this.fromPool((n) => n.shape.length === r && n.shape.every((s, i) => s === an.shape[i]) && this.rng.chance(0.5)) ?? this.input(an.shape, this.rng.chance(0.7) ? an.dtype : this.randomDtype());
+    });
+    const args = this.rng.shuffle([this.cur, ...others]);
+    const axis = this.rng.int(0, r);
+    const shape = [...an.shape.slice(0, axis), args.length, ...an.shape.slice(axis)];
+    return this.push({ op: "stack", args, axis, shape, dtype: promote(...args.map((id) => this.nodes[id]!.dtype)) });
+  }
+
+  repeat(): number | null {
+    const an = this.node;
+    const lead = an.shape.length < 4 && this.rng.chance(0.3) ? 1 : 0;
+    const reps = Array.from({ length: an.shape.length + lead }, () => this.rng.weighted([[1, 3], [2, 2], [3, 1]] as const));
+    const full = [...Array<number>(lead).fill(1), ...an.shape];
+    return this.push({ op: "repeat", args: [this.cur], reps, shape: full.map((s, i) => s * reps[i]!), dtype: an.dtype });
+  }
+
+  contiguous(): number | null {
+    const an = this.node;
+    if (this.avoid("contiguousOfCat") && this.catUnder(this.cur)) return null;
+    return this.push({ op: "contiguous", args: [this.cur], shape: [...an.shape], dtype: an.dtype });
+  }
+
+  /** Whether node `id` is a cat or stack, under reshapes and contiguous() (what catPieces looks through). */
+  catUnder(id: number): boolean {
+    const n = this.nodes[id]!;
+    if (n.op === "reshape" || n.op === "contiguous") return this.catUnder(n.args[0]!);
+    return n.op === "cat" || n.op === "stack";
+  }
+
+  realize(): number | null {
+    const an = this.node;
+    if (this.grad && this.avoid("realizeCutsGradient")) return null;
+    return this.push({ op: "realize", args: [this.cur], shape: [...an.shape], dtype: an.dtype });
+  }
+
+  // ---- reductions and friends
+
+  reduce(): number | null {
+    const an = this.node, r = an.shape.length;
+    const fn = this.rng.weighted<ReduceFn>([["sum", 4], ["max", 3], ["min", 2], ["mean", 2]]);
+    const all = this.rng.chance(0.15);
+    const axes = all ? null : an.shape.map((_, i) => i).filter(() => this.rng.chance(0.5));
+    if (axes && axes.length === 0 && r > 0) axes.push(this.rng.int(0, r - 1));
+    const keepdim = this.rng.chance(0.4);
+    const reduced = axes ?? an.shape.map((_, i) => i);
+    const shape = keepdim ? an.shape.map((s, i) => (reduced.includes(i) ? 1 : s)) : an.shape.filter((_, i) => !reduced.includes(i));
+    const dtype = fn === "sum" ? sumOf(an.dtype) : fn === "mean" ? floatOf(an.dtype) : an.dtype;
+    const axis = axes && this.rng.chance(0.3) ? axes.map((a) => a - r) : axes;
+    const node: Node = { op: "reduce", fn, args: [this.cur], axis, keepdim, shape, dtype };
+    return fn === "sum" || fn === "mean" ? this.pushArith(node) : this.push(node);
+  }
+
+  matmul(): number | null {
+    const an = this.node, r = an.shape.length;
+    // bool @ bool would count in tsgrad (a sum of ANDs as int32) and OR in numpy
+    if (r === 0 || an.dtype === "bool") return null;
+    const k = an.shape[r - 1]!;
+    const dtype = this.rng.chance(0.8) ? an.dtype : this.rng.pick<DT>(this.grad ? ["float32", "int32"] : ["float32", "int32", "float16"]);
+    let b: number, shape: number[];
+    if (r >= 2 && this.rng.chance(0.25)) {
+      // x @ x^T: the same node read twice, one side transposed
+      const t = this.push({ op: "transpose", args: [this.cur], dims: [-1, -2], shape: [...an.shape.slice(0, -2), k, an.shape[r - 2]!], dtype: an.dtype });
+      if (t === null) return null;
+      b = t;
+      shape = [...an.shape.slice(0, -1), an.shape[r - 2]!];
+    } else if (this.rng.chance(0.15)) {
+      b = this.input([k], dtype); // a vector: the last axis contracted away
+      shape = an.shape.slice(0, -1);
+    } else {
+      const n = this.rng.int(1, 6);
+      const batch = r >= 3 && this.rng.chance(0.5) ? an.shape.slice(0, -2).map((s) => (this.rng.chance(0.3) ? 1 : s)) : [];
+      b = this.input([...batch, k, n], dtype);
+      const lead = r === 1 ? batch : broadcast(an.shape.slice(0, -2), batch)!;
+      shape = r === 1 ? [...lead, n] : [...lead, an.shape[r - 2]!, n];
+    }
+    const node: Node = { op: "matmul", args: [this.cur, b], shape, dtype: sumOf(promote(an.dtype, this.nodes[b]!.dtype)) };
+    return this.pushArith(node);
+  }
+
+  cumsum(): number | null {
+    const an = this.node;
+    if (an.shape.length === 0) return null;
+    const axis = this.rng.int(-an.shape.length, an.shape.length - 1);
+    return this.pushArith({ op: "cumsum", args: [this.cur], axis, shape: [...an.shape], dtype: sumOf(an.dtype) });
+  }
+
+  gather(): number | null {
+    const an = this.node, r = an.shape.length;
+    if (r === 0 || (an.dtype === "bool" && this.avoid("gatherOfBool"))) return null;
+    const axis = this.rng.int(0, r - 1);
+    const shape = an.shape.map((s, i) => (i === axis ? this.rng.int(1, 6) : this.rng.int(1, s)));
+    const data = Array.from({ length: numel(shape) }, () => this.rng.int(0, an.shape[axis]! - 1));
+    this.nodes.push({ op: "input", data, shape, dtype: "int32" });
+    const index = this.nodes.length - 1;
+    return this.push({ op: "gather", args: [this.cur, index], axis: this.rng.chance(0.3) ? axis - r : axis, shape, dtype: an.dtype });
+  }
+}
+
+/** The program of `seed`: an input, then a chain of 3-8 ops (each may bring more inputs). */
+export function generateProgram(seed: number, { grad = false, includeKnown = false, maxSize = DEFAULT_MAX_SIZE }: GenerateOptions = {}): Program {
+  const rng = new Rng(seed);
+  const g = new ProgramBuilder(rng, grad, includeKnown, maxSize);
+  g.cur = g.input(g.randomShape(), g.randomDtype());
+  const depth = rng.int(3, 8);
+  for (let step = 0, tries = 0; step < depth && tries < 200; tries++) {
+    const id = rng.weighted(STEPS)(g);
+    if (id === null) continue;
+    g.cur = id;
+    step++;
+  }
+  if (grad && g.node.dtype !== "float32") g.cur = g.push({ op: "cast", args: [g.cur], shape: [...g.node.shape], dtype: "float32" })!;
+  const nodes = pruneTo(g.nodes, g.cur);
+  const program: Program = { seed, grad, nodes };
+  if (grad) program.weights = Array.from({ length: numel(outputOf(program).shape) }, () => g.gridValue(true));
+  return program;
+}
+
+/** The nodes `out` depends on, renumbered in order, `out` last. */
+export function pruneTo(nodes: readonly Node[], out: number): Node[] {
+  const keep = new Set<number>();
+  const visit = (id: number): void => {
+    if (keep.has(id)) return;
+    keep.add(id);
+    argsOf(nodes[id]!).forEach(visit);
+  };
+  visit(out);
+  const ids = [...keep].filter((id) => id !== out).sort((a, b) => a - b);
+  ids.push(out);
+  const renumber = new Map(ids.map((id, i) => [id, i]));
+  return ids.map((id) => {
+    const n = nodes[id]!;
+    return n.op === "input" ? n : { ...n, args: n.args.map((a) => renumber.get(a)!) };
+  });
+}

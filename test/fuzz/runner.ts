@@ -1,0 +1,105 @@
+// Runs a fuzz program (program.ts) in tsgrad on one device: each node through the public Tensor API, its shape
+// and dtype checked against the program's as it is built, the output read back (and in gradient mode the
+// gradients of sum(out * weights) with respect to every float32 input).
+import { Tensor } from "../../src/index.ts";
+import { type DT, type Node, type Program, outputOf } from "./program.ts";
+
+/** A value read back: flat numbers, its shape and dtype. */
+export interface Value {
+  shape: number[];
+  dtype: string;
+  data: number[];
+}
+
+export interface DeviceResult {
+  out?: Value;
+  /** Per float32 input (by node id): its gradient, or null where tsgrad gave none. */
+  grads?: Map<number, Value | null>;
+  /** An exception, or the first node whose shape or dtype is not the program's. */
+  error?: string;
+}
+
+const TYPED: Record<DT, (data: number[]) => Float32Array | Int32Array | Uint8Array> = {
+  float32: (d) => Float32Array.from(d),
+  float16: (d) => Float32Array.from(d),
+  int32: (d) => Int32Array.from(d),
+  bool: (d) => Uint8Array.from(d),
+};
+
+/** Node `n` as a tensor, from the tensors of its arguments. */
+function build(n: Node, xs: Tensor[], device: string): Tensor {
+  const [a, b] = xs as [Tensor, Tensor];
+  switch (n.op) {
+    case "input": return new Tensor(TYPED[n.dtype](n.data), { device, dtype: n.dtype }).reshape(n.shape);
+    case "binary": return a[n.fn](n.scalar ?? b);
+    case "where": {
+      const rest = xs.slice(1);
+      const x = n.a ?? rest.shift()!;
+      const y = n.b ?? rest.shift()!;
+      return a.where(x, y);
+    }
+    case "unary":
+      if (n.fn === "exp") return a.exp();
+      if (n.fn === "neg") return a.neg();
+      if (n.fn === "logAbs1") return a.abs().add(1).log();
+      return a.abs().sqrt();
+    case "cast": return a.cast(n.dtype);
+    case "reshape": return a.reshape(n.to);
+    case "permute": return a.permute(n.order);
+    case "transpose": return a.transpose(...n.dims);
+    case "expand": return a.expand(n.to);
+    case "pad": return a.pad(n.pads, n.value);
+    case "shrink": return a.shrink(n.bounds);
+    case "flip": return a.flip(n.axes);
+    case "index": return a.index(...n.spec);
+    case "cat": return Tensor.cat(xs, n.axis);
+    case "stack": return Tensor.stack(xs, n.axis);
+    case "repeat": return a.repeat(n.reps);
+    case "reduce": return a[n.fn]({ axis: n.axis, keepdim: n.keepdim });
+    case "matmul": return a.matmul(b);
+    case "cumsum": return a.cumsum(n.axis);
+    case "gather": return a.gather(n.axis, b);
+    case "contiguous": return a.contiguous();
+    case "realize": return a.realize();
+  }
+}
+
+const read = (t: Tensor): Value => ({ shape: t.shape, dtype: t.dtype.name, data: Array.from(t.toArray() as ArrayLike<number>, Number) });
+
+/** An exception in a line: its first line, and a compiler's first "error:" line where it has one. */
+function describe(e: unknown): string {
+  if (!(e instanceof Error)) return String(e);
+  const lines = e.message.split("\n");
+  const compiler = lines.find((l) => l.includes("error:"));
+  return `${e.name}: ${lines[0]!.slice(0, 300)}${compiler ? ` ${compiler.trim().slice(0, 300)}` : ""}`;
+}
+
+export function runOnDevice(p: Program, device: string): DeviceResult {
+  const tensors: Tensor[] = [];
+  try {
+    for (const [id, n] of p.nodes.entries()) {
+      const t = build(n, (n.op === "input" ? [] : n.args).map((i) => tensors[i]!), device);
+      if (t.shape.join() !== n.shape.join() || t.dtype.name !== n.dtype) {
+        return { error: `node ${id} (${n.op}): tsgrad gives ${t.dtype.name} [${t.shape}], expected ${n.dtype} [${n.shape}]` };
+      }
+      if (p.grad && n.op === "input" && n.dtype === "float32") t.requiresGrad = true;
+      tensors.push(t);
+    }
+  } catch (e) {
+    return { error: `building: ${describe(e)}` };
+  }
+  const out = tensors[tensors.length - 1]!;
+  try {
+    if (!p.grad) return { out: read(out) };
+    // backward before reading: reading may swap the output's graph for its buffer
+    const weights = new Tensor(Float32Array.from(p.weights!), { device }).reshape(outputOf(p).shape);
+    out.mul(weights).sum().backward();
+    const grads = new Map<number, Value | null>();
+    p.nodes.forEach((n, id) => {
+      if (n.op === "input" && n.dtype === "float32") grads.set(id, tensors[id]!.grad ? read(tensors[id]!.grad!) : null);
+    });
+    return { out: read(out), grads };
+  } catch (e) {
+    return { error: `running: ${describe(e)}` };
+  }
+}
