@@ -1,15 +1,10 @@
 // A fixed sample of the differential fuzzer (graph_fuzz.ts): random tensor programs agree on the JS and CPU devices
 // and with numpy, and their gradients with each other and with central differences.
 //
-// Known failures, not fixed yet (rerun one with `npx tsx test/fuzz/graph_fuzz.ts --seed S --count 1 [flags]`, and
-// add it to the sample below once it passes):
-// - the bugs in program.ts's KNOWN_BUGS, which the generator steers around unless `--include-known` (e.g. seeds 5
-//   and 19: x.sub(-c); 11: abs of bool; 112: gather of bool; 993: cat(...).contiguous() read back; --grad 24: realize()
-//   cuts the gradient);
-// - seed 105644, and --grad --max-size 10 seeds 400437 and 400452: wrong values on CPU only, gcc 12.2 miscompiling
-//   kernels at -O3 -march=native (correct with -fno-tree-loop-vectorize): guarded loads under a pad, int32 sums;
-// - --grad seed 200261: the gradient of a gather along an expanded axis takes the gradient at the gathered index
-//   (x.reshape([2, 1]).expand([2, 2]).transpose().gather(0, [[0, 0]]) gives x.grad [g0, g0], not [g0, g1]), JS and CPU.
+// The programs that found bugs (all fixed) run here too: seeds 5, 19 (x.sub(-c) rendered --c), 11 (abs of a bool),
+// 112 (gather of a bool), 993 (cat(...).contiguous() read back), 105644 (gcc 12.2 miscompiling a CPU kernel) and,
+// with --grad, 200261 (a gather's gradient through a transposed expand), 400437 and 400452 (--max-size 10: the
+// miscompile). Rerun one with `npx tsx test/fuzz/graph_fuzz.ts --seed S --count 1 [--grad] [--max-size N]`.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
@@ -49,6 +44,12 @@ test("45 random programs agree on JS, CPU and numpy", { skip }, () => {
   const report = checkSeeds(range(1, 45), fuzzDevices());
   assert.ok(report.ran >= 40, `only ${report.ran} of 45 programs were defined`);
   assertNoMismatch(report);
+});
+
+test("the programs that found bugs agree now", { skip }, () => {
+  assertNoMismatch(checkSeeds([5, 19, 11, 112, 993, 105644], fuzzDevices()));
+  assertNoMismatch(checkSeeds([200261], fuzzDevices(), { grad: true }));
+  assertNoMismatch(checkSeeds([400437, 400452], fuzzDevices(), { grad: true, maxSize: 10 }));
 });
 
 test("15 random programs' gradients agree on JS and CPU and with float64 central differences", { skip }, () => {
