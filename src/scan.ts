@@ -10,8 +10,6 @@ type Combine = "sum" | "max";
 /** Up to this length an axis is scanned in one windowed reduce (n^2 work); longer ones in blocks. */
 const WINDOW_LIMIT = 512;
 
-const axisOf = (op: string, x: Tensor, axis: number): number => axisFor(op, x.shape, axis);
-
 /** The smallest value of a dtype: what a running max starts from, and what topk fills elements it has passed with. */
 function lowest(dtype: DType): number {
   if (dtype.kind === "float") return -Infinity;
@@ -61,7 +59,7 @@ function scan(x: Tensor, a: number, combine: Combine): Tensor {
  * them; 16-bit floats accumulate in float32 and come back in their own dtype.
  */
 export function cumsum(x: Tensor, axis: number): Tensor {
-  return scan(x, axisOf("cumsum", x, axis), "sum");
+  return scan(x, axisFor("cumsum", x.shape, axis), "sum");
 }
 
 /**
@@ -69,7 +67,7 @@ export function cumsum(x: Tensor, axis: number): Tensor {
  * the element each running max came from; equal candidates in one window share it evenly, as `max` does.
  */
 export function cummax(x: Tensor, axis: number): Tensor {
-  return scan(x, axisOf("cummax", x, axis), "max");
+  return scan(x, axisFor("cummax", x.shape, axis), "max");
 }
 
 /** What topk ranks by, largest first: x, or x in reverse order for the smallest (~x for integers: -x overflows). */
@@ -91,7 +89,7 @@ export interface TopkOptions {
  * from x, so only the chosen elements get gradients.
  */
 export function topk(x: Tensor, k: number, { axis = -1, largest = true }: TopkOptions = {}): { values: Tensor; indices: Tensor } {
-  const a = axisOf("topk", x, axis);
+  const a = axisFor("topk", x.shape, axis);
   const n = x.shape[a]!;
   if (!Number.isInteger(k) || k < 1 || k > n) throw new TsgradError(`topk: k = ${k} must be an integer from 1 to ${n}, the size of axis ${a} of ${fmtShape(x.shape)}`);
   let key = selectionKey(x, largest);

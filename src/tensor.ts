@@ -586,9 +586,6 @@ export class Tensor {
   }
 
   private reduce(op: "ADD" | "MAX", { axis, keepdim = false }: ReduceOptions): Tensor {
-    // a sum of nothing is 0; a max of nothing has no value (numpy and PyTorch refuse it too)
-    const empty = op === "MAX" ? this.axes(axis).find((a) => this.shape[a] === 0) : undefined;
-    if (empty !== undefined) throw new TsgradError(`max/min over an empty axis: axis ${empty} of ${fmtShape(this.shape)} has no elements`);
     return (op === "MAX" ? this.maxSource() : this).reduceNode(op, { axis, keepdim });
   }
 
@@ -604,6 +601,9 @@ export class Tensor {
 
   private reduceNode(op: "ADD" | "MAX", { axis, keepdim = false }: ReduceOptions): Tensor {
     const axes = this.axes(axis);
+    // a sum of nothing is 0; a max of nothing has no value (numpy and PyTorch refuse it too)
+    const empty = op === "MAX" ? axes.find((a) => this.shape[a] === 0) : undefined;
+    if (empty !== undefined) throw new TsgradError(`max/min over an empty axis: axis ${empty} of ${fmtShape(this.shape)} has no elements`);
     const sharded = this.node instanceof MultiLazy && this.node.axis !== null;
     // a long reduce to few outputs: two kernels (split_reduce.ts)
     const out = new Tensor(sharded ? this.node.reduce(op, axes) : reduceInTwo(this.node, op, axes));
@@ -649,7 +649,9 @@ export class Tensor {
     const m = x.max({ axis: opts.axis, keepdim: true }).detach();
     const shift = m.abs().eq(Infinity).where(0, m); // an infinite max would make x - m NaN
     const out = x.sub(shift).exp().sum({ axis: opts.axis, keepdim: true }).log().add(shift);
-    return opts.keepdim ? out : out.reshape(out.shape.filter((_, i) => !this.axes(opts.axis).includes(i)));
+    if (opts.keepdim) return out;
+    const reduced = this.axes(opts.axis);
+    return out.reshape(out.shape.filter((_, i) => !reduced.includes(i)));
   }
   /** Running sum along `axis` (src/scan.ts: a sum over a windows view; long axes in blocks). */
   cumsum(axis = 0): Tensor { return cumsum(this, axis); }
@@ -1026,12 +1028,12 @@ export type PadMode = "constant" | "reflect" | "replicate" | "circular";
 
 /** Padding made of the tensor's own elements: pieces of each padded axis (flipped for reflect) laid around it. */
 function padFromEdges(x: Tensor, pads: readonly [number, number][], mode: PadMode): Tensor {
+  if (!["reflect", "replicate", "circular"].includes(mode)) throw new TsgradError(`pad: unknown mode ${JSON.stringify(mode)}; expected constant, reflect, replicate or circular`);
   let out = x;
   pads.forEach(([before, after], axis) => {
     if (before === 0 && after === 0) return;
     const n = out.shape[axis]!;
     const limit = mode === "reflect" ? n - 1 : mode === "circular" ? n : Infinity;
-    if (!["reflect", "replicate", "circular"].includes(mode)) throw new TsgradError(`pad: unknown mode ${JSON.stringify(mode)}; expected constant, reflect, replicate or circular`);
     if (before < 0 || after < 0 || before > limit || after > limit || n === 0) {
       throw new TsgradError(`pad (${mode}): [${before}, ${after}] on axis ${axis} of ${fmtShape(out.shape)}: ${mode === "replicate" ? "needs" : `at most ${limit} a side, and`} a non-empty axis, no negative padding`);
     }

@@ -70,6 +70,21 @@ export class Linear {
   }
 }
 
+/**
+ * A 2-D convolution layer's weight and bias [outChannels], uniform in +-1/sqrt(fan in) with PyTorch's fan in, the
+ * weight's second axis times the kernel: Conv2d's weight is [out, in / groups, kh, kw], a transposed one's
+ * [in, out / groups, kh, kw].
+ */
+function convParameters(
+  layer: string, inChannels: number, outChannels: number, kernel: number | readonly [number, number], groups: number, bias: boolean, transposed: boolean,
+): [Tensor, Tensor | undefined] {
+  if (inChannels % groups !== 0 || outChannels % groups !== 0) throw new TsgradError(`${layer}(${inChannels} -> ${outChannels}): ${groups} groups must divide both`);
+  const [kh, kw] = typeof kernel === "number" ? [kernel, kernel] : kernel;
+  const [first, second] = transposed ? [inChannels, outChannels / groups] : [outChannels, inChannels / groups];
+  const fanIn = second * kh * kw;
+  return [parameter(uniformFanIn(fanIn), [first, second, kh, kw]), bias ? parameter(uniformFanIn(fanIn), [outChannels]) : undefined];
+}
+
 /** A convolution over 2 spatial axes (PyTorch's Conv2d: weight [out, in / groups, kh, kw], its initialisation). */
 export class Conv2d {
   weight: Tensor;
@@ -81,11 +96,7 @@ export class Conv2d {
     kernel: number | readonly [number, number],
     { stride = 1, padding = 0, dilation = 1, groups = 1, bias = true }: Omit<ConvOptions, "bias"> & { bias?: boolean } = {},
   ) {
-    const [kh, kw] = typeof kernel === "number" ? [kernel, kernel] : kernel;
-    if (inChannels % groups !== 0 || outChannels % groups !== 0) throw new TsgradError(`Conv2d(${inChannels} -> ${outChannels}): ${groups} groups must divide both`);
-    const fanIn = (inChannels / groups) * kh * kw;
-    this.weight = parameter(uniformFanIn(fanIn), [outChannels, inChannels / groups, kh, kw]);
-    if (bias) this.bias = parameter(uniformFanIn(fanIn), [outChannels]);
+    [this.weight, this.bias] = convParameters("Conv2d", inChannels, outChannels, kernel, groups, bias, false);
     this.options = { stride, padding, dilation, groups };
   }
   forward(x: Tensor): Tensor {
@@ -104,12 +115,7 @@ export class ConvTranspose2d {
     kernel: number | readonly [number, number],
     { stride = 1, padding = 0, outputPadding = 0, dilation = 1, groups = 1, bias = true }: Omit<ConvTransposeOptions, "bias"> & { bias?: boolean } = {},
   ) {
-    const [kh, kw] = typeof kernel === "number" ? [kernel, kernel] : kernel;
-    if (inChannels % groups !== 0 || outChannels % groups !== 0) throw new TsgradError(`ConvTranspose2d(${inChannels} -> ${outChannels}): ${groups} groups must divide both`);
-    // PyTorch computes the fan-in from the weight's second axis: out / groups * kh * kw
-    const fanIn = (outChannels / groups) * kh * kw;
-    this.weight = parameter(uniformFanIn(fanIn), [inChannels, outChannels / groups, kh, kw]);
-    if (bias) this.bias = parameter(uniformFanIn(fanIn), [outChannels]);
+    [this.weight, this.bias] = convParameters("ConvTranspose2d", inChannels, outChannels, kernel, groups, bias, true);
     this.options = { stride, padding, outputPadding, dilation, groups };
   }
   forward(x: Tensor): Tensor {

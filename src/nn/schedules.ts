@@ -38,10 +38,45 @@ export abstract class LRScheduler implements HasStateDict {
   }
 }
 
-export interface PolynomialDecayOptions {
+
+/** What both warmup schedules are given: a linear warmup from 0, then a decay from `initialLr` to `endLr`. */
+interface WarmupOptions {
   initialLr: number;
   endLr?: number;
   totalSteps: number;
+  warmupSteps?: number;
+}
+
+/**
+ * Linear warmup from 0 to `initialLr` over `warmupSteps` (step s <= warmup: initialLr * s / warmup), then the
+ * subclass's decay. Subclasses call `applyCurrent()` once their own settings are in place.
+ */
+abstract class WarmupThenDecay extends LRScheduler {
+  readonly initialLr: number;
+  readonly endLr: number;
+  readonly totalSteps: number;
+  readonly warmupSteps: number;
+
+  constructor(optimizer: Optimizer, name: string, { initialLr, endLr = 0, totalSteps, warmupSteps = 0 }: WarmupOptions) {
+    super(optimizer);
+    if (!(totalSteps > 0) || !(warmupSteps >= 0)) throw new TsgradError(`${name}: totalSteps ${totalSteps} must be > 0 and warmupSteps ${warmupSteps} >= 0`);
+    this.initialLr = initialLr;
+    this.endLr = endLr;
+    this.totalSteps = totalSteps;
+    this.warmupSteps = Math.min(warmupSteps, totalSteps);
+  }
+
+  /** The rate after the warmup, at `steps`. */
+  protected abstract decayed(steps: Tensor): Tensor;
+
+  lrAt(steps: Tensor): Tensor {
+    const decayed = this.decayed(steps);
+    if (this.warmupSteps === 0) return decayed;
+    return steps.le(this.warmupSteps).where(steps.mul(this.initialLr / this.warmupSteps), decayed);
+  }
+}
+
+export interface PolynomialDecayOptions extends WarmupOptions {
   warmupSteps: number;
   power?: number;
 }
@@ -53,68 +88,38 @@ export interface PolynomialDecayOptions {
  *   otherwise:   (initialLr - endLr) * (1 - (s - warmup) / (totalSteps - warmup + 1))^power + endLr
  * The first step therefore runs with LR 0.
  */
-export class PolynomialDecayWithWarmup extends LRScheduler {
-  readonly initialLr: number;
-  readonly endLr: number;
-  readonly totalSteps: number;
-  readonly warmupSteps: number;
+export class PolynomialDecayWithWarmup extends WarmupThenDecay {
   readonly power: number;
 
-  constructor(optimizer: Optimizer, { initialLr, endLr = 0, totalSteps, warmupSteps, power = 1 }: PolynomialDecayOptions) {
-    super(optimizer);
-    if (!(totalSteps > 0) || !(warmupSteps >= 0)) throw new TsgradError(`PolynomialDecayWithWarmup: totalSteps ${totalSteps} must be > 0 and warmupSteps ${warmupSteps} >= 0`);
-    this.initialLr = initialLr;
-    this.endLr = endLr;
-    this.totalSteps = totalSteps;
-    this.warmupSteps = Math.min(warmupSteps, totalSteps);
-    this.power = power;
+  constructor(optimizer: Optimizer, options: PolynomialDecayOptions) {
+    super(optimizer, "PolynomialDecayWithWarmup", options);
+    this.power = options.power ?? 1;
     this.applyCurrent();
   }
 
-  lrAt(steps: Tensor): Tensor {
+  protected decayed(steps: Tensor): Tensor {
     const decayLength = this.totalSteps - this.warmupSteps + 1;
     const remaining = steps.sub(this.warmupSteps).div(decayLength).neg().add(1);
-    const decayed = remaining.pow(this.power).mul(this.initialLr - this.endLr).add(this.endLr);
-    if (this.warmupSteps === 0) return decayed;
-    const warming = steps.mul(this.initialLr / this.warmupSteps);
-    return steps.le(this.warmupSteps).where(warming, decayed);
+    return remaining.pow(this.power).mul(this.initialLr - this.endLr).add(this.endLr);
   }
 }
 
-export interface CosineDecayOptions {
-  initialLr: number;
-  endLr?: number;
-  totalSteps: number;
-  warmupSteps?: number;
-}
+export type CosineDecayOptions = WarmupOptions;
 
 /**
  * Linear warmup from 0 to `initialLr` over `warmupSteps`, then half a cosine down to `endLr` at `totalSteps`
  * (and `endLr` after it): for step s past the warmup, with t = (s - warmup) / (totalSteps - warmup),
  *   endLr + (initialLr - endLr) * (1 + cos(pi * min(t, 1))) / 2
  */
-export class CosineDecayWithWarmup extends LRScheduler {
-  readonly initialLr: number;
-  readonly endLr: number;
-  readonly totalSteps: number;
-  readonly warmupSteps: number;
-
-  constructor(optimizer: Optimizer, { initialLr, endLr = 0, totalSteps, warmupSteps = 0 }: CosineDecayOptions) {
-    super(optimizer);
-    if (!(totalSteps > 0) || !(warmupSteps >= 0)) throw new TsgradError(`CosineDecayWithWarmup: totalSteps ${totalSteps} must be > 0 and warmupSteps ${warmupSteps} >= 0`);
-    this.initialLr = initialLr;
-    this.endLr = endLr;
-    this.totalSteps = totalSteps;
-    this.warmupSteps = Math.min(warmupSteps, totalSteps);
+export class CosineDecayWithWarmup extends WarmupThenDecay {
+  constructor(optimizer: Optimizer, options: CosineDecayOptions) {
+    super(optimizer, "CosineDecayWithWarmup", options);
     this.applyCurrent();
   }
 
-  lrAt(steps: Tensor): Tensor {
-    const decayLength = Math.max(this.totalSteps - this.warmupSteps, 1);
-    const t = steps.sub(this.warmupSteps).div(decayLength).clip(0, 1);
-    const decayed = t.mul(Math.PI).cos().add(1).mul((this.initialLr - this.endLr) / 2).add(this.endLr);
-    if (this.warmupSteps === 0) return decayed;
-    return steps.lt(this.warmupSteps).where(steps.mul(this.initialLr / this.warmupSteps), decayed);
+  protected decayed(steps: Tensor): Tensor {
+    const t = steps.sub(this.warmupSteps).div(Math.max(this.totalSteps - this.warmupSteps, 1)).clip(0, 1);
+    return t.mul(Math.PI).cos().add(1).mul((this.initialLr - this.endLr) / 2).add(this.endLr);
   }
 }
 
