@@ -551,7 +551,6 @@ export class Tensor {
 
   /** `cond.where(a, b)`: a where cond is true, else b. */
   where(a: Tensor | number, b: Tensor | number): Tensor {
-    const device = this.device;
     const ta = a instanceof Tensor ? a : undefined;
     const tb = b instanceof Tensor ? b : undefined;
     const like = ta ?? tb;

@@ -9,7 +9,7 @@ import { TsgradError, fmtShape } from "../helpers.ts";
 import { type KernelBuffer, type KernelIR } from "../codegen/ir.ts";
 import { type KernelSpec, catPieces, lowerKernel } from "../codegen/lower.ts";
 import { type PackedOperand, packOperands } from "./pack.ts";
-import { MOVEMENT_OPS, type ReduceArg, UOp, isElementwise, isMatmul, isNarrowingFloatCast, isWideningFloatCast, skipCasts } from "../uop.ts";
+import { MOVEMENT_OPS, UOp, isElementwise, isMatmul, isNarrowingFloatCast, isWideningFloatCast } from "../uop.ts";
 import { isOneHotProduct } from "../codegen/one_hot.ts";
 
 export type ExecItem =

@@ -28,6 +28,11 @@ const storageType = (d: DType): string => (d.name === "float16" || d.name === "b
 
 /** Inline helpers every kernel may use: exact 16-bit float conversions, wrapping casts, safe division. */
 export const C_PRELUDE = `#include <stdint.h>
+/* the marker of kernels with loops some compilers vectorise wrongly (renderer/c.ts hasFragileLoops): empty unless
+   the compiler's probes found the bug (runtime/compiler_bugs.ts); there it is defined as an attribute */
+#ifndef TG_FRAGILE_LOOPS
+#define TG_FRAGILE_LOOPS
+#endif
 #include <string.h>
 #include <math.h>
 /* float16: hardware conversions where the target has them (x86 F16C), exact in both directions; else in software */
@@ -135,20 +140,76 @@ export function renderC(kernel: KernelIR, fnName: string, opts: CRenderOptions):
     const constness = slot === 0 ? "" : "const ";
     return `${constness}${storageType(b.dtype)}* ${opts.aliased?.has(slot) ? "" : "restrict "}b${slot}`;
   });
-  const lines = [`void ${fnName}(${[...params, "int threads"].join(", ")}) {`];
+  const loopVars = loopVarsOf(kernel.body);
+  const lines = [`${hasFragileLoops(kernel, loopVars) ? "TG_FRAGILE_LOOPS " : ""}void ${fnName}(${[...params, "int threads"].join(", ")}) {`];
   const { body, plan: lanes } = planLanes(hoistInvariants(kernel.body, kernel.parallel, opts.aliased), opts.vectorLanes ?? []);
-  renderBlock(body, lines, "  ", { kernel, products: new Map(), indexType: indexType(kernel), lanes }, kernel.parallel);
+  renderBlock(body, lines, "  ", { kernel, products: new Map(), indexType: indexType(kernel, loopVars), lanes, loopVars }, kernel.parallel);
   lines.push("}");
   return lines.join("\n");
 }
 
+/** gcc unrolls constant loops this short before it vectorises: their accesses join the loop around them. */
+const UNROLLED_TRIPS = 16;
+
+/**
+ * Whether the kernel has loops of the kinds gcc 12.2 vectorises wrongly (runtime/compiler_bugs.ts probes for it):
+ * a loop reading or writing one buffer at several places an iteration (after short inner loops are unrolled:
+ * the accesses gcc groups, and groups it put in the wrong lane order, reversed or if-converted), guarded loads or
+ * stores (masked), and integer sums (a reduction through wrapping casts). Such a kernel carries the marker
+ * TG_FRAGILE_LOOPS, which the compiler defines as an attribute that turns loop vectorisation off where the probes
+ * show the bug. Plain loops, one access a buffer an iteration (elementwise kernels, the bulk of the memory-bound
+ * time), keep it.
+ */
+function hasFragileLoops(kernel: KernelIR, loopVars: ReadonlySet<string>): boolean {
+  let fragile = false;
+  // counts each buffer's accesses in `stmts` an iteration of the loop around them, short inner loops unrolled;
+  // longer inner loops are loops of their own
+  const accesses = (stmts: readonly Stmt[], times: number, counts: Map<number, number>): void => {
+    const count = (buf: number) => counts.set(buf, (counts.get(buf) ?? 0) + times);
+    for (const s of stmts) {
+      if (s.kind === "loop") {
+        if (s.size <= UNROLLED_TRIPS) accesses(s.body, times * s.size, counts);
+        visitLoop(s);
+      } else if (s.kind === "def" && s.expr.op === "LOAD") {
+        count(s.expr.buf);
+        if (s.expr.valid.length > 0 && !readsInBounds(s.expr, kernel, loopVars)) fragile = true;
+      } else if (s.kind === "store") {
+        count(s.buf);
+        if (s.valid?.length) fragile = true;
+      } else if (s.kind === "acc" && s.op === "ADD" && (s.dtype.kind === "int" || s.dtype.kind === "uint")) fragile = true;
+    }
+  };
+  const visitLoop = (loop: Stmt & { kind: "loop" }): void => {
+    const counts = new Map<number, number>();
+    accesses(loop.body, 1, counts);
+    if ([...counts.values()].some((n) => n > 1)) fragile = true;
+  };
+  accesses(kernel.body, 1, new Map());
+  return fragile;
+}
+
+/** The kernel's loop variables by name. */
+function loopVarsOf(stmts: readonly Stmt[], into = new Set<string>()): Set<string> {
+  for (const s of stmts) if (s.kind === "loop") loopVarsOf(s.body, into.add(s.var));
+  return into;
+}
+
+/**
+ * Whether a guarded load's index stays inside its buffer for every value of the loops (a pad's scalar, a
+ * piece of a concatenation read at a fixed place): then it is read unconditionally and the guard selects,
+ * a blend where a conditional read needs a masked load or a branch. Only over loop variables: a runtime
+ * index's range may hold only where the guard does.
+ */
+function readsInBounds(e: Expr & { op: "LOAD" }, kernel: KernelIR, loopVars: ReadonlySet<string>): boolean {
+  return e.index.min >= 0 && e.index.max < kernel.buffers[e.buf]!.size && [...varsOf(e.index)].every((v) => loopVars.has(v));
+}
+
 /** The loop variables' C type: 32-bit unless an index (or a step of computing one) can leave that range. */
-function indexType(kernel: KernelIR): string {
-  const loopVars = new Set<string>();
+function indexType(kernel: KernelIR, loopVars: ReadonlySet<string>): string {
   const exprs: Idx[] = [];
   const scan = (stmts: readonly Stmt[]): void => {
     for (const s of stmts) {
-      if (s.kind === "loop") { loopVars.add(s.var); scan(s.body); }
+      if (s.kind === "loop") scan(s.body);
       else if (s.kind === "store") exprs.push(s.index);
       else if (s.kind === "def" && (s.expr.op === "LOAD" || s.expr.op === "INDEX")) exprs.push(s.expr.index);
       if (s.kind === "def" && (s.expr.op === "LOAD" || s.expr.op === "VALID")) exprs.push(...s.expr.valid.map((b) => b.expr));
@@ -172,6 +233,7 @@ interface RenderContext {
   readonly products: Map<string, readonly Operand[]>;
   /** Register-tile lanes rendered as vectors. */
   readonly lanes: LanePlan;
+  readonly loopVars: ReadonlySet<string>;
 }
 
 function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, ctx: RenderContext, parallel: number): void {
@@ -190,6 +252,11 @@ function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, ctx:
         break;
       case "def":
         if (lanes.skipped.has(s.name)) break;
+        if (s.expr.op === "LOAD" && s.expr.valid.length > 0 && readsInBounds(s.expr, kernel, ctx.loopVars)) {
+          out.push(`${indent}${computeType[s.dtype.name]} ${s.name} = ${renderExpr({ ...s.expr, valid: [] }, s.dtype, kernel)};`);
+          out.push(`${indent}${s.name} = (${cond(s.expr.valid)} ? ${s.name} : 0);`);
+          break;
+        }
         out.push(`${indent}${computeType[s.dtype.name]} ${s.name} = ${renderExpr(s.expr, s.dtype, kernel)};`);
         if (s.expr.op === "MUL" && s.dtype.kind === "float") ctx.products.set(s.name, s.expr.srcs);
         // a 16-bit product widened to float32 is the same C float: the sum still takes the FMA

@@ -6,6 +6,7 @@ import { existsSync, linkSync, mkdirSync, readFileSync, renameSync, rmSync, writ
 import { availableParallelism, cpus, homedir } from "node:os";
 import { join } from "node:path";
 import { TsgradError, debugLevel } from "../helpers.ts";
+import { miscompileWorkarounds } from "./compiler_bugs.ts";
 
 export class CompileError extends TsgradError {
   override name = "CompileError";
@@ -52,12 +53,10 @@ export function findCompiler(): Compiler | null {
   const nodelete = "-Wl,-z,nodelete";
   const identity = (flags: readonly string[]) => `${version.stdout.split("\n")[0]}|${flags.join(" ")}|${cpus()[0]?.model ?? ""}`;
   const probeSource = "#include <stdint.h>\nint tg_kernel(int x) { int s = 0;\n#pragma omp parallel for reduction(+:s)\nfor (int i = 0; i < x; i++) s += i;\nreturn s; }\n";
-  // gcc 12.2 (Debian 12's) vectorises a reduction over interleaved columns wrongly at -O2 and above (column sums
-  // of a [4, 2] int32 tensor came out [8, 3]); loop vectorisation goes where a probe program shows the bug
-  if (miscompilesInterleavedReduce(command, version.stdout, base)) {
-    base.push("-fno-tree-loop-vectorize");
-    if (debugLevel() >= 1) console.error(`tsgrad: ${command} miscompiles a vectorised reduction (gcc bug); compiling with -fno-tree-loop-vectorize`);
-  }
+  // wrong code some compilers make of some loops (gcc 12.2's), stepped around for the kernels it touches
+  const workarounds = miscompileWorkarounds(command, version.stdout, base, join(cacheDir(), "cpu"));
+  base.push(...workarounds.flags);
+  if (workarounds.found.length > 0 && debugLevel() >= 1) console.error(`tsgrad: ${command} vectorises some loops wrongly (probes ${workarounds.found.join(", ")}, a compiler bug); compiling with ${workarounds.flags.join(" ")}`);
   for (const flags of [[...base, nodelete, "-fopenmp"], [...base, "-fopenmp"], [...base, nodelete], base]) {
     const compiler = { command, flags, identity: identity(flags) };
     try {
@@ -70,53 +69,6 @@ export function findCompiler(): Compiler | null {
     }
   }
   return (probed = null);
-}
-
-/** The column sums of a [4, 2] int32 array plus one, as the C backend renders them (two accumulators). */
-const INTERLEAVED_REDUCE_PROBE = `#include <stdint.h>
-#include <stdio.h>
-__attribute__((noinline)) void tg_kernel(int32_t* restrict b0, const int32_t* restrict b1) {
-  int32_t acc0 = 0, acc1 = 0;
-  for (int32_t r0 = 0; r0 < 4; r0++) {
-    acc0 = (int32_t)((uint32_t)acc0 + (uint32_t)b1[r0*2]);
-    acc1 = (int32_t)((uint32_t)acc1 + (uint32_t)b1[r0*2 + 1]);
-  }
-  b0[0] = (int32_t)((uint32_t)acc0 + 1u);
-  b0[1] = (int32_t)((uint32_t)acc1 + 1u);
-}
-int main(void) {
-  static int32_t in[8] = {1, 2, 3, 4, 5, 6, 7, 8}, out[2];
-  tg_kernel(out, in);
-  printf("%d %d\\n", out[0], out[1]);
-  return 0;
-}
-`;
-
-/**
- * Whether `command` with `flags` builds the probe into a program that prints wrong sums (not whether it builds);
- * the answer is kept on disk by compiler version, flags and machine.
- */
-function miscompilesInterleavedReduce(command: string, version: string, flags: readonly string[]): boolean {
-  const codegen = flags.filter((f) => f.startsWith("-O") || f.startsWith("-m") || (f.startsWith("-f") && f !== "-fPIC"));
-  // beside the compiled kernels (clearing the kernel cache forgets it too)
-  const dir = join(cacheDir(), "cpu");
-  const key = createHash("sha256").update(`${command}|${version}|${codegen.join(" ")}|${cpus()[0]?.model ?? ""}|${INTERLEAVED_REDUCE_PROBE}`).digest("hex").slice(0, 32);
-  const answer = join(dir, `probe-reduce-${key}.txt`);
-  if (existsSync(answer)) return readFileSync(answer, "utf8") === "wrong";
-  mkdirSync(dir, { recursive: true });
-  const [source, program] = [join(dir, `probe-reduce.${process.pid}.c`), join(dir, `probe-reduce.${process.pid}`)];
-  try {
-    writeFileSync(source, INTERLEAVED_REDUCE_PROBE);
-    if (spawnSync(command, [...codegen, "-o", program, source], { encoding: "utf8" }).status !== 0) return false;
-    const run = spawnSync(program, [], { encoding: "utf8" });
-    if (run.status !== 0) return false;
-    const wrong = run.stdout.trim() !== "17 21";
-    writeAtomic(answer, wrong ? "wrong" : "right");
-    return wrong;
-  } finally {
-    rmSync(source, { force: true });
-    rmSync(program, { force: true });
-  }
 }
 
 let widths: readonly number[] | undefined;

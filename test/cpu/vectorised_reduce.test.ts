@@ -1,9 +1,19 @@
-// Reductions the C compiler vectorises: gcc 12.2 (Debian 12's) vectorised a sum over interleaved columns wrongly at
-// -O2 and above ([[1,2],[3,4],[5,6],[7,8]] summed over rows gave [7, 2]); the backend probes for that and
-// compiles without loop vectorisation where it shows. These are the shapes a differential fuzzer found wrong.
+// Loops the C compiler vectorises wrongly: gcc 12.2 (Debian 12's) summed [[1,2],[3,4],[5,6],[7,8]] over rows as
+// [7, 2], dropped elements of padded copies and counted an element of a flipped array twice at -O2 and above. The
+// backend probes the compiler for these (runtime/compiler_bugs.ts) and turns loop vectorisation off for the
+// kernels with such loops, which the C renderer marks. These are the shapes a differential fuzzer found wrong,
+// and the marking.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Device, Tensor } from "../../src/index.ts";
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Device, Tensor, dtypes } from "../../src/index.ts";
+import { recordItems } from "../../src/engine/realize.ts";
+import type { ExecItem } from "../../src/engine/schedule.ts";
+import { cFunction } from "../../src/runtime/cpu.ts";
+import { PROBES, runProbe } from "../../src/runtime/compiler_bugs.ts";
 
 const skip = Device.isAvailable("CPU") ? false : "no working C compiler";
 
@@ -16,4 +26,45 @@ test("column sums with an accumulator per column are right on the CPU device", {
 test("a padded copy laid out in rows keeps every element on the CPU device", { skip }, () => {
   const out = new Tensor([1, 2, 3, 4, 5, 6], { device: "CPU" }).pad([[6, 38]]).reshape([1, 10, 1, 5]).contiguous().tolist();
   assert.deepEqual((out as number[][][][]).flat(3).filter((v) => v !== 0), [1, 2, 3, 4, 5, 6]);
+});
+
+/** The C source of the one kernel `build` runs. */
+function kernelSource(build: () => Tensor): string {
+  const { items } = recordItems(() => build().realize());
+  const kernels = items.filter((i): i is ExecItem & { kind: "kernel" } => i.kind === "kernel");
+  assert.equal(kernels.length, 1);
+  return cFunction(kernels[0]!.kernel, "").code;
+}
+
+test("the sum of a flipped array counts each element once on the CPU device", { skip }, () => {
+  const bits = new Tensor(Uint8Array.from([0, 0, 1, 0, 1, 0, 1, 1, 1, 0]), { device: "CPU", dtype: "bool" }).reshape([1, 5, 1, 2]);
+  assert.deepEqual(bits.flip([0, 1, 2, 3]).mean({ axis: [1, 2, 3] }).tolist(), [0.5]);
+});
+
+test("kernels with grouped or guarded accesses and integer sums are marked; plain elementwise loops are not", { skip }, () => {
+  const on = (dtype: "float32" | "int32") => ({ device: "CPU", dtype });
+  const marked = /^TG_FRAGILE_LOOPS void tg_kernel/m;
+  assert.match(kernelSource(() => new Tensor([1, 2, 3], on("float32")).pad([[2, 2]])), marked);
+  assert.match(kernelSource(() => new Tensor([[1, 2], [3, 4]], on("int32")).sum({ axis: 0 })), marked);
+  const ten = new Tensor([0, 1, 2, 3, 4, 5, 6, 7, 8, 9], on("float32")).realize();
+  assert.match(kernelSource(() => ten.reshape([5, 2]).flip([0, 1]).sum()), marked);
+  const x = Tensor.arange(0, 4096, 1, { device: "CPU" }).cast(dtypes.float32).realize();
+  assert.match(kernelSource(() => x.mul(2).add(x.sqrt())), /^void tg_kernel/m);
+});
+
+test("a guarded load whose index stays inside its buffer is read unconditionally, unmarked, and the guard selects", { skip }, () => {
+  const build = () => new Tensor([5], { device: "CPU", dtype: dtypes.float32 }).expand([4]).pad([[2, 2]]);
+  const code = kernelSource(build);
+  assert.match(code, /^void tg_kernel/m);
+  assert.doesNotMatch(code, /\? b1\[/);
+  assert.deepEqual(build().tolist(), [0, 0, 5, 5, 5, 5, 0, 0]);
+});
+
+test("each miscompile probe prints its expected answer when built without optimisation", { skip: spawnSync(process.env.CC || "cc", ["--version"]).status === 0 ? false : "no C compiler" }, () => {
+  const dir = mkdtempSync(join(tmpdir(), "tsgrad-probe-"));
+  try {
+    for (const probe of PROBES) assert.equal(runProbe(process.env.CC || "cc", ["-O0"], probe.source, dir), probe.expected, probe.name);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

@@ -1,0 +1,150 @@
+// Wrong code from the C compiler, found by running probe programs and stepped around as narrowly as works.
+// gcc 12.2 (Debian 12's) vectorises some loops wrongly at -O2 and above, found by the differential fuzzer
+// (test/fuzz/): loops that read one buffer at several places an iteration, which it groups, and then puts the
+// group in the wrong lane order (the sum of a flipped [5, 2] array counted one element twice; guarded loads
+// if-converted to masked loads: a padded column sum gave [33, 30, 27, 40] for [28, 32, 36, 40], a padded copy
+// dropped elements), and sums through wrapping integer casts (column sums of a [4, 2] int32 array came out
+// [8, 3]). The C renderer marks kernels with such loops (renderer/c.ts hasFragileLoops); where a probe shows a
+// bug, the compiler defines the marker as an attribute that turns loop vectorisation off for those kernels
+// alone, and where the attribute does not cure the probe, everywhere.
+import { spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { cpus } from "node:os";
+import { join } from "node:path";
+import { writeAtomic } from "./compiler_cache.ts";
+
+/** The marker the C renderer puts before kernels with such loops, and what it becomes where a probe shows a bug. */
+const MARKER = "TG_FRAGILE_LOOPS";
+const ATTRIBUTE = `__attribute__((optimize("no-tree-loop-vectorize")))`;
+
+interface Probe {
+  readonly name: string;
+  /** A program, its functions marked, that prints what it computed. */
+  readonly source: string;
+  readonly expected: string;
+}
+
+const header = `#include <stdint.h>\n#include <stdio.h>\n#ifndef ${MARKER}\n#define ${MARKER}\n#endif\n`;
+
+export const PROBES: readonly Probe[] = [
+  {
+    // the column sums of a [4, 2] int32 array plus one, as the C backend renders them (two accumulators)
+    name: "int-sum",
+    expected: "17 21",
+    source: `${header}
+__attribute__((noinline)) ${MARKER} void tg_kernel(int32_t* restrict b0, const int32_t* restrict b1) {
+  int32_t acc0 = 0, acc1 = 0;
+  for (int32_t r0 = 0; r0 < 4; r0++) {
+    acc0 = (int32_t)((uint32_t)acc0 + (uint32_t)b1[r0*2]);
+    acc1 = (int32_t)((uint32_t)acc1 + (uint32_t)b1[r0*2 + 1]);
+  }
+  b0[0] = (int32_t)((uint32_t)acc0 + 1u);
+  b0[1] = (int32_t)((uint32_t)acc1 + 1u);
+}
+int main(void) {
+  static int32_t in[8] = {1, 2, 3, 4, 5, 6, 7, 8}, out[2];
+  tg_kernel(out, in);
+  printf("%d %d\\n", out[0], out[1]);
+  return 0;
+}
+`,
+  },
+  {
+    // a [4, 4] float32 array padded with a row in front and summed over rows (four accumulators), and six
+    // int32 values padded by 6 and 38 and copied as [10, 5]
+    name: "guarded",
+    expected: "28 32 36 40 | 0 0 0 0 0 0 1 2 3 4 5 6 0 0 0",
+    source: `${header}
+__attribute__((noinline)) ${MARKER} void tg_sum(float* restrict b0, const float* restrict b1) {
+  float acc0 = 0, acc1 = 0, acc2 = 0, acc3 = 0;
+  for (int32_t r0 = 0; r0 < 5; r0++) {
+    acc0 = acc0 + (r0 - 1 >= 0 ? b1[r0*4 - 4] : 0);
+    acc1 = acc1 + (r0 - 1 >= 0 ? b1[r0*4 - 3] : 0);
+    acc2 = acc2 + (r0 - 1 >= 0 ? b1[r0*4 - 2] : 0);
+    acc3 = acc3 + (r0 - 1 >= 0 ? b1[r0*4 - 1] : 0);
+  }
+  b0[0] = acc0; b0[1] = acc1; b0[2] = acc2; b0[3] = acc3;
+}
+__attribute__((noinline)) ${MARKER} void tg_copy(int32_t* restrict b0, const int32_t* restrict b1) {
+  for (int32_t i1 = 0; i1 < 10; i1++)
+    for (int32_t i3 = 0; i3 < 5; i3++)
+      b0[i1*5 + i3] = (i1*5 + i3 - 6 >= 0 && i1*5 + i3 - 6 < 6 ? b1[i1*5 + i3 - 6] : 0);
+}
+int main(void) {
+  static float f[16], s[4];
+  static int32_t six[6] = {1, 2, 3, 4, 5, 6}, copy[50];
+  for (int i = 0; i < 16; i++) f[i] = (float)(i + 1);
+  tg_sum(s, f);
+  tg_copy(copy, six);
+  printf("%g %g %g %g |", s[0], s[1], s[2], s[3]);
+  for (int i = 0; i < 15; i++) printf(" %d", copy[i]);
+  printf("\\n");
+  return 0;
+}
+`,
+  },
+  {
+    // the sum of a flipped [5, 2] array (its inner loop unrolled: a group of two loads read backwards)
+    name: "reversed",
+    expected: "25",
+    source: `${header}
+__attribute__((noinline)) ${MARKER} void tg_kernel(float* restrict b0, const float* restrict b1) {
+  float acc0 = 0;
+  for (int32_t r0 = 0; r0 < 5; r0++)
+    for (int32_t r1 = 0; r1 < 2; r1++)
+      acc0 = acc0 + b1[r0*-2 + r1*-1 + 9];
+  b0[0] = acc0;
+}
+int main(void) {
+  static float in[10] = {0, 1, 2, 3, 4, 5, 6, 1, 2, 1}, out[1];
+  tg_kernel(out, in);
+  printf("%g\\n", out[0]);
+  return 0;
+}
+`,
+  },
+];
+
+/**
+ * The flags that step around the bugs `command` shows with `flags` (its code-generation flags are what the
+ * probes build with): the marker's definition, or loop vectorisation off everywhere where the marker's
+ * attribute does not cure a probe. The answers are kept in `dir` by compiler version, flags and machine.
+ */
+export function miscompileWorkarounds(command: string, version: string, flags: readonly string[], dir: string): { flags: string[]; found: string[] } {
+  const codegen = flags.filter((f) => f.startsWith("-O") || f.startsWith("-m") || (f.startsWith("-f") && f !== "-fPIC"));
+  const definition = `-D${MARKER}=${ATTRIBUTE}`;
+  const found: string[] = [];
+  let global = false;
+  for (const probe of PROBES) {
+    const key = createHash("sha256").update(`${command}|${version}|${codegen.join(" ")}|${cpus()[0]?.model ?? ""}|${ATTRIBUTE}|${probe.source}`).digest("hex").slice(0, 32);
+    const answer = join(dir, `probe-${probe.name}-${key}.txt`);
+    let verdict = existsSync(answer) ? readFileSync(answer, "utf8") : undefined;
+    if (verdict === undefined) {
+      const plain = runProbe(command, codegen, probe.source, dir);
+      if (plain === undefined) continue; // the probe does not build or run here: nothing to learn
+      verdict = plain === probe.expected ? "right" : runProbe(command, [...codegen, definition], probe.source, dir) === probe.expected ? "marker" : "global";
+      mkdirSync(dir, { recursive: true });
+      writeAtomic(answer, verdict);
+    }
+    if (verdict === "right") continue;
+    found.push(probe.name);
+    if (verdict === "global") global = true;
+  }
+  return { flags: global ? ["-fno-tree-loop-vectorize"] : found.length > 0 ? [definition] : [], found };
+}
+
+/** What the probe program built with `flags` prints, or undefined where it does not build or run. */
+export function runProbe(command: string, flags: readonly string[], source: string, dir: string): string | undefined {
+  mkdirSync(dir, { recursive: true });
+  const stem = join(dir, `probe.${process.pid}.${Math.random().toString(36).slice(2)}`);
+  try {
+    writeFileSync(`${stem}.c`, source);
+    if (spawnSync(command, [...flags, "-o", stem, `${stem}.c`], { encoding: "utf8" }).status !== 0) return undefined;
+    const run = spawnSync(stem, [], { encoding: "utf8" });
+    return run.status === 0 ? run.stdout.trim() : undefined;
+  } finally {
+    rmSync(`${stem}.c`, { force: true });
+    rmSync(stem, { force: true });
+  }
+}
