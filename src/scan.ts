@@ -72,8 +72,10 @@ export function cummax(x: Tensor, axis: number): Tensor {
 
 /** What topk ranks by, largest first: x, or x in reverse order for the smallest (~x for integers: -x overflows). */
 function selectionKey(x: Tensor, largest: boolean): Tensor {
-  if (largest) return x;
-  return x.dtype.kind === "float" ? x.neg() : x.dtype.kind === "bool" ? x.logicalNot() : x.bitwiseXor(-1);
+  // NaN ranks as +inf (equal to nothing, it would never be the max that equality finds, nor ever be passed)
+  const ranked = x.dtype.kind === "float" ? x.ne(x).where(Infinity, x) : x;
+  if (largest) return ranked;
+  return x.dtype.kind === "float" ? ranked.neg() : x.dtype.kind === "bool" ? x.logicalNot() : x.bitwiseXor(-1);
 }
 
 export interface TopkOptions {
@@ -86,7 +88,8 @@ export interface TopkOptions {
  * The k largest (or smallest) elements along `axis`, sorted, and their int32 indices; equal values come lowest
  * index first. `topk(t([1, 5, 3, 5]), 2)` is { values: [5, 5], indices: [1, 3] }. k rounds of a max and a
  * first-index reduce over the elements not yet taken (2k + 2 kernels: for small k); the values are gathered
- * from x, so only the chosen elements get gradients.
+ * from x, so only the chosen elements get gradients. NaN ranks as +inf (largest first, or smallest last, with
+ * ties by index).
  */
 export function topk(x: Tensor, k: number, { axis = -1, largest = true }: TopkOptions = {}): { values: Tensor; indices: Tensor } {
   const a = axisFor("topk", x.shape, axis);

@@ -12,19 +12,32 @@ export interface SortOptions {
   descending?: boolean;
 }
 
-/** The value that sorts after every element of `dtype`: what pads the axis up to a power of two. */
+/**
+ * The value that sorts after every element of `dtype` (or ties with the last, and loses the tie by index): what
+ * pads the axis up to a power of two. NaN sorts as the largest float.
+ */
 function sortsLast(dtype: DType, descending: boolean): number {
   const bits = 8 * dtype.itemsize;
-  const [min, max] = dtype.kind === "float" ? [-Infinity, Infinity]
+  const [min, max] = dtype.kind === "float" ? [-Infinity, NaN]
     : dtype.kind === "int" ? [-(2 ** (bits - 1)), 2 ** (bits - 1) - 1]
     : dtype.kind === "uint" ? [0, 2 ** bits - 1] : [0, 1];
   return descending ? min : max;
 }
 
-/** Whether element (keyA, indexA) sorts before (keyB, indexB): by key, equal keys by index, lower first. */
+/**
+ * Whether element (keyA, indexA) sorts before (keyB, indexB): by key, equal keys by index, lower first. Float
+ * NaN is larger than everything and equal to itself (as numpy and PyTorch sort): without that order NaN sorts
+ * neither before nor after anything, and a compare-exchange stage copies one element and loses another.
+ */
 function sortsBefore(keyA: Tensor, indexA: Tensor, keyB: Tensor, indexB: Tensor, descending: boolean): Tensor {
-  const strictly = descending ? keyA.gt(keyB) : keyA.lt(keyB);
-  return strictly.logicalOr(keyA.eq(keyB).logicalAnd(indexA.lt(indexB)));
+  let strictly = descending ? keyA.gt(keyB) : keyA.lt(keyB);
+  let equal = keyA.eq(keyB);
+  if (keyA.dtype.kind === "float") {
+    const [nanA, nanB] = [keyA.ne(keyA), keyB.ne(keyB)];
+    strictly = strictly.logicalOr(descending ? nanA.logicalAnd(nanB.logicalNot()) : nanB.logicalAnd(nanA.logicalNot()));
+    equal = equal.logicalOr(nanA.logicalAnd(nanB));
+  }
+  return strictly.logicalOr(equal.logicalAnd(indexA.lt(indexB)));
 }
 
 /**
@@ -79,9 +92,9 @@ function sortedIndices(x: Tensor, a: number, descending: boolean): Tensor {
 /**
  * `x` sorted along `axis` (the last by default), with the int32 indices each value came from:
  * `sort(t([3, 1, 2]))` is { values: [1, 2, 3], indices: [1, 2, 0] }. Stable: equal values keep their order,
- * lowest index first, ascending and descending alike; ±inf sort as the largest and smallest values. NaN is
- * not supported (it compares neither before nor after anything: the order around it is undefined). Gradients
- * reach x through the values (each goes back to the element it came from).
+ * lowest index first, ascending and descending alike; ±inf sort as the largest and smallest values, and NaN
+ * after +inf (last ascending, first descending, as numpy and PyTorch place it). Gradients reach x through the
+ * values (each goes back to the element it came from).
  */
 export function sort(x: Tensor, { axis = -1, descending = false }: SortOptions = {}): { values: Tensor; indices: Tensor } {
   const a = sortAxis("sort", x, axis);

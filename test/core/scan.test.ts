@@ -98,6 +98,14 @@ for (const device of testDevices()) {
       assert.deepEqual(values(topk(Tensor.full([4], -Infinity, { device }), 3).indices), [0, 1, 2]);
     });
 
+    test("topk ranks NaN as +inf: taken first among the largest (ties by index), last among the smallest", () => {
+      const x = new Tensor([2, Infinity, NaN, -1, NaN, 7], { device, dtype: dtypes.float32 });
+      assert.deepEqual(values(topk(x, 4).indices), [1, 2, 4, 5]);
+      assert.deepEqual(values(topk(x, 4).values), [Infinity, NaN, NaN, 7]);
+      assert.deepEqual(values(topk(x, 5, { largest: false }).indices), [3, 0, 5, 1, 2]);
+      assert.deepEqual(values(topk(Tensor.full([3], NaN, { device }), 2).indices), [0, 1]);
+    });
+
     test("topk of int32 extremes, smallest first", () => {
       const x = new Tensor(Int32Array.from([5, 2147483647, -2147483648, 0, -2147483648]), { device });
       const { values: v, indices: i } = topk(x, 5, { largest: false });

@@ -1,5 +1,5 @@
 // sort and argsort (src/sort.ts) against a stable sort of plain numbers, on every test device: any axis, lengths
-// that are and are not powers of two, descending, ties, ±inf, int32 extremes, float16, the values' gradient; what
+// that are and are not powers of two, descending, ties, ±inf, NaN, int32 extremes, float16, the values' gradient; what
 // a sort costs in kernels; and the errors.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
@@ -11,7 +11,11 @@ import { testDevices } from "../devices.ts";
 import { checkOp, fromNd, values } from "./harness.ts";
 import { type Nd, map, nd, randomNd } from "./ref.ts";
 
-const compare = (u: number, v: number): number => (u < v ? -1 : u > v ? 1 : 0);
+/** Numbers in order, NaN after everything and equal to itself (numpy's and PyTorch's order). */
+const compare = (u: number, v: number): number => {
+  if (Number.isNaN(u) || Number.isNaN(v)) return Number.isNaN(u) ? (Number.isNaN(v) ? 0 : 1) : -1;
+  return u < v ? -1 : u > v ? 1 : 0;
+};
 
 /** Each line along `axis` sorted by Array.prototype.sort, equal values by index (lowest first, either direction). */
 function sortRef(a: Nd, axis: number, descending = false): { values: Nd; indices: Nd } {
@@ -67,6 +71,14 @@ for (const device of testDevices()) {
     test("±inf sort last and first, before the padding that fills the axis to a power of two", () => {
       checkSort(device, nd([7], [Infinity, -Infinity, 1, Infinity, -Infinity, 0, -2]), dtypes.float32, 0);
       checkSort(device, nd([2, 3], [Infinity, Infinity, Infinity, -Infinity, -Infinity, -Infinity]), dtypes.float32, -1);
+    });
+
+    test("NaN sorts after +inf, last ascending and first descending, and no element is lost or doubled", () => {
+      checkSort(device, nd([7], [3, NaN, 1, -Infinity, NaN, Infinity, 0]), dtypes.float32, 0);
+      checkSort(device, nd([2, 5], [NaN, NaN, NaN, NaN, NaN, 2, NaN, -1, NaN, Infinity]), dtypes.float32, -1);
+      checkSort(device, nd([3, 3], [NaN, 1, 2, 0, NaN, Infinity, 5, -Infinity, NaN]), dtypes.float32, 0);
+      const a = map(nd([6], [0.5, NaN, -2, NaN, 65504, -Infinity]), (v) => values(new Tensor([v], { dtype: dtypes.float16 }))[0]!);
+      checkSort(device, a, dtypes.float16, 0);
     });
 
     test("int32 with its extremes sorts exactly and stays int32", () => {
