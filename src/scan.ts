@@ -121,15 +121,27 @@ export function topk(x: Tensor, k: number, { axis = -1, largest = true }: TopkOp
  * Draws `numSamples` category indices (int32) from each row of non-negative weights (probabilities, or any
  * non-negative scale): [n] -> [numSamples], [rows, n] -> [rows, numSamples]. Reproducible under
  * `Tensor.manualSeed`. Each row needs a positive weight (a row of zeros draws n, out of range). Without
- * replacement only one sample per row, where the two coincide.
+ * replacement the samples of a row are distinct, each drawn from the categories not yet drawn in proportion to
+ * their weights, as `numSamples` successive draws would be (a row with fewer positive weights than samples
+ * draws n for the rest).
  */
 export function multinomial(probs: Tensor, numSamples: number, { replacement = true }: { replacement?: boolean } = {}): Tensor {
   const what = `multinomial of weights ${fmtShape(probs.shape)}`;
   if (probs.ndim !== 1 && probs.ndim !== 2) throw new TsgradError(`${what}: expected 1-D [categories] or 2-D [rows, categories] weights`);
   if (!Number.isInteger(numSamples) || numSamples < 1) throw new TsgradError(`${what}: numSamples must be a positive integer, got ${numSamples}`);
-  if (!replacement && numSamples > 1) throw new TsgradError(`${what}: without replacement only numSamples = 1 is supported, got ${numSamples}`);
   const weights = (probs.ndim === 1 ? probs.unsqueeze(0) : probs).cast(dtypes.float32);
   const [rows, n] = weights.shape as [number, number];
+  if (!replacement && numSamples > n) throw new TsgradError(`${what}: without replacement at most ${n} samples (the categories), got ${numSamples}`);
+  if (!replacement && numSamples > 1) {
+    // Each category's key log(v) / w for v uniform in (0, 1] is the log of an exponential race's finishing
+    // time: the largest keys, in order, are successive draws without replacement (Efraimidis and Spirakis).
+    // A zero weight's key is -inf: last, and drawn only once the positive ones run out, as n.
+    const v = Tensor.rand([rows, n], { device: probs.device, dtype: dtypes.float32 }).neg().add(1);
+    const key = weights.gt(0).where(v.log().div(weights), -Infinity);
+    const { values: best, indices } = topk(key, numSamples, { axis: 1 });
+    const samples = best.eq(-Infinity).where(n, indices).cast(dtypes.int32);
+    return probs.ndim === 1 ? samples.reshape([numSamples]) : samples;
+  }
   const cdf = cumsum(weights, 1).unsqueeze(1); // [rows, 1, n]
   const positive = weights.gt(0).unsqueeze(1);
   // Sample i is the first positive category whose cdf exceeds u, which is the count of cdf values <= u when

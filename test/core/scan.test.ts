@@ -130,6 +130,37 @@ for (const device of testDevices()) {
       assert.notDeepEqual(values(multinomial(weights, 50)), firstValues, "the next draw differs");
       assert.deepEqual(multinomial(weights.index(0), 4).shape, [4]);
       assert.deepEqual(multinomial(weights, 1, { replacement: false }).shape, [2, 1]);
+      Tensor.manualSeed(12);
+      const without = values(multinomial(weights, 3, { replacement: false }));
+      Tensor.manualSeed(12);
+      assert.deepEqual(values(multinomial(weights, 3, { replacement: false })), without);
+    });
+
+    test("multinomial without replacement draws distinct categories, each round in proportion to the weights left", () => {
+      // 4000 rows of the same weights, two samples each: the first is a draw from the weights; the pair holds
+      // category i with probability p_i + sum over j != i of p_j p_i / (1 - p_j)
+      const p = [0.1, 0, 0.2, 0.4, 0.3];
+      const rows = 4000;
+      Tensor.manualSeed(5);
+      const samples = values(multinomial(new Tensor([p], { device, dtype: dtypes.float32 }).expand([rows, 5]), 2, { replacement: false }));
+      const [first, held] = [p.map(() => 0), p.map(() => 0)];
+      for (let r = 0; r < rows; r++) {
+        const [a, b] = [samples[2 * r]!, samples[2 * r + 1]!];
+        assert.notEqual(a, b, `row ${r} drew ${a} twice`);
+        first[a]! += 1;
+        held[a]! += 1;
+        held[b]! += 1;
+      }
+      p.forEach((pi, i) => {
+        const pair = pi === 0 ? 0 : pi + p.reduce((s, pj, j) => (j === i ? s : s + (pj * pi) / (1 - pj)), 0);
+        for (const [count, prob, what] of [[first[i]!, pi, "first draw"], [held[i]!, pair, "the pair"]] as const) {
+          if (prob === 0) assert.equal(count, 0, `category ${i} has weight 0 (${what})`);
+          // six standard errors: seeded, and unseeded a miss once in ~5e8 checks
+          else assert.ok(Math.abs(count / rows - prob) <= 6 * Math.sqrt((prob * (1 - prob)) / rows), `category ${i}, ${what}: ${count / rows}, expected ${prob}`);
+        }
+      });
+      // fewer positive weights than samples: the rest are n
+      assert.deepEqual(values(multinomial(new Tensor([0, 3, 0], { device, dtype: dtypes.float32 }), 3, { replacement: false })), [1, 3, 3]);
     });
 
     test("multinomial frequencies approach the weights; zero weights are never drawn", () => {
@@ -171,7 +202,7 @@ test("scan errors name the op, the axis or k, and the shape", () => {
   expectError(() => topk(x, 1.5), "topk: k = 1.5 must be an integer");
   expectError(() => multinomial(Tensor.ones([2, 2, 2]), 1), "multinomial of weights [2, 2, 2]: expected 1-D [categories] or 2-D [rows, categories] weights");
   expectError(() => multinomial(x, 0), "multinomial of weights [2, 3]: numSamples must be a positive integer, got 0");
-  expectError(() => multinomial(x, 2, { replacement: false }), "without replacement only numSamples = 1 is supported, got 2");
+  expectError(() => multinomial(x, 4, { replacement: false }), "multinomial of weights [2, 3]: without replacement at most 3 samples (the categories), got 4");
 });
 
 test("the Tensor methods are these functions", () => {
