@@ -636,7 +636,9 @@ export class Tensor {
     const axis = this.normalizeAxis(opts.axis);
     const n = this.shape[axis]!;
     const src = this.maxSource();
-    const isMax = src.eq(src.max({ axis, keepdim: true }));
+    // the max of a row holding NaN is NaN, which equals nothing: the first NaN is the answer then (as in PyTorch)
+    const equal = src.eq(src.max({ axis, keepdim: true }));
+    const isMax = isFloat(src.dtype) ? equal.logicalOr(src.ne(src)) : equal;
     const countdown = Tensor.arange(n, 0, -1, { device: this.device }).reshape(this.shape.map((s, i) => (i === axis ? n : 1)));
     const first = isMax.where(countdown, 0).max({ axis, keepdim: opts.keepdim });
     return first.neg().add(n).cast(dtypes.int32);

@@ -37,6 +37,12 @@ for (const device of testDevices()) {
       assert.deepEqual(t.argmax({ axis: 0, keepdim: true }).tolist(), [[1, 0, 1, 0]]);
       assert.equal(t.argmax().item(), 4);
     });
+    test("argmax and argmin of a row holding NaN return its first NaN, as PyTorch does (the max is NaN)", () => {
+      const t = new Tensor([[1, NaN, 9, NaN], [3, 2, 4, 0]], { device, dtype: "float32" });
+      assert.deepEqual(t.argmax({ axis: 1 }).tolist(), [1, 2]);
+      assert.deepEqual(t.argmin({ axis: 1 }).tolist(), [1, 3]);
+      assert.equal(t.argmax().item(), 1);
+    });
     test("sums of small ints widen, of float16 accumulate in float32", () => {
       assert.equal(new Tensor([100, 100], { device, dtype: "int8" }).sum().item(), 200);
       const halves = Tensor.full([4096], 1, { device, dtype: "float16" });
