@@ -13,23 +13,13 @@ export interface SortOptions {
 }
 
 /**
- * The value that sorts after every element of `dtype` (or ties with the last, and loses the tie by index): what
- * pads the axis up to a power of two. NaN sorts as the largest float.
+ * Whether element (keyA, indexA) sorts before (keyB, indexB) on an axis of n elements padded past n (undefined:
+ * not padded): real
+ * elements before padding (whatever its key), then by key, equal keys by index, lower first. Float NaN is larger
+ * than everything and equal to itself (as numpy and PyTorch sort): without that order NaN sorts neither before
+ * nor after anything, and a compare-exchange stage copies one element and loses another.
  */
-function sortsLast(dtype: DType, descending: boolean): number {
-  const bits = 8 * dtype.itemsize;
-  const [min, max] = dtype.kind === "float" ? [-Infinity, NaN]
-    : dtype.kind === "int" ? [-(2 ** (bits - 1)), 2 ** (bits - 1) - 1]
-    : dtype.kind === "uint" ? [0, 2 ** bits - 1] : [0, 1];
-  return descending ? min : max;
-}
-
-/**
- * Whether element (keyA, indexA) sorts before (keyB, indexB): by key, equal keys by index, lower first. Float
- * NaN is larger than everything and equal to itself (as numpy and PyTorch sort): without that order NaN sorts
- * neither before nor after anything, and a compare-exchange stage copies one element and loses another.
- */
-function sortsBefore(keyA: Tensor, indexA: Tensor, keyB: Tensor, indexB: Tensor, descending: boolean): Tensor {
+function sortsBefore(keyA: Tensor, indexA: Tensor, keyB: Tensor, indexB: Tensor, n: number | undefined, descending: boolean): Tensor {
   let strictly = descending ? keyA.gt(keyB) : keyA.lt(keyB);
   let equal = keyA.eq(keyB);
   if (keyA.dtype.kind === "float") {
@@ -37,23 +27,27 @@ function sortsBefore(keyA: Tensor, indexA: Tensor, keyB: Tensor, indexB: Tensor,
     strictly = strictly.logicalOr(descending ? nanA.logicalAnd(nanB.logicalNot()) : nanB.logicalAnd(nanA.logicalNot()));
     equal = equal.logicalOr(nanA.logicalAnd(nanB));
   }
-  return strictly.logicalOr(equal.logicalAnd(indexA.lt(indexB)));
+  const byKey = strictly.logicalOr(equal.logicalAnd(indexA.lt(indexB)));
+  if (n === undefined) return byKey; // no padding
+  const [realA, realB] = [indexA.lt(n), indexB.lt(n)];
+  return realA.logicalAnd(realB.logicalNot()).logicalOr(realA.eq(realB).logicalAnd(byKey));
 }
 
 /**
  * One compare-exchange stage over blocks of `block` elements of the middle axis of [outer, size, inner]: the
- * order `index` after it, each element's key read from `keys` through its index. Each element of a block's
+ * order `index` after it, each element's key read from `keys` through its index (the axis' first n elements are
+ * real, the rest padding). Each element of a block's
  * first half is paired with one of its second half, the pair's first in order going to the first half.
  * `reverse` pairs element j with block - 1 - j (the merge of two sorted halves, the second read backwards);
  * otherwise j pairs with j + block / 2 (the half-cleaner).
  */
-function compareExchange(keys: Tensor, index: Tensor, block: number, reverse: boolean, descending: boolean): Tensor {
+function compareExchange(keys: Tensor, index: Tensor, n: number, block: number, reverse: boolean, descending: boolean): Tensor {
   const [outer, size, inner] = index.shape as [number, number, number];
   const split = [outer, size / block, 2, block / 2, inner];
   const own = index.reshape(split);
   const partner = own.flip(reverse ? [2, 3] : [2]);
   const keyOf = (i: Tensor): Tensor => keys.gather(1, i.reshape(index.shape)).reshape(split);
-  const partnerFirst = sortsBefore(keyOf(partner), partner, keyOf(own), own, descending);
+  const partnerFirst = sortsBefore(keyOf(partner), partner, keyOf(own), own, size > n ? n : undefined, descending);
   // the first half takes its partner when the partner sorts first, the second half when it does not
   const firstHalf = Tensor.arange(2, undefined, 1, { device: index.device }).eq(0).reshape([1, 1, 2, 1, 1]);
   const take = firstHalf.where(partnerFirst, partnerFirst.logicalNot());
@@ -64,14 +58,12 @@ function compareExchange(keys: Tensor, index: Tensor, block: number, reverse: bo
 /** The axis `axis` names in `x`, or a TsgradError naming the op, the axis and the shape. */
 function sortAxis(op: string, x: Tensor, axis: number): number {
   if (x.ndim === 0) throw new TsgradError(`${op}: a 0-d tensor (shape ${fmtShape(x.shape)}) has no axis to sort`);
-  const a = axisFor(op, x.shape, axis);
-  if (x.dtype === dtypes.int64) throw new TsgradError(`${op}: int64 is not supported (its extremes, which pad the axis, are not exact numbers); shape ${fmtShape(x.shape)}`);
-  return a;
+  return axisFor(op, x.shape, axis);
 }
 
 /**
- * The int32 indices that sort `x` along axis `a`: the axis padded to a power of two with values that sort last
- * (and indices past its end, so padding also loses every tie with them), ordered by the log2(n) merges of a
+ * The int32 indices that sort `x` along axis `a`: the axis padded to a power of two (indices past its end, which
+ * sort after every real element whatever their key), ordered by the log2(n) merges of a
  * bitonic network, log2(n) * (log2(n) + 1) / 2 compare-exchange stages of one kernel each, then shrunk back.
  */
 function sortedIndices(x: Tensor, a: number, descending: boolean): Tensor {
@@ -80,11 +72,11 @@ function sortedIndices(x: Tensor, a: number, descending: boolean): Tensor {
   if (x.numel === 0) return Tensor.zeros(x.shape, { dtype: dtypes.int32, device: x.device });
   const size = n <= 1 ? 1 : 2 ** (n - 1).toString(2).length;
   const [outer, inner] = [prod(x.shape.slice(0, a)), prod(x.shape.slice(a + 1))];
-  const keys = x.detach().reshape([outer, n, inner]).pad([null, [0, size - n], null], sortsLast(x.dtype, descending));
+  const keys = x.detach().reshape([outer, n, inner]).pad([null, [0, size - n], null]);
   let index = Tensor.arange(size, undefined, 1, { device: x.device }).reshape([1, size, 1]).expand([outer, size, inner]);
   // each merge turns sorted runs of merged / 2 into sorted runs of `merged`, in stages over ever smaller blocks
   for (let merged = 2; merged <= size; merged *= 2) {
-    for (let block = merged; block >= 2; block /= 2) index = compareExchange(keys, index, block, block === merged, descending);
+    for (let block = merged; block >= 2; block /= 2) index = compareExchange(keys, index, n, block, block === merged, descending);
   }
   return index.shrink([null, [0, n], null]).reshape(x.shape);
 }

@@ -72,7 +72,7 @@ function toStorage(x: string, d: DType): string {
   switch (d.name) {
     case "float16": return `H.f2h(${x})`;
     case "bfloat16": return `H.f2b(${x})`;
-    case "int64": return `BigInt(${x})`;
+    case "int64": return `H.i64(${x})`;
     default: return x;
   }
 }

@@ -37,6 +37,11 @@ export const jsKernelHelpers = {
   f2b: f32ToBf16Bits,
   f16round: (x: number) => f16BitsToF32(f32ToF16Bits(x)),
   bf16round: (x: number) => bf16BitsToF32(f32ToBf16Bits(x)),
+  /**
+   * A computed int64 (a double) to its stored BigInt as the C backend converts: saturated, NaN as 0. INT64_MAX
+   * reads as the double 2^63, which BigInt64Array would wrap to INT64_MIN (and BigInt(NaN) throws).
+   */
+  i64: (x: number): bigint => (x !== x ? 0n : x >= 9223372036854775807 ? 9223372036854775807n : x <= -9223372036854775808 ? -9223372036854775808n : BigInt(x)),
   ...bitcasts,
 };
 
