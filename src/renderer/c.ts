@@ -162,29 +162,27 @@ const UNROLLED_TRIPS = 16;
  */
 function hasFragileLoops(kernel: KernelIR, loopVars: ReadonlySet<string>): boolean {
   let fragile = false;
-  // counts each buffer's accesses in `stmts` an iteration of the loop around them, short inner loops unrolled;
-  // longer inner loops are loops of their own
-  const accesses = (stmts: readonly Stmt[], times: number, counts: Map<number, number>): void => {
-    const count = (buf: number) => counts.set(buf, (counts.get(buf) ?? 0) + times);
+  // each buffer's accesses in `stmts` an iteration of the loop around them, short inner loops unrolled into it
+  // (longer ones are loops of their own); every loop's own count is checked on the way
+  const perIteration = (stmts: readonly Stmt[]): Map<number, number> => {
+    const counts = new Map<number, number>();
+    const add = (buf: number, n: number) => counts.set(buf, (counts.get(buf) ?? 0) + n);
     for (const s of stmts) {
       if (s.kind === "loop") {
-        if (s.size <= UNROLLED_TRIPS) accesses(s.body, times * s.size, counts);
-        visitLoop(s);
+        const inner = perIteration(s.body);
+        if ([...inner.values()].some((n) => n > 1)) fragile = true;
+        if (s.size <= UNROLLED_TRIPS) for (const [buf, n] of inner) add(buf, n * s.size);
       } else if (s.kind === "def" && s.expr.op === "LOAD") {
-        count(s.expr.buf);
+        add(s.expr.buf, 1);
         if (s.expr.valid.length > 0 && !readsInBounds(s.expr, kernel, loopVars)) fragile = true;
       } else if (s.kind === "store") {
-        count(s.buf);
+        add(s.buf, 1);
         if (s.valid?.length) fragile = true;
       } else if (s.kind === "acc" && s.op === "ADD" && (s.dtype.kind === "int" || s.dtype.kind === "uint")) fragile = true;
     }
+    return counts;
   };
-  const visitLoop = (loop: Stmt & { kind: "loop" }): void => {
-    const counts = new Map<number, number>();
-    accesses(loop.body, 1, counts);
-    if ([...counts.values()].some((n) => n > 1)) fragile = true;
-  };
-  accesses(kernel.body, 1, new Map());
+  perIteration(kernel.body);
   return fragile;
 }
 
