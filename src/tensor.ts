@@ -445,7 +445,17 @@ export class Tensor {
   ceil(): Tensor { const t = this.trunc(); return t.lt(this).where(t.add(1), t); }
   round(): Tensor { return this.add(0.5).floor(); }
   relu(): Tensor { return this.maximum(0); }
-  sigmoid(): Tensor { return this.neg().exp().add(1).reciprocal(); }
+  /**
+   * 1 / (1 + exp(-x)) for x >= 0, exp(x) / (1 + exp(x)) below: no exp overflows, in the value or in the gradient
+   * (the one form's gradient at x = -100 was -0 * inf, NaN). Each side reads x only where it is chosen, so the
+   * other side's gradient is 0 times a finite number.
+   */
+  sigmoid(): Tensor {
+    const positive = this.ge(0);
+    const above = positive.where(this, 0).neg().exp().add(1).reciprocal();
+    const e = positive.where(0, this).exp();
+    return positive.where(above, e.div(e.add(1)));
+  }
   tanh(): Tensor { return this.mul(2).sigmoid().mul(2).sub(1); }
   abs(): Tensor { return this.dtype === dtypes.bool || this.dtype.kind === "uint" ? this : this.relu().add(this.neg().relu()); }
   sign(): Tensor { return this.gt(0).cast(this.dtype).sub(this.lt(0).cast(this.dtype)); }

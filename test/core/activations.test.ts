@@ -64,6 +64,21 @@ for (const device of testDevices()) {
       assert.ok(values(t.grad!).every(Number.isFinite), `gradients ${values(t.grad!)}`);
     });
 
+    test("sigmoid, tanh and silu have finite gradients far below zero (exp(-x) overflowed: -0 * inf), and sigmoid'(0) is 1/4", () => {
+      const x = [-200, -100, -50, 0, 3, 100];
+      const sigma = (v: number) => 1 / (1 + Math.exp(-v));
+      for (const [name, f, df] of [
+        ["sigmoid", (t: Tensor) => t.sigmoid(), (v: number) => sigma(v) * (1 - sigma(v))],
+        ["tanh", (t: Tensor) => t.tanh(), (v: number) => 1 - Math.tanh(v) ** 2],
+        ["silu", (t: Tensor) => t.silu(), (v: number) => sigma(v) * (1 + v * (1 - sigma(v)))],
+      ] as const) {
+        const t = new Tensor(x, { device, dtype: dtypes.float32, requiresGrad: true });
+        f(t).sum().backward();
+        assertClose(values(t.grad!), x.map(df), { rtol: 1e-5, atol: 1e-30, what: `${name}'` });
+      }
+      assertClose(values(new Tensor(x, { device, dtype: dtypes.float32 }).sigmoid()), x.map(sigma), { rtol: 1e-5, atol: 1e-44, what: "sigmoid" });
+    });
+
     test("logsumexp over an axis, over all, keepdim; large values do not overflow", () => {
       checkOp(device, [x], (t) => t.logsumexp({ axis: -1, keepdim: true }), logsumexpRows);
       checkOp(device, [x], (t) => t.logsumexp({ axis: 1 }), (a) => {
