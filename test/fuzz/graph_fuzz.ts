@@ -2,10 +2,12 @@
 // numpy (numpy_ref.py), results compared; in gradient mode also backward() on both devices against float64 central
 // differences. Every mismatch prints the seed, the program as TypeScript and the first differing element.
 //
-//   npx tsx test/fuzz/graph_fuzz.ts --seed 1 --count 300 [--grad] [--batch 50] [--devices JS,CPU] [--minimize] [--include-known] [--max-size 7]
+//   npx tsx test/fuzz/graph_fuzz.ts --seed 1 --count 300 [--grad] [--batch 50] [--devices JS,CPU] [--minimize] [--include-known] [--max-size 7] [--classic]
 //
 // Program seeds are seed, seed+1, ...: `--seed S --count 1` reruns one. Exits 1 on any mismatch. The generator
-// steers around the bugs listed in program.ts's KNOWN_BUGS unless --include-known.
+// steers around the bugs listed in program.ts's KNOWN_BUGS unless --include-known. --classic generates from the
+// first generator's op families only: a seed gives the program it gave before the newer ops (pad modes, softmax,
+// sorts, einsum, activations, interpolate, conv2d) were added.
 import { parseArgs } from "node:util";
 import { Device } from "../../src/index.ts";
 import { type BatchReport, checkSeeds } from "./check.ts";
@@ -37,6 +39,7 @@ function main(): void {
       minimize: { type: "boolean", default: false },
       "include-known": { type: "boolean", default: false },
       "max-size": { type: "string", default: "7" },
+      classic: { type: "boolean", default: false },
     },
   });
   const [first, count, batch] = [Number(values.seed), Number(values.count), Number(values.batch)];
@@ -46,7 +49,7 @@ function main(): void {
   const keys = new Map<string, number[]>();
   for (let start = first; start < first + count; start += batch) {
     const seeds = Array.from({ length: Math.min(batch, first + count - start) }, (_, i) => start + i);
-    const report = checkSeeds(seeds, devices, { grad: values.grad, includeKnown: values["include-known"], maxSize: Number(values["max-size"]) });
+    const report = checkSeeds(seeds, devices, { grad: values.grad, includeKnown: values["include-known"], maxSize: Number(values["max-size"]), classic: values.classic });
     ran += report.ran;
     skipped += report.skipped;
     for (const seed of report.failing.keys()) printFailure(report, seed, devices, values.minimize);

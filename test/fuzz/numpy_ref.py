@@ -3,15 +3,19 @@
 stdin: {"programs": [...], "allNodes": bool}; stdout: one result per program, {"out": value, "out64": value,
 "singular": bool} or {"skip": reason} (or {"error": message}: a fuzzer bug). out64 is the output computed in float64
 (how far float32 rounding moves it: near a square root of 0 or after a cancellation, far); singular says a square
-root was taken at 0 (where gradients are infinite). Plus {"nodes": [...]} with allNodes, and for gradient programs {"grads":
-[{"input": id, "fd": [...], "smooth": [...]}]}: central differences in float64 of sum(out * weights) per float32
-input element, two step sizes, "smooth" where they agree (off at kinks, ties and jumps); none where a float32 value
-of the program overflows.
+root was taken at 0 (where gradients are infinite). Plus {"nodes": [...]} with allNodes, and for
+gradient programs {"grads": [{"input": id, "fd": [...], "smooth": [...]}]}: central differences in float64 of
+sum(out * weights) per float32 input element, two step sizes, "smooth" where they agree (off at kinks, ties and
+jumps); none where a float32 value of the program overflows.
 
 Where numpy's own rules differ from tsgrad's, tsgrad's are modelled: results are cast to the node's dtype (numpy
 would widen int32 sums and bool + int to int64), x / y is x * (1 / y), exp(x) is exp2(x * log2(e)), log(x) is
 log2(x) * ln(2), constants take the tensor's dtype, and float16 values are float32 values rounded to float16
 where tsgrad stores them (a cast to float16, contiguous, a sum's or max's input, the output), not after every op.
+Composite ops are modelled as tsgrad composes them where that decides a value (softmax's shift by the max, logsumexp's
+finite shift, activations from sigmoid = 1 / (1 + exp(-x)) and tanh = 2 sigmoid(2x) - 1, gelu's erf by Abramowitz
+and Stegun); sorts are numpy's stable argsort; pad modes are np.pad's reflect, edge and wrap; interpolate and conv2d
+follow PyTorch's formulas.
 """
 import json
 import math
@@ -23,6 +27,7 @@ np.seterr(all="ignore")
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
+F16_MAX = 65504.0
 
 
 class Skip(Exception):
@@ -34,7 +39,8 @@ class Model:
         # wide: float64 throughout (finite differences, error estimates); else float32, as tsgrad computes
         self.wide = wide
         self.ft = np.float64 if wide else np.float32
-        # a square root taken at exactly 0: its gradient is infinite there, and inf * 0 = NaN downstream
+        # a square root taken at exactly 0: its gradient is infinite there, and inf * 0 = NaN downstream (also set
+        # where a sigmoid's exp overflows: a known bug's NaN gradient)
         self.singular = False
 
     def ctype(self, dt):
@@ -120,7 +126,13 @@ def cast(m, x, src_dt, dt):
     return m.r16(m.as_dt(x, dt), dt)
 
 
+PAD_MODES = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+
+
 def pad(m, n, x):
+    if n.get("mode"):
+        # tsgrad's limits (reflect < size, circular <= size a side) are where numpy's modes mean the same
+        return np.pad(x, n["pads"], mode=PAD_MODES[n["mode"]])
     slices = tuple(slice(max(0, -b), x.shape[i] - max(0, -a)) for i, (b, a) in enumerate(n["pads"]))
     x = m.as_dt(x[slices], n["dtype"])
     widths = [(max(0, b), max(0, a)) for b, a in n["pads"]]
@@ -171,6 +183,219 @@ def gather(n, src, idx):
     axis = n["axis"] % src.ndim
     key = tuple(slice(None) if i == axis else slice(0, s) for i, s in enumerate(idx.shape))
     return np.take_along_axis(src[key], idx.astype(np.int64), axis=axis)
+
+
+def fexp(m, x, dt):
+    """Tensor.exp: exp2(x * log2(e)) in float32."""
+    return np.exp(x) if m.wide else np.exp2(x * m.const(LOG2E, dt))
+
+
+def flog(m, x, dt):
+    """Tensor.log: log2(x) * ln(2) in float32."""
+    return np.log(x) if m.wide else np.log2(x) * m.const(LN2, dt)
+
+
+def fdiv(m, x, y, dt):
+    """Tensor.div: x * (1 / y)."""
+    return x / y if m.wide else x * (m.const(1, dt) / y)
+
+
+def softmax(m, n, x, src_dt):
+    dt = n["dtype"]
+    x = m.as_dt(m.r16(x, src_dt), dt)  # a 16-bit input is stored before its max (Tensor.maxSource)
+    axis = n["axis"]
+    shifted = x - np.max(x, axis=axis, keepdims=True)
+    e = fexp(m, shifted, dt)
+    total = m.r16(np.sum(e, axis=axis, keepdims=True), dt)  # a float16 sum comes back rounded
+    if n["fn"] == "softmax":
+        return fdiv(m, e, total, dt)
+    return shifted - flog(m, total, dt)
+
+
+def logsumexp(m, n, x, src_dt):
+    dt = n["dtype"]
+    axis = n["axis"]
+    axes = reduce_axes([axis] if isinstance(axis, int) else axis, x.ndim)
+    x = m.as_dt(m.r16(x, src_dt), dt)
+    top = np.max(x, axis=axes, keepdims=True) if x.ndim > 0 else x
+    shift = np.where(np.abs(top) == np.inf, m.const(0, dt), top)  # an infinite max is not taken out
+    out = flog(m, m.r16(np.sum(fexp(m, x - shift, dt), axis=axes, keepdims=True), dt), dt) + shift
+    return out if n["keepdim"] else out.reshape([s for i, s in enumerate(x.shape) if i not in axes])
+
+
+def sort_key(x, descending):
+    """A key whose stable ascending order is x's order (descending: largest first, ties still lowest index first)."""
+    if np.any(np.isnan(x)):
+        raise Skip("sort of NaN: the order is undefined")
+    k = x.astype(np.int64) if x.dtype != np.float32 and x.dtype != np.float64 else x
+    return -k if descending else k
+
+
+def sort_order(x, axis, descending):
+    return np.argsort(sort_key(x, descending), axis=axis, kind="stable")
+
+
+def topk(n, x):
+    order = sort_order(x, n["axis"], n["largest"])
+    idx = np.take(order, range(n["k"]), axis=n["axis"])
+    return idx if n["take"] == "indices" else np.take_along_axis(x, idx, axis=n["axis"])
+
+
+def einsum(m, n, a, b):
+    dt = n["dtype"]
+    # bools multiply and sum as int32 (tsgrad's mul is AND, its sum counts)
+    work = "int32" if dt in ("bool", "int32") else "float32" if dt == "float16" else dt
+    return m.r16(m.as_dt(np.einsum(n["formula"], m.as_dt(a, work), m.as_dt(b, work)), dt), dt)
+
+
+def erf(m, x, dt):
+    if m.wide:
+        return np.vectorize(math.erf, otypes=[np.float64])(x) if x.size else x
+    # Tensor.erf: Abramowitz & Stegun 7.1.26
+    c = lambda v: m.const(v, dt)
+    t = c(1) / (np.abs(x) * c(0.3275911) + c(1))
+    poly = (((((t * c(1.061405429) + c(-1.453152027)) * t + c(1.421413741)) * t + c(-0.284496736)) * t + c(0.254829592)) * t)
+    return np.sign(x) * (c(1) - poly * fexp(m, -(x * x), dt))
+
+
+def activation(m, n, x, src_dt):
+    """Tensor's activations, as it composes them (sigmoid 1 / (1 + exp(-x)), tanh 2 sigmoid(2x) - 1, ...)."""
+    fn, dt, param = n["fn"], n["dtype"], n.get("param")
+    if dt == "int32":  # relu, relu6 and hardtanh with integer bounds stay integers
+        lo, hi = {"relu": (0, None), "relu6": (0, 6)}.get(fn, tuple(param) if param else (-1, 1))
+        return np.clip(x, lo, hi)
+    fdt = dt
+    c = lambda v: m.const(v, fdt)
+    x = m.as_dt(x, fdt)
+
+    def sigmoid(v):
+        # tsgrad's overflow-free form: 1 / (1 + exp(-v)) at v >= 0, exp(v) / (exp(v) + 1) below
+        positive = v >= c(0)
+        above = c(1) / (c(1) + fexp(m, -np.where(positive, v, c(0)), fdt))
+        e = fexp(m, np.where(positive, c(0), v), fdt)
+        return np.where(positive, above, fdiv(m, e, e + c(1), fdt))
+
+    def tanh(v):
+        return np.tanh(v) if m.wide else sigmoid(v * c(2)) * c(2) - c(1)
+
+    def softplus(v, beta=1):
+        v = v * c(beta)
+        return fdiv(m, np.maximum(v, c(0)) + np.log1p(fexp(m, -np.abs(v), fdt)), c(beta), fdt)
+
+    def elu(v, alpha=1):
+        return np.where(v > 0, v, np.expm1(np.minimum(v, c(0))) * c(alpha))
+
+    if fn == "sigmoid":
+        return sigmoid(x)
+    if fn == "tanh":
+        return tanh(x)
+    if fn == "relu":
+        return np.maximum(x, c(0))
+    if fn == "silu":
+        return x * sigmoid(x)
+    if fn == "gelu":
+        return x * c(0.5) * (erf(m, x * c(math.sqrt(0.5)), fdt) + c(1))
+    if fn == "geluTanh":
+        # x * x * x is an integer product for an integer x
+        cube = m.as_dt(np.asarray(x, dtype=np.int32) ** 3, fdt) if src_dt == "int32" else x * x * x
+        return x * c(0.5) * (tanh((x + cube * c(0.044715)) * c(math.sqrt(2 / math.pi))) + c(1))
+    if fn == "softplus":
+        return softplus(x, param if param is not None else 1)
+    if fn == "elu":
+        return elu(x, param if param is not None else 1)
+    if fn == "selu":
+        return elu(x, 1.6732632423543772) * c(1.0507009873554805)
+    if fn == "leakyRelu":
+        return np.where(x > 0, x, x * c(param if param is not None else 0.01))
+    if fn == "relu6":
+        return np.minimum(np.maximum(x, c(0)), c(6))
+    if fn == "hardtanh":
+        lo, hi = param if param else (-1, 1)
+        return np.minimum(np.maximum(x, c(lo)), c(hi))
+    if fn == "hardsigmoid":
+        return fdiv(m, np.minimum(np.maximum(x + c(3), c(0)), c(6)), c(6), fdt)
+    if fn == "hardswish":
+        return x * fdiv(m, np.minimum(np.maximum(x + c(3), c(0)), c(6)), c(6), fdt)
+    if fn == "mish":
+        return x * tanh(softplus(x))
+    if fn == "logsigmoid":
+        return -softplus(-x)
+    raise ValueError(fn)
+
+
+def interpolate(m, n, x):
+    """PyTorch's F.interpolate: legacy nearest (floor of o * scale, in float32), linear with its source-index rule."""
+    mode, dt = n["mode"], n["dtype"]
+    if x.dtype.kind == "f" and not np.all(np.isfinite(x)):
+        # program.ts KNOWN_BUGS.interpolateNonFinite: tsgrad's weight-matrix product spreads NaN (0 * inf) along the axis
+        raise Skip("interpolate of a non-finite value")
+    spatial = x.ndim - 2
+    sf = n.get("scaleFactor")
+    scales = None if sf is None else ([sf] * spatial if isinstance(sf, (int, float)) else sf)
+    align = bool(n.get("alignCorners"))
+    for d in range(spatial):
+        axis, size_in, size_out = 2 + d, x.shape[2 + d], n["shape"][2 + d]
+        if mode == "nearest":
+            scale = np.float32(1.0 / scales[d]) if scales else np.float32(size_in) / np.float32(size_out)
+            idx = [min(int(np.floor(np.float32(o) * scale)), size_in - 1) for o in range(size_out)]
+            x = np.take(x, idx, axis=axis)
+            continue
+        if align:
+            scale = (size_in - 1) / (size_out - 1) if size_out > 1 else 0.0
+        else:
+            scale = 1.0 / scales[d] if scales else size_in / size_out
+        low, high, lam = [], [], []
+        for o in range(size_out):
+            src = scale * o if align else max(scale * (o + 0.5) - 0.5, 0.0)
+            i = min(int(math.floor(src)), size_in - 1)
+            low.append(i)
+            high.append(i + 1 if i < size_in - 1 else i)
+            lam.append(min(max(src - i, 0.0), 1.0))
+        shape = [1] * x.ndim
+        shape[axis] = size_out
+        # the weights are a tensor of x's dtype (float16 ones rounded), their product a matmul (rounded likewise)
+        l1 = m.r16(m.as_dt(np.array(lam), dt), dt).reshape(shape)
+        l0 = m.r16(m.as_dt(1 - np.array(lam), dt), dt).reshape(shape)
+        x = m.r16(np.take(x, low, axis=axis) * l0 + np.take(x, high, axis=axis) * l1, dt)
+    return x
+
+
+def pair(v):
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+ORDER = ["bool", "int32", "float16", "float32"]
+
+
+def matmul_dtype(a, b):
+    """A matmul's dtype: the promoted one, bools summed as int32."""
+    d = max(a, b, key=ORDER.index)
+    return "int32" if d == "bool" else d
+
+
+def conv2d(m, n, x, w, bias, dts):
+    """PyTorch's conv2d (cross-correlation): a sum over the kernel's taps of a strided view times the tap's weights."""
+    dt = n["dtype"]
+    mdt = matmul_dtype(dts[0], dts[1])  # the product's dtype (before the bias)
+    product = "float32" if mdt == "float16" else mdt
+    (sh, sw), (ph, pw), (dh, dw), groups = pair(n["stride"]), pair(n["padding"]), pair(n["dilation"]), n["groups"]
+    x = np.pad(m.as_dt(x, product), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    w = m.as_dt(w, product)
+    batch, channels, height, width = x.shape
+    filters, per_group, kh, kw = w.shape
+    oh, ow = n["shape"][2], n["shape"][3]
+    out = np.zeros((batch, filters, oh, ow), dtype=m.ctype(product))
+    fg = filters // groups
+    for g in range(groups):
+        xs, ws = x[:, g * per_group:(g + 1) * per_group], w[g * fg:(g + 1) * fg]
+        for i in range(kh):
+            for j in range(kw):
+                patch = xs[:, :, i * dh: i * dh + sh * (oh - 1) + 1: sh, j * dw: j * dw + sw * (ow - 1) + 1: sw]
+                out[:, g * fg:(g + 1) * fg] += np.einsum("bchw,fc->bfhw", patch, ws[:, :, i, j])
+    out = m.r16(out, mdt)
+    if bias is not None:
+        out = m.as_dt(out, dt) + m.as_dt(bias, dt).reshape(1, -1, 1, 1)
+    return out
 
 
 def evaluate(m, prog, inputs=None):
@@ -230,11 +455,33 @@ def evaluate(m, prog, inputs=None):
             v = m.r16(np.cumsum(m.as_dt(args[0], wide), axis=n["axis"], dtype=m.ctype(wide)), dt)
         elif op == "gather":
             v = gather(n, args[0], args[1])
+        elif op == "cummax":
+            v = np.maximum.accumulate(m.r16(args[0], dts[0]), axis=n["axis"])
+        elif op == "softmax":
+            v = softmax(m, n, args[0], dts[0])
+        elif op == "logsumexp":
+            v = logsumexp(m, n, args[0], dts[0])
+        elif op in ("sort", "argsort"):
+            order = sort_order(args[0], n["axis"], n["descending"])
+            v = np.take_along_axis(args[0], order, axis=n["axis"]) if n.get("take") == "values" else order
+        elif op == "topk":
+            v = topk(n, args[0])
+        elif op == "einsum":
+            v = einsum(m, n, args[0], args[1])
+        elif op == "act":
+            v = activation(m, n, args[0], dts[0])
+        elif op == "interpolate":
+            v = interpolate(m, n, args[0])
+        elif op == "conv2d":
+            v = conv2d(m, n, args[0], args[1], args[2] if len(args) > 2 else None, dts)
         elif op in ("contiguous", "realize"):
             v = m.r16(args[0], dt)
         else:
             raise ValueError(f"unknown op {op}")
         v = np.array(m.as_dt(v, dt))  # a copy, contiguous, 0-d kept 0-d
+        if dt == "float16" and not m.wide and np.any(np.isfinite(v) & (np.abs(v) > F16_MAX)):
+            # finite in float32, infinite once stored as float16: where tsgrad stores it (the scheduler's choice) decides
+            raise Skip("a float16 value beyond float16's range")
         if list(v.shape) != list(n["shape"]):
             raise ValueError(f"node {i} ({op}): numpy shape {list(v.shape)}, program says {n['shape']}")
         vals.append(v)
@@ -256,16 +503,22 @@ def finite_differences(prog):
     """d(sum(out * w))/d(input element), float64, for every float32 input, with steps h and h/2.
 
     The outputs are differenced before they are weighted and summed: outputs the element does not reach cancel
-    exactly, however large they are (exp of exp), instead of drowning the difference in the sum's rounding.
+    exactly, however large they are (exp of exp), instead of drowning the difference in the sum's rounding. An element
+    is smooth where the two steps agree and no integer or bool value of the program (a cast, a comparison, sort
+    indices) differs between its two sides: a steep value cast to int32 jumps at both step sizes alike.
     """
     m = Model(wide=True)
     w = np.array(prog["weights"], dtype=np.float64).reshape(prog["nodes"][-1]["shape"])
 
+    discrete = [k for k, n in enumerate(prog["nodes"]) if n["op"] != "input" and n["dtype"] in ("bool", "int32")]
+
     def out(inputs):
+        """The output, and the program's integer and bool values (None where the program is undefined)."""
         try:
-            return evaluate(m, prog, inputs)[-1].astype(np.float64)
+            vals = evaluate(m, prog, inputs)
+            return vals[-1].astype(np.float64), [vals[k] for k in discrete]
         except Skip:
-            return np.full(w.shape, math.nan)
+            return np.full(w.shape, math.nan), None
 
     grads = []
     for i, n in enumerate(prog["nodes"]):
@@ -274,14 +527,16 @@ def finite_differences(prog):
         base = np.array(n["data"], dtype=np.float64)
         fd, smooth = [], []
         for j in range(base.size):
-            d = []
+            d, jump = [], False
             for h in (1e-4, 5e-5):
                 up, down = base.copy(), base.copy()
                 up[j] += h
                 down[j] -= h
-                diff = out({i: up}) - out({i: down})
+                (hi, hi_discrete), (lo, lo_discrete) = out({i: up}), out({i: down})
+                diff = hi - lo
                 d.append(float(np.sum(np.where(diff == 0, 0.0, diff * w))) / (2 * h))
-            ok = all(math.isfinite(x) for x in d) and abs(d[0] - d[1]) <= 1e-5 + 1e-4 * abs(d[1])
+                jump = jump or hi_discrete is None or lo_discrete is None or any(not np.array_equal(a, b) for a, b in zip(hi_discrete, lo_discrete))
+            ok = not jump and all(math.isfinite(x) for x in d) and abs(d[0] - d[1]) <= 1e-5 + 1e-4 * abs(d[1])
             fd.append(d[1] if math.isfinite(d[1]) else 0.0)
             smooth.append(1 if ok else 0)
         grads.append({"input": i, "fd": fd, "smooth": smooth})

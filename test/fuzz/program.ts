@@ -7,6 +7,13 @@ export type DT = "bool" | "int32" | "float16" | "float32";
 export type BinaryFn = "add" | "sub" | "mul" | "div" | "maximum" | "minimum" | "lt" | "eq";
 export type UnaryFn = "exp" | "logAbs1" | "sqrtAbs" | "neg";
 export type ReduceFn = "sum" | "max" | "min" | "mean";
+/** Tensor.pad's modes other than "constant" (numpy's reflect, edge and wrap). */
+export type PadMode = "reflect" | "replicate" | "circular";
+/** Activation methods of Tensor (`param`: softplus's beta, elu's alpha, leakyRelu's slope, hardtanh's [min, max]). */
+export type ActFn =
+  | "sigmoid" | "tanh" | "relu" | "silu" | "gelu" | "geluTanh" | "softplus" | "elu" | "selu" | "leakyRelu"
+  | "relu6" | "hardtanh" | "hardsigmoid" | "hardswish" | "mish" | "logsigmoid";
+export type InterpolateMode = "nearest" | "linear" | "bilinear";
 /** One entry of Tensor.index: a number picks, [start, stop, step] slices (null: default), null adds an axis. */
 export type IndexEntry = number | [number | null, number | null, number | null] | null;
 
@@ -21,7 +28,8 @@ export type Node =
   | { op: "permute"; args: number[]; order: number[]; shape: number[]; dtype: DT }
   | { op: "transpose"; args: number[]; dims: [number, number]; shape: number[]; dtype: DT }
   | { op: "expand"; args: number[]; to: number[]; shape: number[]; dtype: DT }
-  | { op: "pad"; args: number[]; pads: [number, number][]; value: number; shape: number[]; dtype: DT }
+  /** `mode` absent: constant `value` (negative pads crop); a mode: pieces of the tensor laid around it (value 0). */
+  | { op: "pad"; args: number[]; pads: [number, number][]; value: number; mode?: PadMode; shape: number[]; dtype: DT }
   | { op: "shrink"; args: number[]; bounds: [number, number][]; shape: number[]; dtype: DT }
   | { op: "flip"; args: number[]; axes: number[]; shape: number[]; dtype: DT }
   | { op: "index"; args: number[]; spec: IndexEntry[]; shape: number[]; dtype: DT }
@@ -32,6 +40,20 @@ export type Node =
   | { op: "matmul"; args: number[]; shape: number[]; dtype: DT }
   | { op: "cumsum"; args: number[]; axis: number; shape: number[]; dtype: DT }
   | { op: "gather"; args: number[]; axis: number; shape: number[]; dtype: DT }
+  | { op: "cummax"; args: number[]; axis: number; shape: number[]; dtype: DT }
+  | { op: "softmax"; fn: "softmax" | "logSoftmax"; args: number[]; axis: number; shape: number[]; dtype: DT }
+  | { op: "logsumexp"; args: number[]; axis: number | number[] | null; keepdim: boolean; shape: number[]; dtype: DT }
+  /** sort(): its values or its indices (stable: ties lowest index first, descending too). */
+  | { op: "sort"; args: number[]; axis: number; descending: boolean; take: "values" | "indices"; shape: number[]; dtype: DT }
+  | { op: "argsort"; args: number[]; axis: number; descending: boolean; shape: number[]; dtype: DT }
+  | { op: "topk"; args: number[]; k: number; axis: number; largest: boolean; take: "values" | "indices"; shape: number[]; dtype: DT }
+  /** Tensor.einsum(formula, a, b) with two operands (args: [a, b]). */
+  | { op: "einsum"; args: number[]; formula: string; shape: number[]; dtype: DT }
+  | { op: "act"; fn: ActFn; args: number[]; param?: number | [number, number]; shape: number[]; dtype: DT }
+  /** x.interpolate({ mode, size | scaleFactor, alignCorners }) over x's axes from the third on. */
+  | { op: "interpolate"; args: number[]; mode: InterpolateMode; size?: number | number[]; scaleFactor?: number | number[]; alignCorners?: boolean; shape: number[]; dtype: DT }
+  /** x.conv2d(w, { bias, stride, padding, dilation, groups }); args: [x, w] or [x, w, bias]. */
+  | { op: "conv2d"; args: number[]; stride: number | [number, number]; padding: number | [number, number]; dilation: number | [number, number]; groups: number; shape: number[]; dtype: DT }
   | { op: "contiguous"; args: number[]; shape: number[]; dtype: DT }
   /** `realize()` on the tensor mid-program: it becomes a view of its buffer, and later ops read that. */
   | { op: "realize"; args: number[]; shape: number[]; dtype: DT };
@@ -129,7 +151,8 @@ export class Rng {
  */
 export const KNOWN_BUGS = {
   // fixed (the generator makes these patterns again): x.sub(-c) rendering --c; abs of a bool; gather of a bool;
-  // cat(...).contiguous() read back; the CPU miscompile (gcc 12.2); a one-hot sum's gradient through a transpose
+  // cat(...).contiguous() read back; the CPU miscompile (gcc 12.2); a one-hot sum's gradient through a transpose;
+  // sigmoid's (and tanh's, silu's) NaN gradient far below zero, where exp(-x) overflowed
   negNegativeConstant: false,
   absOfBool: false,
   gatherOfBool: false,
@@ -139,6 +162,19 @@ export const KNOWN_BUGS = {
    * (`loss.realize(); loss.backward()` is refused by name); the gradient mode keeps realize() out.
    */
   realizeCutsGradient: true,
+  /**
+   * Open: a kernel that cats 49 or more reduce results (more than MAX_KERNEL_INPUTS = 48) fails to lower on JS and
+   * CPU ("lowerKernel: BUFFER must be scheduled as its own step, not fused"); topk(k) cats its k rounds' indices,
+   * so k >= 49 fails. The generator keeps k <= 48.
+   */
+  catOfManyReduces: true,
+  /**
+   * Open: interpolate multiplies a [out, in] weight matrix in along each axis, so an inf or NaN anywhere along the
+   * axis makes every output of that row NaN (0 * inf), where PyTorch's rules read one or two neighbours:
+   * [1, inf, 3] nearest to size 2 gives [NaN, inf], not [1, inf]. numpy_ref.py skips programs where a non-finite value
+   * reaches an interpolate (a value the generator cannot see, so --include-known does not bring it back).
+   */
+  interpolateNonFinite: true,
 };
 
 export interface GenerateOptions {
@@ -148,6 +184,11 @@ export interface GenerateOptions {
   includeKnown?: boolean;
   /** Largest axis of a new input (7: the sizes 1-7 the fuzzer is specified for; more reaches other kernel forms). */
   maxSize?: number;
+  /**
+   * The first generator's op families only (no pad modes, softmax, sorts, einsum, activations, interpolate, conv2d):
+   * with it a seed gives the very program it gave before those were added (graph_fuzz.test.ts's bug seeds).
+   */
+  classic?: boolean;
 }
 
 /** Largest node the generator builds, and largest input (finite differences cost four runs an input element), at axes up to 7. */
@@ -157,13 +198,34 @@ const DEFAULT_MAX_SIZE = 7;
 
 type Maker = (g: ProgramBuilder) => number | null;
 
-/** Which op families a chain step picks from, and how often. */
-const STEPS: readonly (readonly [Maker, number])[] = [
+/** Whether a node's float result is rounded from grid values (sums and products of a few grid values are exact). */
+function roundsItself(n: Node): boolean {
+  switch (n.op) {
+    case "unary": return n.fn !== "neg";
+    case "binary": return n.fn === "div";
+    case "reduce": return n.fn === "mean";
+    case "softmax": case "logsumexp": return true;
+    case "act": return !["relu", "relu6", "hardtanh"].includes(n.fn);
+    case "interpolate": return n.mode !== "nearest";
+    default: return false;
+  }
+}
+
+/** Which op families a chain step picks from, and how often: the first generator's (`classic`). */
+const CLASSIC_STEPS: readonly (readonly [Maker, number])[] = [
   [(g) => g.binary(), 22], [(g) => g.where(), 6], [(g) => g.unary(), 10], [(g) => g.cast(), 6],
   [(g) => g.reshape(), 6], [(g) => g.permute(), 4], [(g) => g.transpose(), 3], [(g) => g.expand(), 4],
   [(g) => g.pad(), 5], [(g) => g.shrink(), 4], [(g) => g.flip(), 3], [(g) => g.index(), 4], [(g) => g.cat(), 4],
   [(g) => g.stack(), 3], [(g) => g.repeat(), 3], [(g) => g.reduce(), 10], [(g) => g.matmul(), 6],
   [(g) => g.cumsum(), 3], [(g) => g.gather(), 3], [(g) => g.contiguous(), 6], [(g) => g.realize(), 3],
+];
+
+/** The classic families and the newer composite ops (src/scan.ts, sort.ts, einsum.ts, upsample.ts, windows.ts). */
+const STEPS: readonly (readonly [Maker, number])[] = [
+  ...CLASSIC_STEPS,
+  [(g) => g.padMode(), 4], [(g) => g.softmax(), 3], [(g) => g.logsumexp(), 2], [(g) => g.cummax(), 2],
+  [(g) => g.sort(), 3], [(g) => g.topk(), 2], [(g) => g.einsum(), 4], [(g) => g.act(), 8],
+  [(g) => g.interpolate(), 2], [(g) => g.conv2d(), 3],
 ];
 
 class ProgramBuilder {
@@ -174,6 +236,12 @@ class ProgramBuilder {
    * and never fed to a comparison or an integer cast, where a rounding would flip the answer.
    */
   readonly fuzzy = new Set<number>();
+  /**
+   * Float nodes whose values carry rounding that depends on the order of operations (a transcendental, a division, a
+   * softmax; in gradient mode every float, its inputs being off the grid): values equal in exact arithmetic may differ
+   * by an ulp, differently in tsgrad and numpy, so sort and topk indices (which order ties by position) never read them.
+   */
+  readonly inexact = new Set<number>();
   cur = 0;
 
   /** Size limits scale with the square of the largest axis. */
@@ -196,6 +264,7 @@ class ProgramBuilder {
     const id = this.nodes.length - 1;
     const args = argsOf(node);
     if (fuzzy || args.some((a) => this.fuzzy.has(a))) this.fuzzy.add(id);
+    if (isFloatDT(node.dtype) && (this.grad || roundsItself(node) || args.some((a) => this.inexact.has(a)))) this.inexact.add(id);
     return id;
   }
 
@@ -574,16 +643,273 @@ class ProgramBuilder {
     const index = this.nodes.length - 1;
     return this.push({ op: "gather", args: [this.cur, index], axis: this.rng.chance(0.3) ? axis - r : axis, shape, dtype: an.dtype });
   }
+
+  // ---- newer composite ops: pad modes, softmax, scans, sorts, einsum, activations, interpolation, convolution
+
+  /** An axis of the current node, negative now and then. */
+  axisOf(r: number): number {
+    const a = this.rng.int(0, r - 1);
+    return this.rng.chance(0.3) ? a - r : a;
+  }
+
+  /** Pad by mode: reflect at most size - 1 a side, circular at most size, replicate any (tsgrad's documented limits). */
+  padMode(): number | null {
+    const an = this.node;
+    if (an.shape.length === 0) return null;
+    const mode = this.rng.weighted<PadMode>([["reflect", 3], ["replicate", 2], ["circular", 2]]);
+    const pads = an.shape.map((s): [number, number] => {
+      if (!this.rng.chance(0.6)) return [0, 0];
+      const limit = mode === "reflect" ? s - 1 : mode === "circular" ? s : 3;
+      return [this.rng.int(0, Math.min(limit, 3)), this.rng.int(0, Math.min(limit, 3))];
+    });
+    const shape = an.shape.map((s, i) => s + pads[i]![0] + pads[i]![1]);
+    return this.push({ op: "pad", args: [this.cur], pads, value: 0, mode, shape, dtype: an.dtype });
+  }
+
+  softmax(): number | null {
+    const an = this.node, r = an.shape.length;
+    if (r === 0) return null;
+    const fn = this.rng.pick(["softmax", "logSoftmax"] as const);
+    return this.pushArith({ op: "softmax", fn, args: [this.cur], axis: this.axisOf(r), shape: [...an.shape], dtype: floatOf(an.dtype) });
+  }
+
+  logsumexp(): number | null {
+    const an = this.node, r = an.shape.length;
+    const all = r === 0 || this.rng.chance(0.15);
+    const axes = all ? null : an.shape.map((_, i) => i).filter(() => this.rng.chance(0.5));
+    if (axes && axes.length === 0) axes.push(this.rng.int(0, r - 1));
+    const keepdim = this.rng.chance(0.4);
+    const reduced = axes ?? an.shape.map((_, i) => i);
+    const shape = keepdim ? an.shape.map((s, i) => (reduced.includes(i) ? 1 : s)) : an.shape.filter((_, i) => !reduced.includes(i));
+    // negative axes now and then, and one axis as a plain number
+    const signed = axes && this.rng.chance(0.3) ? axes.map((a) => a - r) : axes;
+    const axis = signed && signed.length === 1 && this.rng.chance(0.5) ? signed[0]! : signed;
+    return this.pushArith({ op: "logsumexp", args: [this.cur], axis, keepdim, shape, dtype: floatOf(an.dtype) });
+  }
+
+  cummax(): number | null {
+    const an = this.node, r = an.shape.length;
+    if (r === 0) return null;
+    return this.push({ op: "cummax", args: [this.cur], axis: this.axisOf(r), shape: [...an.shape], dtype: an.dtype });
+  }
+
+  /**
+   * sort's values or indices, or argsort. Indices are defined for ties too (stable), but not for values a rounding may
+   * reorder: a float16 one (fuzzy) or one that is exact only in exact arithmetic (inexact).
+   */
+  sort(): number | null {
+    const an = this.node, r = an.shape.length;
+    if (r === 0) return null;
+    const kind = this.rng.weighted([["values", 3], ["indices", 1], ["argsort", 1]] as const);
+    if (kind !== "values" && (this.fuzzy.has(this.cur) || this.inexact.has(this.cur))) return null;
+    const axis = this.axisOf(r), descending = this.rng.chance(0.5);
+    if (kind === "argsort") return this.push({ op: "argsort", args: [this.cur], axis, descending, shape: [...an.shape], dtype: "int32" });
+    return this.push({ op: "sort", args: [this.cur], axis, descending, take: kind, shape: [...an.shape], dtype: kind === "values" ? an.dtype : "int32" });
+  }
+
+  topk(): number | null {
+    const an = this.node, r = an.shape.length;
+    if (r === 0) return null;
+    const take = this.rng.chance(0.75) ? "values" : "indices";
+    if (take === "indices" && (this.fuzzy.has(this.cur) || this.inexact.has(this.cur))) return null;
+    const axis = this.axisOf(r), a = (axis + r) % r;
+    const k = this.rng.int(1, this.avoid("catOfManyReduces") ? Math.min(an.shape[a]!, 48) : an.shape[a]!);
+    const shape = an.shape.map((s, i) => (i === a ? k : s));
+    return this.push({ op: "topk", args: [this.cur], k, axis, largest: this.rng.chance(0.6), take, shape, dtype: take === "values" ? an.dtype : "int32" });
+  }
+
+  /**
+   * einsum of the current node and a second operand (a new input, or the node itself under other letters): letters
+   * shared (contracted or kept), repeated within a term (a diagonal), only in one term, broadcast from size 1; "..."
+   * now and then; the output implicit (numpy's rule) or explicit in any order.
+   */
+  einsum(): number | null {
+    const an = this.node, ra = an.shape.length;
+    const size = new Map<string, number>();
+    const pool = this.rng.shuffle([..."abcdefghijXYZ"]);
+    const fresh = (s: number): string => {
+      const l = pool.pop()!;
+      size.set(l, s);
+      return l;
+    };
+    /** A term's letters for `shape`: a letter of `from` of the same size (chance `share`), one of its own repeated, or new. */
+    const letters = (shape: readonly number[], from: readonly string[], share: number): string[] => {
+      const term: string[] = [];
+      for (const s of shape) {
+        const same = from.filter((l) => size.get(l) === s && (!term.includes(l) || this.rng.chance(0.3)));
+        const own = term.filter((l) => size.get(l) === s);
+        if (same.length > 0 && this.rng.chance(share)) term.push(this.rng.pick(same));
+        else if (own.length > 0 && this.rng.chance(0.15)) term.push(this.rng.pick(own));
+        else term.push(fresh(s));
+      }
+      return term;
+    };
+    const ellA = ra > 0 && this.rng.chance(0.15) ? this.rng.int(1, ra) : 0;
+    const termA = letters(an.shape.slice(ellA), [], 0);
+    let b: number, termB: string[], ellB: number;
+    if (ra > 0 && this.rng.chance(0.2)) {
+      // the same node twice: x @ x-like products, traces, Gram matrices
+      b = this.cur;
+      ellB = ellA;
+      termB = letters(an.shape.slice(ellB), termA, 0.6);
+    } else {
+      const rank = this.rng.int(ra === 0 ? 1 : 0, 3);
+      const shape: number[] = [];
+      // "...": a broadcast partner of A's (right-aligned), or axes of B's own
+      ellB = ellA > 0 && this.rng.chance(0.6) ? this.rng.int(0, ellA) : ellA === 0 && this.rng.chance(0.08) ? this.rng.int(1, 2) : 0;
+      const ellShape = ellA > 0 ? an.shape.slice(ellA - ellB, ellA).map((s) => (this.rng.chance(0.2) ? 1 : s)) : Array.from({ length: ellB }, () => this.rng.int(1, 4));
+      termB = [];
+      for (let i = 0; i < rank; i++) {
+        const shared = termA.filter((l) => !termB.includes(l));
+        if (shared.length > 0 && this.rng.chance(0.6)) {
+          const l = this.rng.pick(shared);
+          termB.push(l);
+          // size 1 broadcasts against the other operand's size, either way round
+          shape.push(this.rng.chance(0.1) ? 1 : size.get(l) === 1 && this.rng.chance(0.3) ? this.rng.int(2, 3) : size.get(l)!);
+        } else if (termB.some((l) => !termA.includes(l)) && this.rng.chance(0.1)) {
+          // a diagonal of B's own
+          const l = this.rng.pick(termB.filter((x) => !termA.includes(x)));
+          termB.push(l);
+          shape.push(size.get(l)!);
+        } else {
+          const s = this.rng.int(1, 5);
+          termB.push(fresh(s));
+          shape.push(s);
+        }
+      }
+      const dtype = this.rng.chance(0.7) ? an.dtype : this.randomDtype();
+      b = this.input([...ellShape, ...shape], this.grad && dtype === "float16" ? "float32" : dtype);
+    }
+    const bn = this.nodes[b]!;
+    const ellShape = broadcast(an.shape.slice(0, ellA), bn.shape.slice(0, ellB));
+    if (!ellShape) return null;
+    // every label's size (1 broadcasts): what the output's axes are, and a bound on the product's size
+    const full = new Map<string, number>();
+    [[termA, an.shape.slice(ellA)], [termB, bn.shape.slice(ellB)]].forEach(([term, shape]) => (term as string[]).forEach((l, i) => full.set(l, Math.max(full.get(l) ?? 1, (shape as number[])[i]!))));
+    if (numel([...ellShape, ...full.values()]) > 4096 * this.scale) return null;
+    const used = [...full.keys()];
+    const all = [...termA, ...termB];
+    let out: string[], explicit: boolean;
+    if (this.rng.chance(0.35)) {
+      explicit = false;
+      out = used.filter((l) => all.indexOf(l) === all.lastIndexOf(l)).sort();
+    } else {
+      explicit = true;
+      out = this.rng.shuffle(used.filter(() => this.rng.chance(0.5)));
+    }
+    const withDots = (term: string[], e: number): string => (e > 0 ? "..." : "") + term.join("");
+    const ellipsis = ellA > 0 || ellB > 0;
+    const outTerm = !explicit ? "" : (() => {
+      const at = this.rng.int(0, out.length);
+      return ellipsis ? [...out.slice(0, at), "...", ...out.slice(at)].join("") : out.join("");
+    })();
+    const formula = `${withDots(termA, ellA)},${withDots(termB, ellB)}${explicit ? `->${outTerm}` : ""}`;
+    const outLabels: (string | null)[] = explicit ? [...outTerm.replace("...", ".")].map((c) => (c === "." ? null : c)) : [...(ellipsis ? [null] : []), ...out];
+    const shape = outLabels.flatMap((l) => (l === null ? ellShape : [full.get(l)!]));
+    // a letter left out of the output is summed: bools and ints accumulate in int32; a product alone keeps the dtype
+    const summed = used.some((l) => !out.includes(l));
+    const operand = promote(an.dtype, bn.dtype);
+    return this.pushArith({ op: "einsum", args: [this.cur, b], formula, shape, dtype: summed ? sumOf(operand) : operand });
+  }
+
+  act(): number | null {
+    const an = this.node;
+    if (an.dtype === "bool") return null; // bool.neg() is logical not: sigmoid and friends of a bool are not the math
+    const fn = this.rng.weighted<ActFn>([
+      ["sigmoid", 1], ["tanh", 1], ["relu", 1], ["silu", 2], ["gelu", 2], ["geluTanh", 2], ["softplus", 2], ["elu", 2],
+      ["selu", 1], ["leakyRelu", 2], ["relu6", 2], ["hardtanh", 1], ["hardsigmoid", 1], ["hardswish", 2], ["mish", 2], ["logsigmoid", 2],
+    ]);
+    let param: number | [number, number] | undefined;
+    if (fn === "softplus" && this.rng.chance(0.5)) param = this.rng.pick([0.5, 2, 3]);
+    if (fn === "elu" && this.rng.chance(0.5)) param = this.rng.pick([0.5, 1.5, 2]);
+    if (fn === "leakyRelu" && this.rng.chance(0.5)) param = this.rng.pick([0.1, 0.2, 0.25]);
+    if (fn === "hardtanh" && this.rng.chance(0.6)) param = this.rng.pick<[number, number]>([[-2, 2], [-0.5, 1.5], [0, 3], [-1.25, 0.75]]);
+    // maximum/minimum with integer bounds keep an int32 tensor int32; everything else computes in floats
+    const intKept = fn === "relu" || fn === "relu6" || (fn === "hardtanh" && (param === undefined || (param as number[]).every(Number.isInteger)));
+    const dtype = an.dtype === "int32" && intKept ? "int32" : floatOf(an.dtype);
+    return this.pushArith({ op: "act", fn, args: [this.cur], ...(param === undefined ? {} : { param }), shape: [...an.shape], dtype });
+  }
+
+  /** A view of the current node with two leading axes of 1 where it has fewer than `rank` axes (a batch, a channel). */
+  withLeadingOnes(rank: number): number | null {
+    const an = this.node, r = an.shape.length;
+    if (r >= rank) return this.cur;
+    const to = [...Array<number>(rank - r).fill(1), ...an.shape];
+    return this.push({ op: "reshape", args: [this.cur], to, shape: to, dtype: an.dtype });
+  }
+
+  /** PyTorch's F.interpolate, align_corners false (default) or true, sized by `size` or by `scaleFactor`. */
+  interpolate(): number | null {
+    const an = this.node, r = an.shape.length;
+    if (r === 0 || r > 4 || an.dtype === "bool") return null;
+    const linear = isFloatDT(an.dtype) && this.rng.chance(0.6);
+    const x = this.withLeadingOnes(r <= 2 ? r + 2 : r);
+    if (x === null) return null;
+    const xn = this.nodes[x]!, spatial = xn.shape.length - 2;
+    const ins = xn.shape.slice(2);
+    const mode: InterpolateMode = !linear ? "nearest" : spatial === 1 ? "linear" : "bilinear";
+    let outs: number[];
+    const node: Extract<Node, { op: "interpolate" }> = { op: "interpolate", args: [x], mode, shape: [], dtype: xn.dtype };
+    if (this.rng.chance(0.5)) {
+      outs = ins.map((n) => this.rng.int(1, Math.min(2 * n + 1, 9)));
+      node.size = spatial === 1 && this.rng.chance(0.5) ? outs[0]! : outs;
+    } else {
+      const factors = [0.5, 0.75, 1, 1.2, 1.5, 2, 2.5, 3];
+      const one = this.rng.chance(0.5);
+      const common = this.rng.pick(factors);
+      const scales = ins.map(() => (one ? common : this.rng.pick(factors)));
+      outs = ins.map((n, d) => Math.floor(n * scales[d]!));
+      if (outs.some((o) => o < 1)) return null;
+      node.scaleFactor = one ? scales[0]! : scales;
+    }
+    if (linear && this.rng.chance(0.5)) node.alignCorners = this.rng.chance(0.5);
+    node.shape = [...xn.shape.slice(0, 2), ...outs];
+    return this.pushArith(node);
+  }
+
+  /** A tiny conv2d: stride 1-2, padding 0-1, kernel 1-3, dilation and groups now and then, a bias sometimes. */
+  conv2d(): number | null {
+    const an = this.node, r = an.shape.length;
+    if (r === 0 || an.dtype === "bool") return null;
+    const x = this.withLeadingOnes(4);
+    if (x === null) return null;
+    const xn = this.nodes[x]!;
+    const [batch, channels, h, w] = xn.shape as [number, number, number, number];
+    const divisors = Array.from({ length: channels }, (_, i) => i + 1).filter((d) => channels % d === 0 && d > 1);
+    const groups = divisors.length > 0 && this.rng.chance(0.2) ? this.rng.pick(divisors) : 1;
+    const filters = groups * this.rng.int(1, groups > 1 ? 2 : 3);
+    const pair = (lo: number, hi: number): [number, number] => [this.rng.int(lo, hi), this.rng.int(lo, hi)];
+    const stride = pair(1, 2), padding = pair(0, 1), dilation: [number, number] = this.rng.chance(0.15) ? pair(1, 2) : [1, 1];
+    const kernel = [h, w].map((n, d) => {
+      const fits = [1, 2, 3].filter((k) => dilation[d]! * (k - 1) + 1 <= n + 2 * padding[d]!);
+      return this.rng.pick(fits);
+    });
+    const outs = [h, w].map((n, d) => Math.floor((n + 2 * padding[d]! - dilation[d]! * (kernel[d]! - 1) - 1) / stride[d]!) + 1);
+    const wdtype = this.rng.chance(0.8) ? xn.dtype : this.rng.pick<DT>(this.grad ? ["float32", "int32"] : ["float32", "int32", "float16"]);
+    const weight = this.input([filters, channels / groups, ...kernel], wdtype);
+    const args = [x, weight];
+    let dtype = sumOf(promote(xn.dtype, wdtype));
+    if (this.rng.chance(0.3)) {
+      const bdtype = this.rng.chance(0.8) ? dtype : this.grad ? "float32" : "float16";
+      args.push(this.input([filters], bdtype));
+      dtype = promote(dtype, bdtype);
+    }
+    // each option as one number where both axes agree, half the time
+    const compact = (p: [number, number]): number | [number, number] => (p[0] === p[1] && this.rng.chance(0.5) ? p[0] : p);
+    const node: Node = { op: "conv2d", args, stride: compact(stride), padding: compact(padding), dilation: compact(dilation), groups, shape: [batch, filters, ...outs], dtype };
+    return this.pushArith(node);
+  }
 }
 
 /** The program of `seed`: an input, then a chain of 3-8 ops (each may bring more inputs). */
-export function generateProgram(seed: number, { grad = false, includeKnown = false, maxSize = DEFAULT_MAX_SIZE }: GenerateOptions = {}): Program {
+export function generateProgram(seed: number, { grad = false, includeKnown = false, maxSize = DEFAULT_MAX_SIZE, classic = false }: GenerateOptions = {}): Program {
   const rng = new Rng(seed);
   const g = new ProgramBuilder(rng, grad, includeKnown, maxSize);
   g.cur = g.input(g.randomShape(), g.randomDtype());
   const depth = rng.int(3, 8);
+  const steps = classic ? CLASSIC_STEPS : STEPS;
   for (let step = 0, tries = 0; step < depth && tries < 200; tries++) {
-    const id = rng.weighted(STEPS)(g);
+    const id = rng.weighted(steps)(g);
     if (id === null) continue;
     g.cur = id;
     step++;

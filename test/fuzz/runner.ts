@@ -2,7 +2,7 @@
 // and dtype checked against the program's as it is built, the output read back (and in gradient mode the
 // gradients of sum(out * weights) with respect to every float32 input).
 import { Tensor, TsgradError } from "../../src/index.ts";
-import { type DT, type Node, type Program, outputOf } from "./program.ts";
+import { type ActFn, type DT, type Node, type Program, outputOf } from "./program.ts";
 
 /** A value read back: flat numbers, its shape and dtype. */
 export interface Value {
@@ -26,6 +26,20 @@ const TYPED: Record<DT, (data: number[]) => Float32Array | Int32Array | Uint8Arr
   bool: (d) => Uint8Array.from(d),
 };
 
+/** An activation method, with its parameter where the node has one. */
+function activation(x: Tensor, fn: ActFn, param: number | [number, number] | undefined): Tensor {
+  const p = param as number | undefined;
+  switch (fn) {
+    case "gelu": return x.gelu();
+    case "geluTanh": return x.gelu({ approximate: "tanh" });
+    case "softplus": return x.softplus(p);
+    case "elu": return x.elu(p);
+    case "leakyRelu": return x.leakyRelu(p);
+    case "hardtanh": return param === undefined ? x.hardtanh() : x.hardtanh(...(param as [number, number]));
+    default: return x[fn]();
+  }
+}
+
 /** Node `n` as a tensor, from the tensors of its arguments. */
 function build(n: Node, xs: Tensor[], device: string): Tensor {
   const [a, b] = xs as [Tensor, Tensor];
@@ -48,7 +62,7 @@ function build(n: Node, xs: Tensor[], device: string): Tensor {
     case "permute": return a.permute(n.order);
     case "transpose": return a.transpose(...n.dims);
     case "expand": return a.expand(n.to);
-    case "pad": return a.pad(n.pads, n.value);
+    case "pad": return n.mode ? a.pad(n.pads, 0, n.mode) : a.pad(n.pads, n.value);
     case "shrink": return a.shrink(n.bounds);
     case "flip": return a.flip(n.axes);
     case "index": return a.index(...n.spec);
@@ -59,6 +73,16 @@ function build(n: Node, xs: Tensor[], device: string): Tensor {
     case "matmul": return a.matmul(b);
     case "cumsum": return a.cumsum(n.axis);
     case "gather": return a.gather(n.axis, b);
+    case "cummax": return a.cummax(n.axis);
+    case "softmax": return a[n.fn](n.axis);
+    case "logsumexp": return a.logsumexp({ axis: n.axis, keepdim: n.keepdim });
+    case "sort": return a.sort({ axis: n.axis, descending: n.descending })[n.take];
+    case "argsort": return a.argsort({ axis: n.axis, descending: n.descending });
+    case "topk": return a.topk(n.k, { axis: n.axis, largest: n.largest })[n.take];
+    case "einsum": return Tensor.einsum(n.formula, a, b);
+    case "act": return activation(a, n.fn, n.param);
+    case "interpolate": return a.interpolate({ mode: n.mode, size: n.size, scaleFactor: n.scaleFactor, alignCorners: n.alignCorners });
+    case "conv2d": return a.conv2d(b, { bias: xs[2], stride: n.stride, padding: n.padding, dilation: n.dilation, groups: n.groups });
     case "contiguous": return a.contiguous();
     case "realize": return a.realize();
   }

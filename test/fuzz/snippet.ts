@@ -23,7 +23,7 @@ function expression(n: Node, names: string[]): string {
     case "permute": return `${a}.permute(${json(n.order)})`;
     case "transpose": return `${a}.transpose(${n.dims.join(", ")})`;
     case "expand": return `${a}.expand(${json(n.to)})`;
-    case "pad": return `${a}.pad(${json(n.pads)}, ${n.value})`;
+    case "pad": return n.mode ? `${a}.pad(${json(n.pads)}, 0, "${n.mode}")` : `${a}.pad(${json(n.pads)}, ${n.value})`;
     case "shrink": return `${a}.shrink(${json(n.bounds)})`;
     case "flip": return `${a}.flip(${json(n.axes)})`;
     case "index": return `${a}.index(${n.spec.map(json).join(", ")})`;
@@ -34,6 +34,26 @@ function expression(n: Node, names: string[]): string {
     case "matmul": return `${a}.matmul(${b})`;
     case "cumsum": return `${a}.cumsum(${n.axis})`;
     case "gather": return `${a}.gather(${n.axis}, ${b})`;
+    case "cummax": return `${a}.cummax(${n.axis})`;
+    case "softmax": return `${a}.${n.fn}(${n.axis})`;
+    case "logsumexp": return `${a}.logsumexp({ axis: ${json(n.axis)}, keepdim: ${n.keepdim} })`;
+    case "sort": return `${a}.sort({ axis: ${n.axis}, descending: ${n.descending} }).${n.take}`;
+    case "argsort": return `${a}.argsort({ axis: ${n.axis}, descending: ${n.descending} })`;
+    case "topk": return `${a}.topk(${n.k}, { axis: ${n.axis}, largest: ${n.largest} }).${n.take}`;
+    case "einsum": return `Tensor.einsum("${n.formula}", ${a}, ${b})`;
+    case "act": {
+      const p = n.param === undefined ? "" : Array.isArray(n.param) ? n.param.join(", ") : `${n.param}`;
+      return n.fn === "geluTanh" ? `${a}.gelu({ approximate: "tanh" })` : `${a}.${n.fn}(${p})`;
+    }
+    case "interpolate": {
+      const opts = [`mode: "${n.mode}"`, ...(n.size !== undefined ? [`size: ${json(n.size)}`] : []), ...(n.scaleFactor !== undefined ? [`scaleFactor: ${json(n.scaleFactor)}`] : []),
+        ...(n.alignCorners !== undefined ? [`alignCorners: ${n.alignCorners}`] : [])];
+      return `${a}.interpolate({ ${opts.join(", ")} })`;
+    }
+    case "conv2d": {
+      const opts = [...(names[2] ? [`bias: ${names[2]}`] : []), `stride: ${json(n.stride)}`, `padding: ${json(n.padding)}`, `dilation: ${json(n.dilation)}`, `groups: ${n.groups}`];
+      return `${a}.conv2d(${b}, { ${opts.join(", ")} })`;
+    }
     case "contiguous": return `${a}.contiguous()`;
     case "realize": return `${a}.realize()`;
   }
