@@ -3,7 +3,7 @@
 // keys through a gather (one load each). Autograd needs no rule: the values are gathered from x by the final
 // indices, and the gradient flows through that gather only.
 import { Tensor } from "./tensor.ts";
-import { type DType, dtypes } from "./dtype.ts";
+import { dtypes } from "./dtype.ts";
 import { TsgradError, axisFor, fmtShape, prod } from "./helpers.ts";
 
 export interface SortOptions {
@@ -13,11 +13,11 @@ export interface SortOptions {
 }
 
 /**
- * Whether element (keyA, indexA) sorts before (keyB, indexB) on an axis of n elements padded past n (undefined:
- * not padded): real
- * elements before padding (whatever its key), then by key, equal keys by index, lower first. Float NaN is larger
- * than everything and equal to itself (as numpy and PyTorch sort): without that order NaN sorts neither before
- * nor after anything, and a compare-exchange stage copies one element and loses another.
+ * Whether element (keyA, indexA) sorts before (keyB, indexB) on an axis of n real elements padded past n (n
+ * undefined: not padded): real elements before padding, whatever its key; then by key, equal keys by index,
+ * lower first. Float NaN is larger than everything and equal to itself (as numpy and PyTorch sort): without
+ * that order NaN sorts neither before nor after anything, and a compare-exchange stage copies one element and
+ * loses another.
  */
 function sortsBefore(keyA: Tensor, indexA: Tensor, keyB: Tensor, indexB: Tensor, n: number | undefined, descending: boolean): Tensor {
   let strictly = descending ? keyA.gt(keyB) : keyA.lt(keyB);
@@ -36,8 +36,8 @@ function sortsBefore(keyA: Tensor, indexA: Tensor, keyB: Tensor, indexB: Tensor,
 /**
  * One compare-exchange stage over blocks of `block` elements of the middle axis of [outer, size, inner]: the
  * order `index` after it, each element's key read from `keys` through its index (the axis' first n elements are
- * real, the rest padding). Each element of a block's
- * first half is paired with one of its second half, the pair's first in order going to the first half.
+ * real, the rest padding). Each element of a block's first half is paired with one of its second half, the
+ * pair's first in order going to the first half.
  * `reverse` pairs element j with block - 1 - j (the merge of two sorted halves, the second read backwards);
  * otherwise j pairs with j + block / 2 (the half-cleaner).
  */

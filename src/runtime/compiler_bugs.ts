@@ -124,8 +124,7 @@ export function miscompileWorkarounds(command: string, version: string, flags: r
       const plain = runProbe(command, codegen, probe.source, dir);
       if (plain === undefined) continue; // the probe does not build or run here: nothing to learn
       verdict = plain === probe.expected ? "right" : runProbe(command, [...codegen, definition], probe.source, dir) === probe.expected ? "marker" : "global";
-      mkdirSync(dir, { recursive: true });
-      writeAtomic(answer, verdict);
+      writeAtomic(answer, verdict); // runProbe made the folder
     }
     if (verdict === "right") continue;
     found.push(probe.name);

@@ -8,6 +8,12 @@ import { renderJs } from "../renderer/js.ts";
 import { debugLevel } from "../helpers.ts";
 import { hostMemory } from "./host_memory.ts";
 
+/**
+ * A computed int64 (a double) as the BigInt it is stored as, converted as the C backend does: saturated, NaN as 0.
+ * INT64_MAX reads as the double 2^63, which BigInt64Array would wrap to INT64_MIN (and BigInt(NaN) throws).
+ */
+const toInt64 = (x: number): bigint => (x !== x ? 0n : x >= 9223372036854775807 ? 9223372036854775807n : x <= -9223372036854775808 ? -9223372036854775808n : BigInt(x));
+
 const scratch = new DataView(new ArrayBuffer(8));
 const bitcasts: Record<string, (x: number) => number> = {};
 const put: Record<string, (x: number) => void> = {
@@ -15,7 +21,7 @@ const put: Record<string, (x: number) => void> = {
   float16: (x) => scratch.setUint16(0, f32ToF16Bits(x), true), bfloat16: (x) => scratch.setUint16(0, f32ToBf16Bits(x), true),
   int16: (x) => scratch.setInt16(0, x, true), uint16: (x) => scratch.setUint16(0, x, true),
   int8: (x) => scratch.setInt8(0, x), uint8: (x) => scratch.setUint8(0, x), bool: (x) => scratch.setUint8(0, x),
-  float64: (x) => scratch.setFloat64(0, x, true), int64: (x) => scratch.setBigInt64(0, BigInt(x), true),
+  float64: (x) => scratch.setFloat64(0, x, true), int64: (x) => scratch.setBigInt64(0, toInt64(x), true),
 };
 const take: Record<string, () => number> = {
   float32: () => scratch.getFloat32(0, true), int32: () => scratch.getInt32(0, true), uint32: () => scratch.getUint32(0, true),
@@ -37,11 +43,7 @@ export const jsKernelHelpers = {
   f2b: f32ToBf16Bits,
   f16round: (x: number) => f16BitsToF32(f32ToF16Bits(x)),
   bf16round: (x: number) => bf16BitsToF32(f32ToBf16Bits(x)),
-  /**
-   * A computed int64 (a double) to its stored BigInt as the C backend converts: saturated, NaN as 0. INT64_MAX
-   * reads as the double 2^63, which BigInt64Array would wrap to INT64_MIN (and BigInt(NaN) throws).
-   */
-  i64: (x: number): bigint => (x !== x ? 0n : x >= 9223372036854775807 ? 9223372036854775807n : x <= -9223372036854775808 ? -9223372036854775808n : BigInt(x)),
+  i64: toInt64,
   ...bitcasts,
 };
 
