@@ -636,7 +636,9 @@ export function catPieces(value: UOp, isInput: (n: UOp) => boolean = () => false
   // reads as an input (cat(...).contiguous().contiguous()) is where the kernel's own work ends
   while ((root.op === "CONTIGUOUS" || root.op === "RESHAPE") && !isInput(root.src[0]!)) root = root.src[0]!;
   const terms: UOp[] = [];
-  const collect = (n: UOp): void => void (n.op === "ADD" && n.dtype.name !== "bool" ? (collect(n.src[0]!), collect(n.src[1]!)) : terms.push(n));
+  // (a sum the kernel reads as an input is a term: its pads belong to the kernel that computed it)
+  const collect = (n: UOp): void =>
+    void (n.op === "ADD" && n.dtype.name !== "bool" && !isInput(n) ? (collect(n.src[0]!), collect(n.src[1]!)) : terms.push(n));
   collect(root);
   if (terms.length < 2 || terms.some((t) => t.op !== "PAD")) return undefined;
   let axis = -1;

@@ -114,6 +114,14 @@ for (const device of testDevices()) {
       assert.deepEqual(values(i), [2, 4, 3, 0, 1]);
     });
 
+    test("topk with more rounds than a kernel takes inputs (k = 60 > MAX_KERNEL_INPUTS): its cat of 60 reduces is split", () => {
+      const a = randomNd([2, 70], 11);
+      const { values: v, indices: i } = topk(fromNd(a, device), 60);
+      const ref = topkRef(a, 60, true);
+      assert.deepEqual(values(i), ref.indices.data);
+      assert.deepEqual(values(v), ref.values.data.map(Math.fround));
+    });
+
     test("topk values carry gradients to the chosen elements only", () => {
       checkOp(device, [randomNd([3, 6], 7)], (x) => topk(x, 3).values, (a) => topkRef(a, 3, true).values);
     });
