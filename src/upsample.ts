@@ -1,8 +1,8 @@
 // Upsampling from existing ops: a transposed convolution is a convolution over the input with zeros inserted
-// between its elements (a view), and interpolation is one small [out, in] weight matrix multiplied in along
-// each spatial axis (or, for nearest by a whole factor, an expand). Autograd needs no rule of its own.
+// between its elements (a view), and interpolation gathers each output's one or two source elements along each
+// spatial axis and weighs them (or, for nearest by a whole factor, an expand). Autograd needs no rule of its own.
 import { Tensor } from "./tensor.ts";
-import { isFloat } from "./dtype.ts";
+import { dtypes, isFloat } from "./dtype.ts";
 import { TsgradError, fmtShape, range } from "./helpers.ts";
 import { conv, perAxis } from "./windows.ts";
 
@@ -106,7 +106,9 @@ export function interpolate(x: Tensor, { size, scaleFactor, mode = "nearest", al
     throw new TsgradError(`${what}: output size ${fmtShape(outSizes)} must be ${spatial} positive integer(s)${scales ? ` (from scaleFactor ${JSON.stringify(scaleFactor)})` : ""}`);
   }
   let y = x;
-  for (let d = 0; d < spatial; d++) {
+  // the last axis first: PyTorch's bilinear and trilinear weigh the innermost pairs first (w, then h, then t),
+  // so float32 results round as PyTorch's do
+  for (let d = spatial - 1; d >= 0; d--) {
     const [from, to, axis] = [inSizes[d]!, outSizes[d]!, 2 + d];
     // a whole factor is an expand; PyTorch's floor(o / scaleFactor) agrees when no other factor was asked for
     if (axes === null && to % from === 0 && (!scales || scales[d] === to / from)) {
@@ -115,11 +117,27 @@ export function interpolate(x: Tensor, { size, scaleFactor, mode = "nearest", al
     }
     // PyTorch uses the given scale factor itself, not in/out, when one is given
     const step = scales ? 1 / scales[d]! : from / to;
-    const weights = axes === null ? nearestWeights(from, to, step) : linearWeights(from, to, step, alignCorners ?? false);
-    const matrix = new Tensor(weights, { device: x.device, dtype: x.dtype }).reshape([to, from]);
-    y = y.transpose(axis, -1).matmul(matrix.T).transpose(axis, -1);
+    if (axes === null) {
+      y = pick(y, axis, nearestSources(from, to, step));
+      continue;
+    }
+    // each output mixes the two inputs either side of its source coordinate, reading nothing else: an inf or
+    // NaN stays where PyTorch's formula puts it (a [to, from] weight matrix would spread it along the axis, 0 * inf)
+    const { low, high, fraction } = linearSources(from, to, step, alignCorners ?? false);
+    const weightType = x.dtype.itemsize < 4 ? dtypes.float32 : x.dtype; // 16-bit floats weigh in float32, as PyTorch does
+    const weight = (w: Float32Array): Tensor => new Tensor(w, { device: x.device, dtype: weightType }).reshape(y.shape.map((_, i) => (i === axis ? to : 1)));
+    const mixed = pick(y, axis, low).cast(weightType).mul(weight(fraction.map((f) => 1 - f)))
+      .add(pick(y, axis, high).cast(weightType).mul(weight(fraction)));
+    y = mixed.cast(x.dtype);
   }
   return y;
+}
+
+/** x's elements at `sources` along `axis` (a gather: it selects, so no other element's value reaches the result). */
+function pick(x: Tensor, axis: number, sources: Int32Array): Tensor {
+  const shape = x.shape.map((s, i) => (i === axis ? sources.length : s));
+  const index = new Tensor(sources, { device: x.device, dtype: dtypes.int32 }).reshape(shape.map((s, i) => (i === axis ? s : 1))).expand(shape);
+  return x.gather(axis, index);
 }
 
 /** Each element of `axis` `times` times in a row: a view (an expand of a new axis, merged in). */
@@ -130,24 +148,23 @@ function repeatEach(x: Tensor, axis: number, times: number): Tensor {
     .reshape([...shape.slice(0, axis), shape[axis]! * times, ...shape.slice(axis + 1)]);
 }
 
-/** [to, from], row o one-hot at floor(o * step), the product rounded to float32 as PyTorch computes it. */
-function nearestWeights(from: number, to: number, step: number): Float32Array {
-  const weights = new Float32Array(to * from);
+/** Output o reads input floor(o * step), the product rounded to float32 as PyTorch computes it. */
+function nearestSources(from: number, to: number, step: number): Int32Array {
   const scale = Math.fround(step);
-  for (let o = 0; o < to; o++) weights[o * from + Math.min(Math.floor(Math.fround(o * scale)), from - 1)] = 1;
-  return weights;
+  return Int32Array.from({ length: to }, (_, o) => Math.min(Math.floor(Math.fround(o * scale)), from - 1));
 }
 
-/** [to, from], row o mixing the two inputs either side of its source coordinate (clamped to the ends). */
-function linearWeights(from: number, to: number, step: number, alignCorners: boolean): Float32Array {
-  const weights = new Float32Array(to * from);
+/** Output o mixes inputs low and high (the next one, clamped to the end) by `fraction`, PyTorch's source-index rule. */
+function linearSources(from: number, to: number, step: number, alignCorners: boolean): { low: Int32Array; high: Int32Array; fraction: Float32Array } {
+  const low = new Int32Array(to), high = new Int32Array(to), fraction = new Float32Array(to);
+  // in float32 arithmetic, as PyTorch computes the source coordinate
+  const f = Math.fround;
+  const scale = f(alignCorners ? (to > 1 ? (from - 1) / (to - 1) : 0) : step);
   for (let o = 0; o < to; o++) {
-    const source = alignCorners ? (to > 1 ? (o * (from - 1)) / (to - 1) : 0) : Math.max((o + 0.5) * step - 0.5, 0);
-    const low = Math.min(Math.floor(source), from - 1);
-    const high = Math.min(low + 1, from - 1);
-    const fraction = source - low;
-    weights[o * from + low] += 1 - fraction;
-    weights[o * from + high] += fraction;
+    const source = alignCorners ? f(scale * o) : Math.max(f(f(scale * (o + 0.5)) - 0.5), 0);
+    low[o] = Math.min(Math.floor(source), from - 1);
+    high[o] = Math.min(low[o]! + 1, from - 1);
+    fraction[o] = source - low[o]!;
   }
-  return weights;
+  return { low, high, fraction };
 }

@@ -121,6 +121,17 @@ for (const device of devices) {
     const corners = [[1, 4 / 3, 5 / 3, 2], [5 / 3, 2, 7 / 3, 8 / 3], [7 / 3, 8 / 3, 3, 10 / 3], [3, 10 / 3, 11 / 3, 4]];
     assertClose(values(interpolate(x, { scaleFactor: 2, mode: "bilinear", alignCorners: true })), corners.flat(), { what: "alignCorners true" });
   });
+
+  test(`interpolate reads only each output's sources: an inf or NaN stays where PyTorch's formula puts it (${device})`, () => {
+    const x = new Tensor([1, Infinity, 3], { device }).reshape([1, 1, 3]);
+    // nearest to 2 reads floor(o * 1.5) = 0, 1
+    assert.deepEqual(values(interpolate(x, { size: 2 })), [1, Infinity]);
+    // linear to 6: sources 0 (1*1 + 0*inf: NaN, as in PyTorch), 0.25, 0.75, 1.25, 1.75 (inf), 2.25 (the last: 3)
+    assert.deepEqual(values(interpolate(x, { size: 6, mode: "linear" })), [NaN, Infinity, Infinity, Infinity, Infinity, 3]);
+    const withNaN = new Tensor([NaN, 2, 4, 6], { device }).reshape([1, 1, 4]);
+    assert.deepEqual(values(interpolate(withNaN, { size: 2 })), [NaN, 4]);
+    assert.deepEqual(values(interpolate(withNaN, { size: 2, mode: "linear" })), [NaN, 5]);
+  });
 }
 
 /** The source coordinate PyTorch reads output `o` from along one axis (`step`: 1 / scaleFactor, or in / out). */

@@ -21,6 +21,11 @@ export interface Reference {
   /** The output in float64: |out - out64| is how far float32 rounding alone moves an element (each gets 4x that as slack). */
   out64?: (number | string)[];
   /**
+   * The output with every float16 node rounded (programs with float16 nodes): tsgrad rounds where it stores, which
+   * the scheduler decides, so |out - out16| (4x, as slack) is how far that choice alone can move an element.
+   */
+  out16?: (number | string)[];
+  /**
    * A square root was taken at 0: gradients through it are infinite, and NaN after a multiply by 0.
    */
   singular?: boolean;
@@ -144,8 +149,9 @@ export function compare(p: Program, ref: Reference, results: ReadonlyMap<string,
   const out: Mismatch[] = [];
   const last = p.nodes[p.nodes.length - 1]!;
   const expected: Value = { shape: last.shape, dtype: last.dtype, data: ref.out!.map(num) };
-  const wide = ref.out64?.map(num);
-  const slack = wide && expected.data.map((e, i) => (Number.isFinite(e) && Number.isFinite(wide[i]!) ? 4 * Math.abs(e - wide[i]!) : 0));
+  const estimates = [ref.out64, ref.out16].flatMap((o) => (o ? [o.map(num)] : []));
+  const off = (e: number, other: number): number => (Number.isFinite(e) && Number.isFinite(other) ? 4 * Math.abs(e - other) : 0);
+  const slack = estimates.length > 0 ? expected.data.map((e, i) => Math.max(...estimates.map((o) => off(e, o[i]!)))) : undefined;
   for (const [device, r] of results) {
     if (r.error) out.push({ seed: p.seed, grad: p.grad, key: `${device}: ${errorKey(r.error)}`, detail: `${device}: ${r.error}` });
     else {

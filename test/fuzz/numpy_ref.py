@@ -35,9 +35,12 @@ class Skip(Exception):
 
 
 class Model:
-    def __init__(self, wide):
+    def __init__(self, wide, round_all=False):
         # wide: float64 throughout (finite differences, error estimates); else float32, as tsgrad computes
         self.wide = wide
+        # round_all: every float16 node rounded, as if tsgrad stored each one (an error estimate: which it stores
+        # is the scheduler's choice, and a later exp can make one rounding count)
+        self.round_all = round_all
         self.ft = np.float64 if wide else np.float32
         # a square root taken at exactly 0: its gradient is infinite there, and inf * 0 = NaN downstream (also set
         # where a sigmoid's exp overflows: a known bug's NaN gradient)
@@ -324,38 +327,42 @@ def activation(m, n, x, src_dt):
 
 
 def interpolate(m, n, x):
-    """PyTorch's F.interpolate: legacy nearest (floor of o * scale, in float32), linear with its source-index rule."""
+    """PyTorch's F.interpolate: legacy nearest (floor of o * scale, in float32), linear with its source-index rule
+    (in float32), axes from the last, each output reading its one or two sources only."""
     mode, dt = n["mode"], n["dtype"]
-    if x.dtype.kind == "f" and not np.all(np.isfinite(x)):
-        # program.ts KNOWN_BUGS.interpolateNonFinite: tsgrad's weight-matrix product spreads NaN (0 * inf) along the axis
-        raise Skip("interpolate of a non-finite value")
     spatial = x.ndim - 2
     sf = n.get("scaleFactor")
     scales = None if sf is None else ([sf] * spatial if isinstance(sf, (int, float)) else sf)
     align = bool(n.get("alignCorners"))
-    for d in range(spatial):
+    f32 = np.float32
+    for d in reversed(range(spatial)):
         axis, size_in, size_out = 2 + d, x.shape[2 + d], n["shape"][2 + d]
+        if mode == "nearest" and size_out % size_in == 0 and (not scales or scales[d] == size_out / size_in):
+            x = np.repeat(x, size_out // size_in, axis=axis)  # a whole factor: a view in tsgrad (an expand)
+            continue
+        # the picked values are a gather's (a sum's) results, in the node's dtype: float16 ones rounded
+        x = m.r16(x, dt)
         if mode == "nearest":
-            scale = np.float32(1.0 / scales[d]) if scales else np.float32(size_in) / np.float32(size_out)
-            idx = [min(int(np.floor(np.float32(o) * scale)), size_in - 1) for o in range(size_out)]
+            scale = f32(1.0 / scales[d]) if scales else f32(size_in / size_out)
+            idx = [min(int(np.floor(f32(o) * scale)), size_in - 1) for o in range(size_out)]
             x = np.take(x, idx, axis=axis)
             continue
         if align:
-            scale = (size_in - 1) / (size_out - 1) if size_out > 1 else 0.0
+            scale = f32((size_in - 1) / (size_out - 1) if size_out > 1 else 0.0)
         else:
-            scale = 1.0 / scales[d] if scales else size_in / size_out
+            scale = f32(1.0 / scales[d] if scales else size_in / size_out)
         low, high, lam = [], [], []
         for o in range(size_out):
-            src = scale * o if align else max(scale * (o + 0.5) - 0.5, 0.0)
+            src = scale * f32(o) if align else max(scale * f32(o + 0.5) - f32(0.5), f32(0))
             i = min(int(math.floor(src)), size_in - 1)
             low.append(i)
             high.append(i + 1 if i < size_in - 1 else i)
-            lam.append(min(max(src - i, 0.0), 1.0))
+            lam.append(f32(src - f32(i)))
         shape = [1] * x.ndim
         shape[axis] = size_out
-        # the weights are a tensor of x's dtype (float16 ones rounded), their product a matmul (rounded likewise)
-        l1 = m.r16(m.as_dt(np.array(lam), dt), dt).reshape(shape)
-        l0 = m.r16(m.as_dt(1 - np.array(lam), dt), dt).reshape(shape)
+        # the weights are float32 (float64 for a wide model), the mix rounded once to the node's dtype
+        l1 = np.array(lam, dtype=m.ft).reshape(shape)
+        l0 = np.array([f32(1) - v for v in lam], dtype=m.ft).reshape(shape)
         x = m.r16(np.take(x, low, axis=axis) * l0 + np.take(x, high, axis=axis) * l1, dt)
     return x
 
@@ -479,6 +486,8 @@ def evaluate(m, prog, inputs=None):
         else:
             raise ValueError(f"unknown op {op}")
         v = np.array(m.as_dt(v, dt))  # a copy, contiguous, 0-d kept 0-d
+        if m.round_all:
+            v = m.r16(v, dt)
         if dt == "float16" and not m.wide and np.any(np.isfinite(v) & (np.abs(v) > F16_MAX)):
             # finite in float32, infinite once stored as float16: where tsgrad stores it (the scheduler's choice) decides
             raise Skip("a float16 value beyond float16's range")
@@ -553,6 +562,11 @@ def run(prog, all_nodes):
             result["out64"] = encode(evaluate(Model(wide=True), prog)[-1])
         except Skip:
             pass
+        if any(n["dtype"] == "float16" for n in prog["nodes"]):
+            try:
+                result["out16"] = encode(evaluate(Model(wide=False, round_all=True), prog)[-1])
+            except Skip:
+                pass
         if all_nodes:
             result["nodes"] = [encode(v) for v in vals]
         # float32 overflow anywhere (exp of exp) makes tsgrad's gradients inf or NaN where float64's are finite

@@ -152,7 +152,8 @@ export class Rng {
 export const KNOWN_BUGS = {
   // fixed (the generator makes these patterns again): x.sub(-c) rendering --c; abs of a bool; gather of a bool;
   // cat(...).contiguous() read back; the CPU miscompile (gcc 12.2); a one-hot sum's gradient through a transpose;
-  // sigmoid's (and tanh's, silu's) NaN gradient far below zero, where exp(-x) overflowed
+  // sigmoid's (and tanh's, silu's) NaN gradient far below zero, where exp(-x) overflowed; topk with k >= 49 (a cat of
+  // more reduces than a kernel takes inputs failed to lower); interpolate spreading NaN from a non-finite input
   negNegativeConstant: false,
   absOfBool: false,
   gatherOfBool: false,
@@ -162,19 +163,7 @@ export const KNOWN_BUGS = {
    * (`loss.realize(); loss.backward()` is refused by name); the gradient mode keeps realize() out.
    */
   realizeCutsGradient: true,
-  /**
-   * Open: a kernel that cats 49 or more reduce results (more than MAX_KERNEL_INPUTS = 48) fails to lower on JS and
-   * CPU ("lowerKernel: BUFFER must be scheduled as its own step, not fused"); topk(k) cats its k rounds' indices,
-   * so k >= 49 fails. The generator keeps k <= 48.
-   */
-  catOfManyReduces: true,
-  /**
-   * Open: interpolate multiplies a [out, in] weight matrix in along each axis, so an inf or NaN anywhere along the
-   * axis makes every output of that row NaN (0 * inf), where PyTorch's rules read one or two neighbours:
-   * [1, inf, 3] nearest to size 2 gives [NaN, inf], not [1, inf]. numpy_ref.py skips programs where a non-finite value
-   * reaches an interpolate (a value the generator cannot see, so --include-known does not bring it back).
-   */
-  interpolateNonFinite: true,
+  catOfManyReduces: false,
 };
 
 export interface GenerateOptions {
