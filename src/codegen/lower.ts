@@ -8,7 +8,7 @@ import { dtypes, type DType } from "../dtype.ts";
 import {
   type Bound, type Idx, andBound, condKey, flatIndex, iadd, iconst, idiv, imul, iruntime, ivar, replaceSubexpressions, splitAtMultiple, substitute, unflatIndex,
 } from "../shape/symbolic.ts";
-import { type Pads, type ReduceArg, type UOp, isElementwise } from "../uop.ts";
+import { type Pads, type ReduceArg, UOp, isElementwise } from "../uop.ts";
 import type { AluOp, Expr, KernelBuffer, KernelIR, Operand, Stmt } from "./ir.ts";
 import { type KernelOpts, NO_OPTS, optsKey, splittingChunk, upcastWidth } from "./opts.ts";
 import { heuristicOpts } from "./heuristics.ts";
@@ -53,7 +53,7 @@ export function lowerKernel(spec: KernelSpec, opts?: KernelOpts): KernelIR {
     specs.set(kernel, spec);
     return kernel;
   }
-  const chosen = spec.host ? mergeOutputAxes(spec) : tiled(spec);
+  const chosen = spec.host ? mergeAxes(spec) : tiled(spec);
   const kernel = new Lowerer(chosen.spec, chosen.opts).run();
   specs.set(kernel, chosen.spec);
   return kernel;
@@ -80,30 +80,82 @@ function divisions(body: readonly Stmt[]): number {
 }
 
 /**
- * The kernel over its output with neighbouring axes merged wherever every index stays as simple (a batch of
- * 8 sequences of 20 masked positions is 160 rows): a host backend's register tile then has rows to take
- * along the merged axis (8 rather than the 4 that divide 20), and its cost model sees one operand, not a batch.
+ * The kernel with neighbouring axes merged wherever every index stays as simple. Summed axes first: a sum over
+ * a batch's rows and a sequence's positions is one loop (not a short loop in another, which gcc 12.2 can
+ * vectorise wrongly: renderer/c.ts hasFragileLoops), and a one-axis sum can be K-blocked. Then the output's (a
+ * batch of 8 sequences of 20 masked positions is 160 rows): a host backend's register tile then has rows to
+ * take along the merged axis (8 rather than the 4 that divide 20), and its cost model sees one operand, not a batch.
  */
-function mergeOutputAxes(spec: KernelSpec): ReturnType<typeof tiled> {
+function mergeAxes(spec: KernelSpec): ReturnType<typeof tiled> {
   // no more divisions in the plain kernel, and as many lanes in the heuristics' tile (merging a matmul's two
   // tile axes would leave one)
   const judge = (s: KernelSpec) => {
     const t = tiled(s);
     return { ...t, divs: divisions(t.plain.body), lanes: upcastWidth(t.opts) };
   };
-  let shape = [...spec.value.shape];
   let best = judge(spec);
+  const rejected = new Set<string>();
+  for (let next = mergeReducePair(best.spec, rejected); next; next = mergeReducePair(best.spec, rejected)) {
+    const candidate = judge(next.spec);
+    if (candidate.divs <= best.divs && candidate.lanes >= best.lanes) best = candidate;
+    else rejected.add(next.pair);
+  }
+  let shape = [...best.spec.value.shape];
   for (let d = 0; d + 1 < shape.length; ) {
     if (shape[d] === 1 || shape[d + 1] === 1) {
       d++;
       continue;
     }
     const merged = [...shape.slice(0, d), shape[d]! * shape[d + 1]!, ...shape.slice(d + 2)];
-    const candidate = judge({ ...spec, value: spec.value.reshape(merged) });
+    const candidate = judge({ ...best.spec, value: best.spec.value.reshape(merged) });
     if (candidate.divs <= best.divs && candidate.lanes >= best.lanes) [shape, best] = [merged, candidate];
     else d++;
   }
   return best;
+}
+
+/**
+ * `spec` with one sum's two neighbouring summed axes read as one (its source reshaped, the second axis left 1):
+ * the first pair not `rejected`, named `pair` (the sum's id and the first axis); undefined when none is left.
+ */
+function mergeReducePair(spec: KernelSpec, rejected: ReadonlySet<string>): { spec: KernelSpec; pair: string } | undefined {
+  let found: { node: UOp; axis: number; next: number } | undefined;
+  const seen = new Set<UOp>();
+  const find = (n: UOp): void => {
+    if (found || seen.has(n) || spec.inputs.has(n)) return;
+    seen.add(n);
+    if (n.op === "REDUCE") {
+      const { axes } = n.arg as ReduceArg;
+      // neighbours: nothing but axes of size 1 between them
+      const shape = n.src[0]!.shape;
+      for (let i = 0; !found && i + 1 < axes.length; i++) {
+        const [a, b] = [axes[i]!, axes[i + 1]!];
+        if (shape.slice(a + 1, b).every((s) => s === 1) && !rejected.has(`${n.id}:${a}`)) found = { node: n, axis: a, next: b };
+      }
+    }
+    n.src.forEach(find);
+  };
+  find(spec.value);
+  if (!found) return undefined;
+  const { node, axis, next } = found;
+  const { op, axes } = node.arg as ReduceArg;
+  const src = node.src[0]!;
+  // [.., A, 1, .., B, ..] read as [.., A*B, 1, .., 1, ..]: the sum keeps its shape
+  const merged = src.reshape(src.shape.map((s, d) => (d === axis ? s * src.shape[next]! : d === next ? 1 : s)));
+  const replacement = merged.reduce(op, axes.filter((a) => a !== next));
+  const rebuilt = new Map<UOp, UOp>();
+  const rebuild = (n: UOp): UOp => {
+    if (n === node) return replacement;
+    if (spec.inputs.has(n)) return n;
+    let done = rebuilt.get(n);
+    if (!done) {
+      const src = n.src.map(rebuild);
+      done = src.every((s, i) => s === n.src[i]) ? n : UOp.make(n.op, n.dtype, src, n.arg, n.shape, n.device);
+      rebuilt.set(n, done);
+    }
+    return done;
+  };
+  return { spec: { ...spec, value: rebuild(spec.value) }, pair: `${node.id}:${axis}` };
 }
 
 /** One value wanted: `node` at per-axis index `idx`, where `valid` holds. */

@@ -7,14 +7,23 @@ import type { KernelIR, Stmt } from "../../src/codegen/ir.ts";
 import type { ExecItem } from "../../src/engine/schedule.ts";
 import { recordItems } from "../../src/engine/realize.ts";
 import { mergeNestedLoops } from "../../src/codegen/merge_loops.ts";
+import { kernelSpecOf, lowerKernel } from "../../src/codegen/lower.ts";
+import { NO_OPTS } from "../../src/codegen/opts.ts";
+import type { UOp } from "../../src/uop.ts";
 
 type KernelItem = ExecItem & { kind: "kernel" };
 
-/** The last kernel `build` runs on JS, with its buffers (its output already computed by the unmerged kernel). */
+/**
+ * The last kernel `build` runs on JS, with its buffers (its output already computed), lowered again without the
+ * host backends' forms: the nest as a GPU backend gets it (the host lowering merges summed axes itself).
+ */
 function lastKernel(build: () => Tensor): KernelItem {
-  const last = recordItems(() => build().realize()).items.filter((item) => item.kind === "kernel").at(-1);
+  const root = build();
+  const value = root.node as UOp; // (realize() swaps it for its buffer)
+  const last = recordItems(() => root.realize()).items.filter((item) => item.kind === "kernel").at(-1) as KernelItem | undefined;
   assert.ok(last, "no kernel ran");
-  return last as KernelItem;
+  const spec = kernelSpecOf(last.kernel)!;
+  return { ...last, kernel: lowerKernel({ ...spec, value, host: false }, NO_OPTS) };
 }
 
 const loops = (stmts: readonly Stmt[]): { size: number; depth: number }[] => stmts.flatMap((s) =>

@@ -39,6 +39,9 @@ function kernelSource(build: () => Tensor): string {
 test("the sum of a flipped array counts each element once on the CPU device", { skip }, () => {
   const bits = new Tensor(Uint8Array.from([0, 0, 1, 0, 1, 0, 1, 1, 1, 0]), { device: "CPU", dtype: "bool" }).reshape([1, 5, 1, 2]);
   assert.deepEqual(bits.flip([0, 1, 2, 3]).mean({ axis: [1, 2, 3] }).tolist(), [0.5]);
+  // summed across its layout (axes that do not merge into one loop: a short loop inside another)
+  const ten = new Tensor([0, 1, 2, 3, 4, 5, 6, 7, 8, 9], { device: "CPU", dtype: dtypes.float32 }).realize();
+  assert.deepEqual(ten.reshape([5, 2]).T.flip([0, 1]).sum().tolist(), 45);
 });
 
 test("kernels with grouped or guarded accesses and integer sums are marked; plain elementwise loops are not", { skip }, () => {
@@ -47,7 +50,7 @@ test("kernels with grouped or guarded accesses and integer sums are marked; plai
   assert.match(kernelSource(() => new Tensor([1, 2, 3], on("float32")).pad([[2, 2]])), marked);
   assert.match(kernelSource(() => new Tensor([[1, 2], [3, 4]], on("int32")).sum({ axis: 0 })), marked);
   const ten = new Tensor([0, 1, 2, 3, 4, 5, 6, 7, 8, 9], on("float32")).realize();
-  assert.match(kernelSource(() => ten.reshape([5, 2]).flip([0, 1]).sum()), marked);
+  assert.match(kernelSource(() => ten.reshape([5, 2]).T.flip([0, 1]).sum()), marked);
   const x = Tensor.arange(0, 4096, 1, { device: "CPU" }).cast(dtypes.float32).realize();
   assert.match(kernelSource(() => x.mul(2).add(x.sqrt())), /^void tg_kernel/m);
 });
@@ -66,5 +69,15 @@ test("each miscompile probe prints its expected answer when built without optimi
     for (const probe of PROBES) assert.equal(runProbe(process.env.CC || "cc", ["-O0"], probe.source, dir), probe.expected, probe.name);
   } finally {
     rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("a sum over neighbouring axes that walk memory as one is one loop, reversed or not, and unmarked", { skip }, () => {
+  const ten = new Tensor([0, 1, 2, 3, 4, 5, 6, 7, 8, 9], { device: "CPU", dtype: dtypes.float32 }).realize();
+  for (const build of [() => ten.reshape([5, 2]).flip([0, 1]).sum(), () => ten.reshape([5, 1, 2]).sum({ axis: [0, 2] })]) {
+    const code = kernelSource(build);
+    assert.match(code, /^void tg_kernel/m);
+    assert.equal(code.match(/for \(/g)?.length, 1, code);
+    assert.deepEqual(Array.from(build().toArray() as Float32Array), [45]);
   }
 });
