@@ -34,13 +34,17 @@ export function threefry2x32(x0: UOp, x1: UOp, k0: UOp, k1: UOp): [UOp, UOp] {
  * start..start+n-1 of that stream: a device computes only its slice of one logical draw.
  */
 export function randomBits(n: number, seed: number, counter: UOp, device: string, start = 0): UOp {
-  // word j is half (lo or hi) of the Threefry pair j / 2
+  // word j is half (lo or hi) of the Threefry pair j / 2. Each word computes its pair's chain and keeps its half:
+  // one chain a word, in the kernel that reads the words (padding lo and hi into place computed both chains at
+  // every word, the pad's guard holding back only the key's loads; a [pairs, 2] broadcast of the two halves had
+  // the scheduler store the chain, shared by both, in ten stages)
   const [first, end] = [Math.floor(start / 2), Math.ceil((start + n) / 2)];
-  const half = end - first;
-  const local = UOp.index(half, device).bitcast(dtypes.uint32);
-  const index = first === 0 ? local : local.alu("ADD", u32(first, local));
-  const zero = u32(0, index);
-  const [lo, hi] = threefry2x32(index, zero, u32(seed, index), counter.reshape([1]).expand([half]));
-  const words = lo.reshape([half, 1]).pad([[0, 0], [0, 1]]).alu("ADD", hi.reshape([half, 1]).pad([[0, 0], [1, 0]])).reshape([half * 2]);
-  return words.shrink([[start - 2 * first, start - 2 * first + n]]);
+  const words = (end - first) * 2;
+  const j = UOp.index(words, device);
+  const int = (v: number): UOp => UOp.const(v, dtypes.int32, device).reshape([1]).expand([words]);
+  const pair = j.alu("IDIV", int(2)).bitcast(dtypes.uint32);
+  const index = first === 0 ? pair : pair.alu("ADD", u32(first, pair));
+  const [lo, hi] = threefry2x32(index, u32(0, index), u32(seed, index), counter.reshape([1]).expand([words]));
+  const isLo = j.alu("MOD", int(2)).alu("CMPLT", int(1));
+  return isLo.alu("WHERE", lo, hi).shrink([[start - 2 * first, start - 2 * first + n]]);
 }

@@ -133,6 +133,16 @@ for (const device of testDevices()) {
       assert.deepEqual(values(Tensor.rand([64], { device })), a);
       assert.notDeepEqual(a, b);
     });
+    test("rand's stream is fixed by the seed (values recorded from the first implementation) and costs one Threefry chain a word", () => {
+      Tensor.manualSeed(7);
+      GlobalCounters.reset();
+      const v = values(Tensor.rand([4096], { device }));
+      const expected = [0.908480167388916, 0.7352801561355591, 0.6903171539306641, 0.3107234239578247, 0.0949639081954956, 0.07325685024261475];
+      assert.deepEqual(v.slice(0, 6), expected);
+      // a chain is about 120 integer operations; computing both halves' chains at every word was 240 a word
+      const perWord = GlobalCounters.globalOps / 4096;
+      assert.ok(perWord < 160, `${perWord} operations a word`);
+    });
     test("rand is uniform in [0, 1)", () => {
       Tensor.manualSeed(1);
       const v = values(Tensor.rand([20000], { device }));
