@@ -171,6 +171,28 @@ export class UOp {
     return order;
   }
 
+  /**
+   * This graph with each node of `replacements` swapped for its replacement, rebuilt only along the paths that
+   * reach one (shared nodes once); below this node, the walk stops at nodes `keep` holds (a kernel's inputs),
+   * which stay as they are.
+   */
+  replaceNodes(replacements: ReadonlyMap<UOp, UOp>, keep: (u: UOp) => boolean): UOp {
+    const rebuilt = new Map<UOp, UOp>();
+    const rebuild = (n: UOp, top: boolean): UOp => {
+      if (!top && keep(n)) return n;
+      const replacement = replacements.get(n);
+      if (replacement) return replacement;
+      let done = rebuilt.get(n);
+      if (!done) {
+        const src = n.src.map((s) => rebuild(s, false));
+        done = src.every((s, i) => s === n.src[i]) ? n : UOp.make(n.op, n.dtype, src, n.arg, n.shape, n.device);
+        rebuilt.set(n, done);
+      }
+      return done;
+    };
+    return rebuild(this, true);
+  }
+
   toString(): string {
     return `UOp(${this.op} ${this.dtype.name} ${fmtShape(this.shape)} on ${this.device})`;
   }

@@ -8,7 +8,7 @@ import { dtypes, type DType } from "../dtype.ts";
 import {
   type Bound, type Idx, andBound, condKey, flatIndex, iadd, iconst, idiv, imul, iruntime, ivar, replaceSubexpressions, splitAtMultiple, substitute, unflatIndex,
 } from "../shape/symbolic.ts";
-import { type Pads, type ReduceArg, UOp, isElementwise } from "../uop.ts";
+import { type Pads, type ReduceArg, type UOp, isElementwise } from "../uop.ts";
 import type { AluOp, Expr, KernelBuffer, KernelIR, Operand, Stmt } from "./ir.ts";
 import { type KernelOpts, NO_OPTS, optsKey, splittingChunk, upcastWidth } from "./opts.ts";
 import { heuristicOpts } from "./heuristics.ts";
@@ -143,19 +143,8 @@ function mergeReducePair(spec: KernelSpec, rejected: ReadonlySet<string>): { spe
   // [.., A, 1, .., B, ..] read as [.., A*B, 1, .., 1, ..]: the sum keeps its shape
   const merged = src.reshape(src.shape.map((s, d) => (d === axis ? s * src.shape[next]! : d === next ? 1 : s)));
   const replacement = merged.reduce(op, axes.filter((a) => a !== next));
-  const rebuilt = new Map<UOp, UOp>();
-  const rebuild = (n: UOp): UOp => {
-    if (n === node) return replacement;
-    if (spec.inputs.has(n)) return n;
-    let done = rebuilt.get(n);
-    if (!done) {
-      const src = n.src.map(rebuild);
-      done = src.every((s, i) => s === n.src[i]) ? n : UOp.make(n.op, n.dtype, src, n.arg, n.shape, n.device);
-      rebuilt.set(n, done);
-    }
-    return done;
-  };
-  return { spec: { ...spec, value: rebuild(spec.value) }, pair: `${node.id}:${axis}` };
+  const value = spec.value.replaceNodes(new Map([[node, replacement]]), (n) => spec.inputs.has(n));
+  return { spec: { ...spec, value }, pair: `${node.id}:${axis}` };
 }
 
 /** One value wanted: `node` at per-axis index `idx`, where `valid` holds. */

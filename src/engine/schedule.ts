@@ -444,21 +444,8 @@ function withPackedOperands(value: UOp, isTop: boolean, stored: ReadonlySet<UOp>
     for (const s of n.src) find(s, false);
   };
   find(value, isTop);
-  if (readers.size === 0) return value;
-  const rebuilt = new Map<UOp, UOp>();
-  const rebuild = (n: UOp, first: boolean): UOp => {
-    if (!first && (stored.has(n) || isLeaf(n))) return n;
-    const reader = readers.get(n);
-    if (reader) return reader;
-    let done = rebuilt.get(n);
-    if (!done) {
-      const src = n.src.map((s) => rebuild(s, false));
-      done = src.every((s, i) => s === n.src[i]) ? n : UOp.make(n.op, n.dtype, src, n.arg, n.shape, n.device);
-      rebuilt.set(n, done);
-    }
-    return done;
-  };
-  return rebuild(value, isTop);
+  // (with readers found, `value` is computed here, stored or not: its own node is rebuilt)
+  return readers.size === 0 ? value : value.replaceNodes(readers, (n) => stored.has(n) || isLeaf(n));
 }
 
 /** Kernels lowered before, by structure: a training loop schedules the same kernels over new buffers every step. */
