@@ -1,12 +1,14 @@
 // Counter-based random bits (Threefry-2x32, 20 rounds, as tinygrad and JAX use): the same seed and
 // counter give the same numbers on every backend, and nothing depends on the order kernels run in.
-import { dtypes } from "./dtype.ts";
+import { type DType, dtypes } from "./dtype.ts";
 import { UOp } from "./uop.ts";
 
 const ROTATIONS = [13, 15, 26, 6, 17, 29, 16, 24];
 const PARITY = 0x1bd11bda;
 
-const u32 = (v: number, like: UOp): UOp => UOp.const(v >>> 0, dtypes.uint32, like.device).reshape(like.shape.map(() => 1)).expand(like.shape);
+/** The constant `v` in `dtype`, shaped like `like`. */
+const fill = (v: number, dtype: DType, like: UOp): UOp => UOp.const(v, dtype, like.device).reshape(like.shape.map(() => 1)).expand(like.shape);
+const u32 = (v: number, like: UOp): UOp => fill(v >>> 0, dtypes.uint32, like);
 
 function rotl(x: UOp, r: number): UOp {
   return x.alu("SHL", u32(r, x)).alu("OR", x.alu("SHR", u32(32 - r, x)));
@@ -41,10 +43,9 @@ export function randomBits(n: number, seed: number, counter: UOp, device: string
   const [first, end] = [Math.floor(start / 2), Math.ceil((start + n) / 2)];
   const words = (end - first) * 2;
   const j = UOp.index(words, device);
-  const int = (v: number): UOp => UOp.const(v, dtypes.int32, device).reshape([1]).expand([words]);
-  const pair = j.alu("IDIV", int(2)).bitcast(dtypes.uint32);
+  const pair = j.alu("IDIV", fill(2, dtypes.int32, j)).bitcast(dtypes.uint32);
   const index = first === 0 ? pair : pair.alu("ADD", u32(first, pair));
   const [lo, hi] = threefry2x32(index, u32(0, index), u32(seed, index), counter.reshape([1]).expand([words]));
-  const isLo = j.alu("MOD", int(2)).alu("CMPLT", int(1));
+  const isLo = j.alu("MOD", fill(2, dtypes.int32, j)).alu("CMPLT", fill(1, dtypes.int32, j));
   return isLo.alu("WHERE", lo, hi).shrink([[start - 2 * first, start - 2 * first + n]]);
 }
