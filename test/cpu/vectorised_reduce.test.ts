@@ -55,6 +55,24 @@ test("kernels with grouped or guarded accesses and integer sums are marked; plai
   assert.match(kernelSource(() => x.mul(2).add(x.sqrt())), /^void tg_kernel/m);
 });
 
+test("groups of accesses that walk their buffer forwards are unmarked; a flipped group is marked", { skip }, () => {
+  const m = Tensor.arange(0, 4096, 1, { device: "CPU" }).cast(dtypes.float32).reshape([64, 64]).realize();
+  const grouped = (code: string) => (code.match(/= b1\[/g)?.length ?? 0) > 1;
+  // a row sum's lanes (several accumulators, each reading the next element) and a transposing copy's tile
+  for (const build of [() => m.sum({ axis: 1 }), () => m.T.contiguous()]) {
+    const code = kernelSource(build);
+    assert.ok(grouped(code), code);
+    assert.match(code, /^void tg_kernel/m);
+  }
+  // the transposing copy of a flipped array: its tile reads rows backwards
+  const flipped = kernelSource(() => m.T.flip(1).contiguous());
+  assert.ok(grouped(flipped), flipped);
+  assert.match(flipped, /^TG_FRAGILE_LOOPS void tg_kernel/m);
+  assert.deepEqual(Array.from(m.sum({ axis: 1 }).toArray() as Float32Array).slice(0, 2), [2016, 6112]);
+  assert.deepEqual(Array.from(m.T.contiguous().toArray() as Float32Array).slice(0, 3), [0, 64, 128]);
+  assert.deepEqual(Array.from(m.T.flip(1).contiguous().toArray() as Float32Array).slice(0, 3), [4032, 3968, 3904]);
+});
+
 test("a guarded load whose index stays inside its buffer is read unconditionally, unmarked, and the guard selects", { skip }, () => {
   const build = () => new Tensor([5], { device: "CPU", dtype: dtypes.float32 }).expand([4]).pad([[2, 2]]);
   const code = kernelSource(build);
