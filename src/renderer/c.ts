@@ -3,7 +3,7 @@
 // as their bits and computed in float, integers wrap, bool is 0/1 (computed in an int32_t, stored in a byte),
 // division by zero gives 0.
 import type { DType } from "../dtype.ts";
-import { type Bound, type Idx, renderIdx, varsOf, renderBounds } from "../shape/symbolic.ts";
+import { type Bound, type Idx, coefficientOf, renderIdx, varsOf, renderBounds } from "../shape/symbolic.ts";
 import type { AluOp, Expr, KernelIR, Operand, Stmt } from "../codegen/ir.ts";
 import { hoistInvariants } from "../codegen/hoist.ts";
 import { type LanePlan, planLanes } from "./c_lanes.ts";
@@ -160,7 +160,11 @@ const UNROLLED_TRIPS = 16;
  * defines as an attribute that turns loop vectorisation off where the probes show the bug. Groups that walk
  * forwards (a split sum's lanes, a tile's rows, a transposing copy) keep it: over 11,395 kernels of fuzzer
  * programs and BERT steps gcc got none of those wrong (test/fuzz/kernel_diff.py; the wrong ones were all guarded),
- * and marking them had cost BERT-mini's step 6-10%.
+ * and marked, a split sum ran 2.5x slower (a layer norm's row sums over [1024, 256]: 0.21 vs 0.08 ms).
+ * Marked too, where no vectorisation can pay: a kernel whose reduce loops of sums each add terms read along the
+ * loop itself (unit steps), several in one loop. Vectorising those along the loop would reorder the additions,
+ * which gcc may not do; it tries to group the sums instead, which for sums whose lanes lie apart took 2 s to
+ * compile (a [32, 2, 32] kernel of 32 such sums) and ran slower (38 vs 24 us).
  */
 function hasFragileLoops(kernel: KernelIR, loopVars: ReadonlySet<string>): boolean {
   let fragile = false;
@@ -189,7 +193,44 @@ function hasFragileLoops(kernel: KernelIR, loopVars: ReadonlySet<string>): boole
     return counts;
   };
   perIteration(kernel.body);
-  return fragile;
+  return fragile || onlySumsAlongThemselves(kernel.body);
+}
+
+/**
+ * Whether every reduce loop of the kernel that updates sums is a loop of float sums whose terms read only along
+ * the loop (one element a step), and one holds several (what gcc tries to group).
+ */
+function onlySumsAlongThemselves(body: readonly Stmt[]): boolean {
+  const loops: { updates: number; along: boolean }[] = [];
+  const visit = (stmts: readonly Stmt[]): void => {
+    for (const s of stmts) if (s.kind === "loop") {
+      const updates = s.body.filter((t) => t.kind === "update").length;
+      if (s.var.startsWith("r") && updates > 0) loops.push({ updates, along: sumsAlongItself(s) });
+      visit(s.body);
+    }
+  };
+  visit(body);
+  return loops.some((l) => l.updates > 1) && loops.every((l) => l.along);
+}
+
+/** Whether every update in `loop`'s body is a float sum whose terms read along the loop only one element a step. */
+function sumsAlongItself(loop: Stmt & { kind: "loop" }): boolean {
+  const defs = new Map<string, Expr>();
+  for (const s of loop.body) if (s.kind === "def") defs.set(s.name, s.expr);
+  const updates = loop.body.filter((s): s is Stmt & { kind: "update" } => s.kind === "update");
+  // the loads a value is computed from inside the loop (values from outside are the same every step)
+  const loadsOf = (o: Operand, into: Idx[], seen: Set<string>): Idx[] => {
+    const e = o.kind === "val" && !seen.has(o.name) ? defs.get(o.name) : undefined;
+    if (o.kind === "val") seen.add(o.name);
+    if (e?.op === "LOAD") into.push(e.index);
+    else if (e && "srcs" in e) for (const src of e.srcs) loadsOf(src, into, seen);
+    return into;
+  };
+  return updates.length > 0 && updates.every((u) => {
+    // (a load at the same place every step is a value from outside the loop)
+    const steps = loadsOf(u.value, [], new Set()).map((index) => coefficientOf(index, loop.var)).filter((c) => c !== 0);
+    return u.dtype.kind === "float" && steps.length > 0 && steps.every((c) => c === 1);
+  });
 }
 
 /** Whether a step of some loop variable moves `e` down somewhere in it: a negative factor over a term holding one. */

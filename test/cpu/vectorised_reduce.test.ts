@@ -14,6 +14,9 @@ import { recordItems } from "../../src/engine/realize.ts";
 import type { ExecItem } from "../../src/engine/schedule.ts";
 import { cFunction } from "../../src/runtime/cpu.ts";
 import { PROBES, runProbe } from "../../src/runtime/compiler_bugs.ts";
+import { renderC } from "../../src/renderer/c.ts";
+import type { KernelIR, Stmt } from "../../src/codegen/ir.ts";
+import { iadd, iconst, imul, ivar } from "../../src/shape/symbolic.ts";
 
 const skip = Device.isAvailable("CPU") ? false : "no working C compiler";
 
@@ -98,4 +101,28 @@ test("a sum over neighbouring axes that walk memory as one is one loop, reversed
     assert.equal(code.match(/for \(/g)?.length, 1, code);
     assert.deepEqual(Array.from(build().toArray() as Float32Array), [45]);
   }
+});
+
+test("a kernel whose loops of several sums all read their terms along the loop is marked (nothing to vectorise there)", () => {
+  const f32 = dtypes.float32;
+  // sums of b1[r0 * step + 256 * k] over r0, for k < 2
+  const kernel = (step: number): KernelIR => {
+    const r0 = ivar("r0", 256);
+    const body: Stmt[] = [0, 1].flatMap((k): Stmt[] => [
+      { kind: "def", name: `v${k}`, dtype: f32, expr: { op: "LOAD", buf: 1, index: iadd(imul(r0, step), iconst(256 * k)), valid: [] } },
+      { kind: "def", name: `w${k}`, dtype: f32, expr: { op: "NEG", srcs: [{ kind: "val", name: `v${k}`, dtype: f32 }] } },
+    ]);
+    body.push(...[0, 1].map((k): Stmt => ({ kind: "update", name: `acc${k}`, dtype: f32, op: "ADD", value: { kind: "val", name: `w${k}`, dtype: f32 } })));
+    return {
+      name: "r_2", buffers: [{ dtype: f32, size: 2 }, { dtype: f32, size: 512 * step }], outputShape: [2], flops: 1024, parallel: 0, opts: "",
+      body: [
+        ...[0, 1].map((k): Stmt => ({ kind: "acc", name: `acc${k}`, dtype: f32, op: "ADD" })),
+        { kind: "loop", var: "r0", size: 256, body },
+        ...[0, 1].map((k): Stmt => ({ kind: "store", buf: 0, index: iconst(k), value: { kind: "val", name: `acc${k}`, dtype: f32 }, dtype: f32 })),
+      ],
+    };
+  };
+  assert.match(renderC(kernel(1), "tg_kernel", {}), /^TG_FRAGILE_LOOPS void tg_kernel/m);
+  // lanes two elements apart along the loop: not a sum along it
+  assert.match(renderC(kernel(2), "tg_kernel", {}), /^void tg_kernel/m);
 });
