@@ -79,45 +79,76 @@ function validShape(shape: unknown): shape is number[] {
   return Array.isArray(shape) && shape.every((dim) => Number.isSafeInteger(dim) && dim >= 0);
 }
 
-/** Serialises `tensors` (and string `metadata`) into the bytes of a safetensors file. */
-export function encodeSafetensors(tensors: Record<string, SafetensorsTensor>, metadata: Record<string, string> = {}): Uint8Array {
+/** A tensor to write whose bytes come in pieces: `write` hands `emit` its data in order (all of it, no more). */
+export interface SafetensorsStreamedTensor {
+  dtype: SafetensorsDType;
+  shape: number[];
+  write(emit: (piece: ArrayBufferView) => void): void;
+}
+
+/**
+ * The header bytes (length, JSON, padding) for tensors of these dtypes and shapes, and the order their data
+ * follows in: widest elements first, so that every tensor's data starts aligned to its element size.
+ */
+function layoutSafetensors(tensors: Record<string, { dtype: unknown; shape: unknown }>, metadata: Record<string, string>): { header: Uint8Array; names: string[]; bytes: Map<string, number> } {
   const source = "<encode>";
   for (const [name, value] of Object.entries(metadata)) {
     if (typeof value !== "string") throw new SafetensorsError(source, undefined, 0, `__metadata__.${name} is ${typeof value}, not a string`);
   }
-  // Widest elements first, so that every tensor's data starts aligned to its element size.
-  const names = Object.keys(tensors).sort(
-    (a, b) => ARRAY_CLASSES[tensors[b]!.dtype].BYTES_PER_ELEMENT - ARRAY_CLASSES[tensors[a]!.dtype].BYTES_PER_ELEMENT,
-  );
-  const header: Record<string, unknown> = {};
-  if (Object.keys(metadata).length > 0) header.__metadata__ = metadata;
+  const width = (name: string) => {
+    const { dtype } = tensors[name]!;
+    return isDType(dtype) ? ARRAY_CLASSES[dtype].BYTES_PER_ELEMENT : 0;
+  };
+  const names = Object.keys(tensors).sort((a, b) => width(b) - width(a));
+  const json: Record<string, unknown> = {};
+  if (Object.keys(metadata).length > 0) json.__metadata__ = metadata;
+  const bytes = new Map<string, number>();
   let dataLength = 0;
   for (const name of names) {
     if (name === "__metadata__") throw new SafetensorsError(source, name, 0, "the name __metadata__ is reserved");
-    const { dtype, shape, data } = tensors[name]!;
+    const { dtype, shape } = tensors[name]!;
     if (!isDType(dtype)) throw new SafetensorsError(source, name, dataLength, `unknown dtype ${String(dtype)}`);
     if (!validShape(shape)) throw new SafetensorsError(source, name, dataLength, `invalid shape ${JSON.stringify(shape)}`);
+    const byteLength = elementCount(shape) * ARRAY_CLASSES[dtype].BYTES_PER_ELEMENT;
+    json[name] = { dtype, shape, data_offsets: [dataLength, dataLength + byteLength] };
+    bytes.set(name, byteLength);
+    dataLength += byteLength;
+  }
+  const text = new TextEncoder().encode(JSON.stringify(json));
+  const headerLength = Math.ceil(text.length / 8) * 8;
+  const header = new Uint8Array(8 + headerLength);
+  new DataView(header.buffer).setBigUint64(0, BigInt(headerLength), true);
+  header.fill(0x20, 8);
+  header.set(text, 8);
+  return { header, names, bytes };
+}
+
+/** Checks that each tensor's data is the typed array of its dtype and holds its shape's elements. */
+function checkTensorData(tensors: Record<string, SafetensorsTensor>): void {
+  for (const [name, { dtype, shape, data }] of Object.entries(tensors)) {
+    if (!isDType(dtype) || !validShape(shape)) continue; // layoutSafetensors names these
     const arrayClass = ARRAY_CLASSES[dtype];
     if (!(data instanceof (arrayClass as unknown as Function))) {
-      throw new SafetensorsError(source, name, dataLength, `${dtype} data must be a ${arrayClass.name}, got ${data?.constructor?.name}`);
+      throw new SafetensorsError("<encode>", name, 0, `${dtype} data must be a ${arrayClass.name}, got ${data?.constructor?.name}`);
     }
     if (data.length !== elementCount(shape)) {
-      throw new SafetensorsError(source, name, dataLength, `shape [${shape.join(", ")}] needs ${elementCount(shape)} elements, data has ${data.length}`);
+      throw new SafetensorsError("<encode>", name, 0, `shape [${shape.join(", ")}] needs ${elementCount(shape)} elements, data has ${data.length}`);
     }
-    header[name] = { dtype, shape, data_offsets: [dataLength, dataLength + data.byteLength] };
-    dataLength += data.byteLength;
   }
-  const json = new TextEncoder().encode(JSON.stringify(header));
-  const headerLength = Math.ceil(json.length / 8) * 8;
-  const bytes = new Uint8Array(8 + headerLength + dataLength);
-  new DataView(bytes.buffer).setBigUint64(0, BigInt(headerLength), true);
-  bytes.fill(0x20, 8, 8 + headerLength);
-  bytes.set(json, 8);
-  let offset = 8 + headerLength;
+}
+
+const bytesOf = (view: ArrayBufferView): Uint8Array => new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
+
+/** Serialises `tensors` (and string `metadata`) into the bytes of a safetensors file. */
+export function encodeSafetensors(tensors: Record<string, SafetensorsTensor>, metadata: Record<string, string> = {}): Uint8Array {
+  const { header, names, bytes: sizes } = layoutSafetensors(tensors, metadata);
+  checkTensorData(tensors);
+  const bytes = new Uint8Array(header.length + names.reduce((n, name) => n + sizes.get(name)!, 0));
+  bytes.set(header);
+  let offset = header.length;
   for (const name of names) {
-    const data = tensors[name]!.data;
-    bytes.set(new Uint8Array(data.buffer, data.byteOffset, data.byteLength), offset);
-    offset += data.byteLength;
+    bytes.set(bytesOf(tensors[name]!.data), offset);
+    offset += sizes.get(name)!;
   }
   return bytes;
 }
@@ -255,11 +286,21 @@ function typedView(bytes: Uint8Array, dtype: SafetensorsDType, offset: number, b
 
 /** Writes `bytes` to `path` all or nothing: a temp file in the same folder, fsync, rename. */
 export function writeFileAtomic(path: string, bytes: Uint8Array): void {
+  writeFileAtomicFrom(path, (write) => write(bytes));
+}
+
+/**
+ * Writes what `produce` hands its `write`, in order, to `path` all or nothing: a temp file in the same folder,
+ * fsync, rename. Nothing is gathered in memory first (a shard or a checkpoint may be gigabytes).
+ */
+export function writeFileAtomicFrom(path: string, produce: (write: (bytes: Uint8Array) => void) => void): void {
   const temp = join(dirname(path), `.${basename(path)}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`);
   try {
     const fd = openSync(temp, "w");
     try {
-      for (let written = 0; written < bytes.length; ) written += writeSync(fd, bytes, written);
+      produce((bytes) => {
+        for (let written = 0; written < bytes.length; ) written += writeSync(fd, bytes, written);
+      });
       fsyncSync(fd);
     } finally {
       closeSync(fd);
@@ -275,9 +316,37 @@ export function writeFileAtomic(path: string, bytes: Uint8Array): void {
   }
 }
 
-/** Writes a safetensors file atomically (temp file + rename). */
+/** Writes a safetensors file atomically (temp file + rename), each tensor's data straight from its array. */
 export function writeSafetensorsFile(path: string, tensors: Record<string, SafetensorsTensor>, metadata: Record<string, string> = {}): void {
-  writeFileAtomic(path, encodeSafetensors(tensors, metadata));
+  checkTensorData(tensors);
+  const streamed = Object.fromEntries(
+    Object.entries(tensors).map(([name, { dtype, shape, data }]) => [name, { dtype, shape, write: (emit: (piece: ArrayBufferView) => void) => emit(data) }]),
+  );
+  writeSafetensorsStream(path, streamed, metadata);
+}
+
+/**
+ * Writes a safetensors file atomically whose tensors hand over their data in pieces (in the file's order:
+ * widest elements first), so that a file need not be held in memory whole. A tensor that hands over more or
+ * fewer bytes than its shape holds fails the write, naming it; nothing is left at `path` then.
+ */
+export function writeSafetensorsStream(path: string, tensors: Record<string, SafetensorsStreamedTensor>, metadata: Record<string, string> = {}): void {
+  const { header, names, bytes } = layoutSafetensors(tensors, metadata);
+  writeFileAtomicFrom(path, (write) => {
+    write(header);
+    let offset = header.length;
+    for (const name of names) {
+      const expected = bytes.get(name)!;
+      let given = 0;
+      tensors[name]!.write((piece) => {
+        if (given + piece.byteLength > expected) throw new SafetensorsError(path, name, offset + given, `more data than its shape holds (${expected} bytes)`);
+        given += piece.byteLength;
+        write(bytesOf(piece));
+      });
+      if (given !== expected) throw new SafetensorsError(path, name, offset + given, `${given} bytes of data, its shape holds ${expected}`);
+      offset += expected;
+    }
+  });
 }
 
 /** Reads and validates a safetensors file; errors name `path`. */

@@ -10,17 +10,20 @@ import {
   DEFAULT_SETTINGS,
   evalPickRows,
   makeShards,
+  orderedSamplesFromFile,
   parseCommandLine,
   PreprocessError,
   readDocuments,
   roundHalfEven,
   samplesFromFile,
   samplesFromText,
+  toSampleColumns,
+  writeSamplesShard,
   type PreprocessSettings,
 } from "../../mlperf/bert/data/preprocess.ts";
 import { basedirFromEnv, defaultBasedir, trainInputPath, trainShardPath } from "../../mlperf/bert/data/basedir.ts";
 import { SAMPLE_FIELDS, type SampleColumns } from "../../mlperf/bert/data/samples.ts";
-import { readShard } from "../../mlperf/bert/data/shard.ts";
+import { readShard, writeShard } from "../../mlperf/bert/data/shard.ts";
 import { BertTokenizer, loadVocab } from "../../mlperf/bert/data/tokenizer.ts";
 import { scratchDir } from "../scratch.ts";
 
@@ -194,4 +197,14 @@ test("BASEDIR wins, else $XDG_DATA_HOME/tsgrad/wiki, else ~/.local/share/tsgrad/
   assert.equal(basedirFromEnv({ BASEDIR: "/data/wiki", XDG_DATA_HOME: "/xdg" }), "/data/wiki");
   assert.equal(basedirFromEnv({ XDG_DATA_HOME: "/xdg" }), "/xdg/tsgrad/wiki");
   assert.equal(defaultBasedir({}), join(homedir(), ".local", "share", "tsgrad", "wiki"));
+});
+
+test("a shard written straight from the made samples is the file their padded columns make, byte for byte", () => {
+  const dir = tempDir();
+  for (const evalPick of [false, true]) {
+    const ordered = orderedSamplesFromFile(INPUT, tokenizer, settings(128, 20, 2), { evalPick });
+    writeSamplesShard(join(dir, "direct.safetensors"), ordered, settings(128, 20, 2));
+    writeShard(join(dir, "columns.safetensors"), toSampleColumns(ordered.made, ordered.rows, settings(128, 20, 2)));
+    assert.ok(readFileSync(join(dir, "direct.safetensors")).equals(readFileSync(join(dir, "columns.safetensors"))), `evalPick ${evalPick}`);
+  }
 });

@@ -2,7 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { readShard, ShardError, ShardFile, writeShard } from "../../mlperf/bert/data/shard.ts";
+import { emptySamples, readShard, ShardError, ShardFile, writeShard } from "../../mlperf/bert/data/shard.ts";
 import { SAMPLE_FIELDS, type SampleColumns } from "../../mlperf/bert/data/samples.ts";
 import { readSafetensorsFile, writeSafetensorsFile } from "../../src/nn/safetensors.ts";
 import { samplesFromJsonl } from "./sample-helpers.ts";
@@ -136,4 +136,18 @@ test("ShardFile refuses an index outside the shard", () => {
   const shard = new ShardFile(path);
   assert.throws(() => shard.readInto(229, samplesFromJsonl("", 128, 20), 0), /sample: index 229 is outside 0\.\.228/);
   shard.close();
+});
+
+test("a shard of more samples than one written block round-trips (blocks stitched in order)", () => {
+  const count = 9001; // three blocks of rows, the last short
+  const samples = emptySamples(count, { maxSeqLength: 8, maxPredictionsPerSeq: 3 });
+  for (let i = 0; i < samples.input_ids.length; i++) samples.input_ids[i] = (i * 7919) % 65536;
+  for (let i = 0; i < samples.input_mask.length; i++) samples.input_mask[i] = (i >> 3) % 2;
+  for (let i = 0; i < samples.masked_lm_positions.length; i++) samples.masked_lm_positions[i] = i % 8;
+  for (let i = 0; i < samples.masked_lm_ids.length; i++) samples.masked_lm_ids[i] = (i * 31) % 30522;
+  for (let i = 0; i < count; i++) samples.next_sentence_labels[i] = i % 3 === 0 ? 1 : 0;
+  const path = join(tempDir(), "big.safetensors");
+  writeShard(path, samples);
+  const read = readShard(path);
+  for (const field of SAMPLE_FIELDS) assert.deepEqual(read[field], samples[field], field);
 });

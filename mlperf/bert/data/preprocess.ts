@@ -12,7 +12,7 @@ import { basedirFromEnv, evalInputPath, evalShardPath, PART_COUNT, trainInputPat
 import { formatDuration } from "./byteProgress.ts";
 import { PyRandom } from "./pyrandom.ts";
 import type { SampleColumns } from "./samples.ts";
-import { ShardError, writeShard } from "./shard.ts";
+import { ShardError, fieldWidth, unfitValue, writeShardRows } from "./shard.ts";
 import { BertTokenizer, loadVocab, pythonStrip, VocabError } from "./tokenizer.ts";
 
 /** The reference's knobs (env vars MAX_SEQ_LENGTH, MAX_PREDICTIONS_PER_SEQ, ...). */
@@ -56,9 +56,9 @@ class GrowableInt32 {
     this.data[this.length++] = value;
   }
 
-  append(values: ArrayLike<number>): void {
+  append(values: Int32Array | readonly number[]): void {
     this.reserve(values.length);
-    for (let i = 0; i < values.length; i++) this.data[this.length + i] = values[i]!;
+    this.data.set(values, this.length);
     this.length += values.length;
   }
 
@@ -439,6 +439,27 @@ export function evalPickRows(sampleCount: number, count = EVAL_SAMPLE_COUNT): In
   return Int32Array.from({ length: count }, (_, i) => Math.trunc(i * step));
 }
 
+/** Made samples and the rows of them to write, in the reference's output order (all, or the eval pick). */
+export interface OrderedSamples {
+  made: MadeSamples;
+  rows: Int32Array;
+}
+
+/** The samples of results4-style text and their output order; `source` names it in errors. */
+export function orderedSamplesFromText(
+  text: string,
+  tokenizer: BertTokenizer,
+  settings: PreprocessSettings = DEFAULT_SETTINGS,
+  options: { source?: string; evalPick?: boolean; onProgress?: ProgressCallback } = {},
+): OrderedSamples {
+  const source = options.source ?? "input text";
+  const documents = readDocuments(text, tokenizer);
+  if (documents.documentStarts.length === 1) throw new PreprocessError(`${source} has no documents (no line gives a token)`);
+  const made = makeSamples(documents, tokenizer, settings, options.onProgress);
+  const rows = options.evalPick ? Int32Array.from(evalPickRows(made.count), (k) => made.shuffledOrder[k]!) : made.shuffledOrder;
+  return { made, rows };
+}
+
 /** Samples from results4-style text, in the reference's output order; `source` names it in errors. */
 export function samplesFromText(
   text: string,
@@ -446,12 +467,44 @@ export function samplesFromText(
   settings: PreprocessSettings = DEFAULT_SETTINGS,
   options: { source?: string; evalPick?: boolean; onProgress?: ProgressCallback } = {},
 ): SampleColumns {
-  const source = options.source ?? "input text";
-  const documents = readDocuments(text, tokenizer);
-  if (documents.documentStarts.length === 1) throw new PreprocessError(`${source} has no documents (no line gives a token)`);
-  const made = makeSamples(documents, tokenizer, settings, options.onProgress);
-  const rows = options.evalPick ? Int32Array.from(evalPickRows(made.count), (k) => made.shuffledOrder[k]!) : made.shuffledOrder;
+  const { made, rows } = orderedSamplesFromText(text, tokenizer, settings, options);
   return toSampleColumns(made, rows, settings);
+}
+
+/**
+ * Writes the made samples at `rows` as a shard at `path`, each field filled a block of rows at a time straight
+ * from `made`: the same file as writeShard(toSampleColumns(...)) without the padded int32 copy of every sample
+ * (7 KB a sample at 512/76: 3 GB for a Wikipedia part's 425,000).
+ */
+export function writeSamplesShard(path: string, { made, rows }: OrderedSamples, settings: PreprocessSettings): void {
+  const dims = { count: rows.length, maxSeqLength: settings.maxSeqLength, maxPredictionsPerSeq: settings.maxPredictionsPerSeq };
+  // every stored value is a token id, a position, or a 0/1: ids and positions must fit 16 bits
+  const tooBig = (field: "input_ids" | "masked_lm_positions" | "masked_lm_ids", values: Int32Array, max: number) => {
+    for (let i = 0; i < values.length; i++) if (values[i]! > max) throw unfitValue(path, field, dims, i, values[i]!);
+  };
+  tooBig("input_ids", made.tokenIds, 0xffff);
+  tooBig("masked_lm_ids", made.maskedLmIds, 0xffff);
+  if (settings.maxSeqLength > 0x10000) tooBig("masked_lm_positions", made.maskedLmPositions, 0xffff);
+  writeShardRows(path, dims, (field, start, end, out) => {
+    const width = fieldWidth(field, dims);
+    for (let r = start; r < end; r++) {
+      const k = rows[r]!;
+      const at = (r - start) * width;
+      const tokenStart = made.tokenStarts[k]!;
+      const length = made.tokenStarts[k + 1]! - tokenStart;
+      const predictionStart = made.predictionStarts[k]!;
+      const predictions = made.predictionStarts[k + 1]! - predictionStart;
+      switch (field) {
+        case "input_ids": out.set(made.tokenIds.subarray(tokenStart, tokenStart + length), at); break;
+        case "input_mask": out.fill(1, at, at + length); break;
+        case "segment_ids": out.fill(1, at + made.segmentALengths[k]!, at + length); break;
+        case "masked_lm_positions": out.set(made.maskedLmPositions.subarray(predictionStart, predictionStart + predictions), at); break;
+        case "masked_lm_ids": out.set(made.maskedLmIds.subarray(predictionStart, predictionStart + predictions), at); break;
+        case "masked_lm_weights": out.fill(1, at, at + predictions); break;
+        case "next_sentence_labels": out[at] = made.nextSentenceLabels[k]!; break;
+      }
+    }
+  });
 }
 
 /** Decodes a file as strict UTF-8 (Python would raise), keeping a leading U+FEFF as Python does. */
@@ -500,9 +553,20 @@ export function samplesFromFile(
   settings: PreprocessSettings = DEFAULT_SETTINGS,
   options: { evalPick?: boolean; onProgress?: ProgressCallback } = {},
 ): SampleColumns {
+  const { made, rows } = orderedSamplesFromFile(path, tokenizer, settings, options);
+  return toSampleColumns(made, rows, settings);
+}
+
+/** The samples of a results4 file and their output order. */
+export function orderedSamplesFromFile(
+  path: string,
+  tokenizer: BertTokenizer,
+  settings: PreprocessSettings = DEFAULT_SETTINGS,
+  options: { evalPick?: boolean; onProgress?: ProgressCallback } = {},
+): OrderedSamples {
   const text = readUtf8File(path);
   if (text.length === 0) throw new PreprocessError(`input file ${path} is empty`);
-  return samplesFromText(text, tokenizer, settings, { ...options, source: `input file ${path}` });
+  return orderedSamplesFromText(text, tokenizer, settings, { ...options, source: `input file ${path}` });
 }
 
 // ---------------------------------------------------------------------------------------
@@ -520,7 +584,7 @@ Shards already present are skipped (each is written to a temp file and renamed w
 
 Options (each also read from the environment variable shown; flags win):
   --basedir DIR                  BASEDIR                  (default: $XDG_DATA_HOME/tsgrad/wiki or ~/.local/share/tsgrad/wiki)
-  --num-workers N                NUM_WORKERS              parts processed at once (default: CPUs, at most one per 4 GiB of free memory)
+  --num-workers N                NUM_WORKERS              parts processed at once (default: CPUs, at most one per 1.5 GiB of free memory)
   --max-seq-length N             MAX_SEQ_LENGTH           (default 512)
   --max-predictions-per-seq N    MAX_PREDICTIONS_PER_SEQ  (default 76)
   --random-seed N                RANDOM_SEED              (default 12345)
@@ -530,8 +594,12 @@ Options (each also read from the environment variable shown; flags win):
   -h, --help                     this text
 `;
 
-/** A worker's peak memory on a full Wikipedia part at MLPerf settings, with room to spare. */
-const WORKER_MEMORY_BYTES = 4 * 2 ** 30;
+/**
+ * A worker's peak memory on a full Wikipedia part at MLPerf settings, with room to spare: a process making one
+ * 27 MB part peaked at 0.88 GB (bench/preprocess.ts, 2026-12-02; 5.2 GB before shards were written straight
+ * from the made samples).
+ */
+const WORKER_MEMORY_BYTES = 1.5 * 2 ** 30;
 
 export type Command = { kind: "pre-train"; parts: number[] } | { kind: "pre-eval" };
 
@@ -617,9 +685,9 @@ type WorkerMessage =
 
 /** Makes one job's shard; `onProgress` sees samples made so far. */
 function runJob(job: Job, tokenizer: BertTokenizer, settings: PreprocessSettings, onProgress: ProgressCallback): number {
-  const columns = samplesFromFile(job.inputPath, tokenizer, settings, { evalPick: job.part === "eval", onProgress });
-  writeShard(job.shardPath, columns);
-  return columns.count;
+  const samples = orderedSamplesFromFile(job.inputPath, tokenizer, settings, { evalPick: job.part === "eval", onProgress });
+  writeSamplesShard(job.shardPath, samples, settings);
+  return samples.rows.length;
 }
 
 /** Progress over parts and samples on stderr: a redrawn line on a terminal, else one per part. */

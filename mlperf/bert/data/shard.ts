@@ -19,9 +19,9 @@ import { closeSync, openSync, readSync } from "node:fs";
 import {
   readSafetensorsFile,
   readSafetensorsHeader,
-  writeSafetensorsFile,
+  writeSafetensorsStream,
   type SafetensorsEntry,
-  type SafetensorsTensor,
+  type SafetensorsStreamedTensor,
 } from "../../../src/nn/safetensors.ts";
 import { SAMPLE_FIELDS, type SampleColumns, type SampleField } from "./samples.ts";
 
@@ -84,31 +84,70 @@ function shapeOf(dims: Pick<SampleColumns, "count" | "maxSeqLength" | "maxPredic
   return field === "next_sentence_labels" ? [dims.count] : [dims.count, fieldWidth(field, dims)];
 }
 
-/** Writes `samples` as a shard at `path`, atomically (temp file + rename). */
-export function writeShard(path: string, samples: SampleColumns): void {
-  const tensors: Record<string, SafetensorsTensor> = {};
+/**
+ * Fills rows `start..end` of `field` into `out` (row-major, zeroed, the field's stored type); throws ShardError
+ * for a value the stored type cannot hold.
+ */
+export type ShardRowFiller = (field: SampleField, start: number, end: number, out: Uint8Array | Uint16Array) => void;
+
+/** Samples a shard is written in at a time: each field is filled and written a block of rows after another. */
+const BLOCK_ROWS = 4096;
+
+/**
+ * Writes a shard of `dims.count` samples at `path`, atomically (temp file + rename), asking `fill` for each
+ * field's rows a block at a time: no copy of the whole shard is held (a Wikipedia part's is about 1 GB).
+ */
+export function writeShardRows(path: string, dims: ShardDims, fill: ShardRowFiller): void {
+  const tensors: Record<string, SafetensorsStreamedTensor> = {};
   for (const field of SAMPLE_FIELDS) {
-    const { dtype, max } = LAYOUT[field];
-    const values = samples[field];
-    const expected = samples.count * fieldWidth(field, samples);
-    if (values.length !== expected) throw new ShardError(path, field, `has ${values.length} values, expected ${expected} for ${samples.count} samples`);
-    const narrow = dtype === "U16" ? new Uint16Array(values.length) : new Uint8Array(values.length);
-    for (let i = 0; i < values.length; i++) {
-      const value = values[i]!;
-      if (!(Number.isInteger(value) && value >= 0 && value <= max)) {
-        const width = fieldWidth(field, samples);
-        throw new ShardError(path, field, `sample ${Math.floor(i / width)}, index ${i % width}: ${value} does not fit ${dtype} values 0..${max}`);
-      }
-      narrow[i] = value;
-    }
-    tensors[field] = { dtype, shape: shapeOf(samples, field), data: narrow } as SafetensorsTensor;
+    const { dtype } = LAYOUT[field];
+    const width = fieldWidth(field, dims);
+    tensors[field] = {
+      dtype,
+      shape: shapeOf(dims, field),
+      write(emit) {
+        const block = dtype === "U16" ? new Uint16Array(Math.min(dims.count, BLOCK_ROWS) * width) : new Uint8Array(Math.min(dims.count, BLOCK_ROWS) * width);
+        for (let start = 0; start < dims.count; start += BLOCK_ROWS) {
+          const end = Math.min(dims.count, start + BLOCK_ROWS);
+          const out = block.subarray(0, (end - start) * width);
+          out.fill(0);
+          fill(field, start, end, out);
+          emit(out);
+        }
+      },
+    };
   }
-  writeSafetensorsFile(path, tensors, {
+  writeSafetensorsStream(path, tensors, {
     format: SHARD_FORMAT,
     version: SHARD_VERSION,
-    max_seq_length: String(samples.maxSeqLength),
-    max_predictions_per_seq: String(samples.maxPredictionsPerSeq),
-    count: String(samples.count),
+    max_seq_length: String(dims.maxSeqLength),
+    max_predictions_per_seq: String(dims.maxPredictionsPerSeq),
+    count: String(dims.count),
+  });
+}
+
+/** The ShardError for `value` at `index` of `field`'s values, which its stored type cannot hold. */
+export function unfitValue(path: string, field: SampleField, dims: Pick<SampleColumns, "maxSeqLength" | "maxPredictionsPerSeq">, index: number, value: number): ShardError {
+  const { dtype, max } = LAYOUT[field];
+  const width = fieldWidth(field, dims);
+  return new ShardError(path, field, `sample ${Math.floor(index / width)}, index ${index % width}: ${value} does not fit ${dtype} values 0..${max}`);
+}
+
+/** Writes `samples` as a shard at `path`, atomically (temp file + rename). */
+export function writeShard(path: string, samples: SampleColumns): void {
+  for (const field of SAMPLE_FIELDS) {
+    const expected = samples.count * fieldWidth(field, samples);
+    if (samples[field].length !== expected) throw new ShardError(path, field, `has ${samples[field].length} values, expected ${expected} for ${samples.count} samples`);
+  }
+  writeShardRows(path, samples, (field, start, end, out) => {
+    const { max } = LAYOUT[field];
+    const values = samples[field];
+    const first = start * fieldWidth(field, samples);
+    for (let i = 0; i < out.length; i++) {
+      const value = values[first + i]!;
+      if (!(Number.isInteger(value) && value >= 0 && value <= max)) throw unfitValue(path, field, samples, first + i, value);
+      out[i] = value;
+    }
   });
 }
 
