@@ -27,8 +27,23 @@ export interface KernelSpec {
 
 const specs = new WeakMap<KernelIR, KernelSpec>();
 
+/** Kernels read back from the disk cache (engine/lowered_cache.ts), with the spec they were lowered for. */
+const adopted = new WeakMap<KernelIR, KernelSpec>();
+
 /** The spec a kernel was lowered from, to lower it again with other options (BEAM). */
-export const kernelSpecOf = (kernel: KernelIR): KernelSpec | undefined => specs.get(kernel);
+export function kernelSpecOf(kernel: KernelIR): KernelSpec | undefined {
+  const known = specs.get(kernel);
+  if (known || !adopted.has(kernel)) return known;
+  // a kernel another process lowered: the lowering's choice of spec (its merged axes) is made again
+  const spec = specs.get(lowerKernel(adopted.get(kernel)!));
+  if (spec) specs.set(kernel, spec);
+  return spec;
+}
+
+/** Registers `kernel`, read back from the disk cache, as the lowering of `spec`. */
+export function adoptLowered(kernel: KernelIR, spec: KernelSpec): void {
+  adopted.set(kernel, spec);
+}
 
 /** The kernel with `opts`, or with the hand-written heuristics' choice. */
 export function lowerKernel(spec: KernelSpec, opts?: KernelOpts): KernelIR {

@@ -7,7 +7,8 @@
 import { Buffer, Device } from "../device.ts";
 import { TsgradError, fmtShape } from "../helpers.ts";
 import { type KernelBuffer, type KernelIR } from "../codegen/ir.ts";
-import { type KernelSpec, catPieces, lowerKernel } from "../codegen/lower.ts";
+import { type KernelSpec, adoptLowered, catPieces, lowerKernel } from "../codegen/lower.ts";
+import { loadLowered, storeLowered } from "./lowered_cache.ts";
 import { type PackedOperand, packOperands } from "./pack.ts";
 import { MOVEMENT_OPS, UOp, isElementwise, isMatmul, isNarrowingFloatCast, isWideningFloatCast } from "../uop.ts";
 import { isOneHotProduct } from "../codegen/one_hot.ts";
@@ -455,7 +456,13 @@ function lowerCached(spec: KernelSpec, device: string): KernelIR {
   const key = `${device.split(":")[0]}|${structureKey(spec)}`;
   let kernel = lowered.get(key);
   if (!kernel) {
-    kernel = lowerKernel(spec);
+    // a host kernel an earlier process lowered is read back from the disk (engine/lowered_cache.ts)
+    kernel = spec.host ? loadLowered(key) : undefined;
+    if (kernel) adoptLowered(kernel, spec);
+    else {
+      kernel = lowerKernel(spec);
+      if (spec.host) storeLowered(key, kernel);
+    }
     lowered.set(key, kernel);
   }
   return kernel;

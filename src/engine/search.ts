@@ -73,10 +73,11 @@ function reportProgress(searching: string, seconds?: number): void {
 
 /** The searched kernel for `kernel` on `device` (the kernel itself when it cannot be searched). */
 export function beamSearch(kernel: KernelIR, device: string, time: TimeKernels): KernelIR {
-  const spec = kernelSpecOf(kernel);
   const limits = searchLimits();
-  // a scatter has no options to choose
-  if (!spec || limits.beam <= 0 || kernel.opts === "scatter") return kernel;
+  // a scatter has no options to choose (and the spec of a kernel read back from the disk is made again: only when searched)
+  if (limits.beam <= 0 || kernel.opts === "scatter") return kernel;
+  const spec = kernelSpecOf(kernel);
+  if (!spec) return kernel;
   const key = searchKey(spec, device);
   const cached = memo.get(key) ?? readCached(key);
   if (cached) {
@@ -262,5 +263,5 @@ function readCachedChoice(key: string, names: readonly string[]): string | undef
 export function clearKernelCache({ onDisk = false } = {}): void {
   memo.clear();
   choiceMemo.clear();
-  if (onDisk) for (const folder of ["beam", "cpu"]) rmSync(join(cacheDir(), folder), { recursive: true, force: true });
+  if (onDisk) for (const folder of ["beam", "cpu", "lowered"]) rmSync(join(cacheDir(), folder), { recursive: true, force: true });
 }

@@ -235,6 +235,8 @@ function sumsAlongItself(loop: Stmt & { kind: "loop" }): boolean {
 
 /** Whether a step of some loop variable moves `e` down somewhere in it: a negative factor over a term holding one. */
 function descends(e: Idx, loopVars: ReadonlySet<string>): boolean {
+  // (a negative factor shows in the key as "*-": most indices have none)
+  if (!e.key.includes("*-")) return false;
   switch (e.kind) {
     case "const": case "var": return false;
     case "sum": return e.terms.some((t) => descends(t, loopVars));

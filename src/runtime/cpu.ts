@@ -8,6 +8,7 @@ import { C_PRELUDE, C_VECTOR_PRELUDE, renderC } from "../renderer/c.ts";
 import { TsgradError, debugLevel, getenv } from "../helpers.ts";
 import { type CFunction, CompileError, type CompiledFunction, compileEach, findCompiler, vectorLaneWidths } from "./compiler_cache.ts";
 import { beamSearch } from "../engine/search.ts";
+import { renderedSource } from "../engine/lowered_cache.ts";
 import { hostMemory } from "./host_memory.ts";
 import { type GraphCall, cpuGraph } from "./cpu_graph.ts";
 
@@ -20,7 +21,8 @@ type KernelFn = (...args: unknown[]) => void;
 export function cFunction(kernel: KernelIR, aliased: string): CFunction {
   const slots = new Set(aliased ? aliased.split(",").map(Number) : []);
   const { prelude, vectorLanes } = cTarget();
-  return { prelude, code: `// ${kernel.name} ${kernel.opts}\n${renderC(kernel, "tg_kernel", { aliased: slots, vectorLanes })}` };
+  const code = renderedSource(kernel, `c|${aliased}|${vectorLanes.join(",")}`, () => `// ${kernel.name} ${kernel.opts}\n${renderC(kernel, "tg_kernel", { aliased: slots, vectorLanes })}`);
+  return { prelude, code };
 }
 
 let target: { prelude: string; vectorLanes: readonly number[] } | undefined;

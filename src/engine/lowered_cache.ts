@@ -1,0 +1,120 @@
+// Lowered host kernels on disk, so that a process whose kernels an earlier one lowered skips lowering them:
+// a warm start spent about a third of its time there (BERT-tiny's first step, 0.85 of 2.6 s). The key is the
+// scheduler's structure key (everything the lowering reads: the inlined graph's ops, dtypes, shapes and
+// arguments, the buffers, the host forms) and a hash of tsgrad's own source files, so a changed lowering
+// never meets kernels an older one made. Only host devices: a GPU's lowering also depends on the GPU.
+import { createHash } from "node:crypto";
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { type DType, dtypeOf } from "../dtype.ts";
+import type { KernelIR } from "../codegen/ir.ts";
+import { cacheDir, writeAtomic } from "../runtime/compiler_cache.ts";
+
+let version: string | undefined;
+
+/** Kernels read back and kept this process, for tests and DEBUG output. */
+export const loweredStats = { loaded: 0, stored: 0, sourcesRead: 0 };
+
+/** A hash of every source file of tsgrad (src/ in a checkout, dist/ in a package): what made the kernels. */
+export function sourceVersion(): string {
+  if (version) return version;
+  const root = fileURLToPath(new URL("../", import.meta.url));
+  const hash = createHash("sha256");
+  const visit = (dir: string): void => {
+    for (const name of readdirSync(dir).sort()) {
+      const path = join(dir, name);
+      if (statSync(path).isDirectory()) visit(path);
+      else if (/\.(ts|js|mjs)$/.test(name) && !name.endsWith(".d.ts")) hash.update(path.slice(root.length)).update("\0").update(readFileSync(path)).update("\0");
+    }
+  };
+  visit(root);
+  return (version = hash.digest("hex").slice(0, 32));
+}
+
+/** This version's folder: lowered/<source hash>/ (older versions' folders are deleted when it is made). */
+const folder = (): string => join(cacheDir(), "lowered", sourceVersion());
+
+const pathOf = (key: string, extension = "json"): string =>
+  join(folder(), `${createHash("sha256").update(key).digest("hex").slice(0, 32)}.${extension}`);
+
+/** Makes this version's folder; the first time, deletes the others (a source edit would otherwise leave megabytes each time). */
+function makeFolder(): void {
+  const dir = folder();
+  if (existsSync(dir)) return;
+  const parent = join(cacheDir(), "lowered");
+  if (existsSync(parent)) for (const name of readdirSync(parent)) rmSync(join(parent, name), { recursive: true, force: true });
+  mkdirSync(dir, { recursive: true });
+}
+
+/** The key each kernel read back or kept this process was lowered for. */
+const keys = new WeakMap<KernelIR, string>();
+
+// JSON keeps neither dtypes' identity nor NaN, the infinities and -0: they are written as tagged objects
+const encode = (_: string, value: unknown): unknown => {
+  if (typeof value === "number" && (!Number.isFinite(value) || Object.is(value, -0))) return { $number: Object.is(value, -0) ? "-0" : String(value) };
+  if (value !== null && typeof value === "object" && "itemsize" in value && "kind" in value && "name" in value) return { $dtype: (value as DType).name };
+  return value;
+};
+/** The tagged objects of a parsed entry replaced in place (a JSON.parse reviver costs a call per value: 3x slower). */
+function untag(value: unknown): unknown {
+  if (value === null || typeof value !== "object") return value;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) value[i] = untag(value[i]);
+    return value;
+  }
+  const record = value as Record<string, unknown>;
+  if (typeof record.$number === "string") return Number(record.$number);
+  if (typeof record.$dtype === "string") return dtypeOf(record.$dtype);
+  for (const k in record) record[k] = untag(record[k]);
+  return record;
+}
+
+/** The kernel an earlier process lowered for `key`, or undefined (none, or a file that does not read back). */
+export function loadLowered(key: string): KernelIR | undefined {
+  const path = pathOf(key);
+  if (!existsSync(path)) return undefined;
+  try {
+    const entry = JSON.parse(readFileSync(path, "utf8")) as { key: string; kernel: unknown };
+    // the file names a hash of the key: the key itself must match too
+    if (entry.key !== key) return undefined;
+    loweredStats.loaded++;
+    const kernel = untag(entry.kernel) as KernelIR;
+    keys.set(kernel, key);
+    return kernel;
+  } catch {
+    return undefined; // a damaged entry is lowered again and written over
+  }
+}
+
+/** Keeps `kernel`, lowered for `key`, for later processes. */
+export function storeLowered(key: string, kernel: KernelIR): void {
+  makeFolder();
+  writeAtomic(pathOf(key), JSON.stringify({ key, kernel }, encode));
+  keys.set(kernel, key);
+  loweredStats.stored++;
+}
+
+/**
+ * A kernel's source text as `render` writes it for `variant` (what else the text depends on: buffers sharing
+ * memory, the target's vector widths), kept beside the kernel when it came from or went to this cache: a warm
+ * start then renders nothing (rendering C only to look up the compiled library took 0.4 s of BERT-tiny's 2 s).
+ */
+export function renderedSource(kernel: KernelIR, variant: string, render: () => string): string {
+  const key = keys.get(kernel);
+  if (key === undefined) return render();
+  const path = pathOf(`${key}\0${variant}`, "src");
+  if (existsSync(path)) {
+    const text = readFileSync(path, "utf8");
+    // the first line repeats the variant: a file that does not is not this text
+    const newline = text.indexOf("\n");
+    if (text.slice(0, newline) === JSON.stringify(variant)) {
+      loweredStats.sourcesRead++;
+      return text.slice(newline + 1);
+    }
+  }
+  const source = render();
+  makeFolder();
+  writeAtomic(path, `${JSON.stringify(variant)}\n${source}`);
+  return source;
+}
