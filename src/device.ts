@@ -6,6 +6,8 @@ import type { KernelIR } from "./codegen/ir.ts";
 /** A compiled kernel: call it with buffers (outputs first, as the kernel's signature says). */
 export interface Program {
   run(buffers: Buffer[], opts?: { wait?: boolean }): number | undefined;
+  /** The kernel it runs, where that is not the one it was made for: BEAM's choice, once searched (DEBUG prints its options). */
+  ranKernel?(): KernelIR;
   /** Told before a schedule runs it on `buffers`: a backend that compiles lazily builds what those runs need together. */
   expect?(buffers: Buffer[]): void;
 }

@@ -138,6 +138,10 @@ export class CpuProgram implements Program {
     this.searched = true;
   }
 
+  ranKernel(): KernelIR {
+    return this.kernel;
+  }
+
   fn(aliased: string): KernelFn | undefined {
     return this.fns.get(aliased)?.fn;
   }

@@ -248,6 +248,10 @@ export class CudaProgram implements Program {
     pending.add(this);
   }
 
+  ranKernel(): KernelIR {
+    return this.form?.kind === "loops" ? this.form.kernel : this.kernel;
+  }
+
   /** The kernel's form on the GPU: searched (BEAM), tensor cores, or GPU-shaped loops. */
   chosenForm(): CudaForm {
     if (this.form) return this.form;
