@@ -84,16 +84,32 @@ export function vectorLaneWidths(prelude: string): readonly number[] {
   if (widths) return widths;
   const compiler = findCompiler();
   if (!compiler) return (widths = []);
+  // the answer is kept by compiler (command and identity) and prelude: asking costs two compiler runs (45 ms a start)
+  const key = createHash("sha256").update(compiler.command).update("\0").update(compiler.identity).update("\0").update(prelude).digest("hex").slice(0, 32);
+  const answer = join(cacheDir(), "cpu", `lanes-${key}.txt`);
+  if (existsSync(answer)) {
+    const text = readFileSync(answer, "utf8").trim();
+    const kept = text === "" ? [] : text.split(",").map(Number);
+    if (kept.every((w) => w === 8 || w === 16)) return (widths = kept);
+  }
+  widths = probeLaneWidths(compiler, prelude);
+  mkdirSync(join(cacheDir(), "cpu"), { recursive: true });
+  writeAtomic(answer, widths.join(","));
+  return widths;
+}
+
+/** Asks the compiler which lane widths its target has and whether `prelude`'s vector helpers build for them. */
+function probeLaneWidths(compiler: Compiler, prelude: string): readonly number[] {
   const targetFlags = compiler.flags.filter((f) => f.startsWith("-m"));
   const macros = spawnSync(compiler.command, [...targetFlags, "-dM", "-E", "-x", "c", "-"], { input: "", encoding: "utf8" }).stdout ?? "";
   const has = (name: string): boolean => new RegExp(`^#define ${name} `, "m").test(macros);
   const candidates = has("__AVX512F__") ? [16, 8] : has("__AVX__") && has("__FMA__") ? [8] : [];
-  if (candidates.length === 0) return (widths = []);
+  if (candidates.length === 0) return [];
   const uses = candidates.map((w) => `  { tg_f32x${w} v = {0}; v = tg_fma${w}(a, w, v); memcpy(out, &v, sizeof v); }`).join("\n");
   const probe = `${prelude}\nvoid tg_probe(float* restrict out, const float* restrict w, float a) {\n${uses}\n}\n`;
   const check = spawnSync(compiler.command, [...targetFlags, "-std=gnu11", "-fsyntax-only", "-Werror=implicit-function-declaration", "-x", "c", "-"], { input: probe, encoding: "utf8" });
   if (check.status !== 0 && debugLevel() >= 1) console.error(`tsgrad: C compiler ${compiler.command} cannot build the vector helpers; register tiles stay scalar\n${check.stderr}`);
-  return (widths = check.status === 0 ? candidates : []);
+  return check.status === 0 ? candidates : [];
 }
 
 /** A C function to compile: `code` defines it under the name `tg_kernel`, after `prelude` (shared helpers). */
