@@ -10,6 +10,7 @@ import { fileURLToPath } from "node:url";
 import { type DType, dtypeOf } from "../dtype.ts";
 import type { KernelIR } from "../codegen/ir.ts";
 import { cacheDir, writeAtomic } from "../runtime/compiler_cache.ts";
+import { debugLevel } from "../helpers.ts";
 
 let version: string | undefined;
 
@@ -43,7 +44,8 @@ function makeFolder(): void {
   const dir = folder();
   if (existsSync(dir)) return;
   const parent = join(cacheDir(), "lowered");
-  if (existsSync(parent)) for (const name of readdirSync(parent)) rmSync(join(parent, name), { recursive: true, force: true });
+  // (another process of this version may be making it at the same time: it is never deleted)
+  if (existsSync(parent)) for (const name of readdirSync(parent)) if (name !== sourceVersion()) rmSync(join(parent, name), { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
 }
 
@@ -72,10 +74,10 @@ function untag(value: unknown): unknown {
 
 /** The kernel an earlier process lowered for `key`, or undefined (none, or a file that does not read back). */
 export function loadLowered(key: string): KernelIR | undefined {
-  const path = pathOf(key);
-  if (!existsSync(path)) return undefined;
+  const text = readIfThere(pathOf(key));
+  if (text === undefined) return undefined;
   try {
-    const entry = JSON.parse(readFileSync(path, "utf8")) as { key: string; kernel: unknown };
+    const entry = JSON.parse(text) as { key: string; kernel: unknown };
     // the file names a hash of the key: the key itself must match too
     if (entry.key !== key) return undefined;
     loweredStats.loaded++;
@@ -89,9 +91,8 @@ export function loadLowered(key: string): KernelIR | undefined {
 
 /** Keeps `kernel`, lowered for `key`, for later processes. */
 export function storeLowered(key: string, kernel: KernelIR): void {
-  makeFolder();
-  writeAtomic(pathOf(key), JSON.stringify({ key, kernel }, encode));
   keys.set(kernel, key);
+  keep(pathOf(key), () => JSON.stringify({ key, kernel }, encode));
   loweredStats.stored++;
 }
 
@@ -104,17 +105,33 @@ export function renderedSource(kernel: KernelIR, variant: string, render: () => 
   const key = keys.get(kernel);
   if (key === undefined) return render();
   const path = pathOf(`${key}\0${variant}`, "src");
-  if (existsSync(path)) {
-    const text = readFileSync(path, "utf8");
-    // the first line repeats the variant: a file that does not is not this text
-    const newline = text.indexOf("\n");
-    if (text.slice(0, newline) === JSON.stringify(variant)) {
-      loweredStats.sourcesRead++;
-      return text.slice(newline + 1);
-    }
+  const text = readIfThere(path);
+  // the first line repeats the variant: a file that does not is not this text
+  const newline = text?.indexOf("\n") ?? -1;
+  if (text !== undefined && text.slice(0, newline) === JSON.stringify(variant)) {
+    loweredStats.sourcesRead++;
+    return text.slice(newline + 1);
   }
   const source = render();
-  makeFolder();
-  writeAtomic(path, `${JSON.stringify(variant)}\n${source}`);
+  keep(path, () => `${JSON.stringify(variant)}\n${source}`);
   return source;
+}
+
+/** A cache entry's text, or undefined where there is none (or it went while being read: another version's process). */
+function readIfThere(path: string): string | undefined {
+  try {
+    return existsSync(path) ? readFileSync(path, "utf8") : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Writes a cache entry; a cache that cannot be written (a full disk, a read-only home) only costs the next process time. */
+function keep(path: string, text: () => string): void {
+  try {
+    makeFolder();
+    writeAtomic(path, text());
+  } catch (e) {
+    if (debugLevel() >= 1) console.error(`tsgrad: could not keep ${path}: ${e instanceof Error ? e.message : String(e)}`);
+  }
 }
