@@ -96,3 +96,12 @@ test("a second process reads its host kernels and their C back instead of loweri
     assert.deepEqual(second.y, first.y);
   });
 });
+
+test("a cache that cannot be written costs nothing but the next process's time", () => {
+  withCache((dir) => {
+    writeFileSync(join(dir, "lowered"), "a file where the folder would go");
+    const kernel: KernelIR = { name: "E_1", buffers: [{ dtype: dtypes.float32, size: 1 }], outputShape: [1], flops: 0, parallel: 0, opts: "", body: [] };
+    assert.doesNotThrow(() => storeLowered("key", kernel));
+    assert.equal(loadLowered("key"), undefined);
+  });
+});
