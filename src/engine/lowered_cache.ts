@@ -17,16 +17,31 @@ let version: string | undefined;
 /** Kernels read back and kept this process, for tests and DEBUG output. */
 export const loweredStats = { loaded: 0, stored: 0, sourcesRead: 0 };
 
-/** A hash of every source file of tsgrad (src/ in a checkout, dist/ in a package): what made the kernels. */
+/**
+ * A hash of every source file of tsgrad (src/ in a checkout, dist/ in a package, the folder around a bundle):
+ * what made the kernels. Dependencies (node_modules) and hidden folders are not tsgrad's; what cannot be read
+ * is left out.
+ */
 export function sourceVersion(): string {
   if (version) return version;
   const root = fileURLToPath(new URL("../", import.meta.url));
   const hash = createHash("sha256");
   const visit = (dir: string): void => {
-    for (const name of readdirSync(dir).sort()) {
+    let names: string[];
+    try {
+      names = readdirSync(dir).sort();
+    } catch {
+      return;
+    }
+    for (const name of names) {
+      if (name === "node_modules" || name.startsWith(".")) continue;
       const path = join(dir, name);
-      if (statSync(path).isDirectory()) visit(path);
-      else if (/\.(ts|js|mjs)$/.test(name) && !name.endsWith(".d.ts")) hash.update(path.slice(root.length)).update("\0").update(readFileSync(path)).update("\0");
+      try {
+        if (statSync(path).isDirectory()) visit(path);
+        else if (/\.(ts|js|mjs)$/.test(name) && !name.endsWith(".d.ts")) hash.update(path.slice(root.length)).update("\0").update(readFileSync(path)).update("\0");
+      } catch {
+        // a dangling link or a file without read access
+      }
     }
   };
   visit(root);
