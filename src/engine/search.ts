@@ -257,7 +257,7 @@ function readCachedChoice(key: string, names: readonly string[]): string | undef
 
 /**
  * Forgets the searched options held in memory, so the next kernels read them from disk (or search again);
- * with `{ onDisk: true }` also deletes the on-disk caches of searched options and compiled kernels.
+ * with `{ onDisk: true }` also deletes the on-disk caches of searched options, compiled kernels and lowered kernels.
  * The MLPerf init phase logs `cache_clear` around this call.
  */
 export function clearKernelCache({ onDisk = false } = {}): void {
