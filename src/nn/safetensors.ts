@@ -90,7 +90,7 @@ export interface SafetensorsStreamedTensor {
  * The header bytes (length, JSON, padding) for tensors of these dtypes and shapes, and the order their data
  * follows in: widest elements first, so that every tensor's data starts aligned to its element size.
  */
-function layoutSafetensors(tensors: Record<string, { dtype: unknown; shape: unknown }>, metadata: Record<string, string>): { header: Uint8Array; names: string[]; bytes: Map<string, number> } {
+function layoutSafetensors(tensors: Record<string, { dtype: unknown; shape: unknown; data?: ArrayBufferView & { length: number } }>, metadata: Record<string, string>): { header: Uint8Array; names: string[]; bytes: Map<string, number> } {
   const source = "<encode>";
   for (const [name, value] of Object.entries(metadata)) {
     if (typeof value !== "string") throw new SafetensorsError(source, undefined, 0, `__metadata__.${name} is ${typeof value}, not a string`);
@@ -106,9 +106,17 @@ function layoutSafetensors(tensors: Record<string, { dtype: unknown; shape: unkn
   let dataLength = 0;
   for (const name of names) {
     if (name === "__metadata__") throw new SafetensorsError(source, name, 0, "the name __metadata__ is reserved");
-    const { dtype, shape } = tensors[name]!;
+    const { dtype, shape, data } = tensors[name]!;
     if (!isDType(dtype)) throw new SafetensorsError(source, name, dataLength, `unknown dtype ${String(dtype)}`);
     if (!validShape(shape)) throw new SafetensorsError(source, name, dataLength, `invalid shape ${JSON.stringify(shape)}`);
+    // (a tensor given whole: its array must be its dtype's and hold its shape)
+    const arrayClass = ARRAY_CLASSES[dtype];
+    if (data !== undefined && !(data instanceof (arrayClass as unknown as Function))) {
+      throw new SafetensorsError(source, name, dataLength, `${dtype} data must be a ${arrayClass.name}, got ${data?.constructor?.name}`);
+    }
+    if (data !== undefined && data.length !== elementCount(shape)) {
+      throw new SafetensorsError(source, name, dataLength, `shape [${shape.join(", ")}] needs ${elementCount(shape)} elements, data has ${data.length}`);
+    }
     const byteLength = elementCount(shape) * ARRAY_CLASSES[dtype].BYTES_PER_ELEMENT;
     json[name] = { dtype, shape, data_offsets: [dataLength, dataLength + byteLength] };
     bytes.set(name, byteLength);
@@ -123,26 +131,11 @@ function layoutSafetensors(tensors: Record<string, { dtype: unknown; shape: unkn
   return { header, names, bytes };
 }
 
-/** Checks that each tensor's data is the typed array of its dtype and holds its shape's elements. */
-function checkTensorData(tensors: Record<string, SafetensorsTensor>): void {
-  for (const [name, { dtype, shape, data }] of Object.entries(tensors)) {
-    if (!isDType(dtype) || !validShape(shape)) continue; // layoutSafetensors names these
-    const arrayClass = ARRAY_CLASSES[dtype];
-    if (!(data instanceof (arrayClass as unknown as Function))) {
-      throw new SafetensorsError("<encode>", name, 0, `${dtype} data must be a ${arrayClass.name}, got ${data?.constructor?.name}`);
-    }
-    if (data.length !== elementCount(shape)) {
-      throw new SafetensorsError("<encode>", name, 0, `shape [${shape.join(", ")}] needs ${elementCount(shape)} elements, data has ${data.length}`);
-    }
-  }
-}
-
 const bytesOf = (view: ArrayBufferView): Uint8Array => new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
 
 /** Serialises `tensors` (and string `metadata`) into the bytes of a safetensors file. */
 export function encodeSafetensors(tensors: Record<string, SafetensorsTensor>, metadata: Record<string, string> = {}): Uint8Array {
   const { header, names, bytes: sizes } = layoutSafetensors(tensors, metadata);
-  checkTensorData(tensors);
   const bytes = new Uint8Array(header.length + names.reduce((n, name) => n + sizes.get(name)!, 0));
   bytes.set(header);
   let offset = header.length;
@@ -318,9 +311,9 @@ export function writeFileAtomicFrom(path: string, produce: (write: (bytes: Uint8
 
 /** Writes a safetensors file atomically (temp file + rename), each tensor's data straight from its array. */
 export function writeSafetensorsFile(path: string, tensors: Record<string, SafetensorsTensor>, metadata: Record<string, string> = {}): void {
-  checkTensorData(tensors);
+  // (`data` rides along for the layout to check it, before any file is opened)
   const streamed = Object.fromEntries(
-    Object.entries(tensors).map(([name, { dtype, shape, data }]) => [name, { dtype, shape, write: (emit: (piece: ArrayBufferView) => void) => emit(data) }]),
+    Object.entries(tensors).map(([name, { dtype, shape, data }]) => [name, { dtype, shape, data, write: (emit: (piece: ArrayBufferView) => void) => emit(data) }]),
   );
   writeSafetensorsStream(path, streamed, metadata);
 }

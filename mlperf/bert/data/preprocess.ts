@@ -439,6 +439,12 @@ export function evalPickRows(sampleCount: number, count = EVAL_SAMPLE_COUNT): In
   return Int32Array.from({ length: count }, (_, i) => Math.trunc(i * step));
 }
 
+/** `evalPick`: only the eval set's 10,000 rows (pick_eval_samples.py); `onProgress`: samples made so far. */
+export interface SampleOptions {
+  evalPick?: boolean;
+  onProgress?: ProgressCallback;
+}
+
 /** Made samples and the rows of them to write, in the reference's output order (all, or the eval pick). */
 export interface OrderedSamples {
   made: MadeSamples;
@@ -450,7 +456,7 @@ export function orderedSamplesFromText(
   text: string,
   tokenizer: BertTokenizer,
   settings: PreprocessSettings = DEFAULT_SETTINGS,
-  options: { source?: string; evalPick?: boolean; onProgress?: ProgressCallback } = {},
+  options: SampleOptions & { source?: string } = {},
 ): OrderedSamples {
   const source = options.source ?? "input text";
   const documents = readDocuments(text, tokenizer);
@@ -465,7 +471,7 @@ export function samplesFromText(
   text: string,
   tokenizer: BertTokenizer,
   settings: PreprocessSettings = DEFAULT_SETTINGS,
-  options: { source?: string; evalPick?: boolean; onProgress?: ProgressCallback } = {},
+  options: SampleOptions & { source?: string } = {},
 ): SampleColumns {
   const { made, rows } = orderedSamplesFromText(text, tokenizer, settings, options);
   return toSampleColumns(made, rows, settings);
@@ -551,7 +557,7 @@ export function samplesFromFile(
   path: string,
   tokenizer: BertTokenizer,
   settings: PreprocessSettings = DEFAULT_SETTINGS,
-  options: { evalPick?: boolean; onProgress?: ProgressCallback } = {},
+  options: SampleOptions = {},
 ): SampleColumns {
   const { made, rows } = orderedSamplesFromFile(path, tokenizer, settings, options);
   return toSampleColumns(made, rows, settings);
@@ -562,7 +568,7 @@ export function orderedSamplesFromFile(
   path: string,
   tokenizer: BertTokenizer,
   settings: PreprocessSettings = DEFAULT_SETTINGS,
-  options: { evalPick?: boolean; onProgress?: ProgressCallback } = {},
+  options: SampleOptions = {},
 ): OrderedSamples {
   const text = readUtf8File(path);
   if (text.length === 0) throw new PreprocessError(`input file ${path} is empty`);

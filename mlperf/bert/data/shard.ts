@@ -106,7 +106,8 @@ export function writeShardRows(path: string, dims: ShardDims, fill: ShardRowFill
       dtype,
       shape: shapeOf(dims, field),
       write(emit) {
-        const block = dtype === "U16" ? new Uint16Array(Math.min(dims.count, BLOCK_ROWS) * width) : new Uint8Array(Math.min(dims.count, BLOCK_ROWS) * width);
+        const size = Math.min(dims.count, BLOCK_ROWS) * width;
+        const block = dtype === "U16" ? new Uint16Array(size) : new Uint8Array(size);
         for (let start = 0; start < dims.count; start += BLOCK_ROWS) {
           const end = Math.min(dims.count, start + BLOCK_ROWS);
           const out = block.subarray(0, (end - start) * width);
