@@ -122,6 +122,10 @@ export class Tensor {
   static arange(start: number, stop?: number, step = 1, opts: TensorOptions = {}): Tensor {
     const multi = onEachDevice(opts, (o) => Tensor.arange(start, stop, step, o));
     if (multi) return multi;
+    // (plain JavaScript callers: options in the place of `stop` would otherwise surface as a NaN shape)
+    for (const [name, value] of [["start", start], ["stop", stop ?? 0], ["step", step]] as const) {
+      if (typeof value !== "number") throw new TsgradError(`arange(start, stop?, step?, options?): ${name} is ${typeof value}, not a number`);
+    }
     if (stop === undefined) [start, stop] = [0, start];
     if (step === 0) throw new TsgradError("arange: step must not be 0");
     const n = Math.max(0, Math.ceil((stop - start) / step));

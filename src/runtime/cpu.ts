@@ -9,7 +9,7 @@ import { TsgradError, debugLevel, getenv } from "../helpers.ts";
 import { type CFunction, CompileError, type CompiledFunction, compileEach, findCompiler, vectorLaneWidths } from "./compiler_cache.ts";
 import { beamSearch } from "../engine/search.ts";
 import { renderedSource } from "../engine/lowered_cache.ts";
-import { hostMemory } from "./host_memory.ts";
+import { alignedBytes, hostMemory } from "./host_memory.ts";
 import { type GraphCall, cpuGraph } from "./cpu_graph.ts";
 
 type KernelFn = (...args: unknown[]) => void;
@@ -80,7 +80,7 @@ export function compilePrograms(variants: readonly Variant[]): void {
 function timeKernels(kernels: readonly KernelIR[]): number[] {
   const compiler = findCompiler()!;
   const libraries = compileEach(compiler, kernels.map((k) => cFunction(k, "")));
-  const args = [...(kernels[0]?.buffers ?? []).map((b) => new ArrayBuffer(b.size * b.dtype.itemsize)), threadCount()];
+  const args = [...(kernels[0]?.buffers ?? []).map((b) => alignedBytes(b.size * b.dtype.itemsize)), threadCount()];
   let best = Infinity;
   return kernels.map((kernel, i) => {
     const library = libraries[i]!;

@@ -55,7 +55,8 @@ const views = new WeakMap<Buffer, TypedArray>();
 const viewOf = (b: Buffer): TypedArray => {
   let view = views.get(b);
   if (!view) {
-    view = typedArrayFor(b.dtype, b.handle as ArrayBuffer, 0, b.size);
+    const bytes = b.handle as Uint8Array;
+    view = typedArrayFor(b.dtype, bytes.buffer as ArrayBuffer, bytes.byteOffset, b.size);
     views.set(b, view);
   }
   return view;

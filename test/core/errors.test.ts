@@ -61,3 +61,7 @@ test("slicing out of range names the index and axis", () => {
 test("assign with a different shape names both shapes", () => {
   throwsNaming(() => Tensor.zeros([2], { device }).realize().assign(Tensor.zeros([3], { device })), "[3]", "[2]");
 });
+
+test("arange called with its options in the place of stop (plain JavaScript) names the argument", () => {
+  throwsNaming(() => Tensor.arange(5, { device } as unknown as number), "stop is object", "arange(start, stop?, step?, options?)");
+});

@@ -6,6 +6,8 @@ import assert from "node:assert/strict";
 import { GlobalCounters, Tensor } from "../../src/index.ts";
 import { jit } from "../../src/engine/jit.ts";
 import { recordItems } from "../../src/engine/realize.ts";
+import { storedBuffer } from "../../src/engine/schedule.ts";
+import koffi from "koffi";
 import { testDevices } from "../devices.ts";
 
 for (const device of testDevices()) {
@@ -35,5 +37,20 @@ for (const device of testDevices()) {
       got.forEach((g, j) => assert.ok(Math.abs(g - want[j]!) < 1e-6, `call ${i}, element ${j}: ${g} vs ${want[j]}`));
     }
     assert.ok(jf.jit.isCaptured);
+  });
+}
+
+for (const device of testDevices().filter((d) => d.startsWith("CPU") || d.startsWith("JS"))) {
+  test(`host buffers start on a 64-byte boundary, and kernels and copies see the right bytes there (${device})`, () => {
+    // Node's own ArrayBuffers start 16 bytes past one: a 64-byte vector would straddle two cache lines
+    for (const n of [1, 3, 17, 1000, 65536 + 5]) {
+      const t = Tensor.arange(n, undefined, 1, { device }).float().mul(2).realize();
+      const handle = storedBuffer(t.node as never)!.handle as Uint8Array;
+      assert.equal(koffi.address(handle) % 64n, 0n, `${n} floats: address ${koffi.address(handle)}`);
+      assert.ok(handle.byteOffset > 0 || koffi.address(handle.buffer) % 64n === 0n);
+      const values = t.add(1).toArray() as Float32Array;
+      assert.equal(values.length, n);
+      values.forEach((v, i) => assert.equal(v, 2 * i + 1, `element ${i} of ${n}`));
+    }
   });
 }
