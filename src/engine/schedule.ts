@@ -62,7 +62,7 @@ export function createSchedule(roots: readonly UOp[]): Schedule {
     if (n.op === "COPY" && !isLeaf(n.src[0]!)) stored.add(n.src[0]!);
   }
   markRecomputedWork(stored, users);
-  storeBeforeHeavyEpilogues(stored);
+  storeBeforeHeavyEpilogues(stored, users);
   storeSharedChains(stored);
   const packs = packOperands(nodes, stored, isLeaf);
   capKernelInputs(stored);
@@ -267,15 +267,21 @@ const HEAVY_EPILOGUE = 16;
  * narrow the tile to keep the code small: a GELU's gradient after dY @ W (~90 operations an element) left
  * 2 rows of 16 lanes, 16 GFLOP/s. Such a matmul is stored first (full tile), and the epilogue reads it.
  */
-function storeBeforeHeavyEpilogues(stored: Set<UOp>): void {
+function storeBeforeHeavyEpilogues(stored: Set<UOp>, users: ReadonlyMap<UOp, number>): void {
   for (const root of [...stored]) {
     if (Device.backend(root.device).hostForms !== true) continue;
     const value = root.op === "ASSIGN" ? root.src[1]! : root;
+    // the matmuls, or the narrowing casts that are all their readers see (stored in their place: 16-bit)
     const matmuls: UOp[] = [];
     const seen = new Set<UOp>();
     const walk = (n: UOp, top: boolean): void => {
       if (seen.has(n) || (!top && (stored.has(n) || isLeaf(n)))) return;
       seen.add(n);
+      const narrowed = isNarrowingFloatCast(n) ? soleReduceUnder(n, users, stored) : undefined;
+      if (narrowed && isMatmul(narrowed)) {
+        matmuls.push(n);
+        return;
+      }
       if (n.op === "REDUCE") {
         if (isMatmul(n)) matmuls.push(n);
         return;

@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { Tensor, TsgradError, dtypes } from "../../src/index.ts";
 import { testDevices } from "../devices.ts";
 import { assertClose, checkOp, fromNd, values } from "./harness.ts";
-import { type Nd, map, nd, randomNd, reduce, zip } from "./ref.ts";
+import { type Nd, erf, map, nd, randomNd, reduce, zip } from "./ref.ts";
 
 const x = randomNd([2, 3, 4], 21, -4, 4);
 const awayFromZero = map(randomNd([2, 3, 4], 22, 0.3, 3), (v) => (v > 1.6 ? v : -v)); // kinks stay out of the differences
@@ -42,6 +42,19 @@ const logsumexpRows = (a: Nd): Nd => {
 
 for (const device of testDevices()) {
   describe(`activations and losses on ${device}`, () => {
+
+  test(`gelu's gradient is Φ(x) + x φ(x) to float32's precision, and its value at ±inf and NaN as x Φ(x) gives (${device})`, () => {
+    // (the derivative of erf's polynomial, which the gradient once was, is off by up to 4.5e-7 near x = -1.5)
+    const points = [-9, -5, -3, -2, -1.5, -1, -0.7, -0.3, -1e-3, 0, 1e-3, 0.3, 0.7, 1, 1.5, 2, 3, 5, 9];
+    const t = new Tensor(points, { device, requiresGrad: true });
+    t.gelu().sum().backward();
+    const exact = points.map((v) => 0.5 * (1 + erf(v / Math.SQRT2)) + (v * Math.exp(-v * v / 2)) / Math.sqrt(2 * Math.PI));
+    (t.grad!.tolist() as number[]).forEach((g, i) => assert.ok(Math.abs(g - exact[i]!) <= 2e-7, `x = ${points[i]}: ${g} vs ${exact[i]}`));
+    const special = new Tensor([Infinity, -Infinity, NaN, -0], { device }).gelu().tolist() as number[];
+    assert.equal(special[0], Infinity);
+    assert.ok(Number.isNaN(special[1]) && Number.isNaN(special[2]));
+    assert.ok(Object.is(special[3], -0));
+  });
     for (const [name, fn, ref, input] of unary) {
       test(name, () => checkOp(device, [input], fn, (a) => map(a, ref), { atol: 2e-5, rtol: 2e-4 }));
     }

@@ -7,6 +7,7 @@ import { createSchedule } from "../../src/engine/schedule.ts";
 import { kernelSpecOf, lowerKernel } from "../../src/codegen/lower.ts";
 import { NO_OPTS } from "../../src/codegen/opts.ts";
 import { isOneHotProduct } from "../../src/codegen/one_hot.ts";
+import { cpuAvailable } from "../../src/runtime/cpu.ts";
 
 const values = (t: Tensor): number[] => Array.from(t.toArray() as Float32Array);
 
@@ -239,4 +240,22 @@ test("a concatenation of matmuls (a fused q/k/v projection's gradient) runs each
   for (let row = 0; row < 8; row++) for (let part = 0; part < 3; part++) {
     assert.deepEqual(got.slice(row * 48 + part * 16, row * 48 + part * 16 + 16), expected[part]!.slice(row * 16, row * 16 + 16));
   }
+});
+
+test("a gelu's backward on a host backend is one kernel reading the pre-activation, its gradient and two stored forward values", { skip: !cpuAvailable() && "no C compiler" }, () => {
+  // host backends store what several kernels would recompute (schedule.ts storeSharedChains)
+  const cpu = (t: Tensor): Tensor => t.to("CPU").realize();
+  const [x, w1, w2, b1] = [input([256, 64], 1), input([96, 64], 2), input([64, 96], 3), input([96], 4)].map(cpu);
+  w1!.requiresGrad = true;
+  const h = x!.matmul(w1!.T).add(b1!);
+  const y = h.gelu().matmul(w2!.T);
+  y.sum().backward();
+  const kernels = createSchedule([y.node as UOp, w1!.grad!.node as UOp]).items.flatMap((item) => (item.kind === "kernel" ? [item.kernel] : []));
+  // the [tokens, hidden] elementwise kernels (not the copy that packs the output for the next matmul): the
+  // forward's stored values, the gelu's output, its gradient
+  const elementwise = kernels.filter((k) => k.buffers[0]!.size === 256 * 96 && topLevelLoops(k.body) === 0 && k.buffers.length > 2);
+  const described = elementwise.map((k) => `${k.name} reads ${k.buffers.length - 1}`).join(", ");
+  // (differentiating erf's polynomial stored 7 values in the forward pass, and its backward read 10 buffers)
+  assert.ok(elementwise.length <= 5, described);
+  for (const k of elementwise) assert.ok(k.buffers.length - 1 <= 5, described);
 });
