@@ -54,6 +54,10 @@ for (const device of testDevices()) {
     assert.equal(special[0], Infinity);
     assert.ok(Number.isNaN(special[1]) && Number.isNaN(special[2]));
     assert.ok(Object.is(special[3], -0));
+    // integers are taken as floats (the value's factors held as integers would truncate Φ to 0 or 1)
+    const ints = new Tensor([-2, -1, 0, 1, 3], { device }).gelu();
+    assert.equal(ints.dtype, Tensor.defaultFloat);
+    assert.deepEqual(ints.tolist(), new Tensor([-2, -1, 0, 1, 3], { device, dtype: Tensor.defaultFloat }).gelu().tolist());
   });
     for (const [name, fn, ref, input] of unary) {
       test(name, () => checkOp(device, [input], fn, (a) => map(a, ref), { atol: 2e-5, rtol: 2e-4 }));
