@@ -6,7 +6,7 @@ import type { DType } from "../dtype.ts";
 import { type Bound, type Idx, coefficientOf, renderIdx, varsOf, renderBounds } from "../shape/symbolic.ts";
 import type { AluOp, Expr, KernelIR, Operand, Stmt } from "../codegen/ir.ts";
 import { hoistInvariants } from "../codegen/hoist.ts";
-import { type LanePlan, planLanes } from "./c_lanes.ts";
+import { type LanePlan, type LaneTerm, planLanes } from "./c_lanes.ts";
 
 export interface CRenderOptions {
   /**
@@ -114,7 +114,8 @@ static inline int64_t tg_floordiv(int64_t a, int64_t c) { int64_t q = a / c; ret
  * them (`vectorLaneWidths`): an unused helper that does not compile would fail every kernel.
  */
 export const C_VECTOR_PRELUDE = `/* a register tile's lanes as one vector (c_lanes.ts, at the widths compiler_cache.ts's vectorLaneWidths finds
-   the target has instructions for): lane i is fmaf(a, w[i], c[i]), as in the scalar form. The x86 builtins
+   the target has instructions for): lane i is fmaf(a, w[i], c[i]), as in the scalar form; a split sum's lanes
+   load neighbours (tg_ld), take one value for all (tg_splat) and fuse a product's add (tg_vfma) as it does. The x86 builtins
    behind _mm512_fmadd_ps and _mm256_fmadd_ps (gcc and clang name them alike), not <immintrin.h>: parsing it
    cost 0.2 s a translation unit. The splat of a becomes the instruction's broadcast operand. */
 #if defined(__AVX__) && defined(__FMA__)
@@ -124,6 +125,9 @@ static inline tg_f32x8 tg_fma8(float a, const float* w, tg_f32x8 c) {
   memcpy(&v, w, sizeof v);
   return __builtin_ia32_vfmaddps256(s, v, c);
 }
+static inline tg_f32x8 tg_ld8(const float* p) { tg_f32x8 v; memcpy(&v, p, sizeof v); return v; }
+static inline tg_f32x8 tg_splat8(float a) { tg_f32x8 s = {a, a, a, a, a, a, a, a}; return s; }
+static inline tg_f32x8 tg_vfma8(tg_f32x8 a, tg_f32x8 b, tg_f32x8 c) { return __builtin_ia32_vfmaddps256(a, b, c); }
 #endif
 #if defined(__AVX512F__)
 typedef float tg_f32x16 __attribute__((vector_size(64)));
@@ -132,6 +136,9 @@ static inline tg_f32x16 tg_fma16(float a, const float* w, tg_f32x16 c) {
   memcpy(&v, w, sizeof v);
   return __builtin_ia32_vfmaddps512_mask(s, v, c, (unsigned short)-1, 4);
 }
+static inline tg_f32x16 tg_ld16(const float* p) { tg_f32x16 v; memcpy(&v, p, sizeof v); return v; }
+static inline tg_f32x16 tg_splat16(float a) { tg_f32x16 s = {a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a}; return s; }
+static inline tg_f32x16 tg_vfma16(tg_f32x16 a, tg_f32x16 b, tg_f32x16 c) { return __builtin_ia32_vfmaddps512_mask(a, b, c, (unsigned short)-1, 4); }
 #endif
 `;
 
@@ -293,6 +300,14 @@ interface RenderContext {
   readonly loopVars: ReadonlySet<string>;
 }
 
+/** A split sum's lane term as a C vector expression of `width` lanes (c_lanes.ts LaneTerm). */
+function laneVector(t: LaneTerm, width: number): string {
+  if (t.kind === "load") return `tg_ld${width}(&b${t.buf}[${idx(t.index)}])`;
+  if (t.kind === "splat") return `tg_splat${width}(${operand(t.operand)})`;
+  const [a, b] = t.srcs.map((s) => laneVector(s, width));
+  return t.op === "NEG" ? `(-${a})` : `(${a} ${t.op === "ADD" ? "+" : "*"} ${b})`;
+}
+
 function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, ctx: RenderContext, parallel: number): void {
   const { kernel, lanes } = ctx;
   for (const s of stmts) {
@@ -328,7 +343,10 @@ function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, ctx:
         const lane = lanes.updates.get(s);
         if (lane) {
           const { vector, accs } = lane.group;
-          out.push(`${indent}${vector} = tg_fma${accs.length}(${operand(lane.scalar)}, &b${lane.buf}[${idx(lane.index)}], ${vector});`);
+          const w = accs.length;
+          if (lane.kind === "fma") out.push(`${indent}${vector} = tg_fma${w}(${operand(lane.scalar)}, &b${lane.buf}[${idx(lane.index)}], ${vector});`);
+          else if (lane.fused) out.push(`${indent}${vector} = tg_vfma${w}(${lane.term.kind === "alu" ? lane.term.srcs.map((t) => laneVector(t, w)).join(", ") : ""}, ${vector});`);
+          else out.push(`${indent}${vector} = ${vector} + ${laneVector(lane.term, w)};`);
         }
         if (lane !== undefined) break;
         const acc: Operand = { kind: "val", name: s.name, dtype: s.dtype };

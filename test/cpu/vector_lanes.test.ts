@@ -11,7 +11,7 @@ import type { Expr, KernelIR, Stmt } from "../../src/codegen/ir.ts";
 import { recordItems } from "../../src/engine/realize.ts";
 import { C_PRELUDE, C_VECTOR_PRELUDE, renderC } from "../../src/renderer/c.ts";
 import { cFunction } from "../../src/runtime/cpu.ts";
-import { vectorLaneWidths } from "../../src/runtime/compiler_cache.ts";
+import { findCompiler, vectorLaneWidths } from "../../src/runtime/compiler_cache.ts";
 import { iadd, iconst, imul, ivar, type Idx } from "../../src/shape/symbolic.ts";
 
 const hasCpu = Device.isAvailable("CPU");
@@ -154,10 +154,81 @@ test("a sum over two loops packs its vectors once, around the outer loop", () =>
   assert.match(code, /\}\s+\}\s+acc0 = acc0_v\[0\];/);
 });
 
-test("lanes stay scalar when the loads are not neighbours, the products must not fuse, or the loop reads an accumulator", () => {
-  for (const opts of [{ stride: 2 }, { unfused: true }, { readAcc: true }]) {
+test("lanes stay scalar when the loads are not neighbours or the loop reads an accumulator", () => {
+  for (const opts of [{ stride: 2 }, { readAcc: true }]) {
     const code = renderC(tile(opts), "k", { vectorLanes: [16, 8] });
     assert.doesNotMatch(code, /tg_fma16\(|_v = /, JSON.stringify(opts));
+  }
+});
+
+test("products that must not fuse are a vector sum of separately rounded products", () => {
+  const code = renderC(tile({ unfused: true }), "k", { vectorLanes: [16, 8] });
+  assert.match(code, /acc0_v = acc0_v \+ \(tg_splat16\(x\) \* tg_ld16\(&b2\[r0\*16\]\)\);/);
+  assert.doesNotMatch(code, /fma/);
+});
+
+// a split sum's kernel: for i0 { acc0..acc15; for r0 { t_j = term(b1[i0*256 + r0*16 + j], b2[...]) ; acc_j += t_j }; b0[i0*16 + j] = acc_j }
+type Term = (x: string, y: string, j: number, out: Stmt[]) => string;
+function splitSum(term: Term, opts: { guarded?: boolean } = {}): KernelIR {
+  const lanes = Array.from({ length: 16 }, (_, j) => j);
+  const inner: Stmt[] = [];
+  const at = (j: number): Idx => iadd(iadd(imul(i0, 256), imul(ivar("r0", 16), 16)), iconst(j));
+  for (const j of lanes) {
+    inner.push(def(`x${j}`, { op: "LOAD", buf: 1, index: at(j), valid: opts.guarded ? [{ expr: ivar("r0", 16), lo: 0, hi: 15 }] : [] }));
+    inner.push(load(`y${j}`, 2, at(j)));
+    inner.push({ kind: "update", name: `acc${j}`, dtype: f32, op: "ADD", value: val(term(`x${j}`, `y${j}`, j, inner)) });
+  }
+  const body: Stmt[] = [{ kind: "loop", var: "i0", size: 4, body: [
+    ...lanes.map((j): Stmt => ({ kind: "acc", name: `acc${j}`, dtype: f32, op: "ADD" })),
+    { kind: "loop", var: "r0", size: 16, body: inner },
+    ...lanes.map((j): Stmt => ({ kind: "store", buf: 0, index: iadd(imul(i0, 16), iconst(j)), value: val(`acc${j}`), dtype: f32 })),
+  ] }];
+  return { name: "r_4_16", buffers: [{ dtype: f32, size: 64 }, { dtype: f32, size: 1024 }, { dtype: f32, size: 1024 }], body, outputShape: [4, 16], flops: 0, parallel: 0, opts: "" };
+}
+const TERMS: [string, Term][] = [
+  ["squares (fused, as the scalar fmaf)", (x, _y, j, out) => (out.push(def(`t${j}`, { op: "MUL", srcs: [val(x), val(x)] })), `t${j}`)],
+  ["plain loads", (x) => x],
+  ["negated sums scaled by one value", (x, y, j, out) => {
+    out.push(def(`s${j}`, { op: "ADD", srcs: [val(x), val(y)] }), def(`n${j}`, { op: "NEG", srcs: [val(`s${j}`)] }));
+    out.push(def(`t${j}`, { op: "MUL", srcs: [val(`n${j}`), { kind: "lit", value: 0.375, dtype: f32 }] }), def(`u${j}`, { op: "ADD", srcs: [val(`t${j}`), val(y)] }));
+    return `u${j}`;
+  }],
+];
+
+test("a split sum's 16 lanes over neighbouring loads are one vector, their terms vector expressions", () => {
+  const squares = renderC(splitSum(TERMS[0]![1]), "k", { vectorLanes: [16, 8] });
+  assert.match(squares, /acc0_v = tg_vfma16\(tg_ld16\(&b1\[\(i0\*256 \+ r0\*16\)\]\), tg_ld16\(&b1\[\(i0\*256 \+ r0\*16\)\]\), acc0_v\);/);
+  assert.match(renderC(splitSum(TERMS[1]![1]), "k", { vectorLanes: [16, 8] }), /acc0_v = acc0_v \+ tg_ld16\(&b1\[\(i0\*256 \+ r0\*16\)\]\);/);
+  assert.match(renderC(splitSum(TERMS[2]![1]), "k", { vectorLanes: [8] }), /acc0_v = acc0_v \+ \(\(\(-\(tg_ld8\(&b1\[[^\]]*\]\) \+ tg_ld8\(&b2\[[^\]]*\]\)\)\) \* tg_splat8\(0\.375[0-9]*f\)\) \+ tg_ld8\(&b2\[/);
+  // guarded loads (a pad's edge) stay scalar
+  assert.doesNotMatch(renderC(splitSum(TERMS[0]![1], { guarded: true }), "k", { vectorLanes: [16, 8] }), /_v = /);
+});
+
+test("split sums as vectors compute the scalar form's sums bit for bit", { skip: !hasCpu || !vectorFor(16) }, () => {
+  // each kernel rendered both ways into one program, run on the same inputs, outputs compared byte for byte
+  const widths = vectorLaneWidths(C_PRELUDE + C_VECTOR_PRELUDE);
+  const parts = TERMS.map(([, term], t) => [renderC(splitSum(term), `scalar${t}`, {}), renderC(splitSum(term), `vector${t}`, { vectorLanes: widths })].join("\n"));
+  assert.ok(parts.every((p) => p.includes("_v = ")), "a kernel took no vector");
+  const main = `#include <stdio.h>
+int main(void) {
+  static float a[1024], b[1024], o1[64], o2[64];
+  unsigned s = 12345;
+  for (int i = 0; i < 1024; i++) { s = s * 1103515245u + 12345u; a[i] = (float)(int)(s >> 8) / 8388608.0f - 1.0f; s = s * 1103515245u + 12345u; b[i] = (float)(int)(s >> 8) / 4194304.0f; }
+  ${TERMS.map((_, t) => `scalar${t}(o1, a, b, 1); vector${t}(o2, a, b, 1); if (memcmp(o1, o2, sizeof o1)) { printf("term ${t} differs\\n"); return 1; }`).join("\n  ")}
+  printf("same\\n");
+  return 0;
+}`;
+  const dir = mkdtempSync(join(tmpdir(), "tsgrad-lanes-sum-"));
+  try {
+    writeFileSync(join(dir, "k.c"), [C_PRELUDE, C_VECTOR_PRELUDE, ...parts, main].join("\n"));
+    const compiler = findCompiler()!;
+    const flags = compiler.flags.filter((f) => f !== "-shared" && f !== "-fPIC" && !f.startsWith("-Wl,"));
+    const build = spawnSync(compiler.command, [...flags, "-o", join(dir, "k"), join(dir, "k.c"), "-lm"], { encoding: "utf8" });
+    assert.equal(build.status, 0, build.stderr);
+    const run = spawnSync(join(dir, "k"), { encoding: "utf8" });
+    assert.equal(run.stdout.trim(), "same", run.stdout + run.stderr);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
   }
 });
 
