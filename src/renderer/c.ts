@@ -115,7 +115,8 @@ static inline int64_t tg_floordiv(int64_t a, int64_t c) { int64_t q = a / c; ret
  */
 export const C_VECTOR_PRELUDE = `/* a register tile's lanes as one vector (c_lanes.ts, at the widths compiler_cache.ts's vectorLaneWidths finds
    the target has instructions for): lane i is fmaf(a, w[i], c[i]), as in the scalar form; a split sum's lanes
-   load neighbours (tg_ld), take one value for all (tg_splat) and fuse a product's add (tg_vfma) as it does. The x86 builtins
+   load neighbours (tg_ld), take one value for all (tg_splat), select by neighbouring bools (tg_mask, tg_sel:
+   bitwise, so exactly the scalar ?:) and fuse a product's add (tg_vfma) as it does. The x86 builtins
    behind _mm512_fmadd_ps and _mm256_fmadd_ps (gcc and clang name them alike), not <immintrin.h>: parsing it
    cost 0.2 s a translation unit. The splat of a becomes the instruction's broadcast operand. */
 #if defined(__AVX__) && defined(__FMA__)
@@ -128,6 +129,10 @@ static inline tg_f32x8 tg_fma8(float a, const float* w, tg_f32x8 c) {
 static inline tg_f32x8 tg_ld8(const float* p) { tg_f32x8 v; memcpy(&v, p, sizeof v); return v; }
 static inline tg_f32x8 tg_splat8(float a) { tg_f32x8 s = {a, a, a, a, a, a, a, a}; return s; }
 static inline tg_f32x8 tg_vfma8(tg_f32x8 a, tg_f32x8 b, tg_f32x8 c) { return __builtin_ia32_vfmaddps256(a, b, c); }
+typedef int tg_i32x8 __attribute__((vector_size(32)));
+typedef unsigned char tg_u8x8 __attribute__((vector_size(8)));
+static inline tg_i32x8 tg_mask8(const uint8_t* p) { tg_u8x8 m; memcpy(&m, p, sizeof m); return __builtin_convertvector(m, tg_i32x8) != 0; }
+static inline tg_f32x8 tg_sel8(tg_i32x8 m, tg_f32x8 a, tg_f32x8 b) { return (tg_f32x8)(((tg_i32x8)a & m) | ((tg_i32x8)b & ~m)); }
 #endif
 #if defined(__AVX512F__)
 typedef float tg_f32x16 __attribute__((vector_size(64)));
@@ -139,6 +144,10 @@ static inline tg_f32x16 tg_fma16(float a, const float* w, tg_f32x16 c) {
 static inline tg_f32x16 tg_ld16(const float* p) { tg_f32x16 v; memcpy(&v, p, sizeof v); return v; }
 static inline tg_f32x16 tg_splat16(float a) { tg_f32x16 s = {a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a}; return s; }
 static inline tg_f32x16 tg_vfma16(tg_f32x16 a, tg_f32x16 b, tg_f32x16 c) { return __builtin_ia32_vfmaddps512_mask(a, b, c, (unsigned short)-1, 4); }
+typedef int tg_i32x16 __attribute__((vector_size(64)));
+typedef unsigned char tg_u8x16 __attribute__((vector_size(16)));
+static inline tg_i32x16 tg_mask16(const uint8_t* p) { tg_u8x16 m; memcpy(&m, p, sizeof m); return __builtin_convertvector(m, tg_i32x16) != 0; }
+static inline tg_f32x16 tg_sel16(tg_i32x16 m, tg_f32x16 a, tg_f32x16 b) { return (tg_f32x16)(((tg_i32x16)a & m) | ((tg_i32x16)b & ~m)); }
 #endif
 `;
 
@@ -305,6 +314,7 @@ function laneVector(t: LaneTerm, width: number): string {
   if (t.kind === "load") return `tg_ld${width}(&b${t.buf}[${idx(t.index)}])`;
   if (t.kind === "splat") return `tg_splat${width}(${operand(t.operand)})`;
   const [a, b] = t.srcs.map((s) => laneVector(s, width));
+  if (t.kind === "select") return `tg_sel${width}(tg_mask${width}(&b${t.mask.buf}[${idx(t.mask.index)}]), ${a}, ${b})`;
   return t.op === "NEG" ? `(-${a})` : `(${a} ${t.op === "ADD" ? "+" : "*"} ${b})`;
 }
 

@@ -24,7 +24,9 @@ export interface LaneGroup {
 export type LaneTerm =
   | { readonly kind: "load"; readonly buf: number; readonly index: Idx }
   | { readonly kind: "splat"; readonly operand: Operand }
-  | { readonly kind: "alu"; readonly op: "ADD" | "MUL" | "NEG"; readonly srcs: readonly LaneTerm[] };
+  | { readonly kind: "alu"; readonly op: "ADD" | "MUL" | "NEG"; readonly srcs: readonly LaneTerm[] }
+  /** `mask ? a : b` lane by lane, the mask neighbouring bools of a buffer (a dropout's kept elements). */
+  | { readonly kind: "select"; readonly mask: { readonly buf: number; readonly index: Idx }; readonly srcs: readonly [LaneTerm, LaneTerm] };
 
 /**
  * What a run of updates does as one vector: `vector += splat(scalar) * buf[index .. index + width)` (a register
@@ -58,10 +60,12 @@ export function planLanes(source: readonly Stmt[], widths: readonly number[]): {
   const plan: LanePlan = { updates: new Map(), groups: new Map(), skipped: new Set() };
   const uses = new Map<string, number>();
   countUses(body, uses);
+  const everyDef = new Map<string, Def>();
+  collectDefs(body, everyDef);
   // (the loops enclosing the one visited, outermost first)
   const visit = (block: readonly Stmt[], enclosing: readonly (Stmt & { kind: "loop" })[]): void => {
     for (const s of block) if (s.kind === "loop") {
-      planLoop(s, plan, uses, widths);
+      planLoop(s, plan, uses, widths, everyDef);
       hoistGroups(s, enclosing, plan);
       visit(s.body, [...enclosing, s]);
     }
@@ -107,14 +111,14 @@ function updatedNames(stmts: readonly Stmt[], into: Set<string>): void {
 type Def = Stmt & { kind: "def" };
 type Update = Stmt & { kind: "update" };
 
-function planLoop(loop: Stmt & { kind: "loop" }, plan: LanePlan, uses: ReadonlyMap<string, number>, widths: readonly number[]): void {
+function planLoop(loop: Stmt & { kind: "loop" }, plan: LanePlan, uses: ReadonlyMap<string, number>, widths: readonly number[], everyDef: ReadonlyMap<string, Def>): void {
   const defs = new Map<string, Def>();
   for (const s of loop.body) if (s.kind === "def") defs.set(s.name, s);
   const updates = loop.body.filter((s): s is Update => s.kind === "update");
   // every run of updates that is one vector multiply-add, keyed by its accumulators
   const runs: { updates: Update[]; accs: string[]; lane: LaneStep; consumed: [string, string][] }[] = [];
   for (let i = 0; i < updates.length; ) {
-    const run = widths.map((w) => vectorRun(updates.slice(i, i + w), defs) ?? sumRun(updates.slice(i, i + w), defs)).find((r) => r !== undefined);
+    const run = widths.map((w) => vectorRun(updates.slice(i, i + w), defs) ?? sumRun(updates.slice(i, i + w), { loop: defs, every: everyDef })).find((r) => r !== undefined);
     if (!run) { i++; continue; }
     runs.push(run);
     i += run.updates.length;
@@ -192,11 +196,11 @@ function vectorRun(run: readonly Update[], defs: ReadonlyMap<string, Def>) {
  * as the scalar form adds it, by a fused multiply-add. The lanes' scalar definitions stay (nothing else reads
  * them: the C compiler drops them).
  */
-function sumRun(run: readonly Update[], defs: ReadonlyMap<string, Def>) {
+function sumRun(run: readonly Update[], defs: Defs) {
   if (run.length !== 16 && run.length !== 8) return undefined;
   if (run.some((u) => u.op !== "ADD" || u.dtype.name !== "float32" || u.value.kind !== "val" || !!u.unfused !== !!run[0]!.unfused)) return undefined;
   if (new Set(run.map((u) => u.name)).size !== run.length) return undefined;
-  const tops = run.map((u) => defs.get((u.value as Operand & { kind: "val" }).name));
+  const tops = run.map((u) => defs.loop.get((u.value as Operand & { kind: "val" }).name));
   const fused = !run[0]!.unfused && tops.every((d) => d?.expr.op === "MUL" && d.dtype.name === "float32");
   const term = fused
     ? binary("MUL", tops.map((d) => (d!.expr as { srcs: readonly Operand[] }).srcs), defs)
@@ -205,12 +209,19 @@ function sumRun(run: readonly Update[], defs: ReadonlyMap<string, Def>) {
   return { updates: [...run], accs: run.map((u) => u.name), lane: { kind: "sum" as const, term, fused }, consumed: [] as [string, string][] };
 }
 
-/** Operands lane by lane as one vector term, if they are one (see LaneTerm); definitions inside the loop only. */
-function laneTerm(operands: readonly Operand[], defs: ReadonlyMap<string, Def>): LaneTerm | undefined {
+/** The loop's definitions (lane terms), and every definition of the kernel (to tell equal values apart from lanes). */
+interface Defs {
+  readonly loop: ReadonlyMap<string, Def>;
+  readonly every: ReadonlyMap<string, Def>;
+}
+
+/** Operands lane by lane as one vector term, if they are one (see LaneTerm). */
+function laneTerm(operands: readonly Operand[], defs: Defs): LaneTerm | undefined {
   const first = operands[0]!;
   if (first.dtype.name !== "float32") return undefined;
-  if (operands.every((o) => sameOperand(o, first))) return { kind: "splat", operand: first };
-  const found = operands.map((o) => (o.kind === "val" ? defs.get(o.name) : undefined));
+  // one value for every lane: the same name, or copies of one computation (hoisting copies it lane by lane)
+  if (operands.every((o) => sameValue(o, first, defs.every, 8))) return { kind: "splat", operand: first };
+  const found = operands.map((o) => (o.kind === "val" ? defs.loop.get(o.name) : undefined));
   if (found.some((d) => !d || d.dtype.name !== "float32" || d.expr.op !== found[0]!.expr.op)) return undefined;
   const exprs = found.map((d) => d!.expr);
   const base = exprs[0]!;
@@ -224,17 +235,58 @@ function laneTerm(operands: readonly Operand[], defs: ReadonlyMap<string, Def>):
     const src = laneTerm(exprs.map((e) => (e as { srcs: readonly Operand[] }).srcs[0]!), defs);
     return src && { kind: "alu", op: "NEG", srcs: [src] };
   }
+  if (base.op === "WHERE") {
+    const srcs = exprs.map((e) => (e as { srcs: readonly Operand[] }).srcs);
+    const mask = maskLoads(srcs.map((s) => s[0]!), defs.loop);
+    const a = mask && laneTerm(srcs.map((s) => s[1]!), defs);
+    const b = a && laneTerm(srcs.map((s) => s[2]!), defs);
+    return b && { kind: "select", mask: mask!, srcs: [a!, b] };
+  }
   return undefined;
 }
 
-function binary(op: "ADD" | "MUL", srcs: readonly (readonly Operand[])[], defs: ReadonlyMap<string, Def>): LaneTerm | undefined {
+/** Bools loaded from neighbouring elements of one buffer, lane by lane (a select's mask), if they are. */
+function maskLoads(operands: readonly Operand[], defs: ReadonlyMap<string, Def>): { buf: number; index: Idx } | undefined {
+  const loads = operands.map((o) => {
+    const d = o.kind === "val" ? defs.get(o.name) : undefined;
+    return d?.dtype.name === "bool" && d.expr.op === "LOAD" && d.expr.valid.length === 0 ? d.expr : undefined;
+  });
+  const base = loads[0];
+  if (!base || loads.some((l, j) => !l || l.buf !== base.buf || l.index.key !== iadd(base.index, iconst(j)).key)) return undefined;
+  return { buf: base.buf, index: base.index };
+}
+
+/** Whether two operands hold the same value: the same operand, or definitions of the same computation. */
+function sameValue(a: Operand, b: Operand, defs: ReadonlyMap<string, Def>, depth: number): boolean {
+  if (sameOperand(a, b)) return true;
+  if (a.kind !== "val" || b.kind !== "val" || depth === 0) return false;
+  const [da, db] = [defs.get(a.name), defs.get(b.name)];
+  if (!da || !db || da.dtype.name !== db.dtype.name || da.expr.op !== db.expr.op) return false;
+  const [ea, eb] = [da.expr, db.expr];
+  if (ea.op === "LOAD" && eb.op === "LOAD") {
+    const bounds = (l: typeof ea): string => l.valid.map((v) => `${v.expr.key}:${v.lo}:${v.hi}`).join(",");
+    return ea.buf === eb.buf && ea.index.key === eb.index.key && bounds(ea) === bounds(eb);
+  }
+  if (!("srcs" in ea) || !("srcs" in eb) || ea.srcs.length !== eb.srcs.length) return false;
+  return ea.srcs.every((s, i) => sameValue(s, eb.srcs[i]!, defs, depth - 1));
+}
+
+/** Every definition in `stmts`, nested loops included (names are unique in a kernel). */
+function collectDefs(stmts: readonly Stmt[], into: Map<string, Def>): void {
+  for (const s of stmts) {
+    if (s.kind === "loop") collectDefs(s.body, into);
+    else if (s.kind === "def") into.set(s.name, s);
+  }
+}
+
+function binary(op: "ADD" | "MUL", srcs: readonly (readonly Operand[])[], defs: Defs): LaneTerm | undefined {
   const a = laneTerm(srcs.map((s) => s[0]!), defs);
   const b = a && laneTerm(srcs.map((s) => s[1]!), defs);
   return b && { kind: "alu", op, srcs: [a!, b] };
 }
 
 /** Whether a term reads some neighbouring loads (else every lane adds the same value: not worth a vector). */
-const readsLanes = (t: LaneTerm): boolean => t.kind === "load" || (t.kind === "alu" && t.srcs.some(readsLanes));
+const readsLanes = (t: LaneTerm): boolean => t.kind === "load" || ((t.kind === "alu" || t.kind === "select") && t.srcs.some(readsLanes));
 
 const sameOperand = (a: Operand, b: Operand): boolean =>
   a.kind === "val" ? b.kind === "val" && a.name === b.name : b.kind === "lit" && Object.is(a.value, b.value);

@@ -168,22 +168,25 @@ test("products that must not fuse are a vector sum of separately rounded product
 });
 
 // a split sum's kernel: for i0 { acc0..acc15; for r0 { t_j = term(b1[i0*256 + r0*16 + j], b2[...]) ; acc_j += t_j }; b0[i0*16 + j] = acc_j }
-type Term = (x: string, y: string, j: number, out: Stmt[]) => string;
+type Term = (x: string, y: string, j: number, out: Stmt[], hoisted: Stmt[]) => string;
 function splitSum(term: Term, opts: { guarded?: boolean } = {}): KernelIR {
   const lanes = Array.from({ length: 16 }, (_, j) => j);
-  const inner: Stmt[] = [];
+  const inner: Stmt[] = [], hoisted: Stmt[] = [];
   const at = (j: number): Idx => iadd(iadd(imul(i0, 256), imul(ivar("r0", 16), 16)), iconst(j));
   for (const j of lanes) {
     inner.push(def(`x${j}`, { op: "LOAD", buf: 1, index: at(j), valid: opts.guarded ? [{ expr: ivar("r0", 16), lo: 0, hi: 15 }] : [] }));
     inner.push(load(`y${j}`, 2, at(j)));
-    inner.push({ kind: "update", name: `acc${j}`, dtype: f32, op: "ADD", value: val(term(`x${j}`, `y${j}`, j, inner)) });
+    inner.push({ kind: "def", name: `m${j}`, dtype: dtypes.bool, expr: { op: "LOAD", buf: 3, index: at(j), valid: [] } });
+    inner.push({ kind: "update", name: `acc${j}`, dtype: f32, op: "ADD", value: val(term(`x${j}`, `y${j}`, j, inner, hoisted)) });
   }
   const body: Stmt[] = [{ kind: "loop", var: "i0", size: 4, body: [
+    load("g", 2, i0),
+    ...hoisted,
     ...lanes.map((j): Stmt => ({ kind: "acc", name: `acc${j}`, dtype: f32, op: "ADD" })),
     { kind: "loop", var: "r0", size: 16, body: inner },
     ...lanes.map((j): Stmt => ({ kind: "store", buf: 0, index: iadd(imul(i0, 16), iconst(j)), value: val(`acc${j}`), dtype: f32 })),
   ] }];
-  return { name: "r_4_16", buffers: [{ dtype: f32, size: 64 }, { dtype: f32, size: 1024 }, { dtype: f32, size: 1024 }], body, outputShape: [4, 16], flops: 0, parallel: 0, opts: "" };
+  return { name: "r_4_16", buffers: [{ dtype: f32, size: 64 }, { dtype: f32, size: 1024 }, { dtype: f32, size: 1024 }, { dtype: dtypes.bool, size: 1024 }], body, outputShape: [4, 16], flops: 0, parallel: 0, opts: "" };
 }
 const TERMS: [string, Term][] = [
   ["squares (fused, as the scalar fmaf)", (x, _y, j, out) => (out.push(def(`t${j}`, { op: "MUL", srcs: [val(x), val(x)] })), `t${j}`)],
@@ -193,6 +196,13 @@ const TERMS: [string, Term][] = [
     out.push(def(`t${j}`, { op: "MUL", srcs: [val(`n${j}`), { kind: "lit", value: 0.375, dtype: f32 }] }), def(`u${j}`, { op: "ADD", srcs: [val(`t${j}`), val(y)] }));
     return `u${j}`;
   }],
+  // a dropout's select by kept elements, times a value hoisted out of the loop once a lane (copies of 1/g)
+  ["selects by neighbouring bools, times one hoisted value", (x, y, j, out, hoisted) => {
+    hoisted.push(def(`h${j}`, { op: "RECIP", srcs: [val("g")] }));
+    out.push(def(`k${j}`, { op: "WHERE", srcs: [{ kind: "val", name: `m${j}`, dtype: dtypes.bool }, val(x), { kind: "lit", value: 0, dtype: f32 }] }));
+    out.push(def(`t${j}`, { op: "MUL", srcs: [val(`k${j}`), val(`h${j}`)] }), def(`u${j}`, { op: "ADD", srcs: [val(`t${j}`), val(y)] }));
+    return `u${j}`;
+  }],
 ];
 
 test("a split sum's 16 lanes over neighbouring loads are one vector, their terms vector expressions", () => {
@@ -200,6 +210,7 @@ test("a split sum's 16 lanes over neighbouring loads are one vector, their terms
   assert.match(squares, /acc0_v = tg_vfma16\(tg_ld16\(&b1\[\(i0\*256 \+ r0\*16\)\]\), tg_ld16\(&b1\[\(i0\*256 \+ r0\*16\)\]\), acc0_v\);/);
   assert.match(renderC(splitSum(TERMS[1]![1]), "k", { vectorLanes: [16, 8] }), /acc0_v = acc0_v \+ tg_ld16\(&b1\[\(i0\*256 \+ r0\*16\)\]\);/);
   assert.match(renderC(splitSum(TERMS[2]![1]), "k", { vectorLanes: [8] }), /acc0_v = acc0_v \+ \(\(\(-\(tg_ld8\(&b1\[[^\]]*\]\) \+ tg_ld8\(&b2\[[^\]]*\]\)\)\) \* tg_splat8\(0\.375[0-9]*f\)\) \+ tg_ld8\(&b2\[/);
+  assert.match(renderC(splitSum(TERMS[3]![1]), "k", { vectorLanes: [16, 8] }), /acc0_v = acc0_v \+ \(\(tg_sel16\(tg_mask16\(&b3\[[^\]]*\]\), tg_ld16\(&b1\[[^\]]*\]\), tg_splat16\(0\.0*f\)\) \* tg_splat16\(h0\)\) \+ tg_ld16\(&b2\[/);
   // guarded loads (a pad's edge) stay scalar
   assert.doesNotMatch(renderC(splitSum(TERMS[0]![1], { guarded: true }), "k", { vectorLanes: [16, 8] }), /_v = /);
 });
@@ -212,9 +223,10 @@ test("split sums as vectors compute the scalar form's sums bit for bit", { skip:
   const main = `#include <stdio.h>
 int main(void) {
   static float a[1024], b[1024], o1[64], o2[64];
+  static uint8_t m[1024];
   unsigned s = 12345;
-  for (int i = 0; i < 1024; i++) { s = s * 1103515245u + 12345u; a[i] = (float)(int)(s >> 8) / 8388608.0f - 1.0f; s = s * 1103515245u + 12345u; b[i] = (float)(int)(s >> 8) / 4194304.0f; }
-  ${TERMS.map((_, t) => `scalar${t}(o1, a, b, 1); vector${t}(o2, a, b, 1); if (memcmp(o1, o2, sizeof o1)) { printf("term ${t} differs\\n"); return 1; }`).join("\n  ")}
+  for (int i = 0; i < 1024; i++) { s = s * 1103515245u + 12345u; a[i] = (float)(int)(s >> 8) / 8388608.0f - 1.0f; s = s * 1103515245u + 12345u; b[i] = (float)(int)(s >> 8) / 4194304.0f; m[i] = (s >> 3) % 10 != 0; }
+  ${TERMS.map((_, t) => `scalar${t}(o1, a, b, m, 1); vector${t}(o2, a, b, m, 1); if (memcmp(o1, o2, sizeof o1)) { printf("term ${t} differs\\n"); return 1; }`).join("\n  ")}
   printf("same\\n");
   return 0;
 }`;
