@@ -355,7 +355,7 @@ function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, ctx:
           const { vector, accs } = lane.group;
           const w = accs.length;
           if (lane.kind === "fma") out.push(`${indent}${vector} = tg_fma${w}(${operand(lane.scalar)}, &b${lane.buf}[${idx(lane.index)}], ${vector});`);
-          else if (lane.fused) out.push(`${indent}${vector} = tg_vfma${w}(${lane.term.kind === "alu" ? lane.term.srcs.map((t) => laneVector(t, w)).join(", ") : ""}, ${vector});`);
+          else if (lane.kind === "fusedSum") out.push(`${indent}${vector} = tg_vfma${w}(${lane.factors.map((t) => laneVector(t, w)).join(", ")}, ${vector});`);
           else out.push(`${indent}${vector} = ${vector} + ${laneVector(lane.term, w)};`);
         }
         if (lane !== undefined) break;

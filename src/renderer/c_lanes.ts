@@ -30,12 +30,13 @@ export type LaneTerm =
 
 /**
  * What a run of updates does as one vector: `vector += splat(scalar) * buf[index .. index + width)` (a register
- * tile's row), or `vector += term` (a split sum's lanes; `fused`: term is a product, multiplied and added in
- * one rounding as the scalar form's fmaf does).
+ * tile's row), `vector += term` (a split sum's lanes), or `vector += a * b` in one rounding (a split sum of
+ * products, as the scalar form's fmaf).
  */
 export type LaneStep =
   | { readonly kind: "fma"; readonly scalar: Operand; readonly buf: number; readonly index: Idx }
-  | { readonly kind: "sum"; readonly term: LaneTerm; readonly fused: boolean };
+  | { readonly kind: "sum"; readonly term: LaneTerm }
+  | { readonly kind: "fusedSum"; readonly factors: readonly [LaneTerm, LaneTerm] };
 
 /** A run of updates rendered as one vector update, with the accumulators it updates. */
 export type LaneUpdate = LaneStep & { readonly group: LaneGroup };
@@ -206,7 +207,8 @@ function sumRun(run: readonly Update[], defs: Defs) {
     ? binary("MUL", tops.map((d) => (d!.expr as { srcs: readonly Operand[] }).srcs), defs)
     : laneTerm(run.map((u) => u.value), defs);
   if (!term || !readsLanes(term)) return undefined;
-  return { updates: [...run], accs: run.map((u) => u.name), lane: { kind: "sum" as const, term, fused }, consumed: [] as [string, string][] };
+  const lane: LaneStep = fused && term.kind === "alu" ? { kind: "fusedSum", factors: [term.srcs[0]!, term.srcs[1]!] } : { kind: "sum", term };
+  return { updates: [...run], accs: run.map((u) => u.name), lane, consumed: [] as [string, string][] };
 }
 
 /** The loop's definitions (lane terms), and every definition of the kernel (to tell equal values apart from lanes). */
