@@ -962,13 +962,13 @@ export class Tensor {
     // after the shift, and a computed input runs once (in its producer's kernel: attention scores in the
     // matmul's epilogue) rather than again in every reader
     const x = this.maxSource().float();
-    const shifted = x.sub(x.max({ axis, keepdim: true }));
+    const shifted = x.sub(x.max({ axis, keepdim: true }).detach());
     const e = shifted.exp();
     return e.div(e.sum({ axis, keepdim: true }));
   }
   logSoftmax(axis = -1): Tensor {
     const x = this.maxSource().float();
-    const shifted = x.sub(x.max({ axis, keepdim: true }));
+    const shifted = x.sub(x.max({ axis, keepdim: true }).detach());
     return shifted.sub(shifted.exp().sum({ axis, keepdim: true }).log());
   }
   /** Normalises over the last `axes` axes (default: the last one). */

@@ -35,6 +35,34 @@ test("softmax over an axis is at most 3 kernels", () => {
   assert.ok(kernelsFor(input([8, 32], 1).softmax(-1)) <= 3);
 });
 
+test("softmax's and log-softmax's gradients do not go through the max they shift by (its gradient is 0: the shift cancels)", () => {
+  for (const [name, fn, grad] of [
+    // d/dx_i sum_j w_j p_j = p_i (w_i - sum_j p_j w_j)
+    ["softmax", (t: Tensor) => t.softmax(-1), (p: number[], w: number[], i: number) => p[i]! * (w[i]! - p.reduce((s, pj, j) => s + pj * w[j]!, 0))],
+    // d/dx_i sum_j w_j log p_j = w_i - p_i sum_j w_j
+    ["logSoftmax", (t: Tensor) => t.logSoftmax(-1), (p: number[], w: number[], i: number) => w[i]! - p[i]! * w.reduce((s, wj) => s + wj, 0)],
+  ] as const) {
+    const x = input([6, 40], 4).mul(3).realize();
+    x.requiresGrad = true;
+    const w = input([6, 40], 5);
+    fn(x).mul(w).sum().backward();
+    // the gradient's reduces: the forward's max and sum again (the backward recomputes them in its kernels) and
+    // the one the formula has; differentiating the max added a count of each row's maxima and a sum over the row
+    const reduces = createSchedule([x.grad!.node as UOp]).items.filter((item) => item.kind === "kernel" && item.kernel.name.startsWith("r")).length;
+    assert.ok(reduces <= 3, `${name}: ${reduces} reduce kernels`);
+    const [xs, ws, got] = [values(x), values(w), values(x.grad!)];
+    for (let row = 0; row < 6; row++) {
+      const r = xs.slice(row * 40, row * 40 + 40), top = Math.max(...r);
+      const total = r.reduce((s, v) => s + Math.exp(v - top), 0);
+      const p = r.map((v) => Math.exp(v - top) / total);
+      for (let i = 0; i < 40; i++) {
+        const want = grad(p, ws.slice(row * 40, row * 40 + 40), i);
+        assert.ok(Math.abs(got[row * 40 + i]! - want) <= 2e-6, `${name} row ${row}, column ${i}: ${got[row * 40 + i]} vs ${want}`);
+      }
+    }
+  }
+});
+
 test("16-bit attention scores are computed once, in the matmul's kernel: the softmax reads them stored (4 kernels)", () => {
   const [q, k] = [input([2, 32, 16], 1), input([2, 32, 16], 2)].map((t) => t.cast(dtypes.float16).realize());
   const mask = input([2, 1, 32], 3).cast(dtypes.float16).realize();
