@@ -122,14 +122,17 @@ batch=${BERT_BATCH:-$([ "$small" = 1 ] && echo 2 || echo 8)}
 
 # Each part runs in the background under a watchdog: a GPU kernel that never ends leaves its process
 # stuck in the driver, where no signal reaches it, so the check abandons it and goes on.
+setsid=$(command -v setsid || true)
 part() { # part NAME LIMIT_S OUTFILE COMMAND...
   local name=$1 limit=$2 out=$3 waited=0
   shift 3
-  "$@" > "$out" 2>> "$results/$name.err" &
+  # in a process group of its own, so that its children go with it (node --test runs each file in a child,
+  # which outlived the runner when only the runner was killed)
+  $setsid "$@" > "$out" 2>> "$results/$name.err" &
   local pid=$!
   while kill -0 "$pid" 2>/dev/null; do
     if [ "$waited" -ge "$limit" ]; then
-      kill -9 "$pid" 2>/dev/null
+      kill -9 -- "-$pid" 2>/dev/null || { pkill -9 -P "$pid"; kill -9 "$pid"; } 2>/dev/null
       log "$name: still running after ${limit} s, abandoned (a hung kernel?)"
       return 124
     fi
