@@ -223,6 +223,14 @@ function laneTerm(operands: readonly Operand[], defs: Defs): LaneTerm | undefine
   if (first.dtype.name !== "float32") return undefined;
   // one value for every lane: the same name, or copies of one computation (hoisting copies it lane by lane)
   if (operands.every((o) => sameValue(o, first, defs.every, 8))) return { kind: "splat", operand: first };
+  // neighbouring loads hoisted out of the loop (a column's bias read once a strip): read again, as one vector
+  // (hoisting never moves a load of memory the kernel writes, so the values are the same)
+  if (operands.every((o) => o.kind === "val" && !defs.loop.has(o.name))) {
+    const loads = operands.map((o) => defs.every.get((o as Operand & { kind: "val" }).name)?.expr);
+    const base = loads[0];
+    const neighbours = base?.op === "LOAD" && loads.every((l, j) => l?.op === "LOAD" && l.valid.length === 0 && l.buf === base.buf && l.index.key === iadd(base.index, iconst(j)).key);
+    return neighbours ? { kind: "load", buf: base.buf, index: base.index } : undefined;
+  }
   const found = operands.map((o) => (o.kind === "val" ? defs.loop.get(o.name) : undefined));
   if (found.some((d) => !d || d.dtype.name !== "float32" || d.expr.op !== found[0]!.expr.op)) return undefined;
   const exprs = found.map((d) => d!.expr);

@@ -196,6 +196,12 @@ const TERMS: [string, Term][] = [
     out.push(def(`t${j}`, { op: "MUL", srcs: [val(`n${j}`), { kind: "lit", value: 0.375, dtype: f32 }] }), def(`u${j}`, { op: "ADD", srcs: [val(`t${j}`), val(y)] }));
     return `u${j}`;
   }],
+  // a bias read once a strip, lane by lane, before the loop (neighbouring loads the lowering hoisted)
+  ["plus neighbouring values hoisted out of the loop, times the other load", (x, y, j, out, hoisted) => {
+    hoisted.push(load(`c${j}`, 2, iadd(imul(i0, 16), iconst(j))));
+    out.push(def(`s${j}`, { op: "ADD", srcs: [val(x), val(`c${j}`)] }), def(`t${j}`, { op: "MUL", srcs: [val(`s${j}`), val(y)] }));
+    return `t${j}`;
+  }],
   // a dropout's select by kept elements, times a value hoisted out of the loop once a lane (copies of 1/g)
   ["selects by neighbouring bools, times one hoisted value", (x, y, j, out, hoisted) => {
     hoisted.push(def(`h${j}`, { op: "RECIP", srcs: [val("g")] }));
@@ -210,7 +216,8 @@ test("a split sum's 16 lanes over neighbouring loads are one vector, their terms
   assert.match(squares, /acc0_v = tg_vfma16\(tg_ld16\(&b1\[\(i0\*256 \+ r0\*16\)\]\), tg_ld16\(&b1\[\(i0\*256 \+ r0\*16\)\]\), acc0_v\);/);
   assert.match(renderC(splitSum(TERMS[1]![1]), "k", { vectorLanes: [16, 8] }), /acc0_v = acc0_v \+ tg_ld16\(&b1\[\(i0\*256 \+ r0\*16\)\]\);/);
   assert.match(renderC(splitSum(TERMS[2]![1]), "k", { vectorLanes: [8] }), /acc0_v = acc0_v \+ \(\(\(-\(tg_ld8\(&b1\[[^\]]*\]\) \+ tg_ld8\(&b2\[[^\]]*\]\)\)\) \* tg_splat8\(0\.375[0-9]*f\)\) \+ tg_ld8\(&b2\[/);
-  assert.match(renderC(splitSum(TERMS[3]![1]), "k", { vectorLanes: [16, 8] }), /acc0_v = acc0_v \+ \(\(tg_sel16\(tg_mask16\(&b3\[[^\]]*\]\), tg_ld16\(&b1\[[^\]]*\]\), tg_splat16\(0\.0*f\)\) \* tg_splat16\(h0\)\) \+ tg_ld16\(&b2\[/);
+  assert.match(renderC(splitSum(TERMS[3]![1]), "k", { vectorLanes: [16, 8] }), /acc0_v = tg_vfma16\(\(tg_ld16\(&b1\[[^\]]*\]\) \+ tg_ld16\(&b2\[i0\*16\]\)\), tg_ld16\(&b2\[\(i0\*256/);
+  assert.match(renderC(splitSum(TERMS[4]![1]), "k", { vectorLanes: [16, 8] }), /acc0_v = acc0_v \+ \(\(tg_sel16\(tg_mask16\(&b3\[[^\]]*\]\), tg_ld16\(&b1\[[^\]]*\]\), tg_splat16\(0\.0*f\)\) \* tg_splat16\(h0\)\) \+ tg_ld16\(&b2\[/);
   // guarded loads (a pad's edge) stay scalar
   assert.doesNotMatch(renderC(splitSum(TERMS[0]![1], { guarded: true }), "k", { vectorLanes: [16, 8] }), /_v = /);
 });
