@@ -148,3 +148,15 @@ test("neighbouring output axes merge where indices stay simple and the tile keep
   const [flat] = kernelsFor(Tensor.empty([8, 128, 64], { device: "JS" }).exp()).slice(-1);
   assert.equal(flat!.name, "E_65536");
 });
+
+test("a sum down columns reads wide strips on host backends: 128 or 64 lanes, 4 strips or more", () => {
+  const sumRows = (rows: number, cols: number): KernelIR => kernelsFor(Tensor.empty([rows, cols], { device: "JS" }).sum({ axis: 0 })).at(-1)!;
+  assert.deepEqual(upcasts(sumRows(1024, 1024)), [128], sumRows(1024, 1024).opts);
+  assert.deepEqual(upcasts(sumRows(512, 256)), [64], sumRows(512, 256).opts);
+  // 96 columns: no width leaves 4 strips, so the usual 16 lanes
+  assert.deepEqual(upcasts(sumRows(512, 96)), [16], sumRows(512, 96).opts);
+  // a column sum scaled by a value per row (a LayerNorm weight's gradient: dy * (x - mean) * rstd)
+  const [x, dy, row] = [Tensor.empty([512, 768], { device: "JS" }), Tensor.empty([512, 768], { device: "JS" }), Tensor.empty([512, 1], { device: "JS" })];
+  const weighted = kernelsFor(dy.mul(x.sub(row)).mul(row).sum({ axis: 0 })).at(-1)!;
+  assert.ok(upcasts(weighted)[0]! >= 64, weighted.opts);
+});
