@@ -115,8 +115,9 @@ static inline int64_t tg_floordiv(int64_t a, int64_t c) { int64_t q = a / c; ret
  */
 export const C_VECTOR_PRELUDE = `/* a register tile's lanes as one vector (c_lanes.ts, at the widths compiler_cache.ts's vectorLaneWidths finds
    the target has instructions for): lane i is fmaf(a, w[i], c[i]), as in the scalar form; a split sum's lanes
-   load neighbours (tg_ld), take one value for all (tg_splat), select by neighbouring bools (tg_mask, tg_sel:
-   bitwise, so exactly the scalar ?:) and fuse a product's add (tg_vfma) as it does. The x86 builtins
+   load neighbours (tg_ld; int32 ones converted, tg_ldi), take one value for all (tg_splat), select by
+   neighbouring bools (tg_mask, tg_sel: bitwise, so exactly the scalar ?:), fuse a product's add (tg_vfma) as it
+   does, and take a max as the scalar form's (acc > v || acc != acc) ? acc : v (tg_vmax). The x86 builtins
    behind _mm512_fmadd_ps and _mm256_fmadd_ps (gcc and clang name them alike), not <immintrin.h>: parsing it
    cost 0.2 s a translation unit. The splat of a becomes the instruction's broadcast operand. */
 #if defined(__AVX__) && defined(__FMA__)
@@ -133,6 +134,8 @@ typedef int tg_i32x8 __attribute__((vector_size(32)));
 typedef unsigned char tg_u8x8 __attribute__((vector_size(8)));
 static inline tg_i32x8 tg_mask8(const uint8_t* p) { tg_u8x8 m; memcpy(&m, p, sizeof m); return __builtin_convertvector(m, tg_i32x8) != 0; }
 static inline tg_f32x8 tg_sel8(tg_i32x8 m, tg_f32x8 a, tg_f32x8 b) { return (tg_f32x8)(((tg_i32x8)a & m) | ((tg_i32x8)b & ~m)); }
+static inline tg_f32x8 tg_vmax8(tg_f32x8 a, tg_f32x8 b) { return tg_sel8((a > b) | (a != a), a, b); }
+static inline tg_f32x8 tg_ldi8(const int32_t* p) { tg_i32x8 v; memcpy(&v, p, sizeof v); return __builtin_convertvector(v, tg_f32x8); }
 #endif
 #if defined(__AVX512F__)
 typedef float tg_f32x16 __attribute__((vector_size(64)));
@@ -148,6 +151,8 @@ typedef int tg_i32x16 __attribute__((vector_size(64)));
 typedef unsigned char tg_u8x16 __attribute__((vector_size(16)));
 static inline tg_i32x16 tg_mask16(const uint8_t* p) { tg_u8x16 m; memcpy(&m, p, sizeof m); return __builtin_convertvector(m, tg_i32x16) != 0; }
 static inline tg_f32x16 tg_sel16(tg_i32x16 m, tg_f32x16 a, tg_f32x16 b) { return (tg_f32x16)(((tg_i32x16)a & m) | ((tg_i32x16)b & ~m)); }
+static inline tg_f32x16 tg_vmax16(tg_f32x16 a, tg_f32x16 b) { return tg_sel16((a > b) | (a != a), a, b); }
+static inline tg_f32x16 tg_ldi16(const int32_t* p) { tg_i32x16 v; memcpy(&v, p, sizeof v); return __builtin_convertvector(v, tg_f32x16); }
 #endif
 `;
 
@@ -312,6 +317,7 @@ interface RenderContext {
 /** A split sum's lane term as a C vector expression of `width` lanes (c_lanes.ts LaneTerm). */
 function laneVector(t: LaneTerm, width: number): string {
   if (t.kind === "load") return `tg_ld${width}(&b${t.buf}[${idx(t.index)}])`;
+  if (t.kind === "intLoad") return `tg_ldi${width}(&b${t.buf}[${idx(t.index)}])`;
   if (t.kind === "splat") return `tg_splat${width}(${operand(t.operand)})`;
   const [a, b] = t.srcs.map((s) => laneVector(s, width));
   if (t.kind === "select") return `tg_sel${width}(tg_mask${width}(&b${t.mask.buf}[${idx(t.mask.index)}]), ${a}, ${b})`;
@@ -356,6 +362,7 @@ function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, ctx:
           const w = accs.length;
           if (lane.kind === "fma") out.push(`${indent}${vector} = tg_fma${w}(${operand(lane.scalar)}, &b${lane.buf}[${idx(lane.index)}], ${vector});`);
           else if (lane.kind === "fusedSum") out.push(`${indent}${vector} = tg_vfma${w}(${lane.factors.map((t) => laneVector(t, w)).join(", ")}, ${vector});`);
+          else if (lane.kind === "max") out.push(`${indent}${vector} = tg_vmax${w}(${vector}, ${laneVector(lane.term, w)});`);
           else out.push(`${indent}${vector} = ${vector} + ${laneVector(lane.term, w)};`);
         }
         if (lane !== undefined) break;

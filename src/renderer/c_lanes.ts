@@ -23,6 +23,8 @@ export interface LaneGroup {
 /** A lane's term as a vector: neighbouring loads, one value for every lane, or an operation on such terms. */
 export type LaneTerm =
   | { readonly kind: "load"; readonly buf: number; readonly index: Idx }
+  /** int32 neighbours converted to float32 (an attention mask read as int32), as the scalar (float) cast */
+  | { readonly kind: "intLoad"; readonly buf: number; readonly index: Idx }
   | { readonly kind: "splat"; readonly operand: Operand }
   | { readonly kind: "alu"; readonly op: "ADD" | "MUL" | "NEG"; readonly srcs: readonly LaneTerm[] }
   /** `mask ? a : b` lane by lane, the mask neighbouring bools of a buffer (a dropout's kept elements). */
@@ -36,7 +38,9 @@ export type LaneTerm =
 export type LaneStep =
   | { readonly kind: "fma"; readonly scalar: Operand; readonly buf: number; readonly index: Idx }
   | { readonly kind: "sum"; readonly term: LaneTerm }
-  | { readonly kind: "fusedSum"; readonly factors: readonly [LaneTerm, LaneTerm] };
+  | { readonly kind: "fusedSum"; readonly factors: readonly [LaneTerm, LaneTerm] }
+  /** `vector = max(vector, term)` lane by lane, NaN kept as the scalar form keeps it (a softmax's row max) */
+  | { readonly kind: "max"; readonly term: LaneTerm };
 
 /** A run of updates rendered as one vector update, with the accumulators it updates. */
 export type LaneUpdate = LaneStep & { readonly group: LaneGroup };
@@ -199,8 +203,13 @@ function vectorRun(run: readonly Update[], defs: ReadonlyMap<string, Def>) {
  */
 function sumRun(run: readonly Update[], defs: Defs) {
   if (run.length !== 16 && run.length !== 8) return undefined;
-  if (run.some((u) => u.op !== "ADD" || u.dtype.name !== "float32" || u.value.kind !== "val" || !!u.unfused !== !!run[0]!.unfused)) return undefined;
+  const op = run[0]!.op;
+  if (run.some((u) => u.op !== op || u.dtype.name !== "float32" || u.value.kind !== "val" || !!u.unfused !== !!run[0]!.unfused)) return undefined;
   if (new Set(run.map((u) => u.name)).size !== run.length) return undefined;
+  if (op === "MAX") {
+    const term = laneTerm(run.map((u) => u.value), defs);
+    return term && readsLanes(term) ? { updates: [...run], accs: run.map((u) => u.name), lane: { kind: "max" as const, term }, consumed: [] as [string, string][] } : undefined;
+  }
   const tops = run.map((u) => defs.loop.get((u.value as Operand & { kind: "val" }).name));
   const fused = !run[0]!.unfused && tops.every((d) => d?.expr.op === "MUL" && d.dtype.name === "float32");
   const term = fused
@@ -241,6 +250,17 @@ function laneTerm(operands: readonly Operand[], defs: Defs): LaneTerm | undefine
     return neighbours ? { kind: "load", buf: base.buf, index: base.index } : undefined;
   }
   if (base.op === "ADD" || base.op === "MUL") return binary(base.op, exprs.map((e) => (e as { srcs: readonly Operand[] }).srcs), defs);
+  if (base.op === "CAST") {
+    // (float) of neighbouring int32 loads
+    const loads = exprs.map((e) => {
+      const src = (e as { srcs: readonly Operand[] }).srcs[0]!;
+      const d = src.kind === "val" ? defs.loop.get(src.name) : undefined;
+      return d?.dtype.name === "int32" && d.expr.op === "LOAD" && d.expr.valid.length === 0 ? d.expr : undefined;
+    });
+    const first = loads[0];
+    const neighbours = first && loads.every((l, j) => l && l.buf === first.buf && l.index.key === iadd(first.index, iconst(j)).key);
+    return neighbours ? { kind: "intLoad", buf: first.buf, index: first.index } : undefined;
+  }
   if (base.op === "NEG") {
     const src = laneTerm(exprs.map((e) => (e as { srcs: readonly Operand[] }).srcs[0]!), defs);
     return src && { kind: "alu", op: "NEG", srcs: [src] };
@@ -296,7 +316,7 @@ function binary(op: "ADD" | "MUL", srcs: readonly (readonly Operand[])[], defs: 
 }
 
 /** Whether a term reads some neighbouring loads (else every lane adds the same value: not worth a vector). */
-const readsLanes = (t: LaneTerm): boolean => t.kind === "load" || ((t.kind === "alu" || t.kind === "select") && t.srcs.some(readsLanes));
+const readsLanes = (t: LaneTerm): boolean => t.kind === "load" || t.kind === "intLoad" || ((t.kind === "alu" || t.kind === "select") && t.srcs.some(readsLanes));
 
 const sameOperand = (a: Operand, b: Operand): boolean =>
   a.kind === "val" ? b.kind === "val" && a.name === b.name : b.kind === "lit" && Object.is(a.value, b.value);

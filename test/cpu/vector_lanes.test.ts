@@ -251,6 +251,61 @@ int main(void) {
   }
 });
 
+// a softmax's row max over masked scores: for i0 { acc_j = -inf; for r0 { acc_j = max(acc_j, x_j * 0.125 + (1 - (float)m_j) * -10000) } }
+function splitMax(): KernelIR {
+  const lanes = Array.from({ length: 16 }, (_, j) => j);
+  const at = (j: number): Idx => iadd(iadd(imul(i0, 256), imul(ivar("r0", 16), 16)), iconst(j));
+  const lit = (value: number) => ({ kind: "lit" as const, value, dtype: f32 });
+  const inner: Stmt[] = [];
+  for (const j of lanes) {
+    inner.push(load(`x${j}`, 1, at(j)), { kind: "def", name: `m${j}`, dtype: dtypes.int32, expr: { op: "LOAD", buf: 2, index: at(j), valid: [] } });
+    inner.push(def(`c${j}`, { op: "CAST", srcs: [{ kind: "val", name: `m${j}`, dtype: dtypes.int32 }] }), def(`n${j}`, { op: "NEG", srcs: [val(`c${j}`)] }));
+    inner.push(def(`s${j}`, { op: "ADD", srcs: [val(`n${j}`), lit(1)] }), def(`t${j}`, { op: "MUL", srcs: [val(`s${j}`), lit(-10000)] }));
+    inner.push(def(`u${j}`, { op: "MUL", srcs: [val(`x${j}`), lit(0.125)] }), def(`v${j}`, { op: "ADD", srcs: [val(`u${j}`), val(`t${j}`)] }));
+    inner.push({ kind: "update", name: `acc${j}`, dtype: f32, op: "MAX", value: val(`v${j}`) });
+  }
+  const body: Stmt[] = [{ kind: "loop", var: "i0", size: 4, body: [
+    ...lanes.map((j): Stmt => ({ kind: "acc", name: `acc${j}`, dtype: f32, op: "MAX" })),
+    { kind: "loop", var: "r0", size: 16, body: inner },
+    ...lanes.map((j): Stmt => ({ kind: "store", buf: 0, index: iadd(imul(i0, 16), iconst(j)), value: val(`acc${j}`), dtype: f32 })),
+  ] }];
+  return { name: "r_4_16", buffers: [{ dtype: f32, size: 64 }, { dtype: f32, size: 1024 }, { dtype: dtypes.int32, size: 1024 }], body, outputShape: [4, 16], flops: 0, parallel: 0, opts: "" };
+}
+
+test("a split max's lanes are one vector max (NaN, -0 and -inf kept as the scalar form keeps them), int32 loads converted as vectors", { skip: !hasCpu || !vectorFor(16) }, () => {
+  const widths = vectorLaneWidths(C_PRELUDE + C_VECTOR_PRELUDE);
+  const vector = renderC(splitMax(), "vector", { vectorLanes: widths });
+  assert.match(vector, /acc0_v = tg_vmax(16|8)\(acc0_v, \(\(tg_ld(16|8)\(&b1\[[^\]]*\]\) \* tg_splat(16|8)\(0\.125[0-9]*f\)\) \+ \(\(\(-tg_ldi(16|8)\(&b2\[/);
+  const main = `#include <stdio.h>
+int main(void) {
+  static float x[1024], o1[64], o2[64];
+  static int32_t m[1024];
+  unsigned s = 777;
+  for (int i = 0; i < 1024; i++) { s = s * 1103515245u + 12345u; x[i] = (float)(int)(s >> 8) / 8388608.0f - 1.0f; m[i] = (s >> 4) % 3 != 0; }
+  /* row 1: a NaN; row 2: zeros of both signs only; row 3: -inf where every mask is 1 */
+  x[300] = NAN;
+  for (int i = 512; i < 768; i++) { x[i] = (i % 2) ? -0.0f : 0.0f; m[i] = 1; }
+  for (int i = 768; i < 1024; i++) { x[i] = -INFINITY; m[i] = 1; }
+  scalar(o1, x, m, 1); vector(o2, x, m, 1);
+  if (memcmp(o1, o2, sizeof o1)) { printf("differs\\n"); return 1; }
+  printf("same %d %d %d\\n", o1[28] != o1[28], signbit(o1[32]) != 0 || signbit(o1[33]) != 0, isinf(o1[48]) != 0);
+  return 0;
+}`;
+  const dir = mkdtempSync(join(tmpdir(), "tsgrad-lanes-max-"));
+  try {
+    writeFileSync(join(dir, "k.c"), [C_PRELUDE, C_VECTOR_PRELUDE, renderC(splitMax(), "scalar", {}), vector, main].join("\n"));
+    const compiler = findCompiler()!;
+    const flags = compiler.flags.filter((f) => f !== "-shared" && f !== "-fPIC" && !f.startsWith("-Wl,"));
+    const build = spawnSync(compiler.command, [...flags, "-o", join(dir, "k"), join(dir, "k.c"), "-lm"], { encoding: "utf8" });
+    assert.equal(build.status, 0, build.stderr);
+    const run = spawnSync(join(dir, "k"), { encoding: "utf8" });
+    // the NaN row's lane holds NaN, the zeros row has a -0 max somewhere, the -inf row stays -inf
+    assert.equal(run.stdout.trim(), "same 1 1 1", run.stdout + run.stderr);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 test("the vector widths follow the machine's instruction sets (the compiler's macros for -march=native)", { skip: !hasCpu || !!process.env.CC || !existsSync("/proc/cpuinfo") }, () => {
   const flags = new Set(/^flags\s*:(.*)$/m.exec(readFileSync("/proc/cpuinfo", "utf8"))?.[1]?.trim().split(/\s+/) ?? []);
   const expected = flags.has("avx512f") ? [16, 8] : flags.has("avx") && flags.has("fma") ? [8] : [];
