@@ -960,7 +960,8 @@ export class Tensor {
   softmax(axis = -1): Tensor {
     // the values the max reads (a 16-bit input stored first) are the values shifted: the max is exactly 0
     // after the shift, and a computed input runs once (in its producer's kernel: attention scores in the
-    // matmul's epilogue) rather than again in every reader
+    // matmul's epilogue) rather than again in every reader. The max is detached: softmax(x - c) does not depend
+    // on c, so its gradient is 0, and differentiating it would only add a pass over x (a count of each row's maxima)
     const x = this.maxSource().float();
     const shifted = x.sub(x.max({ axis, keepdim: true }).detach());
     const e = shifted.exp();
