@@ -182,13 +182,8 @@ function vectorRun(run: readonly Update[], defs: ReadonlyMap<string, Def>) {
   for (const side of [0, 1]) {
     const scalar = first[side]!;
     if (products.some((p) => !sameOperand(p!.srcs[side]!, scalar))) continue;
-    const loads = products.map((p) => {
-      const o = p!.srcs[1 - side]!;
-      const def = o.kind === "val" ? defs.get(o.name) : undefined;
-      return def?.expr.op === "LOAD" && def.expr.valid.length === 0 && def.dtype.name === "float32" ? def.expr : undefined;
-    });
-    const base = loads[0];
-    if (!base || loads.some((l, j) => !l || l.buf !== base.buf || l.index.key !== iadd(base.index, iconst(j)).key)) continue;
+    const base = neighbourLoads(products.map((p) => p!.srcs[1 - side]!), defs, "float32");
+    if (!base) continue;
     const consumed = products.map((p): [string, string] => [p!.def.name, (p!.srcs[1 - side] as Operand & { kind: "val" }).name]);
     return { updates: [...run], accs: run.map((u) => u.name), lane: { kind: "fma" as const, scalar, buf: base.buf, index: base.index }, consumed };
   }
@@ -235,31 +230,22 @@ function laneTerm(operands: readonly Operand[], defs: Defs): LaneTerm | undefine
   // neighbouring loads hoisted out of the loop (a column's bias read once a strip): read again, as one vector
   // (hoisting never moves a load of memory the kernel writes, so the values are the same)
   if (operands.every((o) => o.kind === "val" && !defs.loop.has(o.name))) {
-    const loads = operands.map((o) => defs.every.get((o as Operand & { kind: "val" }).name)?.expr);
-    const base = loads[0];
-    const neighbours = base?.op === "LOAD" && loads.every((l, j) => l?.op === "LOAD" && l.valid.length === 0 && l.buf === base.buf && l.index.key === iadd(base.index, iconst(j)).key);
-    return neighbours ? { kind: "load", buf: base.buf, index: base.index } : undefined;
+    const hoisted = neighbourLoads(operands, defs.every, "float32");
+    return hoisted && { kind: "load", ...hoisted };
   }
   const found = operands.map((o) => (o.kind === "val" ? defs.loop.get(o.name) : undefined));
   if (found.some((d) => !d || d.dtype.name !== "float32" || d.expr.op !== found[0]!.expr.op)) return undefined;
   const exprs = found.map((d) => d!.expr);
   const base = exprs[0]!;
   if (base.op === "LOAD") {
-    const loads = exprs as (typeof base)[];
-    const neighbours = loads.every((l, j) => l.valid.length === 0 && l.buf === base.buf && l.index.key === iadd(base.index, iconst(j)).key);
-    return neighbours ? { kind: "load", buf: base.buf, index: base.index } : undefined;
+    const loads = neighbourLoads(operands, defs.loop, "float32");
+    return loads && { kind: "load", ...loads };
   }
   if (base.op === "ADD" || base.op === "MUL") return binary(base.op, exprs.map((e) => (e as { srcs: readonly Operand[] }).srcs), defs);
   if (base.op === "CAST") {
     // (float) of neighbouring int32 loads
-    const loads = exprs.map((e) => {
-      const src = (e as { srcs: readonly Operand[] }).srcs[0]!;
-      const d = src.kind === "val" ? defs.loop.get(src.name) : undefined;
-      return d?.dtype.name === "int32" && d.expr.op === "LOAD" && d.expr.valid.length === 0 ? d.expr : undefined;
-    });
-    const first = loads[0];
-    const neighbours = first && loads.every((l, j) => l && l.buf === first.buf && l.index.key === iadd(first.index, iconst(j)).key);
-    return neighbours ? { kind: "intLoad", buf: first.buf, index: first.index } : undefined;
+    const loads = neighbourLoads(exprs.map((e) => (e as { srcs: readonly Operand[] }).srcs[0]!), defs.loop, "int32");
+    return loads && { kind: "intLoad", ...loads };
   }
   if (base.op === "NEG") {
     const src = laneTerm(exprs.map((e) => (e as { srcs: readonly Operand[] }).srcs[0]!), defs);
@@ -267,7 +253,7 @@ function laneTerm(operands: readonly Operand[], defs: Defs): LaneTerm | undefine
   }
   if (base.op === "WHERE") {
     const srcs = exprs.map((e) => (e as { srcs: readonly Operand[] }).srcs);
-    const mask = maskLoads(srcs.map((s) => s[0]!), defs.loop);
+    const mask = neighbourLoads(srcs.map((s) => s[0]!), defs.loop, "bool");
     const a = mask && laneTerm(srcs.map((s) => s[1]!), defs);
     const b = a && laneTerm(srcs.map((s) => s[2]!), defs);
     return b && { kind: "select", mask: mask!, srcs: [a!, b] };
@@ -275,11 +261,14 @@ function laneTerm(operands: readonly Operand[], defs: Defs): LaneTerm | undefine
   return undefined;
 }
 
-/** Bools loaded from neighbouring elements of one buffer, lane by lane (a select's mask), if they are. */
-function maskLoads(operands: readonly Operand[], defs: ReadonlyMap<string, Def>): { buf: number; index: Idx } | undefined {
+/**
+ * Where lane j's operand is an unguarded load of `dtype` from element j of one run of a buffer (float32 lanes,
+ * int32 ones to convert, a select's bools), that run's buffer and first index.
+ */
+function neighbourLoads(operands: readonly Operand[], defs: ReadonlyMap<string, Def>, dtype: string): { buf: number; index: Idx } | undefined {
   const loads = operands.map((o) => {
     const d = o.kind === "val" ? defs.get(o.name) : undefined;
-    return d?.dtype.name === "bool" && d.expr.op === "LOAD" && d.expr.valid.length === 0 ? d.expr : undefined;
+    return d?.dtype.name === dtype && d.expr.op === "LOAD" && d.expr.valid.length === 0 ? d.expr : undefined;
   });
   const base = loads[0];
   if (!base || loads.some((l, j) => !l || l.buf !== base.buf || l.index.key !== iadd(base.index, iconst(j)).key)) return undefined;
