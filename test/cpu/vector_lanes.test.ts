@@ -237,19 +237,25 @@ int main(void) {
   printf("same\\n");
   return 0;
 }`;
-  const dir = mkdtempSync(join(tmpdir(), "tsgrad-lanes-sum-"));
+  assert.equal(compileAndRun([...parts, main]), "same");
+});
+
+/** Builds the kernels and `main` after the preludes with the kernels' own compiler flags, runs it: its output. */
+function compileAndRun(sources: readonly string[]): string {
+  const dir = mkdtempSync(join(tmpdir(), "tsgrad-lanes-"));
   try {
-    writeFileSync(join(dir, "k.c"), [C_PRELUDE, C_VECTOR_PRELUDE, ...parts, main].join("\n"));
+    writeFileSync(join(dir, "k.c"), [C_PRELUDE, C_VECTOR_PRELUDE, ...sources].join("\n"));
     const compiler = findCompiler()!;
     const flags = compiler.flags.filter((f) => f !== "-shared" && f !== "-fPIC" && !f.startsWith("-Wl,"));
     const build = spawnSync(compiler.command, [...flags, "-o", join(dir, "k"), join(dir, "k.c"), "-lm"], { encoding: "utf8" });
     assert.equal(build.status, 0, build.stderr);
     const run = spawnSync(join(dir, "k"), { encoding: "utf8" });
-    assert.equal(run.stdout.trim(), "same", run.stdout + run.stderr);
+    assert.equal(run.status, 0, run.stdout + run.stderr);
+    return run.stdout.trim();
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
-});
+}
 
 // a softmax's row max over masked scores: for i0 { acc_j = -inf; for r0 { acc_j = max(acc_j, x_j * 0.125 + (1 - (float)m_j) * -10000) } }
 function splitMax(): KernelIR {
@@ -291,19 +297,8 @@ int main(void) {
   printf("same %d %d %d\\n", o1[28] != o1[28], signbit(o1[32]) != 0 || signbit(o1[33]) != 0, isinf(o1[48]) != 0);
   return 0;
 }`;
-  const dir = mkdtempSync(join(tmpdir(), "tsgrad-lanes-max-"));
-  try {
-    writeFileSync(join(dir, "k.c"), [C_PRELUDE, C_VECTOR_PRELUDE, renderC(splitMax(), "scalar", {}), vector, main].join("\n"));
-    const compiler = findCompiler()!;
-    const flags = compiler.flags.filter((f) => f !== "-shared" && f !== "-fPIC" && !f.startsWith("-Wl,"));
-    const build = spawnSync(compiler.command, [...flags, "-o", join(dir, "k"), join(dir, "k.c"), "-lm"], { encoding: "utf8" });
-    assert.equal(build.status, 0, build.stderr);
-    const run = spawnSync(join(dir, "k"), { encoding: "utf8" });
-    // the NaN row's lane holds NaN, the zeros row has a -0 max somewhere, the -inf row stays -inf
-    assert.equal(run.stdout.trim(), "same 1 1 1", run.stdout + run.stderr);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+  // the NaN row's lane holds NaN, the zeros row has a -0 max somewhere, the -inf row stays -inf
+  assert.equal(compileAndRun([renderC(splitMax(), "scalar", {}), vector, main]), "same 1 1 1");
 });
 
 test("the vector widths follow the machine's instruction sets (the compiler's macros for -march=native)", { skip: !hasCpu || !!process.env.CC || !existsSync("/proc/cpuinfo") }, () => {
