@@ -4,8 +4,8 @@
 // arguments, the buffers, the host forms) and a hash of tsgrad's own source files, so a changed lowering
 // never meets kernels an older one made. Only host devices: a GPU's lowering also depends on the GPU.
 import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
-import { join } from "node:path";
+import { type Dirent, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
 import { type DType, dtypeOf } from "../dtype.ts";
 import type { KernelIR } from "../codegen/ir.ts";
@@ -18,34 +18,56 @@ let version: string | undefined;
 export const loweredStats = { loaded: 0, stored: 0, sourcesRead: 0 };
 
 /**
- * A hash of every source file of tsgrad (src/ in a checkout, dist/ in a package, the folder around a bundle):
- * what made the kernels. Dependencies (node_modules) and hidden folders are not tsgrad's; what cannot be read
- * is left out.
+ * A hash of every source file of tsgrad (src/ in a checkout, dist/ in a package): what made the kernels. In a
+ * bundle whose `import.meta.url` was defined away (bench/gpu-check.sh's, so that CLI guards do not fire in it)
+ * this module's file is not there: the script that runs is the bundle, and its text is the version.
  */
 export function sourceVersion(): string {
   if (version) return version;
-  const root = fileURLToPath(new URL("../", import.meta.url));
+  const self = fileURLToPath(import.meta.url);
+  if (existsSync(self)) version = hashSources(fileURLToPath(new URL("../", import.meta.url)));
+  else {
+    const hash = createHash("sha256").update("bundle\0");
+    try {
+      hash.update(readFileSync(process.argv[1] ?? ""));
+    } catch {
+      hash.update(`unknown ${process.pid} ${Date.now()}`); // no source to name: this process shares no kernels
+    }
+    version = hash.digest("hex").slice(0, 32);
+  }
+  return version;
+}
+
+/**
+ * A hash of the .ts/.js/.mjs files under `root`, by path and text. Dependencies (node_modules), hidden folders
+ * and links to folders are not followed (a link back up, as in /lib/llvm-14/build, would walk without end); what
+ * cannot be read is left out.
+ */
+export function hashSources(root: string): string {
   const hash = createHash("sha256");
   const visit = (dir: string): void => {
-    let names: string[];
+    let entries: Dirent[];
     try {
-      names = readdirSync(dir).sort();
+      entries = readdirSync(dir, { withFileTypes: true }).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
     } catch {
       return;
     }
-    for (const name of names) {
+    for (const entry of entries) {
+      const name = entry.name;
       if (name === "node_modules" || name.startsWith(".")) continue;
       const path = join(dir, name);
       try {
-        if (statSync(path).isDirectory()) visit(path);
-        else if (/\.(ts|js|mjs)$/.test(name) && !name.endsWith(".d.ts")) hash.update(path.slice(root.length)).update("\0").update(readFileSync(path)).update("\0");
+        if (entry.isDirectory()) visit(path);
+        else if (/\.(ts|js|mjs)$/.test(name) && !name.endsWith(".d.ts") && statSync(path).isFile()) {
+          hash.update(relative(root, path)).update("\0").update(readFileSync(path)).update("\0");
+        }
       } catch {
         // a dangling link or a file without read access
       }
     }
   };
   visit(root);
-  return (version = hash.digest("hex").slice(0, 32));
+  return hash.digest("hex").slice(0, 32);
 }
 
 /** This version's folder: lowered/<source hash>/ (older versions' folders are deleted when it is made). */

@@ -3,12 +3,13 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { mkdirSync, readdirSync, writeFileSync } from "node:fs";
+import { createHash } from "node:crypto";
+import { mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { dtypes } from "../../src/dtype.ts";
 import type { KernelIR } from "../../src/codegen/ir.ts";
 import { adoptLowered, kernelSpecOf, lowerKernel, type KernelSpec } from "../../src/codegen/lower.ts";
-import { loadLowered, sourceVersion, storeLowered } from "../../src/engine/lowered_cache.ts";
+import { hashSources, loadLowered, sourceVersion, storeLowered } from "../../src/engine/lowered_cache.ts";
 import { UOp } from "../../src/uop.ts";
 import { Buffer } from "../../src/device.ts";
 import { scratchDir } from "../scratch.ts";
@@ -104,4 +105,32 @@ test("a cache that cannot be written costs nothing but the next process's time",
     assert.doesNotThrow(() => storeLowered("key", kernel));
     assert.equal(loadLowered("key"), undefined);
   });
+});
+
+test("the source hash follows no link to a folder: a link back up (as in /lib/llvm-14/build) neither loops nor changes it", () => {
+  const dir = scratchDir("sources-");
+  mkdirSync(join(dir, "engine"));
+  writeFileSync(join(dir, "a.ts"), "export const a = 1;\n");
+  writeFileSync(join(dir, "engine", "b.ts"), "export const b = 2;\n");
+  writeFileSync(join(dir, "notes.txt"), "not a source");
+  const plain = hashSources(dir);
+  symlinkSync("..", join(dir, "engine", "up"));
+  symlinkSync(join(dir, "engine"), join(dir, "again"));
+  assert.equal(hashSources(dir), plain);
+  writeFileSync(join(dir, "engine", "b.ts"), "export const b = 3;\n");
+  assert.notEqual(hashSources(dir), plain);
+});
+
+test("in a bundle with import.meta.url defined away (bench/gpu-check.sh's), the version is the bundle's text, found at once", async (t) => {
+  const esbuild = await import("esbuild").catch(() => undefined);
+  if (esbuild === undefined) return t.skip("esbuild (a dependency of tsx) is not installed");
+  const dir = scratchDir("bundle-");
+  const entry = join(dir, "entry.ts");
+  writeFileSync(entry, `import { sourceVersion } from ${JSON.stringify(join(root, "src", "engine", "lowered_cache.ts"))};\nconsole.log(sourceVersion());\n`);
+  const bundle = join(dir, "entry.mjs");
+  esbuild.buildSync({ entryPoints: [entry], outfile: bundle, bundle: true, platform: "node", format: "esm", logLevel: "warning", define: { "import.meta.url": '"file:///tsgrad-bundle.mjs"' } });
+  const child = spawnSync(process.execPath, [bundle], { encoding: "utf8", timeout: 30_000 });
+  assert.equal(child.status, 0, `${child.error ?? ""} ${child.stderr}`);
+  const expected = createHash("sha256").update("bundle\0").update(readFileSync(bundle)).digest("hex").slice(0, 32);
+  assert.equal(child.stdout.trim(), expected);
 });
