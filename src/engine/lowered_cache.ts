@@ -5,7 +5,7 @@
 // never meets kernels an older one made. Only host devices: a GPU's lowering also depends on the GPU.
 import { createHash } from "node:crypto";
 import { type Dirent, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
-import { join, relative } from "node:path";
+import { basename, dirname, join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
 import { type DType, dtypeOf } from "../dtype.ts";
 import type { KernelIR } from "../codegen/ir.ts";
@@ -19,23 +19,21 @@ export const loweredStats = { loaded: 0, stored: 0, sourcesRead: 0 };
 
 /**
  * A hash of every source file of tsgrad (src/ in a checkout, dist/ in a package): what made the kernels. In a
- * bundle whose `import.meta.url` was defined away (bench/gpu-check.sh's, so that CLI guards do not fire in it)
- * this module's file is not there: the script that runs is the bundle, and its text is the version.
+ * bundle, all of tsgrad is the bundle's text (the folder around it may hold anything: other projects, data).
+ * Where a bundle's `import.meta.url` was defined away (bench/gpu-check.sh's, so that CLI guards do not fire in
+ * it), the script that runs is the bundle.
  */
 export function sourceVersion(): string {
   if (version) return version;
   const self = fileURLToPath(import.meta.url);
-  if (existsSync(self)) version = hashSources(fileURLToPath(new URL("../", import.meta.url)));
-  else {
-    const hash = createHash("sha256").update("bundle\0");
-    try {
-      hash.update(readFileSync(process.argv[1] ?? ""));
-    } catch {
-      hash.update(`unknown ${process.pid} ${Date.now()}`); // no source to name: this process shares no kernels
-    }
-    version = hash.digest("hex").slice(0, 32);
+  if (/^lowered_cache\.[cm]?[jt]s$/.test(basename(self))) return (version = hashSources(dirname(dirname(self))));
+  const hash = createHash("sha256").update("bundle\0");
+  try {
+    hash.update(readFileSync(existsSync(self) ? self : (process.argv[1] ?? "")));
+  } catch {
+    hash.update(`unknown ${process.pid} ${Date.now()}`); // no source to name: this process shares no kernels
   }
-  return version;
+  return (version = hash.digest("hex").slice(0, 32));
 }
 
 /**

@@ -121,16 +121,18 @@ test("the source hash follows no link to a folder: a link back up (as in /lib/ll
   assert.notEqual(hashSources(dir), plain);
 });
 
-test("in a bundle with import.meta.url defined away (bench/gpu-check.sh's), the version is the bundle's text, found at once", async (t) => {
+test("in a bundle the version is the bundle's text, found at once, with import.meta.url kept or defined away (bench/gpu-check.sh's)", async (t) => {
   const esbuild = await import("esbuild").catch(() => undefined);
   if (esbuild === undefined) return t.skip("esbuild (a dependency of tsx) is not installed");
   const dir = scratchDir("bundle-");
   const entry = join(dir, "entry.ts");
   writeFileSync(entry, `import { sourceVersion } from ${JSON.stringify(join(root, "src", "engine", "lowered_cache.ts"))};\nconsole.log(sourceVersion());\n`);
-  const bundle = join(dir, "entry.mjs");
-  esbuild.buildSync({ entryPoints: [entry], outfile: bundle, bundle: true, platform: "node", format: "esm", logLevel: "warning", define: { "import.meta.url": '"file:///tsgrad-bundle.mjs"' } });
-  const child = spawnSync(process.execPath, [bundle], { encoding: "utf8", timeout: 30_000 });
-  assert.equal(child.status, 0, `${child.error ?? ""} ${child.stderr}`);
-  const expected = createHash("sha256").update("bundle\0").update(readFileSync(bundle)).digest("hex").slice(0, 32);
-  assert.equal(child.stdout.trim(), expected);
+  for (const define of [{}, { "import.meta.url": '"file:///tsgrad-bundle.mjs"' }] as Record<string, string>[]) {
+    const bundle = join(dir, "app", "entry.mjs");
+    esbuild.buildSync({ entryPoints: [entry], outfile: bundle, bundle: true, platform: "node", format: "esm", logLevel: "warning", define });
+    const child = spawnSync(process.execPath, [bundle], { encoding: "utf8", timeout: 30_000 });
+    assert.equal(child.status, 0, `${child.error ?? ""} ${child.stderr}`);
+    const expected = createHash("sha256").update("bundle\0").update(readFileSync(bundle)).digest("hex").slice(0, 32);
+    assert.equal(child.stdout.trim(), expected, JSON.stringify(define));
+  }
 });
