@@ -23,8 +23,9 @@
 # ops,diag,gemm,torch,bert,bert_wgmma,validate, run in that order) picks which parts run.
 #
 # Without a GPU, `bench/gpu-check.sh --emulate` runs the same script on the CPU emulator of a CUDA GPU
-# (test/cuda/emu) with small sizes (tiny BERT, small GEMMs, no PyTorch): a dry run of every part, the
-# bundles and the summary before a session spends device time on them. It needs --prepare first and g++.
+# (test/cuda/emu) with small sizes (tiny BERT, small GEMMs; PyTorch's script on the CPU where a Python here has
+# torch: `apt-get install python3-torch`): a dry run of every part, the bundles and the summary before a session
+# spends device time on them. It needs --prepare first and g++.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -36,7 +37,7 @@ if [ "${1:-}" = "--emulate" ]; then
   export TSGRAD_LIBCUDA="$library" TSGRAD_LIBNVRTC="$library" TG_EMU_CACHE="$emu/modules" GPU_CHECK_CACHE="$emu/cache"
   # bert_wgmma is left out: emulated wgmma products make that step take 12 minutes (PARTS=bert_wgmma
   # GPU_CHECK_S=6000 runs it: same losses as the mma.sync step)
-  export PARTS=${PARTS:-ops,diag,gemm,bert,validate} OUT=${OUT:-$root/gpu-results-emulated}
+  export PARTS=${PARTS:-ops,diag,gemm,torch,bert,validate} OUT=${OUT:-$root/gpu-results-emulated}
   small=1
   # the parts run the bundles: a source changed since --prepare would be tested as it was
   stale=$(find src models mlperf bench test/core -name '*.ts' -newer .device/bundle/bert_step.mjs 2>/dev/null | head -3)
@@ -182,9 +183,25 @@ if wanted gemm; then
 fi
 
 if wanted torch; then
-  log "PyTorch: cuBLAS GEMMs and the BERT-large step"
-  part torch "$(share 100)" "$results/torch.json" python3 "$bundle/torch_bench.py" --batch "$batch"
-  log "torch exit $?"
+  # the first Python that has torch (PYTHON picks one)
+  python=${PYTHON:-}
+  if [ -z "$python" ]; then
+    for candidate in python3 /usr/bin/python3 python; do
+      "$candidate" -c 'import torch' 2>/dev/null && { python=$candidate; break; }
+    done
+  fi
+  if [ -n "$python" ] && [ "$small" = 1 ]; then
+    # the dry run: the same script on the CPU in float32, tiny BERT
+    log "PyTorch ($python) on the CPU: the script's dry run"
+    part torch "$(share 100)" "$results/torch.json" "$python" "$bundle/torch_bench.py" --device cpu --preset tiny --batch "$batch" --seq 64 --steps 2 --shapes 256x384x512 --runs 2
+    log "torch exit $?: $(head -c 400 "$results/torch.json")"
+  elif [ -n "$python" ]; then
+    log "PyTorch ($python): cuBLAS GEMMs and the BERT-large step"
+    part torch "$(share 100)" "$results/torch.json" "$python" "$bundle/torch_bench.py" --batch "$batch"
+    log "torch exit $?"
+  else
+    log "torch skipped: no Python here imports torch (python3, /usr/bin/python3, python; PYTHON=... names another)"
+  fi
 fi
 
 if wanted bert; then
@@ -236,7 +253,7 @@ ours_wgmma = load("tsgrad_bert_wgmma.json")
 cublas = {g["shape"]: g for g in torch.get("gemm", [])}
 checks = {"pass": ours.get("checks_pass"), "errors": ours.get("checks")}
 gemm = [dict(shape=g["shape"], tsgrad_tflops=g["tflops"], cublas_tflops=cublas.get(g["shape"], {}).get("tflops"),
-             ratio=round(g["tflops"] / cublas[g["shape"]]["tflops"], 3) if g["shape"] in cublas else None) for g in ours.get("gemm", [])]
+             ratio=round(g["tflops"] / cublas[g["shape"]]["tflops"], 3) if cublas.get(g["shape"], {}).get("tflops") else None) for g in ours.get("gemm", [])]
 bert = dict(tsgrad=ours_bert, torch=torch.get("bert"))
 if "ms_per_step" in ours_bert and torch.get("bert"):
     bert["speed_ratio_vs_torch"] = round(torch["bert"]["ms_per_step"] / ours_bert["ms_per_step"], 3)

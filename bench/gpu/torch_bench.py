@@ -5,6 +5,9 @@ norm 1.0 in float32, LAMB) at the same batch and sequence length. FLOPs use the 
 bert_step.ts. Prints one JSON object.
 
 Usage: python3 torch_bench.py [--shapes 4096x4096x4096,...] [--batch 8] [--seq 512] [--steps 5] [--skip-bert]
+  [--preset large|tiny] [--device cuda|cpu]
+--device cpu (float32: half matmuls are not there on every CPU build) with --preset tiny is a dry run of this
+script without a GPU (bench/gpu-check.sh --emulate runs it where the Python it finds has torch).
 """
 import argparse
 import json
@@ -16,24 +19,39 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-LARGE = dict(vocab=30522, hidden=1024, layers=24, heads=16, intermediate=4096, max_positions=512, types=2)
+PRESETS = dict(large=dict(vocab=30522, hidden=1024, layers=24, heads=16, intermediate=4096, max_positions=512, types=2),
+               tiny=dict(vocab=30522, hidden=128, layers=2, heads=2, intermediate=512, max_positions=512, types=2))
 
 
-def gemm(shapes, runs):
+def sync(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def dtype_on(device):
+    return torch.float16 if device == "cuda" else torch.float32
+
+
+def gemm(shapes, runs, device):
     results = []
     for shape in shapes:
         m, n, k = (int(x) for x in shape.split("x"))
-        a = torch.rand(m, k, device="cuda", dtype=torch.float16)
-        b = torch.rand(k, n, device="cuda", dtype=torch.float16)
+        a = torch.rand(m, k, device=device, dtype=dtype_on(device))
+        b = torch.rand(k, n, device=device, dtype=dtype_on(device))
         torch.matmul(a, b)
         best = math.inf
         for _ in range(runs):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            torch.matmul(a, b)
-            end.record()
-            end.synchronize()
-            best = min(best, start.elapsed_time(end) / 1e3)
+            if device == "cuda":
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                torch.matmul(a, b)
+                end.record()
+                end.synchronize()
+                best = min(best, start.elapsed_time(end) / 1e3)
+            else:
+                t = time.perf_counter()
+                torch.matmul(a, b)
+                best = min(best, time.perf_counter() - t)
         tflops = 2 * m * n * k / best / 1e12
         print(f"torch gemm {shape}: {best * 1e3:.3f} ms, {tflops:.1f} TFLOP/s", file=sys.stderr)
         results.append(dict(shape=shape, m=m, n=n, k=k, ms=round(best * 1e3, 4), tflops=round(tflops, 2)))
@@ -72,6 +90,13 @@ class Bert(nn.Module):
         self.transform_ln = nn.LayerNorm(h, eps=1e-12)
         self.decoder_bias = nn.Parameter(torch.zeros(c["vocab"]))
         self.dropout = dropout
+        # BERT's initialisation (as tsgrad's model): weights N(0, 0.02), biases 0; PyTorch's defaults (N(0, 1)
+        # embeddings) start the loss near 46 instead of ln(vocab) + ln 2 = 11, and overflow float16 gradients
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, std=0.02)
+            if isinstance(module, nn.Linear):
+                nn.init.zeros_(module.bias)
 
     def forward(self, ids, segments, input_mask, positions):
         s = ids.shape[1]
@@ -116,7 +141,11 @@ class Lamb:
         ratios = [torch.where((w > 0) & (u > 0), w / u, torch.ones_like(w)) for w, u in zip(torch._foreach_norm(self.master), torch._foreach_norm(update))]
         torch._foreach_mul_(update, ratios)
         torch._foreach_add_(self.master, update, alpha=-self.lr)
-        torch._foreach_copy_(self.params, self.master)
+        if hasattr(torch, "_foreach_copy_"):
+            torch._foreach_copy_(self.params, self.master)
+        else:  # torch < 2.1
+            for p, w in zip(self.params, self.master):
+                p.copy_(w)
 
 
 def bert_step_flops(b, s, p, c):
@@ -126,20 +155,20 @@ def bert_step_flops(b, s, p, c):
     return 3 * (l * per_layer + heads)
 
 
-def bert(batch, seq, steps, loss_scale=1024.0):
-    c = LARGE
+def bert(batch, seq, steps, preset, device, loss_scale=1024.0):
+    c = PRESETS[preset]
     p = min(76, seq)
     torch.manual_seed(0)
-    model = Bert(c).cuda().half().train()
+    model = Bert(c).to(device=device, dtype=dtype_on(device)).train()
     params = list(model.parameters())
     lamb = Lamb(params)
-    ids = torch.randint(0, c["vocab"], (batch, seq), device="cuda")
-    segments = torch.randint(0, 2, (batch, seq), device="cuda")
-    input_mask = torch.ones(batch, seq, dtype=torch.int32, device="cuda")
-    positions = (torch.arange(p, device="cuda") * (seq // p))[None].expand(batch, p).contiguous()
-    mlm_ids = torch.randint(0, c["vocab"], (batch, p), device="cuda")
-    mlm_weights = torch.ones(batch, p, device="cuda")
-    nsp_labels = torch.randint(0, 2, (batch,), device="cuda")
+    ids = torch.randint(0, c["vocab"], (batch, seq), device=device)
+    segments = torch.randint(0, 2, (batch, seq), device=device)
+    input_mask = torch.ones(batch, seq, dtype=torch.int32, device=device)
+    positions = (torch.arange(p, device=device) * (seq // p))[None].expand(batch, p).contiguous()
+    mlm_ids = torch.randint(0, c["vocab"], (batch, p), device=device)
+    mlm_weights = torch.ones(batch, p, device=device)
+    nsp_labels = torch.randint(0, 2, (batch,), device=device)
 
     def step():
         for q in params:
@@ -155,13 +184,14 @@ def bert(batch, seq, steps, loss_scale=1024.0):
     losses_seen = [step().item() for _ in range(2)]
     times = []
     for _ in range(steps):
-        torch.cuda.synchronize()
+        sync(device)
         t = time.perf_counter()
         losses_seen.append(step().item())
         times.append(time.perf_counter() - t)
     ms = sorted(times)[len(times) // 2] * 1e3
     flops = bert_step_flops(batch, seq, p, c)
-    return dict(model="BERT-large (24 layers) float16, PyTorch eager", batch=batch, seq=seq, steps=steps, ms_per_step=round(ms, 2),
+    model_name = f"BERT-{preset} ({c['layers']} layers) {str(dtype_on(device)).replace('torch.', '')}, PyTorch eager on {device}"
+    return dict(model=model_name, batch=batch, seq=seq, steps=steps, ms_per_step=round(ms, 2),
                 tflops=round(flops / (ms / 1e3) / 1e12, 2), step_flops=flops, sequences_per_s=round(batch * 1e3 / ms, 1),
                 losses=[round(x, 4) for x in losses_seen])
 
@@ -174,10 +204,15 @@ def main():
     parser.add_argument("--seq", type=int, default=512)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--skip-bert", action="store_true")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="large")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     args = parser.parse_args()
-    result = dict(torch=torch.__version__, gpu=torch.cuda.get_device_name(0), gemm=gemm(args.shapes.split(","), args.runs))
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("torch_bench: torch sees no CUDA GPU (--device cpu is a dry run without one)")
+    gpu = torch.cuda.get_device_name(0) if args.device == "cuda" else None
+    result = dict(torch=torch.__version__, gpu=gpu, device=args.device, gemm=gemm(args.shapes.split(","), args.runs, args.device))
     if not args.skip_bert:
-        result["bert"] = bert(args.batch, args.seq, args.steps)
+        result["bert"] = bert(args.batch, args.seq, args.steps, args.preset, args.device)
     print(json.dumps(result))
 
 
