@@ -40,7 +40,7 @@ if [ "${1:-}" = "--emulate" ]; then
   export PARTS=${PARTS:-ops,diag,gemm,torch,bert,validate} OUT=${OUT:-$root/gpu-results-emulated}
   small=1
   # the parts run the bundles: a source changed since --prepare would be tested as it was
-  stale=$(find src models mlperf bench test/core -name '*.ts' -newer .device/bundle/bert_step.mjs 2>/dev/null | head -3)
+  stale=$(find src models mlperf bench test/core \( -name '*.ts' -o -name '*.py' \) -newer .device/bundle/bert_step.mjs 2>/dev/null | head -3)
   if [ ! -f .device/bundle/bert_step.mjs ] || [ -n "$stale" ]; then
     echo "gpu-check --emulate: the bundles in .device are missing or older than $(echo ${stale:-the sources} | tr "\n" " ")(run bench/gpu-check.sh --prepare first)" >&2
     rm -rf "$emu"
