@@ -60,11 +60,9 @@ if [ "${1:-}" = "--prepare" ]; then
   bash "$root/../shared/device/pack-node.sh" >/dev/null
   rm -rf .device/bundle .device/node_modules
   mkdir -p .device/bundle/tests .device/node_modules/@koromix
-  # one bundle holds many modules: `import.meta.url === argv[1]` CLI guards (tf_checkpoint.ts) must not fire in it
-  esbuild=(npx esbuild --bundle --platform=node --format=esm --target=node20 --external:koffi --log-level=warning --out-extension:.js=.mjs
-    '--define:import.meta.url="file:///tsgrad-bundle.mjs"')
-  "${esbuild[@]}" bench/gpu/gemm.ts bench/gpu/bert_step.ts bench/gpu/validate.ts bench/gpu/int_reduce_check.ts --outdir=.device/bundle
-  "${esbuild[@]}" $(for t in $OP_TESTS; do echo "test/core/$t.test.ts"; done) --outdir=.device/bundle/tests
+  # (bench/gpu/bundle.ts: the tests run an op-test bundle made the same way)
+  npx tsx bench/gpu/bundle.ts .device/bundle bench/gpu/gemm.ts bench/gpu/bert_step.ts bench/gpu/validate.ts bench/gpu/int_reduce_check.ts
+  npx tsx bench/gpu/bundle.ts .device/bundle/tests $(for t in $OP_TESTS; do echo "test/core/$t.test.ts"; done)
   cp bench/gpu/torch_bench.py .device/bundle/
   # koffi loads its native module from @koromix/koffi-<platform> beside it: only linux x64 (glibc) travels
   cp -r node_modules/koffi .device/node_modules/
