@@ -56,7 +56,7 @@ export function hashSources(root: string): string {
       const path = join(dir, name);
       try {
         if (entry.isDirectory()) visit(path);
-        else if (/\.(ts|js|mjs)$/.test(name) && !name.endsWith(".d.ts") && statSync(path).isFile()) {
+        else if (/\.(ts|js|mjs)$/.test(name) && !name.endsWith(".d.ts") && (entry.isFile() || (entry.isSymbolicLink() && statSync(path).isFile()))) {
           hash.update(relative(root, path)).update("\0").update(readFileSync(path)).update("\0");
         }
       } catch {

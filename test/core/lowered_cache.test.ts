@@ -6,6 +6,7 @@ import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { buildSync } from "esbuild";
 import { dtypes } from "../../src/dtype.ts";
 import type { KernelIR } from "../../src/codegen/ir.ts";
 import { adoptLowered, kernelSpecOf, lowerKernel, type KernelSpec } from "../../src/codegen/lower.ts";
@@ -13,6 +14,7 @@ import { hashSources, loadLowered, sourceVersion, storeLowered } from "../../src
 import { UOp } from "../../src/uop.ts";
 import { Buffer } from "../../src/device.ts";
 import { scratchDir } from "../scratch.ts";
+import { bundleForDevice } from "../../bench/gpu/bundle.ts";
 
 const root = join(import.meta.dirname, "..", "..");
 
@@ -121,18 +123,17 @@ test("the source hash follows no link to a folder: a link back up (as in /lib/ll
   assert.notEqual(hashSources(dir), plain);
 });
 
-test("in a bundle the version is the bundle's text, found at once, with import.meta.url kept or defined away (bench/gpu-check.sh's)", async (t) => {
-  const esbuild = await import("esbuild").catch(() => undefined);
-  if (esbuild === undefined) return t.skip("esbuild (a dependency of tsx) is not installed");
+test("in a bundle the version is the bundle's text, found at once, with import.meta.url kept or defined away (bench/gpu-check.sh's)", () => {
   const dir = scratchDir("bundle-");
   const entry = join(dir, "entry.ts");
   writeFileSync(entry, `import { sourceVersion } from ${JSON.stringify(join(root, "src", "engine", "lowered_cache.ts"))};\nconsole.log(sourceVersion());\n`);
-  for (const define of [{}, { "import.meta.url": '"file:///tsgrad-bundle.mjs"' }] as Record<string, string>[]) {
-    const bundle = join(dir, "app", "entry.mjs");
-    esbuild.buildSync({ entryPoints: [entry], outfile: bundle, bundle: true, platform: "node", format: "esm", logLevel: "warning", define });
+  const plain = join(dir, "app", "entry.mjs");
+  buildSync({ entryPoints: [entry], outfile: plain, bundle: true, platform: "node", format: "esm", logLevel: "warning" });
+  bundleForDevice([entry], join(dir, "device"));
+  for (const bundle of [plain, join(dir, "device", "entry.mjs")]) {
     const child = spawnSync(process.execPath, [bundle], { encoding: "utf8", timeout: 30_000 });
-    assert.equal(child.status, 0, `${child.error ?? ""} ${child.stderr}`);
+    assert.equal(child.status, 0, `${bundle}: ${child.error ?? ""} ${child.stderr}`);
     const expected = createHash("sha256").update("bundle\0").update(readFileSync(bundle)).digest("hex").slice(0, 32);
-    assert.equal(child.stdout.trim(), expected, JSON.stringify(define));
+    assert.equal(child.stdout.trim(), expected, bundle);
   }
 });
