@@ -1,4 +1,4 @@
-// All-reduce over virtual devices, with the ring schedule of src/multi.ts, jitted, for 2..6 devices:
+// All-reduce over virtual devices, with the ring schedule of src/tensor/multi.ts, jitted, for 2..6 devices:
 // algorithm bandwidth (bytes per device / total time) and the time per device (virtual devices run
 // one after another on one host, so the total grows with n while the per-device share should not).
 // BERT-large's gradient is 335M floats (1.34 GB per device); the default is a slice of it to fit a
@@ -6,7 +6,7 @@
 // Usage: npx tsx bench/allreduce.ts [--numel 16777216] [--device CPU] [--repeats 3]
 import { parseArgs } from "node:util";
 import { Device, Tensor } from "../src/index.ts";
-import { jit } from "../src/engine/jit.ts";
+import { jit } from "../src/tensor/jit.ts";
 
 const { values } = parseArgs({ options: { numel: { type: "string", default: String(16 * 1024 * 1024) }, device: { type: "string" }, repeats: { type: "string", default: "3" } } });
 const numel = Number(values.numel);

@@ -4,7 +4,7 @@
 //
 // Property names are Hugging Face's (`bert.encoder.layer.0.attention.self.query.weight`, ...),
 // snake_case included, because state dicts and checkpoints are keyed by them.
-import { Tensor } from "../src/tensor.ts";
+import { Tensor } from "../src/tensor/tensor.ts";
 import { dtypes } from "../src/dtype.ts";
 import { TsgradError, fmtShape, getenv, prod } from "../src/helpers.ts";
 import { Dropout, Embedding, type Initializer, LayerNorm, Linear, initialisedTogether, parameter, truncatedNormal, zeros } from "../src/nn/layers.ts";

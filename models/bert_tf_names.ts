@@ -6,7 +6,7 @@
 // the masked-LM output bias and the NSP head have names of their own. Optimizer slots and
 // counters (`.../adam_m`, `.../adam_v`, `global_step`, ...) are skipped, never read.
 
-import { listTfCheckpoint, readTfCheckpoint, TfCheckpointError, type TfCheckpointEntry } from "../src/nn/tf_checkpoint.ts";
+import { listTfCheckpoint, readTfCheckpoint, TfCheckpointError, type TfCheckpointEntry } from "../src/io/tf_checkpoint.ts";
 
 /** Last name components of optimizer state written beside the weights (BERT's AdamWeightDecay/LAMB, tf.train.Adam). */
 const OPTIMIZER_STATE = new Set(["adam_m", "adam_v", "AdamWeightDecayOptimizer", "AdamWeightDecayOptimizer_1", "Adam", "Adam_1", "global_step", "beta1_power", "beta2_power"]);

@@ -3,7 +3,7 @@
 // LAMB step and LR schedule step; the eval step gives the four MLPerf metrics.
 import { dtypes, type DType } from "../src/dtype.ts";
 import { TsgradError, fmtShape, getenv } from "../src/helpers.ts";
-import { Tensor } from "../src/tensor.ts";
+import { Tensor } from "../src/tensor/tensor.ts";
 import { LAMB, OptimizerGroup } from "../src/nn/optim.ts";
 import { LRSchedulerGroup, PolynomialDecayWithWarmup } from "../src/nn/schedules.ts";
 import { getStateDict } from "../src/nn/state.ts";

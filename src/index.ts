@@ -9,11 +9,11 @@ Device.register("CUDA", (index) => cudaBackend(index), cudaAvailable);
 Device.register("CPU", () => cpuBackend(), cpuAvailable);
 Device.register("JS", () => jsBackend());
 
-export { Tensor, broadcastShapes } from "./tensor.ts";
-export type { TensorOptions, ReduceOptions, IndexSpec, TensorData, NestedArray } from "./tensor.ts";
+export { Tensor, broadcastShapes } from "./tensor/tensor.ts";
+export type { TensorOptions, ReduceOptions, IndexSpec, TensorData, NestedArray } from "./tensor/tensor.ts";
 export { dtypes, promote, type DType, type DTypeName } from "./dtype.ts";
 export { Device, Buffer } from "./device.ts";
 export { GlobalCounters, TsgradError, getenv } from "./helpers.ts";
 export { UOp } from "./uop.ts";
-export { jit, TinyJit } from "./engine/jit.ts";
+export { jit, TinyJit } from "./tensor/jit.ts";
 export * as nn from "./nn/index.ts";

@@ -14,7 +14,7 @@ import { cacheDir, writeAtomic } from "../runtime/compiler_cache.ts";
 /** Times each kernel (seconds; Infinity when it does not compile). */
 export type TimeKernels = (kernels: readonly KernelIR[]) => number[];
 
-/** Set while a jitted function runs its first, uncaptured call (engine/jit.ts). */
+/** Set while a jitted function runs its first, uncaptured call (tensor/jit.ts). */
 export const jitFirstCall = { depth: 0 };
 
 /**

@@ -2,8 +2,8 @@
 // loading them back, and safetensors files of them in every tsgrad dtype.
 import { type DType, type DTypeName, type TypedArray, dtypes } from "../dtype.ts";
 import { TsgradError, arraysEqual, fmtShape, prod } from "../helpers.ts";
-import { Tensor } from "../tensor.ts";
-import { type SafetensorsDType, type SafetensorsTensor, readSafetensorsFile, writeSafetensorsFile } from "./safetensors.ts";
+import { Tensor } from "../tensor/tensor.ts";
+import { type SafetensorsDType, type SafetensorsTensor, readSafetensorsFile, writeSafetensorsFile } from "../io/safetensors.ts";
 
 /** Tensors by dotted name (`bert.encoder.layer.0.attention.self.query.weight`), in a stable order. */
 export type StateDict = Record<string, Tensor>;

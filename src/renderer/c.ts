@@ -5,7 +5,7 @@
 import type { DType } from "../dtype.ts";
 import { type Bound, type Idx, coefficientOf, renderIdx, varsOf, renderBounds } from "../shape/symbolic.ts";
 import type { AluOp, Expr, KernelIR, Operand, Stmt } from "../codegen/ir.ts";
-import { hoistInvariants } from "../codegen/hoist.ts";
+import { hoistInvariants } from "./hoist.ts";
 import { type LanePlan, type LaneTerm, planLanes } from "./c_lanes.ts";
 
 export interface CRenderOptions {

@@ -30,7 +30,7 @@
 //   cached on disk (engine/search.ts).
 //
 // - kernels launch on a stream of the device's own; a jitted function's replays launch as one CUDA graph
-//   (engine/jit.ts; CUDA_GRAPH=0 launches kernel by kernel). A copy between GPUs is queued on the
+//   (tensor/jit.ts; CUDA_GRAPH=0 launches kernel by kernel). A copy between GPUs is queued on the
 //   receiving GPU's stream between event waits, so neither host nor the other GPUs stop for it.
 //
 // Environment: TSGRAD_LIBCUDA / TSGRAD_LIBNVRTC (library paths), CUDA_BLOCK, TC, TC_STAGES, TC_TILE, BEAM, CUDA_GRAPH, DEBUG (>= 2

@@ -1,9 +1,9 @@
-// Loop-invariant definitions move out of their loops before the C compiler sees a kernel (src/codegen/hoist.ts).
+// Loop-invariant definitions move out of their loops before the C compiler sees a kernel (src/renderer/hoist.ts).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Device, Tensor, dtypes } from "../../src/index.ts";
 import type { Expr, Stmt } from "../../src/codegen/ir.ts";
-import { hoistInvariants } from "../../src/codegen/hoist.ts";
+import { hoistInvariants } from "../../src/renderer/hoist.ts";
 import { iadd, imul, ivar } from "../../src/shape/symbolic.ts";
 
 const f32 = dtypes.float32;

@@ -1,4 +1,4 @@
-// Convolution and pooling (src/windows.ts) against direct loops in float64, forward and gradients, on the JS
+// Convolution and pooling (src/tensor/windows.ts) against direct loops in float64, forward and gradients, on the JS
 // and CPU devices; their errors; and what they cost in kernels.
 import { test } from "node:test";
 import assert from "node:assert/strict";

@@ -1,9 +1,9 @@
-// Scans, top-k and sampling (src/scan.ts) against plain float64 loops, forward and gradients, on every test
+// Scans, top-k and sampling (src/tensor/scan.ts) against plain float64 loops, forward and gradients, on every test
 // device; what a long cumsum costs; and their errors.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { GlobalCounters, Tensor, TsgradError, dtypes } from "../../src/index.ts";
-import { cummax, cumsum, multinomial, topk } from "../../src/scan.ts";
+import { cummax, cumsum, multinomial, topk } from "../../src/tensor/scan.ts";
 import { testDevices } from "../devices.ts";
 import { checkOp, fromNd, values } from "./harness.ts";
 import { type Nd, nd, randomNd } from "./ref.ts";

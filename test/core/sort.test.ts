@@ -1,4 +1,4 @@
-// sort and argsort (src/sort.ts) against a stable sort of plain numbers, on every test device: any axis, lengths
+// sort and argsort (src/tensor/sort.ts) against a stable sort of plain numbers, on every test device: any axis, lengths
 // that are and are not powers of two, descending, ties, ±inf, NaN, int32 and int64 extremes, float16, the values' gradient; what
 // a sort costs in kernels; and the errors.
 import { describe, test } from "node:test";
@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { GlobalCounters, Tensor, TsgradError, dtypes } from "../../src/index.ts";
 import { type DType } from "../../src/dtype.ts";
 import { recordItems } from "../../src/engine/realize.ts";
-import { argsort, sort } from "../../src/sort.ts";
+import { argsort, sort } from "../../src/tensor/sort.ts";
 import { testDevices } from "../devices.ts";
 import { checkOp, fromNd, values } from "./harness.ts";
 import { type Nd, map, nd, randomNd } from "./ref.ts";

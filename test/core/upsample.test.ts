@@ -1,10 +1,10 @@
-// Transposed convolution and interpolation (src/upsample.ts): against float64 references by their definitions,
+// Transposed convolution and interpolation (src/tensor/upsample.ts): against float64 references by their definitions,
 // forward and gradients, on every test device; convTranspose as conv's adjoint; PyTorch's documented outputs; errors.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Tensor, TsgradError, nn } from "../../src/index.ts";
-import { convTranspose, interpolate } from "../../src/upsample.ts";
-import { conv } from "../../src/windows.ts";
+import { convTranspose, interpolate } from "../../src/tensor/upsample.ts";
+import { conv } from "../../src/tensor/windows.ts";
 import { recordItems } from "../../src/engine/realize.ts";
 import { assertClose, checkOp, fromNd, values } from "./harness.ts";
 import { type Nd, nd, randomNd, ravel, unravel } from "./ref.ts";

@@ -4,7 +4,7 @@ import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { emptySamples, readShard, ShardError, ShardFile, writeShard } from "../../mlperf/bert/data/shard.ts";
 import { SAMPLE_FIELDS, type SampleColumns } from "../../mlperf/bert/data/samples.ts";
-import { readSafetensorsFile, writeSafetensorsFile } from "../../src/nn/safetensors.ts";
+import { readSafetensorsFile, writeSafetensorsFile } from "../../src/io/safetensors.ts";
 import { samplesFromJsonl } from "./sample-helpers.ts";
 import { scratchDir } from "../scratch.ts";
 

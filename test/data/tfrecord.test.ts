@@ -2,7 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { maskedCrc32c } from "../../src/crc32c.ts";
+import { maskedCrc32c } from "../../src/io/crc32c.ts";
 import {
   decodeExample,
   encodeExample,

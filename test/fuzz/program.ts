@@ -209,7 +209,7 @@ const CLASSIC_STEPS: readonly (readonly [Maker, number])[] = [
   [(g) => g.cumsum(), 3], [(g) => g.gather(), 3], [(g) => g.contiguous(), 6], [(g) => g.realize(), 3],
 ];
 
-/** The classic families and the newer composite ops (src/scan.ts, sort.ts, einsum.ts, upsample.ts, windows.ts). */
+/** The classic families and the newer composite ops (src/tensor/scan.ts, sort.ts, einsum.ts, upsample.ts, windows.ts). */
 const STEPS: readonly (readonly [Maker, number])[] = [
   ...CLASSIC_STEPS,
   [(g) => g.padMode(), 4], [(g) => g.softmax(), 3], [(g) => g.logsumexp(), 2], [(g) => g.cummax(), 2],

@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
 import { Device, Tensor, dtypes } from "../../src/index.ts";
-import { jit } from "../../src/engine/jit.ts";
+import { jit } from "../../src/tensor/jit.ts";
 import { getStateDict, loadStateDict, storageOf, tensorFromStorage } from "../../src/nn/state.ts";
 import {
   BERT_PRESETS, BertForPretraining, bertConfigFromJson, bertParameterCount, bertParameterShapes, bertPretrainingLosses, bertPretrainingMetrics,
@@ -12,7 +12,7 @@ import {
 } from "../../models/bert.ts";
 import { bertParameterNames } from "../../models/bert_tf_names.ts";
 import { bertBatchTensors, bertEvalStep, createBertOptimizer, isNoDecayParameter, makeBertEvalStep, makeBertTrainStep } from "../../models/bert_train_step.ts";
-import { writeTfBundle, type BundleTensor } from "../nn/tf_bundle_writer.ts";
+import { writeTfBundle, type BundleTensor } from "../io/tf_bundle_writer.ts";
 
 Device.DEFAULT = process.env.DEVICE ?? "JS";
 

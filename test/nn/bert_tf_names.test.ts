@@ -5,8 +5,8 @@ import { join } from "node:path";
 import { after, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { bertNameFromTf, bertParameterNames, loadBertTfCheckpoint, planBertTfMapping } from "../../models/bert_tf_names.ts";
-import { listTfCheckpoint, TfCheckpointError } from "../../src/nn/tf_checkpoint.ts";
-import { writeTfBundle, type BundleTensor } from "./tf_bundle_writer.ts";
+import { listTfCheckpoint, TfCheckpointError } from "../../src/io/tf_checkpoint.ts";
+import { writeTfBundle, type BundleTensor } from "../io/tf_bundle_writer.ts";
 
 const BERT_L8 = fileURLToPath(new URL("../fixtures/tf-checkpoint/bert-uncased_L-8_H-512_A-8/bert_model.ckpt", import.meta.url));
 const scratch = mkdtempSync(join(tmpdir(), "tsgrad-bert-tf-"));

@@ -6,7 +6,7 @@ import { after, test } from "node:test";
 import { Device, Tensor, dtypes, type DTypeName } from "../../src/index.ts";
 import { LayerNorm, Linear } from "../../src/nn/layers.ts";
 import { LAMB, OptimizerGroup } from "../../src/nn/optim.ts";
-import { readSafetensorsFile, writeSafetensorsFile } from "../../src/nn/safetensors.ts";
+import { readSafetensorsFile, writeSafetensorsFile } from "../../src/io/safetensors.ts";
 import { LRSchedulerGroup, PolynomialDecayWithWarmup } from "../../src/nn/schedules.ts";
 import {
   StateDictError, getParameters, getStateDict, loadStateDict, loadTrainingState, safeLoad, safeSave, saveTrainingState, storageOf,

@@ -4,7 +4,7 @@
 
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import { pathToFileURL } from "node:url";
-import { maskedCrc32c } from "../../../src/crc32c.ts";
+import { maskedCrc32c } from "../../../src/io/crc32c.ts";
 import { SAMPLE_FIELDS, type SampleColumns } from "./samples.ts";
 import { emptySamples, fieldWidth, readShard, ShardFile } from "./shard.ts";
 import { readTFRecordSamples, TFRecordSampleFile } from "./tfrecord.ts";

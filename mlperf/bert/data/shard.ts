@@ -22,7 +22,7 @@ import {
   writeSafetensorsStream,
   type SafetensorsEntry,
   type SafetensorsStreamedTensor,
-} from "../../../src/nn/safetensors.ts";
+} from "../../../src/io/safetensors.ts";
 import { SAMPLE_FIELDS, type SampleColumns, type SampleField } from "./samples.ts";
 
 export const SHARD_FORMAT = "tsgrad-bert-samples";

@@ -7,8 +7,8 @@
 // float_list (2, packed little-endian floats) or int64_list (3, varints, packed or not).
 
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
-import { maskedCrc32c } from "../../../src/crc32c.ts";
-import { writeFileAtomic } from "../../../src/nn/safetensors.ts";
+import { maskedCrc32c } from "../../../src/io/crc32c.ts";
+import { writeFileAtomic } from "../../../src/io/safetensors.ts";
 import { SAMPLE_FIELDS, type SampleColumns } from "./samples.ts";
 import { emptySamples, fieldWidth } from "./shard.ts";
 

@@ -3,7 +3,7 @@
 // view, and autograd needs no rule of its own (a window's gradient is the movement ops' gradients: sums
 // over the copies an expand made).
 import type { Tensor } from "./tensor.ts";
-import { TsgradError, fmtShape } from "./helpers.ts";
+import { TsgradError, fmtShape } from "../helpers.ts";
 
 /**
  * Windows along `axis` (size L): `size` elements `dilation` apart, one window every `stride` elements. The axis

@@ -2,7 +2,7 @@
 // loads itself, but only after deciding whether the loop vectorises: an elementwise loop reading its row's
 // scalars (a layer norm backward's mean and rstd, b[i0] inside the loop over i1) beside a byte mask stayed
 // scalar until those loads sat before it.
-import type { Expr, Stmt } from "./ir.ts";
+import type { Expr, Stmt } from "../codegen/ir.ts";
 import { varsOf } from "../shape/symbolic.ts";
 
 /**

@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { TableChecksumError } from "../../src/nn/leveldb_table.ts";
+import { TableChecksumError } from "../../src/io/leveldb_table.ts";
 import {
   listTfCheckpoint,
   readTfCheckpoint,
@@ -14,7 +14,7 @@ import {
   tfCheckpointListingJson,
   TfChecksumError,
   TfCheckpointError,
-} from "../../src/nn/tf_checkpoint.ts";
+} from "../../src/io/tf_checkpoint.ts";
 import { writeTfBundle } from "./tf_bundle_writer.ts";
 
 const FIXTURES = fileURLToPath(new URL("../fixtures/tf-checkpoint/", import.meta.url));
@@ -222,7 +222,7 @@ test("returns each dtype in its typed array, 16-bit floats as raw bits", async (
 });
 
 test("the CLI prints the listing as JSON with the reference listing's fields", () => {
-  const cli = fileURLToPath(new URL("../../src/nn/tf_checkpoint.ts", import.meta.url));
+  const cli = fileURLToPath(new URL("../../src/io/tf_checkpoint.ts", import.meta.url));
   const stdout = execFileSync(process.execPath, ["--import", "tsx", cli, `${HALF_PLUS_TWO}.index`, "--json"], { encoding: "utf8" });
   const listing = JSON.parse(stdout) as ReferenceListing;
   const reference = referenceListing(HALF_PLUS_TWO);

@@ -5,8 +5,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { InspectError, inspectFile } from "../../src/nn/inspect.ts";
-import { writeSafetensorsFile } from "../../src/nn/safetensors.ts";
+import { InspectError, inspectFile } from "../../src/io/inspect.ts";
+import { writeSafetensorsFile } from "../../src/io/safetensors.ts";
 import { writeTfBundle } from "./tf_bundle_writer.ts";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -29,7 +29,7 @@ const scratch = mkdtempSync(join(tmpdir(), "tsgrad-inspect-"));
 after(() => rmSync(scratch, { recursive: true, force: true }));
 
 function inspectCli(...args: string[]) {
-  const run = spawnSync(process.execPath, ["--import", "tsx", "src/nn/inspect.ts", ...args], { cwd: ROOT, encoding: "utf8" });
+  const run = spawnSync(process.execPath, ["--import", "tsx", "src/io/inspect.ts", ...args], { cwd: ROOT, encoding: "utf8" });
   return { status: run.status, stdout: run.stdout, stderr: run.stderr };
 }
 
@@ -205,5 +205,5 @@ test("a path that names no file, nor PATH.index, is refused", async () => {
 test("--help prints the usage and exits 0", () => {
   const run = inspectCli("--help");
   assert.equal(run.status, 0);
-  assert.match(run.stdout, /^usage: npx tsx src\/nn\/inspect\.ts FILE \[--json\]/);
+  assert.match(run.stdout, /^usage: npx tsx src\/io\/inspect\.ts FILE \[--json\]/);
 });

@@ -1,10 +1,10 @@
 // Tensors spread over several devices: one lazy node per device, either replicated (axis null:
 // every device holds the whole tensor) or sharded along one axis (device i holds the i-th block).
 // Ops run per device; a reduction over the sharded axis ends in an all-reduce.
-import type { DType } from "./dtype.ts";
-import { TsgradError, arraysEqual, fmtShape, prod } from "./helpers.ts";
-import { type BinaryOp, type Pads, type ReduceArg, type ReduceKind, type UnaryOp, UOp } from "./uop.ts";
-import { storedBuffer } from "./engine/schedule.ts";
+import type { DType } from "../dtype.ts";
+import { TsgradError, arraysEqual, fmtShape, prod } from "../helpers.ts";
+import { type BinaryOp, type Pads, type ReduceArg, type ReduceKind, type UnaryOp, UOp } from "../uop.ts";
+import { storedBuffer } from "../engine/schedule.ts";
 
 /** A device list written as one name: "CPU:0,CPU:1". */
 export const multiDeviceName = (devices: readonly string[]): string => devices.join(",");

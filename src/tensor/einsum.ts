@@ -2,7 +2,7 @@
 // rule of its own, a diagonal is a strided view (no gather), and each contraction of two operands is the
 // broadcast product summed over its last axes that Tensor.matmul builds, so the scheduler runs it as a matmul.
 import type { Tensor } from "./tensor.ts";
-import { TsgradError, fmtShape } from "./helpers.ts";
+import { TsgradError, fmtShape } from "../helpers.ts";
 
 const ELLIPSIS = "...";
 

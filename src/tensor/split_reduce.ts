@@ -3,9 +3,9 @@
 // multiprocessor busy, and for a column sum each thread of a warp reads a neighbouring column, so that
 // its loads coalesce), then the partials. Tensor.sum/max and a broadcast's gradient (a bias's: tokens x
 // features summed to features) both go through here.
-import { prod } from "./helpers.ts";
+import { prod } from "../helpers.ts";
 import type { Lazy } from "./multi.ts";
-import type { ReduceKind } from "./uop.ts";
+import type { ReduceKind } from "../uop.ts";
 
 /** Reduces at least this long are split in two (when their outputs are few): one long loop per output starves a GPU. */
 const SPLIT_REDUCE_MIN = 1 << 15;

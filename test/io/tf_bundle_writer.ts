@@ -3,7 +3,7 @@
 // that the fixtures from real TensorFlow runs do not cover.
 
 import { writeFileSync } from "node:fs";
-import { maskedCrc32c } from "../../src/crc32c.ts";
+import { maskedCrc32c } from "../../src/io/crc32c.ts";
 import { snappyCompress } from "./snappy_compress.ts";
 
 export interface BundleTensor {

@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { crc32c } from "../src/crc32c.ts";
+import { crc32c } from "../../src/io/crc32c.ts";
 
 test("crc32c matches the standard check value of '123456789'", () => {
   assert.equal(crc32c(new TextEncoder().encode("123456789")), 0xe3069283);

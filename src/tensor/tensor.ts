@@ -1,14 +1,14 @@
 // The Tensor: a lazy handle on a UOp graph. Every op builds nodes; realize() or a read runs them.
-import { Device } from "./device.ts";
+import { Device } from "../device.ts";
 import {
   type DType, type DTypeName, type TypedArray, castScalar, defaultFloatFromEnv, dtypeOf, dtypes,
   f16BitsToF32, bf16BitsToF32, f32ToBf16Bits, f32ToF16Bits, isFloat, promote, typedArrayFor,
-} from "./dtype.ts";
-import { Buffer } from "./device.ts";
+} from "../dtype.ts";
+import { Buffer } from "../device.ts";
 import { computeGradients } from "./gradient.ts";
-import { TsgradError, arraysEqual, fmtShape, prod, range } from "./helpers.ts";
-import { realizeNodes } from "./engine/realize.ts";
-import { storedBuffer } from "./engine/schedule.ts";
+import { TsgradError, arraysEqual, fmtShape, prod, range } from "../helpers.ts";
+import { realizeNodes } from "../engine/realize.ts";
+import { storedBuffer } from "../engine/schedule.ts";
 import { randomBits } from "./random.ts";
 import { type ConvOptions, type PoolOptions, avgPool2d, conv, maxPool2d } from "./windows.ts";
 import { einsum } from "./einsum.ts";
@@ -16,7 +16,7 @@ import { type ConvTransposeOptions, type InterpolateOptions, convTranspose, inte
 import { type TopkOptions, cummax, cumsum, multinomial, topk } from "./scan.ts";
 import { type SortOptions, argsort, sort } from "./sort.ts";
 import { reduceInTwo } from "./split_reduce.ts";
-import { type BinaryOp, type Pads, type UnaryOp, UOp } from "./uop.ts";
+import { type BinaryOp, type Pads, type UnaryOp, UOp } from "../uop.ts";
 import { type Lazy, MultiLazy, allReduceMany, multiDeviceName, splitDeviceName, splitSizes } from "./multi.ts";
 
 export type NestedArray = number | boolean | NestedArray[];
@@ -684,13 +684,13 @@ export class Tensor {
     const reduced = this.axes(opts.axis);
     return out.reshape(out.shape.filter((_, i) => !reduced.includes(i)));
   }
-  /** Running sum along `axis` (src/scan.ts: a sum over a windows view; long axes in blocks). */
+  /** Running sum along `axis` (src/tensor/scan.ts: a sum over a windows view; long axes in blocks). */
   cumsum(axis = 0): Tensor { return cumsum(this, axis); }
   /** Running maximum along `axis`. */
   cummax(axis = 0): Tensor { return cummax(this, axis); }
   /** The k largest (or smallest) elements along an axis, sorted, and their int32 indices (ties: lowest index). */
   topk(k: number, options: TopkOptions = {}): { values: Tensor; indices: Tensor } { return topk(this, k, options); }
-  /** Sorted along an axis (a bitonic network, src/sort.ts), with the int32 indices; stable: ties keep index order. */
+  /** Sorted along an axis (a bitonic network, src/tensor/sort.ts), with the int32 indices; stable: ties keep index order. */
   sort(options: SortOptions = {}): { values: Tensor; indices: Tensor } { return sort(this, options); }
   /** The int32 indices that sort this tensor along an axis. */
   argsort(options: SortOptions = {}): Tensor { return argsort(this, options); }
@@ -930,7 +930,7 @@ export class Tensor {
   /**
    * Convolution (cross-correlation, as PyTorch's conv1d/2d/3d) over the weight's spatial axes: this [batch,
    * channels, ...spatial], weight [filters, channels / groups, ...kernel] -> [batch, filters, ...out]. A matmul
-   * that reads a view of the input's windows (src/windows.ts): no im2col buffer.
+   * that reads a view of the input's windows (src/tensor/windows.ts): no im2col buffer.
    */
   conv2d(weight: Tensor, options: ConvOptions = {}): Tensor { return conv(this, weight, options); }
   /** Zeros above the `diagonal`-th diagonal of the last two axes (0: the main one; 1: one above it). A causal mask: `Tensor.ones([t, t]).tril()`. */
@@ -948,7 +948,7 @@ export class Tensor {
   }
   /**
    * Transposed convolution (PyTorch's conv_transposeNd, weight [in, out / groups, ...kernel]): a convolution
-   * over the input with zeros between its elements, a view (src/upsample.ts).
+   * over the input with zeros between its elements, a view (src/tensor/upsample.ts).
    */
   convTranspose2d(weight: Tensor, options: ConvTransposeOptions = {}): Tensor { return convTranspose(this, weight, options); }
   /** Resizes the spatial axes of [batch, channels, ...spatial]: nearest, linear, bilinear, trilinear (PyTorch's F.interpolate). */
@@ -992,7 +992,7 @@ export class Tensor {
   }
   /**
    * Einstein summation, numpy's rules (`Tensor.einsum("bij,bjk->bik", a, b)`, diagonals, `...`, implicit
-   * output); a contraction of two operands runs as a matmul (src/einsum.ts).
+   * output); a contraction of two operands runs as a matmul (src/tensor/einsum.ts).
    */
   static einsum(formula: string, ...operands: Tensor[]): Tensor { return einsum(formula, ...operands); }
   /** Rows of `weight` ([vocab, dim]) picked by integer ids of any shape. */

@@ -1,6 +1,6 @@
 // Inspecting weights: one command for every weight file tsgrad reads.
 //
-//   npx tsx src/nn/inspect.ts FILE [--json]
+//   npx tsx src/io/inspect.ts FILE [--json]
 //
 // FILE is a safetensors file or a TensorFlow checkpoint (its `.index` file or its prefix);
 // the format is told by content, not by name: safetensors starts with an 8-byte
@@ -150,7 +150,7 @@ export function inspectionJson(inspection: Inspection): object {
   return { format: "tf-checkpoint", file: inspection.file, ...listing, entries };
 }
 
-const USAGE = `usage: npx tsx src/nn/inspect.ts FILE [--json]
+const USAGE = `usage: npx tsx src/io/inspect.ts FILE [--json]
 
 Lists the tensors (name, dtype, shape) of a safetensors file or a TensorFlow checkpoint
 (its .index file or its prefix), told apart by content. Where a checkpoint's data shards

@@ -2,8 +2,8 @@
 // between its elements (a view), and interpolation gathers each output's one or two source elements along each
 // spatial axis and weighs them (or, for nearest by a whole factor, an expand). Autograd needs no rule of its own.
 import { Tensor } from "./tensor.ts";
-import { dtypes, isFloat } from "./dtype.ts";
-import { TsgradError, fmtShape, range } from "./helpers.ts";
+import { dtypes, isFloat } from "../dtype.ts";
+import { TsgradError, fmtShape, range } from "../helpers.ts";
 import { conv, perAxis } from "./windows.ts";
 
 export interface ConvTransposeOptions {

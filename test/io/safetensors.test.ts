@@ -10,7 +10,7 @@ import {
   SafetensorsError,
   writeSafetensorsFile,
   type SafetensorsTensor,
-} from "../../src/nn/safetensors.ts";
+} from "../../src/io/safetensors.ts";
 import { scratchDir } from "../scratch.ts";
 
 // Written by test/fixtures/data/generate.py by hand from the spec, data in alphabetical order.

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
-import { SnappyError, snappyDecompress, snappyUncompressedLength } from "../../src/nn/snappy.ts";
+import { SnappyError, snappyDecompress, snappyUncompressedLength } from "../../src/io/snappy.ts";
 import { snappyCompress } from "./snappy_compress.ts";
 
 // Streams made by libsnappy itself (see test/fixtures/snappy/make_vectors.py).

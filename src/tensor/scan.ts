@@ -1,8 +1,8 @@
 // Running sums and maxima, top-k and categorical sampling, from existing Tensor ops alone: a scan is a reduce
 // over a sliding-windows view (no gather, no loop over the axis), so autograd needs no rule of its own.
 import { Tensor } from "./tensor.ts";
-import { type DType, dtypes } from "./dtype.ts";
-import { TsgradError, axisFor, fmtShape } from "./helpers.ts";
+import { type DType, dtypes } from "../dtype.ts";
+import { TsgradError, axisFor, fmtShape } from "../helpers.ts";
 import { slidingWindows } from "./windows.ts";
 
 type Combine = "sum" | "max";

@@ -7,7 +7,7 @@
 // that type byte. Inside a block, keys share a prefix with the previous key except at
 // restart points, whose offsets (u32 each) and count (u32) end the block.
 
-import { maskedCrc32c } from "../crc32c.ts";
+import { maskedCrc32c } from "./crc32c.ts";
 import { snappyDecompress } from "./snappy.ts";
 
 /** A table that is not a well-formed LevelDB SSTable; the message names the file and byte offset. */

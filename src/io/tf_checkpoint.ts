@@ -8,11 +8,11 @@
 // `PREFIX.data-0000S-of-0000N`; only the byte ranges asked for are read, so a 4 GB
 // checkpoint costs what its selected tensors cost.
 //
-//   npx tsx src/nn/tf_checkpoint.ts PREFIX [--json] [--verify]   (src/nn/inspect.ts's CLI, checking only with --verify)
+//   npx tsx src/io/tf_checkpoint.ts PREFIX [--json] [--verify]   (src/io/inspect.ts's CLI, checking only with --verify)
 
 import { open, readFile, type FileHandle } from "node:fs/promises";
 import { pathToFileURL } from "node:url";
-import { maskedCrc32c } from "../crc32c.ts";
+import { maskedCrc32c } from "./crc32c.ts";
 import { hex32, parseTable, readVarint, TableFormatError, type Table } from "./leveldb_table.ts";
 
 /** A checkpoint that cannot be read as asked: the message names the file, tensor and byte offset. */
@@ -455,14 +455,14 @@ export function tfCheckpointListingJson(index: TfCheckpointIndex): object {
   };
 }
 
-const USAGE = `usage: npx tsx src/nn/tf_checkpoint.ts PREFIX [--json] [--verify]
+const USAGE = `usage: npx tsx src/io/tf_checkpoint.ts PREFIX [--json] [--verify]
 
 Lists the tensors (name, dtype, shape) of a TensorFlow checkpoint, given its prefix
 (model.ckpt-28252) or its .index file. Data shards need not be present.
   --json    the listing as JSON: bundle header, table layout, and per tensor the dtype,
             shape, shard, byte offset, size and stored masked crc32c
   --verify  also read every tensor from the data shards and check its crc32c
-            (what src/nn/inspect.ts, which also reads safetensors, always does)`;
+            (what src/io/inspect.ts, which also reads safetensors, always does)`;
 
 // One CLI for weight files lives in inspect.ts; this one is it with checking made optional.
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {

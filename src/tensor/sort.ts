@@ -3,8 +3,8 @@
 // keys through a gather (one load each). Autograd needs no rule: the values are gathered from x by the final
 // indices, and the gradient flows through that gather only.
 import { Tensor } from "./tensor.ts";
-import { dtypes } from "./dtype.ts";
-import { TsgradError, axisFor, fmtShape, prod } from "./helpers.ts";
+import { dtypes } from "../dtype.ts";
+import { TsgradError, axisFor, fmtShape, prod } from "../helpers.ts";
 
 export interface SortOptions {
   axis?: number;

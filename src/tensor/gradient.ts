@@ -1,8 +1,8 @@
 // Reverse-mode autodiff over the lazy graph: one gradient rule per primitive, next to each other.
 // Gradients are UOps too, so a whole backward pass stays lazy (and one JIT can capture it).
-import { type DType, dtypes, isFloat } from "./dtype.ts";
+import { type DType, dtypes, isFloat } from "../dtype.ts";
 import { reduceInTwo, splitReduce } from "./split_reduce.ts";
-import { type Pads, type ReduceArg, UOp, isBroadcastProduct } from "./uop.ts";
+import { type Pads, type ReduceArg, UOp, isBroadcastProduct } from "../uop.ts";
 
 const full = (like: UOp, value: number, dtype: DType = like.dtype): UOp =>
   UOp.const(value, dtype, like.device).reshape(like.shape.map(() => 1)).expand(like.shape);

@@ -1,7 +1,7 @@
 // Counter-based random bits (Threefry-2x32, 20 rounds, as tinygrad and JAX use): the same seed and
 // counter give the same numbers on every backend, and nothing depends on the order kernels run in.
-import { type DType, dtypes } from "./dtype.ts";
-import { UOp } from "./uop.ts";
+import { type DType, dtypes } from "../dtype.ts";
+import { UOp } from "../uop.ts";
 
 const ROTATIONS = [13, 15, 26, 6, 17, 29, 16, 24];
 const PARITY = 0x1bd11bda;

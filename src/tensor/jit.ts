@@ -3,12 +3,12 @@
 // Where the device records graphs (CUDA graphs, CPU call tables), the replays launch the whole list as one graph.
 import { Buffer, Device } from "../device.ts";
 import { GlobalCounters, debugLevel, fmtShape, getenv } from "../helpers.ts";
-import { Tensor } from "../tensor.ts";
+import { Tensor } from "./tensor.ts";
 import { UOp } from "../uop.ts";
-import { type Lazy, MultiLazy } from "../multi.ts";
-import { countCopy, countKernel, execObservers, kernelTimers, launchItem, recordItems, runItem } from "./realize.ts";
-import { type ExecItem, storedBuffer } from "./schedule.ts";
-import { jitFirstCall } from "./search.ts";
+import { type Lazy, MultiLazy } from "./multi.ts";
+import { countCopy, countKernel, execObservers, kernelTimers, launchItem, recordItems, runItem } from "../engine/realize.ts";
+import { type ExecItem, storedBuffer } from "../engine/schedule.ts";
+import { jitFirstCall } from "../engine/search.ts";
 
 /** What a jitted function may return: tensors, arrays of them, records of them, or nothing. */
 export type JitOutput = Tensor | readonly JitOutput[] | { readonly [key: string]: JitOutput } | undefined | void;
