@@ -3,7 +3,7 @@
 // that loads are contiguous along (vector lanes); big kernels split their outer loops across threads.
 import { type Idx, coefficientOf, iadd, iconst, imul, ivar, substitute, varsOf } from "../shape/symbolic.ts";
 import type { KernelIR, Stmt } from "./ir.ts";
-import { type KernelSpec, blockedReduce } from "./lower.ts";
+import { type KernelSpec, blockedReduce } from "./kernel_spec.ts";
 import type { ReduceArg } from "../uop.ts";
 import { type Chunk, type KernelOpts, type Upcast, splittingChunk } from "./opts.ts";
 

@@ -6,7 +6,7 @@ import { dtypes, type DType } from "../dtype.ts";
 import { type Bound, type Idx, andBound, flatIndex, iadd, iconst, imul, ivar, unflatIndex, varsOf } from "../shape/symbolic.ts";
 import { MOVEMENT_OPS, type Op, type Pads, type ReduceArg, type UOp, isElementwise } from "../uop.ts";
 import { hasUnitTerm } from "./heuristics.ts";
-import type { KernelSpec } from "./lower.ts";
+import type { KernelSpec } from "./kernel_spec.ts";
 
 /** What a movement op does to an index: the source index, and bounds that must hold (PAD). `null`: never inside. */
 export function moveIndex(node: UOp, idx: readonly Idx[]): { srcIdx: Idx[]; inside: Bound[] | null } {

@@ -7,7 +7,8 @@
 import { Buffer, Device } from "../device.ts";
 import { TsgradError, fmtShape } from "../helpers.ts";
 import { type KernelBuffer, type KernelIR } from "../codegen/ir.ts";
-import { type KernelSpec, adoptLowered, catPieces, lowerKernel } from "../codegen/lower.ts";
+import type { KernelSpec } from "../codegen/kernel_spec.ts";
+import { adoptLowered, catPieces, lowerKernel } from "../codegen/lower.ts";
 import { loadLowered, storeLowered } from "./lowered_cache.ts";
 import { type PackedOperand, packOperands } from "./pack.ts";
 import { MOVEMENT_OPS, UOp, isElementwise, isMatmul, isNarrowingFloatCast, isWideningFloatCast } from "../uop.ts";
