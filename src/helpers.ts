@@ -1,4 +1,7 @@
-// Small shared pieces: environment knobs, errors, counters, array helpers.
+// Small shared pieces: environment knobs, errors, counters, the disk cache's folder, array helpers.
+import { renameSync, writeFileSync } from "node:fs";
+import { homedir } from "node:os";
+import { join } from "node:path";
 
 /** Every error tsgrad throws on bad input: the message names the shape, dtype, device, path or offset. */
 export class TsgradError extends Error {
@@ -22,6 +25,19 @@ export function getenv(key: string, fallback: number | string): number | string 
 /** DEBUG=2 prints one line per kernel; DEBUG=4 also prints its source. Read live so tests can change it. */
 export function debugLevel(): number {
   return getenv("DEBUG", 0);
+}
+
+/** `$TSGRAD_CACHE`, else `$XDG_CACHE_HOME/tsgrad`, else `~/.cache/tsgrad`. Read live so tests can point it elsewhere. */
+export function cacheDir(): string {
+  if (process.env.TSGRAD_CACHE) return process.env.TSGRAD_CACHE;
+  return join(process.env.XDG_CACHE_HOME || join(homedir(), ".cache"), "tsgrad");
+}
+
+/** Writes a file so readers see either nothing or all of it. */
+export function writeAtomic(path: string, data: string | Uint8Array): void {
+  const temp = `${path}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`;
+  writeFileSync(temp, data);
+  renameSync(temp, path);
 }
 
 /** Counts what ran, for benchmarks and tests (`GlobalCounters.reset()` between measurements). */

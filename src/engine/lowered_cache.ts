@@ -9,8 +9,7 @@ import { basename, dirname, join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
 import { type DType, dtypeOf } from "../dtype.ts";
 import type { KernelIR } from "../codegen/ir.ts";
-import { cacheDir, writeAtomic } from "../runtime/compiler_cache.ts";
-import { debugLevel } from "../helpers.ts";
+import { cacheDir, debugLevel, writeAtomic } from "../helpers.ts";
 
 let version: string | undefined;
 

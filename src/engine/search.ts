@@ -4,13 +4,12 @@
 import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { debugLevel, getenv } from "../helpers.ts";
+import { cacheDir, debugLevel, getenv, writeAtomic } from "../helpers.ts";
 import type { KernelIR } from "../codegen/ir.ts";
 import type { KernelSpec } from "../codegen/kernel_spec.ts";
 import { kernelSpecOf, lowerKernel } from "../codegen/lower.ts";
 import { type KernelOpts, NO_OPTS, optsKey, splittingChunk, upcastWidth } from "../codegen/opts.ts";
 import { countStmts, heuristicOpts, loopTrips, tileTrips } from "../codegen/heuristics.ts";
-import { cacheDir, writeAtomic } from "../runtime/compiler_cache.ts";
 
 /** Times each kernel (seconds; Infinity when it does not compile). */
 export type TimeKernels = (kernels: readonly KernelIR[]) => number[];

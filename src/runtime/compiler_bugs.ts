@@ -12,7 +12,7 @@ import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { cpus } from "node:os";
 import { join } from "node:path";
-import { writeAtomic } from "./compiler_cache.ts";
+import { writeAtomic } from "../helpers.ts";
 
 /** The marker the C renderer puts before kernels with such loops, and what it becomes where a probe shows a bug. */
 const MARKER = "TG_FRAGILE_LOOPS";

@@ -2,27 +2,14 @@
 // disk by a hash of (compiler, flags, machine, source), so a second run compiles nothing.
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, linkSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { availableParallelism, cpus, homedir } from "node:os";
+import { existsSync, linkSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { availableParallelism, cpus } from "node:os";
 import { join } from "node:path";
-import { TsgradError, debugLevel } from "../helpers.ts";
+import { TsgradError, cacheDir, debugLevel, writeAtomic } from "../helpers.ts";
 import { miscompileWorkarounds } from "./compiler_bugs.ts";
 
 export class CompileError extends TsgradError {
   override name = "CompileError";
-}
-
-/** `$TSGRAD_CACHE`, else `$XDG_CACHE_HOME/tsgrad`, else `~/.cache/tsgrad`. Read live so tests can point it elsewhere. */
-export function cacheDir(): string {
-  if (process.env.TSGRAD_CACHE) return process.env.TSGRAD_CACHE;
-  return join(process.env.XDG_CACHE_HOME || join(homedir(), ".cache"), "tsgrad");
-}
-
-/** Writes a file so readers see either nothing or all of it. */
-export function writeAtomic(path: string, data: string | Uint8Array): void {
-  const temp = `${path}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`;
-  writeFileSync(temp, data);
-  renameSync(temp, path);
 }
 
 interface Compiler {

@@ -7,8 +7,8 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import koffi from "koffi";
-import { debugLevel } from "../helpers.ts";
-import { CompileError, cacheDir, writeAtomic } from "./compiler_cache.ts";
+import { cacheDir, debugLevel, writeAtomic } from "../helpers.ts";
+import { CompileError } from "./compiler_cache.ts";
 
 type Fn = (...args: unknown[]) => number;
 
