@@ -9,7 +9,7 @@ import { jit } from "../../src/tensor/jit.ts";
 import { kernelTimers } from "../../src/engine/realize.ts";
 import { estimateBytes } from "../../src/codegen/lower.ts";
 import type { KernelIR } from "../../src/codegen/ir.ts";
-import { cudaForm } from "../../src/renderer/cuda_opts.ts";
+import { cudaForm } from "../../src/codegen/cuda_forms.ts";
 import { groupSize } from "../../src/renderer/cuda.ts";
 import { BERT_PRESETS, BertForPretraining, type BertPresetName } from "../../models/bert.ts";
 import { type BertBatchTensors, createBertOptimizer, makeBertTrainStep, trainStepOptionsFromEnv } from "../../models/bert_train_step.ts";

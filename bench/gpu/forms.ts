@@ -1,6 +1,6 @@
 // Which form each kernel of one BERT train step takes on CUDA (tensor cores, group reduce, plain loops),
 // with its share of the step's FLOPs, without a GPU: the step runs on a NULL device whose kernels do
-// nothing, and every kernel is shaped by the CUDA backend's own choice (cuda_opts.ts). Also the device memory
+// nothing, and every kernel is shaped by the CUDA backend's own choice (cuda_forms.ts). Also the device memory
 // the step's buffers take (footprint_gib: will a batch fit a GPU?). `--devices N` shards the batch over N such
 // devices, the weights replicated (data parallelism: kernels and footprint are then per device). `--source NAME` (or
 // "NAME FORM") prints the CUDA C of the first kernel of that name (and form); `--plain`, its lowering
@@ -11,7 +11,7 @@ import { Device, Tensor, dtypes } from "../../src/index.ts";
 import type { KernelIR } from "../../src/codegen/ir.ts";
 import { recordItems } from "../../src/engine/realize.ts";
 import { deviceRuns } from "../../src/tensor/jit.ts";
-import { cudaForm, renderCudaForm } from "../../src/renderer/cuda_opts.ts";
+import { cudaForm, renderCudaForm } from "../../src/codegen/cuda_forms.ts";
 import { groupSize } from "../../src/renderer/cuda.ts";
 import { describeTensorCoreKernel, matchMatmul, worthTensorCores } from "../../src/renderer/cuda_matmul.ts";
 import { estimateBytes, kernelSpecOf, lowerKernel } from "../../src/codegen/lower.ts";

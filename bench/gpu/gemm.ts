@@ -12,7 +12,7 @@ import { recordItems } from "../../src/engine/realize.ts";
 import { f16BitsToF32 } from "../../src/dtype.ts";
 import type { ExecItem } from "../../src/engine/schedule.ts";
 import { cudaDevice, timeTiles } from "../../src/runtime/cuda.ts";
-import { cudaForm } from "../../src/renderer/cuda_opts.ts";
+import { cudaForm } from "../../src/codegen/cuda_forms.ts";
 import { tileCandidates, tileName } from "../../src/renderer/cuda_matmul.ts";
 
 const BERT_SHAPES = "16384x1024x1024,16384x4096x1024,16384x1024x4096,4096x4096x4096,8192x8192x8192";

@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { Tensor, dtypes } from "../../src/index.ts";
 import { recordItems } from "../../src/engine/realize.ts";
 import { CUDA_PRELUDE } from "../../src/renderer/cuda.ts";
-import { cudaForm, renderCudaForm } from "../../src/renderer/cuda_opts.ts";
+import { cudaForm, renderCudaForm } from "../../src/codegen/cuda_forms.ts";
 import { cudaDevice } from "../../src/runtime/cuda.ts";
 import { compileCuda, findNvcc, nvccFlags, nvrtcPtx } from "../../src/runtime/cuda_compile.ts";
 import { out } from "../../src/runtime/cuda_driver.ts";

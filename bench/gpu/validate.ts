@@ -10,7 +10,7 @@ import type { TypedArray } from "../../src/dtype.ts";
 import { f16BitsToF32, bf16BitsToF32 } from "../../src/dtype.ts";
 import type { ExecItem } from "../../src/engine/schedule.ts";
 import { execObservers, kernelTimers } from "../../src/engine/realize.ts";
-import { cudaForm, renderCudaForm } from "../../src/renderer/cuda_opts.ts";
+import { cudaForm, renderCudaForm } from "../../src/codegen/cuda_forms.ts";
 import { BERT_PRESETS, BertForPretraining, type BertPresetName } from "../../models/bert.ts";
 import { createBertOptimizer, makeBertTrainStep, trainStepOptionsFromEnv } from "../../models/bert_train_step.ts";
 import { fakeBatch, samplesToTensors } from "../../mlperf/bert/data/loader.ts";

@@ -6,7 +6,7 @@
 // first used: `cudaAvailable()` is false (and cheap, and never throws) where libcuda is missing or no GPU
 // answers, and then nothing else here runs.
 //
-// How kernels map to the GPU (renderer/cuda.ts, cuda_opts.ts, cuda_matmul.ts):
+// How kernels map to the GPU (renderer/cuda.ts, cuda_forms.ts, cuda_matmul.ts):
 // - the output loops are flattened onto the grid, one thread per output iteration (CUDA_BLOCK threads a
 //   block, default 256), with a bounds check; reduces are loops inside the thread;
 // - a long reduce with few outputs, or whose rows no two outputs share (softmax, norms), runs in "group"
@@ -45,7 +45,7 @@ import type { KernelIR } from "../codegen/ir.ts";
 import { debugLevel, getenv } from "../helpers.ts";
 import { beamSearch, searchChoice, searchLimits } from "../engine/search.ts";
 import { CUDA_PRELUDE, type CudaKernelSource, type CudaLaunch } from "../renderer/cuda.ts";
-import { type CudaForm, cudaForm, renderCudaForm } from "../renderer/cuda_opts.ts";
+import { type CudaForm, cudaForm, renderCudaForm } from "../codegen/cuda_forms.ts";
 import { type MatmulPattern, type TensorCoreTile, WGMMA_ARCH, renderMatmulTC, tensorCoreTile, tileCandidates, tileName } from "../renderer/cuda_matmul.ts";
 import { CachingAllocator } from "./cuda_allocator.ts";
 import { compileCuda } from "./cuda_compile.ts";

@@ -1,5 +1,5 @@
 // Preloaded (`--import`) into a run of the op tests: renders every kernel they execute for CUDA, as the
-// CUDA backend would (cuda_opts.ts) and in its other launch forms, and appends them as JSON lines to
+// CUDA backend would (cuda_forms.ts) and in its other launch forms, and appends them as JSON lines to
 // `$TSGRAD_CAPTURE_DIR/<pid>.jsonl`, so that a test can compile them all with nvcc. Function names are
 // `tg_kernel`, renamed by the compiling test.
 import { appendFileSync } from "node:fs";
@@ -9,7 +9,7 @@ import { kernelSpecOf, lowerKernel } from "../../src/codegen/lower.ts";
 import { NO_OPTS } from "../../src/codegen/opts.ts";
 import { groupSize, renderCuda } from "../../src/renderer/cuda.ts";
 import { matchMatmul, renderMatmulTC } from "../../src/renderer/cuda_matmul.ts";
-import { cudaForm, renderCudaForm } from "../../src/renderer/cuda_opts.ts";
+import { cudaForm, renderCudaForm } from "../../src/codegen/cuda_forms.ts";
 
 /** One kernel's CUDA sources: `chosen` is what the backend launches; the others are forms it may take. */
 export interface CapturedKernel {

@@ -17,7 +17,7 @@ if (library) Object.assign(process.env, emulatorEnv(library, work), { TG_EMU_DEV
 
 const { Device, Tensor, dtypes } = await import("../../src/index.ts");
 const { recordItems } = await import("../../src/engine/realize.ts");
-const { cudaForm, renderCudaForm } = await import("../../src/renderer/cuda_opts.ts");
+const { cudaForm, renderCudaForm } = await import("../../src/codegen/cuda_forms.ts");
 const { groupSize } = await import("../../src/renderer/cuda.ts");
 const { TILE_SHAPES, WGMMA_TILE_SHAPES, tileCandidates, tileName } = await import("../../src/renderer/cuda_matmul.ts");
 type T = InstanceType<typeof Tensor>;

@@ -12,7 +12,7 @@ import { groupSize } from "../../src/renderer/cuda.ts";
 import { DEFAULT_TILE_SHAPE, TILE_SHAPES, WGMMA_TILE_SHAPES, parseTileShape, tensorCoreStages, tensorCoreTile, tileCandidates, tileName } from "../../src/renderer/cuda_matmul.ts";
 import { CUDA_PRELUDE } from "../../src/renderer/cuda.ts";
 import { compileArch } from "../../src/runtime/cuda.ts";
-import { type CudaForm, cudaForm, renderCudaForm } from "../../src/renderer/cuda_opts.ts";
+import { type CudaForm, cudaForm, renderCudaForm } from "../../src/codegen/cuda_forms.ts";
 import { findNvcc } from "../../src/runtime/cuda_compile.ts";
 import { compileKernels } from "./nvcc.ts";
 

@@ -5,13 +5,13 @@
 // the axis it stores along, and a group reduce (few outputs, or rows of their own) 4 neighbours a step
 // along its rows: in each case so that neighbours load and store as one vector.
 import { getenv } from "../helpers.ts";
-import type { KernelIR, Stmt } from "../codegen/ir.ts";
-import { kernelSpecOf, lowerKernel } from "../codegen/lower.ts";
-import { NO_OPTS, type Upcast } from "../codegen/opts.ts";
-import { axisFacts, countStmts, hasUnitTerm } from "../codegen/heuristics.ts";
-import { mergeNestedLoops } from "../codegen/merge_loops.ts";
-import { type CudaKernelSource, type Restrict, WARP_ROWS, groupSize, renderCuda, splitOutputLoops, warpPerRow } from "./cuda.ts";
-import { type MatmulPattern, type TensorCoreTile, matchMatmul, renderMatmulTC, worthTensorCores } from "./cuda_matmul.ts";
+import type { KernelIR, Stmt } from "./ir.ts";
+import { kernelSpecOf, lowerKernel } from "./lower.ts";
+import { NO_OPTS, type Upcast } from "./opts.ts";
+import { axisFacts, countStmts, hasUnitTerm } from "./heuristics.ts";
+import { mergeNestedLoops } from "./merge_loops.ts";
+import { type CudaKernelSource, type Restrict, WARP_ROWS, groupSize, renderCuda, splitOutputLoops, warpPerRow } from "../renderer/cuda.ts";
+import { type MatmulPattern, type TensorCoreTile, matchMatmul, renderMatmulTC, worthTensorCores } from "../renderer/cuda_matmul.ts";
 
 /** What the CUDA backend renders for one kernel. */
 export type CudaForm =
