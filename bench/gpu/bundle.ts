@@ -17,7 +17,7 @@ export function bundleForDevice(entries: readonly string[], outdir: string): voi
     external: ["koffi"],
     logLevel: "warning",
     outExtension: { ".js": ".mjs" },
-    // one bundle holds many modules: their `import.meta.url === argv[1]` CLI guards (tf_checkpoint.ts) must not fire in it
+    // one bundle holds many modules: their `import.meta.url === argv[1]` CLI guards (inspect.ts) must not fire in it
     define: { "import.meta.url": JSON.stringify("file:///tsgrad-bundle.mjs") },
   });
 }

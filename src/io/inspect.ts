@@ -1,6 +1,6 @@
 // Inspecting weights: one command for every weight file tsgrad reads.
 //
-//   npx tsx src/io/inspect.ts FILE [--json]
+//   npx tsx src/io/inspect.ts FILE [--json] [--no-verify]
 //
 // FILE is a safetensors file or a TensorFlow checkpoint (its `.index` file or its prefix);
 // the format is told by content, not by name: safetensors starts with an 8-byte
@@ -150,24 +150,25 @@ export function inspectionJson(inspection: Inspection): object {
   return { format: "tf-checkpoint", file: inspection.file, ...listing, entries };
 }
 
-const USAGE = `usage: npx tsx src/io/inspect.ts FILE [--json]
+const USAGE = `usage: npx tsx src/io/inspect.ts FILE [--json] [--no-verify]
 
 Lists the tensors (name, dtype, shape) of a safetensors file or a TensorFlow checkpoint
 (its .index file or its prefix), told apart by content. Where a checkpoint's data shards
 are present, every tensor's crc32c is checked and reported (exit status 1 on a mismatch);
 tensors whose data shard is absent are listed all the same.
-  --json    the listing as JSON, adding each tensor's byte offset and size (for a
-            checkpoint also its shard, stored crc32c and the index's table layout)
-  --help    this text`;
+  --json       the listing as JSON, adding each tensor's byte offset and size (for a
+               checkpoint also its shard, stored crc32c and the index's table layout)
+  --no-verify  list a checkpoint without reading its data shards
+  --help       this text`;
 
 const VERDICTS: Record<TfTensorCheck["status"], string> = { ok: "crc ok", mismatch: "crc MISMATCH", unreadable: "unreadable", absent: "data absent" };
 
-/** The CLI; `verify: false` lists a checkpoint without reading its data (tf_checkpoint.ts's CLI without --verify). */
-export async function inspectCli(args: string[], { verify = true, usage = USAGE } = {}): Promise<number> {
+async function inspectCli(args: string[]): Promise<number> {
   const paths = args.filter((arg) => !arg.startsWith("--"));
-  const unknown = args.filter((arg) => arg.startsWith("--") && arg !== "--json" && arg !== "--help");
+  const unknown = args.filter((arg) => arg.startsWith("--") && !["--json", "--no-verify", "--help"].includes(arg));
+  const verify = !args.includes("--no-verify");
   if (args.includes("--help") || paths.length !== 1 || unknown.length > 0) {
-    console.log(usage);
+    console.log(USAGE);
     return args.includes("--help") && unknown.length === 0 ? 0 : 2;
   }
   const started = Date.now();

@@ -8,10 +8,9 @@
 // `PREFIX.data-0000S-of-0000N`; only the byte ranges asked for are read, so a 4 GB
 // checkpoint costs what its selected tensors cost.
 //
-//   npx tsx src/io/tf_checkpoint.ts PREFIX [--json] [--verify]   (src/io/inspect.ts's CLI, checking only with --verify)
+// Its CLI is src/io/inspect.ts's: `npx tsx src/io/inspect.ts PREFIX [--json] [--no-verify]`.
 
 import { open, readFile, type FileHandle } from "node:fs/promises";
-import { pathToFileURL } from "node:url";
 import { maskedCrc32c } from "./crc32c.ts";
 import { hex32, parseTable, readVarint, TableFormatError, type Table } from "./leveldb_table.ts";
 
@@ -415,8 +414,6 @@ function decodeShape(message: Uint8Array, what: string): number[] {
   return shape;
 }
 
-// The CLI.
-
 /** The listing as JSON, with the field names of the reference listings (`*.listing.json`). */
 export function tfCheckpointListingJson(index: TfCheckpointIndex): object {
   const { header, table } = index;
@@ -453,28 +450,4 @@ export function tfCheckpointListingJson(index: TfCheckpointIndex): object {
       crc32c_masked: hex32(entry.crc32cMasked),
     })),
   };
-}
-
-const USAGE = `usage: npx tsx src/io/tf_checkpoint.ts PREFIX [--json] [--verify]
-
-Lists the tensors (name, dtype, shape) of a TensorFlow checkpoint, given its prefix
-(model.ckpt-28252) or its .index file. Data shards need not be present.
-  --json    the listing as JSON: bundle header, table layout, and per tensor the dtype,
-            shape, shard, byte offset, size and stored masked crc32c
-  --verify  also read every tensor from the data shards and check its crc32c
-            (what src/io/inspect.ts, which also reads safetensors, always does)`;
-
-// One CLI for weight files lives in inspect.ts; this one is it with checking made optional.
-if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const args = process.argv.slice(2);
-  // Imported once this module has finished loading: inspect.ts imports it in turn.
-  import("./inspect.ts")
-    .then(({ inspectCli }) => inspectCli(args.filter((arg) => arg !== "--verify"), { verify: args.includes("--verify"), usage: USAGE }))
-    .then(
-      (status) => (process.exitCode = status),
-      (error: unknown) => {
-        console.error(error instanceof Error ? error.message : error);
-        process.exitCode = 1;
-      },
-    );
 }
