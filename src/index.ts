@@ -13,7 +13,10 @@ export { Tensor, broadcastShapes } from "./tensor/tensor.ts";
 export type { TensorOptions, ReduceOptions, IndexSpec, TensorData, NestedArray } from "./tensor/tensor.ts";
 export { dtypes, promote, type DType, type DTypeName } from "./dtype.ts";
 export { Device, Buffer } from "./device.ts";
-export { GlobalCounters, TsgradError, getenv } from "./helpers.ts";
+// helpers a model writer uses too: environment knobs, counters, errors, shape arithmetic and its formatting
+export { GlobalCounters, TsgradError, getenv, prod, fmtShape } from "./helpers.ts";
 export { UOp } from "./uop.ts";
 export { jit, TinyJit } from "./tensor/jit.ts";
+export { clearKernelCache } from "./engine/search.ts";
 export * as nn from "./nn/index.ts";
+export * as io from "./io/index.ts";

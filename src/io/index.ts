@@ -1,0 +1,31 @@
+// The `io` namespace of tsgrad's public API (`import { io } from "tsgrad"`): file formats over plain typed
+// arrays, with no tensors (`nn.safeSave`/`nn.safeLoad` turn state dicts into safetensors files).
+export {
+  encodeSafetensors,
+  decodeSafetensors,
+  readSafetensorsFile,
+  readSafetensorsHeader,
+  writeSafetensorsFile,
+  writeSafetensorsStream,
+  SafetensorsError,
+  type SafetensorsDType,
+  type SafetensorsTensor,
+  type SafetensorsContents,
+  type SafetensorsEntry,
+  type SafetensorsHeader,
+  type SafetensorsStreamedTensor,
+} from "./safetensors.ts";
+export {
+  listTfCheckpoint,
+  readTfCheckpoint,
+  checkTfCheckpoint,
+  TfCheckpointError,
+  TfChecksumError,
+  type TfCheckpointEntry,
+  type TfTensor,
+  type TfTensorData,
+  type TfTensorCheck,
+  type ReadTfCheckpointOptions,
+} from "./tf_checkpoint.ts";
+export { crc32c, maskedCrc32c } from "./crc32c.ts";
+export { writeFileAtomic, writeFileAtomicFrom } from "./safetensors.ts";
