@@ -4,11 +4,7 @@
 //
 // Property names are Hugging Face's (`bert.encoder.layer.0.attention.self.query.weight`, ...),
 // snake_case included, because state dicts and checkpoints are keyed by them.
-import { Tensor } from "../src/tensor/tensor.ts";
-import { dtypes } from "../src/dtype.ts";
-import { TsgradError, fmtShape, getenv, prod } from "../src/helpers.ts";
-import { Dropout, Embedding, type Initializer, LayerNorm, Linear, initialisedTogether, parameter, truncatedNormal, zeros } from "../src/nn/layers.ts";
-import { loadStateDict, tensorFromStorage, type StateDict } from "../src/nn/state.ts";
+import { Tensor, TsgradError, dtypes, fmtShape, getenv, nn, prod } from "../src/index.ts";
 import { bertParameterNames, loadBertTfCheckpoint } from "./bert_tf_names.ts";
 
 export interface BertConfig {
@@ -121,23 +117,23 @@ export type BertMetrics = {
 };
 
 interface Init {
-  weight: Initializer;
+  weight: nn.Initializer;
   layerNormEps: number;
 }
-const linear = (inFeatures: number, outFeatures: number, init: Init): Linear => new Linear(inFeatures, outFeatures, { weightInit: init.weight, biasInit: zeros });
+const linear = (inFeatures: number, outFeatures: number, init: Init): nn.Linear => new nn.Linear(inFeatures, outFeatures, { weightInit: init.weight, biasInit: nn.zeros });
 
 class BertEmbeddings {
-  word_embeddings: Embedding;
-  position_embeddings: Embedding;
-  token_type_embeddings: Embedding;
-  LayerNorm: LayerNorm;
-  dropout: Dropout;
+  word_embeddings: nn.Embedding;
+  position_embeddings: nn.Embedding;
+  token_type_embeddings: nn.Embedding;
+  LayerNorm: nn.LayerNorm;
+  dropout: nn.Dropout;
   constructor(config: BertConfig, init: Init, dropout: number) {
-    this.word_embeddings = new Embedding(config.vocabSize, config.hiddenSize, { init: init.weight });
-    this.position_embeddings = new Embedding(config.maxPositionEmbeddings, config.hiddenSize, { init: init.weight });
-    this.token_type_embeddings = new Embedding(config.typeVocabSize, config.hiddenSize, { init: init.weight });
-    this.LayerNorm = new LayerNorm(config.hiddenSize, init.layerNormEps);
-    this.dropout = new Dropout(dropout);
+    this.word_embeddings = new nn.Embedding(config.vocabSize, config.hiddenSize, { init: init.weight });
+    this.position_embeddings = new nn.Embedding(config.maxPositionEmbeddings, config.hiddenSize, { init: init.weight });
+    this.token_type_embeddings = new nn.Embedding(config.typeVocabSize, config.hiddenSize, { init: init.weight });
+    this.LayerNorm = new nn.LayerNorm(config.hiddenSize, init.layerNormEps);
+    this.dropout = new nn.Dropout(dropout);
   }
   forward(inputIds: Tensor, segmentIds: Tensor): Tensor {
     const seqLength = inputIds.shape[1]!;
@@ -151,9 +147,9 @@ class BertEmbeddings {
 }
 
 class BertSelfAttention {
-  query: Linear;
-  key: Linear;
-  value: Linear;
+  query: nn.Linear;
+  key: nn.Linear;
+  value: nn.Linear;
   constructor(hidden: number, readonly numHeads: number, readonly dropout: number, init: Init) {
     if (hidden % numHeads !== 0) throw new TsgradError(`BERT: hidden size ${hidden} is not a multiple of ${numHeads} attention heads`);
     this.query = linear(hidden, hidden, init);
@@ -171,13 +167,13 @@ class BertSelfAttention {
 
 /** dense, dropout, then LayerNorm of the residual sum: the post-LN block ending. */
 class BertResidualOutput {
-  dense: Linear;
-  LayerNorm: LayerNorm;
-  dropout: Dropout;
+  dense: nn.Linear;
+  LayerNorm: nn.LayerNorm;
+  dropout: nn.Dropout;
   constructor(inFeatures: number, hidden: number, dropout: number, init: Init) {
     this.dense = linear(inFeatures, hidden, init);
-    this.LayerNorm = new LayerNorm(hidden, init.layerNormEps);
-    this.dropout = new Dropout(dropout);
+    this.LayerNorm = new nn.LayerNorm(hidden, init.layerNormEps);
+    this.dropout = new nn.Dropout(dropout);
   }
   forward(x: Tensor, residual: Tensor): Tensor {
     return this.LayerNorm.forward(this.dropout.forward(this.dense.forward(x)).add(residual));
@@ -186,7 +182,7 @@ class BertResidualOutput {
 
 class BertLayer {
   attention: { self: BertSelfAttention; output: BertResidualOutput };
-  intermediate: { dense: Linear };
+  intermediate: { dense: nn.Linear };
   output: BertResidualOutput;
   constructor(config: BertConfig, init: Init, dropout: { hidden: number; attention: number }) {
     const h = config.hiddenSize;
@@ -206,7 +202,7 @@ class BertLayer {
 class BertModel {
   embeddings: BertEmbeddings;
   encoder: { layer: BertLayer[] };
-  pooler: { dense: Linear };
+  pooler: { dense: nn.Linear };
   constructor(config: BertConfig, init: Init, dropout: { hidden: number; attention: number }) {
     this.embeddings = new BertEmbeddings(config, init, dropout.hidden);
     this.encoder = { layer: Array.from({ length: config.numHiddenLayers }, () => new BertLayer(config, init, dropout)) };
@@ -228,13 +224,13 @@ class BertModel {
 }
 
 class BertLMPredictionHead {
-  transform: { dense: Linear; LayerNorm: LayerNorm };
+  transform: { dense: nn.Linear; LayerNorm: nn.LayerNorm };
   bias: Tensor;
   /** The word embeddings, shared: private so that state dicts list them once. */
   readonly #decoderWeight: Tensor;
   constructor(config: BertConfig, init: Init, decoderWeight: Tensor) {
-    this.transform = { dense: linear(config.hiddenSize, config.hiddenSize, init), LayerNorm: new LayerNorm(config.hiddenSize, init.layerNormEps) };
-    this.bias = parameter(zeros, [config.vocabSize]);
+    this.transform = { dense: linear(config.hiddenSize, config.hiddenSize, init), LayerNorm: new nn.LayerNorm(config.hiddenSize, init.layerNormEps) };
+    this.bias = nn.parameter(nn.zeros, [config.vocabSize]);
     this.#decoderWeight = decoderWeight;
   }
   forward(x: Tensor): Tensor {
@@ -245,7 +241,7 @@ class BertLMPredictionHead {
 
 export class BertForPretraining {
   bert: BertModel;
-  cls: { predictions: BertLMPredictionHead; seq_relationship: Linear };
+  cls: { predictions: BertLMPredictionHead; seq_relationship: nn.Linear };
 
   /**
    * Initialised as MLPerf does (truncated normal with std `initializerRange` for linear and
@@ -253,10 +249,10 @@ export class BertForPretraining {
    * `DISABLE_DROPOUT=1` (or `disableDropout`) turns every dropout off.
    */
   constructor(readonly config: BertConfig, { disableDropout = getenv("DISABLE_DROPOUT", 0) !== 0 }: { disableDropout?: boolean } = {}) {
-    const init: Init = { weight: truncatedNormal(config.initializerRange), layerNormEps: config.layerNormEps };
+    const init: Init = { weight: nn.truncatedNormal(config.initializerRange), layerNormEps: config.layerNormEps };
     const dropout = disableDropout ? { hidden: 0, attention: 0 } : { hidden: config.hiddenDropoutProb, attention: config.attentionProbsDropoutProb };
     // every initialiser in one schedule: the CPU backend compiles them in one batch, not ~20 compiler runs
-    const { bert, cls } = initialisedTogether(() => {
+    const { bert, cls } = nn.initialisedTogether(() => {
       const bert = new BertModel(config, init, dropout);
       const predictions = new BertLMPredictionHead(config, init, bert.embeddings.word_embeddings.weight);
       return { bert, cls: { predictions, seq_relationship: linear(config.hiddenSize, 2, init) } };
@@ -283,9 +279,9 @@ export class BertForPretraining {
   async loadFromTfCheckpoint(prefix: string, options: { onProgress?: (bytesRead: number, bytesTotal: number, tfName: string) => void } = {}): Promise<{ skipped: string[]; unmapped: string[] }> {
     const { weights, skipped, unmapped, missing } = await loadBertTfCheckpoint(prefix, this.config.numHiddenLayers, options);
     if (missing.length) throw new TsgradError(`${prefix}: the checkpoint lacks ${missing.length} BERT parameters: ${missing.slice(0, 8).join(", ")}${missing.length > 8 ? ", ..." : ""}`);
-    const state: StateDict = {};
-    for (const [name, { shape, data }] of weights) state[name] = tensorFromStorage(data, shape, dtypes.float32);
-    loadStateDict(this, state, { source: prefix });
+    const state: nn.StateDict = {};
+    for (const [name, { shape, data }] of weights) state[name] = new Tensor(data, { dtype: dtypes.float32 }).reshape(shape);
+    nn.loadStateDict(this, state, { source: prefix });
     return { skipped, unmapped };
   }
 }

@@ -6,7 +6,7 @@
 // the masked-LM output bias and the NSP head have names of their own. Optimizer slots and
 // counters (`.../adam_m`, `.../adam_v`, `global_step`, ...) are skipped, never read.
 
-import { listTfCheckpoint, readTfCheckpoint, TfCheckpointError, type TfCheckpointEntry } from "../src/io/tf_checkpoint.ts";
+import { io } from "../src/index.ts";
 
 /** Last name components of optimizer state written beside the weights (BERT's AdamWeightDecay/LAMB, tf.train.Adam). */
 const OPTIMIZER_STATE = new Set(["adam_m", "adam_v", "AdamWeightDecayOptimizer", "AdamWeightDecayOptimizer_1", "Adam", "Adam_1", "global_step", "beta1_power", "beta2_power"]);
@@ -105,7 +105,7 @@ export interface BertTfMappingPlan {
 }
 
 /** Decide, from a checkpoint's listing alone, which variable feeds which parameter. */
-export function planBertTfMapping(entries: TfCheckpointEntry[], numLayers: number): BertTfMappingPlan {
+export function planBertTfMapping(entries: io.TfCheckpointEntry[], numLayers: number): BertTfMappingPlan {
   const expected = new Set(bertParameterNames(numLayers));
   const plan: BertTfMappingPlan = { mapped: [], skipped: [], unmapped: [], missing: [] };
   const sources = new Map<string, string>();
@@ -121,10 +121,10 @@ export function planBertTfMapping(entries: TfCheckpointEntry[], numLayers: numbe
     }
     const where = `TF variable "${entry.name}" (for ${mapping.name})`;
     const earlier = sources.get(mapping.name);
-    if (earlier) throw new TfCheckpointError(`${where}: ${mapping.name} is already fed by "${earlier}"`);
-    if (entry.dtype !== "DT_FLOAT") throw new TfCheckpointError(`${where}: dtype ${entry.dtype}, expected DT_FLOAT`);
+    if (earlier) throw new io.TfCheckpointError(`${where}: ${mapping.name} is already fed by "${earlier}"`);
+    if (entry.dtype !== "DT_FLOAT") throw new io.TfCheckpointError(`${where}: dtype ${entry.dtype}, expected DT_FLOAT`);
     if (mapping.transpose && entry.shape.length !== 2) {
-      throw new TfCheckpointError(`${where}: kernel shape [${entry.shape.join(", ")}] is not 2-D`);
+      throw new io.TfCheckpointError(`${where}: kernel shape [${entry.shape.join(", ")}] is not 2-D`);
     }
     sources.set(mapping.name, entry.name);
     const shape = mapping.transpose ? [entry.shape[1]!, entry.shape[0]!] : entry.shape;
@@ -150,9 +150,9 @@ export async function loadBertTfCheckpoint(
   numLayers: number,
   options: { onProgress?: (bytesRead: number, bytesTotal: number, tfName: string) => void } = {},
 ): Promise<BertTfWeights> {
-  const { mapped, skipped, unmapped, missing } = planBertTfMapping(await listTfCheckpoint(prefix), numLayers);
+  const { mapped, skipped, unmapped, missing } = planBertTfMapping(await io.listTfCheckpoint(prefix), numLayers);
   const byTfName = new Map(mapped.map((tensor) => [tensor.tfName, tensor]));
-  const tensors = await readTfCheckpoint(prefix, { filter: (name) => byTfName.has(name), onProgress: options.onProgress });
+  const tensors = await io.readTfCheckpoint(prefix, { filter: (name) => byTfName.has(name), onProgress: options.onProgress });
   const weights = new Map<string, { shape: number[]; data: Float32Array }>();
   for (const { tfName, name, transpose, shape } of mapped) {
     const data = tensors.get(tfName)!.data as Float32Array;

@@ -1,12 +1,7 @@
 // One BERT training step and one eval step as plain functions of tensors, so that a JIT can wrap
 // them: the train step is forward, backward of loss*scale, unscale, clip by global norm 1.0,
 // LAMB step and LR schedule step; the eval step gives the four MLPerf metrics.
-import { dtypes, type DType } from "../src/dtype.ts";
-import { TsgradError, fmtShape, getenv } from "../src/helpers.ts";
-import { Tensor } from "../src/tensor/tensor.ts";
-import { LAMB, OptimizerGroup } from "../src/nn/optim.ts";
-import { LRSchedulerGroup, PolynomialDecayWithWarmup } from "../src/nn/schedules.ts";
-import { getStateDict } from "../src/nn/state.ts";
+import { Tensor, TsgradError, dtypes, fmtShape, getenv, nn, type DType } from "../src/index.ts";
 import { type BertBatch, type BertForPretraining, type BertMetrics, bertPretrainingLosses, bertPretrainingMetrics } from "./bert.ts";
 
 export interface BertOptimizerOptions {
@@ -27,13 +22,13 @@ export const isNoDecayParameter = (name: string): boolean => name.endsWith("bias
  * The reference's optimisation: LAMB with weight decay on all but biases and LayerNorm
  * parameters (two LAMBs joined by an OptimizerGroup), each with its polynomial-decay schedule.
  */
-export function createBertOptimizer(model: BertForPretraining, { lr, totalSteps, warmupSteps, power = 1, weightDecay = 0.01, eps = 1e-6, b1 = 0.9, b2 = 0.999 }: BertOptimizerOptions): { optimizer: OptimizerGroup; scheduler: LRSchedulerGroup } {
-  const named = Object.entries(getStateDict(model));
+export function createBertOptimizer(model: BertForPretraining, { lr, totalSteps, warmupSteps, power = 1, weightDecay = 0.01, eps = 1e-6, b1 = 0.9, b2 = 0.999 }: BertOptimizerOptions): { optimizer: nn.OptimizerGroup; scheduler: nn.LRSchedulerGroup } {
+  const named = Object.entries(nn.getStateDict(model));
   const decayed = named.filter(([name]) => !isNoDecayParameter(name)).map(([, t]) => t);
   const notDecayed = named.filter(([name]) => isNoDecayParameter(name)).map(([, t]) => t);
-  const optimizers = [new LAMB(decayed, { lr, b1, b2, eps, weightDecay }), new LAMB(notDecayed, { lr, b1, b2, eps, weightDecay: 0 })];
+  const optimizers = [new nn.LAMB(decayed, { lr, b1, b2, eps, weightDecay }), new nn.LAMB(notDecayed, { lr, b1, b2, eps, weightDecay: 0 })];
   const schedule = { initialLr: lr, endLr: 0, totalSteps, warmupSteps, power };
-  return { optimizer: new OptimizerGroup(...optimizers), scheduler: new LRSchedulerGroup(...optimizers.map((o) => new PolynomialDecayWithWarmup(o, schedule))) };
+  return { optimizer: new nn.OptimizerGroup(...optimizers), scheduler: new nn.LRSchedulerGroup(...optimizers.map((o) => new nn.PolynomialDecayWithWarmup(o, schedule))) };
 }
 
 export interface TrainStepOptions {
@@ -56,8 +51,8 @@ export function trainStepOptionsFromEnv(paramDtype: DType): TrainStepOptions {
 
 export interface BertTrainState {
   model: BertForPretraining;
-  optimizer: OptimizerGroup;
-  scheduler: LRSchedulerGroup;
+  optimizer: nn.OptimizerGroup;
+  scheduler: nn.LRSchedulerGroup;
 }
 
 /** Runs `fn` with `Tensor.training` set to `on`, restoring it afterwards. */

@@ -4,8 +4,7 @@
 // other knobs (BS on GPUS and DEFAULT_FLOAT, TRAIN_STEPS on BS, ...) are resolved in order.
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { Device } from "../../src/device.ts";
-import { getenv } from "../../src/helpers.ts";
+import { Device, getenv } from "../../src/index.ts";
 import { basedirFromEnv } from "./data/basedir.ts";
 import { bertEvalIntervalSamples } from "./compliance.ts";
 

@@ -10,15 +10,7 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import "../../src/index.ts";
-import { Device } from "../../src/device.ts";
-import { dtypes } from "../../src/dtype.ts";
-import { GlobalCounters } from "../../src/helpers.ts";
-import { Tensor } from "../../src/tensor/tensor.ts";
-import { jit } from "../../src/tensor/jit.ts";
-import { clearKernelCache } from "../../src/engine/search.ts";
-import { getStateDict, loadTrainingState, safeSave, saveTrainingState } from "../../src/nn/state.ts";
-import { replicateParameters } from "../../src/nn/parallel.ts";
+import { Device, GlobalCounters, Tensor, clearKernelCache, dtypes, jit, nn } from "../../src/index.ts";
 import { BERT_PRESETS, BertForPretraining, bertConfigFromJson, type BertConfig, type BertMetrics } from "../../models/bert.ts";
 import { bertBatchOf, bertEvalStep, bertTrainStep, createBertOptimizer, type BertBatchTensors, type BertTrainState } from "../../models/bert_train_step.ts";
 import { fakeBatch, listSampleFiles, prefetchBatches, evalBatches, samplesToTensors } from "./data/loader.ts";
@@ -213,7 +205,7 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
     progress?.finish();
     print(`loaded the init checkpoint ${initPrefix}`);
   }
-  if (devices.length > 1) replicateParameters(model, devices); // before the optimizer, so its state is replicated too
+  if (devices.length > 1) nn.replicateParameters(model, devices); // before the optimizer, so its state is replicated too
   const { optimizer, scheduler } = createBertOptimizer(model, {
     lr: knobs.OPT_BASE_LEARNING_RATE, totalSteps: knobs.TRAIN_STEPS, warmupSteps: knobs.NUM_WARMUP_STEPS, power: knobs.POLY_POWER,
     weightDecay: knobs.DECAY, eps: knobs.EPSILON, b1: knobs.OPT_LAMB_BETA_1, b2: knobs.OPT_LAMB_BETA_2,
@@ -231,7 +223,7 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
 
   let startStep = 0;
   if (knobs.RESUME !== "") {
-    const metadata = loadTrainingState(knobs.RESUME, { ...state });
+    const metadata = nn.loadTrainingState(knobs.RESUME, { ...state });
     startStep = Number(metadata.step ?? scheduler.schedulers[0]!.stepCount.item());
     print(`resuming from ${knobs.RESUME} at step ${startStep}`);
   }
@@ -267,7 +259,7 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
   const saveCheckpoint = (step: number): string => {
     mkdirSync(knobs.SAVE_CKPT_DIR, { recursive: true });
     const path = join(knobs.SAVE_CKPT_DIR, `step_${String(step).padStart(7, "0")}.safe`);
-    saveTrainingState(path, { ...state }, { step: String(step), seed: String(knobs.SEED) });
+    nn.saveTrainingState(path, { ...state }, { step: String(step), seed: String(knobs.SEED) });
     result.checkpoints.push(path);
     print(`saved checkpoint ${path}`);
     pruneCheckpoints(knobs.SAVE_CKPT_DIR, knobs.KEEP_CKPT_AMOUNT, print);
@@ -339,7 +331,7 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
           }
           mkdirSync(knobs.SAVE_CKPT_DIR, { recursive: true });
           result.finalModelPath = join(knobs.SAVE_CKPT_DIR, "bert_final.safe");
-          safeSave(getStateDict(model), result.finalModelPath, { step: String(step), masked_lm_accuracy: String(accuracy) });
+          nn.safeSave(nn.getStateDict(model), result.finalModelPath, { step: String(step), masked_lm_accuracy: String(accuracy) });
           print(` *** Model saved to ${result.finalModelPath} ***`);
         }
       }

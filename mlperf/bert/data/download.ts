@@ -7,7 +7,7 @@ import { existsSync } from "node:fs";
 import { mkdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
-import { getenv } from "../../../src/helpers.ts";
+import { getenv } from "../../../src/index.ts";
 import { basedirFromEnv, defaultBasedir } from "./basedir.ts";
 import { ByteProgress, type ProgressSink } from "./byteProgress.ts";
 import { parseMd5List, verifyMd5, verifyMd5List } from "./checksums.ts";

@@ -4,7 +4,7 @@
 
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import { pathToFileURL } from "node:url";
-import { maskedCrc32c } from "../../../src/io/crc32c.ts";
+import { io } from "../../../src/index.ts";
 import { SAMPLE_FIELDS, type SampleColumns } from "./samples.ts";
 import { emptySamples, fieldWidth, readShard, ShardFile } from "./shard.ts";
 import { readTFRecordSamples, TFRecordSampleFile } from "./tfrecord.ts";
@@ -31,7 +31,7 @@ export function detectSampleFormat(path: string): SampleFormat {
     const head = new Uint8Array(12);
     const read = readSync(fd, head, 0, 12, 0);
     const view = new DataView(head.buffer);
-    if (read === 12 && maskedCrc32c(head.subarray(0, 8)) === view.getUint32(8, true)) return "tfrecord";
+    if (read === 12 && io.maskedCrc32c(head.subarray(0, 8)) === view.getUint32(8, true)) return "tfrecord";
     if (read >= 9 && view.getBigUint64(0, true) <= BigInt(size - 8) && head[8] === 0x7b /* "{" */) return "shard";
     throw new Error(`${path}: neither a tsgrad sample shard (safetensors) nor a TFRecord file`);
   } finally {

@@ -14,7 +14,7 @@ import { isMainThread, parentPort, Worker, workerData } from "node:worker_thread
 import { openSampleFile, type SampleFile } from "./inspect.ts";
 import { emptySamples } from "./shard.ts";
 import { SAMPLE_FIELDS, type SampleColumns } from "./samples.ts";
-import { Tensor } from "../../../src/tensor/tensor.ts";
+import { Tensor } from "../../../src/index.ts";
 import type { BertBatchTensors } from "../../../models/bert_train_step.ts";
 
 /** Bad loader input (no files, files of different widths); names the file where there is one. */

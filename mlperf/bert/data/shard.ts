@@ -16,13 +16,7 @@
 // (Int32Array, Float32Array weights); writing refuses values the narrow types cannot hold.
 
 import { closeSync, openSync, readSync } from "node:fs";
-import {
-  readSafetensorsFile,
-  readSafetensorsHeader,
-  writeSafetensorsStream,
-  type SafetensorsEntry,
-  type SafetensorsStreamedTensor,
-} from "../../../src/io/safetensors.ts";
+import { io } from "../../../src/index.ts";
 import { SAMPLE_FIELDS, type SampleColumns, type SampleField } from "./samples.ts";
 
 export const SHARD_FORMAT = "tsgrad-bert-samples";
@@ -98,7 +92,7 @@ const BLOCK_ROWS = 4096;
  * field's rows a block at a time: no copy of the whole shard is held (a Wikipedia part's is about 1 GB).
  */
 export function writeShardRows(path: string, dims: ShardDims, fill: ShardRowFiller): void {
-  const tensors: Record<string, SafetensorsStreamedTensor> = {};
+  const tensors: Record<string, io.SafetensorsStreamedTensor> = {};
   for (const field of SAMPLE_FIELDS) {
     const { dtype } = LAYOUT[field];
     const width = fieldWidth(field, dims);
@@ -118,7 +112,7 @@ export function writeShardRows(path: string, dims: ShardDims, fill: ShardRowFill
       },
     };
   }
-  writeSafetensorsStream(path, tensors, {
+  io.writeSafetensorsStream(path, tensors, {
     format: SHARD_FORMAT,
     version: SHARD_VERSION,
     max_seq_length: String(dims.maxSeqLength),
@@ -183,7 +177,7 @@ function checkShardHeader(path: string, tensors: Record<string, { dtype: string;
 
 /** Reads a shard written by `writeShard`, checking format, dtypes and shapes. */
 export function readShard(path: string): SampleColumns {
-  const { tensors, metadata } = readSafetensorsFile(path);
+  const { tensors, metadata } = io.readSafetensorsFile(path);
   const dims = checkShardHeader(path, tensors, metadata);
   const samples = emptySamples(dims.count, dims);
   for (const field of SAMPLE_FIELDS) samples[field].set(tensors[field]!.data as Uint8Array | Uint16Array);
@@ -196,11 +190,11 @@ export class ShardFile {
   readonly maxSeqLength: number;
   readonly maxPredictionsPerSeq: number;
   private readonly fd: number;
-  private readonly entries: Record<string, SafetensorsEntry>;
+  private readonly entries: Record<string, io.SafetensorsEntry>;
   private readonly scratch: ArrayBuffer;
 
   constructor(readonly path: string) {
-    const { entries, metadata } = readSafetensorsHeader(path);
+    const { entries, metadata } = io.readSafetensorsHeader(path);
     const dims = checkShardHeader(path, entries, metadata);
     this.count = dims.count;
     this.maxSeqLength = dims.maxSeqLength;

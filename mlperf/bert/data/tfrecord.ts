@@ -7,8 +7,7 @@
 // float_list (2, packed little-endian floats) or int64_list (3, varints, packed or not).
 
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
-import { maskedCrc32c } from "../../../src/io/crc32c.ts";
-import { writeFileAtomic } from "../../../src/io/safetensors.ts";
+import { io } from "../../../src/index.ts";
 import { SAMPLE_FIELDS, type SampleColumns } from "./samples.ts";
 import { emptySamples, fieldWidth } from "./shard.ts";
 
@@ -70,7 +69,7 @@ export function* readTFRecords(path: string): Generator<TFRecord> {
       const recordOffset = fileOffset;
       if (!fill(HEADER_BYTES)) throw new TFRecordError(path, recordOffset, `truncated record header: ${end - start} of ${HEADER_BYTES} bytes`);
       const view = new DataView(buffer.buffer, buffer.byteOffset + start, HEADER_BYTES);
-      if (maskedCrc32c(buffer.subarray(start, start + 8)) !== view.getUint32(8, true)) {
+      if (io.maskedCrc32c(buffer.subarray(start, start + 8)) !== view.getUint32(8, true)) {
         throw new TFRecordError(path, recordOffset, "bad CRC of the record length");
       }
       const length = Number(view.getBigUint64(0, true));
@@ -81,7 +80,7 @@ export function* readTFRecords(path: string): Generator<TFRecord> {
       }
       const data = buffer.subarray(start + HEADER_BYTES, start + HEADER_BYTES + length);
       const stored = new DataView(buffer.buffer, buffer.byteOffset + start + HEADER_BYTES + length, 4).getUint32(0, true);
-      if (maskedCrc32c(data) !== stored) throw new TFRecordError(path, recordOffset, `bad CRC of the ${length}-byte record data`);
+      if (io.maskedCrc32c(data) !== stored) throw new TFRecordError(path, recordOffset, `bad CRC of the ${length}-byte record data`);
       start += total;
       fileOffset += total;
       yield { data, byteOffset: recordOffset };
@@ -96,9 +95,9 @@ export function encodeTFRecord(data: Uint8Array): Uint8Array {
   const record = new Uint8Array(HEADER_BYTES + data.length + FOOTER_BYTES);
   const view = new DataView(record.buffer);
   view.setBigUint64(0, BigInt(data.length), true);
-  view.setUint32(8, maskedCrc32c(record.subarray(0, 8)), true);
+  view.setUint32(8, io.maskedCrc32c(record.subarray(0, 8)), true);
   record.set(data, HEADER_BYTES);
-  view.setUint32(HEADER_BYTES + data.length, maskedCrc32c(data), true);
+  view.setUint32(HEADER_BYTES + data.length, io.maskedCrc32c(data), true);
   return record;
 }
 
@@ -415,7 +414,7 @@ export class TFRecordSampleFile {
     for (let offset = 0; offset < fileLength; ) {
       const read = readSync(this.fd, header, 0, HEADER_BYTES, offset);
       if (read < HEADER_BYTES) throw new TFRecordError(path, offset, `truncated record header: ${read} of ${HEADER_BYTES} bytes`);
-      if (maskedCrc32c(header.subarray(0, 8)) !== view.getUint32(8, true)) throw new TFRecordError(path, offset, "bad CRC of the record length");
+      if (io.maskedCrc32c(header.subarray(0, 8)) !== view.getUint32(8, true)) throw new TFRecordError(path, offset, "bad CRC of the record length");
       const length = Number(view.getBigUint64(0, true));
       const total = HEADER_BYTES + length + FOOTER_BYTES;
       if (offset + total > fileLength) throw new TFRecordError(path, offset, `truncated record: ${fileLength - offset} of ${total} bytes`);
@@ -435,7 +434,7 @@ export class TFRecordSampleFile {
     const bytes = new Uint8Array(length + FOOTER_BYTES);
     readSync(this.fd, bytes, 0, bytes.length, byteOffset + HEADER_BYTES);
     const data = bytes.subarray(0, length);
-    if (maskedCrc32c(data) !== new DataView(bytes.buffer).getUint32(length, true)) {
+    if (io.maskedCrc32c(data) !== new DataView(bytes.buffer).getUint32(length, true)) {
       throw new TFRecordError(this.path, byteOffset, `bad CRC of the ${length}-byte record data`);
     }
     return { data, byteOffset };
@@ -470,5 +469,5 @@ export function encodeTFRecordSamples(samples: SampleColumns): Uint8Array {
 
 /** Writes the samples as a reference TFRecord file, atomically (temp file + rename). */
 export function writeTFRecordSamples(path: string, samples: SampleColumns): void {
-  writeFileAtomic(path, encodeTFRecordSamples(samples));
+  io.writeFileAtomic(path, encodeTFRecordSamples(samples));
 }
