@@ -3,8 +3,8 @@
 // plus an optional `__metadata__` string map, padded with spaces to 8-byte alignment),
 // then the tensors' bytes, little-endian, row-major, back to back without holes.
 
-import { closeSync, fstatSync, fsyncSync, openSync, readFileSync, readSync, renameSync, unlinkSync, writeSync } from "node:fs";
-import { basename, dirname, join } from "node:path";
+import { closeSync, fstatSync, openSync, readFileSync, readSync } from "node:fs";
+import { writeFileAtomicFrom } from "./atomic_file.ts";
 
 /** The typed array that holds each dtype's elements (16-bit floats as raw bits). */
 export interface SafetensorsArrays {
@@ -275,38 +275,6 @@ function typedView(bytes: Uint8Array, dtype: SafetensorsDType, offset: number, b
   const copy = new Uint8Array(byteLength); // not bytes.slice: a Node Buffer's slice is a view
   copy.set(bytes.subarray(offset, offset + byteLength));
   return new arrayClass(copy.buffer, 0, length);
-}
-
-/** Writes `bytes` to `path` all or nothing: a temp file in the same folder, fsync, rename. */
-export function writeFileAtomic(path: string, bytes: Uint8Array): void {
-  writeFileAtomicFrom(path, (write) => write(bytes));
-}
-
-/**
- * Writes what `produce` hands its `write`, in order, to `path` all or nothing: a temp file in the same folder,
- * fsync, rename. Nothing is gathered in memory first (a shard or a checkpoint may be gigabytes).
- */
-export function writeFileAtomicFrom(path: string, produce: (write: (bytes: Uint8Array) => void) => void): void {
-  const temp = join(dirname(path), `.${basename(path)}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`);
-  try {
-    const fd = openSync(temp, "w");
-    try {
-      produce((bytes) => {
-        for (let written = 0; written < bytes.length; ) written += writeSync(fd, bytes, written);
-      });
-      fsyncSync(fd);
-    } finally {
-      closeSync(fd);
-    }
-    renameSync(temp, path);
-  } catch (error) {
-    try {
-      unlinkSync(temp);
-    } catch {
-      // The temp file was never created or is already gone.
-    }
-    throw error;
-  }
 }
 
 /** Writes a safetensors file atomically (temp file + rename), each tensor's data straight from its array. */

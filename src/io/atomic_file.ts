@@ -1,0 +1,37 @@
+// Files written all or nothing: a reader sees the old file or the complete new one, never a torn write
+// (a crash mid-checkpoint must not leave a file that loads half a model).
+
+import { closeSync, fsyncSync, openSync, renameSync, unlinkSync, writeSync } from "node:fs";
+import { basename, dirname, join } from "node:path";
+
+/** Writes `bytes` to `path` all or nothing: a temp file in the same folder, fsync, rename. */
+export function writeFileAtomic(path: string, bytes: Uint8Array): void {
+  writeFileAtomicFrom(path, (write) => write(bytes));
+}
+
+/**
+ * Writes what `produce` hands its `write`, in order, to `path` all or nothing: a temp file in the same folder,
+ * fsync, rename. Nothing is gathered in memory first (a shard or a checkpoint may be gigabytes).
+ */
+export function writeFileAtomicFrom(path: string, produce: (write: (bytes: Uint8Array) => void) => void): void {
+  const temp = join(dirname(path), `.${basename(path)}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`);
+  try {
+    const fd = openSync(temp, "w");
+    try {
+      produce((bytes) => {
+        for (let written = 0; written < bytes.length; ) written += writeSync(fd, bytes, written);
+      });
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    renameSync(temp, path);
+  } catch (error) {
+    try {
+      unlinkSync(temp);
+    } catch {
+      // The temp file was never created or is already gone.
+    }
+    throw error;
+  }
+}
