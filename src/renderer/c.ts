@@ -1,12 +1,13 @@
-// Renders the loop IR as a C function `void name(T0* b0, const T1* b1, ..., int threads)`.
-// Semantics follow the JS renderer (the reference): float32 math in float, 16-bit floats stored
-// as their bits and computed in float, integers wrap, bool is 0/1 (computed in an int32_t, stored in a byte),
-// division by zero gives 0.
-import type { DType } from "../dtype.ts";
-import { type Bound, type Idx, coefficientOf, renderIdx, varsOf, renderBounds } from "../shape/symbolic.ts";
-import type { AluOp, Expr, KernelIR, Operand, Stmt } from "../codegen/ir.ts";
+// Renders the loop IR as a C function `void name(T0* b0, const T1* b1, ..., int threads)`: the C dialect of
+// cstyle.ts (fixed-width types, bools computed in an int32_t, float math in double and rounded, as JS's Math),
+// with its preludes, register tiles as vectors (c_lanes.ts) and output loops split across threads by OpenMP.
+import { type Idx, coefficientOf, varsOf } from "../shape/symbolic.ts";
+import type { Expr, KernelIR, Operand, Stmt } from "../codegen/ir.ts";
+import { type Products, cCond, cIndex, cStyle, forLoop, fromStorage, noteProduct } from "./cstyle.ts";
 import { hoistInvariants } from "./hoist.ts";
 import { type LanePlan, type LaneTerm, planLanes } from "./c_lanes.ts";
+
+export { cIndex };
 
 export interface CRenderOptions {
   /**
@@ -18,13 +19,23 @@ export interface CRenderOptions {
   readonly vectorLanes?: readonly number[];
 }
 
-/** The C type a dtype is computed in. */
-const computeType: Record<DType["name"], string> = {
-  bool: "int32_t", int8: "int8_t", uint8: "uint8_t", int16: "int16_t", uint16: "uint16_t", int32: "int32_t",
-  uint32: "uint32_t", int64: "int64_t", float16: "float", bfloat16: "float", float32: "float", float64: "double",
-};
-/** The C type a dtype is stored in: bools are computed as 32-bit 0/1 (as wide as the floats beside them, so that loops mixing them vectorise) and stored in a byte. */
-const storageType = (d: DType): string => (d.name === "float16" || d.name === "bfloat16" ? "uint16_t" : d.name === "bool" ? "uint8_t" : computeType[d.name]);
+/** C: bools are computed as 32-bit 0/1 (as wide as the floats beside them, so that loops mixing them vectorise) and stored in a byte. */
+const C = cStyle({
+  types: {
+    bool: "int32_t", int8: "int8_t", uint8: "uint8_t", int16: "int16_t", uint16: "uint16_t", int32: "int32_t",
+    uint32: "uint32_t", int64: "int64_t", float16: "float", bfloat16: "float", float32: "float", float64: "double",
+  },
+  uint32: "uint32_t",
+  uint64: "uint64_t",
+  restrict: "restrict",
+  infinity: () => "INFINITY",
+  nan: () => "NAN",
+  minLiteral: (d) => (d.name === "int32" ? "INT32_MIN" : undefined),
+  lowest: (d) => `INT${d.itemsize * 8}_MIN`,
+  // computed in double and rounded, as JavaScript's Math does; exp2 by arithmetic alone, so that loops around it vectorise
+  narrowMath: (fn, a) => (fn === "exp2" ? `(float)tg_exp2_narrow((double)${a})` : `(float)${fn}((double)${a})`),
+  bitcast: (bits, fromType, toType, to) => `({ ${fromType} in_ = ${bits}; ${toType} out_; memcpy(&out_, &in_, sizeof out_); ${fromStorage("out_", to)}; })`,
+});
 
 /** Inline helpers every kernel may use: exact 16-bit float conversions, wrapping casts, safe division. */
 export const C_PRELUDE = `#include <stdint.h>
@@ -157,10 +168,7 @@ static inline tg_f32x16 tg_ldi16(const int32_t* p) { tg_i32x16 v; memcpy(&v, p, 
 `;
 
 export function renderC(kernel: KernelIR, fnName: string, opts: CRenderOptions): string {
-  const params = kernel.buffers.map((b, slot) => {
-    const constness = slot === 0 ? "" : "const ";
-    return `${constness}${storageType(b.dtype)}* ${opts.aliased?.has(slot) ? "" : "restrict "}b${slot}`;
-  });
+  const params = C.params(kernel, (slot) => !opts.aliased?.has(slot));
   const loopVars = loopVarsOf(kernel.body);
   const lines = [`${hasFragileLoops(kernel, loopVars) ? "TG_FRAGILE_LOOPS " : ""}void ${fnName}(${[...params, "int threads"].join(", ")}) {`];
   const { body, plan: lanes } = planLanes(hoistInvariants(kernel.body, kernel.parallel, opts.aliased), opts.vectorLanes ?? []);
@@ -307,8 +315,7 @@ interface RenderContext {
   readonly kernel: KernelIR;
   /** The C type of loop variables. */
   readonly indexType: string;
-  /** Float products by name: a sum of products accumulates with fused multiply-adds. */
-  readonly products: Map<string, readonly Operand[]>;
+  readonly products: Products;
   /** Register-tile lanes rendered as vectors. */
   readonly lanes: LanePlan;
   readonly loopVars: ReadonlySet<string>;
@@ -316,11 +323,11 @@ interface RenderContext {
 
 /** A split sum's lane term as a C vector expression of `width` lanes (c_lanes.ts LaneTerm). */
 function laneVector(t: LaneTerm, width: number): string {
-  if (t.kind === "load") return `tg_ld${width}(&b${t.buf}[${idx(t.index)}])`;
-  if (t.kind === "intLoad") return `tg_ldi${width}(&b${t.buf}[${idx(t.index)}])`;
-  if (t.kind === "splat") return `tg_splat${width}(${operand(t.operand)})`;
+  if (t.kind === "load") return `tg_ld${width}(&b${t.buf}[${cIndex(t.index)}])`;
+  if (t.kind === "intLoad") return `tg_ldi${width}(&b${t.buf}[${cIndex(t.index)}])`;
+  if (t.kind === "splat") return `tg_splat${width}(${C.operand(t.operand)})`;
   const [a, b] = t.srcs.map((s) => laneVector(s, width));
-  if (t.kind === "select") return `tg_sel${width}(tg_mask${width}(&b${t.mask.buf}[${idx(t.mask.index)}]), ${a}, ${b})`;
+  if (t.kind === "select") return `tg_sel${width}(tg_mask${width}(&b${t.mask.buf}[${cIndex(t.mask.index)}]), ${a}, ${b})`;
   return t.op === "NEG" ? `(-${a})` : `(${a} ${t.op === "ADD" ? "+" : "*"} ${b})`;
 }
 
@@ -332,7 +339,7 @@ function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, ctx:
         // the first `parallel` perfectly nested output loops are split across threads (inside a serial loop)
         for (const group of lanes.groups.get(s) ?? []) out.push(`${indent}tg_f32x${group.accs.length} ${group.vector} = {${group.accs.join(", ")}};`);
         if (parallel > 0 && !s.serial) out.push(`${indent}#pragma omp parallel for schedule(static) num_threads(threads)${parallel > 1 ? ` collapse(${parallel})` : ""}`);
-        out.push(`${indent}for (${ctx.indexType} ${s.var} = 0; ${s.var} < ${s.size}; ${s.var}++) {`);
+        out.push(indent + forLoop(ctx.indexType, s.var, s.size));
         renderBlock(s.body, out, indent + "  ", ctx, s.serial ? parallel : 0);
         out.push(`${indent}}`);
         for (const group of lanes.groups.get(s) ?? []) out.push(group.accs.map((acc, j) => `${acc} = ${group.vector}[${j}];`).join(" ").replace(/^/, indent));
@@ -341,18 +348,18 @@ function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, ctx:
       case "def":
         if (lanes.skipped.has(s.name)) break;
         if (s.expr.op === "LOAD" && s.expr.valid.length > 0 && readsInBounds(s.expr, kernel, ctx.loopVars)) {
-          out.push(`${indent}${computeType[s.dtype.name]} ${s.name} = ${renderExpr({ ...s.expr, valid: [] }, s.dtype, kernel)};`);
-          out.push(`${indent}${s.name} = (${cond(s.expr.valid)} ? ${s.name} : 0);`);
+          out.push(indent + C.declare(s.name, s.dtype, C.expr({ ...s.expr, valid: [] }, s.dtype, kernel)));
+          out.push(`${indent}${s.name} = (${cCond(s.expr.valid)} ? ${s.name} : 0);`);
           break;
         }
-        out.push(`${indent}${computeType[s.dtype.name]} ${s.name} = ${renderExpr(s.expr, s.dtype, kernel)};`);
-        if (s.expr.op === "MUL" && s.dtype.kind === "float") ctx.products.set(s.name, s.expr.srcs);
+        out.push(indent + C.declare(s.name, s.dtype, C.expr(s.expr, s.dtype, kernel)));
+        noteProduct(s, ctx.products);
         // a 16-bit product widened to float32 is the same C float: the sum still takes the FMA
         const src = s.expr.op === "CAST" ? s.expr.srcs[0] : undefined;
-        if (src?.kind === "val" && ctx.products.has(src.name) && computeType[s.dtype.name] === computeType[src.dtype.name]) ctx.products.set(s.name, ctx.products.get(src.name)!);
+        if (src?.kind === "val" && ctx.products.has(src.name) && C.computeType(s.dtype) === C.computeType(src.dtype)) ctx.products.set(s.name, ctx.products.get(src.name)!);
         break;
       case "acc":
-        out.push(`${indent}${computeType[s.dtype.name]} ${s.name} = ${identity(s.op, s.dtype)};`);
+        out.push(indent + C.declare(s.name, s.dtype, C.identity(s.op, s.dtype)));
         break;
       case "update": {
         // a run of lanes is one vector update, rendered at its first (null: the rest of the run)
@@ -360,146 +367,18 @@ function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, ctx:
         if (lane) {
           const { vector, accs } = lane.group;
           const w = accs.length;
-          if (lane.kind === "fma") out.push(`${indent}${vector} = tg_fma${w}(${operand(lane.scalar)}, &b${lane.buf}[${idx(lane.index)}], ${vector});`);
+          if (lane.kind === "fma") out.push(`${indent}${vector} = tg_fma${w}(${C.operand(lane.scalar)}, &b${lane.buf}[${cIndex(lane.index)}], ${vector});`);
           else if (lane.kind === "fusedSum") out.push(`${indent}${vector} = tg_vfma${w}(${lane.factors.map((t) => laneVector(t, w)).join(", ")}, ${vector});`);
           else if (lane.kind === "max") out.push(`${indent}${vector} = tg_vmax${w}(${vector}, ${laneVector(lane.term, w)});`);
           else out.push(`${indent}${vector} = ${vector} + ${laneVector(lane.term, w)};`);
         }
-        if (lane !== undefined) break;
-        const acc: Operand = { kind: "val", name: s.name, dtype: s.dtype };
         // the one place results may differ from the JS reference in the last bit: matmul speed needs the FMA
-        const product = s.op === "ADD" && s.value.kind === "val" && !s.unfused ? ctx.products.get(s.value.name) : undefined;
-        if (product) {
-          out.push(`${indent}${s.name} = ${s.dtype.name === "float64" ? "fma" : "fmaf"}(${operand(product[0]!)}, ${operand(product[1]!)}, ${s.name});`);
-          break;
-        }
-        out.push(`${indent}${s.name} = ${renderAlu(s.op === "ADD" ? "ADD" : "MAX", [acc, s.value], s.dtype)};`);
+        if (lane === undefined) out.push(`${indent}${s.name} = ${C.accumulate(s, ctx.products)};`);
         break;
       }
       case "store":
-        out.push(`${indent}${s.valid?.length ? `if (${cond(s.valid)}) ` : ""}b${s.buf}[${idx(s.index)}] = ${toStorage(operand(s.value), s.dtype)};`);
+        out.push(indent + C.store(s));
         break;
     }
-  }
-}
-
-function identity(op: "ADD" | "MAX", d: DType): string {
-  if (op === "ADD") return "0";
-  switch (d.kind) {
-    case "float": return "-INFINITY";
-    case "int": return d.name === "int64" ? "INT64_MIN" : `INT${d.itemsize * 8}_MIN`;
-    default: return "0";
-  }
-}
-
-/**
- * Index expressions in C-family languages. The IR's division and modulo are floor operations:
- * the truncating C forms are exact when the dividend cannot be negative, `tg_floordiv` and a
- * shifted remainder otherwise (CUDA shares this).
- */
-export const cIndex = (e: Idx): string =>
-  renderIdx(
-    e,
-    (a, c, nonNegative) => (nonNegative ? `(${a} / ${c})` : `tg_floordiv(${a}, ${c})`),
-    (a, c, nonNegative) => (nonNegative ? `(${a} % ${c})` : `(((${a}) % ${c} + ${c}) % ${c})`),
-  );
-const idx = cIndex;
-
-const cond = (bounds: readonly Bound[]): string => renderBounds(bounds, idx, "1");
-
-function renderExpr(e: Expr, dtype: DType, kernel: KernelIR): string {
-  if (e.op === "LOAD") {
-    const load = fromStorage(`b${e.buf}[${idx(e.index)}]`, kernel.buffers[e.buf]!.dtype);
-    return e.valid.length ? `(${cond(e.valid)} ? ${load} : 0)` : load;
-  }
-  if (e.op === "VALID") return `(int32_t)(${cond(e.valid)})`;
-  if (e.op === "INDEX") return `(int32_t)(${idx(e.index)})`;
-  return renderAlu(e.op, e.srcs, dtype);
-}
-
-/** A literal in the dtype's C type (infinities and NaN by name, -0 kept). */
-function literal(value: number, d: DType): string {
-  if (d.name === "bool") return value ? "1" : "0";
-  if (d.kind === "float") {
-    const suffix = d.name === "float64" ? "" : "f";
-    if (Number.isNaN(value)) return "NAN";
-    if (!Number.isFinite(value)) return value > 0 ? "INFINITY" : "-INFINITY";
-    const text = Object.is(value, -0) ? "-0.0" : value.toPrecision(17);
-    return `${text.includes(".") || text.includes("e") ? text : text + ".0"}${suffix}`;
-  }
-  if (d.name === "int64") return `${value}LL`;
-  if (d.name === "uint32") return `${value}u`;
-  if (d.name === "int32" && value === -2147483648) return "INT32_MIN";
-  return String(value);
-}
-
-function operand(o: Operand): string {
-  return o.kind === "val" ? o.name : literal(o.value, o.dtype);
-}
-
-function fromStorage(x: string, d: DType): string {
-  if (d.name === "float16") return `tg_h2f(${x})`;
-  if (d.name === "bfloat16") return `tg_b2f(${x})`;
-  return x;
-}
-
-function toStorage(x: string, d: DType): string {
-  if (d.name === "float16") return `tg_f2h(${x})`;
-  if (d.name === "bfloat16") return `tg_f2b(${x})`;
-  return x;
-}
-
-/** Integer arithmetic wraps: do it unsigned (no undefined behaviour) and convert back. */
-function wrapped(op: string, a: string, b: string, d: DType): string {
-  const t = computeType[d.name];
-  const u = d.itemsize === 8 ? "uint64_t" : "uint32_t";
-  return `(${t})((${u})${a} ${op} (${u})${b})`;
-}
-
-/** Math functions are computed in double and rounded, as JavaScript's Math does. */
-function viaDouble(fn: string, a: string, d: DType): string {
-  return d.name === "float64" ? `${fn}(${a})` : `(float)${fn}((double)${a})`;
-}
-
-function renderAlu(op: AluOp, srcs: readonly Operand[], d: DType): string {
-  const [a, b, c] = srcs.map(operand) as [string, string, string];
-  const from = srcs[0]!.dtype;
-  const t = computeType[d.name];
-  const isInt = d.kind === "int" || d.kind === "uint";
-  switch (op) {
-    case "ADD": return d.name === "bool" ? `(${a} | ${b})` : isInt ? wrapped("+", a, b, d) : `(${a} + ${b})`;
-    case "MUL": return d.name === "bool" ? `(${a} & ${b})` : isInt ? wrapped("*", a, b, d) : `(${a} * ${b})`;
-    case "IDIV": return isInt ? `TG_${d.kind === "uint" ? "U" : "I"}DIV(${t}, ${a}, ${b})` : `(${t})trunc((double)${a} / (double)${b})`;
-    case "MOD": return isInt ? `TG_${d.kind === "uint" ? "U" : "I"}MOD(${t}, ${a}, ${b})` : `(${t})fmod((double)${a}, (double)${b})`;
-    case "MAX": return d.kind === "float" ? `((${a} > ${b} || ${a} != ${a}) ? ${a} : ${b})` : `(${a} > ${b} ? ${a} : ${b})`;
-    case "CMPLT": return `(int32_t)(${a} < ${b})`;
-    case "CMPNE": return `(int32_t)(${a} != ${b})`;
-    case "AND": return `(${t})(${a} & ${b})`;
-    case "OR": return `(${t})(${a} | ${b})`;
-    case "XOR": return `(${t})(${a} ^ ${b})`;
-    case "SHL": return d.itemsize === 8 ? `(${t})((uint64_t)${a} << (${b} & 63))` : `(${t})((uint32_t)${a} << (${b} & 31))`;
-    case "SHR": return d.itemsize === 8 ? `(${t})(${a} >> (${b} & 63))` : `(${t})(${a} >> (${b} & 31))`;
-    case "NEG": return d.name === "bool" ? `(int32_t)!${a}` : isInt ? wrapped("-", "0", a, d) : `(-(${a}))`; // a may be a negative literal: --1.0f is a decrement
-    case "RECIP": return isInt ? `TG_${d.kind === "uint" ? "U" : "I"}DIV(${t}, 1, ${a})` : `(${t})(1 / ${a})`;
-    case "SQRT": return d.name === "float64" ? `sqrt(${a})` : `sqrtf(${a})`;
-    case "EXP2": return d.name === "float64" ? `exp2(${a})` : `(float)tg_exp2_narrow((double)${a})`;
-    case "LOG2": return viaDouble("log2", a, d);
-    case "SIN": return viaDouble("sin", a, d);
-    case "TRUNC": return d.kind === "float" ? (d.name === "float64" ? `trunc(${a})` : `truncf(${a})`) : a;
-    case "WHERE": return `(${a} ? ${b} : ${c})`;
-    case "CAST": return renderCast(a, from, d);
-    case "BITCAST": return `({ ${storageType(from)} in_ = ${toStorage(a, from)}; ${storageType(d)} out_; memcpy(&out_, &in_, sizeof out_); ${fromStorage("out_", d)}; })`;
-  }
-}
-
-function renderCast(x: string, from: DType, to: DType): string {
-  switch (to.name) {
-    case "bool": return `(int32_t)(${x} != 0)`;
-    case "float16": return `tg_h2f(tg_f2h((float)${x}))`;
-    case "bfloat16": return `tg_b2f(tg_f2b((float)${x}))`;
-    case "float32": return `(float)${x}`;
-    case "float64": return `(double)${x}`;
-    case "int64": return from.kind === "float" ? `tg_trunc64(${x})` : `(int64_t)${x}`;
-    default: return from.kind === "float" ? `(${computeType[to.name]})tg_wrap32(${x})` : `(${computeType[to.name]})${x}`;
   }
 }
