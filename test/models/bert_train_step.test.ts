@@ -6,6 +6,7 @@ import { LRSchedulerGroup } from "../../src/nn/schedules.ts";
 import { getParameters, getStateDict, loadStateDict } from "../../src/nn/state.ts";
 import { BERT_PRESETS, BertForPretraining, bertPretrainingLosses, type BertBatch, type BertConfig } from "../../models/bert.ts";
 import { bertTrainStep, trainStepOptionsFromEnv } from "../../models/bert_train_step.ts";
+import { assertClose } from "../close.ts";
 
 Device.DEFAULT = process.env.DEVICE ?? "JS";
 
@@ -49,29 +50,22 @@ function setup() {
   return { grads, norm, stepDeltas };
 }
 
-function assertClose(actual: number[][], expected: number[][], rtol: number, atol: number): void {
-  actual.forEach((row, i) => row.forEach((a, j) => {
-    const e = expected[i]![j]!;
-    assert.ok(Math.abs(a - e) <= atol + rtol * Math.abs(e), `parameter ${i} element ${j}: ${a}, expected ${e}`);
-  }));
-}
-
 const { grads, norm, stepDeltas } = setup();
 
 test("the train step unscales loss-scaled gradients and clips them to the global norm", () => {
   const maxGradNorm = norm / 4;
   const deltas = stepDeltas({ lossScale: 2 ** 10, gradientAccSteps: 1, maxGradNorm });
-  assertClose(deltas, grads.map((g) => g.map((x) => (x * maxGradNorm) / norm)), 1e-3, 1e-7);
+  assertClose(deltas, grads.map((g) => g.map((x) => (x * maxGradNorm) / norm)), { rtol: 1e-3, atol: 1e-7, what: "update (parameter, element)" });
 });
 
 test("gradients within the norm limit pass through the train step unchanged", () => {
   const deltas = stepDeltas({ lossScale: 1, gradientAccSteps: 1, maxGradNorm: norm * 2 });
-  assertClose(deltas, grads, 1e-3, 1e-7);
+  assertClose(deltas, grads, { rtol: 1e-3, atol: 1e-7, what: "update (parameter, element)" });
 });
 
 test("gradient accumulation over two micro-batches gives the full batch's update", () => {
   const deltas = stepDeltas({ lossScale: 1, gradientAccSteps: 2, maxGradNorm: norm * 2 });
-  assertClose(deltas, grads, 1e-3, 1e-6);
+  assertClose(deltas, grads, { rtol: 1e-3, atol: 1e-6, what: "update (parameter, element)" });
 });
 
 test("a batch that GRADIENT_ACC_STEPS does not divide is refused", () => {

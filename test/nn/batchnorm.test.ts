@@ -6,14 +6,11 @@ import { Device, Tensor, TsgradError, jit } from "../../src/index.ts";
 import { BatchNorm } from "../../src/nn/layers.ts";
 import { getParameters, getStateDict } from "../../src/nn/state.ts";
 import { replicateParameters } from "../../src/nn/parallel.ts";
+import { assertClose } from "../close.ts";
 
 Device.DEFAULT = "JS";
 
 const values = (t: Tensor): number[] => Array.from(t.toArray() as Float32Array);
-const close = (actual: number[], expected: number[], tol: number, what: string): void => {
-  assert.equal(actual.length, expected.length, what);
-  actual.forEach((a, i) => assert.ok(Math.abs(a - expected[i]!) <= tol, `${what}[${i}]: ${a}, expected ${expected[i]}`));
-};
 const shape = [4, 3, 2, 5];
 const data = (seed: number): number[] => Array.from({ length: 120 }, (_, i) => Math.sin(i * 0.91 + seed) * 2 + (Math.floor(i / 10) % 3));
 
@@ -44,11 +41,11 @@ test("BatchNorm in training normalises each channel by the batch and moves its r
   try {
     for (const x of xs) {
       const ref = reference(x, [1.5, -0.5, 2], [0.1, 0.2, -0.3]);
-      close(values(bn.forward(new Tensor(x).reshape(shape))), ref.out, 1e-4, "output");
+      assertClose(values(bn.forward(new Tensor(x).reshape(shape))), ref.out, { atol: 1e-4, rtol: 0, what: "output" });
       rm = rm.map((r, c) => 0.9 * r + 0.1 * ref.mean[c]!);
       rv = rv.map((r, c) => 0.9 * r + 0.1 * ref.unbiased[c]!);
-      close(values(bn.runningMean), rm, 1e-5, "running mean");
-      close(values(bn.runningVar), rv, 1e-5, "running variance (unbiased)");
+      assertClose(values(bn.runningMean), rm, { atol: 1e-5, rtol: 0, what: "running mean" });
+      assertClose(values(bn.runningVar), rv, { atol: 1e-5, rtol: 0, what: "running variance (unbiased)" });
     }
   } finally {
     Tensor.training = false;
@@ -59,8 +56,8 @@ test("BatchNorm in training normalises each channel by the batch and moves its r
     const c = Math.floor(i / 10) % 3;
     return ((v - rm[c]!) / Math.sqrt(rv[c]! + 1e-5)) * [1.5, -0.5, 2][c]! + [0.1, 0.2, -0.3][c]!;
   });
-  close(values(bn.forward(new Tensor(x).reshape(shape))), expected, 1e-4, "evaluation output");
-  close(values(bn.runningMean), rm, 1e-6, "running mean after evaluation");
+  assertClose(values(bn.forward(new Tensor(x).reshape(shape))), expected, { atol: 1e-4, rtol: 0, what: "evaluation output" });
+  assertClose(values(bn.runningMean), rm, { atol: 1e-6, rtol: 0, what: "running mean after evaluation" });
 });
 
 test("BatchNorm's gradients are the batch-statistics ones (the mean and variance depend on the input)", () => {
@@ -84,9 +81,9 @@ test("BatchNorm's gradients are the batch-statistics ones (the mean and variance
     dw.push(sumDyXhat);
     db.push(sumDy);
   }
-  close(values(x.grad!), dx, 1e-4, "input gradient");
-  close(values(bn.weight.grad!), dw, 1e-4, "weight gradient");
-  close(values(bn.bias.grad!), db, 1e-4, "bias gradient");
+  assertClose(values(x.grad!), dx, { atol: 1e-4, rtol: 0, what: "input gradient" });
+  assertClose(values(bn.weight.grad!), dw, { atol: 1e-4, rtol: 0, what: "weight gradient" });
+  assertClose(values(bn.bias.grad!), db, { atol: 1e-4, rtol: 0, what: "bias gradient" });
 });
 
 test("BatchNorm's running statistics are state, not parameters: saved, not handed to an optimizer", () => {
@@ -110,7 +107,7 @@ test("a jitted training step updates the running statistics on every replay", ()
   } finally {
     Tensor.training = false;
   }
-  close(values(bn.runningMean), rm, 1e-5, "running mean after 4 jitted steps");
+  assertClose(values(bn.runningMean), rm, { atol: 1e-5, rtol: 0, what: "running mean after 4 jitted steps" });
 });
 
 test("over a batch sharded on two devices, BatchNorm normalises by the whole batch (the statistics all-reduced)", () => {
@@ -128,7 +125,7 @@ test("over a batch sharded on two devices, BatchNorm normalises by the whole bat
     }
   };
   const one = run(null), two = run(["JS:0", "JS:1"]);
-  close(two.out, one.out, 1e-5, "output");
-  close(two.rm, one.rm, 1e-6, "running mean");
-  close(two.rv, one.rv, 1e-6, "running variance");
+  assertClose(two.out, one.out, { atol: 1e-5, rtol: 0, what: "output" });
+  assertClose(two.rm, one.rm, { atol: 1e-6, rtol: 0, what: "running mean" });
+  assertClose(two.rv, one.rv, { atol: 1e-6, rtol: 0, what: "running variance" });
 });

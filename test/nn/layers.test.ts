@@ -3,16 +3,15 @@ import { test } from "node:test";
 import { Device, Tensor } from "../../src/index.ts";
 import { Dropout, Embedding, GroupNorm, LayerNorm, Linear, RMSNorm, truncatedNormal, zeros } from "../../src/nn/layers.ts";
 import { getParameters } from "../../src/nn/state.ts";
+import { assertClose } from "../close.ts";
 import { checkOp, fromNd } from "../core/harness.ts";
 import { type Nd, nd, randomNd } from "../core/ref.ts";
 
 Device.DEFAULT = process.env.DEVICE ?? "JS";
 
 const values = (t: Tensor): number[] => Array.from(t.toArray() as Float32Array);
-const assertClose = (actual: number[], expected: number[], tol = 1e-5): void => {
-  assert.equal(actual.length, expected.length);
-  actual.forEach((a, i) => assert.ok(Math.abs(a - expected[i]!) <= tol, `element ${i}: ${a}, expected ${expected[i]}`));
-};
+/** Absolute: float32 layers against plain-JS arithmetic. */
+const TOLERANCE = { atol: 1e-5, rtol: 0 };
 
 test("Linear stores its weight as [out, in] and computes x @ W.T + b", () => {
   const layer = new Linear(3, 2);
@@ -21,7 +20,7 @@ test("Linear stores its weight as [out, in] and computes x @ W.T + b", () => {
   const [w, b] = [values(layer.weight), values(layer.bias!)];
   const x = [1, -2, 0.5];
   const expected = [0, 1].map((o) => b[o]! + x.reduce((s, xi, i) => s + xi * w[o * 3 + i]!, 0));
-  assertClose(values(layer.forward(new Tensor([x]))), expected);
+  assertClose(values(layer.forward(new Tensor([x]))), expected, TOLERANCE);
 });
 
 test("Linear's default initialisation stays within ±1/sqrt(fan in)", () => {
@@ -46,18 +45,18 @@ test("Embedding picks the rows of its table by id", () => {
   const w = values(table.weight);
   const out = table.forward(new Tensor([[3, 0], [1, 3]], { dtype: "int32" }));
   assert.deepEqual(out.shape, [2, 2, 2]);
-  assertClose(values(out), [3, 0, 1, 3].flatMap((id) => [w[id * 2]!, w[id * 2 + 1]!]));
+  assertClose(values(out), [3, 0, 1, 3].flatMap((id) => [w[id * 2]!, w[id * 2 + 1]!]), TOLERANCE);
 });
 
 test("LayerNorm normalises the last axis, then scales and shifts", () => {
   const norm = new LayerNorm(4, 1e-12);
-  assertClose(values(norm.weight), [1, 1, 1, 1]);
-  assertClose(values(norm.bias), [0, 0, 0, 0]);
+  assertClose(values(norm.weight), [1, 1, 1, 1], TOLERANCE);
+  assertClose(values(norm.bias), [0, 0, 0, 0], TOLERANCE);
   norm.weight.assign(new Tensor([1, 2, 1, 1])).realize();
   norm.bias.assign(new Tensor([0, 0, 0, 0.5])).realize();
   // [1, 2, 3, 4]: mean 2.5, population std sqrt(1.25)
   const s = Math.sqrt(1.25);
-  assertClose(values(norm.forward(new Tensor([[1, 2, 3, 4]]))), [-1.5 / s, (2 * -0.5) / s, 0.5 / s, 1.5 / s + 0.5]);
+  assertClose(values(norm.forward(new Tensor([[1, 2, 3, 4]]))), [-1.5 / s, (2 * -0.5) / s, 0.5 / s, 1.5 / s + 0.5], TOLERANCE);
 });
 
 test("Dropout passes inputs through unless training", () => {
@@ -100,8 +99,8 @@ test("parameters with equal initial values are still separate tensors", () => {
 test("layer parameters require gradients and receive them from backward", () => {
   const layer = new Linear(2, 1);
   layer.forward(new Tensor([[1, 2]])).sum().backward();
-  assertClose(values(layer.weight.grad!), [1, 2]);
-  assertClose(values(layer.bias!.grad!), [1]);
+  assertClose(values(layer.weight.grad!), [1, 2], TOLERANCE);
+  assertClose(values(layer.bias!.grad!), [1], TOLERANCE);
 });
 
 test("RMSNorm scales each row by its reciprocal root mean square, then by the weight", () => {
@@ -112,7 +111,7 @@ test("RMSNorm scales each row by its reciprocal root mean square, then by the we
     const rms = Math.sqrt(r.reduce((s, v) => s + v * v, 0) / 4 + 1e-6);
     return r.map((v, i) => (v / rms) * [1, 2, 0.5, -1][i]!);
   });
-  assertClose(values(norm.forward(new Tensor(rows))), expected);
+  assertClose(values(norm.forward(new Tensor(rows))), expected, TOLERANCE);
   assert.throws(() => norm.forward(new Tensor([[1, 2, 3]])), /RMSNorm\(4\): input has shape \[1, 3\]/);
 });
 

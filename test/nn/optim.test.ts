@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { Device, Tensor } from "../../src/index.ts";
 import { AdamW, LAMB, OptimizerGroup, SGD, clipGradNorm, type Optimizer } from "../../src/nn/optim.ts";
+import { assertClose } from "../close.ts";
 
 Device.DEFAULT = process.env.DEVICE ?? "JS";
 
@@ -37,13 +38,8 @@ function lambReference(w: Vec, grads: Vec[], { lr, b1 = 0.9, b2 = 0.999, eps = 1
   return w;
 }
 
-function assertClose(actual: ArrayLike<number>, expected: Vec, rtol = 1e-5, atol = 1e-6): void {
-  assert.equal(actual.length, expected.length);
-  for (let i = 0; i < expected.length; i++) {
-    const [a, e] = [actual[i]!, expected[i]!];
-    assert.ok(Math.abs(a - e) <= atol + rtol * Math.abs(e), `element ${i}: ${a}, expected ${e}`);
-  }
-}
+/** Float32 results against float64 references. */
+const TOLERANCE = { rtol: 1e-5, atol: 1e-6 };
 
 // ---------------------------------------------------------------- driving an optimizer with given gradients
 
@@ -72,45 +68,45 @@ function run(make: (p: Tensor) => Optimizer, grads: Vec[], w0 = W0): Float32Arra
 }
 
 test("SGD takes plain gradient steps", () => {
-  assertClose(run((p) => new SGD([p], { lr: 0.1 }), GRADS), sgdReference(W0, GRADS, { lr: 0.1 }));
+  assertClose(run((p) => new SGD([p], { lr: 0.1 }), GRADS), sgdReference(W0, GRADS, { lr: 0.1 }), TOLERANCE);
 });
 
 test("SGD with momentum and weight decay matches PyTorch's update over three steps", () => {
   const options = { lr: 0.05, momentum: 0.9, weightDecay: 0.01 };
-  assertClose(run((p) => new SGD([p], options), GRADS), sgdReference(W0, GRADS, options));
+  assertClose(run((p) => new SGD([p], options), GRADS), sgdReference(W0, GRADS, options), TOLERANCE);
 });
 
 test("SGD with Nesterov momentum matches PyTorch's update over three steps", () => {
   const options = { lr: 0.05, momentum: 0.8, nesterov: true };
-  assertClose(run((p) => new SGD([p], options), GRADS), sgdReference(W0, GRADS, options));
+  assertClose(run((p) => new SGD([p], options), GRADS), sgdReference(W0, GRADS, options), TOLERANCE);
 });
 
 test("AdamW applies bias-corrected Adam steps with decoupled weight decay", () => {
   const options = { lr: 0.01, weightDecay: 0.1, eps: 1e-8 };
-  assertClose(run((p) => new AdamW([p], options), GRADS), lambReference(W0, GRADS, { ...options, adam: true }));
+  assertClose(run((p) => new AdamW([p], options), GRADS), lambReference(W0, GRADS, { ...options, adam: true }), TOLERANCE);
 });
 
 test("LAMB's first step matches the reference", () => {
   const options = { lr: 0.02, weightDecay: 0.01 };
-  assertClose(run((p) => new LAMB([p], options), GRADS.slice(0, 1)), lambReference(W0, GRADS.slice(0, 1), options));
+  assertClose(run((p) => new LAMB([p], options), GRADS.slice(0, 1)), lambReference(W0, GRADS.slice(0, 1), options), TOLERANCE);
 });
 
 test("LAMB matches the reference over three steps with the MLPerf hyper-parameters", () => {
   const options = { lr: 0.004, b1: 0.9, b2: 0.999, eps: 1e-6, weightDecay: 0.01 };
-  assertClose(run((p) => new LAMB([p], options), GRADS), lambReference(W0, GRADS, options));
+  assertClose(run((p) => new LAMB([p], options), GRADS), lambReference(W0, GRADS, options), TOLERANCE);
 });
 
 test("LAMB uses a trust ratio of 1 for an all-zero weight (a zero-initialised bias)", () => {
   const zeros = W0.map(() => 0);
   const stepped = run((p) => new LAMB([p], { lr: 0.1 }), GRADS.slice(0, 1), zeros);
   // ratio 1: the first Adam step moves each element by lr * sign(g) (eps aside)
-  assertClose(stepped, lambReference(zeros, GRADS.slice(0, 1), { lr: 0.1 }));
-  assertClose(stepped, GRADS[0]!.map((g) => -0.1 * Math.sign(g)), 1e-4);
+  assertClose(stepped, lambReference(zeros, GRADS.slice(0, 1), { lr: 0.1 }), TOLERANCE);
+  assertClose(stepped, GRADS[0]!.map((g) => -0.1 * Math.sign(g)), { ...TOLERANCE, rtol: 1e-4 });
 });
 
 test("LAMB leaves a weight unchanged, without NaN, when its update is all zero", () => {
   const stepped = run((p) => new LAMB([p], { lr: 0.1 }), [W0.map(() => 0)]);
-  assertClose(stepped, W0);
+  assertClose(stepped, W0, TOLERANCE);
 });
 
 test("LAMB keeps each tensor's trust ratio separate", () => {
@@ -119,8 +115,8 @@ test("LAMB keeps each tensor's trust ratio separate", () => {
   a.grad = new Tensor([1, 1], { dtype: "float32" });
   b.grad = new Tensor([1, -1], { dtype: "float32" });
   opt.step();
-  assertClose(a.toArray() as Float32Array, lambReference([3, 4], [[1, 1]], { lr: 0.1 }));
-  assertClose(b.toArray() as Float32Array, lambReference([0.01, -0.02], [[1, -1]], { lr: 0.1 }));
+  assertClose(a.toArray() as Float32Array, lambReference([3, 4], [[1, 1]], { lr: 0.1 }), TOLERANCE);
+  assertClose(b.toArray() as Float32Array, lambReference([0.01, -0.02], [[1, -1]], { lr: 0.1 }), TOLERANCE);
 });
 
 test("a learning rate assigned to the lr tensor applies from the next step", () => {
@@ -129,7 +125,7 @@ test("a learning rate assigned to the lr tensor applies from the next step", () 
   opt.lr.assign(new Tensor([0.5], { dtype: "float32" })).realize();
   p.grad = new Tensor(GRADS[0]!, { dtype: "float32" });
   opt.step();
-  assertClose(p.toArray() as Float32Array, sgdReference(W0, GRADS.slice(0, 1), { lr: 0.5 }));
+  assertClose(p.toArray() as Float32Array, sgdReference(W0, GRADS.slice(0, 1), { lr: 0.5 }), TOLERANCE);
 });
 
 test("an OptimizerGroup steps every member with its own settings", () => {
@@ -141,8 +137,8 @@ test("an OptimizerGroup steps every member with its own settings", () => {
     b.grad = new Tensor(g, { dtype: "float32" });
     group.step();
   }
-  assertClose(a.toArray() as Float32Array, lambReference(W0, GRADS, { lr: 0.01, weightDecay: 0.01 }));
-  assertClose(b.toArray() as Float32Array, lambReference(W0, GRADS, { lr: 0.01, weightDecay: 0 }));
+  assertClose(a.toArray() as Float32Array, lambReference(W0, GRADS, { lr: 0.01, weightDecay: 0.01 }), TOLERANCE);
+  assertClose(b.toArray() as Float32Array, lambReference(W0, GRADS, { lr: 0.01, weightDecay: 0 }), TOLERANCE);
 });
 
 test("zeroGrad clears the gradients of every member of a group", () => {
@@ -163,7 +159,7 @@ test("SGD on a real backward pass descends a quadratic", () => {
     p.square().sum().backward();
     opt.step();
   }
-  assertClose(p.toArray() as Float32Array, [2 * 0.5 ** 3, -3 * 0.5 ** 3]); // w -= 0.25 * 2w halves w each step
+  assertClose(p.toArray() as Float32Array, [2 * 0.5 ** 3, -3 * 0.5 ** 3], TOLERANCE); // w -= 0.25 * 2w halves w each step
 });
 
 test("stepping without gradients names the parameter", () => {
@@ -186,14 +182,14 @@ test("clipGradNorm scales every gradient by maxNorm / (global norm) when above i
   const [a, b] = [param([1, 2]), param([3])];
   a.mul(new Tensor([3, 0])).sum().add(b.mul(4).sum()).backward(); // gradients [3, 0] and [4]: norm 5
   const norm = clipGradNorm([a, b], 2.5);
-  assertClose(norm.toArray() as Float32Array, [5]);
-  assertClose(a.grad!.toArray() as Float32Array, [1.5, 0], 1e-5);
-  assertClose(b.grad!.toArray() as Float32Array, [2], 1e-5);
+  assertClose(norm.toArray() as Float32Array, [5], TOLERANCE);
+  assertClose(a.grad!.toArray() as Float32Array, [1.5, 0], TOLERANCE);
+  assertClose(b.grad!.toArray() as Float32Array, [2], TOLERANCE);
   // below the bound nothing changes
   const c = param([1]);
   c.mul(0.5).sum().backward();
   clipGradNorm([c], 1);
-  assertClose(c.grad!.toArray() as Float32Array, [0.5]);
+  assertClose(c.grad!.toArray() as Float32Array, [0.5], TOLERANCE);
   assert.throws(() => clipGradNorm([param([1])], 1), /clipGradNorm: no parameter has a gradient/);
   assert.throws(() => clipGradNorm([c], 0), /clipGradNorm: maxNorm must be positive, got 0/);
 });
