@@ -5,7 +5,8 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { Tensor, TsgradError, dtypes } from "../../src/index.ts";
 import { testDevices } from "../devices.ts";
-import { assertClose, checkOp, fromNd, values } from "./harness.ts";
+import { assertClose } from "../close.ts";
+import { checkOp, fromNd, values } from "./harness.ts";
 import { type Nd, erf, map, nd, randomNd, reduce, zip } from "./ref.ts";
 
 const x = randomNd([2, 3, 4], 21, -4, 4);

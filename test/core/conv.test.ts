@@ -6,7 +6,8 @@ import { Tensor, TsgradError, dtypes, nn } from "../../src/index.ts";
 import { recordItems } from "../../src/engine/realize.ts";
 import type { Stmt } from "../../src/codegen/ir.ts";
 import type { Idx } from "../../src/shape/symbolic.ts";
-import { assertClose, values } from "./harness.ts";
+import { assertClose } from "../close.ts";
+import { values } from "./harness.ts";
 import { testDevices } from "../devices.ts";
 
 const devices = testDevices();

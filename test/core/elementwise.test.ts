@@ -2,7 +2,8 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { Tensor, dtypes } from "../../src/index.ts";
 import { testDevices } from "../devices.ts";
-import { checkOp, values, assertClose } from "./harness.ts";
+import { assertClose } from "../close.ts";
+import { checkOp, values } from "./harness.ts";
 import { type Nd, erf, map, randomNd, zip } from "./ref.ts";
 
 const x = randomNd([2, 3, 4], 1, -2, 2);
