@@ -3,6 +3,7 @@ import { test } from "node:test";
 import { Device, Tensor, dtypes } from "../../src/index.ts";
 import { getStateDict } from "../../src/nn/state.ts";
 import { BERT_PRESETS, BertForPretraining, bertPretrainingLosses, type BertBatch, type BertConfig } from "../../models/bert.ts";
+import { assertClose } from "../close.ts";
 
 Device.DEFAULT = process.env.DEVICE ?? "JS";
 
@@ -62,7 +63,7 @@ test("backward through BERT matches central finite differences of the loss (floa
       };
       const numeric = (at(h) - at(-h)) / (2 * h);
       at(0);
-      assert.ok(Math.abs(analytic - numeric) <= 1e-8 + 1e-6 * Math.abs(numeric), `${name}[${index}]: backward ${analytic}, finite difference ${numeric}`);
+      assertClose(analytic, numeric, { atol: 1e-8, rtol: 1e-6, what: `${name}[${index}], backward against the finite difference` });
     }
   } finally {
     Tensor.defaultFloat = saved;
