@@ -35,6 +35,13 @@ module.exports = {
     layer("nn/", ["^src/tensor/", "^src/io/"], "Layers and optimizers are compositions of Tensor ops."),
     layer("io/", [], "File formats read and write bytes; they know nothing of tensors."),
     {
+      name: "tensor-through-index",
+      comment: "The op families attach their methods as src/tensor/index.ts loads them; elsewhere a Tensor comes from there.",
+      severity: "error",
+      from: { pathNot: "^src/tensor/" },
+      to: { path: "^src/tensor/(?!index\\.ts$)" },
+    },
+    {
       name: "outside-uses-public-api",
       comment: "models/, mlperf/ and examples/ use the package as a user does: through src/index.ts.",
       severity: "error",

@@ -6,7 +6,7 @@
 // Usage: npx tsx bench/allreduce.ts [--numel 16777216] [--device CPU] [--repeats 3]
 import { parseArgs } from "node:util";
 import { Device, Tensor } from "../src/index.ts";
-import { jit } from "../src/tensor/jit.ts";
+import { jit } from "../src/tensor/index.ts";
 
 const { values } = parseArgs({ options: { numel: { type: "string", default: String(16 * 1024 * 1024) }, device: { type: "string" }, repeats: { type: "string", default: "3" } } });
 const numel = Number(values.numel);

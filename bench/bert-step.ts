@@ -13,7 +13,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { Device, GlobalCounters, Tensor } from "../src/index.ts";
-import { jit } from "../src/tensor/jit.ts";
+import { jit } from "../src/tensor/index.ts";
 import { kernelTimers } from "../src/engine/realize.ts";
 import { BERT_PRESETS, BertForPretraining, type BertConfig } from "../models/bert.ts";
 import { createBertOptimizer, makeBertTrainStep } from "../models/bert_train_step.ts";

@@ -5,7 +5,7 @@
 // Usage: npx tsx bench/host-alignment.ts [--config mini] [--steps 12]
 import { parseArgs } from "node:util";
 import { Device, Tensor } from "../src/index.ts";
-import { jit } from "../src/tensor/jit.ts";
+import { jit } from "../src/tensor/index.ts";
 import { BERT_PRESETS, BertForPretraining } from "../models/bert.ts";
 import { createBertOptimizer, makeBertTrainStep } from "../models/bert_train_step.ts";
 import { fakeBatch, samplesToTensors } from "../mlperf/bert/data/loader.ts";

@@ -6,7 +6,7 @@
 // Usage: npx tsx bench/jit_replay.ts [--kernels 500] [--rounds 5] [--steps 20] [--devices 1]
 import { parseArgs } from "node:util";
 import { Device, Tensor, dtypes } from "../src/index.ts";
-import { jit } from "../src/tensor/jit.ts";
+import { jit } from "../src/tensor/index.ts";
 import { BertForPretraining, type BertConfig } from "../models/bert.ts";
 import { createBertOptimizer, makeBertTrainStep } from "../models/bert_train_step.ts";
 import { fakeBatch, samplesToTensors } from "../mlperf/bert/data/loader.ts";

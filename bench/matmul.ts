@@ -5,7 +5,7 @@
 import { spawnSync } from "node:child_process";
 import { parseArgs } from "node:util";
 import { GlobalCounters, Tensor } from "../src/index.ts";
-import { jit } from "../src/tensor/jit.ts";
+import { jit } from "../src/tensor/index.ts";
 
 interface Shape {
   readonly name: string;

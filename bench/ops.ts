@@ -3,7 +3,7 @@
 // Usage: npx tsx bench/ops.ts [--batch 4] [--seq 32] [--hidden 64] [--steps 5]
 import { parseArgs } from "node:util";
 import { GlobalCounters, Tensor } from "../src/index.ts";
-import { jit } from "../src/tensor/jit.ts";
+import { jit } from "../src/tensor/index.ts";
 import { testDevices } from "../test/devices.ts";
 
 const { values } = parseArgs({ options: { batch: { type: "string", default: "4" }, seq: { type: "string", default: "32" }, hidden: { type: "string", default: "64" }, steps: { type: "string", default: "5" } } });

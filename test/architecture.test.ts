@@ -41,6 +41,7 @@ const expected: [string, string, string][] = [
   ["codegen-imports-down", "src/codegen/lower.ts", "src/engine/schedule.ts"],
   ["engine-imports-down", "src/engine/schedule.ts", "src/tensor/tensor.ts"],
   ["tensor-imports-down", "src/tensor/tensor.ts", "src/nn/layers.ts"],
+  ["tensor-through-index", "src/engine/schedule.ts", "src/tensor/tensor.ts"],
   ["io-imports-down", "src/io/safetensors.ts", "src/tensor/index.ts"],
   ["outside-uses-public-api", "models/bert.ts", "src/nn/layers.ts"],
   ["models-know-no-benchmark", "models/bert.ts", "mlperf/train.ts"],

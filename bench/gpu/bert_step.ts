@@ -5,7 +5,7 @@
 // Usage: node bert_step.mjs [--batch 8] [--seq 512] [--steps 5] [--preset large] [--layers 24] [--device CUDA]
 import { parseArgs } from "node:util";
 import { Device, GlobalCounters, Tensor, dtypes } from "../../src/index.ts";
-import { jit } from "../../src/tensor/jit.ts";
+import { jit } from "../../src/tensor/index.ts";
 import { kernelTimers } from "../../src/engine/realize.ts";
 import { estimateBytes } from "../../src/codegen/lower.ts";
 import type { KernelIR } from "../../src/codegen/ir.ts";

@@ -10,7 +10,7 @@ import { parseArgs } from "node:util";
 import { Device, Tensor, dtypes } from "../../src/index.ts";
 import type { KernelIR } from "../../src/codegen/ir.ts";
 import { recordItems } from "../../src/engine/realize.ts";
-import { deviceRuns } from "../../src/tensor/jit.ts";
+import { deviceRuns } from "../../src/tensor/index.ts";
 import { cudaForm, renderCudaForm } from "../../src/codegen/cuda_forms.ts";
 import { groupSize } from "../../src/renderer/cuda.ts";
 import { describeTensorCoreKernel, matchMatmul, worthTensorCores } from "../../src/renderer/cuda_matmul.ts";

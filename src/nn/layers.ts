@@ -1,9 +1,7 @@
 // The small layers models are built from. Each holds its parameters as Tensor properties, so
 // `getStateDict` finds them under the property names (`dense.weight`, `LayerNorm.bias`, ...).
-import { Tensor } from "../tensor/tensor.ts";
+import { type ConvOptions, type ConvTransposeOptions, Tensor } from "../tensor/index.ts";
 import { TsgradError } from "../helpers.ts";
-import type { ConvOptions } from "../tensor/windows.ts";
-import type { ConvTransposeOptions } from "../tensor/upsample.ts";
 
 /** Makes a fresh initial value for a parameter of `shape`. */
 export type Initializer = (shape: number[]) => Tensor;

@@ -3,7 +3,7 @@
 // tensor, so a schedule changes it in place without rebuilding anything.
 import { dtypes } from "../dtype.ts";
 import { TsgradError, fmtShape } from "../helpers.ts";
-import { Tensor } from "../tensor/tensor.ts";
+import { Tensor } from "../tensor/index.ts";
 import type { HasStateDict, StateDict } from "./state.ts";
 
 /** A float32 [1] tensor in its own buffer, for state a step assigns to. */

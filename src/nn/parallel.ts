@@ -1,5 +1,5 @@
 // Data parallelism for models: replicate a model's state over a device set, in place.
-import { Tensor } from "../tensor/tensor.ts";
+import { Tensor } from "../tensor/index.ts";
 import { getStateDict } from "./state.ts";
 
 /**

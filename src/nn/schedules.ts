@@ -2,7 +2,7 @@
 // jitted train step that reads `optimizer.lr` sees every change without being rebuilt.
 import { dtypes } from "../dtype.ts";
 import { TsgradError } from "../helpers.ts";
-import { Tensor } from "../tensor/tensor.ts";
+import { Tensor } from "../tensor/index.ts";
 import type { Optimizer } from "./optim.ts";
 import type { HasStateDict, StateDict } from "./state.ts";
 

@@ -2,7 +2,7 @@
 // loading them back, and safetensors files of them in every tsgrad dtype.
 import { type DType, type DTypeName, type TypedArray, dtypes } from "../dtype.ts";
 import { TsgradError, arraysEqual, fmtShape, prod } from "../helpers.ts";
-import { Tensor } from "../tensor/tensor.ts";
+import { Tensor } from "../tensor/index.ts";
 import { type SafetensorsDType, type SafetensorsTensor, readSafetensorsFile, writeSafetensorsFile } from "../io/safetensors.ts";
 
 /** Tensors by dotted name (`bert.encoder.layer.0.attention.self.query.weight`), in a stable order. */

@@ -1,7 +1,7 @@
 // Einstein summation with numpy's and PyTorch's rules, from movement ops, mul and sum alone: autograd needs no
 // rule of its own, a diagonal is a strided view (no gather), and each contraction of two operands is the
 // broadcast product summed over its last axes that Tensor.matmul builds, so the scheduler runs it as a matmul.
-import type { Tensor } from "./tensor.ts";
+import { Tensor } from "./tensor.ts";
 import { TsgradError, fmtShape } from "../helpers.ts";
 
 const ELLIPSIS = "...";
@@ -164,3 +164,16 @@ function contract([a, aLabels]: [Tensor, string[]], [b, bLabels]: [Tensor, strin
   }
   return sumOut(x.mul(y), all, (label) => needed.has(label));
 }
+
+declare module "./tensor.ts" {
+  // a static method, merged into the class as a namespace member
+  namespace Tensor {
+    /**
+     * Einstein summation, numpy's rules (`Tensor.einsum("bij,bjk->bik", a, b)`, diagonals, `...`, implicit
+     * output); a contraction of two operands runs as a matmul.
+     */
+    let einsum: (formula: string, ...operands: Tensor[]) => Tensor;
+  }
+}
+
+Tensor.einsum = einsum;

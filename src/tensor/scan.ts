@@ -153,3 +153,21 @@ export function multinomial(probs: Tensor, numSamples: number, { replacement = t
   const samples = normalised.gt(u).logicalAnd(positive).where(category, n).min({ axis: -1 }).cast(dtypes.int32);
   return probs.ndim === 1 ? samples.reshape([numSamples]) : samples;
 }
+
+declare module "./tensor.ts" {
+  interface Tensor {
+    /** Running sum along `axis` (a sum over a windows view; long axes in blocks). */
+    cumsum(axis?: number): Tensor;
+    /** Running maximum along `axis`. */
+    cummax(axis?: number): Tensor;
+    /** The k largest (or smallest) elements along an axis, sorted, and their int32 indices (ties: lowest index). */
+    topk(k: number, options?: TopkOptions): { values: Tensor; indices: Tensor };
+    /** int32 category indices drawn from rows of non-negative weights ([n] or [rows, n]). */
+    multinomial(numSamples?: number, options?: { replacement?: boolean }): Tensor;
+  }
+}
+
+Tensor.prototype.cumsum = function (axis = 0) { return cumsum(this, axis); };
+Tensor.prototype.cummax = function (axis = 0) { return cummax(this, axis); };
+Tensor.prototype.topk = function (k, options = {}) { return topk(this, k, options); };
+Tensor.prototype.multinomial = function (numSamples = 1, options = {}) { return multinomial(this, numSamples, options); };

@@ -98,3 +98,15 @@ export function sort(x: Tensor, { axis = -1, descending = false }: SortOptions =
 export function argsort(x: Tensor, { axis = -1, descending = false }: SortOptions = {}): Tensor {
   return sortedIndices(x, sortAxis("argsort", x, axis), descending);
 }
+
+declare module "./tensor.ts" {
+  interface Tensor {
+    /** Sorted along an axis (a bitonic network), with the int32 indices; stable: ties keep index order. */
+    sort(options?: SortOptions): { values: Tensor; indices: Tensor };
+    /** The int32 indices that sort this tensor along an axis. */
+    argsort(options?: SortOptions): Tensor;
+  }
+}
+
+Tensor.prototype.sort = function (options = {}) { return sort(this, options); };
+Tensor.prototype.argsort = function (options = {}) { return argsort(this, options); };

@@ -1,4 +1,6 @@
 // The Tensor: a lazy handle on a UOp graph. Every op builds nodes; realize() or a read runs them.
+// This is its core; the families of composite ops (einsum, scan, sort, upsample, windows) add their methods
+// as they load, and index.ts assembles the whole Tensor.
 import { Device } from "../device.ts";
 import {
   type DType, type DTypeName, type TypedArray, castScalar, defaultFloatFromEnv, dtypeOf, dtypes,
@@ -10,11 +12,6 @@ import { TsgradError, arraysEqual, fmtShape, prod, range } from "../helpers.ts";
 import { realizeNodes } from "../engine/realize.ts";
 import { storedBuffer } from "../engine/schedule.ts";
 import { randomBits } from "./random.ts";
-import { type ConvOptions, type PoolOptions, avgPool2d, conv, maxPool2d } from "./windows.ts";
-import { einsum } from "./einsum.ts";
-import { type ConvTransposeOptions, type InterpolateOptions, convTranspose, interpolate } from "./upsample.ts";
-import { type TopkOptions, cummax, cumsum, multinomial, topk } from "./scan.ts";
-import { type SortOptions, argsort, sort } from "./sort.ts";
 import { reduceInTwo } from "./split_reduce.ts";
 import { type BinaryOp, type Pads, type UnaryOp, UOp } from "../uop.ts";
 import { type Lazy, MultiLazy, allReduceMany, multiDeviceName, splitDeviceName, splitSizes } from "./multi.ts";
@@ -684,18 +681,6 @@ export class Tensor {
     const reduced = this.axes(opts.axis);
     return out.reshape(out.shape.filter((_, i) => !reduced.includes(i)));
   }
-  /** Running sum along `axis` (src/tensor/scan.ts: a sum over a windows view; long axes in blocks). */
-  cumsum(axis = 0): Tensor { return cumsum(this, axis); }
-  /** Running maximum along `axis`. */
-  cummax(axis = 0): Tensor { return cummax(this, axis); }
-  /** The k largest (or smallest) elements along an axis, sorted, and their int32 indices (ties: lowest index). */
-  topk(k: number, options: TopkOptions = {}): { values: Tensor; indices: Tensor } { return topk(this, k, options); }
-  /** Sorted along an axis (a bitonic network, src/tensor/sort.ts), with the int32 indices; stable: ties keep index order. */
-  sort(options: SortOptions = {}): { values: Tensor; indices: Tensor } { return sort(this, options); }
-  /** The int32 indices that sort this tensor along an axis. */
-  argsort(options: SortOptions = {}): Tensor { return argsort(this, options); }
-  /** int32 category indices drawn from rows of non-negative weights ([n] or [rows, n]). */
-  multinomial(numSamples = 1, options: { replacement?: boolean } = {}): Tensor { return multinomial(this, numSamples, options); }
   /** The L2 norm (sqrt of the sum of squares) over `axis` (all elements by default); `ord: 1` for the L1 norm. */
   norm({ ord = 2, ...opts }: ReduceOptions & { ord?: 1 | 2 } = {}): Tensor {
     if (ord === 1) return this.abs().sum(opts);
@@ -927,12 +912,6 @@ export class Tensor {
     const out = this.matmul(weight.T);
     return bias ? out.add(bias) : out;
   }
-  /**
-   * Convolution (cross-correlation, as PyTorch's conv1d/2d/3d) over the weight's spatial axes: this [batch,
-   * channels, ...spatial], weight [filters, channels / groups, ...kernel] -> [batch, filters, ...out]. A matmul
-   * that reads a view of the input's windows (src/tensor/windows.ts): no im2col buffer.
-   */
-  conv2d(weight: Tensor, options: ConvOptions = {}): Tensor { return conv(this, weight, options); }
   /** Zeros above the `diagonal`-th diagonal of the last two axes (0: the main one; 1: one above it). A causal mask: `Tensor.ones([t, t]).tril()`. */
   tril(diagonal = 0): Tensor { return this.triangle(diagonal, true); }
   /** Zeros below the `diagonal`-th diagonal of the last two axes. */
@@ -946,17 +925,6 @@ export class Tensor {
     const keep = lower ? cols.sub(rows).le(diagonal) : cols.sub(rows).ge(diagonal);
     return keep.where(this, 0);
   }
-  /**
-   * Transposed convolution (PyTorch's conv_transposeNd, weight [in, out / groups, ...kernel]): a convolution
-   * over the input with zeros between its elements, a view (src/tensor/upsample.ts).
-   */
-  convTranspose2d(weight: Tensor, options: ConvTransposeOptions = {}): Tensor { return convTranspose(this, weight, options); }
-  /** Resizes the spatial axes of [batch, channels, ...spatial]: nearest, linear, bilinear, trilinear (PyTorch's F.interpolate). */
-  interpolate(options: InterpolateOptions): Tensor { return interpolate(this, options); }
-  /** The largest element of each window of the last two axes (stride: the kernel unless given). */
-  maxPool2d(options: PoolOptions): Tensor { return maxPool2d(this, options); }
-  /** The mean of each window of the last two axes (padding counts as zeros). */
-  avgPool2d(options: PoolOptions): Tensor { return avgPool2d(this, options); }
   softmax(axis = -1): Tensor {
     // the values the max reads (a 16-bit input stored first) are the values shifted: the max is exactly 0
     // after the shift, and a computed input runs once (in its producer's kernel: attention scores in the
@@ -990,11 +958,6 @@ export class Tensor {
   oneHot(numClasses: number): Tensor {
     return this.unsqueeze(-1).eq(Tensor.arange(numClasses, undefined, 1, { device: this.device })).cast(dtypes.int32);
   }
-  /**
-   * Einstein summation, numpy's rules (`Tensor.einsum("bij,bjk->bik", a, b)`, diagonals, `...`, implicit
-   * output); a contraction of two operands runs as a matmul (src/tensor/einsum.ts).
-   */
-  static einsum(formula: string, ...operands: Tensor[]): Tensor { return einsum(formula, ...operands); }
   /** Rows of `weight` ([vocab, dim]) picked by integer ids of any shape. */
   static embedding(ids: Tensor, weight: Tensor): Tensor {
     const [vocab, dim] = weight.shape as [number, number];

@@ -168,3 +168,18 @@ function linearSources(from: number, to: number, step: number, alignCorners: boo
   }
   return { low, high, fraction };
 }
+
+declare module "./tensor.ts" {
+  interface Tensor {
+    /**
+     * Transposed convolution (PyTorch's conv_transposeNd, weight [in, out / groups, ...kernel]): a convolution
+     * over the input with zeros between its elements, a view.
+     */
+    convTranspose2d(weight: Tensor, options?: ConvTransposeOptions): Tensor;
+    /** Resizes the spatial axes of [batch, channels, ...spatial]: nearest, linear, bilinear, trilinear (PyTorch's F.interpolate). */
+    interpolate(options: InterpolateOptions): Tensor;
+  }
+}
+
+Tensor.prototype.convTranspose2d = function (weight, options = {}) { return convTranspose(this, weight, options); };
+Tensor.prototype.interpolate = function (options) { return interpolate(this, options); };

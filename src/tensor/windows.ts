@@ -2,7 +2,7 @@
 // in whatever kernel reads them, no gather and no im2col buffer), a convolution is a matmul that reads that
 // view, and autograd needs no rule of its own (a window's gradient is the movement ops' gradients: sums
 // over the copies an expand made).
-import type { Tensor } from "./tensor.ts";
+import { Tensor } from "./tensor.ts";
 import { TsgradError, fmtShape } from "../helpers.ts";
 
 /**
@@ -123,3 +123,22 @@ export function avgPool2d(x: Tensor, options: PoolOptions): Tensor {
   const w = poolWindows(x, 2, options, 0, "avgPool2d");
   return w.mean({ axis: [-2, -1] });
 }
+
+declare module "./tensor.ts" {
+  interface Tensor {
+    /**
+     * Convolution (cross-correlation, as PyTorch's conv1d/2d/3d) over the weight's spatial axes: this [batch,
+     * channels, ...spatial], weight [filters, channels / groups, ...kernel] -> [batch, filters, ...out]. A matmul
+     * that reads a view of the input's windows: no im2col buffer.
+     */
+    conv2d(weight: Tensor, options?: ConvOptions): Tensor;
+    /** The largest element of each window of the last two axes (stride: the kernel unless given). */
+    maxPool2d(options: PoolOptions): Tensor;
+    /** The mean of each window of the last two axes (padding counts as zeros). */
+    avgPool2d(options: PoolOptions): Tensor;
+  }
+}
+
+Tensor.prototype.conv2d = function (weight, options = {}) { return conv(this, weight, options); };
+Tensor.prototype.maxPool2d = function (options) { return maxPool2d(this, options); };
+Tensor.prototype.avgPool2d = function (options) { return avgPool2d(this, options); };

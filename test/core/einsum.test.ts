@@ -3,7 +3,7 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { Tensor, TsgradError, UOp } from "../../src/index.ts";
-import { einsum } from "../../src/tensor/einsum.ts";
+import { einsum } from "../../src/tensor/index.ts";
 import { recordItems } from "../../src/engine/realize.ts";
 import { isMatmul } from "../../src/uop.ts";
 import { testDevices } from "../devices.ts";

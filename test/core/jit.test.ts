@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { GlobalCounters, Tensor, dtypes } from "../../src/index.ts";
-import { MAX_CAPTURES, jit } from "../../src/tensor/jit.ts";
+import { MAX_CAPTURES, jit } from "../../src/tensor/index.ts";
 import { testDevices } from "../devices.ts";
 
 for (const device of testDevices()) {

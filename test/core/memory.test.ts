@@ -4,7 +4,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { GlobalCounters, Tensor } from "../../src/index.ts";
-import { jit } from "../../src/tensor/jit.ts";
+import { jit } from "../../src/tensor/index.ts";
 import { recordItems } from "../../src/engine/realize.ts";
 import { storedBuffer } from "../../src/engine/schedule.ts";
 import koffi from "koffi";

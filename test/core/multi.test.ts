@@ -2,8 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Device, GlobalCounters, Tensor, TsgradError, UOp } from "../../src/index.ts";
 import { recordItems } from "../../src/engine/realize.ts";
-import { allReduce, allReduceMany } from "../../src/tensor/multi.ts";
-import { jit } from "../../src/tensor/jit.ts";
+import { allReduce, allReduceMany, jit } from "../../src/tensor/index.ts";
 import { assertClose, values } from "./harness.ts";
 
 const devs = (n: number): string[] => Array.from({ length: n }, (_, i) => `JS:${i}`);

@@ -175,7 +175,7 @@ for (const device of testDevices()) {
 }
 
 test("threefry2x32 matches the Random123 known-answer vectors", async () => {
-  const { threefry2x32 } = await import("../../src/tensor/random.ts");
+  const { threefry2x32 } = await import("../../src/tensor/index.ts");
   const word = (v: number) => new Tensor(Uint32Array.from([v]), { device: "JS" }).node as UOp;
   const run = (x0: number, x1: number, k0: number, k1: number) => threefry2x32(word(x0), word(x1), word(k0), word(k1)).map((u) => new Tensor(u).item());
   assert.deepEqual(run(0, 0, 0, 0), [0x6b200159, 0x99ba4efe]);

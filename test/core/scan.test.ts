@@ -3,7 +3,7 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { GlobalCounters, Tensor, TsgradError, dtypes } from "../../src/index.ts";
-import { cummax, cumsum, multinomial, topk } from "../../src/tensor/scan.ts";
+import { cummax, cumsum, multinomial, topk } from "../../src/tensor/index.ts";
 import { testDevices } from "../devices.ts";
 import { checkOp, fromNd, values } from "./harness.ts";
 import { type Nd, nd, randomNd } from "./ref.ts";

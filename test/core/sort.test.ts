@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { GlobalCounters, Tensor, TsgradError, dtypes } from "../../src/index.ts";
 import { type DType } from "../../src/dtype.ts";
 import { recordItems } from "../../src/engine/realize.ts";
-import { argsort, sort } from "../../src/tensor/sort.ts";
+import { argsort, sort } from "../../src/tensor/index.ts";
 import { testDevices } from "../devices.ts";
 import { checkOp, fromNd, values } from "./harness.ts";
 import { type Nd, map, nd, randomNd } from "./ref.ts";

@@ -3,7 +3,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { GlobalCounters, Tensor, dtypes } from "../../src/index.ts";
-import { splitReduce } from "../../src/tensor/split_reduce.ts";
+import { splitReduce } from "../../src/tensor/index.ts";
 import { recordItems } from "../../src/engine/realize.ts";
 import { testDevices } from "../devices.ts";
 

@@ -3,8 +3,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Tensor, TsgradError, nn } from "../../src/index.ts";
-import { convTranspose, interpolate } from "../../src/tensor/upsample.ts";
-import { conv } from "../../src/tensor/windows.ts";
+import { conv, convTranspose, interpolate } from "../../src/tensor/index.ts";
 import { recordItems } from "../../src/engine/realize.ts";
 import { assertClose, checkOp, fromNd, values } from "./harness.ts";
 import { type Nd, nd, randomNd, ravel, unravel } from "./ref.ts";

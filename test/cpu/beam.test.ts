@@ -7,7 +7,7 @@ import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Device, Tensor } from "../../src/index.ts";
-import { jit } from "../../src/tensor/jit.ts";
+import { jit } from "../../src/tensor/index.ts";
 import { clearKernelCache, searchStats } from "../../src/engine/search.ts";
 
 const hasCpu = Device.isAvailable("CPU");

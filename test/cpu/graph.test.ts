@@ -3,7 +3,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Device, GlobalCounters, Tensor, dtypes } from "../../src/index.ts";
-import { jit } from "../../src/tensor/jit.ts";
+import { jit } from "../../src/tensor/index.ts";
 import { storedBuffer } from "../../src/engine/schedule.ts";
 import { cpuGraphStats } from "../../src/runtime/cpu_graph.ts";
 

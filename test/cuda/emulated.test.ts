@@ -152,7 +152,7 @@ if (library) {
   });
 
   test("a jitted step replays as one CUDA graph, with the numbers of plain calls, its inputs copied in", async () => {
-    const { jit } = await import("../../src/tensor/jit.ts");
+    const { jit } = await import("../../src/tensor/index.ts");
     const koffi = (await import("koffi")).default;
     const graphLaunches = koffi.load(library).func("int tg_emu_graph_launches(void)") as () => number;
     const w = Tensor.rand([64, 32], { device: "CUDA" }).realize();
@@ -177,7 +177,7 @@ if (library) {
   });
 
   test("data parallelism over two emulated GPUs: the batch sharded, peer copies, graphs per device, each kernel on its own GPU, the numbers of one JS device", async () => {
-    const { jit } = await import("../../src/tensor/jit.ts");
+    const { jit } = await import("../../src/tensor/index.ts");
     const koffi = (await import("koffi")).default;
     const peerCopies = koffi.load(library).func("int tg_emu_peer_copies(void)") as () => number;
     const graphLaunches = koffi.load(library).func("int tg_emu_graph_launches(void)") as () => number;

@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
 import { Device, Tensor, dtypes } from "../../src/index.ts";
-import { jit } from "../../src/tensor/jit.ts";
+import { jit } from "../../src/tensor/index.ts";
 import { getStateDict, loadStateDict, storageOf, tensorFromStorage } from "../../src/nn/state.ts";
 import {
   BERT_PRESETS, BertForPretraining, bertConfigFromJson, bertParameterCount, bertParameterShapes, bertPretrainingLosses, bertPretrainingMetrics,

@@ -2,7 +2,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Tensor, TsgradError } from "../../src/index.ts";
-import { jit } from "../../src/tensor/jit.ts";
+import { jit } from "../../src/tensor/index.ts";
 import { replicateParameters } from "../../src/nn/parallel.ts";
 import { getStateDict } from "../../src/nn/state.ts";
 import { BERT_PRESETS, BertForPretraining, type BertBatch, type BertConfig } from "../../models/bert.ts";

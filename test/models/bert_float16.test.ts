@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { Device, Tensor, dtypes } from "../../src/index.ts";
-import { jit } from "../../src/tensor/jit.ts";
+import { jit } from "../../src/tensor/index.ts";
 import { getParameters } from "../../src/nn/state.ts";
 import { BERT_PRESETS, BertForPretraining, type BertBatch, type BertConfig } from "../../models/bert.ts";
 import { bertBatchTensors, createBertOptimizer, makeBertTrainStep, trainStepOptionsFromEnv } from "../../models/bert_train_step.ts";

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { Device, Tensor } from "../../src/index.ts";
-import { jit } from "../../src/tensor/jit.ts";
+import { jit } from "../../src/tensor/index.ts";
 import { SGD } from "../../src/nn/optim.ts";
 import { CosineDecayWithWarmup, LRSchedulerGroup, PolynomialDecayWithWarmup, type PolynomialDecayOptions } from "../../src/nn/schedules.ts";
 
