@@ -16,7 +16,8 @@ import { countStmts, heuristicOpts } from "../src/codegen/heuristics.ts";
 import { kernelSpecOf, lowerKernel } from "../src/codegen/lower.ts";
 import { type KernelOpts, NO_OPTS, optsKey, upcastWidth } from "../src/codegen/opts.ts";
 import { compileEach, findCompiler } from "../src/runtime/compiler_cache.ts";
-import { cFunction } from "../src/runtime/cpu.ts";
+import { cFunction } from "../src/engine/cpu_programs.ts";
+import { backendOf } from "../src/engine/backend.ts";
 import { BERT_PRESETS, BertForPretraining } from "../models/bert.ts";
 import { createBertOptimizer, makeBertTrainStep } from "../models/bert_train_step.ts";
 import { fakeBatch, samplesToTensors } from "../mlperf/bert/data/loader.ts";
@@ -84,7 +85,7 @@ const scratch = (item: KernelItem, contents: Uint8Array[]): Buffer[] =>
 /** Runs `kernel` on a scratch copy of the item's buffers; the output's bytes. */
 function runOn(kernel: ReturnType<typeof lowerKernel>, item: KernelItem, contents: Uint8Array[]): Uint8Array {
   const buffers = scratch(item, contents);
-  Device.backend("CPU").compile(kernel).run(buffers);
+  backendOf("CPU").compile(kernel).run(buffers);
   return new Uint8Array(buffers[0]!.toTypedArray().buffer);
 }
 

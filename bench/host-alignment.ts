@@ -14,7 +14,7 @@ const { values } = parseArgs({ options: { config: { type: "string", default: "mi
 const preset = values.config as keyof typeof BERT_PRESETS;
 const config = BERT_PRESETS[preset];
 if (!config) throw new Error(`unknown config ${values.config}; known: ${Object.keys(BERT_PRESETS).join(", ")}`);
-const backend = Device.backend(Device.DEFAULT);
+const backend = Device.allocator(Device.DEFAULT);
 if (!Device.DEFAULT.startsWith("CPU") && !Device.DEFAULT.startsWith("JS")) throw new Error(`host devices only (default is ${Device.DEFAULT})`);
 const aligned = backend.allocate.bind(backend);
 // Node's own placement: a plain ArrayBuffer as a view from its start

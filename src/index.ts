@@ -1,13 +1,7 @@
 // tsgrad's public API.
-import { Device } from "./device.ts";
-import { jsBackend } from "./runtime/js.ts";
-import { cpuAvailable, cpuBackend } from "./runtime/cpu.ts";
-import { cudaAvailable, cudaBackend } from "./runtime/cuda.ts";
+import { registerBackends } from "./backends.ts";
 
-// in order of preference: a GPU when one answers, else the native CPU device wherever a C compiler works
-Device.register("CUDA", (index) => cudaBackend(index), cudaAvailable);
-Device.register("CPU", () => cpuBackend(), cpuAvailable);
-Device.register("JS", () => jsBackend());
+registerBackends();
 
 export { Tensor, broadcastShapes } from "./tensor/index.ts";
 export type { TensorOptions, ReduceOptions, IndexSpec, TensorData, NestedArray } from "./tensor/index.ts";

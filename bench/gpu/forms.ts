@@ -10,6 +10,7 @@ import { parseArgs } from "node:util";
 import { Device, Tensor, dtypes } from "../../src/index.ts";
 import type { KernelIR } from "../../src/codegen/ir.ts";
 import { recordItems } from "../../src/engine/realize.ts";
+import { registerBackend } from "../../src/engine/backend.ts";
 import { deviceRuns } from "../../src/tensor/index.ts";
 import { cudaForm, renderCudaForm } from "../../src/codegen/cuda_forms.ts";
 import { groupSize } from "../../src/renderer/cuda.ts";
@@ -36,7 +37,7 @@ const preset = BERT_PRESETS[values.preset as BertPresetName];
 const config = { ...preset, numHiddenLayers: values.layers ? Number(values.layers) : preset.numHiddenLayers };
 
 // a device that holds no memory and runs nothing: schedules and kernels as real, at no cost
-Device.register("NULL", () => ({
+registerBackend("NULL", () => ({
   name: "NULL",
   allocate: (bytes) => ({ bytes }),
   copyout: (_raw, bytes) => new Uint8Array(bytes),

@@ -7,11 +7,13 @@
 // tiles). Prints one JSON object.
 // Usage: node gemm.mjs [--shapes 4096x4096x4096,16384x1024x4096] [--runs 20] [--device CUDA] [--tiles] [--no-checks | --checks-only]
 import { parseArgs } from "node:util";
-import { Device, Tensor, dtypes } from "../../src/index.ts";
+import { Tensor, dtypes } from "../../src/index.ts";
 import { recordItems } from "../../src/engine/realize.ts";
 import { f16BitsToF32 } from "../../src/dtype.ts";
 import type { ExecItem } from "../../src/engine/schedule.ts";
-import { cudaDevice, timeTiles } from "../../src/runtime/cuda.ts";
+import { cudaDevice } from "../../src/runtime/cuda.ts";
+import { deviceTile, timeTiles } from "../../src/engine/cuda_programs.ts";
+import { backendOf } from "../../src/engine/backend.ts";
 import { cudaForm } from "../../src/codegen/cuda_forms.ts";
 import { tileCandidates, tileName } from "../../src/renderer/cuda_matmul.ts";
 
@@ -58,7 +60,7 @@ const results = values["checks-only"] ? [] : values.shapes.split(",").map((shape
   const a = Tensor.rand([m, k], { device: values.device }).cast(dtypes.float16).realize();
   const b = Tensor.rand([k, n], { device: values.device }).cast(dtypes.float16).realize();
   const item = lastKernel(() => a.matmul(b));
-  const program = Device.backend(values.device).compile(item.kernel);
+  const program = backendOf(values.device).compile(item.kernel);
   let best = Infinity;
   for (let run = 0; run < Number(values.runs); run++) best = Math.min(best, program.run(item.buffers, { wait: true }) ?? Infinity);
   const tflops = (2 * m * n * k) / best / 1e12;
@@ -97,5 +99,5 @@ function byTile(item: ExecItem & { kind: "kernel" }, flops: number): { tflops_by
 }
 // 16-bit outputs round at 2^-11 (float16) or 2^-8 (bfloat16) relative; summation order differs
 const checksPass = Object.entries(checks).every(([name, error]) => error <= (name.startsWith("bfloat16") ? 2e-2 : 4e-3));
-const tcTile = values.device.startsWith("CUDA") ? cudaDevice(Number(values.device.split(":")[1] ?? 0)).tcTile : null;
+const tcTile = values.device.startsWith("CUDA") ? deviceTile(cudaDevice(Number(values.device.split(":")[1] ?? 0))) : null;
 console.log(JSON.stringify({ device: values.device, dtype: "float16", tc_stages: tcTile?.stages ?? null, tc_tile: tcTile && tileName(tcTile), checks, checks_pass: values["no-checks"] ? null : checksPass, gemm: results }));

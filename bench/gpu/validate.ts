@@ -10,6 +10,7 @@ import type { TypedArray } from "../../src/dtype.ts";
 import { f16BitsToF32, bf16BitsToF32 } from "../../src/dtype.ts";
 import type { ExecItem } from "../../src/engine/schedule.ts";
 import { execObservers, kernelTimers } from "../../src/engine/realize.ts";
+import { backendOf } from "../../src/engine/backend.ts";
 import { cudaForm, renderCudaForm } from "../../src/codegen/cuda_forms.ts";
 import { BERT_PRESETS, BertForPretraining, type BertPresetName } from "../../models/bert.ts";
 import { createBertOptimizer, makeBertTrainStep, trainStepOptionsFromEnv } from "../../models/bert_train_step.ts";
@@ -69,7 +70,7 @@ kernelTimers.add((item) => {
     if (!copy) copies.set(b, (copy = new Buffer(values.reference, b.size, b.dtype).copyin(inputs[i]!)));
     return copy;
   });
-  Device.backend(values.reference).compile(item.kernel).run(refBuffers, { wait: true });
+  backendOf(values.reference).compile(item.kernel).run(refBuffers, { wait: true });
   const out = item.buffers[0]!;
   const result = compare(numbers(out, out.toTypedArray()), numbers(out, refBuffers[0]!.toTypedArray()));
   const form = cudaForm(item.kernel);

@@ -6,7 +6,7 @@
 // pages) and, for some widths, in the same few L1 sets. A panel keeps one tile's values for consecutive
 // steps next to each other: [n/16, k, 16] for the lanes, [m/8, k, 8] for the rows, so a tile reads one
 // sequential stream per operand. Only the product reads the copy; other kernels keep reading the operand.
-import { Device } from "../device.ts";
+import { backendOf } from "./backend.ts";
 import { CACHED_BYTES } from "../codegen/heuristics.ts";
 import { moveIndex } from "../codegen/one_hot.ts";
 import { type Idx, coefficientOf, flatIndex, ivar, varsOf } from "../shape/symbolic.ts";
@@ -66,7 +66,7 @@ function hasDivision(e: Idx): boolean {
 export function packOperands(nodes: readonly UOp[], stored: ReadonlySet<UOp>, isLeaf: (u: UOp) => boolean): Map<UOp, PackedOperand[]> {
   const packs = new Map<UOp, PackedOperand[]>();
   for (const reduce of nodes) {
-    if (reduce.op !== "REDUCE" || isLeaf(reduce) || !isMatmul(reduce) || Device.backend(reduce.device).hostForms !== true) continue;
+    if (reduce.op !== "REDUCE" || isLeaf(reduce) || !isMatmul(reduce) || backendOf(reduce.device).hostForms !== true) continue;
     const product = skipCasts(reduce.src[0]!);
     const { shape } = product;
     const axes = (reduce.arg as ReduceArg).axes;

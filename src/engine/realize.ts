@@ -1,10 +1,11 @@
 // Runs scheduled items on their devices, counting and (DEBUG=2) reporting each kernel.
-import { Device, type Program } from "../device.ts";
+import { Device } from "../device.ts";
 import { GlobalCounters, debugLevel, fmtShape } from "../helpers.ts";
 import type { KernelIR } from "../codegen/ir.ts";
 import { estimateBytes } from "../codegen/lower.ts";
 import { type ExecItem, createSchedule, recordRealized } from "./schedule.ts";
 import { beamHeldBack } from "./search.ts";
+import { type Program, backendOf } from "./backend.ts";
 import type { UOp } from "../uop.ts";
 
 /**
@@ -46,7 +47,7 @@ function programFor(item: ExecItem & { kind: "kernel" }): Program {
   if (!byDevice) programs.set(item.kernel, (byDevice = new Map()));
   let entry = byDevice.get(device);
   if (!entry || (entry.provisional && !beamHeldBack())) {
-    entry = { program: Device.backend(device).compile(item.kernel), provisional: beamHeldBack() };
+    entry = { program: backendOf(device).compile(item.kernel), provisional: beamHeldBack() };
     byDevice.set(device, entry);
   }
   return entry.program;
@@ -65,16 +66,16 @@ export function runItem(item: ExecItem, debug = debugLevel()): void {
 }
 
 function copy(item: ExecItem & { kind: "copy" }): void {
-  const backend = Device.backend(item.dst.device);
+  const memory = Device.allocator(item.dst.device);
   const sameKind = item.src.device.split(":")[0] === item.dst.device.split(":")[0];
-  if (backend.transfer && sameKind) backend.transfer(item.dst.handle, item.src.handle, item.src.nbytes, item.src.device);
+  if (memory.transfer && sameKind) memory.transfer(item.dst.handle, item.src.handle, item.src.nbytes, item.src.device);
   else item.dst.copyin(item.src.toTypedArray());
 }
 
 /** Launches an item and nothing else (no observers, counters or timing): for recording it into a graph. */
 export function launchItem(item: ExecItem): void {
   if (item.kind === "copy") {
-    if (!Device.backend(item.dst.device).recordCopy?.(item.dst, item.src)) copy(item);
+    if (!backendOf(item.dst.device).recordCopy?.(item.dst, item.src)) copy(item);
   } else programFor(item).run(item.buffers);
 }
 

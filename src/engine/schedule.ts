@@ -4,7 +4,8 @@
 //   result is read by several users, broadcast (expanded) afterwards, or read inside another reduce,
 //   where recomputing it would multiply the work: then it is stored;
 // - CONTIGUOUS, COPY and ASSIGN are always stored; requested outputs are stored.
-import { Buffer, Device } from "../device.ts";
+import { Buffer } from "../device.ts";
+import { backendOf } from "./backend.ts";
 import { TsgradError, fmtShape } from "../helpers.ts";
 import { type KernelBuffer, type KernelIR } from "../codegen/ir.ts";
 import type { KernelSpec } from "../codegen/kernel_spec.ts";
@@ -191,7 +192,7 @@ function markRecomputedWork(stored: Set<UOp>, users: ReadonlyMap<UOp, number>): 
       // tied embedding's two gradients summed: its one-hot product runs on tensor cores too) is stored, so
       // that each can be tiled as a matmul instead of both running as plain loops. (Host backends lower a
       // one-hot product as a scatter, which takes the other gradient in its epilogue.)
-      if (reduce && !inReduce && !underExpand && (isMatmul(reduce) || (Device.backend(reduce.device).hostForms !== true && isOneHotProduct(reduce)))) {
+      if (reduce && !inReduce && !underExpand && (isMatmul(reduce) || (backendOf(reduce.device).hostForms !== true && isOneHotProduct(reduce)))) {
         if (matmuls > 0 && n !== root) return mark(n);
         if (n === reduce) matmuls++;
       }
@@ -222,7 +223,7 @@ function markRecomputedWork(stored: Set<UOp>, users: ReadonlyMap<UOp, number>): 
  * 11 at 512: 15.1 -> 21.3 GiB; it must fit 24).
  */
 function storeSharedChains(stored: Set<UOp>): void {
-  if (![...stored].some((n) => Device.backend(n.device).hostForms === true)) return;
+  if (![...stored].some((n) => backendOf(n.device).hostForms === true)) return;
   for (let pass = 0; pass < 8; pass++) {
     // how many kernels compute each node inline, and each inlined node's inlined users
     const readers = new Map<UOp, number>();
@@ -249,7 +250,7 @@ function storeSharedChains(stored: Set<UOp>): void {
     const shared = (n: UOp): boolean => {
       let verdict = verdicts.get(n);
       if (verdict === undefined) {
-        verdict = isElementwise(n.op) && (readers.get(n) ?? 0) > 1 && Device.backend(n.device).hostForms === true && inlineCost(n, stored) >= EXPENSIVE;
+        verdict = isElementwise(n.op) && (readers.get(n) ?? 0) > 1 && backendOf(n.device).hostForms === true && inlineCost(n, stored) >= EXPENSIVE;
         verdicts.set(n, verdict);
       }
       return verdict;
@@ -270,7 +271,7 @@ const HEAVY_EPILOGUE = 16;
  */
 function storeBeforeHeavyEpilogues(stored: Set<UOp>, users: ReadonlyMap<UOp, number>): void {
   for (const root of [...stored]) {
-    if (Device.backend(root.device).hostForms !== true) continue;
+    if (backendOf(root.device).hostForms !== true) continue;
     const value = root.op === "ASSIGN" ? root.src[1]! : root;
     // the matmuls, or the narrowing casts that are all their readers see (stored in their place: 16-bit)
     const matmuls: UOp[] = [];
@@ -423,7 +424,7 @@ function kernelsFor(
   walk(value, isTop);
   const inputNodes = [...inputs.keys()];
   const kernelBuffers: KernelBuffer[] = buffers.map((b) => ({ dtype: b.dtype, size: b.size }));
-  const host = Device.backend(out.device).hostForms === true;
+  const host = backendOf(out.device).hostForms === true;
   const kernel = lowerCached({ value, inputs, buffers: kernelBuffers, host }, out.device);
   if (!readsOwnOutputElsewhere(kernel, buffers)) return { items: [{ kind: "kernel", kernel, buffers }], inputs: inputNodes };
   // an in-place write that reads its target elsewhere (w.assign(w.flip(0)), or a scatter, which zeroes its

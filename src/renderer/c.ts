@@ -345,7 +345,7 @@ function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, ctx:
         for (const group of lanes.groups.get(s) ?? []) out.push(group.accs.map((acc, j) => `${acc} = ${group.vector}[${j}];`).join(" ").replace(/^/, indent));
         // sibling loop nests at the top (the pieces of a concatenation) are each split across threads
         break;
-      case "def":
+      case "def": {
         if (lanes.skipped.has(s.name)) break;
         if (s.expr.op === "LOAD" && s.expr.valid.length > 0 && readsInBounds(s.expr, kernel, ctx.loopVars)) {
           out.push(indent + C.declare(s.name, s.dtype, C.expr({ ...s.expr, valid: [] }, s.dtype, kernel)));
@@ -358,6 +358,7 @@ function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, ctx:
         const src = s.expr.op === "CAST" ? s.expr.srcs[0] : undefined;
         if (src?.kind === "val" && ctx.products.has(src.name) && C.computeType(s.dtype) === C.computeType(src.dtype)) ctx.products.set(s.name, ctx.products.get(src.name)!);
         break;
+      }
       case "acc":
         out.push(indent + C.declare(s.name, s.dtype, C.identity(s.op, s.dtype)));
         break;

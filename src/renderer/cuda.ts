@@ -1,16 +1,15 @@
-// Renders the loop IR as a CUDA C kernel `extern "C" __global__ void name(T0* b0, const T1* b1, ...)`.
-// The output loops become the grid: one thread per output iteration (exact grid, bounds check), or,
-// for reduces with few outputs, one block per output whose threads split the reduce loop and combine
-// with warp shuffles ("group" mode; many rows of their own: one warp a row, 8 rows a block). Semantics follow the JS renderer (the reference) as the C renderer
-// does: float32 math in float, 16-bit floats stored as bits and computed in float, integers wrap, bool
-// is 0/1 in a byte, integer division by zero gives 0. No headers: NVRTC needs no include path.
-// Differences from the reference: exp2/log2/sin of 32-bit floats use CUDA's float functions (within
-// 2 ulp) rather than double math rounded, and group reduces add in a different order.
+// Renders the loop IR as a CUDA C kernel `extern "C" __global__ void name(T0* b0, const T1* b1, ...)`: the
+// CUDA dialect of cstyle.ts (bools computed in a byte, infinities and NaN as bit patterns, no headers: NVRTC
+// needs no include path). The output loops become the grid: one thread per output iteration (exact grid, bounds
+// check), or, for reduces with few outputs, one block per output whose threads split the reduce loop and combine
+// with warp shuffles ("group" mode; many rows of their own: one warp a row, 8 rows a block); upcast lanes load
+// and store as vectors. Differences from the reference (the JS renderer): exp2/log2/sin of 32-bit floats use
+// CUDA's float functions (within 2 ulp) rather than double math rounded, and group reduces add in a different order.
 import type { DType } from "../dtype.ts";
 import { getenv } from "../helpers.ts";
-import { type Bound, type Idx, varsOf, renderBounds } from "../shape/symbolic.ts";
-import { cIndex } from "./c.ts";
-import type { AluOp, Expr, KernelIR, Operand, Stmt } from "../codegen/ir.ts";
+import { type Idx, varsOf } from "../shape/symbolic.ts";
+import type { KernelIR, Operand, Stmt } from "../codegen/ir.ts";
+import { type Products, cIndex, cStyle, forLoop, fromStorage, noteProduct, toStorage } from "./cstyle.ts";
 
 /** Grid and block sizes (x, y, z) and dynamic shared memory of one launch. */
 export interface CudaLaunch {
@@ -42,13 +41,27 @@ export interface CudaRenderOptions {
   readonly rows?: number;
 }
 
-/** The CUDA type a dtype is computed in. */
-const computeType: Record<DType["name"], string> = {
-  bool: "unsigned char", int8: "signed char", uint8: "unsigned char", int16: "short", uint16: "unsigned short", int32: "int",
-  uint32: "unsigned int", int64: "long long", float16: "float", bfloat16: "float", float32: "float", float64: "double",
-};
+const INT64_MIN = "(-9223372036854775807LL - 1)";
+
+export const CUDA = cStyle({
+  types: {
+    bool: "unsigned char", int8: "signed char", uint8: "unsigned char", int16: "short", uint16: "unsigned short", int32: "int",
+    uint32: "unsigned int", int64: "long long", float16: "float", bfloat16: "float", float32: "float", float64: "double",
+  },
+  uint32: "unsigned int",
+  uint64: "unsigned long long",
+  restrict: "__restrict__",
+  infinity: (d) => (d.name === "float64" ? "TG_DINF" : "TG_INF"),
+  nan: (d) => (d.name === "float64" ? "TG_DNAN" : "TG_NAN"),
+  // the digits of -2^31 and -2^63 are a negated literal too wide for the type
+  minLiteral: (d) => (d.name === "int64" ? INT64_MIN : "(-2147483647 - 1)"),
+  lowest: (d) => (d.name === "int64" ? INT64_MIN : String(-(2 ** (d.itemsize * 8 - 1)))),
+  narrowMath: (fn, a) => `${fn}f(${a})`,
+  bitcast: (bits, fromType, toType, to) => fromStorage(`tg_bitcast<${toType}>((${fromType})${bits})`, to),
+});
+
 /** The CUDA type a dtype is stored in. */
-export const storageType = (d: DType): string => (d.name === "float16" || d.name === "bfloat16" ? "unsigned short" : computeType[d.name]);
+export const storageType = CUDA.storageType;
 
 /** The widths (n) of the wgmma instructions CUDA_PRELUDE wraps (tensor-core tiles use these as bn). */
 export const WGMMA_WIDTHS: readonly number[] = [64, 128, 256];
@@ -265,9 +278,7 @@ export type Restrict = boolean | ReadonlySet<number>;
 /** The parameter list: the output first, inputs const. */
 export function kernelParams(kernel: KernelIR, restrict: Restrict): string {
   const restricted = (slot: number): boolean => (typeof restrict === "boolean" ? restrict : !restrict.has(slot));
-  return kernel.buffers
-    .map((b, slot) => `${slot === 0 ? "" : "const "}${storageType(b.dtype)}* ${restricted(slot) ? "__restrict__ " : ""}b${slot}`)
-    .join(", ");
+  return CUDA.params(kernel, restricted).join(", ");
 }
 
 /** Each output loop variable from one flat index (row-major over the loops). */
@@ -288,8 +299,7 @@ export const indexType = (kernel: KernelIR): string => (kernel.buffers.some((b) 
 
 export interface RenderContext {
   readonly kernel: KernelIR;
-  /** Float products by name: a sum of products accumulates with fused multiply-adds. */
-  readonly products: Map<string, readonly Operand[]>;
+  readonly products: Products;
   /** Threads per output in group mode (0: none). */
   readonly group: number;
   /** A thread's place in its output's group (threadIdx.x, or its lane where a warp computes an output). */
@@ -314,7 +324,7 @@ export function renderBlock(stmts: readonly Stmt[], out: string[], indent: strin
           const declared = new Set(stmts.flatMap((t) => (t.kind === "acc" ? [t.name] : [])));
           for (const acc of updatedAccs(s.body)) if (declared.has(acc[0])) out.push(...groupCombine(acc, ctx.group, indent));
         } else {
-          out.push(`${indent}for (${index} ${s.var} = 0; ${s.var} < ${s.size}; ${s.var}++) {`);
+          out.push(indent + forLoop(index, s.var, s.size));
           renderBlock(s.body, out, indent + "  ", ctx);
           out.push(`${indent}}`);
         }
@@ -326,15 +336,15 @@ export function renderBlock(stmts: readonly Stmt[], out: string[], indent: strin
           out.push(...vector.map((line) => indent + line));
           break;
         }
-        out.push(`${indent}${computeType[s.dtype.name]} ${s.name} = ${renderExpr(s.expr, s.dtype, ctx.kernel)};`);
-        if (s.expr.op === "MUL" && s.dtype.kind === "float") ctx.products.set(s.name, s.expr.srcs);
+        out.push(indent + CUDA.declare(s.name, s.dtype, CUDA.expr(s.expr, s.dtype, ctx.kernel)));
+        noteProduct(s, ctx.products);
         break;
       }
       case "acc":
-        out.push(`${indent}${computeType[s.dtype.name]} ${s.name} = ${identity(s.op, s.dtype)};`);
+        out.push(indent + CUDA.declare(s.name, s.dtype, CUDA.identity(s.op, s.dtype)));
         break;
       case "update":
-        out.push(`${indent}${s.name} = ${accumulate(s.name, s.op, s.value, s.dtype, ctx, s.unfused)};`);
+        out.push(`${indent}${s.name} = ${CUDA.accumulate(s, ctx.products)};`);
         break;
       case "store": {
         const vector = stores.get(n);
@@ -343,20 +353,13 @@ export function renderBlock(stmts: readonly Stmt[], out: string[], indent: strin
           out.push(...vector.map((line) => indent + line));
           break;
         }
-        const line = `${s.valid?.length ? `if (${cond(s.valid)}) ` : ""}b${s.buf}[${idx(s.index)}] = ${toStorage(operand(s.value), s.dtype)};`;
+        const line = CUDA.store(s);
         // in group mode every thread holds the combined value: one of them writes it
         out.push(`${indent}${top && ctx.group > 0 ? `if (${ctx.member ?? "threadIdx.x"} == 0) ${line}` : line}`);
         break;
       }
     }
   }
-}
-
-/** The new accumulator value; products accumulate with a fused multiply-add, as the C renderer does. */
-function accumulate(name: string, op: "ADD" | "MAX", value: Operand, d: DType, ctx: RenderContext, unfused = false): string {
-  const product = op === "ADD" && value.kind === "val" && !unfused ? ctx.products.get(value.name) : undefined;
-  if (product) return `${d.name === "float64" ? "fma" : "fmaf"}(${operand(product[0]!)}, ${operand(product[1]!)}, ${name})`;
-  return renderAlu(op, [{ kind: "val", name, dtype: d }, value], d);
 }
 
 /** Accumulators updated anywhere inside `stmts`, with their reduce op and dtype. */
@@ -370,9 +373,9 @@ function updatedAccs(stmts: readonly Stmt[], found = new Map<string, { op: "ADD"
 
 /** Combines one accumulator across the block: shuffles within each warp, then warp 0 over the warps' results. */
 function groupCombine([name, { op, dtype }]: [string, { op: "ADD" | "MAX"; dtype: DType }], group: number, indent: string): string[] {
-  const t = computeType[dtype.name];
+  const t = CUDA.computeType(dtype);
   const other: Operand = { kind: "val", name: "tg_other", dtype };
-  const combine = `${name} = ${renderAlu(op, [{ kind: "val", name, dtype }, other], dtype)};`;
+  const combine = `${name} = ${CUDA.alu(op, [{ kind: "val", name, dtype }, other], dtype)};`;
   const warps = Math.max(1, group / 32);
   const lines = [`for (int tg_lane = 16; tg_lane > 0; tg_lane >>= 1) { ${t} tg_other = tg_shfl(${name}, tg_lane); ${combine} }`];
   if (warps > 1) {
@@ -386,114 +389,6 @@ function groupCombine([name, { op, dtype }]: [string, { op: "ADD" | "MAX"; dtype
     );
   }
   return lines.map((l) => indent + l);
-}
-
-function identity(op: "ADD" | "MAX", d: DType): string {
-  if (op === "ADD") return "0";
-  switch (d.kind) {
-    case "float": return d.name === "float64" ? "-TG_DINF" : "-TG_INF";
-    case "int": return d.name === "int64" ? "(-9223372036854775807LL - 1)" : String(-(2 ** (d.itemsize * 8 - 1)));
-    default: return "0";
-  }
-}
-
-export const idx = cIndex;
-
-const cond = (bounds: readonly Bound[]): string => renderBounds(bounds, idx, "1");
-
-export function renderExpr(e: Expr, dtype: DType, kernel: KernelIR): string {
-  if (e.op === "LOAD") {
-    const load = fromStorage(`b${e.buf}[${idx(e.index)}]`, kernel.buffers[e.buf]!.dtype);
-    return e.valid.length ? `(${cond(e.valid)} ? ${load} : 0)` : load;
-  }
-  if (e.op === "VALID") return `(unsigned char)(${cond(e.valid)})`;
-  if (e.op === "INDEX") return `(int)(${idx(e.index)})`;
-  return renderAlu(e.op, e.srcs, dtype);
-}
-
-/** A literal in the dtype's CUDA type (infinities and NaN as bit patterns, -0 kept). */
-export function literal(value: number, d: DType): string {
-  if (d.name === "bool") return value ? "1" : "0";
-  if (d.kind === "float") {
-    const double = d.name === "float64";
-    if (Number.isNaN(value)) return double ? "TG_DNAN" : "TG_NAN";
-    if (!Number.isFinite(value)) return `${value > 0 ? "" : "-"}${double ? "TG_DINF" : "TG_INF"}`;
-    const text = Object.is(value, -0) ? "-0.0" : value.toPrecision(17);
-    return `${text.includes(".") || text.includes("e") ? text : text + ".0"}${double ? "" : "f"}`;
-  }
-  if (d.name === "int64") return value === -(2 ** 63) ? "(-9223372036854775807LL - 1)" : `${value}LL`;
-  if (d.name === "uint32") return `${value}u`;
-  if (d.name === "int32" && value === -2147483648) return "(-2147483647 - 1)";
-  return String(value);
-}
-
-export function operand(o: Operand): string {
-  return o.kind === "val" ? o.name : literal(o.value, o.dtype);
-}
-
-function fromStorage(x: string, d: DType): string {
-  if (d.name === "float16") return `tg_h2f(${x})`;
-  if (d.name === "bfloat16") return `tg_b2f(${x})`;
-  return x;
-}
-
-export function toStorage(x: string, d: DType): string {
-  if (d.name === "float16") return `tg_f2h(${x})`;
-  if (d.name === "bfloat16") return `tg_f2b(${x})`;
-  return x;
-}
-
-/** Integer arithmetic wraps: do it unsigned (no undefined behaviour) and convert back. */
-function wrapped(op: string, a: string, b: string, d: DType): string {
-  const u = d.itemsize === 8 ? "unsigned long long" : "unsigned int";
-  return `(${computeType[d.name]})((${u})${a} ${op} (${u})${b})`;
-}
-
-/** Math of 32-bit floats uses CUDA's float functions; float64 the double ones. */
-const mathFn = (fn: string, a: string, d: DType): string => (d.name === "float64" ? `${fn}(${a})` : `${fn}f(${a})`);
-
-function renderAlu(op: AluOp, srcs: readonly Operand[], d: DType): string {
-  const [a, b, c] = srcs.map(operand) as [string, string, string];
-  const from = srcs[0]!.dtype;
-  const t = computeType[d.name];
-  const isInt = d.kind === "int" || d.kind === "uint";
-  const signedness = d.kind === "uint" ? "U" : "I";
-  switch (op) {
-    case "ADD": return d.name === "bool" ? `(${a} | ${b})` : isInt ? wrapped("+", a, b, d) : `(${a} + ${b})`;
-    case "MUL": return d.name === "bool" ? `(${a} & ${b})` : isInt ? wrapped("*", a, b, d) : `(${a} * ${b})`;
-    case "IDIV": return isInt ? `TG_${signedness}DIV(${t}, ${a}, ${b})` : `(${t})trunc((double)${a} / (double)${b})`;
-    case "MOD": return isInt ? `TG_${signedness}MOD(${t}, ${a}, ${b})` : `(${t})fmod((double)${a}, (double)${b})`;
-    case "MAX": return d.kind === "float" ? `((${a} > ${b} || ${a} != ${a}) ? ${a} : ${b})` : `(${a} > ${b} ? ${a} : ${b})`;
-    case "CMPLT": return `(unsigned char)(${a} < ${b})`;
-    case "CMPNE": return `(unsigned char)(${a} != ${b})`;
-    case "AND": return `(${t})(${a} & ${b})`;
-    case "OR": return `(${t})(${a} | ${b})`;
-    case "XOR": return `(${t})(${a} ^ ${b})`;
-    case "SHL": return d.itemsize === 8 ? `(${t})((unsigned long long)${a} << (${b} & 63))` : `(${t})((unsigned int)${a} << (${b} & 31))`;
-    case "SHR": return d.itemsize === 8 ? `(${t})(${a} >> (${b} & 63))` : `(${t})(${a} >> (${b} & 31))`;
-    case "NEG": return d.name === "bool" ? `(unsigned char)!${a}` : isInt ? wrapped("-", "0", a, d) : `(-(${a}))`; // a may be a negative literal: --1.0f is a decrement
-    case "RECIP": return isInt ? `TG_${signedness}DIV(${t}, 1, ${a})` : `(${t})(1 / ${a})`;
-    case "SQRT": return mathFn("sqrt", a, d);
-    case "EXP2": return mathFn("exp2", a, d);
-    case "LOG2": return mathFn("log2", a, d);
-    case "SIN": return mathFn("sin", a, d);
-    case "TRUNC": return d.kind === "float" ? mathFn("trunc", a, d) : a;
-    case "WHERE": return `(${a} ? ${b} : ${c})`;
-    case "CAST": return renderCast(a, from, d);
-    case "BITCAST": return fromStorage(`tg_bitcast<${storageType(d)}>((${storageType(from)})${toStorage(a, from)})`, d);
-  }
-}
-
-function renderCast(x: string, from: DType, to: DType): string {
-  switch (to.name) {
-    case "bool": return `(unsigned char)(${x} != 0)`;
-    case "float16": return `tg_h2f(tg_f2h((float)${x}))`;
-    case "bfloat16": return `tg_b2f(tg_f2b((float)${x}))`;
-    case "float32": return `(float)${x}`;
-    case "float64": return `(double)${x}`;
-    case "int64": return from.kind === "float" ? `tg_trunc64(${x})` : `(long long)${x}`;
-    default: return from.kind === "float" ? `(${computeType[to.name]})tg_wrap32(${x})` : `(${computeType[to.name]})${x}`;
-  }
 }
 
 /** Vector types by (storage type, lanes): what one aligned load of neighbouring elements reads. */
@@ -566,9 +461,9 @@ function vectorLoads(stmts: readonly Stmt[], kernel: KernelIR): Map<number, stri
   const result = new Map<number, string[] | null>();
   for (const { run, vtype } of vectorRuns(loads, kernel, () => true)) {
     const [base] = run, dtype = kernel.buffers[base!.buf]!.dtype, tmp = `vec_${base!.name}`;
-    const lines = [`${vtype} ${tmp} = *(const ${vtype}*)(b${base!.buf} + ${idx(base!.index)});`];
+    const lines = [`${vtype} ${tmp} = *(const ${vtype}*)(b${base!.buf} + ${cIndex(base!.index)});`];
     run.forEach((lane, l) => {
-      lines.push(`${computeType[lane.dtype.name]} ${lane.name} = ${fromStorage(`${tmp}.${fields[l]}`, dtype)};`);
+      lines.push(CUDA.declare(lane.name, lane.dtype, fromStorage(`${tmp}.${fields[l]}`, dtype)));
       result.set(lane.position, null);
     });
     result.set(Math.min(...run.map((lane) => lane.position)), lines);
@@ -591,9 +486,9 @@ function vectorStores(stmts: readonly Stmt[], kernel: KernelIR): Map<number, str
   const result = new Map<number, string[] | null>();
   for (const { run, vtype } of vectorRuns(stores, kernel, undisturbed)) {
     const dtype = kernel.buffers[run[0]!.buf]!.dtype;
-    const fieldsSet = run.map((lane, l) => `tg_st.${fields[l]} = ${toStorage(operand(lane.value), dtype)};`).join(" ");
+    const fieldsSet = run.map((lane, l) => `tg_st.${fields[l]} = ${toStorage(CUDA.operand(lane.value), dtype)};`).join(" ");
     for (const lane of run) result.set(lane.position, null);
-    result.set(Math.max(...run.map((lane) => lane.position)), [`{ ${vtype} tg_st; ${fieldsSet} *(${vtype}*)(b${run[0]!.buf} + ${idx(run[0]!.index)}) = tg_st; }`]);
+    result.set(Math.max(...run.map((lane) => lane.position)), [`{ ${vtype} tg_st; ${fieldsSet} *(${vtype}*)(b${run[0]!.buf} + ${cIndex(run[0]!.index)}) = tg_st; }`]);
   }
   return result;
 }

@@ -14,7 +14,8 @@
 import type { KernelIR, Operand as Value, Stmt } from "../codegen/ir.ts";
 import { TsgradError, getenv } from "../helpers.ts";
 import { type Idx, varsOf } from "../shape/symbolic.ts";
-import { type CudaKernelSource, type Restrict, WGMMA_WIDTHS, idx, indexType, kernelParams, operand as renderOperand, outputIndices, renderBlock, splitOutputLoops, storageType, toStorage } from "./cuda.ts";
+import { CUDA, type CudaKernelSource, type Restrict, WGMMA_WIDTHS, indexType, kernelParams, outputIndices, renderBlock, splitOutputLoops, storageType } from "./cuda.ts";
+import { cIndex, toStorage } from "./cstyle.ts";
 
 interface Loop {
   readonly var: string;
@@ -446,10 +447,10 @@ function epilogue(p: MatmulPattern, mi: number, nj: number): string[] {
   ];
   renderBlock(pairType ? p.epilogue.slice(0, -1) : p.epilogue, lines, "          ", { kernel, products: new Map(), group: 0 });
   if (!pairType || !store) return [...lines, `        }`, `      }`];
-  const at = `b${store.buf}[${idx(store.index)}]`;
+  const at = `b${store.buf}[${cIndex(store.index)}]`;
   return [
     ...lines,
-    `          tg_out[q] = ${toStorage(renderOperand(store.value), store.dtype)};`,
+    `          tg_out[q] = ${toStorage(CUDA.operand(store.value), store.dtype)};`,
     `        }`,
     `        const int ${n.var} = tg_n;`,
     // the last column of an odd n stands alone

@@ -4,7 +4,7 @@
 // instead of 0.07 (a C loop timed both ways); a BERT-mini train step runs 2-11% faster aligned
 // (bench/host-alignment.ts).
 import koffi from "koffi";
-import type { Backend } from "../device.ts";
+import type { Allocator } from "../device.ts";
 
 /** Bytes a host buffer's start is aligned to: a cache line, and an AVX-512 vector. */
 export const HOST_ALIGNMENT = 64;
@@ -24,7 +24,7 @@ function alignmentOffset(raw: ArrayBuffer): number {
 
 const view = (raw: unknown): Uint8Array => raw as Uint8Array;
 
-export const hostMemory: Pick<Backend, "allocate" | "copyout" | "copyin" | "transfer"> = {
+export const hostMemory: Pick<Allocator, "allocate" | "copyout" | "copyin" | "transfer"> = {
   allocate: (bytes) => alignedBytes(bytes),
   copyout: (raw, bytes) => view(raw).subarray(0, bytes),
   copyin: (raw, data) => view(raw).set(data),

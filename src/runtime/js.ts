@@ -1,12 +1,8 @@
-// The JS device: buffers are ArrayBuffers, kernels are JavaScript functions compiled once per source.
+// The JS device: buffers are ArrayBuffers, kernels are JavaScript functions made once per source text.
 import {
   bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits, type DTypeName, type TypedArray, typedArrayFor,
 } from "../dtype.ts";
-import type { Backend, Buffer, Program } from "../device.ts";
-import type { KernelIR } from "../codegen/ir.ts";
-import { renderJs } from "../renderer/js.ts";
-import { debugLevel } from "../helpers.ts";
-import { hostMemory } from "./host_memory.ts";
+import type { Buffer } from "../device.ts";
 
 /**
  * A computed int64 (a double) as the BigInt it is stored as, converted as the C backend does: saturated, NaN as 0.
@@ -62,8 +58,9 @@ const viewOf = (b: Buffer): TypedArray => {
   return view;
 };
 
-export class JsProgram implements Program {
-  constructor(readonly kernel: KernelIR, private readonly fn: KernelFn) {}
+/** A kernel as a JavaScript function, run on buffers' typed views. */
+export class JsKernel {
+  constructor(private readonly fn: KernelFn) {}
   run(buffers: Buffer[]): number {
     const args = buffers.map(viewOf);
     const start = performance.now();
@@ -72,20 +69,12 @@ export class JsProgram implements Program {
   }
 }
 
-export function jsBackend(): Backend {
-  return {
-    name: "JS",
-    hostForms: true,
-    ...hostMemory,
-    compile(kernel) {
-      const source = renderJs(kernel);
-      if (debugLevel() >= 4) console.error(source);
-      let fn = compiled.get(source);
-      if (!fn) {
-        fn = new Function("bufs", "H", source) as KernelFn;
-        compiled.set(source, fn);
-      }
-      return new JsProgram(kernel, fn);
-    },
-  };
+/** The kernel a function body defines (`bufs`: the buffers' views in slot order, `H`: jsKernelHelpers), made once per text. */
+export function jsKernel(source: string): JsKernel {
+  let fn = compiled.get(source);
+  if (!fn) {
+    fn = new Function("bufs", "H", source) as KernelFn;
+    compiled.set(source, fn);
+  }
+  return new JsKernel(fn);
 }

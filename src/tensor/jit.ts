@@ -1,7 +1,7 @@
 // Capture and replay: the second call of a jitted function records the kernels it ran, later
 // calls run that list again with the new inputs' buffers swapped in, skipping scheduling and codegen.
 // Where the device records graphs (CUDA graphs, CPU call tables), the replays launch the whole list as one graph.
-import { Buffer, Device } from "../device.ts";
+import { Buffer } from "../device.ts";
 import { GlobalCounters, debugLevel, fmtShape, getenv } from "../helpers.ts";
 import { Tensor } from "./tensor.ts";
 import { UOp } from "../uop.ts";
@@ -9,6 +9,7 @@ import { type Lazy, MultiLazy } from "./multi.ts";
 import { countCopy, countKernel, execObservers, kernelTimers, launchItem, recordItems, runItem } from "../engine/realize.ts";
 import { type ExecItem, storedBuffer } from "../engine/schedule.ts";
 import { jitFirstCall } from "../engine/search.ts";
+import { backendOf } from "../engine/backend.ts";
 
 /** What a jitted function may return: tensors, arrays of them, records of them, or nothing. */
 export type JitOutput = Tensor | readonly JitOutput[] | { readonly [key: string]: JitOutput } | undefined | void;
@@ -154,7 +155,7 @@ class Capture<R extends JitOutput> {
     const devices = [...new Set(items.flatMap((item) => (item.kind === "kernel" ? [item.buffers[0]!.device] : [item.src.device, item.dst.device])))];
     const inputs = new Set(this.inputs.flat());
     if (devices.length === 0 || written.some((b) => inputs.has(b)) || new Set(devices.map((d) => d.split(":")[0])).size !== 1) return null;
-    const backend = Device.backend(devices[0]!);
+    const backend = backendOf(devices[0]!);
     if (!backend.captureGraph) return null;
     const own = backend.graphsSwapBuffers ? null : this.inputs.map((buffers) => buffers.map((b) => new Buffer(b.device, b.size, b.dtype)));
     const swap = new Map(own ? this.inputs.flatMap((buffers, i) => buffers.map((b, shard) => [b, own[i]![shard]!] as const)) : []);
@@ -181,7 +182,7 @@ function segmentGraphs(items: readonly ExecItem[]): (() => void) | null {
   const steps = deviceRuns(items).map((part) => {
     if (!Array.isArray(part)) return () => launchItem(part);
     const device = (part[0] as ExecItem & { kind: "kernel" }).buffers[0]!.device;
-    const graph = part.length > 1 ? Device.backend(device).captureGraph?.(() => part.forEach(launchItem), { devices: [device], copies: false }) : undefined;
+    const graph = part.length > 1 ? backendOf(device).captureGraph?.(() => part.forEach(launchItem), { devices: [device], copies: false }) : undefined;
     if (graph) graphs++;
     return graph ?? (() => part.forEach(launchItem));
   });

@@ -4,13 +4,14 @@
 // results are the bits of the same kernel lowered whole.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Device, Tensor } from "../../src/index.ts";
+import { Tensor } from "../../src/index.ts";
 import { recordItems, runItem } from "../../src/engine/realize.ts";
 import type { ExecItem } from "../../src/engine/schedule.ts";
 import { heuristicOpts } from "../../src/codegen/heuristics.ts";
 import { kernelSpecOf, lowerKernel } from "../../src/codegen/lower.ts";
 import { NO_OPTS } from "../../src/codegen/opts.ts";
 import { testDevices } from "../devices.ts";
+import { backendOf } from "../../src/engine/backend.ts";
 
 type KernelItem = ExecItem & { kind: "kernel" };
 
@@ -32,7 +33,7 @@ function wholeSum(item: KernelItem): Float32Array {
 
 const randn = (shape: number[], device: string): Tensor => Tensor.randn(shape, { device }).realize();
 
-for (const device of testDevices().filter((d) => Device.backend(d).hostForms)) {
+for (const device of testDevices().filter((d) => backendOf(d).hostForms)) {
   // small enough for the JS device; 23 blocks of 512 and a last block of 224
   const [m, k, n] = device === "JS" ? [40, 12000, 32] : [96, 20000, 64];
 

@@ -2,7 +2,7 @@
 // did, with one stride where the nest walks memory as one loop, and with / and % where it does not.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Device, Tensor } from "../../src/index.ts";
+import { Tensor } from "../../src/index.ts";
 import type { KernelIR, Stmt } from "../../src/codegen/ir.ts";
 import type { ExecItem } from "../../src/engine/schedule.ts";
 import { recordItems } from "../../src/engine/realize.ts";
@@ -10,6 +10,7 @@ import { mergeNestedLoops } from "../../src/codegen/merge_loops.ts";
 import { kernelSpecOf, lowerKernel } from "../../src/codegen/lower.ts";
 import { NO_OPTS } from "../../src/codegen/opts.ts";
 import type { UOp } from "../../src/uop.ts";
+import { backendOf } from "../../src/engine/backend.ts";
 
 type KernelItem = ExecItem & { kind: "kernel" };
 
@@ -32,7 +33,7 @@ const loops = (stmts: readonly Stmt[]): { size: number; depth: number }[] => stm
 /** Runs `kernel` on the item's buffers and returns the output; the item's own output first, for comparison. */
 function runBoth(item: KernelItem, kernel: KernelIR): [number[], number[]] {
   const before = Array.from(item.buffers[0]!.toTypedArray() as Float32Array);
-  Device.backend("JS").compile(kernel).run(item.buffers);
+  backendOf("JS").compile(kernel).run(item.buffers);
   return [before, Array.from(item.buffers[0]!.toTypedArray() as Float32Array)];
 }
 

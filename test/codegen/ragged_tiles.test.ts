@@ -3,11 +3,12 @@
 // Each output's sum is the same, so the results are the bits of the kernel without that upcast.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Device, Tensor } from "../../src/index.ts";
+import { Tensor } from "../../src/index.ts";
 import { recordItems, runItem } from "../../src/engine/realize.ts";
 import type { ExecItem } from "../../src/engine/schedule.ts";
 import { kernelSpecOf, lowerKernel } from "../../src/codegen/lower.ts";
 import { testDevices } from "../devices.ts";
+import { backendOf } from "../../src/engine/backend.ts";
 
 type KernelItem = ExecItem & { kind: "kernel" };
 
@@ -31,7 +32,7 @@ function withoutVectorUpcast(item: KernelItem, vectorAxis: number): Float32Array
   return item.buffers[0]!.toTypedArray() as Float32Array;
 }
 
-for (const device of testDevices().filter((d) => Device.backend(d).hostForms)) {
+for (const device of testDevices().filter((d) => backendOf(d).hostForms)) {
   test(`${device}: h @ W^T over 1029 columns takes 16-lane tiles, the last one 5 wide, with the bits of the untiled kernel`, () => {
     Tensor.manualSeed(21);
     const h = Tensor.randn([37, 20], { device }).realize();

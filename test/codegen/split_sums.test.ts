@@ -11,6 +11,7 @@ import { heuristicOpts } from "../../src/codegen/heuristics.ts";
 import { NO_OPTS } from "../../src/codegen/opts.ts";
 import { testDevices } from "../devices.ts";
 import { assertClose } from "../core/harness.ts";
+import { backendOf } from "../../src/engine/backend.ts";
 
 type KernelItem = ExecItem & { kind: "kernel" };
 const ranKernels = (t: Tensor): KernelItem[] => recordItems(() => t.realize()).items.filter((i): i is KernelItem => i.kind === "kernel");
@@ -26,7 +27,7 @@ function plainOutput(item: KernelItem): Float32Array {
 const accumulators = (body: readonly Stmt[]): number => body.reduce((n, s) => n + (s.kind === "acc" ? 1 : s.kind === "loop" ? accumulators(s.body) : 0), 0);
 const splitOf = (k: KernelIR): number => Number(/\|s(\d+)/.exec(k.opts)?.[1] ?? 0);
 
-for (const device of testDevices().filter((d) => Device.backend(d).hostForms)) {
+for (const device of testDevices().filter((d) => backendOf(d).hostForms)) {
   test(`${device}: a row sum takes 16 accumulators, added pairwise, and agrees with the single-accumulator sum`, () => {
     const x = new Tensor(data(48 * 256, 1), { device }).reshape([48, 256]).realize();
     const sum = x.sum({ axis: 1 });

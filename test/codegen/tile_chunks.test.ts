@@ -4,7 +4,7 @@
 // the same order, so the results are the bits of the unchunked kernel.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Device, Tensor, UOp } from "../../src/index.ts";
+import { Tensor, UOp } from "../../src/index.ts";
 import { createSchedule } from "../../src/engine/schedule.ts";
 import { extensions } from "../../src/engine/search.ts";
 import { recordItems, runItem } from "../../src/engine/realize.ts";
@@ -13,6 +13,7 @@ import { heuristicOpts } from "../../src/codegen/heuristics.ts";
 import { kernelSpecOf, lowerKernel } from "../../src/codegen/lower.ts";
 import { type KernelOpts, NO_OPTS, optsKey } from "../../src/codegen/opts.ts";
 import { testDevices } from "../devices.ts";
+import { backendOf } from "../../src/engine/backend.ts";
 
 type KernelItem = ExecItem & { kind: "kernel" };
 
@@ -31,7 +32,7 @@ function rerun(item: KernelItem, change: (opts: KernelOpts) => KernelOpts): { op
   return { opts: kernel.opts, out: Float32Array.from(item.buffers[0]!.toTypedArray() as Float32Array) };
 }
 
-for (const device of testDevices().filter((d) => Device.backend(d).hostForms)) {
+for (const device of testDevices().filter((d) => backendOf(d).hostForms)) {
   // 96 rows (12 tiles of 8) by 160 columns (10 of 16), and 170 columns: 10 tiles and a last one 10 wide
   for (const n of [160, 170]) {
     test(`${device}: a ${96}x${n} product in chunks of either axis's tiles gives the bits of the unchunked one`, () => {

@@ -1,7 +1,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Device, GlobalCounters, Tensor, UOp, dtypes } from "../../src/index.ts";
-import { jsBackend } from "../../src/runtime/js.ts";
+import { GlobalCounters, Tensor, UOp, dtypes } from "../../src/index.ts";
+import { jsBackend } from "../../src/backends.ts";
+import { registerBackend } from "../../src/engine/backend.ts";
 import type { Stmt } from "../../src/codegen/ir.ts";
 import { createSchedule } from "../../src/engine/schedule.ts";
 import { kernelSpecOf, lowerKernel } from "../../src/codegen/lower.ts";
@@ -133,7 +134,7 @@ test("the gradient of an input several matmuls read is one matmul each, then a s
 
 test("on a GPU, a tied embedding's two gradients (a matmul and a one-hot product) are summed after two kernels, not computed in one", () => {
   // a device without host forms (a GPU's: a one-hot product runs on tensor cores, a host makes it a scatter)
-  Device.register("PLAINJS3", () => ({ ...jsBackend(), name: "PLAINJS3", hostForms: false }));
+  registerBackend("PLAINJS3", () => ({ ...jsBackend(), name: "PLAINJS3", hostForms: false }));
   const on = (t: Tensor) => t.to("PLAINJS3").realize();
   // the decoder's gradient h^T @ g and the lookup's gradient, the one-hot product sum over tokens of [ids == v] * dy
   const [h, g, dy] = [on(input([12, 10], 1)), on(input([12, 6], 2)), on(input([20, 6], 3))];
@@ -216,9 +217,7 @@ test("a kernel that would read more buffers than an FFI call takes is split", as
   got.forEach((v, j) => assert.ok(Math.abs(v - expected[j]!) < 1e-3, `element ${j}: ${v} vs ${expected[j]}`));
 });
 
-test("an expensive elementwise value several kernels read is stored once on host backends; a cheap one, or on a GPU-like device, is recomputed", async () => {
-  const { Device } = await import("../../src/index.ts");
-  const { jsBackend } = await import("../../src/runtime/js.ts");
+test("an expensive elementwise value several kernels read is stored once on host backends; a cheap one, or on a GPU-like device, is recomputed", () => {
   const kernelShapes = (t: Tensor): string[] => createSchedule([t.node as UOp]).items.flatMap((i) => (i.kind === "kernel" ? [i.kernel.name] : []));
   const build = (x: Tensor, cheap: boolean): Tensor => {
     // read by two reduces (a row sum and a column sum: two kernels) and the sum of both
@@ -239,7 +238,7 @@ test("an expensive elementwise value several kernels read is stored once on host
   // a cheap chain stays inlined
   assert.deepEqual(kernelShapes(build(x, true)), ["r_64", "r_48", "E_64_48"]);
   // a device without host forms (a GPU's) recomputes rather than hold more memory
-  Device.register("PLAINJS2", () => ({ ...jsBackend(), name: "PLAINJS2", hostForms: false }));
+  registerBackend("PLAINJS2", () => ({ ...jsBackend(), name: "PLAINJS2", hostForms: false }));
   const onGpuLike = kernelShapes(build(input([64, 48], 1).to("PLAINJS2").abs().realize(), false));
   assert.ok(!onGpuLike.includes("E_3072"), onGpuLike.join(" "));
 });

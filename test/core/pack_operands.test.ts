@@ -4,10 +4,11 @@
 // across the sum. And a matmul before a heavy epilogue is stored first.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { type Buffer, Device, Tensor, UOp } from "../../src/index.ts";
+import { type Buffer, Tensor, UOp } from "../../src/index.ts";
 import type { Stmt } from "../../src/codegen/ir.ts";
 import { coefficientOf } from "../../src/shape/symbolic.ts";
-import { jsBackend } from "../../src/runtime/js.ts";
+import { jsBackend } from "../../src/backends.ts";
+import { registerBackend } from "../../src/engine/backend.ts";
 import { type ExecItem, createSchedule, storedBuffer } from "../../src/engine/schedule.ts";
 import { assertClose, values } from "./harness.ts";
 
@@ -156,7 +157,7 @@ test("no copies where an operand is read few times, the sum is short, the tile c
   assert.deepEqual(kernels(input([64, 60], 1).T.matmul(input([64, 32], 2))).map(shapeOf), ["2x64x16", "60x32"]);
   // a device without the host forms (a GPU's) tiles its own way
   assert.equal(kernels(input([64, 96], 1).matmul(input([96, 48], 2))).length, 2);
-  Device.register("PLAINJS", () => ({ ...jsBackend(), name: "PLAINJS", hostForms: false }));
+  registerBackend("PLAINJS", () => ({ ...jsBackend(), name: "PLAINJS", hostForms: false }));
   assert.equal(kernels(input([64, 96], 1, false, "PLAINJS").matmul(input([96, 48], 2, false, "PLAINJS"))).length, 1);
 });
 

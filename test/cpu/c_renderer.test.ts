@@ -8,7 +8,7 @@ import { renderC } from "../../src/renderer/c.ts";
 import { type Idx, imul, ivar } from "../../src/shape/symbolic.ts";
 import { recordItems } from "../../src/engine/realize.ts";
 import type { ExecItem } from "../../src/engine/schedule.ts";
-import { cFunction } from "../../src/runtime/cpu.ts";
+import { cFunction } from "../../src/engine/cpu_programs.ts";
 import { aliasedSlots } from "../../src/device.ts";
 
 const hasCpu = Device.isAvailable("CPU");

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { Device, Tensor } from "../../src/index.ts";
 import { recordItems } from "../../src/engine/realize.ts";
 import type { KernelIR, Stmt } from "../../src/codegen/ir.ts";
-import { CpuProgram } from "../../src/runtime/cpu.ts";
+import { CpuProgram } from "../../src/engine/cpu_programs.ts";
 import { CompileError } from "../../src/runtime/compiler_cache.ts";
 
 const skip = Device.isAvailable("CPU") ? false : "no working C compiler";

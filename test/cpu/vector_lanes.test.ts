@@ -10,7 +10,7 @@ import { Device, Tensor, dtypes } from "../../src/index.ts";
 import type { Expr, KernelIR, Stmt } from "../../src/codegen/ir.ts";
 import { recordItems } from "../../src/engine/realize.ts";
 import { C_PRELUDE, C_VECTOR_PRELUDE, renderC } from "../../src/renderer/c.ts";
-import { cFunction } from "../../src/runtime/cpu.ts";
+import { cFunction } from "../../src/engine/cpu_programs.ts";
 import { findCompiler, vectorLaneWidths } from "../../src/runtime/compiler_cache.ts";
 import { iadd, iconst, imul, ivar, type Idx } from "../../src/shape/symbolic.ts";
 

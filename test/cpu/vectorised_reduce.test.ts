@@ -12,7 +12,7 @@ import { join } from "node:path";
 import { Device, Tensor, dtypes } from "../../src/index.ts";
 import { recordItems } from "../../src/engine/realize.ts";
 import type { ExecItem } from "../../src/engine/schedule.ts";
-import { cFunction } from "../../src/runtime/cpu.ts";
+import { cFunction } from "../../src/engine/cpu_programs.ts";
 import { PROBES, runProbe } from "../../src/runtime/compiler_bugs.ts";
 import { renderC } from "../../src/renderer/c.ts";
 import type { KernelIR, Stmt } from "../../src/codegen/ir.ts";

@@ -3,15 +3,16 @@
 // vector loads). The kernels come from tensor ops run on the JS backend, scheduled as for a GPU.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Device, Tensor, dtypes } from "../../src/index.ts";
-import { jsBackend } from "../../src/runtime/js.ts";
+import { Tensor, dtypes } from "../../src/index.ts";
+import { jsBackend } from "../../src/backends.ts";
+import { registerBackend } from "../../src/engine/backend.ts";
 import type { DType } from "../../src/dtype.ts";
 import type { KernelIR } from "../../src/codegen/ir.ts";
 import { recordItems } from "../../src/engine/realize.ts";
 import { groupSize } from "../../src/renderer/cuda.ts";
 import { DEFAULT_TILE_SHAPE, TILE_SHAPES, WGMMA_TILE_SHAPES, parseTileShape, tensorCoreStages, tensorCoreTile, tileCandidates, tileName } from "../../src/renderer/cuda_matmul.ts";
 import { CUDA_PRELUDE } from "../../src/renderer/cuda.ts";
-import { compileArch } from "../../src/runtime/cuda.ts";
+import { compileArch } from "../../src/engine/cuda_programs.ts";
 import { type CudaForm, cudaForm, renderCudaForm } from "../../src/codegen/cuda_forms.ts";
 import { findNvcc } from "../../src/runtime/cuda_compile.ts";
 import { compileKernels } from "./nvcc.ts";
@@ -23,7 +24,7 @@ function kernelsOf(inputs: Tensor[], build: (...xs: Tensor[]) => Tensor): Kernel
 }
 
 // scheduled as for a GPU: the JS backend without the host forms (packed matmul operands, scatters, K-blocks)
-Device.register("GPUJS", () => ({ ...jsBackend(), name: "GPUJS", hostForms: false }));
+registerBackend("GPUJS", () => ({ ...jsBackend(), name: "GPUJS", hostForms: false }));
 const rand = (shape: number[], dtype: DType = dtypes.float32) => Tensor.rand(shape, { device: "GPUJS" }).cast(dtype);
 const lastForm = (inputs: Tensor[], build: (...xs: Tensor[]) => Tensor): CudaForm => cudaForm(kernelsOf(inputs, build).at(-1)!);
 
