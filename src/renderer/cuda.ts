@@ -309,11 +309,16 @@ export interface RenderContext {
 /** Renders statements; `top` marks the innermost output loop's body, where group mode splits reduce loops. */
 export function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, ctx: RenderContext, top = false): void {
   const index = indexType(ctx.kernel);
-  const vectors = vectorLoads(stmts, ctx.kernel);
+  // statements a vector load or store stands for: its lines at one of them, null at the others;
   // in group mode one thread stores each output: those stores stay scalar
-  const stores = top && ctx.group > 0 ? new Map<number, string[] | null>() : vectorStores(stmts, ctx.kernel);
+  const vectors = new Map([...vectorLoads(stmts, ctx.kernel), ...(top && ctx.group > 0 ? [] : vectorStores(stmts, ctx.kernel))]);
   for (let n = 0; n < stmts.length; n++) {
     const s = stmts[n]!;
+    const vector = vectors.get(n);
+    if (vector !== undefined) {
+      if (vector) out.push(...vector.map((line) => indent + line));
+      continue;
+    }
     switch (s.kind) {
       case "loop":
         if (top && ctx.group > 0) {
@@ -329,17 +334,10 @@ export function renderBlock(stmts: readonly Stmt[], out: string[], indent: strin
           out.push(`${indent}}`);
         }
         break;
-      case "def": {
-        const vector = vectors.get(n);
-        if (vector === null) break; // loaded by an earlier vector load
-        if (vector) {
-          out.push(...vector.map((line) => indent + line));
-          break;
-        }
+      case "def":
         out.push(indent + CUDA.declare(s.name, s.dtype, CUDA.expr(s.expr, s.dtype, ctx.kernel)));
         noteProduct(s, ctx.products);
         break;
-      }
       case "acc":
         out.push(indent + CUDA.declare(s.name, s.dtype, CUDA.identity(s.op, s.dtype)));
         break;
@@ -347,12 +345,6 @@ export function renderBlock(stmts: readonly Stmt[], out: string[], indent: strin
         out.push(`${indent}${s.name} = ${CUDA.accumulate(s, ctx.products)};`);
         break;
       case "store": {
-        const vector = stores.get(n);
-        if (vector === null) break; // stored by a later vector store
-        if (vector) {
-          out.push(...vector.map((line) => indent + line));
-          break;
-        }
         const line = CUDA.store(s);
         // in group mode every thread holds the combined value: one of them writes it
         out.push(`${indent}${top && ctx.group > 0 ? `if (${ctx.member ?? "threadIdx.x"} == 0) ${line}` : line}`);
