@@ -3,7 +3,8 @@ import assert from "node:assert/strict";
 import { Device, GlobalCounters, Tensor, TsgradError, UOp } from "../../src/index.ts";
 import { recordItems } from "../../src/engine/realize.ts";
 import { allReduce, allReduceMany, jit } from "../../src/tensor/index.ts";
-import { assertClose, values } from "./harness.ts";
+import { assertClose } from "../close.ts";
+import { values } from "./harness.ts";
 
 const devs = (n: number): string[] => Array.from({ length: n }, (_, i) => `JS:${i}`);
 const data = (n: number, seed = 1): number[] => Array.from({ length: n }, (_, i) => Math.sin(i * 0.7 + seed));

@@ -2,7 +2,8 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { GlobalCounters, Tensor, UOp, dtypes } from "../../src/index.ts";
 import { testDevices } from "../devices.ts";
-import { assertClose, checkOp, fromNd, values } from "./harness.ts";
+import { assertClose } from "../close.ts";
+import { checkOp, fromNd, values } from "./harness.ts";
 import { type Nd, matmul, nd, permute, randomNd, softmax } from "./ref.ts";
 
 const batchedMatmul = (a: Nd, b: Nd): Nd => {

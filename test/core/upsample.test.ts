@@ -5,7 +5,8 @@ import assert from "node:assert/strict";
 import { Tensor, TsgradError, nn } from "../../src/index.ts";
 import { conv, convTranspose, interpolate } from "../../src/tensor/index.ts";
 import { recordItems } from "../../src/engine/realize.ts";
-import { assertClose, checkOp, fromNd, values } from "./harness.ts";
+import { assertClose } from "../close.ts";
+import { checkOp, fromNd, values } from "./harness.ts";
 import { type Nd, nd, randomNd, ravel, unravel } from "./ref.ts";
 import { testDevices } from "../devices.ts";
 

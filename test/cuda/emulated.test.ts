@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
+import { assertClose } from "../close.ts";
 import { scratchDir } from "../scratch.ts";
 import { buildCudaEmulator, emulatorEnv } from "./emu/build.ts";
 
@@ -209,8 +210,8 @@ if (library) {
     assert.ok(peerCopies() - copiesBefore > 0, "the all-reduce copied between the GPUs peer to peer");
     // replays (calls 3 and 4) launch each device's runs of kernels between copies as CUDA graphs
     assert.ok(graphLaunches() - graphsBefore >= 4, `${graphLaunches() - graphsBefore} graph launches`);
-    two.losses.forEach((l, i) => assert.ok(Math.abs(l - one.losses[i]!) <= 1e-5 * (1 + Math.abs(one.losses[i]!)), `loss ${i}: ${l} vs ${one.losses[i]}`));
-    two.weights.forEach((w, n) => w.forEach((v, i) => assert.ok(Math.abs(v - one.weights[n]![i]!) <= 1e-5, `weight ${n}[${i}]: ${v} vs ${one.weights[n]![i]}`)));
+    assertClose(two.losses, one.losses, { atol: 1e-5, rtol: 1e-5, what: "loss per step" });
+    assertClose(two.weights, one.weights, { atol: 1e-5, rtol: 0, what: "weights (tensor, element)" });
   });
 
   test("a ring all-reduce over three emulated GPUs (each step's copies queued between waits) sums exactly, on every GPU", async () => {

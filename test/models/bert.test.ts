@@ -13,6 +13,7 @@ import {
 import { bertParameterNames } from "../../models/bert_tf_names.ts";
 import { bertBatchTensors, bertEvalStep, createBertOptimizer, isNoDecayParameter, makeBertEvalStep, makeBertTrainStep } from "../../models/bert_train_step.ts";
 import { writeTfBundle, type BundleTensor } from "../io/tf_bundle_writer.ts";
+import { assertClose } from "../close.ts";
 
 Device.DEFAULT = process.env.DEVICE ?? "JS";
 
@@ -134,11 +135,10 @@ test("forward logits and both losses match a numpy reference to 1e-4 (test/fixtu
   };
   const outputs = model.forward(batch);
   const losses = bertPretrainingLosses(outputs, batch);
-  const close = (actual: number[], expected: number[], what: string) =>
-    actual.forEach((a, i) => assert.ok(Math.abs(a - expected[i]!) <= 1e-5 + 1e-4 * Math.abs(expected[i]!), `${what}[${i}]: ${a}, numpy ${expected[i]}`));
-  close(values(outputs.maskedLmLogits), golden.masked_lm_logits.flat(2), "masked_lm_logits");
-  close(values(outputs.nextSentenceLogits), golden.next_sentence_logits.flat(), "next_sentence_logits");
-  close([losses.maskedLmLoss.item(), losses.nextSentenceLoss.item()], [golden.masked_lm_loss, golden.next_sentence_loss], "losses");
+  const tolerance = { atol: 1e-5, rtol: 1e-4 };
+  assertClose(values(outputs.maskedLmLogits), golden.masked_lm_logits.flat(2), { ...tolerance, what: "masked_lm_logits against numpy" });
+  assertClose(values(outputs.nextSentenceLogits), golden.next_sentence_logits.flat(), { ...tolerance, what: "next_sentence_logits against numpy" });
+  assertClose([losses.maskedLmLoss.item(), losses.nextSentenceLoss.item()], [golden.masked_lm_loss, golden.next_sentence_loss], { ...tolerance, what: "losses against numpy" });
 });
 
 /** Hand-made outputs for the loss and metric tests: 1 sample, 3 predictions over 4 words. */

@@ -7,6 +7,7 @@ import { replicateParameters } from "../../src/nn/parallel.ts";
 import { getStateDict } from "../../src/nn/state.ts";
 import { BERT_PRESETS, BertForPretraining, type BertBatch, type BertConfig } from "../../models/bert.ts";
 import { bertBatchTensors, createBertOptimizer, makeBertTrainStep } from "../../models/bert_train_step.ts";
+import { assertClose } from "../close.ts";
 
 // BERT tiny's structure (post-LN encoder layers, tied MLM head, NSP head) at a size the JS backend runs quickly
 const CONFIG: BertConfig = { ...BERT_PRESETS.tiny, numHiddenLayers: 1, vocabSize: 64, hiddenSize: 32, numAttentionHeads: 2, intermediateSize: 64, maxPositionEmbeddings: 16 };
@@ -47,13 +48,10 @@ function train(devices: string[], useJit: boolean): { losses: number[]; weights:
   return { losses, weights };
 }
 
+/** Run `b` against the reference run `a`: each loss to 1e-5 of the reference's, each weight to 2e-5. */
 function assertSame(a: ReturnType<typeof train>, b: ReturnType<typeof train>, what: string): void {
-  a.losses.forEach((loss, i) => assert.ok(Math.abs(loss - b.losses[i]!) <= 1e-5 * Math.max(1, Math.abs(loss)), `${what}: loss at step ${i}: ${loss} vs ${b.losses[i]}`));
-  for (const [name, w] of Object.entries(a.weights)) {
-    const v = b.weights[name]!;
-    const worst = w.reduce((m, x, i) => Math.max(m, Math.abs(x - v[i]!)), 0);
-    assert.ok(worst <= 2e-5, `${what}: ${name} differs by ${worst}`);
-  }
+  assertClose(b.losses, a.losses, { atol: 0, rtol: 1e-5, what: `${what}: loss per step` });
+  for (const [name, w] of Object.entries(a.weights)) assertClose(b.weights[name]!, w, { atol: 2e-5, rtol: 0, what: `${what}: ${name}` });
 }
 
 test("a BERT train step on 1, 2 and 3 devices gives the same losses and weights after several steps", () => {

@@ -4,6 +4,7 @@ import { Device, Tensor } from "../../src/index.ts";
 import { jit } from "../../src/tensor/index.ts";
 import { SGD } from "../../src/nn/optim.ts";
 import { CosineDecayWithWarmup, LRSchedulerGroup, PolynomialDecayWithWarmup, type PolynomialDecayOptions } from "../../src/nn/schedules.ts";
+import { assertClose } from "../close.ts";
 
 Device.DEFAULT = process.env.DEVICE ?? "JS";
 
@@ -19,8 +20,8 @@ const optimizer = (): SGD => {
   return new SGD([w.realize()], { lr: 123 });
 };
 
-const closeTo = (actual: number, expected: number): void =>
-  assert.ok(Math.abs(actual - expected) <= 1e-6 * Math.max(1, Math.abs(expected)), `${actual}, expected ${expected}`);
+/** Learning rates are float32 scalars, checked to 1e-6. */
+const TOLERANCE = { atol: 1e-6, rtol: 0 };
 
 /** The learning rate before each of the first `steps` steps. */
 function lrs(options: PolynomialDecayOptions, steps: number): number[] {
@@ -37,26 +38,26 @@ function lrs(options: PolynomialDecayOptions, steps: number): number[] {
 test("warmup starts at 0 and rises linearly to the initial rate", () => {
   const options = { initialLr: 0.004, totalSteps: 100, warmupSteps: 4 };
   const seen = lrs(options, 5);
-  [0, 0.001, 0.002, 0.003, 0.004].forEach((expected, step) => closeTo(seen[step]!, expected));
+  [0, 0.001, 0.002, 0.003, 0.004].forEach((expected, step) => assertClose(seen[step]!, expected, TOLERANCE));
 });
 
 test("after warmup the rate decays linearly (power 1) as the reference computes it", () => {
   const options = { initialLr: 0.004, totalSteps: 20, warmupSteps: 4 };
   const seen = lrs(options, 21);
-  seen.forEach((lr, step) => closeTo(lr, referenceLr(step, options)));
-  closeTo(seen[5]!, 0.004 * (1 - 1 / 17));
-  closeTo(seen[20]!, 0.004 * (1 - 16 / 17));
+  seen.forEach((lr, step) => assertClose(lr, referenceLr(step, options), TOLERANCE));
+  assertClose(seen[5]!, 0.004 * (1 - 1 / 17), TOLERANCE);
+  assertClose(seen[20]!, 0.004 * (1 - 16 / 17), TOLERANCE);
 });
 
 test("power 2 squares the decay and a non-zero end rate is the floor it approaches", () => {
   const options = { initialLr: 0.1, endLr: 0.01, totalSteps: 10, warmupSteps: 2, power: 2 };
-  lrs(options, 11).forEach((lr, step) => closeTo(lr, referenceLr(step, options)));
+  lrs(options, 11).forEach((lr, step) => assertClose(lr, referenceLr(step, options), TOLERANCE));
 });
 
 test("without warmup the first step already runs at the initial rate", () => {
   const seen = lrs({ initialLr: 0.5, totalSteps: 9, warmupSteps: 0 }, 3);
-  closeTo(seen[0]!, 0.5);
-  closeTo(seen[1]!, 0.5 * (1 - 1 / 10));
+  assertClose(seen[0]!, 0.5, TOLERANCE);
+  assertClose(seen[1]!, 0.5 * (1 - 1 / 10), TOLERANCE);
 });
 
 test("a scheduler group steps every scheduler together", () => {
@@ -66,8 +67,8 @@ test("a scheduler group steps every scheduler together", () => {
     new PolynomialDecayWithWarmup(b, { initialLr: 2, totalSteps: 10, warmupSteps: 2 }),
   );
   group.step();
-  closeTo(a.lr.item(), 0.5);
-  closeTo(b.lr.item(), 1);
+  assertClose(a.lr.item(), 0.5, TOLERANCE);
+  assertClose(b.lr.item(), 1, TOLERANCE);
   assert.deepEqual(Object.keys(group.stateDict()), ["0.step", "1.step"]);
   assert.equal(group.schedulers[1]!.stepCount.item(), 1);
 });
@@ -82,7 +83,7 @@ test("a jitted function that reads the learning rate sees each scheduled change"
     seen.push(scaled(x).item());
     schedule.step();
   }
-  [0, 1, 2, 3, 4].forEach((expected, i) => closeTo(seen[i]!, expected));
+  [0, 1, 2, 3, 4].forEach((expected, i) => assertClose(seen[i]!, expected, TOLERANCE));
   assert.ok(scaled.jit.isCaptured, "the function was captured and replayed");
 });
 
@@ -99,12 +100,12 @@ test("cosine decay warms up linearly, then follows half a cosine down to the end
     schedule.step();
   }
   const expected = seen.map((_, s) => (s < 2 ? (0.3 * s) / 2 : 0.01 + (0.29 * (1 + Math.cos(Math.PI * Math.min((s - 2) / 8, 1)))) / 2));
-  seen.forEach((lr, s) => closeTo(lr, expected[s]!));
-  closeTo(seen[2]!, 0.3);
-  closeTo(seen[6]!, 0.155); // halfway down
-  closeTo(seen[12]!, 0.01);
+  seen.forEach((lr, s) => assertClose(lr, expected[s]!, TOLERANCE));
+  assertClose(seen[2]!, 0.3, TOLERANCE);
+  assertClose(seen[6]!, 0.155, TOLERANCE); // halfway down
+  assertClose(seen[12]!, 0.01, TOLERANCE);
   const flat = optimizer();
   new CosineDecayWithWarmup(flat, { initialLr: 0.5, totalSteps: 4 });
-  closeTo(flat.lr.item(), 0.5);
+  assertClose(flat.lr.item(), 0.5, TOLERANCE);
   assert.throws(() => new CosineDecayWithWarmup(optimizer(), { initialLr: 1, totalSteps: -1 }), /CosineDecayWithWarmup: totalSteps -1 must be > 0/);
 });
