@@ -43,6 +43,7 @@ export interface CudaRenderOptions {
 
 const INT64_MIN = "(-9223372036854775807LL - 1)";
 
+/** CUDA C: bools computed in a byte as they are stored, float math in CUDA's float functions, limits without headers. */
 export const CUDA = cStyle({
   types: {
     bool: "unsigned char", int8: "signed char", uint8: "unsigned char", int16: "short", uint16: "unsigned short", int32: "int",
