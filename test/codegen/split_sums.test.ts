@@ -10,7 +10,7 @@ import { kernelSpecOf, lowerKernel } from "../../src/codegen/lower.ts";
 import { heuristicOpts } from "../../src/codegen/heuristics.ts";
 import { NO_OPTS } from "../../src/codegen/opts.ts";
 import { testDevices } from "../devices.ts";
-import { assertClose } from "../core/harness.ts";
+import { assertClose } from "../close.ts";
 import { backendOf } from "../../src/engine/backend.ts";
 
 type KernelItem = ExecItem & { kind: "kernel" };

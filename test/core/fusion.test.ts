@@ -9,6 +9,7 @@ import { kernelSpecOf, lowerKernel } from "../../src/codegen/lower.ts";
 import { NO_OPTS } from "../../src/codegen/opts.ts";
 import { isOneHotProduct } from "../../src/codegen/one_hot.ts";
 import { cpuAvailable } from "../../src/runtime/cpu.ts";
+import { assertClose } from "../close.ts";
 
 const values = (t: Tensor): number[] => Array.from(t.toArray() as Float32Array);
 
@@ -58,7 +59,7 @@ test("softmax's and log-softmax's gradients do not go through the max they shift
       const p = r.map((v) => Math.exp(v - top) / total);
       for (let i = 0; i < 40; i++) {
         const want = grad(p, ws.slice(row * 40, row * 40 + 40), i);
-        assert.ok(Math.abs(got[row * 40 + i]! - want) <= 2e-6, `${name} row ${row}, column ${i}: ${got[row * 40 + i]} vs ${want}`);
+        assertClose(got[row * 40 + i]!, want, { atol: 2e-6, rtol: 0, what: `${name} row ${row}, column ${i}` });
       }
     }
   }
@@ -76,7 +77,8 @@ test("16-bit attention scores are computed once, in the matmul's kernel: the sof
   for (let row = 0; row < x.length / 32; row++) {
     const r = x.slice(row * 32, row * 32 + 32), top = Math.max(...r);
     const total = r.reduce((sum, v) => sum + Math.exp(v - top), 0);
-    r.forEach((v, j) => assert.ok(Math.abs(got[row * 32 + j]! - Math.exp(v - top) / total) <= 2e-3, `row ${row}, column ${j}`));
+    const softmax = r.map((v) => Math.exp(v - top) / total);
+    assertClose(got.slice(row * 32, row * 32 + 32), softmax, { atol: 2e-3, rtol: 0, what: `row ${row}` });
   }
 });
 
@@ -129,7 +131,7 @@ test("the gradient of an input several matmuls read is one matmul each, then a s
   // the value: the sum of the three upstream gradients times each weight
   const expected = up.map((u, i) => u.matmul([wq!, wk!, wv!][i]!)).reduce((a, b) => a.add(b));
   const [got, want] = [values(x!.grad!), values(expected)];
-  got.forEach((g, i) => assert.ok(Math.abs(g - want[i]!) <= 1e-4 * (1 + Math.abs(want[i]!)), `element ${i}: ${g} vs ${want[i]}`));
+  assertClose(got, want, { atol: 1e-4, rtol: 1e-4 });
 });
 
 test("on a GPU, a tied embedding's two gradients (a matmul and a one-hot product) are summed after two kernels, not computed in one", () => {
@@ -145,7 +147,7 @@ test("on a GPU, a tied embedding's two gradients (a matmul and a one-hot product
   // in one kernel both ran as loops over every product (no tensor cores); a product beside a matmul is stored
   assert.equal(kernels.length, 2, kernels.map((k) => (k.kind === "kernel" ? k.kernel.name : "copy")).join(", "));
   const want = values(h.T.matmul(g).contiguous()).map((v, i) => v + values(lookup.contiguous())[i]!);
-  values(total).forEach((v, i) => assert.ok(Math.abs(v - want[i]!) <= 1e-5, `element ${i}: ${v} vs ${want[i]}`));
+  assertClose(values(total), want, { atol: 1e-5, rtol: 0 });
 });
 
 test("a one-hot sum over its class axis is a gather (an embedding lookup), over the other axes a product (its gradient)", () => {

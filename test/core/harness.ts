@@ -1,19 +1,10 @@
 // Shared checks for op tests: forward against the float64 reference, gradients against finite differences.
 import assert from "node:assert/strict";
 import { Tensor, dtypes } from "../../src/index.ts";
+import { assertClose } from "../close.ts";
 import { type Nd, randomNd } from "./ref.ts";
 
 export const fromNd = (a: Nd, device: string): Tensor => new Tensor(Float32Array.from(a.data), { device }).reshape(a.shape);
-
-export function assertClose(actual: ArrayLike<number>, expected: ArrayLike<number>, { atol = 1e-5, rtol = 1e-4, what = "" } = {}): void {
-  assert.equal(actual.length, expected.length, `${what}: ${actual.length} values, expected ${expected.length}`);
-  for (let i = 0; i < expected.length; i++) {
-    const [a, e] = [actual[i]!, expected[i]!];
-    if (Number.isNaN(e) && Number.isNaN(a)) continue;
-    if (a === e) continue;
-    assert.ok(Math.abs(a - e) <= atol + rtol * Math.abs(e), `${what}: element ${i} is ${a}, expected ${e}`);
-  }
-}
 
 export function values(t: Tensor): number[] {
   return Array.from(t.toArray() as ArrayLike<number>, Number);
@@ -32,7 +23,7 @@ export function checkOp(
   const out = fn(...tensors);
   const expected = ref(...inputs);
   assert.deepEqual(out.shape, expected.shape, "output shape");
-  assertClose(values(out), expected.data, { atol, rtol, what: "forward" });
+  assertClose(values(out), expected.data, { atol, rtol, equalNan: true, what: "forward" });
   if (!grad) return;
   const weights = randomNd(expected.shape, 99);
   out.mul(fromNd(weights, device)).sum().backward();
@@ -44,7 +35,7 @@ export function checkOp(
       return (refLoss(bump(h)) - refLoss(bump(-h))) / (2 * h);
     });
     assert.ok(tensors[n]!.grad, `input ${n} got no gradient`);
-    assertClose(values(tensors[n]!.grad!), numeric, { atol: gradAtol, rtol: gradRtol, what: `gradient of input ${n}` });
+    assertClose(values(tensors[n]!.grad!), numeric, { atol: gradAtol, rtol: gradRtol, equalNan: true, what: `gradient of input ${n}` });
   });
 }
 

@@ -10,7 +10,8 @@ import { coefficientOf } from "../../src/shape/symbolic.ts";
 import { jsBackend } from "../../src/backends.ts";
 import { registerBackend } from "../../src/engine/backend.ts";
 import { type ExecItem, createSchedule, storedBuffer } from "../../src/engine/schedule.ts";
-import { assertClose, values } from "./harness.ts";
+import { assertClose } from "../close.ts";
+import { values } from "./harness.ts";
 
 const device = "JS";
 function input(shape: number[], seed: number, requiresGrad = false, on = device): Tensor {
