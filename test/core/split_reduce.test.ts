@@ -6,6 +6,7 @@ import { GlobalCounters, Tensor, dtypes } from "../../src/index.ts";
 import { splitReduce } from "../../src/tensor/index.ts";
 import { recordItems } from "../../src/engine/realize.ts";
 import { testDevices } from "../devices.ts";
+import { assertClose } from "../close.ts";
 
 test("only long reduces to few outputs are split, at the reduced axis with the largest factor up to 256", () => {
   assert.deepEqual(splitReduce([1 << 16], [0]), { axis: 0, factor: 256 });
@@ -31,7 +32,7 @@ for (const device of testDevices()) {
     const total = t.sum().item();
     assert.equal(GlobalCounters.kernelCount, 2);
     const expected = values.reduce((a, b) => a + b, 0);
-    assert.ok(Math.abs(total - expected) <= 1e-5 * values.reduce((a, b) => a + Math.abs(b), 0), `${total} vs ${expected}`);
+    assertClose(total, expected, { atol: 1e-5 * values.reduce((a, b) => a + Math.abs(b), 0), rtol: 0, what: "sum" });
     assert.equal(t.max().item(), Math.fround(Math.max(...values)));
     const rows = t.sum({ axis: 1, keepdim: true });
     assert.deepEqual(rows.shape, [3, 1]);
@@ -88,7 +89,7 @@ for (const device of testDevices()) {
         }
         // float32 sums in another order; float16 inputs and sums rounded to 11 bits, the total once more
         const tolerance = dtype === dtypes.float16 ? magnitude * 2 ** -10 + 0.25 : magnitude * 1e-6;
-        assert.ok(Math.abs(grad[j]! - expected) <= tolerance, `column ${j}: ${grad[j]} vs ${expected}`);
+        assertClose(grad[j]!, expected, { atol: tolerance, rtol: 0, what: `column ${j}` });
       }
     });
   }
@@ -102,5 +103,5 @@ test("neighbouring reduced axes are cut as one: a norm over [1021, 256] is 256 p
   assert.deepEqual(items.map((i) => (i.kind === "kernel" ? i.kernel.outputShape : [])), [[256, 1], []]);
   const expected = values.reduce((a, b) => a + b * b, 0);
   const total = t.square().sum().item();
-  assert.ok(Math.abs(total - expected) <= 1e-5 * expected, `${total} vs ${expected}`);
+  assertClose(total, expected, { atol: 0, rtol: 1e-5, what: "sum of squares" });
 });

@@ -7,6 +7,7 @@ import { join } from "node:path";
 import { after, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { TableChecksumError } from "../../src/io/leveldb_table.ts";
+import { assertClose } from "../close.ts";
 import {
   listTfCheckpoint,
   readTfCheckpoint,
@@ -103,7 +104,7 @@ for (const [fixture, prefix] of [["t2t transformer", T2T], ["serving half_plus_t
       assert.deepEqual(values.slice(0, 8), expected.first_values, expected.name);
       const sum = values.reduce((total, value) => total + value, 0);
       const magnitude = values.reduce((total, value) => total + Math.abs(value), 0);
-      assert.ok(Math.abs(sum - expected.sum!) <= 1e-12 * magnitude, `${expected.name}: sum ${sum} vs ${expected.sum}`);
+      assertClose(sum, expected.sum!, { atol: 1e-12 * magnitude, rtol: 0, what: `${expected.name}: sum` });
     }
   });
 }
