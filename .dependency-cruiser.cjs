@@ -30,13 +30,18 @@ module.exports = {
     layer("runtime/", [], "A runtime runs what it is given: memory, compilers, programs; no search, no rendering."),
     layer("renderer/", ["^src/codegen/ir\\.ts$"], "A renderer turns the loop IR into text and nothing else."),
     layer("codegen/", ["^src/renderer/"], "Codegen lowers kernels to loop IR; it knows no Tensor, engine or device."),
-    layer("engine/", ["^src/codegen/", "^src/renderer/", "^src/runtime/"], "The engine schedules and realizes; it knows no Tensor."),
+    layer(
+      "engine/",
+      ["^src/codegen/", "^src/renderer/", "^src/runtime/"],
+      "The engine schedules and realizes; it knows no Tensor.",
+    ),
     layer("tensor/", ["^src/engine/"], "The frontend builds graphs and asks the engine to realize them."),
     layer("nn/", ["^src/tensor/", "^src/io/"], "Layers and optimizers are compositions of Tensor ops."),
     layer("io/", [], "File formats read and write bytes; they know nothing of tensors."),
     {
       name: "tensor-through-index",
-      comment: "The op families attach their methods as src/tensor/index.ts loads them; elsewhere a Tensor comes from there.",
+      comment:
+        "The op families attach their methods as src/tensor/index.ts loads them; elsewhere a Tensor comes from there.",
       severity: "error",
       from: { pathNot: "^src/tensor/" },
       to: { path: "^src/tensor/(?!index\\.ts$)" },

@@ -8,7 +8,13 @@ import { parseArgs } from "node:util";
 import { Device, Tensor } from "../src/index.ts";
 import { jit } from "../src/tensor/index.ts";
 
-const { values } = parseArgs({ options: { numel: { type: "string", default: String(16 * 1024 * 1024) }, device: { type: "string" }, repeats: { type: "string", default: "3" } } });
+const { values } = parseArgs({
+  options: {
+    numel: { type: "string", default: String(16 * 1024 * 1024) },
+    device: { type: "string" },
+    repeats: { type: "string", default: "3" },
+  },
+});
 const numel = Number(values.numel);
 const kind = values.device ?? Device.DEFAULT.split(":")[0]!;
 const repeats = Number(values.repeats);
@@ -31,8 +37,12 @@ for (let n = 2; n <= 6; n++) {
   // virtual devices share one host and run one after another: the time per device is what a real
   // device set (running side by side) would each spend, and it is what the ring keeps flat as n grows
   results.push({
-    devices: n, numel, bytes_per_device: numel * 4, median_s: +seconds.toFixed(4),
-    algbw_GBps: +((numel * 4) / seconds / 1e9).toFixed(3), per_device_ms: +((seconds / n) * 1000).toFixed(2),
+    devices: n,
+    numel,
+    bytes_per_device: numel * 4,
+    median_s: +seconds.toFixed(4),
+    algbw_GBps: +((numel * 4) / seconds / 1e9).toFixed(3),
+    per_device_ms: +((seconds / n) * 1000).toFixed(2),
   });
 }
 console.log(JSON.stringify({ device: kind, schedule: "ring", results }, null, 2));

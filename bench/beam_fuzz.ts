@@ -24,12 +24,21 @@ import { fakeBatch, samplesToTensors } from "../mlperf/bert/data/loader.ts";
 
 const { values } = parseArgs({
   options: {
-    preset: { type: "string", default: "tiny" }, batch: { type: "string", default: "2" }, seq: { type: "string", default: "32" },
-    depth: { type: "string", default: "2" }, "per-kernel": { type: "string", default: "60" }, kernels: { type: "string" },
+    preset: { type: "string", default: "tiny" },
+    batch: { type: "string", default: "2" },
+    seq: { type: "string", default: "32" },
+    depth: { type: "string", default: "2" },
+    "per-kernel": { type: "string", default: "60" },
+    kernels: { type: "string" },
   },
 });
 const preset = values.preset as keyof typeof BERT_PRESETS;
-const [batch, seq, depth, perKernel] = [Number(values.batch), Number(values.seq), Number(values.depth), Number(values["per-kernel"])];
+const [batch, seq, depth, perKernel] = [
+  Number(values.batch),
+  Number(values.seq),
+  Number(values.depth),
+  Number(values["per-kernel"]),
+];
 if (!BERT_PRESETS[preset]) throw new Error(`unknown preset ${preset}; known: ${Object.keys(BERT_PRESETS).join(", ")}`);
 if (!findCompiler()) throw new Error("no C compiler: the fuzz compiles every variant for the CPU device");
 Device.DEFAULT = "CPU";
@@ -41,23 +50,34 @@ Tensor.manualSeed(0);
 const model = new BertForPretraining(BERT_PRESETS[preset]);
 const state = { model, ...createBertOptimizer(model, { lr: 1e-3, totalSteps: 100, warmupSteps: 2 }) };
 const step = makeBertTrainStep(state, { lossScale: 1, gradientAccSteps: 1, maxGradNorm: 1 });
-const { items } = recordItems(() => step(...samplesToTensors(fakeBatch(batch, seq, Math.max(1, Math.round(seq * 0.15)), 1, BERT_PRESETS[preset].vocabSize))).item());
+const { items } = recordItems(() =>
+  step(
+    ...samplesToTensors(fakeBatch(batch, seq, Math.max(1, Math.round(seq * 0.15)), 1, BERT_PRESETS[preset].vocabSize)),
+  ).item(),
+);
 const unique = new Map<string, KernelItem>();
-for (const item of items) if (item.kind === "kernel" && kernelSpecOf(item.kernel)) unique.set(`${item.kernel.name}|${item.kernel.opts}|${JSON.stringify(item.kernel.body).length}`, item);
+for (const item of items)
+  if (item.kind === "kernel" && kernelSpecOf(item.kernel))
+    unique.set(`${item.kernel.name}|${item.kernel.opts}|${JSON.stringify(item.kernel.body).length}`, item);
 const chosen = [...unique.values()].slice(0, values.kernels ? Number(values.kernels) : undefined);
 console.error(`beam_fuzz: ${unique.size} distinct kernels in a ${preset} step, checking ${chosen.length}`);
 
 /** Option sets up to `depth` extensions away from `start` (not itself), within BEAM's default upcast limit, at most `perKernel`. */
-function variants(start: KernelOpts, spec: NonNullable<ReturnType<typeof kernelSpecOf>>, plain: ReturnType<typeof lowerKernel>): KernelOpts[] {
+function variants(
+  start: KernelOpts,
+  spec: NonNullable<ReturnType<typeof kernelSpecOf>>,
+  plain: ReturnType<typeof lowerKernel>,
+): KernelOpts[] {
   const seen = new Map<string, KernelOpts>([[optsKey(start), start]]);
   let frontier = [start];
   for (let d = 0; d < depth && seen.size <= perKernel; d++) {
     const next: KernelOpts[] = [];
-    for (const opts of frontier) for (const o of extensions(opts, spec, plain)) {
-      if (upcastWidth(o) * o.unroll > 256 || seen.has(optsKey(o))) continue;
-      seen.set(optsKey(o), o);
-      next.push(o);
-    }
+    for (const opts of frontier)
+      for (const o of extensions(opts, spec, plain)) {
+        if (upcastWidth(o) * o.unroll > 256 || seen.has(optsKey(o))) continue;
+        seen.set(optsKey(o), o);
+        next.push(o);
+      }
     frontier = next;
   }
   return [...seen.values()].slice(1, perKernel + 1);
@@ -71,7 +91,7 @@ function variants(start: KernelOpts, spec: NonNullable<ReturnType<typeof kernelS
  */
 function inputsFor(item: KernelItem): Uint8Array[] {
   let seed = 12345;
-  const next = (): number => ((seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32);
+  const next = (): number => (seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32;
   return item.buffers.map((b) => {
     if (b.dtype.name !== "float32") return new Uint8Array(b.toTypedArray().buffer);
     return new Uint8Array(Float32Array.from({ length: b.size }, () => 0.5 + next()).buffer);
@@ -95,7 +115,10 @@ function mismatch(a: Uint8Array, b: Uint8Array, dtype: Buffer["dtype"], exact: b
     const at = a.findIndex((x, i) => x !== b[i]);
     return at < 0 ? undefined : `byte ${at} differs`;
   }
-  const [x, y] = [new Float32Array(a.buffer, a.byteOffset, a.byteLength / 4), new Float32Array(b.buffer, b.byteOffset, b.byteLength / 4)];
+  const [x, y] = [
+    new Float32Array(a.buffer, a.byteOffset, a.byteLength / 4),
+    new Float32Array(b.buffer, b.byteOffset, b.byteLength / 4),
+  ];
   const at = x.findIndex((v, i) => !(Object.is(v, y[i]) || Math.abs(v - y[i]!) <= 1e-4 * Math.max(1, Math.abs(v))));
   return at < 0 ? undefined : `element ${at}: ${x[at]} vs ${y[at]}`;
 }
@@ -114,25 +137,60 @@ for (const item of chosen) {
       const kernel = lowerKernel(spec, opts);
       if (countStmts(kernel.body) <= 3000) lowered.push({ opts, kernel });
     } catch (e) {
-      failures.push({ kernel: item.kernel.name, opts: optsKey(opts), stage: "lower", error: (e as Error).message.slice(0, 300) });
+      failures.push({
+        kernel: item.kernel.name,
+        opts: optsKey(opts),
+        stage: "lower",
+        error: (e as Error).message.slice(0, 300),
+      });
     }
   }
   // compiled together (one batch per core); a variant that does not compile is a failure, not a skip
-  const compiled = compileEach(findCompiler()!, [reference, ...lowered.map((l) => l.kernel)].map((k) => cFunction(k, "")));
+  const compiled = compileEach(
+    findCompiler()!,
+    [reference, ...lowered.map((l) => l.kernel)].map((k) => cFunction(k, "")),
+  );
   const contents = inputsFor(item);
   const expected = runOn(reference, item, contents);
   lowered.forEach(({ opts, kernel }, i) => {
     const result = compiled[i + 1]!;
     if ("error" in result) {
-      failures.push({ kernel: item.kernel.name, opts: optsKey(opts), stage: "compile", error: result.error.slice(0, 600) });
+      failures.push({
+        kernel: item.kernel.name,
+        opts: optsKey(opts),
+        stage: "compile",
+        error: result.error.slice(0, 600),
+      });
       return;
     }
     const exact = (opts.split ?? 0) === (start.split ?? 0);
     const wrong = mismatch(expected, runOn(kernel, item, contents), item.buffers[0]!.dtype, exact);
-    if (wrong) failures.push({ kernel: item.kernel.name, opts: optsKey(opts), stage: "values", error: `${wrong} (heuristics: ${optsKey(start)})` });
+    if (wrong)
+      failures.push({
+        kernel: item.kernel.name,
+        opts: optsKey(opts),
+        stage: "values",
+        error: `${wrong} (heuristics: ${optsKey(start)})`,
+      });
     checked++;
   });
   if (failures.length > 0 && failures.length % 10 === 0) console.error(`beam_fuzz: ${failures.length} failures so far`);
 }
-console.log(JSON.stringify({ preset, batch, seq, depth, kernels: chosen.length, variants_checked: checked, failures: failures.length, seconds: Math.round((performance.now() - started) / 1000), details: failures }, null, 1));
+console.log(
+  JSON.stringify(
+    {
+      preset,
+      batch,
+      seq,
+      depth,
+      kernels: chosen.length,
+      variants_checked: checked,
+      failures: failures.length,
+      seconds: Math.round((performance.now() - started) / 1000),
+      details: failures,
+    },
+    null,
+    1,
+  ),
+);
 process.exitCode = failures.length > 0 ? 1 : 0;

@@ -19,7 +19,12 @@ import { BERT_PRESETS, BertForPretraining, type BertConfig } from "../models/ber
 import { createBertOptimizer, makeBertTrainStep } from "../models/bert_train_step.ts";
 import { fakeBatch, samplesToTensors } from "../mlperf/bert/data/loader.ts";
 
-interface Run { preset: keyof typeof BERT_PRESETS; batch: number; seq: number; predictions: number }
+interface Run {
+  preset: keyof typeof BERT_PRESETS;
+  batch: number;
+  seq: number;
+  predictions: number;
+}
 const RUNS: Record<string, Run> = {
   tiny: { preset: "tiny", batch: 8, seq: 128, predictions: 20 },
   mini: { preset: "mini", batch: 8, seq: 128, predictions: 20 },
@@ -29,13 +34,20 @@ const RUNS: Record<string, Run> = {
 
 const { values } = parseArgs({
   options: {
-    configs: { type: "string", default: "tiny,mini" }, steps: { type: "string", default: "3" },
-    base: { type: "boolean", default: false }, large: { type: "boolean", default: false },
-    "no-startup": { type: "boolean", default: false }, "first-step-only": { type: "string" }, profile: { type: "string" }, help: { type: "boolean", default: false },
+    configs: { type: "string", default: "tiny,mini" },
+    steps: { type: "string", default: "3" },
+    base: { type: "boolean", default: false },
+    large: { type: "boolean", default: false },
+    "no-startup": { type: "boolean", default: false },
+    "first-step-only": { type: "string" },
+    profile: { type: "string" },
+    help: { type: "boolean", default: false },
   },
 });
 if (values.help) {
-  console.log("usage: npx tsx bench/bert-step.ts [--configs tiny,mini] [--steps 3] [--base] [--large] [--no-startup] [--profile N]");
+  console.log(
+    "usage: npx tsx bench/bert-step.ts [--configs tiny,mini] [--steps 3] [--base] [--large] [--no-startup] [--profile N]",
+  );
   process.exit(0);
 }
 
@@ -63,7 +75,11 @@ function stepper(r: Run) {
       GlobalCounters.reset();
       const start = performance.now();
       step(...batch).item();
-      return { ms: performance.now() - start, kernels: GlobalCounters.kernelCount, kernelMs: GlobalCounters.timeSumS * 1000 };
+      return {
+        ms: performance.now() - start,
+        kernels: GlobalCounters.kernelCount,
+        kernelMs: GlobalCounters.timeSumS * 1000,
+      };
     },
   };
 }
@@ -89,7 +105,12 @@ for (const name of names) {
   // per kernel launch of the timed steps: seconds, by position in the step (a jitted step replays in order)
   const launches: { key: string; seconds: number; flops: number; bytes: number }[] = [];
   const timer = (item: Parameters<typeof kernelTimers extends Set<infer F> ? F : never>[0], seconds: number): void => {
-    launches.push({ key: `${item.kernel.name} ${item.kernel.opts}`, seconds, flops: item.kernel.flops, bytes: item.buffers.reduce((sum, b) => sum + b.nbytes, 0) });
+    launches.push({
+      key: `${item.kernel.name} ${item.kernel.opts}`,
+      seconds,
+      flops: item.kernel.flops,
+      bytes: item.buffers.reduce((sum, b) => sum + b.nbytes, 0),
+    });
   };
   if (values.profile) kernelTimers.add(timer);
   const steps = Array.from({ length: Number(values.steps) }, () => step());
@@ -98,8 +119,14 @@ for (const name of names) {
   const kernelMs = median(steps.map((s) => s.kernelMs));
   const gflop = (3 * forwardFlops(config, run)) / 1e9;
   results.push({
-    config: name, ...run, first_step_ms: Math.round(first), median_step_ms: +ms.toFixed(1), gflop_per_step: +gflop.toFixed(2), gflops: +(gflop / (ms / 1000)).toFixed(2),
-    kernels_per_step: steps.at(-1)!.kernels, ...(kernelMs > 0 ? { median_kernel_ms: +kernelMs.toFixed(1) } : {}),
+    config: name,
+    ...run,
+    first_step_ms: Math.round(first),
+    median_step_ms: +ms.toFixed(1),
+    gflop_per_step: +gflop.toFixed(2),
+    gflops: +(gflop / (ms / 1000)).toFixed(2),
+    kernels_per_step: steps.at(-1)!.kernels,
+    ...(kernelMs > 0 ? { median_kernel_ms: +kernelMs.toFixed(1) } : {}),
     ...(values.profile ? { profile: profile(launches, steps.length, Number(values.profile)) } : {}),
   });
   console.error(JSON.stringify(results.at(-1)));
@@ -109,7 +136,11 @@ for (const name of names) {
  * The `top` costliest kernels of a step, grouped by name and options: the median over steps of each launch's
  * time (launch i of every step is the same kernel), summed per group.
  */
-function profile(launches: readonly { key: string; seconds: number; flops: number; bytes: number }[], stepCount: number, top: number) {
+function profile(
+  launches: readonly { key: string; seconds: number; flops: number; bytes: number }[],
+  stepCount: number,
+  top: number,
+) {
   const perStep = launches.length / stepCount;
   const groups = new Map<string, { ms: number; count: number; flops: number; bytes: number }>();
   for (let i = 0; i < perStep; i++) {
@@ -122,9 +153,16 @@ function profile(launches: readonly { key: string; seconds: number; flops: numbe
     group.bytes += bytes;
     groups.set(key, group);
   }
-  return [...groups].sort((a, b) => b[1].ms - a[1].ms).slice(0, top).map(([kernel, g]) => ({
-    kernel, count: g.count, ms: +g.ms.toFixed(2), gflops: +(g.flops / g.ms / 1e6).toFixed(1), gbps: +(g.bytes / g.ms / 1e6).toFixed(1),
-  }));
+  return [...groups]
+    .sort((a, b) => b[1].ms - a[1].ms)
+    .slice(0, top)
+    .map(([kernel, g]) => ({
+      kernel,
+      count: g.count,
+      ms: +g.ms.toFixed(2),
+      gflops: +(g.flops / g.ms / 1e6).toFixed(1),
+      gbps: +(g.bytes / g.ms / 1e6).toFixed(1),
+    }));
 }
 
 let startup: Record<string, unknown> | undefined;
@@ -134,14 +172,27 @@ if (!values["no-startup"]) {
   const self = fileURLToPath(import.meta.url);
   const firstStep = (): number => {
     const t = performance.now();
-    const child = spawnSync(process.execPath, ["--import", "tsx", self, "--first-step-only", "1"], { env: { ...process.env, TSGRAD_CACHE: cache }, encoding: "utf8" });
+    const child = spawnSync(process.execPath, ["--import", "tsx", self, "--first-step-only", "1"], {
+      env: { ...process.env, TSGRAD_CACHE: cache },
+      encoding: "utf8",
+    });
     if (child.status !== 0) throw new Error(`first-step child failed: ${child.stderr.slice(-2000)}`);
     return performance.now() - t;
   };
   try {
-    startup = { what: "wall ms from process start to the end of the first tiny train step (seq 128, batch 8)", cold_cache_ms: Math.round(firstStep()), warm_cache_ms: Math.round(firstStep()) };
+    startup = {
+      what: "wall ms from process start to the end of the first tiny train step (seq 128, batch 8)",
+      cold_cache_ms: Math.round(firstStep()),
+      warm_cache_ms: Math.round(firstStep()),
+    };
   } finally {
     rmSync(cache, { recursive: true, force: true });
   }
 }
-console.log(JSON.stringify({ device: Device.DEFAULT, flops: "analytic matmul FLOPs x3 (forward + backward)", results, startup }, null, 2));
+console.log(
+  JSON.stringify(
+    { device: Device.DEFAULT, flops: "analytic matmul FLOPs x3 (forward + backward)", results, startup },
+    null,
+    2,
+  ),
+);

@@ -79,9 +79,13 @@ if (values.help) {
   process.exit(0);
 }
 const reps = Number(values.reps);
-if (!(Number.isInteger(reps) && reps >= 1)) throw new Error(`--reps ${values.reps}: expected a whole number, 1 or more`);
+if (!(Number.isInteger(reps) && reps >= 1))
+  throw new Error(`--reps ${values.reps}: expected a whole number, 1 or more`);
 
-const numpy = spawnSync("python3", ["-c", NUMPY_SCRIPT, JSON.stringify(CASES), String(reps)], { encoding: "utf8", env: { ...process.env, OPENBLAS_NUM_THREADS: "2" } });
+const numpy = spawnSync("python3", ["-c", NUMPY_SCRIPT, JSON.stringify(CASES), String(reps)], {
+  encoding: "utf8",
+  env: { ...process.env, OPENBLAS_NUM_THREADS: "2" },
+});
 const reference = numpy.status === 0 ? (JSON.parse(numpy.stdout) as { forward_ms: number; step_ms: number }[]) : null;
 if (!reference) console.error(`numpy reference unavailable: ${numpy.stderr.trim().split("\n").pop()}`);
 
@@ -89,7 +93,10 @@ const results = CASES.map((c, i) => {
   console.error(`conv ${c.name}`);
   Tensor.manualSeed(0);
   const x = Tensor.randn([c.batch, c.channels, c.size, c.size], { dtype: dtypes.float32 }).realize();
-  const w = Tensor.randn([c.filters, c.channels, c.kernel, c.kernel], { dtype: dtypes.float32, requiresGrad: true }).realize();
+  const w = Tensor.randn([c.filters, c.channels, c.kernel, c.kernel], {
+    dtype: dtypes.float32,
+    requiresGrad: true,
+  }).realize();
   const xg = x.contiguous().realize();
   xg.requiresGrad = true;
   const forward = jit((x: Tensor) => x.conv2d(w, { padding: c.padding }).realize());
@@ -110,7 +117,20 @@ const results = CASES.map((c, i) => {
     forward_gflops: +(flop / forwardMs / 1e6).toFixed(1),
     step_ms: +stepMs.toFixed(2),
     step_gflops: +((3 * flop) / stepMs / 1e6).toFixed(1),
-    ...(ref ? { numpy_forward_ms: +ref.forward_ms.toFixed(2), numpy_step_ms: +ref.step_ms.toFixed(2), forward_vs_numpy: +(ref.forward_ms / forwardMs).toFixed(2), step_vs_numpy: +(ref.step_ms / stepMs).toFixed(2) } : {}),
+    ...(ref
+      ? {
+          numpy_forward_ms: +ref.forward_ms.toFixed(2),
+          numpy_step_ms: +ref.step_ms.toFixed(2),
+          forward_vs_numpy: +(ref.forward_ms / forwardMs).toFixed(2),
+          step_vs_numpy: +(ref.step_ms / stepMs).toFixed(2),
+        }
+      : {}),
   };
 });
-console.log(JSON.stringify({ device: Device.DEFAULT, reps, note: "vs_numpy: numpy's time / tsgrad's (above 1: tsgrad faster)", results }, null, 1));
+console.log(
+  JSON.stringify(
+    { device: Device.DEFAULT, reps, note: "vs_numpy: numpy's time / tsgrad's (above 1: tsgrad faster)", results },
+    null,
+    1,
+  ),
+);

@@ -12,18 +12,32 @@ import { createBertOptimizer, makeBertTrainStep } from "../models/bert_train_ste
 import { fakeBatch, samplesToTensors } from "../mlperf/bert/data/loader.ts";
 import { replicateParameters } from "../src/nn/parallel.ts";
 
-const { values } = parseArgs({ options: {
-  kernels: { type: "string", default: "500" }, rounds: { type: "string", default: "5" }, steps: { type: "string", default: "20" },
-  devices: { type: "string", default: "1" }, help: { type: "boolean" },
-} });
+const { values } = parseArgs({
+  options: {
+    kernels: { type: "string", default: "500" },
+    rounds: { type: "string", default: "5" },
+    steps: { type: "string", default: "20" },
+    devices: { type: "string", default: "1" },
+    help: { type: "boolean" },
+  },
+});
 if (values.help) {
-  console.log("usage: npx tsx bench/jit_replay.ts [--kernels 500] [--rounds 5] [--steps 20] [--devices 1]  (--devices n: the BERT step sharded over CPU:0..n-1)");
+  console.log(
+    "usage: npx tsx bench/jit_replay.ts [--kernels 500] [--rounds 5] [--steps 20] [--devices 1]  (--devices n: the BERT step sharded over CPU:0..n-1)",
+  );
   process.exit(0);
 }
-if (Device.DEFAULT !== "CPU") throw new Error(`jit_replay measures the CPU device's graphs; the default device here is ${Device.DEFAULT}`);
-const [chainLength, rounds, steps, deviceCount] = [Number(values.kernels), Number(values.rounds), Number(values.steps), Number(values.devices)];
+if (Device.DEFAULT !== "CPU")
+  throw new Error(`jit_replay measures the CPU device's graphs; the default device here is ${Device.DEFAULT}`);
+const [chainLength, rounds, steps, deviceCount] = [
+  Number(values.kernels),
+  Number(values.rounds),
+  Number(values.steps),
+  Number(values.devices),
+];
 for (const [name, v] of Object.entries({ kernels: chainLength, rounds, steps, devices: deviceCount })) {
-  if (!(Number.isInteger(v) && v >= 1)) throw new Error(`--${name} ${values[name as keyof typeof values]}: expected a whole number, 1 or more`);
+  if (!(Number.isInteger(v) && v >= 1))
+    throw new Error(`--${name} ${values[name as keyof typeof values]}: expected a whole number, 1 or more`);
 }
 
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
@@ -40,13 +54,18 @@ function withGraph<T>(graph: boolean, fn: () => T): T {
 // (1) N tiny kernels: per-kernel cost of a replay. Each mode has its own jitted function (a capture's graph is built once).
 const chain = (x: Tensor): Tensor => {
   let y = x;
-  for (let i = 0; i < chainLength; i++) y = y.mul(1.0001).add(i % 3).contiguous();
+  for (let i = 0; i < chainLength; i++)
+    y = y
+      .mul(1.0001)
+      .add(i % 3)
+      .contiguous();
   return y;
 };
 const chains = { graph: jit(chain), kernels: jit(chain) };
 const x = Tensor.rand([16], { dtype: dtypes.float32 }).realize();
 const chainUs: Record<"graph" | "kernels", number[]> = { graph: [], kernels: [] };
-for (const mode of ["graph", "kernels"] as const) for (let i = 0; i < 3; i++) withGraph(mode === "graph", () => chains[mode](x).realize());
+for (const mode of ["graph", "kernels"] as const)
+  for (let i = 0; i < 3; i++) withGraph(mode === "graph", () => chains[mode](x).realize());
 for (let r = 0; r < rounds; r++) {
   for (const mode of ["graph", "kernels"] as const) {
     const start = performance.now();
@@ -57,8 +76,17 @@ for (let r = 0; r < rounds; r++) {
 
 // (2) the demo's train step
 const config: BertConfig = {
-  vocabSize: 77, hiddenSize: 64, numHiddenLayers: 2, numAttentionHeads: 2, intermediateSize: 256, maxPositionEmbeddings: 512,
-  typeVocabSize: 2, hiddenDropoutProb: 0, attentionProbsDropoutProb: 0, initializerRange: 0.02, layerNormEps: 1e-12,
+  vocabSize: 77,
+  hiddenSize: 64,
+  numHiddenLayers: 2,
+  numAttentionHeads: 2,
+  intermediateSize: 256,
+  maxPositionEmbeddings: 512,
+  typeVocabSize: 2,
+  hiddenDropoutProb: 0,
+  attentionProbsDropoutProb: 0,
+  initializerRange: 0.02,
+  layerNormEps: 1e-12,
 };
 const devices = Array.from({ length: deviceCount }, (_, i) => `CPU:${i}`);
 function makeStep() {
@@ -69,10 +97,13 @@ function makeStep() {
   return jit(makeBertTrainStep(state, { lossScale: 1, gradientAccSteps: 1, maxGradNorm: 1 }));
 }
 const trainSteps = { graph: makeStep(), kernels: makeStep() };
-const batches = Array.from({ length: 4 }, (_, i) => samplesToTensors(fakeBatch(32, 32, 5, i, config.vocabSize), deviceCount > 1 ? devices : undefined));
+const batches = Array.from({ length: 4 }, (_, i) =>
+  samplesToTensors(fakeBatch(32, 32, 5, i, config.vocabSize), deviceCount > 1 ? devices : undefined),
+);
 const stepMs: Record<"graph" | "kernels", number[]> = { graph: [], kernels: [] };
 const losses: Record<"graph" | "kernels", number[]> = { graph: [], kernels: [] };
-for (const mode of ["graph", "kernels"] as const) for (let i = 0; i < 3; i++) withGraph(mode === "graph", () => trainSteps[mode](...batches[i]!).item());
+for (const mode of ["graph", "kernels"] as const)
+  for (let i = 0; i < 3; i++) withGraph(mode === "graph", () => trainSteps[mode](...batches[i]!).item());
 for (let s = 0; s < steps; s++) {
   for (const mode of ["graph", "kernels"] as const) {
     const start = performance.now();
@@ -82,12 +113,25 @@ for (let s = 0; s < steps; s++) {
 }
 
 const round = (v: number, digits = 2): number => +v.toFixed(digits);
-console.log(JSON.stringify({
-  device: devices.length > 1 ? devices.join(",") : "CPU",
-  tiny_kernels: { count: chainLength, us_per_kernel_graph: round(median(chainUs.graph)), us_per_kernel_kernel_by_kernel: round(median(chainUs.kernels)), ratio: round(median(chainUs.graph) / median(chainUs.kernels), 3) },
-  demo_step: {
-    ms_graph: round(median(stepMs.graph)), ms_kernel_by_kernel: round(median(stepMs.kernels)), ratio: round(median(stepMs.graph) / median(stepMs.kernels), 3),
-    // both modes compute the same numbers: the losses of every timed step, compared exactly
-    same_losses: losses.graph.every((l, i) => l === losses.kernels[i]),
-  },
-}, null, 1));
+console.log(
+  JSON.stringify(
+    {
+      device: devices.length > 1 ? devices.join(",") : "CPU",
+      tiny_kernels: {
+        count: chainLength,
+        us_per_kernel_graph: round(median(chainUs.graph)),
+        us_per_kernel_kernel_by_kernel: round(median(chainUs.kernels)),
+        ratio: round(median(chainUs.graph) / median(chainUs.kernels), 3),
+      },
+      demo_step: {
+        ms_graph: round(median(stepMs.graph)),
+        ms_kernel_by_kernel: round(median(stepMs.kernels)),
+        ratio: round(median(stepMs.graph) / median(stepMs.kernels), 3),
+        // both modes compute the same numbers: the losses of every timed step, compared exactly
+        same_losses: losses.graph.every((l, i) => l === losses.kernels[i]),
+      },
+    },
+    null,
+    1,
+  ),
+);

@@ -27,7 +27,10 @@ function option(name: string, fallback: number): number {
 }
 
 /** Consumes batches for about `seconds` and returns samples per second. */
-async function samplesPerSecond(batches: Iterator<SampleColumns> | AsyncIterator<SampleColumns>, seconds: number): Promise<number> {
+async function samplesPerSecond(
+  batches: Iterator<SampleColumns> | AsyncIterator<SampleColumns>,
+  seconds: number,
+): Promise<number> {
   await batches.next(); // the first batch includes opening files and starting workers
   const start = performance.now();
   let samples = 0;
@@ -74,8 +77,18 @@ async function main(): Promise<void> {
     const resumeMs = Math.round(performance.now() - resumeStart);
     console.log(
       JSON.stringify({
-        shape: { max_seq_length: 512, max_predictions_per_seq: 76, batch_size: batchSize, shards, samples_per_shard: perShard },
-        train_samples_per_s: { in_thread: trainInThread, worker_prefetch: trainPrefetched, tfrecord_in_thread: trainTFRecord },
+        shape: {
+          max_seq_length: 512,
+          max_predictions_per_seq: 76,
+          batch_size: batchSize,
+          shards,
+          samples_per_shard: perShard,
+        },
+        train_samples_per_s: {
+          in_thread: trainInThread,
+          worker_prefetch: trainPrefetched,
+          tfrecord_in_thread: trainTFRecord,
+        },
         eval_samples_per_s: evalInThread,
         resume: { step: resumeStep, samples_skipped: resumeStep * batchSize, ms: resumeMs },
       }),

@@ -82,12 +82,17 @@ function timeTsgrad(shape: Shape, reps: number, jitted: boolean): number[] {
   const a = data(shape.batch * shape.m * shape.k, 1);
   const b = data(shape.batch * shape.k * shape.n, 2);
   const inputs = (): [Tensor, Tensor] => {
-    const x = new Tensor(a, { device: "CPU" }).reshape(shape.layout === "tn" ? dims(shape.k, shape.m) : dims(shape.m, shape.k));
-    const w = new Tensor(b, { device: "CPU" }).reshape(shape.layout === "nt" ? dims(shape.n, shape.k) : dims(shape.k, shape.n));
+    const x = new Tensor(a, { device: "CPU" }).reshape(
+      shape.layout === "tn" ? dims(shape.k, shape.m) : dims(shape.m, shape.k),
+    );
+    const w = new Tensor(b, { device: "CPU" }).reshape(
+      shape.layout === "nt" ? dims(shape.n, shape.k) : dims(shape.k, shape.n),
+    );
     Tensor.realizeAll([x, w]);
     return [x, w];
   };
-  const product = (x: Tensor, w: Tensor): Tensor => (shape.layout === "tn" ? x.transpose(-1, -2) : x).matmul(shape.layout === "nt" ? w.transpose(-1, -2) : w);
+  const product = (x: Tensor, w: Tensor): Tensor =>
+    (shape.layout === "tn" ? x.transpose(-1, -2) : x).matmul(shape.layout === "nt" ? w.transpose(-1, -2) : w);
   const runs: number[] = [];
   if (jitted) {
     const [x, w] = inputs();
@@ -133,11 +138,18 @@ print(json.dumps(out))
 
 /** numpy's GFLOP/s per shape with `threads` OpenBLAS threads, or undefined when numpy is missing. */
 function timeNumpy(shapes: readonly Shape[], reps: number, threads: number): Record<string, number[]> | undefined {
-  const env: NodeJS.ProcessEnv = { ...process.env, OPENBLAS_NUM_THREADS: String(threads), OMP_NUM_THREADS: String(threads) };
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    OPENBLAS_NUM_THREADS: String(threads),
+    OMP_NUM_THREADS: String(threads),
+  };
   // OpenBLAS picks its fastest kernels with these unset
   delete env.OPENBLAS_CORETYPE;
   delete env.OPENBLAS_L2_SIZE;
-  const result = spawnSync("python3", ["-c", NUMPY_SCRIPT, JSON.stringify(shapes), String(reps)], { env, encoding: "utf8" });
+  const result = spawnSync("python3", ["-c", NUMPY_SCRIPT, JSON.stringify(shapes), String(reps)], {
+    env,
+    encoding: "utf8",
+  });
   if (result.status !== 0) {
     console.error(`numpy reference unavailable: ${result.stderr.trim().split("\n").pop()}`);
     return undefined;
@@ -175,10 +187,16 @@ function main(): void {
 
   if (values.worker) {
     // one configuration, set by the parent through BEAM and THREADS
-    console.log(JSON.stringify(Object.fromEntries(shapes.map((s) => {
-      console.error(`tsgrad BEAM=${process.env.BEAM} THREADS=${process.env.THREADS} ${s.name}`);
-      return [s.name, timeTsgrad(s, reps, values.jit === true)];
-    }))));
+    console.log(
+      JSON.stringify(
+        Object.fromEntries(
+          shapes.map((s) => {
+            console.error(`tsgrad BEAM=${process.env.BEAM} THREADS=${process.env.THREADS} ${s.name}`);
+            return [s.name, timeTsgrad(s, reps, values.jit === true)];
+          }),
+        ),
+      ),
+    );
     return;
   }
 
@@ -190,7 +208,17 @@ function main(): void {
       if (numpy) for (const s of shapes) table[s.name]![`numpy_t${threads}`] = median(numpy[s.name]!);
     }
     for (const beam of beams) {
-      const args = ["--import", "tsx", process.argv[1]!, "--worker", "--reps", String(reps), "--shapes", shapes.map((s) => s.name.split(" ")[0]).join(","), ...(values.jit ? ["--jit"] : [])];
+      const args = [
+        "--import",
+        "tsx",
+        process.argv[1]!,
+        "--worker",
+        "--reps",
+        String(reps),
+        "--shapes",
+        shapes.map((s) => s.name.split(" ")[0]).join(","),
+        ...(values.jit ? ["--jit"] : []),
+      ];
       const env = { ...process.env, BEAM: String(beam), THREADS: String(threads) };
       const worker = spawnSync(process.execPath, args, { env, encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
       if (worker.status !== 0) throw new Error(`BEAM=${beam} THREADS=${threads} run failed (exit ${worker.status})`);
@@ -201,14 +229,20 @@ function main(): void {
   const round = (x: number) => Math.round(x * 100) / 100;
   const results = shapes.map((s) => {
     const gflops = Object.fromEntries(Object.entries(table[s.name]!).map(([k, v]) => [k, round(v)]));
-    const ratioToNumpy = Object.fromEntries(Object.entries(table[s.name]!).flatMap(([k, v]) => {
-      const numpy = table[s.name]![`numpy_${k.split("_")[1]}`];
-      return k.startsWith("beam") && numpy ? [[k, round(v / numpy)]] : [];
-    }));
+    const ratioToNumpy = Object.fromEntries(
+      Object.entries(table[s.name]!).flatMap(([k, v]) => {
+        const numpy = table[s.name]![`numpy_${k.split("_")[1]}`];
+        return k.startsWith("beam") && numpy ? [[k, round(v / numpy)]] : [];
+      }),
+    );
     return { shape: s.name, batch: s.batch, m: s.m, k: s.k, n: s.n, layout: s.layout ?? "nn", gflops, ratioToNumpy };
   });
-  const mode = values.jit ? "jitted (one captured product replayed on the same buffers)" : "eager (fresh buffers every call)";
-  console.log(JSON.stringify({ note: "medians; kernel time for tsgrad; shared machine, noisy", mode, reps, results }, null, 2));
+  const mode = values.jit
+    ? "jitted (one captured product replayed on the same buffers)"
+    : "eager (fresh buffers every call)";
+  console.log(
+    JSON.stringify({ note: "medians; kernel time for tsgrad; shared machine, noisy", mode, reps, results }, null, 2),
+  );
 }
 
 main();

@@ -6,8 +6,20 @@ import { GlobalCounters, Tensor } from "../src/index.ts";
 import { jit } from "../src/tensor/index.ts";
 import { testDevices } from "../test/devices.ts";
 
-const { values } = parseArgs({ options: { batch: { type: "string", default: "4" }, seq: { type: "string", default: "32" }, hidden: { type: "string", default: "64" }, steps: { type: "string", default: "5" } } });
-const [B, S, H, steps] = [values.batch, values.seq, values.hidden, values.steps].map(Number) as [number, number, number, number];
+const { values } = parseArgs({
+  options: {
+    batch: { type: "string", default: "4" },
+    seq: { type: "string", default: "32" },
+    hidden: { type: "string", default: "64" },
+    steps: { type: "string", default: "5" },
+  },
+});
+const [B, S, H, steps] = [values.batch, values.seq, values.hidden, values.steps].map(Number) as [
+  number,
+  number,
+  number,
+  number,
+];
 const heads = 2;
 
 function block(device: string) {
@@ -17,7 +29,12 @@ function block(device: string) {
   Tensor.realizeAll(Object.values(params));
   const input = Tensor.randn([B, S, H], { device }).toArray() as Float32Array;
   const step = (x: Tensor): Tensor[] => {
-    const [q, k, v] = x.linear(params.qkv).reshape([B, S, 3, heads, H / heads]).permute([2, 0, 3, 1, 4]).split(1, 0).map((t) => t.squeeze(0));
+    const [q, k, v] = x
+      .linear(params.qkv)
+      .reshape([B, S, 3, heads, H / heads])
+      .permute([2, 0, 3, 1, 4])
+      .split(1, 0)
+      .map((t) => t.squeeze(0));
     const attn = q!.scaledDotProductAttention(k!, v!).permute([0, 2, 1, 3]).reshape([B, S, H]);
     const h = x.add(attn.linear(params.out)).layerNorm();
     const y = h.add(h.linear(params.up).gelu().linear(params.down)).layerNorm();
@@ -45,7 +62,11 @@ function measure(run: () => void): { kernels_per_step: number; median_ms: number
     times.push(performance.now() - start);
   }
   times.sort((a, b) => a - b);
-  return { kernels_per_step: GlobalCounters.kernelCount, median_ms: +times[Math.floor(times.length / 2)]!.toFixed(2), gflop_per_step: +(GlobalCounters.globalOps / 1e9).toFixed(4) };
+  return {
+    kernels_per_step: GlobalCounters.kernelCount,
+    median_ms: +times[Math.floor(times.length / 2)]!.toFixed(2),
+    gflop_per_step: +(GlobalCounters.globalOps / 1e9).toFixed(4),
+  };
 }
 
 const results: Record<string, unknown> = { shape: { batch: B, seq: S, hidden: H, heads } };

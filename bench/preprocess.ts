@@ -26,7 +26,9 @@ const { values } = parseArgs({
   },
 });
 if (values.help) {
-  process.stdout.write("Usage: npx tsx bench/preprocess.ts [--mb MB_PER_PART] [--workers 1,2] [--dupe-factor N] [--write-input PATH]\n");
+  process.stdout.write(
+    "Usage: npx tsx bench/preprocess.ts [--mb MB_PER_PART] [--workers 1,2] [--dupe-factor N] [--write-input PATH]\n",
+  );
   process.exit(0);
 }
 const partBytes = Number(values.mb) * 1e6;
@@ -67,7 +69,12 @@ try {
     rmSync(join(basedir, "train"), { recursive: true, force: true });
     const parts = Array.from({ length: workers }, (_, part) => part);
     const started = performance.now();
-    const { samples } = await makeShards({ command: { kind: "pre-train", parts }, basedir, numWorkers: workers, settings });
+    const { samples } = await makeShards({
+      command: { kind: "pre-train", parts },
+      basedir,
+      numWorkers: workers,
+      settings,
+    });
     const seconds = (performance.now() - started) / 1000;
     results.push({
       workers,
@@ -79,7 +86,12 @@ try {
       samples_per_s_per_worker: Math.round(samples / seconds / workers),
     });
   }
-  const report = { bench: "bert-preprocess", input_mb_per_part: Number((inputBytes / 1e6).toFixed(2)), settings, results };
+  const report = {
+    bench: "bert-preprocess",
+    input_mb_per_part: Number((inputBytes / 1e6).toFixed(2)),
+    settings,
+    results,
+  };
   process.stdout.write(JSON.stringify(report, null, 2) + "\n");
 } finally {
   rmSync(basedir, { recursive: true, force: true });

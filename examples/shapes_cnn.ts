@@ -13,7 +13,8 @@ export const CLASSES = ["filled square", "hollow square", "plus"] as const;
 
 /** `count` images [count, 1, SIZE, SIZE] with their labels (0, 1, 2 in turn, so every batch holds each). */
 export function drawShapes(count: number, random: () => number): { images: Float32Array; labels: Int32Array } {
-  const images = new Float32Array(count * SIZE * SIZE), labels = new Int32Array(count);
+  const images = new Float32Array(count * SIZE * SIZE),
+    labels = new Int32Array(count);
   for (let n = 0; n < count; n++) {
     const label = n % CLASSES.length;
     labels[n] = label;
@@ -41,12 +42,15 @@ export class ShapesNet {
   readonly norm: nn.BatchNorm;
   readonly classify: nn.Linear;
   constructor() {
-    [this.conv1, this.conv2, this.norm, this.classify] = nn.initialisedTogether(() => [
-      new nn.Conv2d(1, 8, 3, { padding: 1 }),
-      new nn.Conv2d(8, 16, 3, { padding: 1, bias: false }),
-      new nn.BatchNorm(16),
-      new nn.Linear(16 * (SIZE / 4) ** 2, CLASSES.length),
-    ] as const);
+    [this.conv1, this.conv2, this.norm, this.classify] = nn.initialisedTogether(
+      () =>
+        [
+          new nn.Conv2d(1, 8, 3, { padding: 1 }),
+          new nn.Conv2d(8, 16, 3, { padding: 1, bias: false }),
+          new nn.BatchNorm(16),
+          new nn.Linear(16 * (SIZE / 4) ** 2, CLASSES.length),
+        ] as const,
+    );
   }
   /** images [batch, 1, SIZE, SIZE] -> logits [batch, classes] (batch statistics while `Tensor.training`) */
   forward(images: Tensor): Tensor {
@@ -62,8 +66,21 @@ const batchOf = (images: Float32Array, labels: Int32Array) => ({
 });
 
 /** Trains on freshly drawn batches; returns the losses and the accuracy on `testCount` images never trained on. */
-export function trainShapes({ steps, batch, seed, testCount = 300, onStep }: { steps: number; batch: number; seed: number; testCount?: number; onStep?: (step: number, loss: number) => void }) {
-  if (batch % CLASSES.length !== 0) throw new TsgradError(`--batch ${batch}: a multiple of ${CLASSES.length} (each batch holds every class)`);
+export function trainShapes({
+  steps,
+  batch,
+  seed,
+  testCount = 300,
+  onStep,
+}: {
+  steps: number;
+  batch: number;
+  seed: number;
+  testCount?: number;
+  onStep?: (step: number, loss: number) => void;
+}) {
+  if (batch % CLASSES.length !== 0)
+    throw new TsgradError(`--batch ${batch}: a multiple of ${CLASSES.length} (each batch holds every class)`);
   Tensor.manualSeed(seed);
   const model = new ShapesNet();
   const random = seededRandom(seed);
@@ -81,25 +98,40 @@ export function trainShapes({ steps, batch, seed, testCount = 300, onStep }: { s
 }
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({ options: { steps: { type: "string", default: "150" }, batch: { type: "string", default: "30" }, seed: { type: "string", default: "1" }, help: { type: "boolean" } } });
+  const { values } = parseArgs({
+    options: {
+      steps: { type: "string", default: "150" },
+      batch: { type: "string", default: "30" },
+      seed: { type: "string", default: "1" },
+      help: { type: "boolean" },
+    },
+  });
   if (values.help) {
     console.log("usage: npx tsx examples/shapes_cnn.ts [--steps 150] [--batch 30] [--seed 1]");
     return;
   }
   const number = (name: "steps" | "batch" | "seed"): number => {
     const n = Number(values[name]);
-    if (!Number.isInteger(n) || n < (name === "seed" ? 0 : 1)) throw new TsgradError(`--${name} ${values[name]}: expected a whole number${name === "seed" ? "" : " above 0"}`);
+    if (!Number.isInteger(n) || n < (name === "seed" ? 0 : 1))
+      throw new TsgradError(`--${name} ${values[name]}: expected a whole number${name === "seed" ? "" : " above 0"}`);
     return n;
   };
   const steps = number("steps");
   const started = performance.now();
   const { accuracy } = trainShapes({
-    steps, batch: number("batch"), seed: number("seed"),
+    steps,
+    batch: number("batch"),
+    seed: number("seed"),
     onStep: (i, loss) => {
-      if (i === 1 || i % 25 === 0 || i === steps) console.log(`step ${i}/${steps}  loss ${loss.toFixed(4)}  ${((performance.now() - started) / i).toFixed(1)} ms/step`);
+      if (i === 1 || i % 25 === 0 || i === steps)
+        console.log(
+          `step ${i}/${steps}  loss ${loss.toFixed(4)}  ${((performance.now() - started) / i).toFixed(1)} ms/step`,
+        );
     },
   });
-  console.log(`accuracy on 300 new images: ${(accuracy * 100).toFixed(1)}% (chance: ${(100 / CLASSES.length).toFixed(1)}%)`);
+  console.log(
+    `accuracy on 300 new images: ${(accuracy * 100).toFixed(1)}% (chance: ${(100 / CLASSES.length).toFixed(1)}%)`,
+  );
 }
 
 await runExample(import.meta.url, "shapes_cnn", main);

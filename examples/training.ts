@@ -20,7 +20,19 @@ export function seededRandom(seed: number): () => number {
  */
 export function trainClassifier(
   model: { forward(x: Tensor): Tensor },
-  { steps, lr, weightDecay, nextBatch, onStep }: { steps: number; lr: number; weightDecay: number; nextBatch: () => { x: Tensor; y: Tensor }; onStep?: (step: number, loss: number) => void },
+  {
+    steps,
+    lr,
+    weightDecay,
+    nextBatch,
+    onStep,
+  }: {
+    steps: number;
+    lr: number;
+    weightDecay: number;
+    nextBatch: () => { x: Tensor; y: Tensor };
+    onStep?: (step: number, loss: number) => void;
+  },
 ): number[] {
   const optimizer = new nn.AdamW(nn.getParameters(model), { lr, weightDecay });
   const step = jit((x: Tensor, y: Tensor): Tensor => {

@@ -23,11 +23,20 @@ export interface BertConfig {
 }
 
 const shared = {
-  vocabSize: 30522, maxPositionEmbeddings: 512, typeVocabSize: 2,
-  hiddenDropoutProb: 0.1, attentionProbsDropoutProb: 0.1, initializerRange: 0.02, layerNormEps: 1e-12,
+  vocabSize: 30522,
+  maxPositionEmbeddings: 512,
+  typeVocabSize: 2,
+  hiddenDropoutProb: 0.1,
+  attentionProbsDropoutProb: 0.1,
+  initializerRange: 0.02,
+  layerNormEps: 1e-12,
 };
-const preset = (numHiddenLayers: number, hiddenSize: number, numAttentionHeads: number, intermediateSize: number): BertConfig =>
-  ({ ...shared, numHiddenLayers, hiddenSize, numAttentionHeads, intermediateSize });
+const preset = (
+  numHiddenLayers: number,
+  hiddenSize: number,
+  numAttentionHeads: number,
+  intermediateSize: number,
+): BertConfig => ({ ...shared, numHiddenLayers, hiddenSize, numAttentionHeads, intermediateSize });
 
 export const BERT_PRESETS = {
   tiny: preset(2, 128, 2, 512),
@@ -41,11 +50,13 @@ export type BertPresetName = keyof typeof BERT_PRESETS;
 export function bertConfigFromJson(json: Record<string, unknown>, source = "bert_config.json"): BertConfig {
   const field = (key: string, fallback?: number): number => {
     const value = json[key] ?? fallback;
-    if (typeof value !== "number" || !Number.isFinite(value)) throw new TsgradError(`${source}: field "${key}" is ${JSON.stringify(json[key])}, expected a number`);
+    if (typeof value !== "number" || !Number.isFinite(value))
+      throw new TsgradError(`${source}: field "${key}" is ${JSON.stringify(json[key])}, expected a number`);
     return value;
   };
   const act = json.hidden_act ?? "gelu";
-  if (act !== "gelu") throw new TsgradError(`${source}: hidden_act ${JSON.stringify(act)} is not supported (only "gelu")`);
+  if (act !== "gelu")
+    throw new TsgradError(`${source}: hidden_act ${JSON.stringify(act)} is not supported (only "gelu")`);
   return {
     vocabSize: field("vocab_size"),
     hiddenSize: field("hidden_size"),
@@ -120,7 +131,8 @@ interface Init {
   weight: nn.Initializer;
   layerNormEps: number;
 }
-const linear = (inFeatures: number, outFeatures: number, init: Init): nn.Linear => new nn.Linear(inFeatures, outFeatures, { weightInit: init.weight, biasInit: nn.zeros });
+const linear = (inFeatures: number, outFeatures: number, init: Init): nn.Linear =>
+  new nn.Linear(inFeatures, outFeatures, { weightInit: init.weight, biasInit: nn.zeros });
 
 class BertEmbeddings {
   word_embeddings: nn.Embedding;
@@ -138,10 +150,14 @@ class BertEmbeddings {
   forward(inputIds: Tensor, segmentIds: Tensor): Tensor {
     const seqLength = inputIds.shape[1]!;
     const table = this.position_embeddings.weight;
-    if (seqLength > table.shape[0]!) throw new TsgradError(`BERT: sequence length ${seqLength} exceeds max_position_embeddings ${table.shape[0]}`);
+    if (seqLength > table.shape[0]!)
+      throw new TsgradError(`BERT: sequence length ${seqLength} exceeds max_position_embeddings ${table.shape[0]}`);
     // positions 0..S-1 are the table's first S rows: a slice, no one-hot lookup needed
     const positions = table.shrink([[0, seqLength], null]).unsqueeze(0);
-    const summed = this.word_embeddings.forward(inputIds).add(positions).add(this.token_type_embeddings.forward(segmentIds));
+    const summed = this.word_embeddings
+      .forward(inputIds)
+      .add(positions)
+      .add(this.token_type_embeddings.forward(segmentIds));
     return this.dropout.forward(this.LayerNorm.forward(summed));
   }
 }
@@ -150,8 +166,14 @@ class BertSelfAttention {
   query: nn.Linear;
   key: nn.Linear;
   value: nn.Linear;
-  constructor(hidden: number, readonly numHeads: number, readonly dropout: number, init: Init) {
-    if (hidden % numHeads !== 0) throw new TsgradError(`BERT: hidden size ${hidden} is not a multiple of ${numHeads} attention heads`);
+  constructor(
+    hidden: number,
+    readonly numHeads: number,
+    readonly dropout: number,
+    init: Init,
+  ) {
+    if (hidden % numHeads !== 0)
+      throw new TsgradError(`BERT: hidden size ${hidden} is not a multiple of ${numHeads} attention heads`);
     this.query = linear(hidden, hidden, init);
     this.key = linear(hidden, hidden, init);
     this.value = linear(hidden, hidden, init);
@@ -160,7 +182,11 @@ class BertSelfAttention {
   forward(x: Tensor, mask: Tensor): Tensor {
     const [batch, seq, hidden] = x.shape as [number, number, number];
     const heads = (t: Tensor): Tensor => t.reshape([batch, seq, this.numHeads, hidden / this.numHeads]).transpose(1, 2);
-    const context = heads(this.query.forward(x)).scaledDotProductAttention(heads(this.key.forward(x)), heads(this.value.forward(x)), { mask, dropout: this.dropout });
+    const context = heads(this.query.forward(x)).scaledDotProductAttention(
+      heads(this.key.forward(x)),
+      heads(this.value.forward(x)),
+      { mask, dropout: this.dropout },
+    );
     return context.transpose(1, 2).reshape([batch, seq, hidden]);
   }
 }
@@ -205,7 +231,9 @@ class BertModel {
   pooler: { dense: nn.Linear };
   constructor(config: BertConfig, init: Init, dropout: { hidden: number; attention: number }) {
     this.embeddings = new BertEmbeddings(config, init, dropout.hidden);
-    this.encoder = { layer: Array.from({ length: config.numHiddenLayers }, () => new BertLayer(config, init, dropout)) };
+    this.encoder = {
+      layer: Array.from({ length: config.numHiddenLayers }, () => new BertLayer(config, init, dropout)),
+    };
     this.pooler = { dense: linear(config.hiddenSize, config.hiddenSize, init) };
   }
   /** The sequence output [B, S, H]. */
@@ -229,7 +257,10 @@ class BertLMPredictionHead {
   /** The word embeddings, shared: private so that state dicts list them once. */
   readonly #decoderWeight: Tensor;
   constructor(config: BertConfig, init: Init, decoderWeight: Tensor) {
-    this.transform = { dense: linear(config.hiddenSize, config.hiddenSize, init), LayerNorm: new nn.LayerNorm(config.hiddenSize, init.layerNormEps) };
+    this.transform = {
+      dense: linear(config.hiddenSize, config.hiddenSize, init),
+      LayerNorm: new nn.LayerNorm(config.hiddenSize, init.layerNormEps),
+    };
     this.bias = nn.parameter(nn.zeros, [config.vocabSize]);
     this.#decoderWeight = decoderWeight;
   }
@@ -248,9 +279,14 @@ export class BertForPretraining {
    * embedding weights, zero biases, LayerNorm ones/zeros), reproducibly under `Tensor.manualSeed`.
    * `DISABLE_DROPOUT=1` (or `disableDropout`) turns every dropout off.
    */
-  constructor(readonly config: BertConfig, { disableDropout = getenv("DISABLE_DROPOUT", 0) !== 0 }: { disableDropout?: boolean } = {}) {
+  constructor(
+    readonly config: BertConfig,
+    { disableDropout = getenv("DISABLE_DROPOUT", 0) !== 0 }: { disableDropout?: boolean } = {},
+  ) {
     const init: Init = { weight: nn.truncatedNormal(config.initializerRange), layerNormEps: config.layerNormEps };
-    const dropout = disableDropout ? { hidden: 0, attention: 0 } : { hidden: config.hiddenDropoutProb, attention: config.attentionProbsDropoutProb };
+    const dropout = disableDropout
+      ? { hidden: 0, attention: 0 }
+      : { hidden: config.hiddenDropoutProb, attention: config.attentionProbsDropoutProb };
     // every initialiser in one schedule: the CPU backend compiles them in one batch, not ~20 compiler runs
     const { bert, cls } = nn.initialisedTogether(() => {
       const bert = new BertModel(config, init, dropout);
@@ -262,7 +298,8 @@ export class BertForPretraining {
   }
 
   forward({ inputIds, segmentIds, inputMask, maskedLmPositions }: BertInputs): BertOutputs {
-    if (inputIds.ndim !== 2) throw new TsgradError(`BERT: input_ids must be [batch, seq], got ${fmtShape(inputIds.shape)}`);
+    if (inputIds.ndim !== 2)
+      throw new TsgradError(`BERT: input_ids must be [batch, seq], got ${fmtShape(inputIds.shape)}`);
     const sequence = this.bert.forward(inputIds, segmentIds, inputMask);
     const [batch, , hidden] = sequence.shape as [number, number, number];
     const positions = maskedLmPositions.unsqueeze(-1).expand([batch, maskedLmPositions.shape[1]!, hidden]);
@@ -276,11 +313,22 @@ export class BertForPretraining {
    * Loads a TF1 BERT checkpoint (the MLPerf init checkpoint `model.ckpt-28252`): every parameter
    * must be present; optimizer slots are skipped. Returns the names it skipped or could not map.
    */
-  async loadFromTfCheckpoint(prefix: string, options: { onProgress?: (bytesRead: number, bytesTotal: number, tfName: string) => void } = {}): Promise<{ skipped: string[]; unmapped: string[] }> {
-    const { weights, skipped, unmapped, missing } = await loadBertTfCheckpoint(prefix, this.config.numHiddenLayers, options);
-    if (missing.length) throw new TsgradError(`${prefix}: the checkpoint lacks ${missing.length} BERT parameters: ${missing.slice(0, 8).join(", ")}${missing.length > 8 ? ", ..." : ""}`);
+  async loadFromTfCheckpoint(
+    prefix: string,
+    options: { onProgress?: (bytesRead: number, bytesTotal: number, tfName: string) => void } = {},
+  ): Promise<{ skipped: string[]; unmapped: string[] }> {
+    const { weights, skipped, unmapped, missing } = await loadBertTfCheckpoint(
+      prefix,
+      this.config.numHiddenLayers,
+      options,
+    );
+    if (missing.length)
+      throw new TsgradError(
+        `${prefix}: the checkpoint lacks ${missing.length} BERT parameters: ${missing.slice(0, 8).join(", ")}${missing.length > 8 ? ", ..." : ""}`,
+      );
     const state: nn.StateDict = {};
-    for (const [name, { shape, data }] of weights) state[name] = new Tensor(data, { dtype: dtypes.float32 }).reshape(shape);
+    for (const [name, { shape, data }] of weights)
+      state[name] = new Tensor(data, { dtype: dtypes.float32 }).reshape(shape);
     nn.loadStateDict(this, state, { source: prefix });
     return { skipped, unmapped };
   }
@@ -290,9 +338,16 @@ export class BertForPretraining {
 const atLeastFloat32 = (t: Tensor): Tensor => (t.dtype.itemsize < 4 ? t.cast(dtypes.float32) : t);
 
 /** Masked-LM cross-entropy (weighted mean over `masked_lm_weights`) + NSP cross-entropy, in float32 or wider. */
-export function bertPretrainingLosses({ maskedLmLogits, nextSentenceLogits }: BertOutputs, { maskedLmIds, maskedLmWeights, nextSentenceLabels }: BertLabels): BertLosses {
-  const maskedLmLoss = atLeastFloat32(maskedLmLogits).sparseCategoricalCrossentropy(maskedLmIds, { weights: maskedLmWeights });
-  const nextSentenceLoss = atLeastFloat32(nextSentenceLogits).sparseCategoricalCrossentropy(nextSentenceLabels.reshape([-1]));
+export function bertPretrainingLosses(
+  { maskedLmLogits, nextSentenceLogits }: BertOutputs,
+  { maskedLmIds, maskedLmWeights, nextSentenceLabels }: BertLabels,
+): BertLosses {
+  const maskedLmLoss = atLeastFloat32(maskedLmLogits).sparseCategoricalCrossentropy(maskedLmIds, {
+    weights: maskedLmWeights,
+  });
+  const nextSentenceLoss = atLeastFloat32(nextSentenceLogits).sparseCategoricalCrossentropy(
+    nextSentenceLabels.reshape([-1]),
+  );
   return { loss: maskedLmLoss.add(nextSentenceLoss), maskedLmLoss, nextSentenceLoss };
 }
 
@@ -300,8 +355,15 @@ export function bertPretrainingLosses({ maskedLmLogits, nextSentenceLogits }: Be
 export function bertPretrainingMetrics(outputs: BertOutputs, labels: BertLabels): BertMetrics {
   const { maskedLmLoss, nextSentenceLoss } = bertPretrainingLosses(outputs, labels);
   const weights = labels.maskedLmWeights.cast(dtypes.float32);
-  const lmCorrect = outputs.maskedLmLogits.argmax({ axis: -1 }).eq(labels.maskedLmIds).cast(dtypes.float32).mul(weights);
-  const nspCorrect = outputs.nextSentenceLogits.argmax({ axis: -1 }).eq(labels.nextSentenceLabels.reshape([-1])).cast(dtypes.float32);
+  const lmCorrect = outputs.maskedLmLogits
+    .argmax({ axis: -1 })
+    .eq(labels.maskedLmIds)
+    .cast(dtypes.float32)
+    .mul(weights);
+  const nspCorrect = outputs.nextSentenceLogits
+    .argmax({ axis: -1 })
+    .eq(labels.nextSentenceLabels.reshape([-1]))
+    .cast(dtypes.float32);
   return {
     maskedLmAccuracy: lmCorrect.sum().div(weights.sum().maximum(1e-12)),
     nextSentenceAccuracy: nspCorrect.mean(),

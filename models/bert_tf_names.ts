@@ -9,7 +9,17 @@
 import { io } from "../src/index.ts";
 
 /** Last name components of optimizer state written beside the weights (BERT's AdamWeightDecay/LAMB, tf.train.Adam). */
-const OPTIMIZER_STATE = new Set(["adam_m", "adam_v", "AdamWeightDecayOptimizer", "AdamWeightDecayOptimizer_1", "Adam", "Adam_1", "global_step", "beta1_power", "beta2_power"]);
+const OPTIMIZER_STATE = new Set([
+  "adam_m",
+  "adam_v",
+  "AdamWeightDecayOptimizer",
+  "AdamWeightDecayOptimizer_1",
+  "Adam",
+  "Adam_1",
+  "global_step",
+  "beta1_power",
+  "beta2_power",
+]);
 
 /** Variables whose names do not follow the path-to-dots rule. */
 const SPECIAL_NAMES: Record<string, string> = {
@@ -152,7 +162,10 @@ export async function loadBertTfCheckpoint(
 ): Promise<BertTfWeights> {
   const { mapped, skipped, unmapped, missing } = planBertTfMapping(await io.listTfCheckpoint(prefix), numLayers);
   const byTfName = new Map(mapped.map((tensor) => [tensor.tfName, tensor]));
-  const tensors = await io.readTfCheckpoint(prefix, { filter: (name) => byTfName.has(name), onProgress: options.onProgress });
+  const tensors = await io.readTfCheckpoint(prefix, {
+    filter: (name) => byTfName.has(name),
+    onProgress: options.onProgress,
+  });
   const weights = new Map<string, { shape: number[]; data: Float32Array }>();
   for (const { tfName, name, transpose, shape } of mapped) {
     const data = tensors.get(tfName)!.data as Float32Array;

@@ -2,7 +2,13 @@
 // them: the train step is forward, backward of loss*scale, unscale, clip by global norm 1.0,
 // LAMB step and LR schedule step; the eval step gives the four MLPerf metrics.
 import { Tensor, TsgradError, dtypes, fmtShape, getenv, nn, type DType } from "../src/index.ts";
-import { type BertBatch, type BertForPretraining, type BertMetrics, bertPretrainingLosses, bertPretrainingMetrics } from "./bert.ts";
+import {
+  type BertBatch,
+  type BertForPretraining,
+  type BertMetrics,
+  bertPretrainingLosses,
+  bertPretrainingMetrics,
+} from "./bert.ts";
 
 export interface BertOptimizerOptions {
   lr: number;
@@ -22,13 +28,31 @@ export const isNoDecayParameter = (name: string): boolean => name.endsWith("bias
  * The reference's optimisation: LAMB with weight decay on all but biases and LayerNorm
  * parameters (two LAMBs joined by an OptimizerGroup), each with its polynomial-decay schedule.
  */
-export function createBertOptimizer(model: BertForPretraining, { lr, totalSteps, warmupSteps, power = 1, weightDecay = 0.01, eps = 1e-6, b1 = 0.9, b2 = 0.999 }: BertOptimizerOptions): { optimizer: nn.OptimizerGroup; scheduler: nn.LRSchedulerGroup } {
+export function createBertOptimizer(
+  model: BertForPretraining,
+  {
+    lr,
+    totalSteps,
+    warmupSteps,
+    power = 1,
+    weightDecay = 0.01,
+    eps = 1e-6,
+    b1 = 0.9,
+    b2 = 0.999,
+  }: BertOptimizerOptions,
+): { optimizer: nn.OptimizerGroup; scheduler: nn.LRSchedulerGroup } {
   const named = Object.entries(nn.getStateDict(model));
   const decayed = named.filter(([name]) => !isNoDecayParameter(name)).map(([, t]) => t);
   const notDecayed = named.filter(([name]) => isNoDecayParameter(name)).map(([, t]) => t);
-  const optimizers = [new nn.LAMB(decayed, { lr, b1, b2, eps, weightDecay }), new nn.LAMB(notDecayed, { lr, b1, b2, eps, weightDecay: 0 })];
+  const optimizers = [
+    new nn.LAMB(decayed, { lr, b1, b2, eps, weightDecay }),
+    new nn.LAMB(notDecayed, { lr, b1, b2, eps, weightDecay: 0 }),
+  ];
   const schedule = { initialLr: lr, endLr: 0, totalSteps, warmupSteps, power };
-  return { optimizer: new nn.OptimizerGroup(...optimizers), scheduler: new nn.LRSchedulerGroup(...optimizers.map((o) => new nn.PolynomialDecayWithWarmup(o, schedule))) };
+  return {
+    optimizer: new nn.OptimizerGroup(...optimizers),
+    scheduler: new nn.LRSchedulerGroup(...optimizers.map((o) => new nn.PolynomialDecayWithWarmup(o, schedule))),
+  };
 }
 
 export interface TrainStepOptions {
@@ -67,7 +91,11 @@ function withTraining<T>(on: boolean, fn: () => T): T {
 }
 
 /** One optimisation step on `batch`; returns the (realized) mean training loss. */
-export function bertTrainStep({ model, optimizer, scheduler }: BertTrainState, batch: BertBatch, { lossScale, gradientAccSteps, maxGradNorm }: TrainStepOptions): Tensor {
+export function bertTrainStep(
+  { model, optimizer, scheduler }: BertTrainState,
+  batch: BertBatch,
+  { lossScale, gradientAccSteps, maxGradNorm }: TrainStepOptions,
+): Tensor {
   return withTraining(true, () => {
     optimizer.zeroGrad();
     const params = optimizer.params;
@@ -99,24 +127,56 @@ function clipGradients(params: readonly Tensor[], lossScale: number, maxNorm: nu
 function splitBatch(batch: BertBatch, parts: number): BertBatch[] {
   if (parts === 1) return [batch];
   const size = batch.inputIds.shape[0]!;
-  if (!Number.isInteger(parts) || parts < 1 || size % parts !== 0) throw new TsgradError(`GRADIENT_ACC_STEPS=${parts} does not divide the batch of ${size} (input_ids ${fmtShape(batch.inputIds.shape)})`);
+  if (!Number.isInteger(parts) || parts < 1 || size % parts !== 0)
+    throw new TsgradError(
+      `GRADIENT_ACC_STEPS=${parts} does not divide the batch of ${size} (input_ids ${fmtShape(batch.inputIds.shape)})`,
+    );
   const entries = Object.entries(batch) as [keyof BertBatch, Tensor][];
   const pieces = entries.map(([key, t]) => [key, t.chunk(parts, 0)] as const);
-  return Array.from({ length: parts }, (_, i) => Object.fromEntries(pieces.map(([key, chunks]) => [key, chunks[i]!])) as unknown as BertBatch);
+  return Array.from(
+    { length: parts },
+    (_, i) => Object.fromEntries(pieces.map(([key, chunks]) => [key, chunks[i]!])) as unknown as BertBatch,
+  );
 }
 
 /** The batch's tensors in the reference's field order, the form a jitted step takes them in. */
-export const bertBatchTensors = (b: BertBatch): BertBatchTensors => [b.inputIds, b.segmentIds, b.inputMask, b.maskedLmPositions, b.maskedLmIds, b.maskedLmWeights, b.nextSentenceLabels];
+export const bertBatchTensors = (b: BertBatch): BertBatchTensors => [
+  b.inputIds,
+  b.segmentIds,
+  b.inputMask,
+  b.maskedLmPositions,
+  b.maskedLmIds,
+  b.maskedLmWeights,
+  b.nextSentenceLabels,
+];
 export type BertBatchTensors = [Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor];
 /** The seven batch tensors as a BertBatch. */
-export const bertBatchOf = ([inputIds, segmentIds, inputMask, maskedLmPositions, maskedLmIds, maskedLmWeights, nextSentenceLabels]: BertBatchTensors): BertBatch =>
-  ({ inputIds, segmentIds, inputMask, maskedLmPositions, maskedLmIds, maskedLmWeights, nextSentenceLabels });
+export const bertBatchOf = ([
+  inputIds,
+  segmentIds,
+  inputMask,
+  maskedLmPositions,
+  maskedLmIds,
+  maskedLmWeights,
+  nextSentenceLabels,
+]: BertBatchTensors): BertBatch => ({
+  inputIds,
+  segmentIds,
+  inputMask,
+  maskedLmPositions,
+  maskedLmIds,
+  maskedLmWeights,
+  nextSentenceLabels,
+});
 
 /**
  * The train step as a function of the batch tensors alone, ready for `jit`:
  *   const step = jit(makeBertTrainStep(state, options)); const loss = step(...bertBatchTensors(batch));
  */
-export function makeBertTrainStep(state: BertTrainState, options: TrainStepOptions): (...batch: BertBatchTensors) => Tensor {
+export function makeBertTrainStep(
+  state: BertTrainState,
+  options: TrainStepOptions,
+): (...batch: BertBatchTensors) => Tensor {
   return (...tensors) => bertTrainStep(state, bertBatchOf(tensors), options);
 }
 

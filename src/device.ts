@@ -36,7 +36,11 @@ export class Buffer {
   /** How many tensors were pointed at this buffer by realize(): above 1, an assign copies first. */
   realizedBy = 0;
   private raw: unknown = undefined;
-  constructor(readonly device: string, readonly size: number, readonly dtype: DType) {}
+  constructor(
+    readonly device: string,
+    readonly size: number,
+    readonly dtype: DType,
+  ) {}
 
   get nbytes(): number {
     return this.size * this.dtype.itemsize;
@@ -70,7 +74,10 @@ export class Buffer {
 
   copyin(data: TypedArray): this {
     const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
-    if (bytes.byteLength !== this.nbytes) throw new TsgradError(`copyin: ${bytes.byteLength} bytes into a ${this.nbytes}-byte ${this.dtype.name} buffer on ${this.device}`);
+    if (bytes.byteLength !== this.nbytes)
+      throw new TsgradError(
+        `copyin: ${bytes.byteLength} bytes into a ${this.nbytes}-byte ${this.dtype.name} buffer on ${this.device}`,
+      );
     Device.allocator(this.device).copyin(this.handle, bytes);
     this.version++; // new contents: nodes that stood for the old ones no longer do
     return this;
@@ -110,8 +117,12 @@ export class Device {
   static canonicalize(name: string): string {
     const [kind, index] = name.split(":");
     const upper = kind!.toUpperCase();
-    if (!Device.factories.has(upper)) throw new TsgradError(`unknown device ${JSON.stringify(name)}; known: ${[...Device.factories.keys()].join(", ")}`);
-    if (index !== undefined && !/^\d+$/.test(index)) throw new TsgradError(`bad device index in ${JSON.stringify(name)}`);
+    if (!Device.factories.has(upper))
+      throw new TsgradError(
+        `unknown device ${JSON.stringify(name)}; known: ${[...Device.factories.keys()].join(", ")}`,
+      );
+    if (index !== undefined && !/^\d+$/.test(index))
+      throw new TsgradError(`bad device index in ${JSON.stringify(name)}`);
     return index === undefined || index === "0" ? upper : `${upper}:${index}`;
   }
 

@@ -2,8 +2,18 @@
 import { TsgradError } from "./helpers.ts";
 
 export type DTypeName =
-  | "bool" | "int8" | "uint8" | "int16" | "uint16" | "int32" | "uint32" | "int64"
-  | "float16" | "bfloat16" | "float32" | "float64";
+  | "bool"
+  | "int8"
+  | "uint8"
+  | "int16"
+  | "uint16"
+  | "int32"
+  | "uint32"
+  | "int64"
+  | "float16"
+  | "bfloat16"
+  | "float32"
+  | "float64";
 
 export interface DType {
   readonly name: DTypeName;
@@ -35,7 +45,13 @@ export const isFloat = (d: DType): boolean => d.kind === "float";
 export const isInt = (d: DType): boolean => d.kind === "int" || d.kind === "uint";
 
 export function dtypeOf(name: string): DType {
-  const upper: Record<string, DType> = { HALF: dtypes.float16, FLOAT: dtypes.float32, BFLOAT16: dtypes.bfloat16, FLOAT32: dtypes.float32, FLOAT16: dtypes.float16 };
+  const upper: Record<string, DType> = {
+    HALF: dtypes.float16,
+    FLOAT: dtypes.float32,
+    BFLOAT16: dtypes.bfloat16,
+    FLOAT32: dtypes.float32,
+    FLOAT16: dtypes.float16,
+  };
   const d = (dtypes as Record<string, DType>)[name] ?? upper[name.toUpperCase()];
   if (!d) throw new TsgradError(`unknown dtype ${JSON.stringify(name)}; known: ${Object.keys(dtypes).join(", ")}`);
   return d;
@@ -52,7 +68,8 @@ export function promote(a: DType, b: DType): DType {
   if (b.kind === "bool") return a;
   if (isFloat(a) !== isFloat(b)) return isFloat(a) ? a : b;
   if (isFloat(a)) {
-    if ((a === dtypes.float16 && b === dtypes.bfloat16) || (a === dtypes.bfloat16 && b === dtypes.float16)) return dtypes.float32;
+    if ((a === dtypes.float16 && b === dtypes.bfloat16) || (a === dtypes.bfloat16 && b === dtypes.float16))
+      return dtypes.float32;
     return a.itemsize >= b.itemsize ? a : b;
   }
   if (a.kind === b.kind) return a.itemsize >= b.itemsize ? a : b;
@@ -64,21 +81,45 @@ export function promote(a: DType, b: DType): DType {
 
 /** The typed array that stores a dtype: 16-bit floats are stored as their bits. */
 export type TypedArray =
-  | Float32Array | Float64Array | Int8Array | Uint8Array | Int16Array | Uint16Array
-  | Int32Array | Uint32Array | BigInt64Array;
+  | Float32Array
+  | Float64Array
+  | Int8Array
+  | Uint8Array
+  | Int16Array
+  | Uint16Array
+  | Int32Array
+  | Uint32Array
+  | BigInt64Array;
 
-export function typedArrayFor(d: DType, buffer: ArrayBuffer | SharedArrayBuffer, byteOffset = 0, length?: number): TypedArray {
+export function typedArrayFor(
+  d: DType,
+  buffer: ArrayBuffer | SharedArrayBuffer,
+  byteOffset = 0,
+  length?: number,
+): TypedArray {
   const n = length ?? (buffer.byteLength - byteOffset) / d.itemsize;
   switch (d.name) {
-    case "bool": case "uint8": return new Uint8Array(buffer, byteOffset, n);
-    case "int8": return new Int8Array(buffer, byteOffset, n);
-    case "int16": return new Int16Array(buffer, byteOffset, n);
-    case "uint16": case "float16": case "bfloat16": return new Uint16Array(buffer, byteOffset, n);
-    case "int32": return new Int32Array(buffer, byteOffset, n);
-    case "uint32": return new Uint32Array(buffer, byteOffset, n);
-    case "int64": return new BigInt64Array(buffer, byteOffset, n);
-    case "float32": return new Float32Array(buffer, byteOffset, n);
-    case "float64": return new Float64Array(buffer, byteOffset, n);
+    case "bool":
+    case "uint8":
+      return new Uint8Array(buffer, byteOffset, n);
+    case "int8":
+      return new Int8Array(buffer, byteOffset, n);
+    case "int16":
+      return new Int16Array(buffer, byteOffset, n);
+    case "uint16":
+    case "float16":
+    case "bfloat16":
+      return new Uint16Array(buffer, byteOffset, n);
+    case "int32":
+      return new Int32Array(buffer, byteOffset, n);
+    case "uint32":
+      return new Uint32Array(buffer, byteOffset, n);
+    case "int64":
+      return new BigInt64Array(buffer, byteOffset, n);
+    case "float32":
+      return new Float32Array(buffer, byteOffset, n);
+    case "float64":
+      return new Float64Array(buffer, byteOffset, n);
   }
 }
 
@@ -93,7 +134,7 @@ export function f32ToF16Bits(value: number): number {
   const exp = (x >>> 23) & 0xff;
   let mant = x & 0x7fffff;
   if (exp === 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0);
-  let e = exp - 127 + 15;
+  const e = exp - 127 + 15;
   if (e >= 0x1f) return sign | 0x7c00;
   if (e <= 0) {
     if (e < -10) return sign;
@@ -102,12 +143,12 @@ export function f32ToF16Bits(value: number): number {
     const half = 1 << (shift - 1);
     let h = mant >>> shift;
     const rest = mant & ((1 << shift) - 1);
-    if (rest > half || (rest === half && (h & 1))) h++;
+    if (rest > half || (rest === half && h & 1)) h++;
     return sign | h;
   }
   let h = (e << 10) | (mant >>> 13);
   const rest = mant & 0x1fff;
-  if (rest > 0x1000 || (rest === 0x1000 && (h & 1))) h++;
+  if (rest > 0x1000 || (rest === 0x1000 && h & 1)) h++;
   return sign | h;
 }
 
@@ -138,18 +179,30 @@ export function bf16BitsToF32(h: number): number {
 /** Rounds a number to the nearest value a dtype can hold (floats), or wraps it as the integer type does. */
 export function castScalar(value: number, d: DType): number {
   switch (d.name) {
-    case "bool": return value !== 0 ? 1 : 0;
-    case "float16": return f16BitsToF32(f32ToF16Bits(value));
-    case "bfloat16": return bf16BitsToF32(f32ToBf16Bits(value));
-    case "float32": return Math.fround(value);
-    case "float64": return value;
-    case "int8": return (Math.trunc(value) << 24) >> 24;
-    case "uint8": return Math.trunc(value) & 0xff;
-    case "int16": return (Math.trunc(value) << 16) >> 16;
-    case "uint16": return Math.trunc(value) & 0xffff;
-    case "int32": return Math.trunc(value) | 0;
-    case "uint32": return Math.trunc(value) >>> 0;
-    case "int64": return Math.trunc(value);
+    case "bool":
+      return value !== 0 ? 1 : 0;
+    case "float16":
+      return f16BitsToF32(f32ToF16Bits(value));
+    case "bfloat16":
+      return bf16BitsToF32(f32ToBf16Bits(value));
+    case "float32":
+      return Math.fround(value);
+    case "float64":
+      return value;
+    case "int8":
+      return (Math.trunc(value) << 24) >> 24;
+    case "uint8":
+      return Math.trunc(value) & 0xff;
+    case "int16":
+      return (Math.trunc(value) << 16) >> 16;
+    case "uint16":
+      return Math.trunc(value) & 0xffff;
+    case "int32":
+      return Math.trunc(value) | 0;
+    case "uint32":
+      return Math.trunc(value) >>> 0;
+    case "int64":
+      return Math.trunc(value);
   }
 }
 

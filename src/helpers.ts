@@ -16,7 +16,8 @@ export function getenv(key: string, fallback: number | string): number | string 
   if (raw === undefined || raw === "") return fallback;
   if (typeof fallback === "number") {
     const value = Number(raw);
-    if (Number.isNaN(value)) throw new TsgradError(`environment variable ${key}=${JSON.stringify(raw)} is not a number`);
+    if (Number.isNaN(value))
+      throw new TsgradError(`environment variable ${key}=${JSON.stringify(raw)} is not a number`);
     return value;
   }
   return raw;
@@ -78,6 +79,7 @@ export const fmtShape = (shape: readonly number[]): string => `[${shape.join(", 
 /** `axis` (negative counts from the end) as an index into `shape`, or an error naming `op`, the axis and the shape. */
 export function axisFor(op: string, shape: readonly number[], axis: number): number {
   const a = axis < 0 ? axis + shape.length : axis;
-  if (!Number.isInteger(a) || a < 0 || a >= shape.length) throw new TsgradError(`${op}: axis ${axis} is out of range for a tensor of shape ${fmtShape(shape)}`);
+  if (!Number.isInteger(a) || a < 0 || a >= shape.length)
+    throw new TsgradError(`${op}: axis ${axis} is out of range for a tensor of shape ${fmtShape(shape)}`);
   return a;
 }

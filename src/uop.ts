@@ -5,23 +5,69 @@ import { TsgradError, arraysEqual, fmtShape, prod } from "./helpers.ts";
 import type { Buffer } from "./device.ts";
 
 export type UnaryOp = "NEG" | "RECIP" | "SQRT" | "EXP2" | "LOG2" | "SIN" | "TRUNC";
-export type BinaryOp = "ADD" | "MUL" | "IDIV" | "MOD" | "MAX" | "CMPLT" | "CMPNE" | "AND" | "OR" | "XOR" | "SHL" | "SHR";
+export type BinaryOp =
+  | "ADD"
+  | "MUL"
+  | "IDIV"
+  | "MOD"
+  | "MAX"
+  | "CMPLT"
+  | "CMPNE"
+  | "AND"
+  | "OR"
+  | "XOR"
+  | "SHL"
+  | "SHR";
 /** DETACH: the identity view, where gradients stop. */
 export type MovementOp = "RESHAPE" | "PERMUTE" | "EXPAND" | "PAD" | "SHRINK" | "FLIP" | "DETACH";
 export type ReduceKind = "ADD" | "MAX";
 export type Op =
-  | "BUFFER" | "CONST" | "INDEX"
-  | UnaryOp | BinaryOp | "WHERE" | "CAST" | "BITCAST"
-  | "REDUCE" | MovementOp
-  | "CONTIGUOUS" | "COPY" | "ASSIGN";
+  | "BUFFER"
+  | "CONST"
+  | "INDEX"
+  | UnaryOp
+  | BinaryOp
+  | "WHERE"
+  | "CAST"
+  | "BITCAST"
+  | "REDUCE"
+  | MovementOp
+  | "CONTIGUOUS"
+  | "COPY"
+  | "ASSIGN";
 
 export const UNARY_OPS: ReadonlySet<Op> = new Set<Op>(["NEG", "RECIP", "SQRT", "EXP2", "LOG2", "SIN", "TRUNC"]);
-export const BINARY_OPS: ReadonlySet<Op> = new Set<Op>(["ADD", "MUL", "IDIV", "MOD", "MAX", "CMPLT", "CMPNE", "AND", "OR", "XOR", "SHL", "SHR"]);
-export const MOVEMENT_OPS: ReadonlySet<Op> = new Set<Op>(["RESHAPE", "PERMUTE", "EXPAND", "PAD", "SHRINK", "FLIP", "DETACH"]);
-export const isElementwise = (op: Op): boolean => UNARY_OPS.has(op) || BINARY_OPS.has(op) || op === "WHERE" || op === "CAST" || op === "BITCAST";
+export const BINARY_OPS: ReadonlySet<Op> = new Set<Op>([
+  "ADD",
+  "MUL",
+  "IDIV",
+  "MOD",
+  "MAX",
+  "CMPLT",
+  "CMPNE",
+  "AND",
+  "OR",
+  "XOR",
+  "SHL",
+  "SHR",
+]);
+export const MOVEMENT_OPS: ReadonlySet<Op> = new Set<Op>([
+  "RESHAPE",
+  "PERMUTE",
+  "EXPAND",
+  "PAD",
+  "SHRINK",
+  "FLIP",
+  "DETACH",
+]);
+export const isElementwise = (op: Op): boolean =>
+  UNARY_OPS.has(op) || BINARY_OPS.has(op) || op === "WHERE" || op === "CAST" || op === "BITCAST";
 
 /** The argument each op carries. */
-export interface ReduceArg { op: ReduceKind; axes: number[] }
+export interface ReduceArg {
+  op: ReduceKind;
+  axes: number[];
+}
 export type Pads = [number, number][];
 
 let nextId = 0;
@@ -72,8 +118,10 @@ export class UOp {
 
   alu(op: UnaryOp | BinaryOp | "WHERE", ...others: UOp[]): UOp {
     for (const other of others) {
-      if (!arraysEqual(other.shape, this.shape)) throw new TsgradError(`${op}: shapes ${fmtShape(this.shape)} and ${fmtShape(other.shape)} differ`);
-      if (other.device !== this.device) throw new TsgradError(`${op}: devices ${this.device} and ${other.device} differ; copy with to()`);
+      if (!arraysEqual(other.shape, this.shape))
+        throw new TsgradError(`${op}: shapes ${fmtShape(this.shape)} and ${fmtShape(other.shape)} differ`);
+      if (other.device !== this.device)
+        throw new TsgradError(`${op}: devices ${this.device} and ${other.device} differ; copy with to()`);
     }
     // comparisons give bool; WHERE takes its dtype from the values; everything else keeps the operands' dtype
     const dtype = op === "CMPLT" || op === "CMPNE" ? dtypes.bool : op === "WHERE" ? others[0]!.dtype : this.dtype;
@@ -86,7 +134,8 @@ export class UOp {
   }
 
   bitcast(dtype: DType): UOp {
-    if (dtype.itemsize !== this.dtype.itemsize) throw new TsgradError(`bitcast from ${this.dtype.name} to ${dtype.name}: item sizes differ`);
+    if (dtype.itemsize !== this.dtype.itemsize)
+      throw new TsgradError(`bitcast from ${this.dtype.name} to ${dtype.name}: item sizes differ`);
     return dtype === this.dtype ? this : UOp.make("BITCAST", dtype, [this], undefined, this.shape, this.device);
   }
 
@@ -99,14 +148,22 @@ export class UOp {
 
   reshape(shape: readonly number[]): UOp {
     if (arraysEqual(shape, this.shape)) return this;
-    if (prod(shape as number[]) !== this.numel) throw new TsgradError(`reshape from ${fmtShape(this.shape)} to ${fmtShape(shape)}: element counts differ`);
+    if (prod(shape as number[]) !== this.numel)
+      throw new TsgradError(`reshape from ${fmtShape(this.shape)} to ${fmtShape(shape)}: element counts differ`);
     // reshapes are not merged here: a reshaped tensor may be a gradient target in its own right
     return UOp.make("RESHAPE", this.dtype, [this], [...shape], shape, this.device);
   }
 
   permute(order: readonly number[]): UOp {
     if (order.every((a, i) => a === i)) return this;
-    return UOp.make("PERMUTE", this.dtype, [this], [...order], order.map((a) => this.shape[a]!), this.device);
+    return UOp.make(
+      "PERMUTE",
+      this.dtype,
+      [this],
+      [...order],
+      order.map((a) => this.shape[a]!),
+      this.device,
+    );
   }
 
   expand(shape: readonly number[]): UOp {
@@ -116,12 +173,26 @@ export class UOp {
 
   pad(pads: Pads): UOp {
     if (pads.every(([b, a]) => b === 0 && a === 0)) return this;
-    return UOp.make("PAD", this.dtype, [this], pads, this.shape.map((s, i) => s + pads[i]![0] + pads[i]![1]), this.device);
+    return UOp.make(
+      "PAD",
+      this.dtype,
+      [this],
+      pads,
+      this.shape.map((s, i) => s + pads[i]![0] + pads[i]![1]),
+      this.device,
+    );
   }
 
   shrink(bounds: Pads): UOp {
     if (bounds.every(([b, e], i) => b === 0 && e === this.shape[i])) return this;
-    return UOp.make("SHRINK", this.dtype, [this], bounds, bounds.map(([b, e]) => e - b), this.device);
+    return UOp.make(
+      "SHRINK",
+      this.dtype,
+      [this],
+      bounds,
+      bounds.map(([b, e]) => e - b),
+      this.device,
+    );
   }
 
   flip(axes: readonly boolean[]): UOp {
@@ -161,7 +232,10 @@ export class UOp {
     const stack: [UOp, boolean][] = roots.map((r) => [r, false]);
     while (stack.length) {
       const [node, expanded] = stack.pop()!;
-      if (expanded) { order.push(node); continue; }
+      if (expanded) {
+        order.push(node);
+        continue;
+      }
       if (seen.has(node)) continue;
       seen.add(node);
       stack.push([node, true]);
@@ -223,7 +297,10 @@ function undoWidening(u: UOp, target: DType): UOp | undefined {
 
 /** A cast from a float to a wider float (exact). */
 export const isWideningFloatCast = (n: UOp): boolean =>
-  n.op === "CAST" && n.dtype.kind === "float" && n.src[0]!.dtype.kind === "float" && n.dtype.itemsize > n.src[0]!.dtype.itemsize;
+  n.op === "CAST" &&
+  n.dtype.kind === "float" &&
+  n.src[0]!.dtype.kind === "float" &&
+  n.dtype.itemsize > n.src[0]!.dtype.itemsize;
 
 /** `n` under any casts. */
 export const skipCasts = (n: UOp): UOp => (n.op === "CAST" ? skipCasts(n.src[0]!) : n);
@@ -235,8 +312,12 @@ export const isBroadcastProduct = (n: UOp): boolean => {
 };
 
 /** A sum of products of two broadcast operands (through casts): a matmul. */
-export const isMatmul = (reduce: UOp): boolean => (reduce.arg as ReduceArg).op === "ADD" && isBroadcastProduct(reduce.src[0]!);
+export const isMatmul = (reduce: UOp): boolean =>
+  (reduce.arg as ReduceArg).op === "ADD" && isBroadcastProduct(reduce.src[0]!);
 
 /** A cast from a float to a narrower float (rounds). */
 export const isNarrowingFloatCast = (n: UOp): boolean =>
-  n.op === "CAST" && n.dtype.kind === "float" && n.src[0]!.dtype.kind === "float" && n.dtype.itemsize < n.src[0]!.dtype.itemsize;
+  n.op === "CAST" &&
+  n.dtype.kind === "float" &&
+  n.src[0]!.dtype.kind === "float" &&
+  n.dtype.itemsize < n.src[0]!.dtype.itemsize;

@@ -54,29 +54,59 @@ test("each dependency rule reports an import that breaks it, and nothing else", 
     for (const [file, imports] of Object.entries(tree)) {
       mkdirSync(join(dir, dirname(file)), { recursive: true });
       const lines = imports.map((target, i) => {
-        const relative = join(...dirname(file).split("/").map(() => "..")) + "/" + target;
+        const relative =
+          join(
+            ...dirname(file)
+              .split("/")
+              .map(() => ".."),
+          ) +
+          "/" +
+          target;
         return `import * as m${i} from "./${relative}";\nexport const use${i} = m${i};`;
       });
       writeFileSync(join(dir, file), `${lines.join("\n")}\nexport const here = 1;\n`);
     }
-    writeFileSync(join(dir, "tsconfig.json"), JSON.stringify({ compilerOptions: { allowImportingTsExtensions: true, noEmit: true, module: "NodeNext" } }));
+    writeFileSync(
+      join(dir, "tsconfig.json"),
+      JSON.stringify({ compilerOptions: { allowImportingTsExtensions: true, noEmit: true, module: "NodeNext" } }),
+    );
     const depcruise = join(root, "node_modules", ".bin", "depcruise");
     const config = join(root, ".dependency-cruiser.cjs");
-    const check = (outputType: string) => spawnSync(depcruise, ["src", "models", "mlperf", "test", "--config", config, "--output-type", outputType], { cwd: dir, encoding: "utf8" });
+    const check = (outputType: string) =>
+      spawnSync(depcruise, ["src", "models", "mlperf", "test", "--config", config, "--output-type", outputType], {
+        cwd: dir,
+        encoding: "utf8",
+      });
     // as `npm run lint` runs it: a violation fails the command
     assert.notEqual(check("err").status, 0, "a tree full of violations must fail the check");
     const run = check("json");
-    const violations = (JSON.parse(run.stdout) as { summary: { violations: { rule: { name: string }; from: string; to: string; cycle?: unknown[] }[] } }).summary.violations;
+    const violations = (
+      JSON.parse(run.stdout) as {
+        summary: { violations: { rule: { name: string }; from: string; to: string; cycle?: unknown[] }[] };
+      }
+    ).summary.violations;
     const found = violations.map((v) => `${v.rule.name} ${v.from} -> ${v.to}`);
     for (const [rule, from, to] of expected) {
-      const hit = violations.some((v) => v.rule.name === rule && (v.from === from || v.to === from) && (v.to === to || v.from === to));
+      const hit = violations.some(
+        (v) => v.rule.name === rule && (v.from === from || v.to === from) && (v.to === to || v.from === to),
+      );
       assert.ok(hit, `${rule} did not report ${from} -> ${to}; reported:\n${found.join("\n")}`);
     }
     // the allowed imports (down the pipeline, tests anywhere, backends.ts above all) report nothing
     const rules = new Set(expected.map(([rule]) => rule));
     for (const v of violations) assert.ok(rules.has(v.rule.name), `unexpected: ${v.rule.name} ${v.from} -> ${v.to}`);
-    const allowed = ["src/backends.ts", "src/engine/compile.ts", "mlperf/train.ts", "test/any.test.ts", "src/nn/layers.ts"];
-    for (const v of violations) assert.ok(!allowed.includes(v.from) || v.rule.name === "no-circular", `an allowed import was reported: ${v.rule.name} ${v.from} -> ${v.to}`);
+    const allowed = [
+      "src/backends.ts",
+      "src/engine/compile.ts",
+      "mlperf/train.ts",
+      "test/any.test.ts",
+      "src/nn/layers.ts",
+    ];
+    for (const v of violations)
+      assert.ok(
+        !allowed.includes(v.from) || v.rule.name === "no-circular",
+        `an allowed import was reported: ${v.rule.name} ${v.from} -> ${v.to}`,
+      );
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -12,15 +12,29 @@ import type { KernelIR } from "../../src/codegen/ir.ts";
 import { cudaForm } from "../../src/codegen/cuda_forms.ts";
 import { groupSize } from "../../src/renderer/cuda.ts";
 import { BERT_PRESETS, BertForPretraining, type BertPresetName } from "../../models/bert.ts";
-import { type BertBatchTensors, createBertOptimizer, makeBertTrainStep, trainStepOptionsFromEnv } from "../../models/bert_train_step.ts";
+import {
+  type BertBatchTensors,
+  createBertOptimizer,
+  makeBertTrainStep,
+  trainStepOptionsFromEnv,
+} from "../../models/bert_train_step.ts";
 import { fakeBatch, samplesToTensors } from "../../mlperf/bert/data/loader.ts";
 
-const { values } = parseArgs({ options: {
-  batch: { type: "string", default: "8" }, seq: { type: "string", default: "512" }, steps: { type: "string", default: "5" },
-  preset: { type: "string", default: "large" }, layers: { type: "string" }, device: { type: "string", default: "CUDA" }, help: { type: "boolean" },
-} });
+const { values } = parseArgs({
+  options: {
+    batch: { type: "string", default: "8" },
+    seq: { type: "string", default: "512" },
+    steps: { type: "string", default: "5" },
+    preset: { type: "string", default: "large" },
+    layers: { type: "string" },
+    device: { type: "string", default: "CUDA" },
+    help: { type: "boolean" },
+  },
+});
 if (values.help) {
-  console.log("Usage: bert_step [--batch 8] [--seq 512] [--steps 5] [--preset tiny|mini|base|large] [--layers N] [--device CUDA]");
+  console.log(
+    "Usage: bert_step [--batch 8] [--seq 512] [--steps 5] [--preset tiny|mini|base|large] [--layers N] [--device CUDA]",
+  );
   process.exit(0);
 }
 const [batchSize, seq, steps] = [values.batch, values.seq, values.steps].map(Number) as [number, number, number];
@@ -57,7 +71,9 @@ const losses: number[] = [];
 for (let warm = 0; warm < 2; warm++) {
   const t = performance.now();
   losses.push(step(...batch).item());
-  console.error(`bert warm-up step ${warm + 1}: ${((performance.now() - t) / 1000).toFixed(1)} s (compile${warm ? ", capture" : ""})`);
+  console.error(
+    `bert warm-up step ${warm + 1}: ${((performance.now() - t) / 1000).toFixed(1)} s (compile${warm ? ", capture" : ""})`,
+  );
 }
 const times: number[] = [];
 let kernels = 0;
@@ -77,7 +93,14 @@ function formOf(kernel: KernelIR): string {
   let form = formCache.get(kernel);
   if (!form) {
     const f = cudaForm(kernel);
-    form = f.kind === "tensorCores" ? "tensor cores" : groupSize(f.kernel) > 0 ? "group" : f.kernel.name.startsWith("E") ? "elementwise" : "loops";
+    form =
+      f.kind === "tensorCores"
+        ? "tensor cores"
+        : groupSize(f.kernel) > 0
+          ? "group"
+          : f.kernel.name.startsWith("E")
+            ? "elementwise"
+            : "loops";
     formCache.set(kernel, form);
   }
   return form;
@@ -87,9 +110,15 @@ function formOf(kernel: KernelIR): string {
 const byName = new Map<string, { count: number; seconds: number; flops: number; bytes: number }>();
 const byForm: Record<string, { count: number; seconds: number }> = {};
 const timer = ({ kernel }: { kernel: KernelIR }, seconds: number) => {
-  const form = formOf(kernel), key = `${kernel.name} (${form})`;
+  const form = formOf(kernel),
+    key = `${kernel.name} (${form})`;
   const entry = byName.get(key) ?? { count: 0, seconds: 0, flops: 0, bytes: 0 };
-  byName.set(key, { count: entry.count + 1, seconds: entry.seconds + seconds, flops: entry.flops + kernel.flops, bytes: entry.bytes + estimateBytes(kernel) });
+  byName.set(key, {
+    count: entry.count + 1,
+    seconds: entry.seconds + seconds,
+    flops: entry.flops + kernel.flops,
+    bytes: entry.bytes + estimateBytes(kernel),
+  });
   const f = (byForm[form] ??= { count: 0, seconds: 0 });
   f.count++;
   f.seconds += seconds;
@@ -98,17 +127,38 @@ kernelTimers.add(timer);
 step(...batch).item();
 kernelTimers.delete(timer);
 const kernelSeconds = [...byName.values()].reduce((sum, e) => sum + e.seconds, 0);
-const profile = [...byName.entries()].sort((a, b) => b[1].seconds - a[1].seconds).slice(0, 30).map(([name, e]) => ({
-  name, count: e.count, ms: +(e.seconds * 1e3).toFixed(3), share: +(e.seconds / kernelSeconds).toFixed(4),
-  tflops: +(e.flops / e.seconds / 1e12).toFixed(2), gbps: +(e.bytes / e.seconds / 1e9).toFixed(1),
-}));
+const profile = [...byName.entries()]
+  .sort((a, b) => b[1].seconds - a[1].seconds)
+  .slice(0, 30)
+  .map(([name, e]) => ({
+    name,
+    count: e.count,
+    ms: +(e.seconds * 1e3).toFixed(3),
+    share: +(e.seconds / kernelSeconds).toFixed(4),
+    tflops: +(e.flops / e.seconds / 1e12).toFixed(2),
+    gbps: +(e.bytes / e.seconds / 1e9).toFixed(1),
+  }));
 const ms = times[Math.floor(times.length / 2)]!;
 const flops = bertStepFlops(batchSize, seq, maskedPositions, config);
-console.log(JSON.stringify({
-  model: `BERT-${values.preset} (${config.numHiddenLayers} layers) float16`, device: values.device, batch: batchSize, seq, steps,
-  ms_per_step: +ms.toFixed(2), tflops: +(flops / (ms / 1e3) / 1e12).toFixed(2), step_flops: flops,
-  sequences_per_s: +((batchSize * 1e3) / ms).toFixed(1), kernels_per_step: kernels,
-  losses: losses.map((l) => +l.toFixed(4)), total_s: +((performance.now() - started) / 1000).toFixed(1),
-  kernel_ms_sum: +(kernelSeconds * 1e3).toFixed(2), distinct_kernels: byName.size,
-  ms_by_form: Object.fromEntries(Object.entries(byForm).map(([form, e]) => [form, { kernels: e.count, ms: +(e.seconds * 1e3).toFixed(2) }])), profile,
-}));
+console.log(
+  JSON.stringify({
+    model: `BERT-${values.preset} (${config.numHiddenLayers} layers) float16`,
+    device: values.device,
+    batch: batchSize,
+    seq,
+    steps,
+    ms_per_step: +ms.toFixed(2),
+    tflops: +(flops / (ms / 1e3) / 1e12).toFixed(2),
+    step_flops: flops,
+    sequences_per_s: +((batchSize * 1e3) / ms).toFixed(1),
+    kernels_per_step: kernels,
+    losses: losses.map((l) => +l.toFixed(4)),
+    total_s: +((performance.now() - started) / 1000).toFixed(1),
+    kernel_ms_sum: +(kernelSeconds * 1e3).toFixed(2),
+    distinct_kernels: byName.size,
+    ms_by_form: Object.fromEntries(
+      Object.entries(byForm).map(([form, e]) => [form, { kernels: e.count, ms: +(e.seconds * 1e3).toFixed(2) }]),
+    ),
+    profile,
+  }),
+);

@@ -22,17 +22,27 @@ import { createBertOptimizer, makeBertTrainStep, trainStepOptionsFromEnv } from 
 import { fakeBatch, samplesToTensors } from "../../mlperf/bert/data/loader.ts";
 import { replicateParameters } from "../../src/nn/parallel.ts";
 
-const { values } = parseArgs({ options: {
-  help: { type: "boolean" },
-  batch: { type: "string", default: "8" }, seq: { type: "string", default: "512" }, preset: { type: "string", default: "large" },
-  layers: { type: "string" }, devices: { type: "string", default: "1" }, source: { type: "string", multiple: true, default: [] }, plain: { type: "boolean" },
-} });
+const { values } = parseArgs({
+  options: {
+    help: { type: "boolean" },
+    batch: { type: "string", default: "8" },
+    seq: { type: "string", default: "512" },
+    preset: { type: "string", default: "large" },
+    layers: { type: "string" },
+    devices: { type: "string", default: "1" },
+    source: { type: "string", multiple: true, default: [] },
+    plain: { type: "boolean" },
+  },
+});
 if (values.help) {
-  console.log("Usage: npx tsx bench/gpu/forms.ts [--batch 8] [--seq 512] [--preset large] [--layers 24] [--devices 1] [--source NAME]... [--plain]");
+  console.log(
+    "Usage: npx tsx bench/gpu/forms.ts [--batch 8] [--seq 512] [--preset large] [--layers 24] [--devices 1] [--source NAME]... [--plain]",
+  );
   process.exit(0);
 }
 const [batchSize, seq] = [Number(values.batch), Number(values.seq)];
-if (!(Number(values.devices) >= 1 && Number.isInteger(Number(values.devices)))) throw new Error(`--devices ${values.devices}: expected a whole number of devices, 1 or more`);
+if (!(Number(values.devices) >= 1 && Number.isInteger(Number(values.devices))))
+  throw new Error(`--devices ${values.devices}: expected a whole number of devices, 1 or more`);
 const preset = BERT_PRESETS[values.preset as BertPresetName];
 const config = { ...preset, numHiddenLayers: values.layers ? Number(values.layers) : preset.numHiddenLayers };
 
@@ -52,7 +62,10 @@ const model = new BertForPretraining(config);
 if (devices.length > 1) replicateParameters(model, devices);
 const { optimizer, scheduler } = createBertOptimizer(model, { lr: 1e-4, totalSteps: 1000, warmupSteps: 0 });
 const step = makeBertTrainStep({ model, optimizer, scheduler }, trainStepOptionsFromEnv(dtypes.float16));
-const batch = samplesToTensors(fakeBatch(batchSize, seq, Math.min(76, seq), 0, config.vocabSize), devices.length > 1 ? devices : undefined);
+const batch = samplesToTensors(
+  fakeBatch(batchSize, seq, Math.min(76, seq), 0, config.vocabSize),
+  devices.length > 1 ? devices : undefined,
+);
 Tensor.realizeAll([...batch, ...optimizer.params]);
 
 // the second step, as a jitted run captures it: the first also makes one-time copies (a replicated
@@ -64,7 +77,16 @@ const kernels = recorded.flatMap((item) => (item.kind === "kernel" ? [item.kerne
 // the distinct buffers one step touches (after the scheduler's memory planner): parameters, optimizer
 // state, the batch and every intermediate, all held by a jitted step's capture
 const buffers = new Set(recorded.flatMap((item) => (item.kind === "kernel" ? item.buffers : [item.src, item.dst])));
-const footprintGiB = Math.max(...devices.map((d) => [...buffers].reduce((sum, b) => sum + (Device.canonicalize(b.device) === Device.canonicalize(d) ? b.nbytes : 0), 0))) / 2 ** 30;
+const footprintGiB =
+  Math.max(
+    ...devices.map((d) =>
+      [...buffers].reduce(
+        (sum, b) => sum + (Device.canonicalize(b.device) === Device.canonicalize(d) ? b.nbytes : 0),
+        0,
+      ),
+    ),
+  ) /
+  2 ** 30;
 const hostSeconds = (performance.now() - started) / 1000;
 
 // bytes each kernel moves at least: the span of every buffer it touches, read or written once (a kernel outside
@@ -84,8 +106,21 @@ for (const [index, kernel] of kernels.entries()) {
   let reason: string | undefined;
   const pattern = matchMatmul(plain, (r) => (reason = r));
   const tc = form.kind === "tensorCores" ? describeTensorCoreKernel(form.pattern) : undefined;
-  const kind = tc ? `tensor cores (A ${tc.a}; B ${tc.b}${tc.splits > 1 ? `; k split ${tc.splits}` : ""})` : form.kind === "loops" && form.rows ? `group 32, a warp a row` : form.kind === "loops" && groupSize(form.kernel) > 0 ? `group ${form.group ?? groupSize(form.kernel)}` : "loops";
-  const why = form.kind === "tensorCores" || !kernel.name.startsWith("r") ? undefined : pattern ? (worthTensorCores(pattern) ? "TC=0" : "matmul, too small for tensor cores") : reason;
+  const kind = tc
+    ? `tensor cores (A ${tc.a}; B ${tc.b}${tc.splits > 1 ? `; k split ${tc.splits}` : ""})`
+    : form.kind === "loops" && form.rows
+      ? `group 32, a warp a row`
+      : form.kind === "loops" && groupSize(form.kernel) > 0
+        ? `group ${form.group ?? groupSize(form.kernel)}`
+        : "loops";
+  const why =
+    form.kind === "tensorCores" || !kernel.name.startsWith("r")
+      ? undefined
+      : pattern
+        ? worthTensorCores(pattern)
+          ? "TC=0"
+          : "matmul, too small for tensor cores"
+        : reason;
   const key = `${kernel.name} ${kind}`;
   const row = rows.get(key) ?? { name: kernel.name, form: kind, count: 0, gflop: 0, gb: 0, why };
   row.count++;
@@ -99,7 +134,9 @@ for (const [index, kernel] of kernels.entries()) {
     sources.delete(kernel.name);
     sources.delete(key);
     const shown = values.plain ? { kind: "loops" as const, kernel: plain } : form;
-    console.error(`// ${kernel.name} (${values.plain ? "plain lowering" : kind})\n${renderCudaForm(shown, "tg_kernel", true).code}\n`);
+    console.error(
+      `// ${kernel.name} (${values.plain ? "plain lowering" : kind})\n${renderCudaForm(shown, "tg_kernel", true).code}\n`,
+    );
   }
 }
 const byForm: Record<string, number> = {};
@@ -107,12 +144,33 @@ for (const r of rows.values()) {
   const form = r.form.startsWith("tensor cores") ? "tensor" : r.form.split(" ")[0]!;
   byForm[form] = (byForm[form] ?? 0) + r.gflop / (totalFlops / 1e9);
 }
-console.log(JSON.stringify({
-  model: `BERT-${values.preset} (${config.numHiddenLayers} layers) float16`, batch: batchSize, seq, devices: devices.length, kernels_per_device: Math.round(kernels.length / devices.length),
-  // a jitted replay launches one CUDA graph per run of a device's kernels between its copies (jit.ts deviceRuns)
-  ...(devices.length > 1 ? { copies_per_device: Math.round(recorded.filter((item) => item.kind === "copy").length / devices.length), graphs_per_device: Math.round(deviceRuns(recorded).filter((part) => Array.isArray(part)).length / devices.length) } : {}), distinct_kernels: formOf.size, host_s: +hostSeconds.toFixed(1),
-  footprint_gib: +footprintGiB.toFixed(2),
-  gb_moved_by_form: Object.fromEntries(Object.entries(bytesByForm).map(([k, v]) => [k, +v.toFixed(2)])),
-  flop_share_by_form: Object.fromEntries(Object.entries(byForm).map(([k, v]) => [k, +v.toFixed(4)])),
-  kernels_by_flops: [...rows.values()].sort((a, b) => b.gflop - a.gflop).map((r) => ({ ...r, gflop: +r.gflop.toFixed(2), gb: +r.gb.toFixed(3) })),
-}, null, 1));
+console.log(
+  JSON.stringify(
+    {
+      model: `BERT-${values.preset} (${config.numHiddenLayers} layers) float16`,
+      batch: batchSize,
+      seq,
+      devices: devices.length,
+      kernels_per_device: Math.round(kernels.length / devices.length),
+      // a jitted replay launches one CUDA graph per run of a device's kernels between its copies (jit.ts deviceRuns)
+      ...(devices.length > 1
+        ? {
+            copies_per_device: Math.round(recorded.filter((item) => item.kind === "copy").length / devices.length),
+            graphs_per_device: Math.round(
+              deviceRuns(recorded).filter((part) => Array.isArray(part)).length / devices.length,
+            ),
+          }
+        : {}),
+      distinct_kernels: formOf.size,
+      host_s: +hostSeconds.toFixed(1),
+      footprint_gib: +footprintGiB.toFixed(2),
+      gb_moved_by_form: Object.fromEntries(Object.entries(bytesByForm).map(([k, v]) => [k, +v.toFixed(2)])),
+      flop_share_by_form: Object.fromEntries(Object.entries(byForm).map(([k, v]) => [k, +v.toFixed(4)])),
+      kernels_by_flops: [...rows.values()]
+        .sort((a, b) => b.gflop - a.gflop)
+        .map((r) => ({ ...r, gflop: +r.gflop.toFixed(2), gb: +r.gb.toFixed(3) })),
+    },
+    null,
+    1,
+  ),
+);

@@ -16,7 +16,10 @@ import { cudaDevice } from "../../src/runtime/cuda.ts";
 import { compileCuda, findNvcc, nvccFlags, nvrtcPtx } from "../../src/runtime/cuda_compile.ts";
 import { out } from "../../src/runtime/cuda_driver.ts";
 
-const rows = [[1, 5, 5, 0], [7, 2, 7, -1]];
+const rows = [
+  [1, 5, 5, 0],
+  [7, 2, 7, -1],
+];
 const x = new Tensor(rows, { device: "CUDA", dtype: dtypes.int32 }).realize();
 const { result: viaTsgrad, items } = recordItems(() => x.neg().max({ axis: 1 }).tolist());
 const kernel = items.flatMap((i) => (i.kind === "kernel" ? [i.kernel] : [])).at(-1)!;
@@ -29,10 +32,15 @@ function runImage(image: Uint8Array, fnName = "k"): number[] {
   device.activate();
   const module = out<bigint>(d, "cuModuleLoadData", image);
   const fn = out<bigint>(d, "cuModuleGetFunction", module, fnName);
-  const input = device.allocator.alloc(32), output = device.allocator.alloc(8);
+  const input = device.allocator.alloc(32),
+    output = device.allocator.alloc(8);
   d.check("cuMemcpyHtoD_v2", d.cuMemcpyHtoD_v2(input, new Int32Array(rows.flat()), 32));
   d.check("cuMemcpyHtoD_v2", d.cuMemcpyHtoD_v2(output, new Int32Array([-99, -99]), 8));
-  const params = [output, input].map((p) => { const b = globalThis.Buffer.alloc(8); b.writeBigUInt64LE(BigInt(p)); return b; });
+  const params = [output, input].map((p) => {
+    const b = globalThis.Buffer.alloc(8);
+    b.writeBigUInt64LE(BigInt(p));
+    return b;
+  });
   d.check("cuLaunchKernel", d.cuLaunchKernel(fn, ...launch.grid, ...launch.block, 0, null, params, null));
   d.check("cuCtxSynchronize", d.cuCtxSynchronize());
   const result = new Int32Array(2);
@@ -42,7 +50,13 @@ function runImage(image: Uint8Array, fnName = "k"): number[] {
   return Array.from(result);
 }
 
-const attempt = <T>(f: () => T): T | string => { try { return f(); } catch (e) { return String((e as Error).message ?? e).slice(0, 400); } };
+const attempt = <T>(f: () => T): T | string => {
+  try {
+    return f();
+  } catch (e) {
+    return String((e as Error).message ?? e).slice(0, 400);
+  }
+};
 const source = (body: string) => `${CUDA_PRELUDE}\n${body}\n`;
 const variants: Record<string, string> = {
   as_rendered: code,
@@ -51,7 +65,12 @@ const variants: Record<string, string> = {
   plain_negation: code.replace(/\(int\)\(\(unsigned int\)0 - \(unsigned int\)(v\d+)\)/, "-$1"),
   volatile_accumulator: code.replace("int acc0 =", "volatile int acc0 ="),
 };
-const nvrtc = Object.fromEntries(Object.entries(variants).map(([name, body]) => [name, attempt(() => runImage(compileCuda(source(body), device.arch, `int max ${name}`)))]));
+const nvrtc = Object.fromEntries(
+  Object.entries(variants).map(([name, body]) => [
+    name,
+    attempt(() => runImage(compileCuda(source(body), device.arch, `int max ${name}`))),
+  ]),
+);
 
 let nvcc: Record<string, unknown> | string = "nvcc not found";
 const nvccPath = findNvcc();
@@ -59,8 +78,15 @@ if (nvccPath) {
   const dir = mkdtempSync(join(tmpdir(), "tsgrad-int-check-"));
   try {
     writeFileSync(join(dir, "k.cu"), source(code));
-    const built = spawnSync(nvccPath, [...nvccFlags([device.arch]), "-cubin", "-o", join(dir, "k.cubin"), join(dir, "k.cu")], { encoding: "utf8" });
-    nvcc = built.status === 0 ? { as_rendered: attempt(() => runImage(readFileSync(join(dir, "k.cubin")))) } : `nvcc failed: ${built.stderr.slice(0, 400)}`;
+    const built = spawnSync(
+      nvccPath,
+      [...nvccFlags([device.arch]), "-cubin", "-o", join(dir, "k.cubin"), join(dir, "k.cu")],
+      { encoding: "utf8" },
+    );
+    nvcc =
+      built.status === 0
+        ? { as_rendered: attempt(() => runImage(readFileSync(join(dir, "k.cubin")))) }
+        : `nvcc failed: ${built.stderr.slice(0, 400)}`;
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
@@ -68,4 +94,6 @@ if (nvccPath) {
 
 const ptx = attempt(() => nvrtcPtx(source(code), device.arch, "int max"));
 const entry = typeof ptx === "string" ? (ptx.match(/\.entry k\([\s\S]*?\n}\n/)?.[0] ?? ptx.slice(-3000)) : ptx;
-console.log(JSON.stringify({ expected: [0, 1], via_tsgrad: viaTsgrad, nvrtc, nvcc, source: code, nvrtc_ptx: entry }, null, 1));
+console.log(
+  JSON.stringify({ expected: [0, 1], via_tsgrad: viaTsgrad, nvrtc, nvcc, source: code, nvrtc_ptx: entry }, null, 1),
+);

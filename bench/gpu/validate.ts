@@ -16,14 +16,23 @@ import { BERT_PRESETS, BertForPretraining, type BertPresetName } from "../../mod
 import { createBertOptimizer, makeBertTrainStep, trainStepOptionsFromEnv } from "../../models/bert_train_step.ts";
 import { fakeBatch, samplesToTensors } from "../../mlperf/bert/data/loader.ts";
 
-const { values } = parseArgs({ options: {
-  help: { type: "boolean" },
-  batch: { type: "string", default: "2" }, seq: { type: "string", default: "128" }, preset: { type: "string", default: "large" },
-  layers: { type: "string", default: "2" }, steps: { type: "string", default: "2" }, device: { type: "string", default: "CUDA" },
-  reference: { type: "string", default: "CPU" }, float: { type: "string", default: "float16" },
-} });
+const { values } = parseArgs({
+  options: {
+    help: { type: "boolean" },
+    batch: { type: "string", default: "2" },
+    seq: { type: "string", default: "128" },
+    preset: { type: "string", default: "large" },
+    layers: { type: "string", default: "2" },
+    steps: { type: "string", default: "2" },
+    device: { type: "string", default: "CUDA" },
+    reference: { type: "string", default: "CPU" },
+    float: { type: "string", default: "float16" },
+  },
+});
 if (values.help) {
-  console.log("Usage: node validate.mjs [--batch 2] [--seq 128] [--preset large] [--layers 2] [--steps 2] [--device CUDA] [--reference CPU] [--float float16]");
+  console.log(
+    "Usage: node validate.mjs [--batch 2] [--seq 128] [--preset large] [--layers 2] [--steps 2] [--device CUDA] [--reference CPU] [--float float16]",
+  );
   process.exit(0);
 }
 const [batchSize, seq] = [Number(values.batch), Number(values.seq)];
@@ -39,26 +48,44 @@ function numbers(buffer: Buffer, data: TypedArray): ArrayLike<number> {
 }
 
 /** Largest |got - want| / (1 + |want|) (Infinity where one is finite and the other is not), and its index. */
-function compare(got: ArrayLike<number>, want: ArrayLike<number>): { error: number; at: number; nonFinite: number; refNonFinite: number } {
-  let error = 0, at = -1, nonFinite = 0, refNonFinite = 0;
+function compare(
+  got: ArrayLike<number>,
+  want: ArrayLike<number>,
+): { error: number; at: number; nonFinite: number; refNonFinite: number } {
+  let error = 0,
+    at = -1,
+    nonFinite = 0,
+    refNonFinite = 0;
   for (let i = 0; i < want.length; i++) {
     const [g, w] = [Number(got[i]), Number(want[i])];
     if (!Number.isFinite(g)) nonFinite++;
     if (!Number.isFinite(w)) refNonFinite++;
-    const e = Number.isFinite(g) && Number.isFinite(w) ? Math.abs(g - w) / (1 + Math.abs(w)) : Object.is(g, w) || (Number.isNaN(g) && Number.isNaN(w)) ? 0 : Infinity;
+    const e =
+      Number.isFinite(g) && Number.isFinite(w)
+        ? Math.abs(g - w) / (1 + Math.abs(w))
+        : Object.is(g, w) || (Number.isNaN(g) && Number.isNaN(w))
+          ? 0
+          : Infinity;
     if (e > error) [error, at] = [e, i];
   }
   return { error, at, nonFinite, refNonFinite };
 }
 
-const tolerance = (b: Buffer) => (b.dtype === dtypes.float16 ? 2e-2 : b.dtype === dtypes.bfloat16 ? 5e-2 : b.dtype.kind === "float" ? 2e-3 : 0);
+const tolerance = (b: Buffer) =>
+  b.dtype === dtypes.float16 ? 2e-2 : b.dtype === dtypes.bfloat16 ? 5e-2 : b.dtype.kind === "float" ? 2e-3 : 0;
 
 const snapshots = new Map<ExecItem, TypedArray[]>();
 const reports: object[] = [];
 let firstNonFinite: object | undefined;
 let checked = 0;
 const shown = new Set<string>();
-execObservers.add((item) => { if (item.kind === "kernel") snapshots.set(item, item.buffers.map((b) => b.toTypedArray())); });
+execObservers.add((item) => {
+  if (item.kind === "kernel")
+    snapshots.set(
+      item,
+      item.buffers.map((b) => b.toTypedArray()),
+    );
+});
 kernelTimers.add((item) => {
   const inputs = snapshots.get(item)!;
   snapshots.delete(item);
@@ -81,7 +108,9 @@ kernelTimers.add((item) => {
     const key = `${item.kernel.name}|${form.kind}`;
     if (!shown.has(key) && shown.size < 6) {
       shown.add(key);
-      console.error(`// kernel ${checked} ${item.kernel.name}: max error ${result.error} at ${result.at}\n${renderCudaForm(form, "tg_kernel", true).code}\n`);
+      console.error(
+        `// kernel ${checked} ${item.kernel.name}: max error ${result.error} at ${result.at}\n${renderCudaForm(form, "tg_kernel", true).code}\n`,
+      );
     }
   }
 });
@@ -93,7 +122,17 @@ const step = makeBertTrainStep({ model, optimizer, scheduler }, trainStepOptions
 const batch = samplesToTensors(fakeBatch(batchSize, seq, Math.min(20, seq), 0, config.vocabSize));
 const losses: number[] = [];
 for (let i = 0; i < Number(values.steps); i++) losses.push(step(...batch).item());
-console.log(JSON.stringify({
-  model: `BERT-${values.preset} (${config.numHiddenLayers} layers) ${values.float}`, device: values.device, reference: values.reference, batch: batchSize, seq,
-  losses, kernels_checked: checked, disagreeing: reports.length, first_non_finite: firstNonFinite ?? null, reports: reports.slice(0, 40),
-}));
+console.log(
+  JSON.stringify({
+    model: `BERT-${values.preset} (${config.numHiddenLayers} layers) ${values.float}`,
+    device: values.device,
+    reference: values.reference,
+    batch: batchSize,
+    seq,
+    losses,
+    kernels_checked: checked,
+    disagreeing: reports.length,
+    first_non_finite: firstNonFinite ?? null,
+    reports: reports.slice(0, 40),
+  }),
+);

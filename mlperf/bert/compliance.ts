@@ -50,7 +50,19 @@ interface LogRecord {
 const INIT_BUDGET_MINUTES: { [division: string]: number } = { closed: 30, open: 240 };
 
 const BENCHMARKS_BY_RULESET: { [ruleset in Ruleset]: string[] } = {
-  "4.1.0": ["resnet", "ssd", "stable_diffusion", "maskrcnn", "gpt3", "dlrm_dcnv2", "bert", "rnnt", "unet3d", "gnn", "llama2_70b_lora"],
+  "4.1.0": [
+    "resnet",
+    "ssd",
+    "stable_diffusion",
+    "maskrcnn",
+    "gpt3",
+    "dlrm_dcnv2",
+    "bert",
+    "rnnt",
+    "unet3d",
+    "gnn",
+    "llama2_70b_lora",
+  ],
   "5.0.0": ["retinanet", "stable_diffusion", "dlrm_dcnv2", "bert", "rgat", "llama2_70b_lora"],
 };
 
@@ -79,7 +91,7 @@ export function bertEvalIntervalSamples(globalBatchSize: number): number {
 }
 
 function hasField(object: object, name: string): boolean {
-  return Object.prototype.hasOwnProperty.call(object, name);
+  return Object.hasOwn(object, name);
 }
 
 /** Python's float(x) for a time_ms field: numbers and numeric strings. */
@@ -104,12 +116,20 @@ class IssueList {
 
   /** `record` null: an issue of the whole log, optionally about one key. */
   add(record: { index: number; lineNumber: number; key?: string } | null, message: string, key?: string): void {
-    this.issues.push({ index: record?.index ?? null, lineNumber: record?.lineNumber ?? null, key: record?.key ?? key ?? null, message });
+    this.issues.push({
+      index: record?.index ?? null,
+      lineNumber: record?.lineNumber ?? null,
+      key: record?.key ?? key ?? null,
+      message,
+    });
   }
 
   /** A failed per-record CHECK, worded like the official checker's. */
   check(record: LogRecord, why: string, officialTest: string): void {
-    this.add(record, `CHECK for '${record.key}' failed in record ${record.index} (line ${record.lineNumber}): ${why} (failed test: ${officialTest})`);
+    this.add(
+      record,
+      `CHECK for '${record.key}' failed in record ${record.index} (line ${record.lineNumber}): ${why} (failed test: ${officialTest})`,
+    );
   }
 }
 
@@ -121,19 +141,32 @@ function readRecords(parsedRecords: ParsedMllogRecord[], errors: IssueList): Log
     const missing = ["time_ms", "key", "value", "metadata"].filter((name) => !hasField(fields, name));
     if (missing.length > 0) {
       const crash = missing.includes("value") ? " (the official checker crashes with KeyError: 'value')" : "";
-      errors.add(where, `record ${index} (line ${lineNumber}) has no ${missing.map((m) => `"${m}"`).join(", ")} field${crash}`);
+      errors.add(
+        where,
+        `record ${index} (line ${lineNumber}) has no ${missing.map((m) => `"${m}"`).join(", ")} field${crash}`,
+      );
       continue;
     }
     const timeMs = timeOf(fields.time_ms);
     const metadata = fields.metadata;
-    if (timeMs === null) errors.add(where, `record ${index} (line ${lineNumber}): time_ms ${show(fields.time_ms)} is not a number`);
-    if (typeof fields.key !== "string") errors.add(where, `record ${index} (line ${lineNumber}): key ${show(fields.key)} is not a string`);
+    if (timeMs === null)
+      errors.add(where, `record ${index} (line ${lineNumber}): time_ms ${show(fields.time_ms)} is not a number`);
+    if (typeof fields.key !== "string")
+      errors.add(where, `record ${index} (line ${lineNumber}): key ${show(fields.key)} is not a string`);
     if (typeof metadata !== "object" || metadata === null || Array.isArray(metadata)) {
       errors.add(where, `record ${index} (line ${lineNumber}): metadata ${show(metadata)} is not an object`);
       continue;
     }
     if (timeMs === null || typeof fields.key !== "string") continue;
-    records.push({ index, lineNumber, line, timeMs, key: fields.key, value: fields.value, metadata: metadata as LogRecord["metadata"] });
+    records.push({
+      index,
+      lineNumber,
+      line,
+      timeMs,
+      key: fields.key,
+      value: fields.value,
+      metadata: metadata as LogRecord["metadata"],
+    });
   }
   return records;
 }
@@ -148,7 +181,10 @@ function requireExactlyOne(records: LogRecord[], key: string, errors: IssueList,
     const distinct = values.filter((v, i) => values.findIndex((w) => sameValue(v, w)) === i);
     const last = found[found.length - 1]!;
     if (distinct.length > 1) {
-      errors.add(last, `Required EXACTLY_ONE occurrence of '${key}' but found ${found.length} with different values: ${show(distinct)}`);
+      errors.add(
+        last,
+        `Required EXACTLY_ONE occurrence of '${key}' but found ${found.length} with different values: ${show(distinct)}`,
+      );
     } else {
       warnings.add(last, `Required EXACTLY_ONE occurrence of '${key}' but found ${found.length}`);
     }
@@ -162,8 +198,22 @@ function requireAtLeastOne(records: LogRecord[], keys: string[], errors: IssueLi
 }
 
 /** The official rule files' REQ counts, for a ruleset and division. */
-function checkCounts(records: LogRecord[], ruleset: Ruleset, division: string, errors: IssueList, warnings: IssueList): void {
-  const exactlyOne: string[] = [K.SUBMISSION_DIVISION, K.SUBMISSION_BENCHMARK, K.INIT_STOP, K.RUN_START, K.RUN_STOP, K.TRAIN_SAMPLES, K.EVAL_SAMPLES];
+function checkCounts(
+  records: LogRecord[],
+  ruleset: Ruleset,
+  division: string,
+  errors: IssueList,
+  warnings: IssueList,
+): void {
+  const exactlyOne: string[] = [
+    K.SUBMISSION_DIVISION,
+    K.SUBMISSION_BENCHMARK,
+    K.INIT_STOP,
+    K.RUN_START,
+    K.RUN_STOP,
+    K.TRAIN_SAMPLES,
+    K.EVAL_SAMPLES,
+  ];
   if (ruleset === "4.1.0") exactlyOne.unshift(K.SUBMISSION_ORG, K.SUBMISSION_PLATFORM);
   if (division === "closed") exactlyOne.push(K.GRADIENT_ACCUMULATION_STEPS, ...CLOSED_BERT_HPARAMS);
   for (const key of exactlyOne) requireExactlyOne(records, key, errors, warnings);
@@ -198,13 +248,21 @@ function checkRecords(records: LogRecord[], ruleset: Ruleset, errors: IssueList)
         break;
       case K.SUBMISSION_BENCHMARK:
         if (!BENCHMARKS_BY_RULESET[ruleset].includes(String(r.value))) {
-          errors.check(r, `${show(r.value)} is not a benchmark of training ruleset ${ruleset}`, `v['value'] in ${show(BENCHMARKS_BY_RULESET[ruleset])}`);
+          errors.check(
+            r,
+            `${show(r.value)} is not a benchmark of training ruleset ${ruleset}`,
+            `v['value'] in ${show(BENCHMARKS_BY_RULESET[ruleset])}`,
+          );
         } else if (r.value !== "bert") {
-          errors.add(r, `record ${r.index} (line ${r.lineNumber}): submission_benchmark is ${show(r.value)}; this validator checks BERT logs only`);
+          errors.add(
+            r,
+            `record ${r.index} (line ${r.lineNumber}): submission_benchmark is ${show(r.value)}; this validator checks BERT logs only`,
+          );
         }
         break;
       case K.GRADIENT_ACCUMULATION_STEPS:
-        if (!(typeof r.value === "number" && r.value > 0)) errors.check(r, `value ${show(r.value)} is not a number > 0`, "v['value'] > 0");
+        if (!(typeof r.value === "number" && r.value > 0))
+          errors.check(r, `value ${show(r.value)} is not a number > 0`, "v['value'] > 0");
         break;
       case K.INIT_START:
         if (initStopped) errors.check(r, "init_start after init_stop", "not s['init_stopped']");
@@ -217,9 +275,10 @@ function checkRecords(records: LogRecord[], ruleset: Ruleset, errors: IssueList)
         if (runStarted) errors.check(r, "init_stop after run_start", "not s['run_started']");
         const elapsedMs = r.timeMs - firstInitStart;
         if (!(elapsedMs < initBudgetMinutes * 60e3)) {
-          const why = initBudgetMinutes === 0
-            ? "no submission_division before init_stop, so the init budget is 0 min (log the submission records first)"
-            : `init took ${(elapsedMs / 60e3).toFixed(1)} min, over the ${initBudgetMinutes} min budget`;
+          const why =
+            initBudgetMinutes === 0
+              ? "no submission_division before init_stop, so the init budget is 0 min (log the submission records first)"
+              : `init took ${(elapsedMs / 60e3).toFixed(1)} min, over the ${initBudgetMinutes} min budget`;
           errors.check(r, why, "ll.timestamp - s['first_init_start'] < (s['compile_time_mins']*60*1e3)");
         }
         initStopped = true;
@@ -231,41 +290,68 @@ function checkRecords(records: LogRecord[], ruleset: Ruleset, errors: IssueList)
         break;
       case K.RUN_STOP:
         if (!runStarted) errors.check(r, "run_stop before run_start", "s['run_started']");
-        if (!has(r, "status")) errors.check(r, "metadata has no status (\"success\" or \"aborted\")", "'status' in v['metadata']");
+        if (!has(r, "status"))
+          errors.check(r, 'metadata has no status ("success" or "aborted")', "'status' in v['metadata']");
         break;
       case K.BLOCK_START: {
         if (!runStarted) errors.check(r, "block_start before run_start", "s['run_started']");
         const epochCount = r.metadata.epoch_count;
         const samplesCount = r.metadata.samples_count;
         if (!has(r, "epoch_count") && !has(r, "samples_count")) {
-          errors.check(r, "metadata has neither epoch_count nor samples_count", "('epoch_count' in v['metadata']) | ('samples_count' in v['metadata'])");
+          errors.check(
+            r,
+            "metadata has neither epoch_count nor samples_count",
+            "('epoch_count' in v['metadata']) | ('samples_count' in v['metadata'])",
+          );
         }
-        if (has(r, "epoch_count") && !has(r, "first_epoch_num")) errors.check(r, "epoch_count without first_epoch_num", "'first_epoch_num' in v['metadata']");
-        if (has(r, "epoch_count") && !(typeof epochCount === "number" && epochCount > 0)) errors.check(r, `epoch_count ${show(epochCount)} is not > 0`, "v['metadata']['epoch_count'] > 0");
-        if (has(r, "samples_count") && !(typeof samplesCount === "number" && samplesCount >= 0)) errors.check(r, `samples_count ${show(samplesCount)} is not >= 0`, "v['metadata']['samples_count'] >= 0");
+        if (has(r, "epoch_count") && !has(r, "first_epoch_num"))
+          errors.check(r, "epoch_count without first_epoch_num", "'first_epoch_num' in v['metadata']");
+        if (has(r, "epoch_count") && !(typeof epochCount === "number" && epochCount > 0))
+          errors.check(r, `epoch_count ${show(epochCount)} is not > 0`, "v['metadata']['epoch_count'] > 0");
+        if (has(r, "samples_count") && !(typeof samplesCount === "number" && samplesCount >= 0))
+          errors.check(r, `samples_count ${show(samplesCount)} is not >= 0`, "v['metadata']['samples_count'] >= 0");
         break;
       }
       case K.BLOCK_STOP:
         if (!has(r, "first_epoch_num") && !has(r, "samples_count")) {
-          errors.check(r, "metadata has neither first_epoch_num nor samples_count", "('first_epoch_num' in v['metadata']) | ('samples_count' in v['metadata'])");
+          errors.check(
+            r,
+            "metadata has neither first_epoch_num nor samples_count",
+            "('first_epoch_num' in v['metadata']) | ('samples_count' in v['metadata'])",
+          );
         }
         break;
       case K.EPOCH_START:
       case K.EPOCH_STOP:
-        if (ruleset === "4.1.0" && !has(r, "epoch_num")) errors.check(r, "metadata has no epoch_num", "'epoch_num' in v['metadata']");
+        if (ruleset === "4.1.0" && !has(r, "epoch_num"))
+          errors.check(r, "metadata has no epoch_num", "'epoch_num' in v['metadata']");
         if (ruleset === "5.0.0" && !has(r, "epoch_num") && !has(r, "samples_count")) {
-          errors.check(r, "metadata has neither epoch_num nor samples_count", "('epoch_num' in v['metadata']) | ('samples_count' in v['metadata'])");
+          errors.check(
+            r,
+            "metadata has neither epoch_num nor samples_count",
+            "('epoch_num' in v['metadata']) | ('samples_count' in v['metadata'])",
+          );
         }
         break;
       case K.EVAL_START:
       case K.EVAL_STOP:
         if (!has(r, "epoch_num") && !has(r, "samples_count")) {
-          errors.check(r, "metadata has neither epoch_num nor samples_count", "('epoch_num' in v['metadata']) | ('samples_count' in v['metadata'])");
+          errors.check(
+            r,
+            "metadata has neither epoch_num nor samples_count",
+            "('epoch_num' in v['metadata']) | ('samples_count' in v['metadata'])",
+          );
         }
         break;
       case K.EVAL_ACCURACY:
-        if (!has(r, "epoch_num")) errors.check(r, "metadata has no epoch_num (BERT needs it; samples_count is not accepted)", "'epoch_num' in v['metadata']");
-        if (typeof r.value !== "number") errors.check(r, `value ${show(r.value)} is not a number`, "(v['value'] >= 0.720) and v['value'] < 1.0");
+        if (!has(r, "epoch_num"))
+          errors.check(
+            r,
+            "metadata has no epoch_num (BERT needs it; samples_count is not accepted)",
+            "'epoch_num' in v['metadata']",
+          );
+        if (typeof r.value !== "number")
+          errors.check(r, `value ${show(r.value)} is not a number`, "(v['value'] >= 0.720) and v['value'] < 1.0");
         break;
     }
   }
@@ -273,7 +359,9 @@ function checkRecords(records: LogRecord[], ruleset: Ruleset, errors: IssueList)
 
 /** closed_bert's ATLEAST_ONE_CHECK (open: only value < 1.0). */
 function checkTargetReached(records: LogRecord[], division: string, errors: IssueList): void {
-  const accuracies = records.filter((r) => r.key === K.EVAL_ACCURACY && typeof r.value === "number").map((r) => r.value as number);
+  const accuracies = records
+    .filter((r) => r.key === K.EVAL_ACCURACY && typeof r.value === "number")
+    .map((r) => r.value as number);
   if (accuracies.length === 0) return; // the count check already reported it
   const closed = division !== "open";
   const passes = (v: number) => (closed ? v >= TARGET_ACCURACY : true) && v < 1.0;
@@ -287,12 +375,24 @@ function checkTargetReached(records: LogRecord[], division: string, errors: Issu
 /** The package checker's seed check (closed division). */
 function checkSeeds(records: LogRecord[], errors: IssueList, warnings: IssueList): void {
   const seeds = records.filter((r) => r.key === K.SEED);
-  if (seeds.length === 0) errors.add(null, "Result file logs no seed. (package checker, closed division: every run logs an MLLOG seed record)", K.SEED);
+  if (seeds.length === 0)
+    errors.add(
+      null,
+      "Result file logs no seed. (package checker, closed division: every run logs an MLLOG seed record)",
+      K.SEED,
+    );
   if (seeds.length > 1) warnings.add(seeds[1]!, `seed logged ${seeds.length} times (the seed checker only warns)`);
   for (const r of seeds) {
-    if (!convertsToInt(r.value)) errors.add(r, `record ${r.index} (line ${r.lineNumber}): seed value ${show(r.value)} does not convert with int()`);
+    if (!convertsToInt(r.value))
+      errors.add(
+        r,
+        `record ${r.index} (line ${r.lineNumber}): seed value ${show(r.value)} does not convert with int()`,
+      );
     if (!hasField(r.metadata, "file") || !hasField(r.metadata, "lineno")) {
-      errors.add(r, `record ${r.index} (line ${r.lineNumber}): seed metadata lacks file and lineno (the seed checker keys on them)`);
+      errors.add(
+        r,
+        `record ${r.index} (line ${r.lineNumber}): seed metadata lacks file and lineno (the seed checker keys on them)`,
+      );
     }
   }
 }
@@ -302,7 +402,10 @@ function checkRcpSubstrings(records: LogRecord[], errors: IssueList): void {
   for (const r of records) {
     for (const key of RCP_SUBSTRING_KEYS) {
       if (r.key !== key && r.line.includes(key)) {
-        errors.add(r, `record ${r.index} (line ${r.lineNumber}, key '${r.key}') contains the string '${key}', which the RCP checker's substring search would take for a '${key}' record`);
+        errors.add(
+          r,
+          `record ${r.index} (line ${r.lineNumber}, key '${r.key}') contains the string '${key}', which the RCP checker's substring search would take for a '${key}' record`,
+        );
       }
     }
   }
@@ -318,7 +421,10 @@ function checkRules(records: LogRecord[], notes: IssueList): void {
   }
   const evalSamples = records.find((r) => r.key === K.EVAL_SAMPLES);
   if (evalSamples !== undefined && !(typeof evalSamples.value === "number" && evalSamples.value >= 10000)) {
-    notes.add(evalSamples, `eval_samples is ${show(evalSamples.value)}; the rules evaluate on the whole 10,000-sample eval set`);
+    notes.add(
+      evalSamples,
+      `eval_samples is ${show(evalSamples.value)}; the rules evaluate on the whole 10,000-sample eval set`,
+    );
   }
   const runStop = records.find((r) => r.key === K.RUN_STOP);
   const status = runStop?.metadata.status;
@@ -330,9 +436,13 @@ function checkRules(records: LogRecord[], notes: IssueList): void {
     const before = evals.filter((r) => r.index < runStop.index);
     const last = before[before.length - 1];
     if (last === undefined || typeof last.value !== "number" || last.value < TARGET_ACCURACY) {
-      notes.add(runStop, "run_stop says success but the last eval_accuracy before it is below 0.720 (the RCP checker takes samples-to-converge from it)");
+      notes.add(
+        runStop,
+        "run_stop says success but the last eval_accuracy before it is below 0.720 (the RCP checker takes samples-to-converge from it)",
+      );
     }
-    if (evals.some((r) => r.index > runStop.index)) notes.add(runStop, "eval_accuracy records after run_stop: the run should stop at the first accuracy >= 0.720");
+    if (evals.some((r) => r.index > runStop.index))
+      notes.add(runStop, "eval_accuracy records after run_stop: the run should stop at the first accuracy >= 0.720");
   }
   const batch = records.find((r) => r.key === K.GLOBAL_BATCH_SIZE);
   if (batch !== undefined && typeof batch.value === "number" && batch.value > 0) {
@@ -341,7 +451,10 @@ function checkRules(records: LogRecord[], notes: IssueList): void {
     for (const r of evals) {
       const samples = r.metadata.epoch_num as number;
       if (samples - previous > interval + batch.value) {
-        notes.add(r, `eval at ${samples} samples comes ${samples - previous} samples after the previous one; the rules evaluate every ${interval} samples at global batch size ${batch.value}`);
+        notes.add(
+          r,
+          `eval at ${samples} samples comes ${samples - previous} samples after the previous one; the rules evaluate every ${interval} samples at global batch size ${batch.value}`,
+        );
         break;
       }
       previous = samples;
@@ -349,7 +462,8 @@ function checkRules(records: LogRecord[], notes: IssueList): void {
   }
   const firstInitStart = records.findIndex((r) => r.key === K.INIT_START);
   const firstCacheClear = records.findIndex((r) => r.key === K.CACHE_CLEAR);
-  if (firstInitStart >= 0 && firstCacheClear > firstInitStart) notes.add(records[firstCacheClear]!, "cache_clear comes after init_start; clear caches before the run begins");
+  if (firstInitStart >= 0 && firstCacheClear > firstInitStart)
+    notes.add(records[firstCacheClear]!, "cache_clear comes after init_start; clear caches before the run begins");
 }
 
 /** Checks one log's text; `errors` empty means the official compliance and seed checks would pass. */
@@ -360,7 +474,10 @@ export function checkCompliance(text: string, options: ComplianceOptions = {}): 
   const notes = new IssueList();
   const parsed = parseMllog(text);
   for (const problem of parsed.problems) {
-    errors.add(problem, `Found parsing errors: record ${problem.index} (line ${problem.lineNumber}): ${problem.message}. Log lines had parsing errors.`);
+    errors.add(
+      problem,
+      `Found parsing errors: record ${problem.index} (line ${problem.lineNumber}): ${problem.message}. Log lines had parsing errors.`,
+    );
   }
   const records = readRecords(parsed.records, errors);
   const divisionRecord = records.find((r) => r.key === K.SUBMISSION_DIVISION);
@@ -400,7 +517,9 @@ function main(argv: string[]): number {
     } else if (arg === "--ruleset") {
       const value = argv[++i];
       if (!RULESETS.includes(value as Ruleset)) {
-        console.error(`compliance: --ruleset must be one of ${RULESETS.join(", ")} (got ${value ?? "nothing"}); BERT is not a benchmark of later rulesets`);
+        console.error(
+          `compliance: --ruleset must be one of ${RULESETS.join(", ")} (got ${value ?? "nothing"}); BERT is not a benchmark of later rulesets`,
+        );
         return 2;
       }
       ruleset = value as Ruleset;

@@ -40,12 +40,30 @@ export interface DemoSettings {
 
 export const DEMO_SETTINGS: Readonly<DemoSettings> = {
   corpus: DEMO_CORPUS_DEFAULTS,
-  preprocess: { maxSeqLength: 32, maxPredictionsPerSeq: 5, randomSeed: 12345, dupeFactor: 5, maskedLmProb: 0.15, shortSeqProb: 0.1 },
+  preprocess: {
+    maxSeqLength: 32,
+    maxPredictionsPerSeq: 5,
+    randomSeed: 12345,
+    dupeFactor: 5,
+    maskedLmProb: 0.15,
+    shortSeqProb: 0.1,
+  },
   trainParts: 4,
   model: { hiddenSize: 64, numHiddenLayers: 2, numAttentionHeads: 2, intermediateSize: 256 },
   knobs: {
-    BS: 32, EVAL_BS: 128, OPT_BASE_LEARNING_RATE: 0.03, NUM_WARMUP_STEPS: 20, TRAIN_STEPS: 1500, EVAL_STEP_FREQ: 50,
-    TARGET: 0.72, DISABLE_DROPOUT: 1, LOGMLPERF: 1, SUBMISSION_PLATFORM: "cpu", CKPT: 1, SAVE_CKPT_FREQ: 500, KEEP_CKPT_AMOUNT: 2,
+    BS: 32,
+    EVAL_BS: 128,
+    OPT_BASE_LEARNING_RATE: 0.03,
+    NUM_WARMUP_STEPS: 20,
+    TRAIN_STEPS: 1500,
+    EVAL_STEP_FREQ: 50,
+    TARGET: 0.72,
+    DISABLE_DROPOUT: 1,
+    LOGMLPERF: 1,
+    SUBMISSION_PLATFORM: "cpu",
+    CKPT: 1,
+    SAVE_CKPT_FREQ: 500,
+    KEEP_CKPT_AMOUNT: 2,
   },
   initSteps: 5,
 };
@@ -61,7 +79,11 @@ export interface DemoData {
  * Writes the demo's BASEDIR: vocab.txt, bert_config.json, train/ shards, eval/eval.safetensors,
  * all through the real tokenizer and sample maker (the reference's create_pretraining_data.py).
  */
-export function prepareDemoData(basedir: string, settings: DemoSettings = DEMO_SETTINGS, corpus: Omit<DemoCorpus, "cycles"> = generateDemoCorpus(settings.corpus)): DemoData {
+export function prepareDemoData(
+  basedir: string,
+  settings: DemoSettings = DEMO_SETTINGS,
+  corpus: Omit<DemoCorpus, "cycles"> = generateDemoCorpus(settings.corpus),
+): DemoData {
   mkdirSync(basedir, { recursive: true });
   writeFileSync(vocabPath(basedir), corpus.vocabText);
   writeFileSync(join(basedir, "demo_train.txt"), corpus.trainText);
@@ -69,31 +91,60 @@ export function prepareDemoData(basedir: string, settings: DemoSettings = DEMO_S
   const tokenizer = new BertTokenizer(parseVocab(corpus.vocabText, vocabPath(basedir)));
   const vocabSize = tokenizer.vocab.tokens.length;
   const { model, preprocess, trainParts } = settings;
-  writeFileSync(join(basedir, "bert_config.json"), JSON.stringify({
-    vocab_size: vocabSize, hidden_size: model.hiddenSize, num_hidden_layers: model.numHiddenLayers,
-    num_attention_heads: model.numAttentionHeads, intermediate_size: model.intermediateSize, hidden_act: "gelu",
-    hidden_dropout_prob: 0.1, attention_probs_dropout_prob: 0.1, max_position_embeddings: preprocess.maxSeqLength,
-    type_vocab_size: 2, initializer_range: 0.02,
-  }, null, 2) + "\n");
+  writeFileSync(
+    join(basedir, "bert_config.json"),
+    JSON.stringify(
+      {
+        vocab_size: vocabSize,
+        hidden_size: model.hiddenSize,
+        num_hidden_layers: model.numHiddenLayers,
+        num_attention_heads: model.numAttentionHeads,
+        intermediate_size: model.intermediateSize,
+        hidden_act: "gelu",
+        hidden_dropout_prob: 0.1,
+        attention_probs_dropout_prob: 0.1,
+        max_position_embeddings: preprocess.maxSeqLength,
+        type_vocab_size: 2,
+        initializer_range: 0.02,
+      },
+      null,
+      2,
+    ) + "\n",
+  );
 
   // documents are separated by blank lines: split the text into parts at document boundaries
   const documents = corpus.trainText.split("\n\n");
   let trainSamples = 0;
   for (let part = 0; part < trainParts; part++) {
     const text = documents.filter((_, d) => d % trainParts === part).join("\n\n");
-    const samples = samplesFromText(text, tokenizer, { ...preprocess, randomSeed: preprocess.randomSeed + part }, { source: `demo train part ${part}` });
+    const samples = samplesFromText(
+      text,
+      tokenizer,
+      { ...preprocess, randomSeed: preprocess.randomSeed + part },
+      { source: `demo train part ${part}` },
+    );
     mkdirSync(join(trainShardPath(basedir, part), ".."), { recursive: true });
     writeShard(trainShardPath(basedir, part), samples);
     trainSamples += samples.count;
   }
-  const evalSamples = samplesFromText(corpus.evalText, tokenizer, { ...preprocess, dupeFactor: 1 }, { source: "demo eval text" });
+  const evalSamples = samplesFromText(
+    corpus.evalText,
+    tokenizer,
+    { ...preprocess, dupeFactor: 1 },
+    { source: "demo eval text" },
+  );
   mkdirSync(join(evalShardPath(basedir), ".."), { recursive: true });
   writeShard(evalShardPath(basedir), evalSamples);
   return { basedir, trainSamples, evalSamples: evalSamples.count, vocabSize };
 }
 
 /** Every knob of the demo run, as environment variables for the trainer. */
-export function demoEnvironment(runDir: string, data: DemoData, settings: DemoSettings = DEMO_SETTINGS, seed = 12345): Record<string, string> {
+export function demoEnvironment(
+  runDir: string,
+  data: DemoData,
+  settings: DemoSettings = DEMO_SETTINGS,
+  seed = 12345,
+): Record<string, string> {
   const evalBs = Number(settings.knobs.EVAL_BS);
   const knobs: Record<string, string | number> = {
     ...settings.knobs,
@@ -116,9 +167,18 @@ const TRAIN_SCRIPT = fileURLToPath(new URL("./train.ts", import.meta.url));
 const TSX_LOADER = import.meta.resolve("tsx");
 
 /** Runs train.ts in `cwd` with `env`, copying its stdout to ours and to `log`; resolves with its exit code. */
-export function runTrainerProcess(cwd: string, env: Record<string, string>, log: NodeJS.WritableStream, quiet = false): Promise<number> {
+export function runTrainerProcess(
+  cwd: string,
+  env: Record<string, string>,
+  log: NodeJS.WritableStream,
+  quiet = false,
+): Promise<number> {
   return new Promise((resolvePromise, reject) => {
-    const child = spawn(process.execPath, ["--import", TSX_LOADER, TRAIN_SCRIPT], { cwd, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", quiet ? "pipe" : "inherit"] });
+    const child = spawn(process.execPath, ["--import", TSX_LOADER, TRAIN_SCRIPT], {
+      cwd,
+      env: { ...process.env, ...env },
+      stdio: ["ignore", "pipe", quiet ? "pipe" : "inherit"],
+    });
     child.stdout!.on("data", (chunk: Buffer) => {
       log.write(chunk);
       if (!quiet) process.stdout.write(chunk);
@@ -143,10 +203,21 @@ export interface DemoRun {
 }
 
 const timestamp = (date: Date): string => date.toISOString().replace(/[-:]/g, "").replace("T", "_").slice(0, 15);
-const mmddhhmm = (date: Date): string => [date.getMonth() + 1, date.getDate(), date.getHours(), date.getMinutes()].map((n) => String(n).padStart(2, "0")).join("");
+const mmddhhmm = (date: Date): string =>
+  [date.getMonth() + 1, date.getDate(), date.getHours(), date.getMinutes()]
+    .map((n) => String(n).padStart(2, "0"))
+    .join("");
 
 /** Prepares the data, runs both phases, checks the MLPerf log and writes the run report. */
-export async function runDemo(runDir: string, { settings = DEMO_SETTINGS, seed = 12345, quiet = false, env = {} }: { settings?: DemoSettings; seed?: number; quiet?: boolean; env?: Record<string, string> } = {}): Promise<DemoRun> {
+export async function runDemo(
+  runDir: string,
+  {
+    settings = DEMO_SETTINGS,
+    seed = 12345,
+    quiet = false,
+    env = {},
+  }: { settings?: DemoSettings; seed?: number; quiet?: boolean; env?: Record<string, string> } = {},
+): Promise<DemoRun> {
   mkdirSync(runDir, { recursive: true });
   const say = (line: string) => void (quiet || console.error(line));
   say(`demo: preparing the corpus and shards in ${join(runDir, "data")}`);
@@ -155,8 +226,14 @@ export async function runDemo(runDir: string, { settings = DEMO_SETTINGS, seed =
   const consoleLogPath = join(runDir, `bert_demo_${mmddhhmm(new Date())}_${seed}.log`);
   const log = createWriteStream(consoleLogPath);
   const knobs = { ...demoEnvironment(runDir, data, settings, seed), ...env };
-  let exitCode = await runTrainerProcess(runDir, { ...knobs, INITMLPERF: "1", BENCHMARK: String(settings.initSteps) }, log, quiet);
-  if (exitCode !== 0) console.error(`demo: the init phase failed (exit status ${exitCode}); the run phase was not started`);
+  let exitCode = await runTrainerProcess(
+    runDir,
+    { ...knobs, INITMLPERF: "1", BENCHMARK: String(settings.initSteps) },
+    log,
+    quiet,
+  );
+  if (exitCode !== 0)
+    console.error(`demo: the init phase failed (exit status ${exitCode}); the run phase was not started`);
   else exitCode = await runTrainerProcess(runDir, { ...knobs, RUNMLPERF: "1" }, log, quiet);
   await new Promise<void>((done) => log.end(done));
   const mlperfLogPath = join(runDir, `result_bert_${seed}.log`);
@@ -199,13 +276,19 @@ async function main(argv: string[]): Promise<number> {
     return 2;
   }
   const runDir = resolve(out ?? join("runs", timestamp(new Date())));
-  const overrides = Object.fromEntries(Object.keys(DEMO_SETTINGS.knobs).filter((k) => process.env[k]).map((k) => [k, process.env[k]!]));
+  const overrides = Object.fromEntries(
+    Object.keys(DEMO_SETTINGS.knobs)
+      .filter((k) => process.env[k])
+      .map((k) => [k, process.env[k]!]),
+  );
   const run = await runDemo(runDir, { seed, env: overrides });
   console.log(`\nrun folder:  ${run.runDir}`);
   console.log(`console log: ${run.consoleLogPath}`);
   if (existsSync(run.mlperfLogPath)) {
     const compliance = checkCompliance(readFileSync(run.mlperfLogPath, "latin1"));
-    console.log(`MLPerf log:  ${run.mlperfLogPath} (${compliance.errors.length === 0 ? "compliant" : `NOT compliant: ${compliance.errors.map((e) => e.message).join("; ")}`})`);
+    console.log(
+      `MLPerf log:  ${run.mlperfLogPath} (${compliance.errors.length === 0 ? "compliant" : `NOT compliant: ${compliance.errors.map((e) => e.message).join("; ")}`})`,
+    );
     console.log(`report:      ${run.reportPath}`);
   }
   console.log(`checkpoints: ${join(run.runDir, "ckpts")}`);

@@ -55,9 +55,11 @@ const WORDS_PER_SENTENCE: [number, number] = [4, 8];
 /** `count` distinct two-syllable words ("kelo", "vani", ...), in a seeded order. */
 function makeWords(count: number, rng: PyRandom): string[] {
   const syllables = [...CONSONANTS].flatMap((c) => [...VOWELS].map((v) => c + v));
-  if (count > syllables.length ** 2) throw new RangeError(`demo corpus: ${count} words asked, at most ${syllables.length ** 2} exist`);
+  if (count > syllables.length ** 2)
+    throw new RangeError(`demo corpus: ${count} words asked, at most ${syllables.length ** 2} exist`);
   const words = new Set<string>();
-  while (words.size < count) words.add(syllables[rng.randbelow(syllables.length)]! + syllables[rng.randbelow(syllables.length)]!);
+  while (words.size < count)
+    words.add(syllables[rng.randbelow(syllables.length)]! + syllables[rng.randbelow(syllables.length)]!);
   return [...words];
 }
 
@@ -83,9 +85,13 @@ function makeDocument(rng: PyRandom, cycles: string[][]): string {
 /** The corpus and vocab for `options`; deterministic. */
 export function generateDemoCorpus(options: DemoCorpusOptions = DEMO_CORPUS_DEFAULTS): DemoCorpus {
   for (const [name, value] of Object.entries(options)) {
-    if (!Number.isInteger(value) || value < (name === "accentsPerCycle" ? 0 : 1)) throw new RangeError(`demo corpus: ${name} must be a positive integer, got ${value}`);
+    if (!Number.isInteger(value) || value < (name === "accentsPerCycle" ? 0 : 1))
+      throw new RangeError(`demo corpus: ${name} must be a positive integer, got ${value}`);
   }
-  if (options.accentsPerCycle >= options.cycleLength) throw new RangeError(`demo corpus: ${options.accentsPerCycle} accents do not fit a cycle of ${options.cycleLength}`);
+  if (options.accentsPerCycle >= options.cycleLength)
+    throw new RangeError(
+      `demo corpus: ${options.accentsPerCycle} accents do not fit a cycle of ${options.cycleLength}`,
+    );
   const rng = new PyRandom(options.seed);
   const wordsPerTopic = 1 + options.accentsPerCycle;
   const flat = makeWords(options.topics * wordsPerTopic, rng);

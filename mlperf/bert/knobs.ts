@@ -25,7 +25,13 @@ interface KnobSpec {
   help: string;
 }
 
-const knob = (name: string, kind: KnobKind, fallback: KnobSpec["fallback"], fallbackText: string, help: string): KnobSpec => ({ name, kind, fallback, fallbackText, help });
+const knob = (
+  name: string,
+  kind: KnobKind,
+  fallback: KnobSpec["fallback"],
+  fallbackText: string,
+  help: string,
+): KnobSpec => ({ name, kind, fallback, fallbackText, help });
 const num = (k: Resolved, name: string): number => k[name] as number;
 const isHalf = (k: Resolved): boolean => k.DEFAULT_FLOAT === "HALF";
 
@@ -35,32 +41,98 @@ export const MLPERF_EVAL_SAMPLES = 10_000;
 /** In resolution order: a default may read any knob above it. */
 export const KNOB_SPECS: readonly KnobSpec[] = [
   knob("MODEL", "string", () => "bert", "bert", "the model to train (only bert)"),
-  knob("DEVICE", "string", () => Device.DEFAULT, "the first available device", "device kind the run uses (CPU, JS, ...)"),
+  knob(
+    "DEVICE",
+    "string",
+    () => Device.DEFAULT,
+    "the first available device",
+    "device kind the run uses (CPU, JS, ...)",
+  ),
   knob("GPUS", "int", () => 1, "1", "number of devices: DEVICE:0 .. DEVICE:GPUS-1, batches sharded over them"),
   knob("DEFAULT_FLOAT", "string", () => "FLOAT", "FLOAT", "FLOAT (float32) or HALF (float16 with loss scaling)"),
-  knob("BS", "int", (k) => (isHalf(k) ? 11 : 8) * num(k, "GPUS"), "11*GPUS with HALF, else 8*GPUS", "global train batch size"),
+  knob(
+    "BS",
+    "int",
+    (k) => (isHalf(k) ? 11 : 8) * num(k, "GPUS"),
+    "11*GPUS with HALF, else 8*GPUS",
+    "global train batch size",
+  ),
   knob("EVAL_BS", "int", (k) => num(k, "GPUS"), "1*GPUS", "global eval batch size"),
   knob("GRADIENT_ACC_STEPS", "int", () => 1, "1", "micro-batches per step (BS is split into them)"),
-  knob("OPT_BASE_LEARNING_RATE", "float", (k) => 0.0001 * Math.sqrt(num(k, "BS") / 66), "0.0001*sqrt(BS/66)", "peak learning rate"),
+  knob(
+    "OPT_BASE_LEARNING_RATE",
+    "float",
+    (k) => 0.0001 * Math.sqrt(num(k, "BS") / 66),
+    "0.0001*sqrt(BS/66)",
+    "peak learning rate",
+  ),
   knob("OPT_LAMB_BETA_1", "float", () => 0.9, "0.9", "LAMB beta1"),
   knob("OPT_LAMB_BETA_2", "float", () => 0.999, "0.999", "LAMB beta2"),
-  knob("TRAIN_STEPS", "int", (k) => Math.floor(3_630_000 / num(k, "BS")), "3630000//BS", "steps of the LR schedule (and the most the run trains)"),
+  knob(
+    "TRAIN_STEPS",
+    "int",
+    (k) => Math.floor(3_630_000 / num(k, "BS")),
+    "3630000//BS",
+    "steps of the LR schedule (and the most the run trains)",
+  ),
   knob("NUM_WARMUP_STEPS", "int", () => 1, "1", "linear warmup steps"),
   knob("POLY_POWER", "float", () => 1.0, "1.0", "polynomial decay power"),
   knob("DECAY", "float", () => 0.01, "0.01", "LAMB weight decay (not on biases and LayerNorm)"),
   knob("EPSILON", "float", () => 1e-6, "1e-6", "LAMB epsilon"),
   knob("LOSS_SCALER", "float", (k) => (isHalf(k) ? 2 ** 10 : 1), "2^10 with HALF, else 1", "loss scale for fp16"),
-  knob("EVAL_SET_SIZE", "int", () => MLPERF_EVAL_SAMPLES, "10000", "samples in the eval set, which every evaluation covers"),
-  knob("MAX_EVAL_STEPS", "int", (k) => Math.ceil(num(k, "EVAL_SET_SIZE") / num(k, "EVAL_BS")), "ceil(EVAL_SET_SIZE/EVAL_BS)", "eval batches per evaluation"),
-  knob("EVAL_STEP_FREQ", "int", (k) => Math.floor(bertEvalIntervalSamples(num(k, "BS")) / num(k, "BS")), "MLPerf interval / BS", "evaluate every this many steps"),
+  knob(
+    "EVAL_SET_SIZE",
+    "int",
+    () => MLPERF_EVAL_SAMPLES,
+    "10000",
+    "samples in the eval set, which every evaluation covers",
+  ),
+  knob(
+    "MAX_EVAL_STEPS",
+    "int",
+    (k) => Math.ceil(num(k, "EVAL_SET_SIZE") / num(k, "EVAL_BS")),
+    "ceil(EVAL_SET_SIZE/EVAL_BS)",
+    "eval batches per evaluation",
+  ),
+  knob(
+    "EVAL_STEP_FREQ",
+    "int",
+    (k) => Math.floor(bertEvalIntervalSamples(num(k, "BS")) / num(k, "BS")),
+    "MLPerf interval / BS",
+    "evaluate every this many steps",
+  ),
   knob("TARGET", "float", () => 0.72, "0.72", "masked-LM accuracy that ends the run"),
   knob("SEED", "int", () => 12345, "12345", "weights init and data order"),
-  knob("BASEDIR", "string", () => basedirFromEnv({ ...process.env, BASEDIR: "" }), "$XDG_DATA_HOME/tsgrad/wiki", "data folder (train/, eval/ shards)"),
-  knob("INIT_CKPT_DIR", "string", (k) => k.BASEDIR!, "BASEDIR", "folder of the init checkpoint model.ckpt-28252 and bert_config.json"),
-  knob("BERT_CONFIG", "string", (k) => join(k.INIT_CKPT_DIR as string, "bert_config.json"), "INIT_CKPT_DIR/bert_config.json", "model config (BERT-large when the file is absent)"),
+  knob(
+    "BASEDIR",
+    "string",
+    () => basedirFromEnv({ ...process.env, BASEDIR: "" }),
+    "$XDG_DATA_HOME/tsgrad/wiki",
+    "data folder (train/, eval/ shards)",
+  ),
+  knob(
+    "INIT_CKPT_DIR",
+    "string",
+    (k) => k.BASEDIR!,
+    "BASEDIR",
+    "folder of the init checkpoint model.ckpt-28252 and bert_config.json",
+  ),
+  knob(
+    "BERT_CONFIG",
+    "string",
+    (k) => join(k.INIT_CKPT_DIR as string, "bert_config.json"),
+    "INIT_CKPT_DIR/bert_config.json",
+    "model config (BERT-large when the file is absent)",
+  ),
   knob("MAX_SEQ_LENGTH", "int", () => 512, "512", "sequence length of the samples"),
   knob("MAX_PREDICTIONS_PER_SEQ", "int", () => 76, "76", "masked positions per sample"),
-  knob("INITMLPERF", "flag", () => 0, "0", "init phase: clear the kernel cache, compile on fake data (needs BENCHMARK)"),
+  knob(
+    "INITMLPERF",
+    "flag",
+    () => 0,
+    "0",
+    "init phase: clear the kernel cache, compile on fake data (needs BENCHMARK)",
+  ),
   knob("RUNMLPERF", "flag", () => 0, "0", "run phase: train on the real shards to TARGET"),
   knob("BENCHMARK", "int", () => 0, "0", "run this many steps, then print the estimated training time"),
   knob("LOGMLPERF", "flag", () => 0, "0", "write the MLPerf log result_bert_<SEED>.log"),
@@ -77,14 +149,45 @@ export const KNOB_SPECS: readonly KnobSpec[] = [
 
 /** Every knob, resolved: numbers for int/float/flag knobs, strings for the rest. */
 export interface Knobs {
-  MODEL: string; DEVICE: string; GPUS: number; DEFAULT_FLOAT: string; BS: number; EVAL_BS: number;
-  GRADIENT_ACC_STEPS: number; OPT_BASE_LEARNING_RATE: number; OPT_LAMB_BETA_1: number; OPT_LAMB_BETA_2: number;
-  TRAIN_STEPS: number; NUM_WARMUP_STEPS: number; POLY_POWER: number; DECAY: number; EPSILON: number;
-  LOSS_SCALER: number; EVAL_SET_SIZE: number; MAX_EVAL_STEPS: number; EVAL_STEP_FREQ: number; TARGET: number; SEED: number;
-  BASEDIR: string; INIT_CKPT_DIR: string; BERT_CONFIG: string; MAX_SEQ_LENGTH: number; MAX_PREDICTIONS_PER_SEQ: number;
-  INITMLPERF: number; RUNMLPERF: number; BENCHMARK: number; LOGMLPERF: number; SUBMISSION_PLATFORM: string;
-  DISABLE_DROPOUT: number; TRAIN_BEAM: number; EVAL_BEAM: number; CKPT: number; SAVE_CKPT_FREQ: number;
-  KEEP_CKPT_AMOUNT: number; SAVE_CKPT_DIR: string; RESUME: string;
+  MODEL: string;
+  DEVICE: string;
+  GPUS: number;
+  DEFAULT_FLOAT: string;
+  BS: number;
+  EVAL_BS: number;
+  GRADIENT_ACC_STEPS: number;
+  OPT_BASE_LEARNING_RATE: number;
+  OPT_LAMB_BETA_1: number;
+  OPT_LAMB_BETA_2: number;
+  TRAIN_STEPS: number;
+  NUM_WARMUP_STEPS: number;
+  POLY_POWER: number;
+  DECAY: number;
+  EPSILON: number;
+  LOSS_SCALER: number;
+  EVAL_SET_SIZE: number;
+  MAX_EVAL_STEPS: number;
+  EVAL_STEP_FREQ: number;
+  TARGET: number;
+  SEED: number;
+  BASEDIR: string;
+  INIT_CKPT_DIR: string;
+  BERT_CONFIG: string;
+  MAX_SEQ_LENGTH: number;
+  MAX_PREDICTIONS_PER_SEQ: number;
+  INITMLPERF: number;
+  RUNMLPERF: number;
+  BENCHMARK: number;
+  LOGMLPERF: number;
+  SUBMISSION_PLATFORM: string;
+  DISABLE_DROPOUT: number;
+  TRAIN_BEAM: number;
+  EVAL_BEAM: number;
+  CKPT: number;
+  SAVE_CKPT_FREQ: number;
+  KEEP_CKPT_AMOUNT: number;
+  SAVE_CKPT_DIR: string;
+  RESUME: string;
 }
 
 /** `--eval-bs` for EVAL_BS. */
@@ -101,7 +204,15 @@ function parseValue(spec: KnobSpec, raw: string, from: string): number | string 
 
 /** Flag values by knob name; `help` when --help was asked. */
 function parseArgv(argv: readonly string[]): { values: Map<string, string>; help: boolean } {
-  const byFlag = new Map(KNOB_SPECS.flatMap((s) => [[flagOf(s.name), s], [`--${s.name}`, s]] as const));
+  const byFlag = new Map(
+    KNOB_SPECS.flatMap(
+      (s) =>
+        [
+          [flagOf(s.name), s],
+          [`--${s.name}`, s],
+        ] as const,
+    ),
+  );
   const values = new Map<string, string>();
   let help = false;
   for (let i = 0; i < argv.length; i++) {
@@ -115,7 +226,8 @@ function parseArgv(argv: readonly string[]): { values: Map<string, string>; help
     const spec = byFlag.get(flag);
     if (spec === undefined) throw new KnobError(`unknown option ${JSON.stringify(arg)} (see --help)`);
     let value = eq < 0 ? undefined : arg.slice(eq + 1);
-    if (value === undefined) value = spec.kind === "flag" && (argv[i + 1] === undefined || argv[i + 1]!.startsWith("--")) ? "1" : argv[++i];
+    if (value === undefined)
+      value = spec.kind === "flag" && (argv[i + 1] === undefined || argv[i + 1]!.startsWith("--")) ? "1" : argv[++i];
     if (value === undefined) throw new KnobError(`option ${flag} needs a value`);
     values.set(spec.name, value);
   }
@@ -146,27 +258,68 @@ export function validateKnobs(k: Knobs): void {
   } catch (error) {
     throw new KnobError(`DEVICE=${JSON.stringify(k.DEVICE)}: ${(error as Error).message}`);
   }
-  if (!Device.isAvailable(kind)) throw new KnobError(`DEVICE=${JSON.stringify(k.DEVICE)}: the ${kind.toUpperCase()} device is not available on this machine`);
-  if (k.DEFAULT_FLOAT !== "FLOAT" && k.DEFAULT_FLOAT !== "HALF") throw new KnobError(`DEFAULT_FLOAT=${JSON.stringify(k.DEFAULT_FLOAT)}: use FLOAT or HALF`);
-  const positive: (keyof Knobs)[] = ["GPUS", "BS", "EVAL_BS", "GRADIENT_ACC_STEPS", "TRAIN_STEPS", "EVAL_SET_SIZE", "MAX_EVAL_STEPS", "EVAL_STEP_FREQ", "SAVE_CKPT_FREQ", "KEEP_CKPT_AMOUNT", "MAX_SEQ_LENGTH", "MAX_PREDICTIONS_PER_SEQ", "LOSS_SCALER"];
-  for (const name of positive) if (!((k[name] as number) > 0)) throw new KnobError(`${name}=${k[name]} must be positive`);
-  const nonNegative: (keyof Knobs)[] = ["NUM_WARMUP_STEPS", "BENCHMARK", "SEED", "TRAIN_BEAM", "EVAL_BEAM", "OPT_BASE_LEARNING_RATE", "DECAY", "EPSILON"];
-  for (const name of nonNegative) if (!((k[name] as number) >= 0)) throw new KnobError(`${name}=${k[name]} must not be negative`);
-  if (!(k.TARGET > 0 && k.TARGET <= 1)) throw new KnobError(`TARGET=${k.TARGET} is a masked-LM accuracy, a fraction in (0, 1]`);
-  if (k.BS % k.GRADIENT_ACC_STEPS !== 0) throw new KnobError(`BS=${k.BS} is not a multiple of GRADIENT_ACC_STEPS=${k.GRADIENT_ACC_STEPS}`);
-  if (k.GPUS > 1 && (k.BS / k.GRADIENT_ACC_STEPS) % k.GPUS !== 0) throw new KnobError(`the micro-batch BS/GRADIENT_ACC_STEPS=${k.BS / k.GRADIENT_ACC_STEPS} does not split over GPUS=${k.GPUS} devices`);
-  if (k.GPUS > 1 && k.EVAL_BS % k.GPUS !== 0) throw new KnobError(`EVAL_BS=${k.EVAL_BS} does not split over GPUS=${k.GPUS} devices`);
-  if (k.INITMLPERF && k.RUNMLPERF) throw new KnobError("INITMLPERF and RUNMLPERF are two phases, two processes: set one");
-  if (k.INITMLPERF && !k.BENCHMARK) throw new KnobError("INITMLPERF=1 needs BENCHMARK=N: the number of fake steps that compile every kernel");
+  if (!Device.isAvailable(kind))
+    throw new KnobError(
+      `DEVICE=${JSON.stringify(k.DEVICE)}: the ${kind.toUpperCase()} device is not available on this machine`,
+    );
+  if (k.DEFAULT_FLOAT !== "FLOAT" && k.DEFAULT_FLOAT !== "HALF")
+    throw new KnobError(`DEFAULT_FLOAT=${JSON.stringify(k.DEFAULT_FLOAT)}: use FLOAT or HALF`);
+  const positive: (keyof Knobs)[] = [
+    "GPUS",
+    "BS",
+    "EVAL_BS",
+    "GRADIENT_ACC_STEPS",
+    "TRAIN_STEPS",
+    "EVAL_SET_SIZE",
+    "MAX_EVAL_STEPS",
+    "EVAL_STEP_FREQ",
+    "SAVE_CKPT_FREQ",
+    "KEEP_CKPT_AMOUNT",
+    "MAX_SEQ_LENGTH",
+    "MAX_PREDICTIONS_PER_SEQ",
+    "LOSS_SCALER",
+  ];
+  for (const name of positive)
+    if (!((k[name] as number) > 0)) throw new KnobError(`${name}=${k[name]} must be positive`);
+  const nonNegative: (keyof Knobs)[] = [
+    "NUM_WARMUP_STEPS",
+    "BENCHMARK",
+    "SEED",
+    "TRAIN_BEAM",
+    "EVAL_BEAM",
+    "OPT_BASE_LEARNING_RATE",
+    "DECAY",
+    "EPSILON",
+  ];
+  for (const name of nonNegative)
+    if (!((k[name] as number) >= 0)) throw new KnobError(`${name}=${k[name]} must not be negative`);
+  if (!(k.TARGET > 0 && k.TARGET <= 1))
+    throw new KnobError(`TARGET=${k.TARGET} is a masked-LM accuracy, a fraction in (0, 1]`);
+  if (k.BS % k.GRADIENT_ACC_STEPS !== 0)
+    throw new KnobError(`BS=${k.BS} is not a multiple of GRADIENT_ACC_STEPS=${k.GRADIENT_ACC_STEPS}`);
+  if (k.GPUS > 1 && (k.BS / k.GRADIENT_ACC_STEPS) % k.GPUS !== 0)
+    throw new KnobError(
+      `the micro-batch BS/GRADIENT_ACC_STEPS=${k.BS / k.GRADIENT_ACC_STEPS} does not split over GPUS=${k.GPUS} devices`,
+    );
+  if (k.GPUS > 1 && k.EVAL_BS % k.GPUS !== 0)
+    throw new KnobError(`EVAL_BS=${k.EVAL_BS} does not split over GPUS=${k.GPUS} devices`);
+  if (k.INITMLPERF && k.RUNMLPERF)
+    throw new KnobError("INITMLPERF and RUNMLPERF are two phases, two processes: set one");
+  if (k.INITMLPERF && !k.BENCHMARK)
+    throw new KnobError("INITMLPERF=1 needs BENCHMARK=N: the number of fake steps that compile every kernel");
   if (k.RUNMLPERF && k.EVAL_BS * k.MAX_EVAL_STEPS < k.EVAL_SET_SIZE) {
-    throw new KnobError(`EVAL_BS*MAX_EVAL_STEPS=${k.EVAL_BS}*${k.MAX_EVAL_STEPS}=${k.EVAL_BS * k.MAX_EVAL_STEPS} does not cover the ${k.EVAL_SET_SIZE}-sample eval set (EVAL_SET_SIZE): raise MAX_EVAL_STEPS to ${Math.ceil(k.EVAL_SET_SIZE / k.EVAL_BS)}`);
+    throw new KnobError(
+      `EVAL_BS*MAX_EVAL_STEPS=${k.EVAL_BS}*${k.MAX_EVAL_STEPS}=${k.EVAL_BS * k.MAX_EVAL_STEPS} does not cover the ${k.EVAL_SET_SIZE}-sample eval set (EVAL_SET_SIZE): raise MAX_EVAL_STEPS to ${Math.ceil(k.EVAL_SET_SIZE / k.EVAL_BS)}`,
+    );
   }
   if (k.RESUME !== "" && !existsSync(k.RESUME)) throw new KnobError(`RESUME=${k.RESUME}: no such checkpoint file`);
 }
 
 /** --help text: every knob with its flag and default. */
 export function knobsHelp(): string {
-  const rows = KNOB_SPECS.map((s) => `  ${`${s.name} / ${flagOf(s.name)}`.padEnd(54)} ${s.help} (default ${s.fallbackText})`);
+  const rows = KNOB_SPECS.map(
+    (s) => `  ${`${s.name} / ${flagOf(s.name)}`.padEnd(54)} ${s.help} (default ${s.fallbackText})`,
+  );
   return rows.join("\n");
 }
 

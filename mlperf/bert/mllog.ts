@@ -81,7 +81,10 @@ function toAsciiJson(value: MllogValue, where: string): string {
     return JSON.stringify(value);
   }
   if (typeof value === "string") {
-    return JSON.stringify(value).replace(/[\u007f-\uffff]/g, (ch) => `\\u${ch.charCodeAt(0).toString(16).padStart(4, "0")}`);
+    return JSON.stringify(value).replace(
+      /[\u007f-\uffff]/g,
+      (ch) => `\\u${ch.charCodeAt(0).toString(16).padStart(4, "0")}`,
+    );
   }
   if (Array.isArray(value)) return `[${value.map((item, i) => toAsciiJson(item, `${where}[${i}]`)).join(", ")}]`;
   const fields = Object.entries(value).map(
@@ -92,7 +95,8 @@ function toAsciiJson(value: MllogValue, where: string): string {
 
 /** The full `:::MLLOG {...}` line (no newline) for a record. */
 export function formatMllogLine(record: MllogRecord): string {
-  if (!Number.isInteger(record.time_ms)) throw new MllogError(`${record.key}: time_ms ${record.time_ms} is not an integer`);
+  if (!Number.isInteger(record.time_ms))
+    throw new MllogError(`${record.key}: time_ms ${record.time_ms} is not an integer`);
   const ordered: MllogValue = {
     namespace: record.namespace,
     time_ms: record.time_ms,
@@ -238,11 +242,15 @@ const SUBMISSION_STATUS_BY_SYSTEM_STATUS: { [status: string]: string } = {
 export function logSubmissionInfo(logger: MlperfLogger, system: SystemDescription, platform: string): void {
   const status = SUBMISSION_STATUS_BY_SYSTEM_STATUS[system.status];
   if (status === undefined) {
-    const known = Object.keys(SUBMISSION_STATUS_BY_SYSTEM_STATUS).map((s) => JSON.stringify(s)).join(", ");
+    const known = Object.keys(SUBMISSION_STATUS_BY_SYSTEM_STATUS)
+      .map((s) => JSON.stringify(s))
+      .join(", ");
     throw new MllogError(`systems/${platform}.json: status ${JSON.stringify(system.status)} is not one of ${known}`);
   }
   if (system.division !== "closed" && system.division !== "open") {
-    throw new MllogError(`systems/${platform}.json: division ${JSON.stringify(system.division)} is not "closed" or "open"`);
+    throw new MllogError(
+      `systems/${platform}.json: division ${JSON.stringify(system.division)} is not "closed" or "open"`,
+    );
   }
   if (system.submitter === "") throw new MllogError(`systems/${platform}.json: submitter is empty`);
   if (platform === "") throw new MllogError("submission platform is empty");
@@ -297,7 +305,10 @@ export function logBertHyperparameters(logger: MlperfLogger, knobs: BertKnobs, c
   const entries: [MllogKey, MllogValue][] = [
     [MLLOG_KEYS.GLOBAL_BATCH_SIZE, batchSize],
     [MLLOG_KEYS.MAX_SEQUENCE_LENGTH, requirePositiveInteger("MAX_SEQ_LENGTH", knobs.MAX_SEQ_LENGTH ?? 512)],
-    [MLLOG_KEYS.MAX_PREDICTIONS_PER_SEQ, requirePositiveInteger("MAX_PREDICTIONS_PER_SEQ", knobs.MAX_PREDICTIONS_PER_SEQ ?? 76)],
+    [
+      MLLOG_KEYS.MAX_PREDICTIONS_PER_SEQ,
+      requirePositiveInteger("MAX_PREDICTIONS_PER_SEQ", knobs.MAX_PREDICTIONS_PER_SEQ ?? 76),
+    ],
     [MLLOG_KEYS.OPT_NAME, "LAMB"],
     [MLLOG_KEYS.OPT_BASE_LEARNING_RATE, requireFinite("OPT_BASE_LEARNING_RATE", knobs.OPT_BASE_LEARNING_RATE)],
     [MLLOG_KEYS.OPT_LAMB_WEIGHT_DECAY_RATE, requireFinite("DECAY", knobs.DECAY)],
@@ -310,9 +321,15 @@ export function logBertHyperparameters(logger: MlperfLogger, knobs: BertKnobs, c
     [MLLOG_KEYS.NUM_WARMUP_STEPS, warmupSteps],
     [MLLOG_KEYS.START_WARMUP_STEP, requireFinite("START_WARMUP_STEP", knobs.START_WARMUP_STEP ?? 0)],
     [MLLOG_KEYS.OPT_LEARNING_RATE_TRAINING_STEPS, trainingSteps],
-    [MLLOG_KEYS.GRADIENT_ACCUMULATION_STEPS, requirePositiveInteger("GRADIENT_ACC_STEPS", knobs.GRADIENT_ACC_STEPS ?? 1)],
+    [
+      MLLOG_KEYS.GRADIENT_ACCUMULATION_STEPS,
+      requirePositiveInteger("GRADIENT_ACC_STEPS", knobs.GRADIENT_ACC_STEPS ?? 1),
+    ],
     [MLLOG_KEYS.EVAL_SAMPLES, requirePositiveInteger("evalSamples", counts.evalSamples ?? 10000)],
-    [MLLOG_KEYS.TRAIN_SAMPLES, requirePositiveInteger("trainSamples", counts.trainSamples ?? batchSize * trainingSteps)],
+    [
+      MLLOG_KEYS.TRAIN_SAMPLES,
+      requirePositiveInteger("trainSamples", counts.trainSamples ?? batchSize * trainingSteps),
+    ],
   ];
   for (const [key, value] of entries) logger.event(key, value);
 }

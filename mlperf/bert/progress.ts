@@ -20,7 +20,10 @@ export class CountProgress {
     private readonly label: string,
     private readonly total: number,
     private readonly start = 0,
-    private readonly sink: CountProgressSink = { write: (t) => void process.stderr.write(t), isTTY: process.stderr.isTTY === true },
+    private readonly sink: CountProgressSink = {
+      write: (t) => void process.stderr.write(t),
+      isTTY: process.stderr.isTTY === true,
+    },
   ) {
     this.done = start;
   }

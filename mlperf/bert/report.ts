@@ -68,14 +68,29 @@ const STEP_LINE = new RegExp(
   String.raw`\bstep (\d+) \| (\d+) samples \| ${NUMBER} ms \(host ${NUMBER} ms, data ${NUMBER} ms, device ${NUMBER} ms\)` +
     String.raw` \| loss ${NUMBER} \| lr ${NUMBER} \| ${NUMBER} GB \| ${NUMBER} GFLOP/s`,
 );
-const EVAL_LINE = new RegExp(String.raw`\beval step (\d+) \| (\d+) samples \| masked-LM accuracy ${NUMBER} \| loss ${NUMBER} \| ${NUMBER} s\b`);
+const EVAL_LINE = new RegExp(
+  String.raw`\beval step (\d+) \| (\d+) samples \| masked-LM accuracy ${NUMBER} \| loss ${NUMBER} \| ${NUMBER} s\b`,
+);
 const HPARAM_LINE = /\bHParam: "([^"]+)": (.*)$/;
 
 export function parseStepLine(line: string): StepStats | null {
   const m = STEP_LINE.exec(line);
   if (m === null) return null;
-  const [step, samples, totalMs, hostMs, dataMs, deviceMs, loss, learningRate, memoryGB, gflops] = m.slice(1).map(Number) as number[];
-  return { step: step!, samples: samples!, totalMs: totalMs!, hostMs: hostMs!, dataMs: dataMs!, deviceMs: deviceMs!, loss: loss!, learningRate: learningRate!, memoryGB: memoryGB!, gflops: gflops! };
+  const [step, samples, totalMs, hostMs, dataMs, deviceMs, loss, learningRate, memoryGB, gflops] = m
+    .slice(1)
+    .map(Number) as number[];
+  return {
+    step: step!,
+    samples: samples!,
+    totalMs: totalMs!,
+    hostMs: hostMs!,
+    dataMs: dataMs!,
+    deviceMs: deviceMs!,
+    loss: loss!,
+    learningRate: learningRate!,
+    memoryGB: memoryGB!,
+    gflops: gflops!,
+  };
 }
 
 export function parseEvalLine(line: string): EvalStats | null {
@@ -104,22 +119,42 @@ export interface RunLog {
 
 /** MLLOG keys that mark progress rather than describe the run. */
 const PROGRESS_KEYS: Set<string> = new Set([
-  K.CACHE_CLEAR, K.INIT_START, K.INIT_STOP, K.RUN_START, K.RUN_STOP, K.EPOCH_START, K.EPOCH_STOP,
-  K.BLOCK_START, K.BLOCK_STOP, K.EVAL_START, K.EVAL_STOP, K.EVAL_ACCURACY,
+  K.CACHE_CLEAR,
+  K.INIT_START,
+  K.INIT_STOP,
+  K.RUN_START,
+  K.RUN_STOP,
+  K.EPOCH_START,
+  K.EPOCH_STOP,
+  K.BLOCK_START,
+  K.BLOCK_STOP,
+  K.EVAL_START,
+  K.EVAL_STOP,
+  K.EVAL_ACCURACY,
 ]);
 
 /** Reads one log's text; `name` labels the run. */
 export function parseRunLog(text: string, name: string): RunLog {
   const run: RunLog = {
-    name, steps: [], evals: [], mlperfParameters: new Map(), knobs: new Map(),
-    initStartMs: null, initStopMs: null, runStartMs: null, runStopMs: null, status: null, unreadableRecords: 0,
+    name,
+    steps: [],
+    evals: [],
+    mlperfParameters: new Map(),
+    knobs: new Map(),
+    initStartMs: null,
+    initStopMs: null,
+    runStartMs: null,
+    runStopMs: null,
+    status: null,
+    unreadableRecords: 0,
   };
   const consoleEvals: RunLog["evals"] = [];
   for (const line of text.split(/\r\n|\n|\r/)) {
     const step = parseStepLine(line);
     if (step !== null) run.steps.push(step);
     const evaluation = parseEvalLine(line);
-    if (evaluation !== null) consoleEvals.push({ samples: evaluation.samples, maskedLmAccuracy: evaluation.maskedLmAccuracy });
+    if (evaluation !== null)
+      consoleEvals.push({ samples: evaluation.samples, maskedLmAccuracy: evaluation.maskedLmAccuracy });
     const knob = HPARAM_LINE.exec(line);
     if (knob !== null) run.knobs.set(knob[1]!, knob[2]!.trim());
   }
@@ -128,7 +163,9 @@ export function parseRunLog(text: string, name: string): RunLog {
   for (const { fields } of parsed.records) {
     const key = fields.key;
     const time = typeof fields.time_ms === "number" ? fields.time_ms : Number(fields.time_ms);
-    const metadata = (typeof fields.metadata === "object" && fields.metadata !== null ? fields.metadata : {}) as { [name: string]: unknown };
+    const metadata = (typeof fields.metadata === "object" && fields.metadata !== null ? fields.metadata : {}) as {
+      [name: string]: unknown;
+    };
     if (typeof key !== "string" || !Number.isFinite(time)) {
       run.unreadableRecords++;
       continue;
@@ -142,7 +179,10 @@ export function parseRunLog(text: string, name: string): RunLog {
     } else if (key === K.EVAL_ACCURACY && typeof fields.value === "number" && typeof metadata.epoch_num === "number") {
       run.evals.push({ samples: metadata.epoch_num, maskedLmAccuracy: fields.value });
     } else if (!PROGRESS_KEYS.has(key)) {
-      run.mlperfParameters.set(key, typeof fields.value === "string" ? fields.value : JSON.stringify(fields.value) ?? "null");
+      run.mlperfParameters.set(
+        key,
+        typeof fields.value === "string" ? fields.value : (JSON.stringify(fields.value) ?? "null"),
+      );
     }
   }
   if (run.evals.length === 0) run.evals = consoleEvals;
@@ -158,7 +198,9 @@ export function timeToTrainMinutes(run: RunLog): number | null {
  *  not succeed counts as infinitely slow, so a second one leaves the set unscored (null). */
 export function olympicMeanMinutes(runs: RunLog[]): number | null {
   if (runs.length < 3) return null;
-  const times = runs.map((r) => (r.status === "success" ? timeToTrainMinutes(r) ?? Infinity : Infinity)).sort((a, b) => a - b);
+  const times = runs
+    .map((r) => (r.status === "success" ? (timeToTrainMinutes(r) ?? Infinity) : Infinity))
+    .sort((a, b) => a - b);
   const kept = times.slice(1, -1);
   if (kept.some((t) => !Number.isFinite(t))) return null;
   return kept.reduce((a, b) => a + b, 0) / kept.length;
@@ -166,7 +208,18 @@ export function olympicMeanMinutes(runs: RunLog[]): number | null {
 
 // ---------------------------------------------------------------- rendering
 
-const PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7", "#9c755f", "#7f7f7f"];
+const PALETTE = [
+  "#4e79a7",
+  "#f28e2b",
+  "#e15759",
+  "#59a14f",
+  "#b07aa1",
+  "#76b7b2",
+  "#edc948",
+  "#ff9da7",
+  "#9c755f",
+  "#7f7f7f",
+];
 const colorOf = (runIndex: number) => PALETTE[runIndex % PALETTE.length]!;
 const TARGET_ACCURACY = 0.72;
 const MAX_POINTS_PER_SERIES = 600;
@@ -207,7 +260,10 @@ function downsample(points: Point[]): Point[] {
   for (let i = 0; i < points.length; i += chunk) {
     const group = points.slice(i, i + chunk).filter((p) => Number.isFinite(p.y));
     if (group.length === 0) continue;
-    result.push({ x: group.reduce((a, p) => a + p.x, 0) / group.length, y: group.reduce((a, p) => a + p.y, 0) / group.length });
+    result.push({
+      x: group.reduce((a, p) => a + p.x, 0) / group.length,
+      y: group.reduce((a, p) => a + p.y, 0) / group.length,
+    });
   }
   return result;
 }
@@ -247,13 +303,19 @@ function renderChart(spec: ChartSpec, chartIndex: number): string {
   const margin = { left: 64, right: 20, top: 40, bottom: 48 };
   const plotWidth = width - margin.left - margin.right;
   const plotHeight = height - margin.top - margin.bottom;
-  const series = spec.series.map((s) => ({ ...s, points: downsample(s.points.filter((p) => Number.isFinite(p.x) && Number.isFinite(p.y))) }));
+  const series = spec.series.map((s) => ({
+    ...s,
+    points: downsample(s.points.filter((p) => Number.isFinite(p.x) && Number.isFinite(p.y))),
+  }));
   const all = series.flatMap((s) => s.points);
-  const header = `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${width} ${height}" role="img" aria-label="${escapeXml(spec.title)}">` +
+  const header =
+    `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${width} ${height}" role="img" aria-label="${escapeXml(spec.title)}">` +
     `<text class="chart-title" x="${margin.left}" y="24">${escapeXml(spec.title)}</text>`;
   if (all.length === 0) {
-    return `${header}<rect class="plot-bg" x="${margin.left}" y="${margin.top}" width="${plotWidth}" height="${plotHeight}"/>` +
-      `<text class="empty" x="${margin.left + plotWidth / 2}" y="${margin.top + plotHeight / 2}" text-anchor="middle">${escapeXml(spec.empty)}</text></svg>`;
+    return (
+      `${header}<rect class="plot-bg" x="${margin.left}" y="${margin.top}" width="${plotWidth}" height="${plotHeight}"/>` +
+      `<text class="empty" x="${margin.left + plotWidth / 2}" y="${margin.top + plotHeight / 2}" text-anchor="middle">${escapeXml(spec.empty)}</text></svg>`
+    );
   }
   const xs = all.map((p) => p.x);
   const ys = all.map((p) => p.y).sort((a, b) => a - b);
@@ -278,21 +340,35 @@ function renderChart(spec: ChartSpec, chartIndex: number): string {
   const f = (v: number) => v.toFixed(1);
   const clipId = `plot-area-${chartIndex}`;
   const parts: string[] = [header];
-  parts.push(`<defs><clipPath id="${clipId}"><rect x="${margin.left}" y="${margin.top}" width="${plotWidth}" height="${plotHeight}"/></clipPath></defs>`);
-  parts.push(`<rect class="plot-bg" x="${margin.left}" y="${margin.top}" width="${plotWidth}" height="${plotHeight}"/>`);
+  parts.push(
+    `<defs><clipPath id="${clipId}"><rect x="${margin.left}" y="${margin.top}" width="${plotWidth}" height="${plotHeight}"/></clipPath></defs>`,
+  );
+  parts.push(
+    `<rect class="plot-bg" x="${margin.left}" y="${margin.top}" width="${plotWidth}" height="${plotHeight}"/>`,
+  );
   for (const t of yTicks) {
-    parts.push(`<line class="grid" x1="${margin.left}" x2="${margin.left + plotWidth}" y1="${f(toY(t))}" y2="${f(toY(t))}"/>`);
-    parts.push(`<text class="tick" x="${margin.left - 8}" y="${f(toY(t) + 4)}" text-anchor="end">${escapeXml(spec.formatY(t))}</text>`);
+    parts.push(
+      `<line class="grid" x1="${margin.left}" x2="${margin.left + plotWidth}" y1="${f(toY(t))}" y2="${f(toY(t))}"/>`,
+    );
+    parts.push(
+      `<text class="tick" x="${margin.left - 8}" y="${f(toY(t) + 4)}" text-anchor="end">${escapeXml(spec.formatY(t))}</text>`,
+    );
   }
   for (const t of xTicks) {
-    parts.push(`<line class="grid" x1="${f(toX(t))}" x2="${f(toX(t))}" y1="${margin.top}" y2="${margin.top + plotHeight}"/>`);
-    parts.push(`<text class="tick" x="${f(toX(t))}" y="${margin.top + plotHeight + 18}" text-anchor="middle">${escapeXml(formatCount(t))}</text>`);
+    parts.push(
+      `<line class="grid" x1="${f(toX(t))}" x2="${f(toX(t))}" y1="${margin.top}" y2="${margin.top + plotHeight}"/>`,
+    );
+    parts.push(
+      `<text class="tick" x="${f(toX(t))}" y="${margin.top + plotHeight + 18}" text-anchor="middle">${escapeXml(formatCount(t))}</text>`,
+    );
   }
   parts.push(`<g clip-path="url(#${clipId})">`);
   if (spec.target !== undefined) {
     const y = f(toY(spec.target.y));
     parts.push(`<line class="target" x1="${margin.left}" x2="${margin.left + plotWidth}" y1="${y}" y2="${y}"/>`);
-    parts.push(`<text class="target-label" x="${margin.left + 6}" y="${f(toY(spec.target.y) - 6)}">${escapeXml(spec.target.label)}</text>`);
+    parts.push(
+      `<text class="target-label" x="${margin.left + 6}" y="${f(toY(spec.target.y) - 6)}">${escapeXml(spec.target.label)}</text>`,
+    );
   }
   for (const s of series) {
     const color = colorOf(s.runIndex);
@@ -301,14 +377,20 @@ function renderChart(spec: ChartSpec, chartIndex: number): string {
     if (s.markers) {
       for (const p of s.points) {
         const tip = `${formatCount(p.x)} samples: ${spec.formatY(p.y)}`;
-        parts.push(`<circle cx="${f(toX(p.x))}" cy="${f(toY(p.y))}" r="3.2" fill="${color}"><title>${escapeXml(tip)}</title></circle>`);
+        parts.push(
+          `<circle cx="${f(toX(p.x))}" cy="${f(toY(p.y))}" r="3.2" fill="${color}"><title>${escapeXml(tip)}</title></circle>`,
+        );
       }
     }
   }
   parts.push(`</g>`);
   parts.push(`<rect class="frame" x="${margin.left}" y="${margin.top}" width="${plotWidth}" height="${plotHeight}"/>`);
-  parts.push(`<text class="axis-label" x="${margin.left + plotWidth / 2}" y="${height - 8}" text-anchor="middle">${escapeXml(spec.xLabel)}</text>`);
-  parts.push(`<text class="axis-label" transform="translate(16 ${margin.top + plotHeight / 2}) rotate(-90)" text-anchor="middle">${escapeXml(spec.yLabel)}</text>`);
+  parts.push(
+    `<text class="axis-label" x="${margin.left + plotWidth / 2}" y="${height - 8}" text-anchor="middle">${escapeXml(spec.xLabel)}</text>`,
+  );
+  parts.push(
+    `<text class="axis-label" transform="translate(16 ${margin.top + plotHeight / 2}) rotate(-90)" text-anchor="middle">${escapeXml(spec.yLabel)}</text>`,
+  );
   parts.push(`</svg>`);
   return parts.join("");
 }
@@ -325,7 +407,10 @@ function median(values: number[]): number | null {
 function throughputPoints(run: RunLog): Point[] {
   return run.steps.map((s, i) => {
     const previous = run.steps[i - 1];
-    const stepSamples = previous !== undefined && previous.step === s.step - 1 ? s.samples - previous.samples : s.samples / Math.max(1, s.step);
+    const stepSamples =
+      previous !== undefined && previous.step === s.step - 1
+        ? s.samples - previous.samples
+        : s.samples / Math.max(1, s.step);
     return { x: s.samples, y: (stepSamples * 1000) / s.totalMs };
   });
 }
@@ -342,7 +427,8 @@ function renderSummary(runs: RunLog[]): string {
   const rows = runs.map((run, i) => {
     const best = run.evals.length > 0 ? Math.max(...run.evals.map((e) => e.maskedLmAccuracy)) : null;
     const stopEval = run.status === "success" ? run.evals[run.evals.length - 1] : undefined;
-    const initMinutes = run.initStartMs !== null && run.initStopMs !== null ? (run.initStopMs - run.initStartMs) / 60e3 : null;
+    const initMinutes =
+      run.initStartMs !== null && run.initStopMs !== null ? (run.initStopMs - run.initStartMs) / 60e3 : null;
     const statusClass = run.status === "success" ? "ok" : run.status === null ? "muted" : "bad";
     const med = (pick: (s: StepStats) => number) => {
       const value = median(run.steps.map(pick));
@@ -358,18 +444,27 @@ function renderSummary(runs: RunLog[]): string {
       cell(best === null ? "–" : best.toFixed(4), best !== null && best >= TARGET_ACCURACY ? "num ok" : "num") +
       cell(run.mlperfParameters.get(K.GLOBAL_BATCH_SIZE) ?? run.knobs.get("BS") ?? "–", "num") +
       cell(run.mlperfParameters.get(K.SEED) ?? run.knobs.get("SEED") ?? "–", "num") +
-      (withSteps ? cell(String(run.steps.length), "num") + cell(`${med((s) => s.totalMs)} / ${med((s) => s.hostMs)} / ${med((s) => s.dataMs)} / ${med((s) => s.deviceMs)}`, "num") : "") +
+      (withSteps
+        ? cell(String(run.steps.length), "num") +
+          cell(
+            `${med((s) => s.totalMs)} / ${med((s) => s.hostMs)} / ${med((s) => s.dataMs)} / ${med((s) => s.deviceMs)}`,
+            "num",
+          )
+        : "") +
       `</tr>`
     );
   });
   const olympic = olympicMeanMinutes(runs);
-  const scoreLine = runs.length >= 3
-    ? `<p class="score">MLPerf score of the set (olympic mean of time to train, fastest and slowest dropped): <strong>${escapeXml(olympic === null ? "not scored: more than one run did not succeed" : `${olympic.toFixed(2)} min`)}</strong></p>`
-    : "";
+  const scoreLine =
+    runs.length >= 3
+      ? `<p class="score">MLPerf score of the set (olympic mean of time to train, fastest and slowest dropped): <strong>${escapeXml(olympic === null ? "not scored: more than one run did not succeed" : `${olympic.toFixed(2)} min`)}</strong></p>`
+      : "";
   return (
     `<table class="summary"><thead><tr><th>run</th><th>status</th><th>time to train</th><th>init</th><th>evals</th>` +
     `<th>samples to converge</th><th>best accuracy</th><th>global batch</th><th>seed</th>` +
-    (withSteps ? `<th>steps logged</th><th>median step ms<br/><span class="muted">total / host / data / device</span></th>` : "") +
+    (withSteps
+      ? `<th>steps logged</th><th>median step ms<br/><span class="muted">total / host / data / device</span></th>`
+      : "") +
     `</tr></thead><tbody>${rows.join("")}</tbody></table>${scoreLine}`
   );
 }
@@ -378,11 +473,16 @@ function renderSummary(runs: RunLog[]): string {
 function renderParameterTable(title: string, runs: RunLog[], pick: (run: RunLog) => Map<string, string>): string {
   const keys = [...new Set(runs.flatMap((run) => [...pick(run).keys()]))];
   if (keys.length === 0) return "";
-  const header = runs.length > 1 ? `<tr><th>key</th>${runs.map((run, i) => `<th>${swatch(i)}${escapeXml(run.name)}</th>`).join("")}</tr>` : `<tr><th>key</th><th>value</th></tr>`;
+  const header =
+    runs.length > 1
+      ? `<tr><th>key</th>${runs.map((run, i) => `<th>${swatch(i)}${escapeXml(run.name)}</th>`).join("")}</tr>`
+      : `<tr><th>key</th><th>value</th></tr>`;
   const rows = keys.map((key) => {
     const values = runs.map((run) => pick(run).get(key) ?? "–");
     const agree = values.every((v) => v === values[0]);
-    const cells = agree ? `<td class="num" colspan="${runs.length}">${escapeXml(values[0]!)}</td>` : values.map((v) => cell(v, "num differs")).join("");
+    const cells = agree
+      ? `<td class="num" colspan="${runs.length}">${escapeXml(values[0]!)}</td>`
+      : values.map((v) => cell(v, "num differs")).join("");
     return `<tr><th class="key">${escapeXml(key)}</th>${cells}</tr>`;
   });
   return `<h3>${escapeXml(title)}</h3><div class="scroll"><table class="params"><thead>${header}</thead><tbody>${rows.join("")}</tbody></table></div>`;
@@ -432,33 +532,91 @@ export interface ReportOptions {
 
 /** The whole HTML document for a set of runs. */
 export function renderRunReport(runs: RunLog[], options: ReportOptions = {}): string {
-  const title = options.title ?? (runs.length === 1 ? `BERT run report: ${runs[0]!.name}` : `BERT run report: ${runs.length} runs`);
-  const generatedAt = (options.generatedAt ?? new Date()).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
-  const perStep = (pick: (s: StepStats) => number): Series[] => runs.map((run, runIndex) => ({ runIndex, points: run.steps.map((s) => ({ x: s.samples, y: pick(s) })) }));
+  const title =
+    options.title ?? (runs.length === 1 ? `BERT run report: ${runs[0]!.name}` : `BERT run report: ${runs.length} runs`);
+  const generatedAt = (options.generatedAt ?? new Date())
+    .toISOString()
+    .replace("T", " ")
+    .replace(/\.\d+Z$/, " UTC");
+  const perStep = (pick: (s: StepStats) => number): Series[] =>
+    runs.map((run, runIndex) => ({ runIndex, points: run.steps.map((s) => ({ x: s.samples, y: pick(s) })) }));
   const noSteps = "no step lines in these logs (the trainer's console log has them)";
   const charts: ChartSpec[] = [
-    { title: "Training loss", xLabel: "samples trained", yLabel: "loss", series: perStep((s) => s.loss), formatY: formatPlain, empty: noSteps },
     {
-      title: "Eval masked-LM accuracy", xLabel: "samples trained", yLabel: "accuracy",
-      series: runs.map((run, runIndex) => ({ runIndex, markers: true, points: run.evals.map((e) => ({ x: e.samples, y: e.maskedLmAccuracy })) })),
-      formatY: (v) => v.toFixed(3), target: { y: TARGET_ACCURACY, label: "target 0.720" }, empty: "no evaluations in these logs",
+      title: "Training loss",
+      xLabel: "samples trained",
+      yLabel: "loss",
+      series: perStep((s) => s.loss),
+      formatY: formatPlain,
+      empty: noSteps,
     },
-    { title: "Learning rate", xLabel: "samples trained", yLabel: "learning rate", series: perStep((s) => s.learningRate), formatY: formatRate, empty: noSteps },
-    { title: "Step time", xLabel: "samples trained", yLabel: "ms per step", series: perStep((s) => s.totalMs), formatY: formatPlain, robustY: true, empty: noSteps },
     {
-      title: "Throughput", xLabel: "samples trained", yLabel: "samples / s",
-      series: runs.map((run, runIndex) => ({ runIndex, points: throughputPoints(run) })), formatY: formatCount, robustY: true, empty: noSteps,
+      title: "Eval masked-LM accuracy",
+      xLabel: "samples trained",
+      yLabel: "accuracy",
+      series: runs.map((run, runIndex) => ({
+        runIndex,
+        markers: true,
+        points: run.evals.map((e) => ({ x: e.samples, y: e.maskedLmAccuracy })),
+      })),
+      formatY: (v) => v.toFixed(3),
+      target: { y: TARGET_ACCURACY, label: "target 0.720" },
+      empty: "no evaluations in these logs",
     },
-    { title: "Compute rate", xLabel: "samples trained", yLabel: "GFLOP/s", series: perStep((s) => s.gflops), formatY: formatCount, robustY: true, empty: noSteps },
+    {
+      title: "Learning rate",
+      xLabel: "samples trained",
+      yLabel: "learning rate",
+      series: perStep((s) => s.learningRate),
+      formatY: formatRate,
+      empty: noSteps,
+    },
+    {
+      title: "Step time",
+      xLabel: "samples trained",
+      yLabel: "ms per step",
+      series: perStep((s) => s.totalMs),
+      formatY: formatPlain,
+      robustY: true,
+      empty: noSteps,
+    },
+    {
+      title: "Throughput",
+      xLabel: "samples trained",
+      yLabel: "samples / s",
+      series: runs.map((run, runIndex) => ({ runIndex, points: throughputPoints(run) })),
+      formatY: formatCount,
+      robustY: true,
+      empty: noSteps,
+    },
+    {
+      title: "Compute rate",
+      xLabel: "samples trained",
+      yLabel: "GFLOP/s",
+      series: perStep((s) => s.gflops),
+      formatY: formatCount,
+      robustY: true,
+      empty: noSteps,
+    },
   ];
   // Charts without data collapse into one line instead of empty frames.
   const drawn = charts.filter((c) => c.series.some((s) => s.points.length > 0));
   const skipped = charts.filter((c) => !drawn.includes(c));
   const missing = [...new Set(skipped.map((c) => c.empty))]
-    .map((why) => `<p class="note">Not drawn, ${escapeXml(why)}: ${escapeXml(skipped.filter((c) => c.empty === why).map((c) => c.title.toLowerCase()).join(", "))}.</p>`)
+    .map(
+      (why) =>
+        `<p class="note">Not drawn, ${escapeXml(why)}: ${escapeXml(
+          skipped
+            .filter((c) => c.empty === why)
+            .map((c) => c.title.toLowerCase())
+            .join(", "),
+        )}.</p>`,
+    )
     .join("");
   const legend = `<ul class="legend">${runs.map((run, i) => `<li>${swatch(i)}${escapeXml(run.name)}</li>`).join("")}</ul>`;
-  const unreadable = runs.filter((r) => r.unreadableRecords > 0).map((r) => `${r.name}: ${r.unreadableRecords} unreadable MLLOG line(s) skipped`);
+  const unreadable = runs
+    .filter((r) => r.unreadableRecords > 0)
+    .map((r) => `${r.name}: ${r.unreadableRecords} unreadable MLLOG line(s) skipped`);
   const parameters =
     renderParameterTable("MLPerf hyper-parameters and submission", runs, (run) => run.mlperfParameters) +
     renderParameterTable("Trainer knobs (HParam lines)", runs, (run) => run.knobs);
@@ -489,7 +647,9 @@ export function renderRunReport(runs: RunLog[], options: ReportOptions = {}): st
 /** Labels runs by file name, adding the parent folder where two names collide. */
 function runNames(logPaths: string[]): string[] {
   const base = logPaths.map((p) => path.basename(p));
-  return logPaths.map((p, i) => (base.filter((b) => b === base[i]).length > 1 ? `${path.basename(path.dirname(p))}/${base[i]}` : base[i]!));
+  return logPaths.map((p, i) =>
+    base.filter((b) => b === base[i]).length > 1 ? `${path.basename(path.dirname(p))}/${base[i]}` : base[i]!,
+  );
 }
 
 /** Reads the logs and writes the report to `outPath` atomically (temp file, then rename). */
@@ -504,8 +664,16 @@ export function writeRunReport(logPaths: string[], outPath: string, options: Rep
       throw new ReportError(`cannot read ${logPath}: ${(error as Error).message}`);
     }
     const run = parseRunLog(text, names[i]!);
-    if (run.steps.length === 0 && run.evals.length === 0 && run.mlperfParameters.size === 0 && run.runStartMs === null && run.initStartMs === null) {
-      throw new ReportError(`${logPath} holds no :::MLLOG records, step lines or eval lines; is it a log of the BERT trainer?`);
+    if (
+      run.steps.length === 0 &&
+      run.evals.length === 0 &&
+      run.mlperfParameters.size === 0 &&
+      run.runStartMs === null &&
+      run.initStartMs === null
+    ) {
+      throw new ReportError(
+        `${logPath} holds no :::MLLOG records, step lines or eval lines; is it a log of the BERT trainer?`,
+      );
     }
     return run;
   });

@@ -11,12 +11,31 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from "node:f
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { Device, GlobalCounters, Tensor, clearKernelCache, dtypes, jit, nn } from "../../src/index.ts";
-import { BERT_PRESETS, BertForPretraining, bertConfigFromJson, type BertConfig, type BertMetrics } from "../../models/bert.ts";
-import { bertBatchOf, bertEvalStep, bertTrainStep, createBertOptimizer, type BertBatchTensors, type BertTrainState } from "../../models/bert_train_step.ts";
+import {
+  BERT_PRESETS,
+  BertForPretraining,
+  bertConfigFromJson,
+  type BertConfig,
+  type BertMetrics,
+} from "../../models/bert.ts";
+import {
+  bertBatchOf,
+  bertEvalStep,
+  bertTrainStep,
+  createBertOptimizer,
+  type BertBatchTensors,
+  type BertTrainState,
+} from "../../models/bert_train_step.ts";
 import { fakeBatch, listSampleFiles, prefetchBatches, evalBatches, samplesToTensors } from "./data/loader.ts";
 import type { SampleColumns } from "./data/samples.ts";
 import { evalShardPath, trainShardPath } from "./data/basedir.ts";
-import { MLLOG_KEYS as K, MlperfLogger, logBertHyperparameters, logSubmissionInfo, type SystemDescription } from "./mllog.ts";
+import {
+  MLLOG_KEYS as K,
+  MlperfLogger,
+  logBertHyperparameters,
+  logSubmissionInfo,
+  type SystemDescription,
+} from "./mllog.ts";
 import { formatEvalLine, formatStepLine } from "./report.ts";
 import { CountProgress } from "./progress.ts";
 import { ByteProgress } from "./data/byteProgress.ts";
@@ -63,10 +82,15 @@ export function findShards(basedir: string): { train: string[]; eval: string[] }
   const evalFiles = filesIn(folders.eval);
   const preprocess = `BASEDIR=${basedir} npx tsx mlperf/bert/data/preprocess.ts`;
   if (train.length === 0) {
-    const first = existsSync(join(basedir, "results4")) ? "" : `WIKI_TRAIN=1 BASEDIR=${basedir} npx tsx mlperf/bert/data/download.ts, then `;
-    throw new TrainerError(`no training shards in ${folders.train}: make them with ${first}${preprocess} pre-train all`);
+    const first = existsSync(join(basedir, "results4"))
+      ? ""
+      : `WIKI_TRAIN=1 BASEDIR=${basedir} npx tsx mlperf/bert/data/download.ts, then `;
+    throw new TrainerError(
+      `no training shards in ${folders.train}: make them with ${first}${preprocess} pre-train all`,
+    );
   }
-  if (evalFiles.length === 0) throw new TrainerError(`no eval shards in ${folders.eval}: make them with ${preprocess} pre-eval`);
+  if (evalFiles.length === 0)
+    throw new TrainerError(`no eval shards in ${folders.eval}: make them with ${preprocess} pre-eval`);
   return { train, eval: evalFiles };
 }
 
@@ -74,7 +98,9 @@ export function findShards(basedir: string): { train: string[]; eval: string[] }
 export function readSystem(platform: string): SystemDescription {
   const path = join(SYSTEMS_DIR, `${platform}.json`);
   if (!existsSync(path)) {
-    const known = readdirSync(SYSTEMS_DIR).filter((f) => f.endsWith(".json")).map((f) => f.slice(0, -5));
+    const known = readdirSync(SYSTEMS_DIR)
+      .filter((f) => f.endsWith(".json"))
+      .map((f) => f.slice(0, -5));
     throw new TrainerError(`SUBMISSION_PLATFORM=${platform}: no ${path} (known: ${known.join(", ")})`);
   }
   return JSON.parse(readFileSync(path, "utf8")) as SystemDescription;
@@ -83,25 +109,39 @@ export function readSystem(platform: string): SystemDescription {
 /** The model config from BERT_CONFIG, or BERT-large (the reference's) when that file is absent. */
 export function modelConfig(knobs: Knobs): BertConfig {
   if (!existsSync(knobs.BERT_CONFIG)) return BERT_PRESETS.large;
-  return bertConfigFromJson(JSON.parse(readFileSync(knobs.BERT_CONFIG, "utf8")) as Record<string, unknown>, knobs.BERT_CONFIG);
+  return bertConfigFromJson(
+    JSON.parse(readFileSync(knobs.BERT_CONFIG, "utf8")) as Record<string, unknown>,
+    knobs.BERT_CONFIG,
+  );
 }
 
 /** Warm-up samples for any vocab: fakeBatch's ids assume BERT's 30522-token layout, so small vocabs fold them in. */
 function fakeSamples(batchSize: number, knobs: Knobs, vocabSize: number, seed: number): SampleColumns {
-  const batch = fakeBatch(batchSize, knobs.MAX_SEQ_LENGTH, knobs.MAX_PREDICTIONS_PER_SEQ, seed, Math.max(vocabSize, 1000));
-  if (vocabSize < 1000) for (const ids of [batch.input_ids, batch.masked_lm_ids]) ids.forEach((id, i) => (ids[i] = id % vocabSize));
+  const batch = fakeBatch(
+    batchSize,
+    knobs.MAX_SEQ_LENGTH,
+    knobs.MAX_PREDICTIONS_PER_SEQ,
+    seed,
+    Math.max(vocabSize, 1000),
+  );
+  if (vocabSize < 1000)
+    for (const ids of [batch.input_ids, batch.masked_lm_ids]) ids.forEach((id, i) => (ids[i] = id % vocabSize));
   return batch;
 }
 
 function checkWidths(samples: SampleColumns, knobs: Knobs, source: string): void {
   if (samples.maxSeqLength !== knobs.MAX_SEQ_LENGTH || samples.maxPredictionsPerSeq !== knobs.MAX_PREDICTIONS_PER_SEQ) {
-    throw new TrainerError(`${source} hold samples of max_seq_length ${samples.maxSeqLength}, max_predictions_per_seq ${samples.maxPredictionsPerSeq}, but MAX_SEQ_LENGTH=${knobs.MAX_SEQ_LENGTH}, MAX_PREDICTIONS_PER_SEQ=${knobs.MAX_PREDICTIONS_PER_SEQ}`);
+    throw new TrainerError(
+      `${source} hold samples of max_seq_length ${samples.maxSeqLength}, max_predictions_per_seq ${samples.maxPredictionsPerSeq}, but MAX_SEQ_LENGTH=${knobs.MAX_SEQ_LENGTH}, MAX_PREDICTIONS_PER_SEQ=${knobs.MAX_PREDICTIONS_PER_SEQ}`,
+    );
   }
 }
 
 /** Keeps the newest `keep` step checkpoints in `dir` (named by step, so the order is the name's). */
 function pruneCheckpoints(dir: string, keep: number, print: (line: string) => void): void {
-  const steps = readdirSync(dir).filter((f) => /^step_\d+\.safe$/.test(f)).sort();
+  const steps = readdirSync(dir)
+    .filter((f) => /^step_\d+\.safe$/.test(f))
+    .sort();
   for (const old of steps.slice(0, Math.max(0, steps.length - keep))) {
     print(`removing old checkpoint ${join(dir, old)}`);
     rmSync(join(dir, old));
@@ -131,17 +171,26 @@ interface Evaluation {
 }
 
 /** One evaluation over `limit` batches (MAX_EVAL_STEPS, fewer in a BENCHMARK run): accuracy and loss over all predictions. */
-function evaluate({ knobs, devices, evalStep, evalFiles, vocabSize, print }: Evaluation, step: number, limit: number): { accuracy: number; loss: number } {
+function evaluate(
+  { knobs, devices, evalStep, evalFiles, vocabSize, print }: Evaluation,
+  step: number,
+  limit: number,
+): { accuracy: number; loss: number } {
   const batches = evalFiles ? evalBatches({ files: evalFiles, batchSize: knobs.EVAL_BS }) : null;
   const progress = knobs.BENCHMARK ? null : new CountProgress("eval", limit);
-  let correct = 0, predictions = 0, lossSum = 0;
+  let correct = 0,
+    predictions = 0,
+    lossSum = 0;
   const start = performance.now();
   for (let j = 0; j < limit; j++) {
-    const samples = batches ? batches.next().value : fakeSamples(knobs.EVAL_BS, knobs, vocabSize, knobs.SEED + 1_000_000 + j);
+    const samples = batches
+      ? batches.next().value
+      : fakeSamples(knobs.EVAL_BS, knobs, vocabSize, knobs.SEED + 1_000_000 + j);
     if (batches && j === 0) checkWidths(samples, knobs, `the eval shards in ${shardFolders(knobs.BASEDIR).eval}`);
     // the last batch wraps around to the set's first samples: weight 0 on those, so each sample counts once
     const beyondSet = (j + 1) * knobs.EVAL_BS - knobs.EVAL_SET_SIZE;
-    if (batches && beyondSet > 0) samples.masked_lm_weights.fill(0, Math.max(0, knobs.EVAL_BS - beyondSet) * samples.maxPredictionsPerSeq);
+    if (batches && beyondSet > 0)
+      samples.masked_lm_weights.fill(0, Math.max(0, knobs.EVAL_BS - beyondSet) * samples.maxPredictionsPerSeq);
     const metrics = withBeam(knobs.EVAL_BEAM, () => evalStep(...samplesToTensors(samples, devices)));
     const weight = samples.masked_lm_weights.reduce((a, b) => a + b, 0);
     correct += metrics.maskedLmAccuracy.item() * weight;
@@ -153,7 +202,15 @@ function evaluate({ knobs, devices, evalStep, evalFiles, vocabSize, print }: Eva
   batches?.return(undefined as never);
   const accuracy = predictions > 0 ? correct / predictions : 0;
   const loss = predictions > 0 ? lossSum / predictions : 0;
-  print(formatEvalLine({ step, samples: step * knobs.BS, maskedLmAccuracy: accuracy, loss, seconds: (performance.now() - start) / 1000 }));
+  print(
+    formatEvalLine({
+      step,
+      samples: step * knobs.BS,
+      maskedLmAccuracy: accuracy,
+      loss,
+      seconds: (performance.now() - start) / 1000,
+    }),
+  );
   return { accuracy, loss };
 }
 
@@ -171,7 +228,9 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
   const system = knobs.LOGMLPERF ? readSystem(knobs.SUBMISSION_PLATFORM) : null;
 
   Device.DEFAULT = knobs.DEVICE;
-  const devices = Array.from({ length: knobs.GPUS }, (_, i) => Device.canonicalize(`${knobs.DEVICE.split(":")[0]}:${i}`));
+  const devices = Array.from({ length: knobs.GPUS }, (_, i) =>
+    Device.canonicalize(`${knobs.DEVICE.split(":")[0]}:${i}`),
+  );
   if (knobs.DEFAULT_FLOAT === "HALF") Tensor.defaultFloat = dtypes.float16;
   print(`training on ${devices.join(", ")}`);
 
@@ -207,17 +266,26 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
   }
   if (devices.length > 1) nn.replicateParameters(model, devices); // before the optimizer, so its state is replicated too
   const { optimizer, scheduler } = createBertOptimizer(model, {
-    lr: knobs.OPT_BASE_LEARNING_RATE, totalSteps: knobs.TRAIN_STEPS, warmupSteps: knobs.NUM_WARMUP_STEPS, power: knobs.POLY_POWER,
-    weightDecay: knobs.DECAY, eps: knobs.EPSILON, b1: knobs.OPT_LAMB_BETA_1, b2: knobs.OPT_LAMB_BETA_2,
+    lr: knobs.OPT_BASE_LEARNING_RATE,
+    totalSteps: knobs.TRAIN_STEPS,
+    warmupSteps: knobs.NUM_WARMUP_STEPS,
+    power: knobs.POLY_POWER,
+    weightDecay: knobs.DECAY,
+    eps: knobs.EPSILON,
+    b1: knobs.OPT_LAMB_BETA_1,
+    b2: knobs.OPT_LAMB_BETA_2,
   });
   const state: BertTrainState = { model, optimizer, scheduler };
   for (const line of hparamLines(knobs)) print(line);
-  print(`model: ${config.numHiddenLayers} layers, hidden ${config.hiddenSize}, ${config.numAttentionHeads} heads, vocab ${config.vocabSize}`);
+  print(
+    `model: ${config.numHiddenLayers} layers, hidden ${config.hiddenSize}, ${config.numAttentionHeads} heads, vocab ${config.vocabSize}`,
+  );
 
   const evalSetSize = knobs.EVAL_SET_SIZE;
   if (mllog && knobs.RUNMLPERF) {
     logBertHyperparameters(mllog, knobs, {
-      trainSamples: knobs.BS * knobs.TRAIN_STEPS, evalSamples: Math.min(evalSetSize, knobs.EVAL_BS * knobs.MAX_EVAL_STEPS),
+      trainSamples: knobs.BS * knobs.TRAIN_STEPS,
+      evalSamples: Math.min(evalSetSize, knobs.EVAL_BS * knobs.MAX_EVAL_STEPS),
     });
   }
 
@@ -231,7 +299,10 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
 
   // ** jitted steps **
   const stepOptions = { lossScale: knobs.LOSS_SCALER, gradientAccSteps: knobs.GRADIENT_ACC_STEPS, maxGradNorm: 1.0 };
-  const trainStep = jit((...t: BertBatchTensors) => ({ loss: bertTrainStep(state, bertBatchOf(t), stepOptions), lr: optimizer.optimizers[0]!.lr }));
+  const trainStep = jit((...t: BertBatchTensors) => ({
+    loss: bertTrainStep(state, bertBatchOf(t), stepOptions),
+    lr: optimizer.optimizers[0]!.lr,
+  }));
   const evalStep = jit((...t: BertBatchTensors) => ({ ...bertEvalStep(model, bertBatchOf(t)) }));
 
   // ** data: the shards only in the run phase (after run_start), fake batches otherwise **
@@ -245,7 +316,14 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
     if (next.done) throw new TrainerError("the train loader stopped");
     return next.value;
   };
-  const evaluation: Evaluation = { knobs, devices, evalStep, evalFiles: shards?.eval ?? null, vocabSize: config.vocabSize, print };
+  const evaluation: Evaluation = {
+    knobs,
+    devices,
+    evalStep,
+    evalFiles: shards?.eval ?? null,
+    vocabSize: config.vocabSize,
+    print,
+  };
 
   let interruptRequested = false;
   const onSigint = () => {
@@ -255,7 +333,16 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
   };
   process.on("SIGINT", onSigint);
 
-  const result: TrainResult = { phase, stepsRun: 0, accuracy: null, converged: false, interrupted: false, mlperfLogPath, finalModelPath: null, checkpoints: [] };
+  const result: TrainResult = {
+    phase,
+    stepsRun: 0,
+    accuracy: null,
+    converged: false,
+    interrupted: false,
+    mlperfLogPath,
+    finalModelPath: null,
+    checkpoints: [],
+  };
   const saveCheckpoint = (step: number): string => {
     mkdirSync(knobs.SAVE_CKPT_DIR, { recursive: true });
     const path = join(knobs.SAVE_CKPT_DIR, `step_${String(step).padStart(7, "0")}.safe`);
@@ -292,10 +379,20 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
       step++;
       result.stepsRun++;
       stepTimes.push(cl - st);
-      print(formatStepLine({
-        step, samples: step * knobs.BS, totalMs: cl - st, hostMs: pt - st - kernelMs, dataMs: dt - pt, deviceMs: cl - dt + kernelMs,
-        loss, learningRate: lr, memoryGB: GlobalCounters.memUsed / 1e9, gflops: (GlobalCounters.globalOps / ((cl - st) / 1000)) / 1e9,
-      }));
+      print(
+        formatStepLine({
+          step,
+          samples: step * knobs.BS,
+          totalMs: cl - st,
+          hostMs: pt - st - kernelMs,
+          dataMs: dt - pt,
+          deviceMs: cl - dt + kernelMs,
+          loss,
+          learningRate: lr,
+          memoryGB: GlobalCounters.memUsed / 1e9,
+          gflops: GlobalCounters.globalOps / ((cl - st) / 1000) / 1e9,
+        }),
+      );
       progress?.advance();
       if (next) samples = next;
 
@@ -303,9 +400,14 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
         // the jitted step runs plainly, then captures: replays (from the third step on) are what a run repeats
         const replays = stepTimes.length > JIT_WARMUP_STEPS ? stepTimes.slice(JIT_WARMUP_STEPS) : stepTimes;
         const stepMs = median(replays);
-        const estimateMinutes = Math.floor((stepMs / 1000) * knobs.TRAIN_STEPS / 60);
-        const what = replays === stepTimes ? "median step" : `median of ${replays.length} replayed step${replays.length > 1 ? "s" : ""}`;
-        print(`Estimated training time: ${Math.floor(estimateMinutes / 60)}h${estimateMinutes % 60}m (${what} ${stepMs.toFixed(1)} ms x ${knobs.TRAIN_STEPS} steps)`);
+        const estimateMinutes = Math.floor(((stepMs / 1000) * knobs.TRAIN_STEPS) / 60);
+        const what =
+          replays === stepTimes
+            ? "median step"
+            : `median of ${replays.length} replayed step${replays.length > 1 ? "s" : ""}`;
+        print(
+          `Estimated training time: ${Math.floor(estimateMinutes / 60)}h${estimateMinutes % 60}m (${what} ${stepMs.toFixed(1)} ms x ${knobs.TRAIN_STEPS} steps)`,
+        );
         evaluate(evaluation, step, Math.min(knobs.BENCHMARK, knobs.MAX_EVAL_STEPS));
         if (mllog && knobs.INITMLPERF) mllog.end(K.INIT_STOP);
         break;
@@ -318,12 +420,18 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
         result.accuracy = accuracy;
         if (mllog && knobs.RUNMLPERF) {
           const evaluated = Math.min(evalSetSize, knobs.EVAL_BS * knobs.MAX_EVAL_STEPS);
-          mllog.end(K.EVAL_STOP, step * knobs.BS, { epoch_num: step * knobs.BS, step_num: step, samples_count: evaluated });
+          mllog.end(K.EVAL_STOP, step * knobs.BS, {
+            epoch_num: step * knobs.BS,
+            step_num: step,
+            samples_count: evaluated,
+          });
           mllog.event(K.EVAL_ACCURACY, accuracy, { epoch_num: step * knobs.BS, masked_lm_accuracy: accuracy });
         }
         if (accuracy >= knobs.TARGET) {
           const seconds = (performance.now() - wallStart) / 1000;
-          print(`Reference Convergence point reached after ${step * knobs.BS} datasamples and ${Math.floor(seconds / 3600)}h${Math.floor((seconds % 3600) / 60)}m${(seconds % 60).toFixed(2)}s.`);
+          print(
+            `Reference Convergence point reached after ${step * knobs.BS} datasamples and ${Math.floor(seconds / 3600)}h${Math.floor((seconds % 3600) / 60)}m${(seconds % 60).toFixed(2)}s.`,
+          );
           result.converged = true;
           if (mllog && knobs.RUNMLPERF) {
             mllog.end(K.EPOCH_STOP, step * knobs.BS, { epoch_num: step * knobs.BS });
@@ -331,7 +439,10 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
           }
           mkdirSync(knobs.SAVE_CKPT_DIR, { recursive: true });
           result.finalModelPath = join(knobs.SAVE_CKPT_DIR, "bert_final.safe");
-          nn.safeSave(nn.getStateDict(model), result.finalModelPath, { step: String(step), masked_lm_accuracy: String(accuracy) });
+          nn.safeSave(nn.getStateDict(model), result.finalModelPath, {
+            step: String(step),
+            masked_lm_accuracy: String(accuracy),
+          });
           print(` *** Model saved to ${result.finalModelPath} ***`);
         }
       }
@@ -339,7 +450,8 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
       if (knobs.CKPT && step % knobs.SAVE_CKPT_FREQ === 0 && !result.converged) saveCheckpoint(step);
       if (interruptRequested && !result.converged && step < lastStep) {
         result.interrupted = true;
-        const path = knobs.CKPT && step % knobs.SAVE_CKPT_FREQ === 0 ? result.checkpoints.at(-1)! : saveCheckpoint(step);
+        const path =
+          knobs.CKPT && step % knobs.SAVE_CKPT_FREQ === 0 ? result.checkpoints.at(-1)! : saveCheckpoint(step);
         print(`interrupted at step ${step}; continue with RESUME=${path}`);
         break;
       }

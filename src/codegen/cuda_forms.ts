@@ -10,8 +10,22 @@ import { kernelSpecOf, lowerKernel } from "./lower.ts";
 import { NO_OPTS, type Upcast } from "./opts.ts";
 import { axisFacts, countStmts, hasUnitTerm } from "./heuristics.ts";
 import { mergeNestedLoops } from "./merge_loops.ts";
-import { type CudaKernelSource, type Restrict, WARP_ROWS, groupSize, renderCuda, splitOutputLoops, warpPerRow } from "../renderer/cuda.ts";
-import { type MatmulPattern, type TensorCoreTile, matchMatmul, renderMatmulTC, worthTensorCores } from "../renderer/cuda_matmul.ts";
+import {
+  type CudaKernelSource,
+  type Restrict,
+  WARP_ROWS,
+  groupSize,
+  renderCuda,
+  splitOutputLoops,
+  warpPerRow,
+} from "../renderer/cuda.ts";
+import {
+  type MatmulPattern,
+  type TensorCoreTile,
+  matchMatmul,
+  renderMatmulTC,
+  worthTensorCores,
+} from "../renderer/cuda_matmul.ts";
 
 /** What the CUDA backend renders for one kernel. */
 export type CudaForm =
@@ -45,10 +59,14 @@ export function cudaForm(kernel: KernelIR): CudaForm {
     // a group's threads each take 4 neighbours a step: aligned, they load as one vector. As many threads
     // as without (a row of 512 or 1024: one step each), so that the block keeps as many loads in flight
     const unrolled = mergeNestedLoops(lowerKernel(spec, { ...NO_OPTS, unroll: GROUP_UNROLL }));
-    if (groupSize(unrolled) > 0 && countStmts(unrolled.body) <= LANES_BUDGET) return { kind: "loops", kernel: unrolled, group: rows ? 32 : groupSize(plain), rows };
+    if (groupSize(unrolled) > 0 && countStmts(unrolled.body) <= LANES_BUDGET)
+      return { kind: "loops", kernel: unrolled, group: rows ? 32 : groupSize(plain), rows };
   }
   if (rows) return { kind: "loops", kernel: plain, group: 32, rows };
-  return { kind: "loops", kernel: mergeNestedLoops(lowerKernel(spec, { ...NO_OPTS, upcast: gpuUpcasts(plain, unmerged) })) };
+  return {
+    kind: "loops",
+    kernel: mergeNestedLoops(lowerKernel(spec, { ...NO_OPTS, upcast: gpuUpcasts(plain, unmerged) })),
+  };
 }
 
 /** Statements a kernel may hold after its lanes are copied (registers and compile time). */
@@ -61,14 +79,17 @@ const LANES_BUDGET = 1024;
  */
 function elementwiseUpcast(plain: KernelIR): Upcast[] {
   const { loops, body } = splitOutputLoops(plain);
-  const store = body.length > 0 && body.every((s) => s.kind !== "loop") ? body.find((s) => s.kind === "store") : undefined;
+  const store =
+    body.length > 0 && body.every((s) => s.kind !== "loop") ? body.find((s) => s.kind === "store") : undefined;
   if (store?.kind !== "store") return [];
   const threads = loops.reduce((n, l) => n * l.size, 1);
   for (let axis = plain.outputShape.length - 1; axis >= 0; axis--) {
     const size = plain.outputShape[axis]!;
     if (size === 1) continue;
     if (!hasUnitTerm(store.index, `i${axis}`)) return [];
-    const amount = [4, 2].find((n) => size % n === 0 && threads / n >= MIN_THREADS && n * countStmts(body) <= LANES_BUDGET);
+    const amount = [4, 2].find(
+      (n) => size % n === 0 && threads / n >= MIN_THREADS && n * countStmts(body) <= LANES_BUDGET,
+    );
     return amount ? [{ axis, amount }] : [];
   }
   return [];
@@ -76,8 +97,12 @@ function elementwiseUpcast(plain: KernelIR): Upcast[] {
 
 /** Whether some load inside the reduce loops steps by one element along its loop (neighbours a vector could load). */
 function readsAlongReduce(plain: KernelIR): boolean {
-  const along = (stmts: readonly Stmt[], loopVar?: string): boolean => stmts.some((s) =>
-    s.kind === "loop" ? along(s.body, s.var) : s.kind === "def" && s.expr.op === "LOAD" && loopVar !== undefined && hasUnitTerm(s.expr.index, loopVar));
+  const along = (stmts: readonly Stmt[], loopVar?: string): boolean =>
+    stmts.some((s) =>
+      s.kind === "loop"
+        ? along(s.body, s.var)
+        : s.kind === "def" && s.expr.op === "LOAD" && loopVar !== undefined && hasUnitTerm(s.expr.index, loopVar),
+    );
   return along(splitOutputLoops(plain).body);
 }
 
@@ -100,6 +125,13 @@ function gpuUpcasts(plain: KernelIR, unmerged: KernelIR): Upcast[] {
 }
 
 /** Renders a form as the kernel `fnName`; tensor cores take the form's tile, else `tile` (the device's), else the default. */
-export function renderCudaForm(form: CudaForm, fnName: string, restrict: Restrict, tile?: TensorCoreTile): CudaKernelSource {
-  return form.kind === "tensorCores" ? renderMatmulTC(form.pattern, fnName, restrict, form.tile ?? tile) : renderCuda(form.kernel, fnName, { restrict, group: form.group, rows: form.rows });
+export function renderCudaForm(
+  form: CudaForm,
+  fnName: string,
+  restrict: Restrict,
+  tile?: TensorCoreTile,
+): CudaKernelSource {
+  return form.kind === "tensorCores"
+    ? renderMatmulTC(form.pattern, fnName, restrict, form.tile ?? tile)
+    : renderCuda(form.kernel, fnName, { restrict, group: form.group, rows: form.rows });
 }

@@ -44,11 +44,18 @@ export function countStmts(body: readonly Stmt[]): number {
 
 /** Statements inside the innermost reduce loops (what upcasting copies once per lane in the hot loop). */
 function reduceBodySize(body: readonly Stmt[], inReduce = false): number {
-  return body.reduce((n, s) => n + (s.kind === "loop" ? reduceBodySize(s.body, inReduce || s.var.startsWith("r")) : inReduce ? 1 : 0), 0);
+  return body.reduce(
+    (n, s) => n + (s.kind === "loop" ? reduceBodySize(s.body, inReduce || s.var.startsWith("r")) : inReduce ? 1 : 0),
+    0,
+  );
 }
 
 /** The loads inside reduce loops (buffer slot and index), from a plain lowering. */
-function reduceLoads(body: readonly Stmt[], inReduce = false, out: { buf: number; index: Idx }[] = []): { buf: number; index: Idx }[] {
+function reduceLoads(
+  body: readonly Stmt[],
+  inReduce = false,
+  out: { buf: number; index: Idx }[] = [],
+): { buf: number; index: Idx }[] {
   for (const s of body) {
     if (s.kind === "loop") reduceLoads(s.body, inReduce || s.var.startsWith("r"), out);
     else if (s.kind === "def" && s.expr.op === "LOAD" && inReduce) out.push({ buf: s.expr.buf, index: s.expr.index });
@@ -94,7 +101,12 @@ export const tileTrips = (shape: readonly number[], upcast: readonly Upcast[], d
   Math.floor(upcast.filter((u) => u.axis === d).reduce((n, u) => n / u.amount, shape[d]!));
 
 /** The output loops' trip counts, outermost first, under some upcasts, loop order and chunks (loops of one trip vanish). */
-export function loopTrips(shape: readonly number[], upcast: readonly Upcast[], outer: readonly number[] = [], chunk?: Chunk): number[] {
+export function loopTrips(
+  shape: readonly number[],
+  upcast: readonly Upcast[],
+  outer: readonly number[] = [],
+  chunk?: Chunk,
+): number[] {
   const order = [...outer, ...shape.map((_, d) => d).filter((d) => !outer.includes(d))];
   const trips = (d: number): number => tileTrips(shape, upcast, d);
   const chunked = chunk && splittingChunk(chunk, trips(chunk.axis));
@@ -116,7 +128,11 @@ export function heuristicOpts(spec: KernelSpec, plain: KernelIR): KernelOpts {
     const ranked = axisFacts(plain)
       .filter((f) => f.reuse > 0 || f.contiguous > 0)
       .sort((a, b) => 2 * b.reuse + b.contiguous - (2 * a.reuse + a.contiguous) || b.axis - a.axis);
-    const maxLanes = Math.min(MAX_LANES, LOOP_BODY_BUDGET / Math.max(1, reduceBodySize(plain.body)), KERNEL_BUDGET / countStmts(plain.body));
+    const maxLanes = Math.min(
+      MAX_LANES,
+      LOOP_BODY_BUDGET / Math.max(1, reduceBodySize(plain.body)),
+      KERNEL_BUDGET / countStmts(plain.body),
+    );
     const strip = spec.host && ranked.length === 1 ? stripLanes(ranked[0]!, maxLanes) : undefined;
     if (strip) upcast.push(strip);
     let lanes = 1;
@@ -124,10 +140,13 @@ export function heuristicOpts(spec: KernelSpec, plain: KernelIR): KernelOpts {
       // the first (vector) axis gets the wide upcast, the second the rows of the register tile. Sizes with
       // few factors of two (a vocabulary of 30522 = 2 x 3 x 5087) take 6 or 3 rather than 2: each load then
       // feeds three times the products (BERT-tiny's MLM-head matmuls ~20% faster)
-      let amount = (upcast.length === 0 ? [16, 8, 4, 6, 2] : [8, 6, 4, 3, 2]).find((n) => f.size % n === 0 && lanes * n <= maxLanes);
+      let amount = (upcast.length === 0 ? [16, 8, 4, 6, 2] : [8, 6, 4, 3, 2]).find(
+        (n) => f.size % n === 0 && lanes * n <= maxLanes,
+      );
       // a long vector axis without a factor of 8 (30522 words) takes 16 lanes anyway, its last tile narrower:
       // 16-wide tiles of the logits h @ W^T ran ~40% faster than 6-wide ones (a host backend's lowering)
-      if (upcast.length === 0 && spec.host && (amount ?? 1) < 8 && f.size >= RAGGED_MIN && lanes * 16 <= maxLanes) amount = 16;
+      if (upcast.length === 0 && spec.host && (amount ?? 1) < 8 && f.size >= RAGGED_MIN && lanes * 16 <= maxLanes)
+        amount = 16;
       if (!amount) continue;
       upcast.push({ axis: f.axis, amount });
       lanes *= amount;
@@ -140,12 +159,25 @@ export function heuristicOpts(spec: KernelSpec, plain: KernelIR): KernelOpts {
   // stays in cache while the tile moves along the other axis, whose operand is read again for every panel
   const order = upcast.length === 2 && !splitSum ? tileOrder(plain, upcast, spec.host === true) : undefined;
   const outer = order
-    ? [...spec.value.shape.map((_, d) => d).filter((d) => d < Math.min(upcast[0]!.axis, upcast[1]!.axis) && spec.value.shape[d]! > 1), order.outer]
+    ? [
+        ...spec.value.shape
+          .map((_, d) => d)
+          .filter((d) => d < Math.min(upcast[0]!.axis, upcast[1]!.axis) && spec.value.shape[d]! > 1),
+        order.outer,
+      ]
     : [];
   const chunk = order?.chunk;
   const kblock = spec.host && upcast.length === 2 && !splitSum ? blockLength(spec, plain, upcast) : 0;
   const parallel = parallelLoops(loopTrips(spec.value.shape, upcast, outer, chunk), work);
-  return { upcast, unroll: 1, parallel, outer, ...(kblock ? { kblock } : {}), ...(split ? { split } : {}), ...(chunk ? { chunk } : {}) };
+  return {
+    upcast,
+    unroll: 1,
+    parallel,
+    outer,
+    ...(kblock ? { kblock } : {}),
+    ...(split ? { split } : {}),
+    ...(chunk ? { chunk } : {}),
+  };
 }
 
 /**
@@ -175,7 +207,9 @@ function stripLanes(axis: AxisFacts, maxLanes: number): Upcast | undefined {
 function splitWidth(plain: KernelIR): { width: number; upcast: Upcast[] } | undefined {
   const sum = innermostReduceLoop(plain.body);
   if (!sum) return undefined;
-  const loads = reduceLoads(plain.body).map((l) => l.index).filter((l) => varsOf(l).has(sum.var));
+  const loads = reduceLoads(plain.body)
+    .map((l) => l.index)
+    .filter((l) => varsOf(l).has(sum.var));
   if (loads.length === 0 || loads.some((l) => coefficientOf(l, sum.var) !== 1)) return undefined;
   // (loads the sum does not step, such as a softmax's row max, are read once a row: they do not count)
   const dims = plain.outputShape.flatMap((size, d) => (size > 1 ? [d] : []));
@@ -189,7 +223,9 @@ function splitWidth(plain: KernelIR): { width: number; upcast: Upcast[] } | unde
     const axes = dims.filter((d) => !whole.includes(d)).map((d) => `i${d}`);
     if (axes.length === 0) return undefined;
     const own = loads.filter((l) => axes.every((v) => varsOf(l).has(v))).length;
-    const shared = loads.filter((l) => axes.some((v) => !varsOf(l).has(v)) && axes.some((v) => varsOf(l).has(v))).length;
+    const shared = loads.filter(
+      (l) => axes.some((v) => !varsOf(l).has(v)) && axes.some((v) => varsOf(l).has(v)),
+    ).length;
     if (own <= shared) return undefined;
     const lanes = whole.reduce((n, d) => n * plain.outputShape[d]!, 1);
     // a size the split does not divide leaves its last steps to a loop of their own
@@ -231,7 +267,12 @@ function transposeTile(plain: KernelIR): Upcast[] {
   const lanes = [8, 4].find((n) => plain.outputShape[axis]! % n === 0);
   if (!lanes) return [];
   const rows = [8, 4].find((n) => plain.outputShape[inner]! % n === 0);
-  return rows ? [{ axis, amount: lanes }, { axis: inner, amount: rows }] : [{ axis, amount: lanes }];
+  return rows
+    ? [
+        { axis, amount: lanes },
+        { axis: inner, amount: rows },
+      ]
+    : [{ axis, amount: lanes }];
 }
 
 /**
@@ -252,12 +293,24 @@ function panelTile(plain: KernelIR): Upcast[] {
   const along = axes.slice(0, -2).filter((d) => loads.every((l) => coefficientOf(l, `i${d}`) === run));
   const axis = along[along.length - 1];
   const amount = axis === undefined ? undefined : amounts.find((n) => plain.outputShape[axis]! % n === 0);
-  if (axis !== undefined && amount) return [{ axis, amount }, { axis: inner, amount: run }];
+  if (axis !== undefined && amount)
+    return [
+      { axis, amount },
+      { axis: inner, amount: run },
+    ];
   // or along a merged axis, through a modulo: (i0 % 8)*8 + (i0 / 8)*8192 reads 8 runs of 8 in a row for
   // i0 = 8t + c, c = 0..7 (an attention head's panel copy, the heads merged with the batch)
   for (const d of axes.slice(0, -2).reverse()) {
-    const n = amounts.find((k) => plain.outputShape[d]! % k === 0 && loads.every((l) => continuesRun(l, `i${d}`, k, plain.outputShape[d]! / k, run)));
-    if (n) return [{ axis: d, amount: n }, { axis: inner, amount: run }];
+    const n = amounts.find(
+      (k) =>
+        plain.outputShape[d]! % k === 0 &&
+        loads.every((l) => continuesRun(l, `i${d}`, k, plain.outputShape[d]! / k, run)),
+    );
+    if (n)
+      return [
+        { axis: d, amount: n },
+        { axis: inner, amount: run },
+      ];
   }
   return [];
 }
@@ -282,10 +335,13 @@ function blockLength(spec: KernelSpec, plain: KernelIR, upcast: readonly Upcast[
   // only where tiles share the sum's loads (a product's factors): otherwise each tile reads its own part of the
   // operands and blocking adds a parallel region per block for nothing (LAMB's norm partials, [2, 256] sums
   // of 2304: 144 blocks of 32 tiles, 4.7 ms where 1 would do). A scalar every tile reads is not a share.
-  const tiles = (d: number): number => upcast.filter((u) => u.axis === d).reduce((n, u) => n / u.amount, plain.outputShape[d]!);
+  const tiles = (d: number): number =>
+    upcast.filter((u) => u.axis === d).reduce((n, u) => n / u.amount, plain.outputShape[d]!);
   const shared = reduceLoads(plain.body).some((l) => {
     const vars = varsOf(l.index);
-    return [...vars].some((v) => v.startsWith("r")) && plain.outputShape.some((_, d) => tiles(d) > 1 && !vars.has(`i${d}`));
+    return (
+      [...vars].some((v) => v.startsWith("r")) && plain.outputShape.some((_, d) => tiles(d) > 1 && !vars.has(`i${d}`))
+    );
   });
   if (!shared) return 0;
   const length = reduce.src[0]!.shape[(reduce.arg as ReduceArg).axes[0]!]!;
@@ -315,16 +371,20 @@ function blockLength(spec: KernelSpec, plain: KernelIR, upcast: readonly Upcast[
 function tileOrder(plain: KernelIR, upcast: readonly Upcast[], host: boolean): { outer: number; chunk?: Chunk } {
   const [vector, rows] = [upcast[0]!, upcast[1]!];
   // a batched product (other output axes) keeps the vector axis: its buffers hold every batch's operand
-  if (plain.outputShape.some((size, d) => size > 1 && d !== vector.axis && d !== rows.axis)) return { outer: vector.axis };
+  if (plain.outputShape.some((size, d) => size > 1 && d !== vector.axis && d !== rows.axis))
+    return { outer: vector.axis };
   const loads = reduceLoads(plain.body);
   const bytesAlong = (axis: number, other: number): number => {
-    const bufs = new Set(loads.filter((l) => varsOf(l.index).has(`i${axis}`) && !varsOf(l.index).has(`i${other}`)).map((l) => l.buf));
+    const bufs = new Set(
+      loads.filter((l) => varsOf(l.index).has(`i${axis}`) && !varsOf(l.index).has(`i${other}`)).map((l) => l.buf),
+    );
     return [...bufs].reduce((n, b) => n + plain.buffers[b]!.size * plain.buffers[b]!.dtype.itemsize, 0);
   };
   const trips = (u: Upcast): number => Math.floor(plain.outputShape[u.axis]! / u.amount);
   // bytes from memory of reading `bytes` once and then `times - 1` more times (a GPU's loop order only maps
   // axes to the grid: there the plain model of one cache level stays)
-  const rereadCost = (bytes: number): number => (bytes <= CACHED_BYTES ? 0 : host && bytes <= LAST_LEVEL_BYTES ? LLC_REREAD_COST : 1);
+  const rereadCost = (bytes: number): number =>
+    bytes <= CACHED_BYTES ? 0 : host && bytes <= LAST_LEVEL_BYTES ? LLC_REREAD_COST : 1;
   const reads = (bytes: number, times: number): number => bytes * (1 + (times - 1) * rereadCost(bytes));
   const options = [vector, rows].flatMap((first): { outer: number; chunk?: Chunk; cost: number }[] => {
     const second = first === vector ? rows : vector;
@@ -336,10 +396,15 @@ function tileOrder(plain: KernelIR, upcast: readonly Upcast[], host: boolean): {
     let tiles = Math.min(trips(second) - 1, Math.floor(CACHED_BYTES / perTile));
     while (tiles > 1 && trips(second) % tiles !== 0) tiles--;
     if (tiles < 2) return [unchunked];
-    return [unchunked, { outer: first.axis, chunk: { axis: second.axis, tiles }, cost: reads(mine, trips(second) / tiles) + theirs }];
+    return [
+      unchunked,
+      { outer: first.axis, chunk: { axis: second.axis, tiles }, cost: reads(mine, trips(second) / tiles) + theirs },
+    ];
   });
   const cheapest = (list: typeof options) => list.reduce((a, b) => (b.cost < a.cost ? b : a));
   const [chunked, unchunked] = [cheapest(options), cheapest(options.filter((o) => !o.chunk))];
   // chunks where they at least halve the bytes: the estimate is rough, and chunks split the loops further
-  return chunked.chunk && 2 * chunked.cost <= unchunked.cost ? { outer: chunked.outer, chunk: chunked.chunk } : { outer: unchunked.outer };
+  return chunked.chunk && 2 * chunked.cost <= unchunked.cost
+    ? { outer: chunked.outer, chunk: chunked.chunk }
+    : { outer: unchunked.outer };
 }

@@ -23,15 +23,35 @@ export type Expr =
 export type Stmt =
   | { readonly kind: "def"; readonly name: string; readonly dtype: DType; readonly expr: Expr }
   /** `serial`: a top-level loop whose trips run in order, each splitting the kernel's parallel loops inside it across threads */
-  | { readonly kind: "loop"; readonly var: string; readonly size: number; readonly body: Stmt[]; readonly serial?: boolean }
+  | {
+      readonly kind: "loop";
+      readonly var: string;
+      readonly size: number;
+      readonly body: Stmt[];
+      readonly serial?: boolean;
+    }
   | { readonly kind: "acc"; readonly name: string; readonly dtype: DType; readonly op: ReduceKind }
   /**
    * `unfused`: a product added here stays a multiply and an add (a split sum's lanes: gcc vectorises their
    * loop, which it does not with a fused multiply-add in it); otherwise renderers may fuse them (register tiles).
    */
-  | { readonly kind: "update"; readonly name: string; readonly dtype: DType; readonly op: ReduceKind; readonly value: Operand; readonly unfused?: boolean }
+  | {
+      readonly kind: "update";
+      readonly name: string;
+      readonly dtype: DType;
+      readonly op: ReduceKind;
+      readonly value: Operand;
+      readonly unfused?: boolean;
+    }
   /** buffer[index] = value, only where every bound of `valid` holds (a scatter's row from a runtime index) */
-  | { readonly kind: "store"; readonly buf: number; readonly index: Idx; readonly value: Operand; readonly dtype: DType; readonly valid?: readonly Bound[] };
+  | {
+      readonly kind: "store";
+      readonly buf: number;
+      readonly index: Idx;
+      readonly value: Operand;
+      readonly dtype: DType;
+      readonly valid?: readonly Bound[];
+    };
 
 export interface KernelBuffer {
   readonly dtype: DType;

@@ -41,6 +41,7 @@ export function blockedReduce(spec: KernelSpec): UOp | undefined {
   if (reduces.length !== 1 || !reduce || !direct.has(reduce) || elsewhere.has(reduce)) return undefined;
   const { op, axes } = reduce.arg as ReduceArg;
   const float = reduce.dtype.name === "float32" || reduce.dtype.name === "float64";
-  if (op !== "ADD" || axes.length !== 1 || !float || reduce.dtype !== out || reduce.numel !== root.numel) return undefined;
+  if (op !== "ADD" || axes.length !== 1 || !float || reduce.dtype !== out || reduce.numel !== root.numel)
+    return undefined;
   return reduce;
 }

@@ -6,14 +6,36 @@
 // row (their gradients) becomes a scatter: each summed row added where its index points.
 import { dtypes, type DType } from "../dtype.ts";
 import {
-  type Bound, type Idx, andBound, condKey, flatIndex, iadd, iconst, idiv, imul, iruntime, ivar, replaceSubexpressions, splitAtMultiple, substitute, unflatIndex,
+  type Bound,
+  type Idx,
+  andBound,
+  condKey,
+  flatIndex,
+  iadd,
+  iconst,
+  idiv,
+  imul,
+  iruntime,
+  ivar,
+  replaceSubexpressions,
+  splitAtMultiple,
+  substitute,
+  unflatIndex,
 } from "../shape/symbolic.ts";
 import { type Pads, type ReduceArg, type UOp, isElementwise } from "../uop.ts";
 import type { AluOp, Expr, KernelIR, Operand, Stmt } from "./ir.ts";
 import { type KernelSpec, blockedReduce } from "./kernel_spec.ts";
 import { type KernelOpts, NO_OPTS, optsKey, splittingChunk, upcastWidth } from "./opts.ts";
 import { heuristicOpts } from "./heuristics.ts";
-import { type OneHot, type ScatterPlan, dtypeRange, isMovement, matchOneHot, moveIndex, scatterPlan } from "./one_hot.ts";
+import {
+  type OneHot,
+  type ScatterPlan,
+  dtypeRange,
+  isMovement,
+  matchOneHot,
+  moveIndex,
+  scatterPlan,
+} from "./one_hot.ts";
 
 const specs = new WeakMap<KernelIR, KernelSpec>();
 
@@ -41,7 +63,9 @@ export function lowerKernel(spec: KernelSpec, opts?: KernelOpts): KernelIR {
   // row against every index; it has no options to choose
   const plan = spec.host ? scatterPlan(spec) : undefined;
   if (plan) {
-    const kernel = new Lowerer({ ...spec, inputs: new Map([...spec.inputs, [plan.reduce, 0]]) }, NO_OPTS).runScatter(plan);
+    const kernel = new Lowerer({ ...spec, inputs: new Map([...spec.inputs, [plan.reduce, 0]]) }, NO_OPTS).runScatter(
+      plan,
+    );
     specs.set(kernel, spec);
     return kernel;
   }
@@ -72,7 +96,14 @@ function tiled(spec: KernelSpec): { spec: KernelSpec; plain: KernelIR; opts: Ker
 
 /** Floor divisions and modulos in a kernel's indices and bounds: what merging loops must not add. */
 function divisions(body: readonly Stmt[]): number {
-  const count = (e: Idx): number => (e.kind === "div" || e.kind === "mod" ? 1 + count(e.a) : e.kind === "mul" ? count(e.a) : e.kind === "sum" ? e.terms.reduce((n, t) => n + count(t), 0) : 0);
+  const count = (e: Idx): number =>
+    e.kind === "div" || e.kind === "mod"
+      ? 1 + count(e.a)
+      : e.kind === "mul"
+        ? count(e.a)
+        : e.kind === "sum"
+          ? e.terms.reduce((n, t) => n + count(t), 0)
+          : 0;
   return body.reduce((n, s) => {
     if (s.kind === "loop") return n + divisions(s.body);
     if (s.kind === "store") return n + count(s.index) + (s.valid ?? []).reduce((m, b) => m + count(b.expr), 0);
@@ -123,7 +154,10 @@ function mergeAxes(spec: KernelSpec): ReturnType<typeof tiled> {
  * `spec` with one sum's two neighbouring summed axes read as one (its source reshaped, the second axis left 1):
  * the first pair not `rejected`, named `pair` (the sum's id and the first axis); undefined when none is left.
  */
-function mergeReducePair(spec: KernelSpec, rejected: ReadonlySet<string>): { spec: KernelSpec; pair: string } | undefined {
+function mergeReducePair(
+  spec: KernelSpec,
+  rejected: ReadonlySet<string>,
+): { spec: KernelSpec; pair: string } | undefined {
   let found: { node: UOp; axis: number; next: number } | undefined;
   const seen = new Set<UOp>();
   const find = (n: UOp): void => {
@@ -135,7 +169,8 @@ function mergeReducePair(spec: KernelSpec, rejected: ReadonlySet<string>): { spe
       const shape = n.src[0]!.shape;
       for (let i = 0; !found && i + 1 < axes.length; i++) {
         const [a, b] = [axes[i]!, axes[i + 1]!];
-        if (shape.slice(a + 1, b).every((s) => s === 1) && !rejected.has(`${n.id}:${a}`)) found = { node: n, axis: a, next: b };
+        if (shape.slice(a + 1, b).every((s) => s === 1) && !rejected.has(`${n.id}:${a}`))
+          found = { node: n, axis: a, next: b };
       }
     }
     n.src.forEach(find);
@@ -147,7 +182,10 @@ function mergeReducePair(spec: KernelSpec, rejected: ReadonlySet<string>): { spe
   const src = node.src[0]!;
   // [.., A, 1, .., B, ..] read as [.., A*B, 1, .., 1, ..]: the sum keeps its shape
   const merged = src.reshape(src.shape.map((s, d) => (d === axis ? s * src.shape[next]! : d === next ? 1 : s)));
-  const replacement = merged.reduce(op, axes.filter((a) => a !== next));
+  const replacement = merged.reduce(
+    op,
+    axes.filter((a) => a !== next),
+  );
   const value = spec.value.replaceNodes(new Map([[node, replacement]]), (n) => spec.inputs.has(n));
   return { spec: { ...spec, value }, pair: `${node.id}:${axis}` };
 }
@@ -178,7 +216,10 @@ class Lowerer {
   /** A K-blocked kernel's sum while its epilogue is lowered: read back from the output. */
   private partials: UOp | undefined;
 
-  constructor(private readonly spec: KernelSpec, private readonly opts: KernelOpts) {}
+  constructor(
+    private readonly spec: KernelSpec,
+    private readonly opts: KernelOpts,
+  ) {}
 
   run(): KernelIR {
     if (this.opts.kblock) return this.runBlocked(this.opts.kblock);
@@ -187,7 +228,15 @@ class Lowerer {
     this.scopes.push({ stmts: body, cache: new Map(), trips: 1 });
     const loopCount = this.tiles((lanes) => {
       const values = this.genAll(lanes.map((idx) => ({ node: root, idx, valid: [] })));
-      lanes.forEach((idx, i) => this.emit({ kind: "store", buf: 0, index: flatIndex(idx, root.shape), value: values[i]!, dtype: this.spec.buffers[0]!.dtype }));
+      lanes.forEach((idx, i) =>
+        this.emit({
+          kind: "store",
+          buf: 0,
+          index: flatIndex(idx, root.shape),
+          value: values[i]!,
+          dtype: this.spec.buffers[0]!.dtype,
+        }),
+      );
     });
     return this.kernel(this.hasReduce ? "r" : "E", body, Math.min(this.opts.parallel, loopCount), optsKey(this.opts));
   }
@@ -204,11 +253,17 @@ class Lowerer {
       const u = upcasts.reduce((a, x) => a * x.amount, 1);
       // the vector axis alone may leave a remainder (upcast alone): it runs as a narrower last tile
       const ragged = upcasts.length === 1 && this.opts.upcast[0] === upcasts[0];
-      if (size % u !== 0 && !ragged) throw new Error(`lowerKernel: upcast ${u} does not divide axis ${d} of size ${size}`);
+      if (size % u !== 0 && !ragged)
+        throw new Error(`lowerKernel: upcast ${u} does not divide axis ${d} of size ${size}`);
       return u;
     });
     const ragged = amounts.findIndex((u, d) => root.shape[d]! % u !== 0);
-    const nest = (widths: readonly number[], trips: readonly number[], base: readonly number[], oneLoop = false): number => {
+    const nest = (
+      widths: readonly number[],
+      trips: readonly number[],
+      base: readonly number[],
+      oneLoop = false,
+    ): number => {
       const depth = this.scopes.length;
       const order = [...this.opts.outer, ...root.shape.map((_, d) => d).filter((d) => !this.opts.outer.includes(d))];
       const outer = new Array<Idx>(root.shape.length);
@@ -217,7 +272,10 @@ class Lowerer {
       const chunk = this.opts.chunk && splittingChunk(this.opts.chunk, trips[this.opts.chunk.axis]!);
       if (chunk) {
         const n = trips[chunk.axis]! / chunk.tiles;
-        if (!Number.isInteger(n)) throw new Error(`lowerKernel: chunks of ${chunk.tiles} tiles do not divide axis ${chunk.axis}'s ${trips[chunk.axis]} tiles`);
+        if (!Number.isInteger(n))
+          throw new Error(
+            `lowerKernel: chunks of ${chunk.tiles} tiles do not divide axis ${chunk.axis}'s ${trips[chunk.axis]} tiles`,
+          );
         this.openLoop(`c${chunk.axis}`, n);
         loops++;
       }
@@ -253,7 +311,15 @@ class Lowerer {
       // the last tile along the ragged axis: as many lanes as are left, at the end
       const rest = root.shape[ragged]! % amounts[ragged]!;
       const at = (d: number, inRest: number, otherwise: number): number => (d === ragged ? inRest : otherwise);
-      loops = Math.min(loops, nest(amounts.map((u, d) => at(d, rest, u)), full.map((t, d) => at(d, 1, t)), zero.map((_, d) => at(d, full[d]! * amounts[d]!, 0)), this.opts.parallel > 0 && loops !== Infinity));
+      loops = Math.min(
+        loops,
+        nest(
+          amounts.map((u, d) => at(d, rest, u)),
+          full.map((t, d) => at(d, 1, t)),
+          zero.map((_, d) => at(d, full[d]! * amounts[d]!, 0)),
+          this.opts.parallel > 0 && loops !== Infinity,
+        ),
+      );
     }
     return loops;
   }
@@ -268,7 +334,10 @@ class Lowerer {
    */
   private runBlocked(size: number): KernelIR {
     const reduce = blockedReduce(this.spec);
-    if (!reduce) throw new Error(`lowerKernel: kblock needs one float sum over one axis that the kernel stores (${optsKey(this.opts)})`);
+    if (!reduce)
+      throw new Error(
+        `lowerKernel: kblock needs one float sum over one axis that the kernel stores (${optsKey(this.opts)})`,
+      );
     const root = this.spec.value;
     const dtype = this.spec.buffers[0]!.dtype;
     const body: Stmt[] = [];
@@ -277,11 +346,14 @@ class Lowerer {
     const [blocks, rest] = [Math.floor(length / size), length % size];
     // the partial sums live in the output at the sum's own (row-major) index, which a reshape keeps
     const atSum = (idx: readonly Idx[]): Idx[] => unflatIndex(flatIndex(idx, root.shape), reduce.shape);
-    const sumPass = (): number => this.tiles((lanes) => {
-      const requests = lanes.map((idx) => ({ node: reduce, idx: atSum(idx), valid: [] }));
-      const values = this.genAll(requests);
-      requests.forEach((r, i) => this.emit({ kind: "store", buf: 0, index: flatIndex(r.idx, reduce.shape), value: values[i]!, dtype }));
-    });
+    const sumPass = (): number =>
+      this.tiles((lanes) => {
+        const requests = lanes.map((idx) => ({ node: reduce, idx: atSum(idx), valid: [] }));
+        const values = this.genAll(requests);
+        requests.forEach((r, i) =>
+          this.emit({ kind: "store", buf: 0, index: flatIndex(r.idx, reduce.shape), value: values[i]!, dtype }),
+        );
+      });
     const plainLoops = (fill: (idx: Idx[]) => void): number => {
       const depth = this.scopes.length;
       const idx = root.shape.map((n, d) => (n === 1 ? iconst(0) : (this.openLoop(`i${d}`, n), ivar(`i${d}`, n))));
@@ -289,7 +361,15 @@ class Lowerer {
       this.scopes.length = depth;
       return idx.filter((i) => i.kind !== "const").length;
     };
-    let loops = plainLoops((idx) => this.emit({ kind: "store", buf: 0, index: flatIndex(idx, root.shape), value: { kind: "lit", value: 0, dtype }, dtype }));
+    let loops = plainLoops((idx) =>
+      this.emit({
+        kind: "store",
+        buf: 0,
+        index: flatIndex(idx, root.shape),
+        value: { kind: "lit", value: 0, dtype },
+        dtype,
+      }),
+    );
     if (blocks > 0) {
       const depth = this.scopes.length;
       this.openLoop("kb", blocks, true);
@@ -305,10 +385,13 @@ class Lowerer {
     if (unwrap(root) !== reduce) {
       // the epilogue: what the kernel stores, with the sum read back from the output
       this.partials = reduce;
-      loops = Math.min(loops, plainLoops((idx) => {
-        const [value] = this.genAll([{ node: root, idx, valid: [] }]);
-        this.emit({ kind: "store", buf: 0, index: flatIndex(idx, root.shape), value: value!, dtype });
-      }));
+      loops = Math.min(
+        loops,
+        plainLoops((idx) => {
+          const [value] = this.genAll([{ node: root, idx, valid: [] }]);
+          this.emit({ kind: "store", buf: 0, index: flatIndex(idx, root.shape), value: value!, dtype });
+        }),
+      );
       this.partials = undefined;
     }
     return this.kernel("r", body, Math.min(this.opts.parallel, loops), optsKey(this.opts));
@@ -327,7 +410,13 @@ class Lowerer {
       });
       const [value] = this.genAll([{ node: src, idx, valid: [] }]);
       const at = idx.map((i, d) => (d === axis ? iadd(i, iconst(offset)) : i));
-      this.emit({ kind: "store", buf: 0, index: flatIndex(at, shape), value: value!, dtype: this.spec.buffers[0]!.dtype });
+      this.emit({
+        kind: "store",
+        buf: 0,
+        index: flatIndex(at, shape),
+        value: value!,
+        dtype: this.spec.buffers[0]!.dtype,
+      });
       this.scopes.length = depth;
     });
     return this.kernel("E", body, pieces.some(({ src }) => src.shape.some((s) => s > 1)) ? 1 : 0, "cat");
@@ -369,8 +458,14 @@ class Lowerer {
 
     axes.forEach((d) => src.shape[d]! > 1 && this.openLoop(`t${d}`, src.shape[d]!));
     if (lanes > 1) this.openLoop(`l${laneAxis}`, lanes);
-    const [hot, value] = this.genAll([{ node: match.other, idx: match.otherIdx, valid: [] }, { node: match.value, idx: match.valueIdx, valid: [] }]);
-    const row = iadd(hot!.kind === "lit" ? iconst(hot!.value) : iruntime(hot!.name, ...dtypeRange(hot!.dtype)), imul(match.offset, -1));
+    const [hot, value] = this.genAll([
+      { node: match.other, idx: match.otherIdx, valid: [] },
+      { node: match.value, idx: match.valueIdx, valid: [] },
+    ]);
+    const row = iadd(
+      hot!.kind === "lit" ? iconst(hot!.value) : iruntime(hot!.name, ...dtypeRange(hot!.dtype)),
+      imul(match.offset, -1),
+    );
     const inside = andBound([], row, 0, rows);
     if (inside !== null) {
       const added = this.hotValue(match, value!, "scatter");
@@ -394,7 +489,15 @@ class Lowerer {
   /** The lowered kernel: named by its kind (r: reduce, E: elementwise, s: scatter) and its output shape. */
   private kernel(kind: string, body: Stmt[], parallel: number, opts: string): KernelIR {
     const shape = this.spec.value.shape;
-    return { name: [kind, ...shape.filter((s) => s !== 1)].join("_"), buffers: this.spec.buffers, body, outputShape: shape, flops: this.flops, parallel, opts };
+    return {
+      name: [kind, ...shape.filter((s) => s !== 1)].join("_"),
+      buffers: this.spec.buffers,
+      body,
+      outputShape: shape,
+      flops: this.flops,
+      parallel,
+      opts,
+    };
   }
 
   private get top(): Scope {
@@ -406,7 +509,9 @@ class Lowerer {
   }
 
   private openLoop(name: string, size: number, serial = false): void {
-    const loop: Stmt = serial ? { kind: "loop", var: name, size, body: [], serial } : { kind: "loop", var: name, size, body: [] };
+    const loop: Stmt = serial
+      ? { kind: "loop", var: name, size, body: [], serial }
+      : { kind: "loop", var: name, size, body: [] };
     this.emit(loop);
     this.scopes.push({ stmts: loop.body, cache: new Map(), trips: this.top.trips * size });
   }
@@ -424,7 +529,8 @@ class Lowerer {
     this.emit({ kind: "def", name, dtype, expr });
     const operand: Operand = { kind: "val", name, dtype };
     this.top.cache.set(key, operand);
-    if (expr.op !== "LOAD" && expr.op !== "VALID" && expr.op !== "INDEX" && expr.op !== "CAST" && expr.op !== "BITCAST") this.flops += this.top.trips;
+    if (expr.op !== "LOAD" && expr.op !== "VALID" && expr.op !== "INDEX" && expr.op !== "CAST" && expr.op !== "BITCAST")
+      this.flops += this.top.trips;
     return operand;
   }
 
@@ -468,7 +574,8 @@ class Lowerer {
 
     const slot = this.spec.inputs.get(node);
     if (node.op === "INDEX") return this.define(node.dtype, { op: "INDEX", index: idx[0]! }, key);
-    if (slot !== undefined) return this.define(node.dtype, { op: "LOAD", buf: slot, index: flatIndex(idx, node.shape), valid }, key);
+    if (slot !== undefined)
+      return this.define(node.dtype, { op: "LOAD", buf: slot, index: flatIndex(idx, node.shape), valid }, key);
     if (isElementwise(node.op)) {
       const srcs = node.src.map((s) => this.gen(s, idx, valid));
       return this.define(node.dtype, { op: node.op as AluOp, srcs }, key);
@@ -479,11 +586,14 @@ class Lowerer {
       // (not in collectReduces' dry run: a local defined there is dropped with its scope, and a reduce request
       // found with it would name a value the real run never defines)
       const unwrap = node.op === "PAD" && moved.inside.length > 0 && !this.collecting;
-      const { srcIdx, inside } = unwrap ? this.unwrapGuardedModulo(moved.srcIdx, moved.inside) : (moved as { srcIdx: Idx[]; inside: Bound[] });
+      const { srcIdx, inside } = unwrap
+        ? this.unwrapGuardedModulo(moved.srcIdx, moved.inside)
+        : (moved as { srcIdx: Idx[]; inside: Bound[] });
       const value = this.gen(node.src[0]!, srcIdx, inside.length ? [...valid, ...inside] : valid);
       return inside.length ? this.select(inside, value, key) : value;
     }
-    if (node.op === "REDUCE" && node === this.partials) return this.define(node.dtype, { op: "LOAD", buf: 0, index: flatIndex(idx, node.shape), valid: [] }, key);
+    if (node.op === "REDUCE" && node === this.partials)
+      return this.define(node.dtype, { op: "LOAD", buf: 0, index: flatIndex(idx, node.shape), valid: [] }, key);
     if (node.op === "REDUCE") {
       if (this.collecting) {
         this.collecting.push({ node, idx, valid });
@@ -517,10 +627,14 @@ class Lowerer {
       if (low >= high || r.min < -m.c || r.max >= m.c || (r.min < 0 && r.min + m.c < high)) continue;
       const held = this.define(dtypes.int32, { op: "INDEX", index: r }, `${r.key}|unwrapped`);
       if (held.kind !== "val") continue;
-      const by = new Map([[m.key, iruntime(held.name, Math.max(low, r.min), Math.min(high - 1, r.max))], [idiv(m.a, m.c).key, q]]);
+      const by = new Map([
+        [m.key, iruntime(held.name, Math.max(low, r.min), Math.min(high - 1, r.max))],
+        [idiv(m.a, m.c).key, q],
+      ]);
       index = index.map((e) => replaceSubexpressions(e, by));
       bounds[b] = { expr: r, lo: low, hi: high };
-      for (let o = b + 1; o < bounds.length; o++) bounds[o] = { ...bounds[o]!, expr: replaceSubexpressions(bounds[o]!.expr, by) };
+      for (let o = b + 1; o < bounds.length; o++)
+        bounds[o] = { ...bounds[o]!, expr: replaceSubexpressions(bounds[o]!.expr, by) };
     }
     return { srcIdx: index, inside: bounds };
   }
@@ -528,7 +642,11 @@ class Lowerer {
   /** `value` where every bound holds, else 0. */
   private select(bounds: readonly Bound[], value: Operand, key: string): Operand {
     const inside = this.define(dtypes.bool, { op: "VALID", valid: bounds }, `${key}|inside`);
-    return this.define(value.dtype, { op: "WHERE", srcs: [inside, value, { kind: "lit", value: 0, dtype: value.dtype }] }, key);
+    return this.define(
+      value.dtype,
+      { op: "WHERE", srcs: [inside, value, { kind: "lit", value: 0, dtype: value.dtype }] },
+      key,
+    );
   }
 
   /** One reduce at several lanes: one accumulator per lane, one shared loop nest (or no loop, if it collapses). */
@@ -548,10 +666,15 @@ class Lowerer {
     const accs = lanes.flatMap(() => Array.from({ length: split }, () => `acc${this.names++}`));
     accs.forEach((name) => this.emit({ kind: "acc", name, dtype: node.dtype, op }));
     // a block of a K-blocked sum starts from the partial sum so far (0 + partial: the same bits)
-    if (block) lanes.forEach((lane, l) => {
-      const partial = this.define(node.dtype, { op: "LOAD", buf: 0, index: flatIndex(lane.idx, node.shape), valid: [] }, `${requestKey(lane)}|partial`);
-      this.emit({ kind: "update", name: accs[l]!, dtype: node.dtype, op, value: partial });
-    });
+    if (block)
+      lanes.forEach((lane, l) => {
+        const partial = this.define(
+          node.dtype,
+          { op: "LOAD", buf: 0, index: flatIndex(lane.idx, node.shape), valid: [] },
+          `${requestKey(lane)}|partial`,
+        );
+        this.emit({ kind: "update", name: accs[l]!, dtype: node.dtype, op, value: partial });
+      });
     const outer = this.scopes.length;
     const loopIdx = new Map<number, Idx>();
     for (const axis of axes) {
@@ -562,20 +685,35 @@ class Lowerer {
     }
     // each lane reads the source at the loop variables, `steps` consecutive steps of the last axis per trip
     const accumulate = (steps: number, lastAt: (step: number) => Idx, accOf: (step: number) => number): void => {
-      const requests = lanes.flatMap((lane) => Array.from({ length: steps }, (_, step) => {
-        const idx = lane.idx.map((i, d) => (d === last ? (block ? iadd(block.start, lastAt(step)) : lastAt(step)) : (loopIdx.get(d) ?? i)));
-        return { node: src, idx, valid: lane.valid };
-      }));
+      const requests = lanes.flatMap((lane) =>
+        Array.from({ length: steps }, (_, step) => {
+          const idx = lane.idx.map((i, d) =>
+            d === last ? (block ? iadd(block.start, lastAt(step)) : lastAt(step)) : (loopIdx.get(d) ?? i),
+          );
+          return { node: src, idx, valid: lane.valid };
+        }),
+      );
       const values = this.genAll(requests);
       lanes.forEach((_, l) => {
         for (let step = 0; step < steps; step++) {
-          this.emit({ kind: "update", name: accs[l * split + accOf(step)]!, dtype: node.dtype, op, value: values[l * steps + step]!, ...(split > 1 ? { unfused: true } : {}) });
+          this.emit({
+            kind: "update",
+            name: accs[l * split + accOf(step)]!,
+            dtype: node.dtype,
+            op,
+            value: values[l * steps + step]!,
+            ...(split > 1 ? { unfused: true } : {}),
+          });
           this.flops += this.top.trips;
         }
       });
     };
     const loop = loopIdx.get(last)!;
-    accumulate(unroll, (step) => (unroll > 1 ? iadd(imul(loop, unroll), iconst(step)) : loop), (step) => (split > 1 ? step : 0));
+    accumulate(
+      unroll,
+      (step) => (unroll > 1 ? iadd(imul(loop, unroll), iconst(step)) : loop),
+      (step) => (split > 1 ? step : 0),
+    );
     const left = lastSize - trips * unroll;
     if (left > 0) {
       // the steps the split leaves over, in a loop of their own beside the main one, into the first accumulators
@@ -583,7 +721,11 @@ class Lowerer {
       const name = `r${this.loops++}`;
       if (left > 1) this.openLoop(name, left);
       const tail = iadd(iconst(trips * unroll), ivar(name, left));
-      accumulate(1, () => tail, () => 0);
+      accumulate(
+        1,
+        () => tail,
+        () => 0,
+      );
     }
     this.scopes.length = outer;
     // a split sum's accumulators, added pairwise into the first
@@ -595,12 +737,17 @@ class Lowerer {
         }
       });
     }
-    lanes.forEach((lane, l) => this.top.cache.set(requestKey(lane), { kind: "val", name: accs[l * split]!, dtype: node.dtype }));
+    lanes.forEach((lane, l) =>
+      this.top.cache.set(requestKey(lane), { kind: "val", name: accs[l * split]!, dtype: node.dtype }),
+    );
   }
 
   /** What a one-hot sum adds at its hot index: the WHERE's value, cast and negated as the sum's source is. */
   private hotValue(match: OneHot, value: Operand, key: string): Operand {
-    const cast = match.cast && match.cast !== value.dtype ? this.define(match.cast, { op: "CAST", srcs: [value] }, `${key}|cast`) : value;
+    const cast =
+      match.cast && match.cast !== value.dtype
+        ? this.define(match.cast, { op: "CAST", srcs: [value] }, `${key}|cast`)
+        : value;
     return match.negate ? this.define(cast.dtype, { op: "NEG", srcs: [cast] }, `${key}|neg`) : cast;
   }
 
@@ -684,7 +831,9 @@ export function catPieces(value: UOp, isInput: (n: UOp) => boolean = () => false
   const terms: UOp[] = [];
   // (a sum the kernel reads as an input is a term: its pads belong to the kernel that computed it)
   const collect = (n: UOp): void =>
-    void (n.op === "ADD" && n.dtype.name !== "bool" && !isInput(n) ? (collect(n.src[0]!), collect(n.src[1]!)) : terms.push(n));
+    void (n.op === "ADD" && n.dtype.name !== "bool" && !isInput(n)
+      ? (collect(n.src[0]!), collect(n.src[1]!))
+      : terms.push(n));
   collect(root);
   if (terms.length < 2 || terms.some((t) => t.op !== "PAD")) return undefined;
   let axis = -1;
@@ -693,7 +842,9 @@ export function catPieces(value: UOp, isInput: (n: UOp) => boolean = () => false
     if (padded.length !== 1 || (axis !== -1 && padded[0] !== axis)) return undefined;
     axis = padded[0]!;
   }
-  const pieces = terms.map((t) => ({ src: t.src[0]!, offset: (t.arg as Pads)[axis]![0] })).sort((a, b) => a.offset - b.offset);
+  const pieces = terms
+    .map((t) => ({ src: t.src[0]!, offset: (t.arg as Pads)[axis]![0] }))
+    .sort((a, b) => a.offset - b.offset);
   let next = 0;
   for (const { src, offset } of pieces) {
     if (offset !== next) return undefined;

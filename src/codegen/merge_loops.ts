@@ -9,15 +9,16 @@ import { iadd, idiv, imod, imul, ivar } from "../shape/symbolic.ts";
 /** `kernel` with every mergeable nest of loops merged (itself when there is none). */
 export function mergeNestedLoops(kernel: KernelIR): KernelIR {
   let changed = false;
-  const visit = (stmts: readonly Stmt[]): Stmt[] => stmts.map((s) => {
-    if (s.kind !== "loop") return s;
-    let loop: Stmt & { kind: "loop" } = { ...s, body: visit(s.body) };
-    for (let merged = mergePair(loop); merged; merged = mergePair(loop)) {
-      loop = merged;
-      changed = true;
-    }
-    return loop;
-  });
+  const visit = (stmts: readonly Stmt[]): Stmt[] =>
+    stmts.map((s) => {
+      if (s.kind !== "loop") return s;
+      let loop: Stmt & { kind: "loop" } = { ...s, body: visit(s.body) };
+      for (let merged = mergePair(loop); merged; merged = mergePair(loop)) {
+        loop = merged;
+        changed = true;
+      }
+      return loop;
+    });
   const body = visit(kernel.body);
   return changed ? { ...kernel, body } : kernel;
 }
@@ -33,12 +34,18 @@ function mergePair(loop: Stmt & { kind: "loop" }): (Stmt & { kind: "loop" }) | u
   const merged = ivar(loop.var, size);
   const substitute = (e: Idx): Idx => {
     switch (e.kind) {
-      case "const": return e;
-      case "var": return e.name === loop.var ? idiv(merged, inner.size) : e.name === inner.var ? imod(merged, inner.size) : e;
-      case "sum": return iadd(...e.terms.map(substitute));
-      case "mul": return imul(substitute(e.a), e.c);
-      case "div": return idiv(substitute(e.a), e.c);
-      case "mod": return imod(substitute(e.a), e.c);
+      case "const":
+        return e;
+      case "var":
+        return e.name === loop.var ? idiv(merged, inner.size) : e.name === inner.var ? imod(merged, inner.size) : e;
+      case "sum":
+        return iadd(...e.terms.map(substitute));
+      case "mul":
+        return imul(substitute(e.a), e.c);
+      case "div":
+        return idiv(substitute(e.a), e.c);
+      case "mod":
+        return imod(substitute(e.a), e.c);
     }
   };
   const rewrite = (e: Idx): Idx => {
@@ -65,10 +72,14 @@ function mergePair(loop: Stmt & { kind: "loop" }): (Stmt & { kind: "loop" }) | u
 /** Whether `e` reads variable `name`. */
 function reads(e: Idx, name: string): boolean {
   switch (e.kind) {
-    case "const": return false;
-    case "var": return e.name === name;
-    case "sum": return e.terms.some((t) => reads(t, name));
-    default: return reads(e.a, name);
+    case "const":
+      return false;
+    case "var":
+      return e.name === name;
+    case "sum":
+      return e.terms.some((t) => reads(t, name));
+    default:
+      return reads(e.a, name);
   }
 }
 
@@ -92,9 +103,13 @@ function rewriteStmts(stmts: readonly Stmt[], rewrite: (e: Idx) => Idx): Stmt[] 
 function rewriteExpr(e: Expr, rewrite: (e: Idx) => Idx): Expr {
   const bounds = (valid: readonly Bound[]): Bound[] => valid.map((b) => ({ ...b, expr: rewrite(b.expr) }));
   switch (e.op) {
-    case "LOAD": return { ...e, index: rewrite(e.index), valid: bounds(e.valid) };
-    case "VALID": return { ...e, valid: bounds(e.valid) };
-    case "INDEX": return { ...e, index: rewrite(e.index) };
-    default: return e;
+    case "LOAD":
+      return { ...e, index: rewrite(e.index), valid: bounds(e.valid) };
+    case "VALID":
+      return { ...e, valid: bounds(e.valid) };
+    case "INDEX":
+      return { ...e, index: rewrite(e.index) };
+    default:
+      return e;
   }
 }

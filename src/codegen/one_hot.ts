@@ -3,7 +3,18 @@
 // backends (r an output row: each summed row added where x points); with the index rules of the movement
 // ops the matching sees through.
 import { dtypes, type DType } from "../dtype.ts";
-import { type Bound, type Idx, andBound, flatIndex, iadd, iconst, imul, ivar, unflatIndex, varsOf } from "../shape/symbolic.ts";
+import {
+  type Bound,
+  type Idx,
+  andBound,
+  flatIndex,
+  iadd,
+  iconst,
+  imul,
+  ivar,
+  unflatIndex,
+  varsOf,
+} from "../shape/symbolic.ts";
 import { MOVEMENT_OPS, type Op, type Pads, type ReduceArg, type UOp, isElementwise } from "../uop.ts";
 import { hasUnitTerm } from "./heuristics.ts";
 import type { KernelSpec } from "./kernel_spec.ts";
@@ -12,16 +23,24 @@ import type { KernelSpec } from "./kernel_spec.ts";
 export function moveIndex(node: UOp, idx: readonly Idx[]): { srcIdx: Idx[]; inside: Bound[] | null } {
   const src = node.src[0]!;
   switch (node.op) {
-    case "RESHAPE": return { srcIdx: reshapeIndex(node, idx), inside: [] };
+    case "RESHAPE":
+      return { srcIdx: reshapeIndex(node, idx), inside: [] };
     case "PERMUTE": {
       const srcIdx = new Array<Idx>(idx.length);
       (node.arg as number[]).forEach((from, to) => (srcIdx[from] = idx[to]!));
       return { srcIdx, inside: [] };
     }
-    case "EXPAND": return { srcIdx: idx.map((i, d) => (src.shape[d] === 1 ? iconst(0) : i)), inside: [] };
-    case "SHRINK": return { srcIdx: idx.map((i, d) => iadd(i, iconst((node.arg as Pads)[d]![0]))), inside: [] };
-    case "DETACH": return { srcIdx: [...idx], inside: [] };
-    case "FLIP": return { srcIdx: idx.map((i, d) => ((node.arg as boolean[])[d] ? iadd(iconst(src.shape[d]! - 1), imul(i, -1)) : i)), inside: [] };
+    case "EXPAND":
+      return { srcIdx: idx.map((i, d) => (src.shape[d] === 1 ? iconst(0) : i)), inside: [] };
+    case "SHRINK":
+      return { srcIdx: idx.map((i, d) => iadd(i, iconst((node.arg as Pads)[d]![0]))), inside: [] };
+    case "DETACH":
+      return { srcIdx: [...idx], inside: [] };
+    case "FLIP":
+      return {
+        srcIdx: idx.map((i, d) => ((node.arg as boolean[])[d] ? iadd(iconst(src.shape[d]! - 1), imul(i, -1)) : i)),
+        inside: [],
+      };
     case "PAD": {
       let inside: Bound[] | null = [];
       const srcIdx = idx.map((i, d) => {
@@ -31,7 +50,8 @@ export function moveIndex(node: UOp, idx: readonly Idx[]): { srcIdx: Idx[]; insi
       });
       return { srcIdx, inside };
     }
-    default: throw new Error(`moveIndex: ${node.op} is not a movement op`);
+    default:
+      throw new Error(`moveIndex: ${node.op} is not a movement op`);
   }
 }
 
@@ -46,8 +66,11 @@ const reshapeGroups = new WeakMap<UOp, readonly ReshapeGroup[]>();
 function groupsOf(node: UOp): readonly ReshapeGroup[] {
   const cached = reshapeGroups.get(node);
   if (cached) return cached;
-  const remember = (groups: readonly ReshapeGroup[]): readonly ReshapeGroup[] => (reshapeGroups.set(node, groups), groups);
-  const shape = node.shape, srcShape = node.src[0]!.shape;
+  const remember = (groups: readonly ReshapeGroup[]): readonly ReshapeGroup[] => (
+    reshapeGroups.set(node, groups), groups
+  );
+  const shape = node.shape,
+    srcShape = node.src[0]!.shape;
   const dims = shape.flatMap((size, d) => (size === 1 ? [] : [d]));
   const srcDims = srcShape.flatMap((size, d) => (size === 1 ? [] : [d]));
   // one group for everything (the whole flat index): an empty array
@@ -88,8 +111,14 @@ function reshapeIndex(node: UOp, idx: readonly Idx[]): Idx[] {
       out[srcDims[0]!] = idx[dims[0]!]!;
       continue;
     }
-    const flat = flatIndex(dims.map((d) => idx[d]!), dims.map((d) => node.shape[d]!));
-    const parts = unflatIndex(flat, srcDims.map((d) => srcShape[d]!));
+    const flat = flatIndex(
+      dims.map((d) => idx[d]!),
+      dims.map((d) => node.shape[d]!),
+    );
+    const parts = unflatIndex(
+      flat,
+      srcDims.map((d) => srcShape[d]!),
+    );
     srcDims.forEach((d, k) => (out[d] = parts[k]!));
   }
   return out;
@@ -157,8 +186,12 @@ export function matchOneHot(src: UOp, idx: readonly Idx[], r: Idx, inputs: Input
   const ne = computed(not.node.src[0]!, not.idx);
   if (!ne || ne.node.op !== "CMPNE") return undefined;
   const rName = (r as { name: string }).name;
-  for (const [a, b] of [[0, 1], [1, 0]] as const) {
-    const sideA = ne.node.src[a]!, sideB = ne.node.src[b]!;
+  for (const [a, b] of [
+    [0, 1],
+    [1, 0],
+  ] as const) {
+    const sideA = ne.node.src[a]!,
+      sideB = ne.node.src[b]!;
     if (!isIntegral(sideA.dtype) || !isIntegral(sideB.dtype)) return undefined;
     const e = asIndex(sideA, ne.idx, inputs);
     if (!e || dependsOn(sideB, ne.idx, rName, inputs)) continue;
@@ -186,7 +219,8 @@ export function isOneHotProduct(reduce: UOp): boolean {
     const { op, axes } = reduce.arg as ReduceArg;
     const src = reduce.src[0]!;
     const idx = src.shape.map((n, d) => ivar(`a${d}`, n));
-    const classAxes = op === "ADD" ? idx.flatMap((i, d) => (i.kind === "var" && matchOneHot(src, idx, i, new Map()) ? [d] : [])) : [];
+    const classAxes =
+      op === "ADD" ? idx.flatMap((i, d) => (i.kind === "var" && matchOneHot(src, idx, i, new Map()) ? [d] : [])) : [];
     answer = classAxes.length > 0 && !classAxes.some((d) => axes.includes(d));
     oneHotProducts.set(reduce, answer);
   }
@@ -200,7 +234,8 @@ function asIndex(node: UOp, idx: readonly Idx[], inputs: Inputs): Idx | undefine
   const n = at.node;
   if (n.op === "INDEX") return at.idx[0]!;
   if (n.op === "CONST") return Number.isInteger(n.arg) ? iconst(n.arg as number) : undefined;
-  if (n.op === "CAST" && isIntegral(n.dtype) && isIntegral(n.src[0]!.dtype) && n.dtype.itemsize >= 4) return asIndex(n.src[0]!, at.idx, inputs);
+  if (n.op === "CAST" && isIntegral(n.dtype) && isIntegral(n.src[0]!.dtype) && n.dtype.itemsize >= 4)
+    return asIndex(n.src[0]!, at.idx, inputs);
   if (n.op === "ADD") {
     const [a, b] = [asIndex(n.src[0]!, at.idx, inputs), asIndex(n.src[1]!, at.idx, inputs)];
     return a && b ? iadd(a, b) : undefined;
@@ -253,7 +288,10 @@ export function scatterPlan(spec: KernelSpec): ScatterPlan | undefined {
   const out = spec.buffers[0]!;
   const accumulates = out.dtype.itemsize >= 4 && (out.dtype.kind === "float" || isIntegral(out.dtype));
   if (!accumulates) return undefined;
-  const ok = (reduce: UOp): boolean => (reduce.arg as ReduceArg).op === "ADD" && reduce.dtype === out.dtype && reduce.shape.reduce((a, b) => a * b, 1) === out.size;
+  const ok = (reduce: UOp): boolean =>
+    (reduce.arg as ReduceArg).op === "ADD" &&
+    reduce.dtype === out.dtype &&
+    reduce.shape.reduce((a, b) => a * b, 1) === out.size;
   // the sums stored through movement ops that keep every element (reshapes, permutes)
   const chain: UOp[] = [];
   let n = spec.value;
@@ -294,7 +332,12 @@ function placeThrough(chain: readonly UOp[], reduce: UOp, idx: readonly Idx[]): 
 }
 
 /** The scatter plan of `reduce`: the first kept axis of enough rows that the one-hot compares against. */
-function planFor(reduce: UOp, inputs: Inputs, place: (idx: readonly Idx[]) => Idx, epilogue: boolean): ScatterPlan | undefined {
+function planFor(
+  reduce: UOp,
+  inputs: Inputs,
+  place: (idx: readonly Idx[]) => Idx,
+  epilogue: boolean,
+): ScatterPlan | undefined {
   const src = reduce.src[0]!;
   const { axes } = reduce.arg as ReduceArg;
   const kept = src.shape.map((_, d) => d).filter((d) => !axes.includes(d) && src.shape[d]! > 1);
@@ -314,7 +357,8 @@ function planFor(reduce: UOp, inputs: Inputs, place: (idx: readonly Idx[]) => Id
       return ivar(`o${d}`, size);
     });
     const match = matchOneHot(src, idx, idx[axis]!, inputs);
-    if (match && !dependsOn(match.value, match.valueIdx, `row${axis}`, inputs)) return { reduce, axis, idx, lanes, laneAxis, match, place, epilogue };
+    if (match && !dependsOn(match.value, match.valueIdx, `row${axis}`, inputs))
+      return { reduce, axis, idx, lanes, laneAxis, match, place, epilogue };
   }
   return undefined;
 }

@@ -41,7 +41,8 @@ export interface Chunk {
 }
 
 /** The chunk when it splits its axis's `trips` tiles into several chunks (a last tile one wide along it has none). */
-export const splittingChunk = (chunk: Chunk | undefined, trips: number): Chunk | undefined => (chunk && trips > chunk.tiles ? chunk : undefined);
+export const splittingChunk = (chunk: Chunk | undefined, trips: number): Chunk | undefined =>
+  chunk && trips > chunk.tiles ? chunk : undefined;
 
 export const NO_OPTS: KernelOpts = { upcast: [], unroll: 1, parallel: 0, outer: [] };
 

@@ -32,7 +32,10 @@ export interface Backend extends Allocator {
    * launches on several `devices` or with copies among them (then the JIT launches item by item). A replay
    * that waits for its kernels (host devices) returns the seconds they took.
    */
-  captureGraph?(run: () => void, span: { readonly devices: readonly string[]; readonly copies: boolean }): ((swap?: ReadonlyMap<Buffer, Buffer>) => number | void) | undefined;
+  captureGraph?(
+    run: () => void,
+    span: { readonly devices: readonly string[]; readonly copies: boolean },
+  ): ((swap?: ReadonlyMap<Buffer, Buffer>) => number | void) | undefined;
   /**
    * Whether this backend's graph replays take `swap` (recorded buffer -> buffer to use this time) and read the
    * swapped buffers directly (CPU tables: addresses patched); otherwise the JIT copies a call's inputs into
@@ -48,11 +51,15 @@ const opened = new Map<string, Backend>();
 
 /** Adds a device kind: `open` makes its device `index`; `available` says whether the kind works on this machine. */
 export function registerBackend(kind: string, open: (index: number) => Backend, available?: () => boolean): void {
-  Device.register(kind, (index) => {
-    const backend = open(index);
-    opened.set(index === 0 ? kind : `${kind}:${index}`, backend);
-    return backend;
-  }, available);
+  Device.register(
+    kind,
+    (index) => {
+      const backend = open(index);
+      opened.set(index === 0 ? kind : `${kind}:${index}`, backend);
+      return backend;
+    },
+    available,
+  );
 }
 
 /** The backend of device `name`, opening the device the first time. */
@@ -62,7 +69,8 @@ export function backendOf(name: string): Backend {
   if (!backend) {
     Device.allocator(canonical);
     backend = opened.get(canonical);
-    if (!backend) throw new TsgradError(`device ${canonical} has memory but runs no kernels: register it with registerBackend`);
+    if (!backend)
+      throw new TsgradError(`device ${canonical} has memory but runs no kernels: register it with registerBackend`);
   }
   return backend;
 }

@@ -19,7 +19,11 @@ import { beamSearch } from "./search.ts";
 export function cFunction(kernel: KernelIR, aliased: string): CFunction {
   const slots = new Set(aliased ? aliased.split(",").map(Number) : []);
   const { prelude, vectorLanes } = cTarget();
-  const code = renderedSource(kernel, `c|${aliased}|${vectorLanes.join(",")}`, () => `// ${kernel.name} ${kernel.opts}\n${renderC(kernel, "tg_kernel", { aliased: slots, vectorLanes })}`);
+  const code = renderedSource(
+    kernel,
+    `c|${aliased}|${vectorLanes.join(",")}`,
+    () => `// ${kernel.name} ${kernel.opts}\n${renderC(kernel, "tg_kernel", { aliased: slots, vectorLanes })}`,
+  );
   return { prelude, code };
 }
 
@@ -40,7 +44,8 @@ type Variant = { program: CpuProgram; aliased: string };
 /** Compiles several not-yet-compiled program variants in one go (the compiler runs in parallel). */
 export function compilePrograms(variants: readonly Variant[]): void {
   const todo = variants.filter(({ program, aliased }) => !program.variant(aliased));
-  for (const { program } of todo) if (!program.searched) program.useSearched(beamSearch(program.kernel, "CPU", timeKernels));
+  for (const { program } of todo)
+    if (!program.searched) program.useSearched(beamSearch(program.kernel, "CPU", timeKernels));
   const functions = todo.map(({ program, aliased }) => cFunction(program.kernel, aliased));
   if (debugLevel() >= 4) functions.forEach((f) => console.error(f.code));
   const compiled = compileCpu(functions);
@@ -62,7 +67,10 @@ export function compilePrograms(variants: readonly Variant[]): void {
 /** Times candidate kernels (BEAM) on scratch buffers of the kernel's sizes; Infinity for those that do not compile. */
 function timeKernels(kernels: readonly KernelIR[]): number[] {
   const bufferBytes = (kernels[0]?.buffers ?? []).map((b) => b.size * b.dtype.itemsize);
-  return timeCpuFunctions(kernels.map((k) => cFunction(k, "")), bufferBytes);
+  return timeCpuFunctions(
+    kernels.map((k) => cFunction(k, "")),
+    bufferBytes,
+  );
 }
 
 /**
@@ -134,7 +142,11 @@ export class CpuProgram implements Program {
 
   run(buffers: Buffer[]): number {
     const aliased = aliasedSlots(buffers);
-    if (!this.variant(aliased)) compilePrograms([{ program: this, aliased }, ...waitingVariants().filter((v) => v.program !== this || v.aliased !== aliased)]);
+    if (!this.variant(aliased))
+      compilePrograms([
+        { program: this, aliased },
+        ...waitingVariants().filter((v) => v.program !== this || v.aliased !== aliased),
+      ]);
     return this.variant(aliased)!.run(buffers);
   }
 }

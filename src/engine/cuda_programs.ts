@@ -35,7 +35,15 @@ import type { KernelIR } from "../codegen/ir.ts";
 import { debugLevel } from "../helpers.ts";
 import { type CudaForm, cudaForm, renderCudaForm } from "../codegen/cuda_forms.ts";
 import { CUDA_PRELUDE, type CudaKernelSource } from "../renderer/cuda.ts";
-import { type MatmulPattern, type TensorCoreTile, WGMMA_ARCH, renderMatmulTC, tensorCoreTile, tileCandidates, tileName } from "../renderer/cuda_matmul.ts";
+import {
+  type MatmulPattern,
+  type TensorCoreTile,
+  WGMMA_ARCH,
+  renderMatmulTC,
+  tensorCoreTile,
+  tileCandidates,
+  tileName,
+} from "../renderer/cuda_matmul.ts";
 import { type CudaDevice, CudaKernel, loadFunctions, timeLaunches } from "../runtime/cuda.ts";
 import { compileCuda } from "../runtime/cuda_compile.ts";
 import type { Handle } from "../runtime/cuda_driver.ts";
@@ -54,7 +62,8 @@ export function deviceTile(device: CudaDevice): TensorCoreTile {
 /** Turns kernels into programs on `device` (its tile chosen, and named at DEBUG >= 1, now). */
 export function cudaPrograms(device: CudaDevice): (kernel: KernelIR) => Program {
   const tile = deviceTile(device);
-  if (debugLevel() >= 1) console.error(`tsgrad: CUDA:${device.index} ${device.arch}, tensor-core tile ${tileName(tile)}`);
+  if (debugLevel() >= 1)
+    console.error(`tsgrad: CUDA:${device.index} ${device.arch}, tensor-core tile ${tileName(tile)}`);
   return (kernel) => new CudaProgram(device, kernel);
 }
 
@@ -66,7 +75,10 @@ export class CudaProgram implements Program {
   readonly loaded = new Map<string, CudaKernel>();
   private form: CudaForm | undefined;
 
-  constructor(readonly device: CudaDevice, readonly kernel: KernelIR) {
+  constructor(
+    readonly device: CudaDevice,
+    readonly kernel: KernelIR,
+  ) {
     pending.add(this);
   }
 
@@ -79,13 +91,22 @@ export class CudaProgram implements Program {
     if (this.form) return this.form;
     const form = cudaForm(this.kernel);
     if (form.kind === "loops" && searchLimits().beam > 0) {
-      return (this.form = { kind: "loops", kernel: beamSearch(this.kernel, "CUDA", (ks) => timeCandidates(this.device, ks)) });
+      return (this.form = {
+        kind: "loops",
+        kernel: beamSearch(this.kernel, "CUDA", (ks) => timeCandidates(this.device, ks)),
+      });
     }
     if (form.kind === "tensorCores" && searchLimits().beam > 0 && !process.env.TC_TILE) {
       const tiles = tileCandidates(this.device.sharedPerMultiprocessor, form.pattern, this.device.arch);
       const byName = new Map(tiles.map((t) => [tileName(t), t]));
       const chosen = searchChoice(this.kernel, `CUDA ${this.device.arch}`, [...byName.keys()], (names) =>
-        timeTiles(this.device, this.kernel, form.pattern, names.map((n) => byName.get(n)!)));
+        timeTiles(
+          this.device,
+          this.kernel,
+          form.pattern,
+          names.map((n) => byName.get(n)!),
+        ),
+      );
       return (this.form = { ...form, tile: chosen ? byName.get(chosen) : undefined });
     }
     return (this.form = form);
@@ -115,10 +136,14 @@ function compileTogether(device: CudaDevice, programs: readonly CudaProgram[], a
   const unique = [...firstOf.keys()];
   const names = [...firstOf.values()].map((i, u) => `${programs[i]!.kernel.name.replace(/\W/g, "_")}_${u}`);
   const source = `${CUDA_PRELUDE}\n${unique.map((code, u) => code.replace(/\btg_kernel\b/, names[u]!)).join("\n\n")}\n`;
-  const what = programs.length === 1 ? programs[0]!.kernel.name : `${unique.length} kernels (${programs[0]!.kernel.name}, ...)`;
+  const what =
+    programs.length === 1 ? programs[0]!.kernel.name : `${unique.length} kernels (${programs[0]!.kernel.name}, ...)`;
   const fns = compileAndLoad(device, source, names, what);
   const fnOf = new Map(unique.map((code, u) => [code, fns[u]!]));
-  const kernels = rendered.map((r, i) => new CudaKernel(device, fnOf.get(r.code)!, r.launch, programs[i]!.kernel.name, programs[i]!.kernel.buffers.length));
+  const kernels = rendered.map(
+    (r, i) =>
+      new CudaKernel(device, fnOf.get(r.code)!, r.launch, programs[i]!.kernel.name, programs[i]!.kernel.buffers.length),
+  );
   programs.forEach((p, i) => {
     p.loaded.set(aliased, kernels[i]!);
     if (aliased === "") pending.delete(p);
@@ -142,35 +167,62 @@ export function compileArch(arch: string, source: string): string {
 /** Times BEAM's candidates on scratch buffers of the kernel's sizes (Infinity for those that fail to compile or launch). */
 function timeCandidates(device: CudaDevice, kernels: readonly KernelIR[]): number[] {
   if (kernels.length === 0) return [];
-  return timeSources(device, kernels[0]!, kernels.map((kernel) => () => renderCudaForm({ kind: "loops", kernel }, "candidate", true)));
+  return timeSources(
+    device,
+    kernels[0]!,
+    kernels.map((kernel) => () => renderCudaForm({ kind: "loops", kernel }, "candidate", true)),
+  );
 }
 
 /**
  * Times a tensor-core kernel at each tile (seconds; Infinity where one fails to compile or launch), on
  * scratch buffers, or on `on` (the kernel's own buffers: the output then holds the last tile's result).
  */
-export function timeTiles(device: CudaDevice, kernel: KernelIR, pattern: MatmulPattern, tiles: readonly TensorCoreTile[], on?: readonly Buffer[]): number[] {
-  return timeSources(device, kernel, tiles.map((tile) => () => renderMatmulTC(pattern, "candidate", true, tile)), on);
+export function timeTiles(
+  device: CudaDevice,
+  kernel: KernelIR,
+  pattern: MatmulPattern,
+  tiles: readonly TensorCoreTile[],
+  on?: readonly Buffer[],
+): number[] {
+  return timeSources(
+    device,
+    kernel,
+    tiles.map((tile) => () => renderMatmulTC(pattern, "candidate", true, tile)),
+    on,
+  );
 }
 
 /**
  * The fastest of three launches of each rendering of `kernel`, on scratch buffers of its sizes (or on `on`);
  * Infinity for one that fails to render, compile or launch. Renderings with the same code are timed once.
  */
-function timeSources(device: CudaDevice, kernel: KernelIR, renders: readonly (() => CudaKernelSource)[], on?: readonly Buffer[]): number[] {
+function timeSources(
+  device: CudaDevice,
+  kernel: KernelIR,
+  renders: readonly (() => CudaKernelSource)[],
+  on?: readonly Buffer[],
+): number[] {
   const sizes = kernel.buffers.map((b) => b.size * b.dtype.itemsize);
   const byCode = new Map<string, number>();
-  return timeLaunches(device, kernel.name, sizes, on, (time) => renders.map((render) => {
-    try {
-      const rendered = render();
-      const known = byCode.get(rendered.code);
-      if (known !== undefined) return known;
-      const [fn] = compileAndLoad(device, `${CUDA_PRELUDE}\n${rendered.code}\n`, ["candidate"], `BEAM candidate of ${kernel.name}`);
-      const fastest = time(new CudaKernel(device, fn!, rendered.launch, kernel.name, sizes.length));
-      byCode.set(rendered.code, fastest);
-      return fastest;
-    } catch {
-      return Infinity;
-    }
-  }));
+  return timeLaunches(device, kernel.name, sizes, on, (time) =>
+    renders.map((render) => {
+      try {
+        const rendered = render();
+        const known = byCode.get(rendered.code);
+        if (known !== undefined) return known;
+        const [fn] = compileAndLoad(
+          device,
+          `${CUDA_PRELUDE}\n${rendered.code}\n`,
+          ["candidate"],
+          `BEAM candidate of ${kernel.name}`,
+        );
+        const fastest = time(new CudaKernel(device, fn!, rendered.launch, kernel.name, sizes.length));
+        byCode.set(rendered.code, fastest);
+        return fastest;
+      } catch {
+        return Infinity;
+      }
+    }),
+  );
 }

@@ -45,7 +45,9 @@ export function hashSources(root: string): string {
   const visit = (dir: string): void => {
     let entries: Dirent[];
     try {
-      entries = readdirSync(dir, { withFileTypes: true }).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+      entries = readdirSync(dir, { withFileTypes: true }).sort((a, b) =>
+        a.name < b.name ? -1 : a.name > b.name ? 1 : 0,
+      );
     } catch {
       return;
     }
@@ -55,7 +57,11 @@ export function hashSources(root: string): string {
       const path = join(dir, name);
       try {
         if (entry.isDirectory()) visit(path);
-        else if (/\.(ts|js|mjs)$/.test(name) && !name.endsWith(".d.ts") && (entry.isFile() || (entry.isSymbolicLink() && statSync(path).isFile()))) {
+        else if (
+          /\.(ts|js|mjs)$/.test(name) &&
+          !name.endsWith(".d.ts") &&
+          (entry.isFile() || (entry.isSymbolicLink() && statSync(path).isFile()))
+        ) {
           hash.update(relative(root, path)).update("\0").update(readFileSync(path)).update("\0");
         }
       } catch {
@@ -79,7 +85,9 @@ function makeFolder(): void {
   if (existsSync(dir)) return;
   const parent = join(cacheDir(), "lowered");
   // (another process of this version may be making it at the same time: it is never deleted)
-  if (existsSync(parent)) for (const name of readdirSync(parent)) if (name !== sourceVersion()) rmSync(join(parent, name), { recursive: true, force: true });
+  if (existsSync(parent))
+    for (const name of readdirSync(parent))
+      if (name !== sourceVersion()) rmSync(join(parent, name), { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
 }
 
@@ -88,8 +96,10 @@ const keys = new WeakMap<KernelIR, string>();
 
 // JSON keeps neither dtypes' identity nor NaN, the infinities and -0: they are written as tagged objects
 const encode = (_: string, value: unknown): unknown => {
-  if (typeof value === "number" && (!Number.isFinite(value) || Object.is(value, -0))) return { $number: Object.is(value, -0) ? "-0" : String(value) };
-  if (value !== null && typeof value === "object" && "itemsize" in value && "kind" in value && "name" in value) return { $dtype: (value as DType).name };
+  if (typeof value === "number" && (!Number.isFinite(value) || Object.is(value, -0)))
+    return { $number: Object.is(value, -0) ? "-0" : String(value) };
+  if (value !== null && typeof value === "object" && "itemsize" in value && "kind" in value && "name" in value)
+    return { $dtype: (value as DType).name };
   return value;
 };
 /** The tagged objects of a parsed entry replaced in place (a JSON.parse reviver costs a call per value: 3x slower). */
@@ -166,6 +176,7 @@ function keep(path: string, text: () => string): void {
     makeFolder();
     writeAtomic(path, text());
   } catch (e) {
-    if (debugLevel() >= 1) console.error(`tsgrad: could not keep ${path}: ${e instanceof Error ? e.message : String(e)}`);
+    if (debugLevel() >= 1)
+      console.error(`tsgrad: could not keep ${path}: ${e instanceof Error ? e.message : String(e)}`);
   }
 }

@@ -10,7 +10,7 @@ import { backendOf } from "./backend.ts";
 import { CACHED_BYTES } from "../codegen/heuristics.ts";
 import { moveIndex } from "../codegen/one_hot.ts";
 import { type Idx, coefficientOf, flatIndex, ivar, varsOf } from "../shape/symbolic.ts";
-import { MOVEMENT_OPS, type Pads, type ReduceArg, UOp, isMatmul, skipCasts } from "../uop.ts";
+import { MOVEMENT_OPS, type Pads, type ReduceArg, type UOp, isMatmul, skipCasts } from "../uop.ts";
 
 /** An operand a product reads from a stored copy: `reader` gives `view`'s values from `copy`. */
 export interface PackedOperand {
@@ -63,10 +63,15 @@ function hasDivision(e: Idx): boolean {
  * For each matmul on a host backend, the operands it reads from copies. `stored` and `isLeaf` say where a
  * chain of views ends (a copy is made of views and of what the kernel would compute inline anyway).
  */
-export function packOperands(nodes: readonly UOp[], stored: ReadonlySet<UOp>, isLeaf: (u: UOp) => boolean): Map<UOp, PackedOperand[]> {
+export function packOperands(
+  nodes: readonly UOp[],
+  stored: ReadonlySet<UOp>,
+  isLeaf: (u: UOp) => boolean,
+): Map<UOp, PackedOperand[]> {
   const packs = new Map<UOp, PackedOperand[]>();
   for (const reduce of nodes) {
-    if (reduce.op !== "REDUCE" || isLeaf(reduce) || !isMatmul(reduce) || backendOf(reduce.device).hostForms !== true) continue;
+    if (reduce.op !== "REDUCE" || isLeaf(reduce) || !isMatmul(reduce) || backendOf(reduce.device).hostForms !== true)
+      continue;
     const product = skipCasts(reduce.src[0]!);
     const { shape } = product;
     const axes = (reduce.arg as ReduceArg).axes;
@@ -80,7 +85,12 @@ export function packOperands(nodes: readonly UOp[], stored: ReadonlySet<UOp>, is
     // (unless an operand's index divides: a convolution's weight gradient read its windows in place at 14
     // GFLOP/s, one division a load; its panel copies them once)
     const operands = product.src.map((src) => operandOf(skipCasts(src), stored, isLeaf));
-    if (reduce.numel * reduce.dtype.itemsize <= CACHED_BYTES && length >= BLOCKED_MIN_LENGTH && !operands.some((o) => o.divides)) continue;
+    if (
+      reduce.numel * reduce.dtype.itemsize <= CACHED_BYTES &&
+      length >= BLOCKED_MIN_LENGTH &&
+      !operands.some((o) => o.divides)
+    )
+      continue;
     // each element of an operand is read once for every output element along the axes it does not use
     const reuse = (o: Operand): number => outputAxes.reduce((n, d) => (o.used.has(d) ? n : n * shape[d]!), 1);
     const found: PackedOperand[] = [];
@@ -144,7 +154,8 @@ function panelOf(operand: Operand, axis: number, width: number, summed: readonly
   const dense = view.shrink(view.shape.map((size, d): [number, number] => [0, operand.used.has(d) ? size : 1]) as Pads);
   // an axis `width` does not divide is padded to a multiple (the last panel's extra lanes are never read)
   const extra = (width - (view.shape[axis]! % width)) % width;
-  const padded = extra === 0 ? dense : dense.pad(dense.shape.map((_, d): [number, number] => [0, d === axis ? extra : 0]) as Pads);
+  const padded =
+    extra === 0 ? dense : dense.pad(dense.shape.map((_, d): [number, number] => [0, d === axis ? extra : 0]) as Pads);
   const split = used.flatMap((d) => (d === axis ? [padded.shape[d]! / width, width] : [padded.shape[d]!]));
   // positions in `split`: the axis's outer part sits at its own place, its inner part right after
   const at = (d: number): number => used.indexOf(d) + (used.indexOf(d) > used.indexOf(axis) ? 1 : 0);
@@ -153,6 +164,8 @@ function panelOf(operand: Operand, axis: number, width: number, summed: readonly
   const copy = padded.reshape(split).permute(order).contiguous();
   const inverse = order.map((_, p) => order.indexOf(p));
   const unpadded = copy.permute(inverse).reshape(padded.shape);
-  const reader = (extra === 0 ? unpadded : unpadded.shrink(dense.shape.map((size): [number, number] => [0, size]) as Pads)).expand(view.shape);
+  const reader = (
+    extra === 0 ? unpadded : unpadded.shrink(dense.shape.map((size): [number, number] => [0, size]) as Pads)
+  ).expand(view.shape);
   return { view, copy, reader };
 }

@@ -97,7 +97,9 @@ export function countKernel(item: ExecItem & { kind: "kernel" }, seconds: number
     const gflops = seconds > 0 ? kernel.flops / seconds / 1e9 : 0;
     // the options of the kernel that ran: BEAM's where it searched
     const ran = programs.get(kernel)?.get(buffers[0]!.device)?.program.ranKernel?.() ?? kernel;
-    console.error(`*** ${buffers[0]!.device.padEnd(6)} ${String(GlobalCounters.kernelCount).padStart(4)} ${kernel.name.padEnd(28)} ${fmtShape(kernel.outputShape).padEnd(20)} ${(seconds * 1e3).toFixed(3).padStart(9)} ms ${gflops.toFixed(2).padStart(8)} GFLOP/s  ${ran.opts}`);
+    console.error(
+      `*** ${buffers[0]!.device.padEnd(6)} ${String(GlobalCounters.kernelCount).padStart(4)} ${kernel.name.padEnd(28)} ${fmtShape(kernel.outputShape).padEnd(20)} ${(seconds * 1e3).toFixed(3).padStart(9)} ms ${gflops.toFixed(2).padStart(8)} GFLOP/s  ${ran.opts}`,
+    );
   }
 }
 

@@ -7,7 +7,7 @@
 import { Buffer } from "../device.ts";
 import { backendOf } from "./backend.ts";
 import { TsgradError, fmtShape } from "../helpers.ts";
-import { type KernelBuffer, type KernelIR } from "../codegen/ir.ts";
+import type { KernelBuffer, KernelIR } from "../codegen/ir.ts";
 import type { KernelSpec } from "../codegen/kernel_spec.ts";
 import { adoptLowered, catPieces, lowerKernel } from "../codegen/lower.ts";
 import { loadLowered, storeLowered } from "./lowered_cache.ts";
@@ -89,7 +89,8 @@ export function createSchedule(roots: readonly UOp[]): Schedule {
     let out: Buffer;
     if (n.op === "ASSIGN") {
       const target = storedBuffer(n.src[0]!);
-      if (!target) throw new TsgradError(`assign: the target ${fmtShape(n.shape)} must be a realized buffer, not a lazy view`);
+      if (!target)
+        throw new TsgradError(`assign: the target ${fmtShape(n.shape)} must be a realized buffer, not a lazy view`);
       out = target;
     } else {
       out = new Buffer(n.device, n.numel, n.dtype);
@@ -125,7 +126,8 @@ function reuseBuffers(order: Step[], reusable: (n: UOp) => boolean, outputs: Map
   const lastRead = new Map<UOp, number>();
   order.forEach((step, pos) => step.inputs.forEach((input) => lastRead.set(input, pos)));
   const releaseAfter = new Map<number, UOp[]>();
-  for (const [node, pos] of lastRead) if (outputs.has(node) && reusable(node)) releaseAfter.set(pos, [...(releaseAfter.get(pos) ?? []), node]);
+  for (const [node, pos] of lastRead)
+    if (outputs.has(node) && reusable(node)) releaseAfter.set(pos, [...(releaseAfter.get(pos) ?? []), node]);
   const keyOf = (b: Buffer): string => `${b.device}|${b.dtype.name}|${b.size}`;
   const pool = new Map<string, Buffer[]>();
   const replaced = new Map<Buffer, Buffer>();
@@ -148,7 +150,11 @@ function reuseBuffers(order: Step[], reusable: (n: UOp) => boolean, outputs: Map
   if (replaced.size === 0) return;
   const sub = (b: Buffer): Buffer => replaced.get(b) ?? b;
   for (const step of order) {
-    step.items = step.items.map((item) => (item.kind === "copy" ? { kind: "copy", src: sub(item.src), dst: sub(item.dst) } : { kind: "kernel", kernel: item.kernel, buffers: item.buffers.map(sub) }));
+    step.items = step.items.map((item) =>
+      item.kind === "copy"
+        ? { kind: "copy", src: sub(item.src), dst: sub(item.dst) }
+        : { kind: "kernel", kernel: item.kernel, buffers: item.buffers.map(sub) },
+    );
   }
 }
 
@@ -175,7 +181,9 @@ function markRecomputedWork(stored: Set<UOp>, users: ReadonlyMap<UOp, number>): 
     let matmuls = 0;
     // a concatenation runs each piece as plain loops, without a tile or options: a reduce in a piece (the
     // gradient of a fused q/k/v projection: three matmuls side by side) is stored first, and copied
-    const concatenation = catPieces(root.op === "ASSIGN" ? root.src[1]! : root, (n) => n !== root && (stored.has(n) || isLeaf(n))) !== undefined;
+    const concatenation =
+      catPieces(root.op === "ASSIGN" ? root.src[1]! : root, (n) => n !== root && (stored.has(n) || isLeaf(n))) !==
+      undefined;
     const mark = (n: UOp): void => {
       stored.add(n);
       roots.push(n);
@@ -192,7 +200,12 @@ function markRecomputedWork(stored: Set<UOp>, users: ReadonlyMap<UOp, number>): 
       // tied embedding's two gradients summed: its one-hot product runs on tensor cores too) is stored, so
       // that each can be tiled as a matmul instead of both running as plain loops. (Host backends lower a
       // one-hot product as a scatter, which takes the other gradient in its epilogue.)
-      if (reduce && !inReduce && !underExpand && (isMatmul(reduce) || (backendOf(reduce.device).hostForms !== true && isOneHotProduct(reduce)))) {
+      if (
+        reduce &&
+        !inReduce &&
+        !underExpand &&
+        (isMatmul(reduce) || (backendOf(reduce.device).hostForms !== true && isOneHotProduct(reduce)))
+      ) {
         if (matmuls > 0 && n !== root) return mark(n);
         if (n === reduce) matmuls++;
       }
@@ -250,12 +263,18 @@ function storeSharedChains(stored: Set<UOp>): void {
     const shared = (n: UOp): boolean => {
       let verdict = verdicts.get(n);
       if (verdict === undefined) {
-        verdict = isElementwise(n.op) && (readers.get(n) ?? 0) > 1 && backendOf(n.device).hostForms === true && inlineCost(n, stored) >= EXPENSIVE;
+        verdict =
+          isElementwise(n.op) &&
+          (readers.get(n) ?? 0) > 1 &&
+          backendOf(n.device).hostForms === true &&
+          inlineCost(n, stored) >= EXPENSIVE;
         verdicts.set(n, verdict);
       }
       return verdict;
     };
-    const tops = [...readers.keys()].filter((n) => shared(n) && ![...(usersOf.get(n) ?? [])].some((u) => shared(u) && readers.get(u)! >= readers.get(n)!));
+    const tops = [...readers.keys()].filter(
+      (n) => shared(n) && ![...(usersOf.get(n) ?? [])].some((u) => shared(u) && readers.get(u)! >= readers.get(n)!),
+    );
     if (tops.length === 0) return;
     for (const n of tops) stored.add(n);
   }
@@ -401,7 +420,11 @@ function stageCrossReadingAssigns(nodes: readonly UOp[], stored: Set<UOp>): void
  * through its reader in the operand's place (other kernels keep reading the operand).
  */
 function kernelsFor(
-  node: UOp, out: Buffer, stored: Set<UOp>, bufferOf: (u: UOp) => Buffer, packs: ReadonlyMap<UOp, readonly PackedOperand[]> = new Map(),
+  node: UOp,
+  out: Buffer,
+  stored: Set<UOp>,
+  bufferOf: (u: UOp) => Buffer,
+  packs: ReadonlyMap<UOp, readonly PackedOperand[]> = new Map(),
 ): { items: ExecItem[]; inputs: UOp[] } {
   const top = node.op === "ASSIGN" ? node.src[1]! : node;
   const isTop = top === node;
@@ -426,13 +449,23 @@ function kernelsFor(
   const kernelBuffers: KernelBuffer[] = buffers.map((b) => ({ dtype: b.dtype, size: b.size }));
   const host = backendOf(out.device).hostForms === true;
   const kernel = lowerCached({ value, inputs, buffers: kernelBuffers, host }, out.device);
-  if (!readsOwnOutputElsewhere(kernel, buffers)) return { items: [{ kind: "kernel", kernel, buffers }], inputs: inputNodes };
+  if (!readsOwnOutputElsewhere(kernel, buffers))
+    return { items: [{ kind: "kernel", kernel, buffers }], inputs: inputNodes };
   // an in-place write that reads its target elsewhere (w.assign(w.flip(0)), or a scatter, which zeroes its
   // output first, into a buffer it reads): compute into a temporary, then copy
   const temp = new Buffer(out.device, out.size, out.dtype);
-  const first = lowerKernel({ value, inputs, buffers: [{ dtype: temp.dtype, size: temp.size }, ...kernelBuffers.slice(1)], host });
+  const first = lowerKernel({
+    value,
+    inputs,
+    buffers: [{ dtype: temp.dtype, size: temp.size }, ...kernelBuffers.slice(1)],
+    host,
+  });
   const tempNode = UOp.buffer(temp).reshape(value.shape);
-  const second = lowerKernel({ value: tempNode, inputs: new Map([[tempNode, 1]]), buffers: [kernelBuffers[0]!, { dtype: temp.dtype, size: temp.size }] });
+  const second = lowerKernel({
+    value: tempNode,
+    inputs: new Map([[tempNode, 1]]),
+    buffers: [kernelBuffers[0]!, { dtype: temp.dtype, size: temp.size }],
+  });
   const items: ExecItem[] = [
     { kind: "kernel", kernel: first, buffers: [temp, ...buffers.slice(1)] },
     { kind: "kernel", kernel: second, buffers: [out, temp] },
@@ -443,7 +476,12 @@ function kernelsFor(
  * `value` with each packed operand of the matmuls it computes replaced by the view that reads its copy
  * (the same values; the graph is rebuilt only along the paths that reach an operand, within this kernel).
  */
-function withPackedOperands(value: UOp, isTop: boolean, stored: ReadonlySet<UOp>, packs: ReadonlyMap<UOp, readonly PackedOperand[]>): UOp {
+function withPackedOperands(
+  value: UOp,
+  isTop: boolean,
+  stored: ReadonlySet<UOp>,
+  packs: ReadonlyMap<UOp, readonly PackedOperand[]>,
+): UOp {
   const readers = new Map<UOp, UOp>();
   const seen = new Set<UOp>();
   const find = (n: UOp, first: boolean): void => {
@@ -484,9 +522,10 @@ function structureKey({ value, inputs, buffers, host }: KernelSpec): string {
     const known = ids.get(n);
     if (known !== undefined) return known;
     const slot = inputs.get(n);
-    const desc = slot !== undefined
-      ? `@${slot}:${n.dtype.name}:${n.shape.join("x")}`
-      : `${n.op}:${n.dtype.name}:${n.shape.join("x")}:${argString(n.arg)}(${n.src.map(visit).join(",")})`;
+    const desc =
+      slot !== undefined
+        ? `@${slot}:${n.dtype.name}:${n.shape.join("x")}`
+        : `${n.op}:${n.dtype.name}:${n.shape.join("x")}:${argString(n.arg)}(${n.src.map(visit).join(",")})`;
     const id = parts.length;
     parts.push(desc);
     ids.set(n, id);
@@ -547,7 +586,8 @@ function orderSteps(steps: readonly Step[], stored: ReadonlySet<UOp>): Step[] {
   const order: Step[] = [];
   const visit = (i: number): void => {
     if (state.get(i) === "done") return;
-    if (state.get(i) === "visiting") throw new TsgradError("schedule: a buffer is both read and assigned in a cycle; realize() between the two");
+    if (state.get(i) === "visiting")
+      throw new TsgradError("schedule: a buffer is both read and assigned in a cycle; realize() between the two");
     state.set(i, "visiting");
     for (const d of deps[i]!) visit(d);
     state.set(i, "done");

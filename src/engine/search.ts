@@ -21,7 +21,8 @@ export const jitFirstCall = { depth: 0 };
  * Whether IGNORE_JIT_FIRST_BEAM holds BEAM back now: a jitted step's first call runs once, its capture (the
  * second call) is what replays, so only the capture's kernels are worth searching.
  */
-export const beamHeldBack = (): boolean => jitFirstCall.depth > 0 && getenv("IGNORE_JIT_FIRST_BEAM", 0) !== 0 && getenv("BEAM", 0) > 0;
+export const beamHeldBack = (): boolean =>
+  jitFirstCall.depth > 0 && getenv("IGNORE_JIT_FIRST_BEAM", 0) !== 0 && getenv("BEAM", 0) > 0;
 
 /** The search's limits, read from the environment (tinygrad's names). */
 export function searchLimits() {
@@ -64,10 +65,14 @@ function reportProgress(searching: string, seconds?: number): void {
   if (!progress.announced) {
     progress.announced = true;
     progress.lastLine = now;
-    console.error(`BEAM=${searchLimits().beam}: searching kernel options (once: the choices are cached in ${join(cacheDir(), "beam")})`);
+    console.error(
+      `BEAM=${searchLimits().beam}: searching kernel options (once: the choices are cached in ${join(cacheDir(), "beam")})`,
+    );
   } else if (now - progress.lastLine >= PROGRESS_EVERY_S * 1000) {
     progress.lastLine = now;
-    console.error(`BEAM: ${searchStats.searched} kernels searched in ${progress.seconds.toFixed(0)} s, ${searchStats.cacheHits} from the cache; now ${searching}`);
+    console.error(
+      `BEAM: ${searchStats.searched} kernels searched in ${progress.seconds.toFixed(0)} s, ${searchStats.cacheHits} from the cache; now ${searching}`,
+    );
   }
 }
 
@@ -93,7 +98,10 @@ export function beamSearch(kernel: KernelIR, device: string, time: TimeKernels):
   memo.set(key, best.opts);
   mkdirSync(join(cacheDir(), "beam"), { recursive: true });
   writeAtomic(cachePath(key), JSON.stringify(best.opts));
-  if (debugLevel() >= 2) console.error(`BEAM=${limits.beam} ${kernel.name}: ${optsKey(best.opts)} ${(best.seconds * 1e6).toFixed(1)} us, searched in ${((performance.now() - start) / 1000).toFixed(2)} s`);
+  if (debugLevel() >= 2)
+    console.error(
+      `BEAM=${limits.beam} ${kernel.name}: ${optsKey(best.opts)} ${(best.seconds * 1e6).toFixed(1)} us, searched in ${((performance.now() - start) / 1000).toFixed(2)} s`,
+    );
   return best.kernel;
 }
 
@@ -139,15 +147,20 @@ function search(spec: KernelSpec, limits: ReturnType<typeof searchLimits>, time:
 function confirm(winner: Candidate, start: Candidate, time: TimeKernels): Candidate {
   if (winner === start) return winner;
   const [winnerSeconds, startSeconds] = time([winner.kernel, start.kernel]);
-  return winnerSeconds! < startSeconds! * (1 - MIN_GAIN) ? { ...winner, seconds: winnerSeconds! } : { ...start, seconds: startSeconds! };
+  return winnerSeconds! < startSeconds! * (1 - MIN_GAIN)
+    ? { ...winner, seconds: winnerSeconds! }
+    : { ...start, seconds: startSeconds! };
 }
 
 const bySpeed = (a: Candidate, b: Candidate): number => a.seconds - b.seconds;
 
 function fits(kernel: KernelIR, opts: KernelOpts, limits: ReturnType<typeof searchLimits>): boolean {
-  return countStmts(kernel.body) <= limits.uopsMax && upcastWidth(opts) * opts.unroll <= limits.upcastMax && 2 ** opts.parallel <= limits.localMax;
+  return (
+    countStmts(kernel.body) <= limits.uopsMax &&
+    upcastWidth(opts) * opts.unroll <= limits.upcastMax &&
+    2 ** opts.parallel <= limits.localMax
+  );
 }
-
 
 /** Every option set one step beyond `opts`: one more upcast, a different unroll or split, more or fewer parallel loops. */
 export function extensions(opts: KernelOpts, spec: KernelSpec, plain: KernelIR): KernelOpts[] {
@@ -155,21 +168,30 @@ export function extensions(opts: KernelOpts, spec: KernelSpec, plain: KernelIR):
   const shape = spec.value.shape;
   shape.forEach((size, axis) => {
     const left = opts.upcast.filter((u) => u.axis === axis).reduce((n, u) => n / u.amount, size);
-    for (const amount of [2, 4, 8, 16]) if (left % amount === 0 && left > 1) out.push({ ...opts, upcast: [...opts.upcast, { axis, amount }] });
+    for (const amount of [2, 4, 8, 16])
+      if (left % amount === 0 && left > 1) out.push({ ...opts, upcast: [...opts.upcast, { axis, amount }] });
     // or this axis's loop outermost (or back in order)
     const outer = opts.outer[0] === axis ? [] : [axis];
     if (size > 1) out.push({ ...opts, outer });
   });
   const reduceSize = lastReduceSize(plain);
-  for (const unroll of [2, 4, 8]) if (reduceSize % unroll === 0 && unroll !== opts.unroll) out.push({ ...opts, unroll });
+  for (const unroll of [2, 4, 8])
+    if (reduceSize % unroll === 0 && unroll !== opts.unroll) out.push({ ...opts, unroll });
   // host backends: the sum's steps over several accumulators (a vector of partial sums), or back to one
-  if (spec.host && reduceSize > 1) for (const split of [0, 8, 16]) if (reduceSize >= 4 * split && split !== (opts.split ?? 0)) out.push({ ...opts, split });
+  if (spec.host && reduceSize > 1)
+    for (const split of [0, 8, 16])
+      if (reduceSize >= 4 * split && split !== (opts.split ?? 0)) out.push({ ...opts, split });
   const loops = loopTrips(shape, opts.upcast, opts.outer, opts.chunk).length;
-  for (let parallel = 0; parallel <= Math.min(loops, 3); parallel++) if (parallel !== opts.parallel) out.push({ ...opts, parallel });
+  for (let parallel = 0; parallel <= Math.min(loops, 3); parallel++)
+    if (parallel !== opts.parallel) out.push({ ...opts, parallel });
   // a K-blocked sum may do better whole, or in blocks half or twice as long
-  if (opts.kblock) for (const kblock of [0, opts.kblock / 2, opts.kblock * 2]) if (kblock === 0 || kblock >= 64) out.push({ ...opts, kblock });
+  if (opts.kblock)
+    for (const kblock of [0, opts.kblock / 2, opts.kblock * 2])
+      if (kblock === 0 || kblock >= 64) out.push({ ...opts, kblock });
   // chunked tiles may do better unchunked, or in chunks half or twice as long
-  if (opts.chunk) for (const tiles of [0, opts.chunk.tiles / 2, opts.chunk.tiles * 2]) out.push({ ...opts, chunk: tiles ? { axis: opts.chunk.axis, tiles } : undefined });
+  if (opts.chunk)
+    for (const tiles of [0, opts.chunk.tiles / 2, opts.chunk.tiles * 2])
+      out.push({ ...opts, chunk: tiles ? { axis: opts.chunk.axis, tiles } : undefined });
   return out.map((o) => (o.chunk && !chunkFits(shape, o) ? { ...o, chunk: undefined } : o));
 }
 
@@ -177,17 +199,20 @@ export function extensions(opts: KernelOpts, spec: KernelSpec, plain: KernelIR):
 function chunkFits(shape: readonly number[], opts: KernelOpts): boolean {
   const { axis, tiles } = opts.chunk!;
   const trips = tileTrips(shape, opts.upcast, axis);
-  return Number.isInteger(tiles) && tiles >= 1 && splittingChunk(opts.chunk, trips) !== undefined && trips % tiles === 0;
+  return (
+    Number.isInteger(tiles) && tiles >= 1 && splittingChunk(opts.chunk, trips) !== undefined && trips % tiles === 0
+  );
 }
 
 /** The trip count of the innermost reduce loop (1 when there is none). */
 function lastReduceSize(kernel: KernelIR): number {
   let size = 1;
   const walk = (body: KernelIR["body"]): void => {
-    for (const s of body) if (s.kind === "loop") {
-      if (s.var.startsWith("r")) size = s.size;
-      walk(s.body);
-    }
+    for (const s of body)
+      if (s.kind === "loop") {
+        if (s.var.startsWith("r")) size = s.size;
+        walk(s.body);
+      }
   };
   walk(kernel.body);
   return size;
@@ -196,9 +221,14 @@ function lastReduceSize(kernel: KernelIR): number {
 /** (what the kernel computes, device, threads): the plain lowering's IR names the computation exactly. */
 function searchKey(spec: KernelSpec, device: string): string {
   const plain = lowerKernel(spec, NO_OPTS);
-  const ir = JSON.stringify(plain.body, (_, v) => (typeof v === "object" && v !== null && "kind" in v && "min" in v && "key" in v ? v.key : v));
+  const ir = JSON.stringify(plain.body, (_, v) =>
+    typeof v === "object" && v !== null && "kind" in v && "min" in v && "key" in v ? v.key : v,
+  );
   const buffers = plain.buffers.map((b) => `${b.dtype.name}[${b.size}]`).join(",");
-  return createHash("sha256").update(`${device}|${getenv("THREADS", 0)}|${buffers}|${ir}`).digest("hex").slice(0, 32);
+  return createHash("sha256")
+    .update(`${device}|${getenv("THREADS", 0)}|${buffers}|${ir}`)
+    .digest("hex")
+    .slice(0, 32);
 }
 
 const cachePath = (key: string): string => join(cacheDir(), "beam", `${key}.json`);
@@ -220,7 +250,12 @@ const choiceMemo = new Map<string, string>();
  * describe): each is timed once and the fastest's name is cached on disk by (kernel, device, the list), as
  * searched options are. Undefined where the kernel cannot be searched, BEAM is off or nothing ran.
  */
-export function searchChoice(kernel: KernelIR, device: string, names: readonly string[], time: (names: readonly string[]) => number[]): string | undefined {
+export function searchChoice(
+  kernel: KernelIR,
+  device: string,
+  names: readonly string[],
+  time: (names: readonly string[]) => number[],
+): string | undefined {
   const spec = kernelSpecOf(kernel);
   if (!spec || searchLimits().beam <= 0 || names.length === 0) return undefined;
   const key = searchKey(spec, `${device}|choices ${names.join(",")}`);
@@ -239,8 +274,14 @@ export function searchChoice(kernel: KernelIR, device: string, names: readonly s
   searchStats.searched++;
   choiceMemo.set(key, names[best]!);
   mkdirSync(join(cacheDir(), "beam"), { recursive: true });
-  writeAtomic(cachePath(key), JSON.stringify({ choice: names[best], seconds: Object.fromEntries(names.map((n, i) => [n, seconds[i]])) }));
-  if (debugLevel() >= 2) console.error(`BEAM ${kernel.name}: ${names[best]} ${(seconds[best]! * 1e6).toFixed(1)} us of ${names.length} choices, searched in ${((performance.now() - start) / 1000).toFixed(2)} s`);
+  writeAtomic(
+    cachePath(key),
+    JSON.stringify({ choice: names[best], seconds: Object.fromEntries(names.map((n, i) => [n, seconds[i]])) }),
+  );
+  if (debugLevel() >= 2)
+    console.error(
+      `BEAM ${kernel.name}: ${names[best]} ${(seconds[best]! * 1e6).toFixed(1)} us of ${names.length} choices, searched in ${((performance.now() - start) / 1000).toFixed(2)} s`,
+    );
   return names[best];
 }
 
@@ -263,5 +304,6 @@ function readCachedChoice(key: string, names: readonly string[]): string | undef
 export function clearKernelCache({ onDisk = false } = {}): void {
   memo.clear();
   choiceMemo.clear();
-  if (onDisk) for (const folder of ["beam", "cpu", "lowered"]) rmSync(join(cacheDir(), folder), { recursive: true, force: true });
+  if (onDisk)
+    for (const folder of ["beam", "cpu", "lowered"]) rmSync(join(cacheDir(), folder), { recursive: true, force: true });
 }

@@ -13,7 +13,16 @@ const TABLES = (() => {
   }
   return tables;
 })();
-const [T0, T1, T2, T3, T4, T5, T6, T7] = TABLES as [Uint32Array, Uint32Array, Uint32Array, Uint32Array, Uint32Array, Uint32Array, Uint32Array, Uint32Array];
+const [T0, T1, T2, T3, T4, T5, T6, T7] = TABLES as [
+  Uint32Array,
+  Uint32Array,
+  Uint32Array,
+  Uint32Array,
+  Uint32Array,
+  Uint32Array,
+  Uint32Array,
+  Uint32Array,
+];
 
 /** CRC-32C of `bytes`, continuing from `crc` (0 to start). */
 export function crc32c(bytes: Uint8Array, crc = 0): number {
@@ -22,8 +31,15 @@ export function crc32c(bytes: Uint8Array, crc = 0): number {
   const end8 = bytes.length - (bytes.length % 8);
   for (; i < end8; i += 8) {
     const lo = (c ^ (bytes[i]! | (bytes[i + 1]! << 8) | (bytes[i + 2]! << 16) | (bytes[i + 3]! << 24))) >>> 0;
-    c = T7[lo & 0xff]! ^ T6[(lo >>> 8) & 0xff]! ^ T5[(lo >>> 16) & 0xff]! ^ T4[lo >>> 24]!
-      ^ T3[bytes[i + 4]!]! ^ T2[bytes[i + 5]!]! ^ T1[bytes[i + 6]!]! ^ T0[bytes[i + 7]!]!;
+    c =
+      T7[lo & 0xff]! ^
+      T6[(lo >>> 8) & 0xff]! ^
+      T5[(lo >>> 16) & 0xff]! ^
+      T4[lo >>> 24]! ^
+      T3[bytes[i + 4]!]! ^
+      T2[bytes[i + 5]!]! ^
+      T1[bytes[i + 6]!]! ^
+      T0[bytes[i + 7]!]!;
   }
   for (; i < bytes.length; i++) c = T0[(c ^ bytes[i]!) & 0xff]! ^ (c >>> 8);
   return ~c >>> 0;

@@ -105,7 +105,9 @@ function detectWeightFormat(path: string): WeightFormat {
   }
   if (endsWithTableMagic(tail)) {
     if (!file.endsWith(".index")) {
-      throw new InspectError(`${file}: a LevelDB table, but a checkpoint index is named PREFIX.index (its data shards are found by that prefix)`);
+      throw new InspectError(
+        `${file}: a LevelDB table, but a checkpoint index is named PREFIX.index (its data shards are found by that prefix)`,
+      );
     }
     return { format: "tf-checkpoint", indexFile: file };
   }
@@ -121,7 +123,9 @@ function readEnds(file: string): { file: string; head: Uint8Array; tail: Uint8Ar
     fd = openSync(file, "r");
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === "ENOENT") return undefined;
-    throw new InspectError(`${file}: cannot open (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})`);
+    throw new InspectError(
+      `${file}: cannot open (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})`,
+    );
   }
   try {
     const stat = fstatSync(fd);
@@ -140,7 +144,12 @@ function readEnds(file: string): { file: string; head: Uint8Array; tail: Uint8Ar
 export function inspectionJson(inspection: Inspection): object {
   if (inspection.format === "safetensors") {
     const { file, metadata, tensors } = inspection;
-    return { format: "safetensors", file, metadata, entries: tensors.map(({ name, dtype, shape, offset, size }) => ({ name, dtype, shape, offset, size })) };
+    return {
+      format: "safetensors",
+      file,
+      metadata,
+      entries: tensors.map(({ name, dtype, shape, offset, size }) => ({ name, dtype, shape, offset, size })),
+    };
   }
   const listing = tfCheckpointListingJson(inspection.index) as { entries: object[] };
   const entries = listing.entries.map((entry, i) => {
@@ -161,7 +170,12 @@ tensors whose data shard is absent are listed all the same.
   --no-verify  list a checkpoint without reading its data shards
   --help       this text`;
 
-const VERDICTS: Record<TfTensorCheck["status"], string> = { ok: "crc ok", mismatch: "crc MISMATCH", unreadable: "unreadable", absent: "data absent" };
+const VERDICTS: Record<TfTensorCheck["status"], string> = {
+  ok: "crc ok",
+  mismatch: "crc MISMATCH",
+  unreadable: "unreadable",
+  absent: "data absent",
+};
 
 async function inspectCli(args: string[]): Promise<number> {
   const paths = args.filter((arg) => !arg.startsWith("--"));
@@ -184,7 +198,9 @@ async function inspectCli(args: string[]): Promise<number> {
     },
   });
   if (args.includes("--json")) console.log(JSON.stringify(inspectionJson(inspection), null, 1));
-  else for (const { name, dtype, shape, check } of inspection.tensors) console.log([name, dtype, `[${shape.join(", ")}]`, ...(check ? [VERDICTS[check]] : [])].join("\t"));
+  else
+    for (const { name, dtype, shape, check } of inspection.tensors)
+      console.log([name, dtype, `[${shape.join(", ")}]`, ...(check ? [VERDICTS[check]] : [])].join("\t"));
   const checked = inspection.tensors.filter((tensor) => tensor.check !== undefined);
   if (checked.length === 0) return 0;
   const count = (status: TfTensorCheck["status"]) => checked.filter((tensor) => tensor.check === status).length;

@@ -84,7 +84,10 @@ export function readVarint(bytes: Uint8Array, pos: number, what: string): { valu
 
 /** Whether `tail` (a file's last bytes, at least 8) ends with the table magic number, as every SSTable does. */
 export function endsWithTableMagic(tail: Uint8Array): boolean {
-  return tail.length >= TABLE_MAGIC.length && TABLE_MAGIC.every((byte, i) => tail[tail.length - TABLE_MAGIC.length + i] === byte);
+  return (
+    tail.length >= TABLE_MAGIC.length &&
+    TABLE_MAGIC.every((byte, i) => tail[tail.length - TABLE_MAGIC.length + i] === byte)
+  );
 }
 
 /** Parse a whole SSTable held in memory; `file` names it in errors. Checks every block's CRC. */
@@ -93,10 +96,15 @@ export function parseTable(bytes: Uint8Array, file: string): Table {
     throw new TableFormatError(`${file}: ${bytes.length} bytes is too short for a table footer (${FOOTER_SIZE} bytes)`);
   }
   const footerAt = bytes.length - FOOTER_SIZE;
-  if (!endsWithTableMagic(bytes)) throw new TableFormatError(`${file}: bad table magic number in the footer at byte ${bytes.length - 8}`);
+  if (!endsWithTableMagic(bytes))
+    throw new TableFormatError(`${file}: bad table magic number in the footer at byte ${bytes.length - 8}`);
   const metaindex = readBlockHandle(bytes, footerAt, `${file}: footer metaindex handle`);
   const index = readBlockHandle(bytes, metaindex.next, `${file}: footer index handle`);
-  const metaindexBlock = parseBlock(readBlock(bytes, metaindex.handle, file, "metaindex").contents, metaindex.handle.offset, file);
+  const metaindexBlock = parseBlock(
+    readBlock(bytes, metaindex.handle, file, "metaindex").contents,
+    metaindex.handle.offset,
+    file,
+  );
   const indexBlock = parseBlock(readBlock(bytes, index.handle, file, "index").contents, index.handle.offset, file);
 
   const dataBlocks: DataBlockInfo[] = [];
@@ -105,7 +113,13 @@ export function parseTable(bytes: Uint8Array, file: string): Table {
     const { handle } = readBlockHandle(value, 0, `${file}: index entry for a data block`);
     const { contents, compression } = readBlock(bytes, handle, file, "data");
     const block = parseBlock(contents, handle.offset, file);
-    dataBlocks.push({ ...handle, compression, entries: block.entries.length, restarts: block.restarts, indexSeparator: key });
+    dataBlocks.push({
+      ...handle,
+      compression,
+      entries: block.entries.length,
+      restarts: block.restarts,
+      indexSeparator: key,
+    });
     entries.push(...block.entries);
   }
   return {
@@ -151,7 +165,11 @@ function readBlock(
 }
 
 /** Entries and restart count of a (decompressed) block; `blockOffset` places errors in the file. */
-function parseBlock(contents: Uint8Array, blockOffset: number, file: string): { entries: TableEntry[]; restarts: number } {
+function parseBlock(
+  contents: Uint8Array,
+  blockOffset: number,
+  file: string,
+): { entries: TableEntry[]; restarts: number } {
   const where = `${file}: block at byte ${blockOffset}`;
   if (contents.length < 4) throw new TableFormatError(`${where}: ${contents.length} bytes cannot hold a restart count`);
   const view = new DataView(contents.buffer, contents.byteOffset, contents.length);
@@ -174,7 +192,9 @@ function parseBlock(contents: Uint8Array, blockOffset: number, file: string): { 
     const valueLength = readVarint(contents, unshared.next, what);
     pos = valueLength.next;
     if (shared.value > previousKey.length || (restartOffsets.has(entryAt) && shared.value !== 0)) {
-      throw new TableFormatError(`${what}: shares ${shared.value} key bytes with a ${previousKey.length}-byte previous key`);
+      throw new TableFormatError(
+        `${what}: shares ${shared.value} key bytes with a ${previousKey.length}-byte previous key`,
+      );
     }
     if (pos + unshared.value + valueLength.value > restartsAt) {
       throw new TableFormatError(`${what}: key and value run into the restart array at block byte ${restartsAt}`);

@@ -33,7 +33,10 @@ export interface SafetensorsContents {
   metadata: Record<string, string>;
 }
 
-type TypedArrayClass = { new (buffer: ArrayBuffer, byteOffset: number, length: number): ArrayBufferView; BYTES_PER_ELEMENT: number };
+type TypedArrayClass = {
+  new (buffer: ArrayBuffer, byteOffset: number, length: number): ArrayBufferView;
+  BYTES_PER_ELEMENT: number;
+};
 
 const ARRAY_CLASSES: Record<SafetensorsDType, TypedArrayClass> = {
   F64: Float64Array,
@@ -52,7 +55,8 @@ const ARRAY_CLASSES: Record<SafetensorsDType, TypedArrayClass> = {
 };
 
 // Typed arrays use the host's byte order and the format is little-endian.
-if (new Uint8Array(new Uint16Array([1]).buffer)[0] !== 1) throw new Error("safetensors: big-endian hosts are not supported");
+if (new Uint8Array(new Uint16Array([1]).buffer)[0] !== 1)
+  throw new Error("safetensors: big-endian hosts are not supported");
 
 /** A malformed safetensors file or tensor; names the file, the tensor and the byte offset. */
 export class SafetensorsError extends Error {
@@ -90,10 +94,14 @@ export interface SafetensorsStreamedTensor {
  * The header bytes (length, JSON, padding) for tensors of these dtypes and shapes, and the order their data
  * follows in: widest elements first, so that every tensor's data starts aligned to its element size.
  */
-function layoutSafetensors(tensors: Record<string, { dtype: unknown; shape: unknown; data?: ArrayBufferView & { length: number } }>, metadata: Record<string, string>): { header: Uint8Array; names: string[]; bytes: Map<string, number> } {
+function layoutSafetensors(
+  tensors: Record<string, { dtype: unknown; shape: unknown; data?: ArrayBufferView & { length: number } }>,
+  metadata: Record<string, string>,
+): { header: Uint8Array; names: string[]; bytes: Map<string, number> } {
   const source = "<encode>";
   for (const [name, value] of Object.entries(metadata)) {
-    if (typeof value !== "string") throw new SafetensorsError(source, undefined, 0, `__metadata__.${name} is ${typeof value}, not a string`);
+    if (typeof value !== "string")
+      throw new SafetensorsError(source, undefined, 0, `__metadata__.${name} is ${typeof value}, not a string`);
   }
   const width = (name: string) => {
     const { dtype } = tensors[name]!;
@@ -108,14 +116,25 @@ function layoutSafetensors(tensors: Record<string, { dtype: unknown; shape: unkn
     if (name === "__metadata__") throw new SafetensorsError(source, name, 0, "the name __metadata__ is reserved");
     const { dtype, shape, data } = tensors[name]!;
     if (!isDType(dtype)) throw new SafetensorsError(source, name, dataLength, `unknown dtype ${String(dtype)}`);
-    if (!validShape(shape)) throw new SafetensorsError(source, name, dataLength, `invalid shape ${JSON.stringify(shape)}`);
+    if (!validShape(shape))
+      throw new SafetensorsError(source, name, dataLength, `invalid shape ${JSON.stringify(shape)}`);
     // (a tensor given whole: its array must be its dtype's and hold its shape)
     const arrayClass = ARRAY_CLASSES[dtype];
     if (data !== undefined && !(data instanceof (arrayClass as unknown as Function))) {
-      throw new SafetensorsError(source, name, dataLength, `${dtype} data must be a ${arrayClass.name}, got ${data?.constructor?.name}`);
+      throw new SafetensorsError(
+        source,
+        name,
+        dataLength,
+        `${dtype} data must be a ${arrayClass.name}, got ${data?.constructor?.name}`,
+      );
     }
     if (data !== undefined && data.length !== elementCount(shape)) {
-      throw new SafetensorsError(source, name, dataLength, `shape [${shape.join(", ")}] needs ${elementCount(shape)} elements, data has ${data.length}`);
+      throw new SafetensorsError(
+        source,
+        name,
+        dataLength,
+        `shape [${shape.join(", ")}] needs ${elementCount(shape)} elements, data has ${data.length}`,
+      );
     }
     const byteLength = elementCount(shape) * ARRAY_CLASSES[dtype].BYTES_PER_ELEMENT;
     json[name] = { dtype, shape, data_offsets: [dataLength, dataLength + byteLength] };
@@ -134,7 +153,10 @@ function layoutSafetensors(tensors: Record<string, { dtype: unknown; shape: unkn
 const bytesOf = (view: ArrayBufferView): Uint8Array => new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
 
 /** Serialises `tensors` (and string `metadata`) into the bytes of a safetensors file. */
-export function encodeSafetensors(tensors: Record<string, SafetensorsTensor>, metadata: Record<string, string> = {}): Uint8Array {
+export function encodeSafetensors(
+  tensors: Record<string, SafetensorsTensor>,
+  metadata: Record<string, string> = {},
+): Uint8Array {
   const { header, names, bytes: sizes } = layoutSafetensors(tensors, metadata);
   const bytes = new Uint8Array(header.length + names.reduce((n, name) => n + sizes.get(name)!, 0));
   bytes.set(header);
@@ -165,10 +187,16 @@ export interface SafetensorsHeader {
  * against a file of `fileLength` bytes; the caller then reads the data it needs.
  */
 function parseHeader(prefix: Uint8Array, fileLength: number, source: string): SafetensorsHeader {
-  if (fileLength < 8) throw new SafetensorsError(source, undefined, 0, `${fileLength} bytes is too short for the 8-byte header length`);
+  if (fileLength < 8)
+    throw new SafetensorsError(source, undefined, 0, `${fileLength} bytes is too short for the 8-byte header length`);
   const headerLength = new DataView(prefix.buffer, prefix.byteOffset, 8).getBigUint64(0, true);
   if (headerLength > BigInt(fileLength - 8)) {
-    throw new SafetensorsError(source, undefined, 0, `header length ${headerLength} runs past the end of the file (${fileLength} bytes)`);
+    throw new SafetensorsError(
+      source,
+      undefined,
+      0,
+      `header length ${headerLength} runs past the end of the file (${fileLength} bytes)`,
+    );
   }
   const dataStart = 8 + Number(headerLength);
   let header: unknown;
@@ -189,14 +217,37 @@ function parseHeader(prefix: Uint8Array, fileLength: number, source: string): Sa
   let expectedBegin = 0;
   const entries: Record<string, SafetensorsEntry> = {};
   for (const { name, dtype, shape, begin, end } of parsed) {
-    if (begin < expectedBegin) throw new SafetensorsError(source, name, dataStart + begin, `data overlaps the previous tensor's, which ends at byte offset ${dataStart + expectedBegin}`);
-    if (begin > expectedBegin) throw new SafetensorsError(source, name, dataStart + expectedBegin, `bytes ${dataStart + expectedBegin}..${dataStart + begin} belong to no tensor`);
-    if (end > dataLength) throw new SafetensorsError(source, name, dataStart + begin, `data ends at byte offset ${dataStart + end}, past the end of the file (${fileLength} bytes)`);
+    if (begin < expectedBegin)
+      throw new SafetensorsError(
+        source,
+        name,
+        dataStart + begin,
+        `data overlaps the previous tensor's, which ends at byte offset ${dataStart + expectedBegin}`,
+      );
+    if (begin > expectedBegin)
+      throw new SafetensorsError(
+        source,
+        name,
+        dataStart + expectedBegin,
+        `bytes ${dataStart + expectedBegin}..${dataStart + begin} belong to no tensor`,
+      );
+    if (end > dataLength)
+      throw new SafetensorsError(
+        source,
+        name,
+        dataStart + begin,
+        `data ends at byte offset ${dataStart + end}, past the end of the file (${fileLength} bytes)`,
+      );
     entries[name] = { dtype, shape, byteOffset: dataStart + begin, byteLength: end - begin };
     expectedBegin = end;
   }
   if (expectedBegin !== dataLength) {
-    throw new SafetensorsError(source, undefined, dataStart + expectedBegin, `${dataLength - expectedBegin} trailing bytes belong to no tensor`);
+    throw new SafetensorsError(
+      source,
+      undefined,
+      dataStart + expectedBegin,
+      `${dataLength - expectedBegin} trailing bytes belong to no tensor`,
+    );
   }
   return { entries, metadata };
 }
@@ -236,7 +287,8 @@ function parseMetadata(source: string, metadata: unknown): Record<string, string
     throw new SafetensorsError(source, undefined, 8, "__metadata__ is not a JSON object");
   }
   for (const [key, value] of Object.entries(metadata)) {
-    if (typeof value !== "string") throw new SafetensorsError(source, undefined, 8, `__metadata__.${key} is ${JSON.stringify(value)}, not a string`);
+    if (typeof value !== "string")
+      throw new SafetensorsError(source, undefined, 8, `__metadata__.${key} is ${JSON.stringify(value)}, not a string`);
   }
   return metadata as Record<string, string>;
 }
@@ -259,10 +311,21 @@ function parseEntry(source: string, name: string, entry: unknown, dataStart: num
     throw fail(`invalid data_offsets ${JSON.stringify(offsets)}`);
   }
   const [begin, end] = offsets as [number, number];
-  if (end < begin) throw new SafetensorsError(source, name, dataStart + begin, `data_offsets [${begin}, ${end}] end before they begin`);
+  if (end < begin)
+    throw new SafetensorsError(
+      source,
+      name,
+      dataStart + begin,
+      `data_offsets [${begin}, ${end}] end before they begin`,
+    );
   const expectedBytes = elementCount(shape) * ARRAY_CLASSES[dtype].BYTES_PER_ELEMENT;
   if (end - begin !== expectedBytes) {
-    throw new SafetensorsError(source, name, dataStart + begin, `shape [${shape.join(", ")}] of ${dtype} needs ${expectedBytes} bytes, data_offsets give ${end - begin}`);
+    throw new SafetensorsError(
+      source,
+      name,
+      dataStart + begin,
+      `shape [${shape.join(", ")}] of ${dtype} needs ${expectedBytes} bytes, data_offsets give ${end - begin}`,
+    );
   }
   return { name, dtype, shape, begin, end };
 }
@@ -271,17 +334,25 @@ function typedView(bytes: Uint8Array, dtype: SafetensorsDType, offset: number, b
   const arrayClass = ARRAY_CLASSES[dtype];
   const length = byteLength / arrayClass.BYTES_PER_ELEMENT;
   const absolute = bytes.byteOffset + offset;
-  if (absolute % arrayClass.BYTES_PER_ELEMENT === 0) return new arrayClass(bytes.buffer as ArrayBuffer, absolute, length);
+  if (absolute % arrayClass.BYTES_PER_ELEMENT === 0)
+    return new arrayClass(bytes.buffer as ArrayBuffer, absolute, length);
   const copy = new Uint8Array(byteLength); // not bytes.slice: a Node Buffer's slice is a view
   copy.set(bytes.subarray(offset, offset + byteLength));
   return new arrayClass(copy.buffer, 0, length);
 }
 
 /** Writes a safetensors file atomically (temp file + rename), each tensor's data straight from its array. */
-export function writeSafetensorsFile(path: string, tensors: Record<string, SafetensorsTensor>, metadata: Record<string, string> = {}): void {
+export function writeSafetensorsFile(
+  path: string,
+  tensors: Record<string, SafetensorsTensor>,
+  metadata: Record<string, string> = {},
+): void {
   // (`data` rides along for the layout to check it, before any file is opened)
   const streamed = Object.fromEntries(
-    Object.entries(tensors).map(([name, { dtype, shape, data }]) => [name, { dtype, shape, data, write: (emit: (piece: ArrayBufferView) => void) => emit(data) }]),
+    Object.entries(tensors).map(([name, { dtype, shape, data }]) => [
+      name,
+      { dtype, shape, data, write: (emit: (piece: ArrayBufferView) => void) => emit(data) },
+    ]),
   );
   writeSafetensorsStream(path, streamed, metadata);
 }
@@ -291,7 +362,11 @@ export function writeSafetensorsFile(path: string, tensors: Record<string, Safet
  * widest elements first), so that a file need not be held in memory whole. A tensor that hands over more or
  * fewer bytes than its shape holds fails the write, naming it; nothing is left at `path` then.
  */
-export function writeSafetensorsStream(path: string, tensors: Record<string, SafetensorsStreamedTensor>, metadata: Record<string, string> = {}): void {
+export function writeSafetensorsStream(
+  path: string,
+  tensors: Record<string, SafetensorsStreamedTensor>,
+  metadata: Record<string, string> = {},
+): void {
   const { header, names, bytes } = layoutSafetensors(tensors, metadata);
   writeFileAtomicFrom(path, (write) => {
     write(header);
@@ -300,11 +375,13 @@ export function writeSafetensorsStream(path: string, tensors: Record<string, Saf
       const expected = bytes.get(name)!;
       let given = 0;
       tensors[name]!.write((piece) => {
-        if (given + piece.byteLength > expected) throw new SafetensorsError(path, name, offset + given, `more data than its shape holds (${expected} bytes)`);
+        if (given + piece.byteLength > expected)
+          throw new SafetensorsError(path, name, offset + given, `more data than its shape holds (${expected} bytes)`);
         given += piece.byteLength;
         write(bytesOf(piece));
       });
-      if (given !== expected) throw new SafetensorsError(path, name, offset + given, `${given} bytes of data, its shape holds ${expected}`);
+      if (given !== expected)
+        throw new SafetensorsError(path, name, offset + given, `${given} bytes of data, its shape holds ${expected}`);
       offset += expected;
     }
   });

@@ -53,7 +53,8 @@ export function snappyDecompress(input: Uint8Array, source?: string): Uint8Array
       }
       runLength += 1;
       if (pos + runLength > input.length) fail(`literal of ${runLength} bytes runs past the end of the input`, tagAt);
-      if (produced + runLength > length) fail(`literal of ${runLength} bytes overflows the declared length ${length}`, tagAt);
+      if (produced + runLength > length)
+        fail(`literal of ${runLength} bytes overflows the declared length ${length}`, tagAt);
       output.set(input.subarray(pos, pos + runLength), produced);
       pos += runLength;
       produced += runLength;
@@ -76,8 +77,10 @@ export function snappyDecompress(input: Uint8Array, source?: string): Uint8Array
       distance = (input[pos]! | (input[pos + 1]! << 8) | (input[pos + 2]! << 16) | (input[pos + 3]! << 24)) >>> 0;
       pos += 4;
     }
-    if (distance === 0 || distance > produced) fail(`copy offset ${distance} outside the ${produced} bytes produced so far`, tagAt);
-    if (produced + copyLength > length) fail(`copy of ${copyLength} bytes overflows the declared length ${length}`, tagAt);
+    if (distance === 0 || distance > produced)
+      fail(`copy offset ${distance} outside the ${produced} bytes produced so far`, tagAt);
+    if (produced + copyLength > length)
+      fail(`copy of ${copyLength} bytes overflows the declared length ${length}`, tagAt);
     for (let i = 0; i < copyLength; i++, produced++) output[produced] = output[produced - distance]!;
   }
   if (produced !== length) fail(`input ends after ${produced} of the declared ${length} bytes`, pos);

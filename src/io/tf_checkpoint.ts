@@ -30,7 +30,10 @@ export class TfChecksumError extends TfCheckpointError {
   }
 }
 
-type FixedWidthArrayClass = { new (buffer: ArrayBuffer, byteOffset: number, length: number): ArrayBufferView; BYTES_PER_ELEMENT: number };
+type FixedWidthArrayClass = {
+  new (buffer: ArrayBuffer, byteOffset: number, length: number): ArrayBufferView;
+  BYTES_PER_ELEMENT: number;
+};
 
 /** TensorFlow's DataType enum (types.proto) for the dtypes a checkpoint can hold, with their storage. */
 const DTYPES: Record<number, { name: string; array?: FixedWidthArrayClass; elementsPerItem?: number }> = {
@@ -140,7 +143,9 @@ export async function readTfCheckpointIndex(prefix: string): Promise<TfCheckpoin
   if (!header) throw new TfCheckpointError(`${indexFile}: no bundle header (the table has no empty key)`);
   for (const entry of entries) {
     if (entry.shardId >= header.numShards) {
-      throw new TfCheckpointError(`${indexFile}: entry "${entry.name}" is in shard ${entry.shardId} of a ${header.numShards}-shard bundle`);
+      throw new TfCheckpointError(
+        `${indexFile}: entry "${entry.name}" is in shard ${entry.shardId} of a ${header.numShards}-shard bundle`,
+      );
     }
   }
   return { indexFile, header, table, entries };
@@ -152,7 +157,10 @@ export async function listTfCheckpoint(prefix: string): Promise<TfCheckpointEntr
 }
 
 /** Read the selected tensors of a checkpoint, checking each one's CRC-32C. */
-export async function readTfCheckpoint(prefix: string, options: ReadTfCheckpointOptions = {}): Promise<Map<string, TfTensor>> {
+export async function readTfCheckpoint(
+  prefix: string,
+  options: ReadTfCheckpointOptions = {},
+): Promise<Map<string, TfTensor>> {
   const { header, entries } = await readTfCheckpointIndex(prefix);
   const wanted = entries.filter((entry) => options.filter?.(entry.name) ?? true);
   if (header.endianness !== "LITTLE" && wanted.length > 0) {
@@ -193,7 +201,10 @@ export interface TfTensorCheck {
  * Check every tensor's CRC-32C against its index entry, one tensor in memory at a time.
  * Unlike readTfCheckpoint, a bad or missing tensor is reported, not thrown, so every tensor gets a verdict.
  */
-export async function checkTfCheckpoint(prefix: string, onProgress?: ReadTfCheckpointOptions["onProgress"]): Promise<TfTensorCheck[]> {
+export async function checkTfCheckpoint(
+  prefix: string,
+  onProgress?: ReadTfCheckpointOptions["onProgress"],
+): Promise<TfTensorCheck[]> {
   const { header, entries } = await readTfCheckpointIndex(prefix);
   const bytesTotal = entries.reduce((sum, entry) => sum + entry.size, 0);
   let bytesRead = 0;
@@ -204,13 +215,19 @@ export async function checkTfCheckpoint(prefix: string, onProgress?: ReadTfCheck
       const file = tfDataShardFile(prefix, entry.shardId, header.numShards);
       const check = { name: entry.name, file, offset: entry.offset, size: entry.size };
       try {
-        if (header.endianness !== "LITTLE") throw new TfCheckpointError(`${file}: tensor "${entry.name}": big-endian bundles are not supported`);
+        if (header.endianness !== "LITTLE")
+          throw new TfCheckpointError(`${file}: tensor "${entry.name}": big-endian bundles are not supported`);
         decodeTensor(await readTensorBytes(await shards.of(entry), entry), entry, file);
         checks.push({ ...check, status: "ok" });
       } catch (error) {
         // TableFormatError: a DT_STRING record whose length varints are garbled.
         if (!(error instanceof TfCheckpointError || error instanceof TableFormatError)) throw error;
-        const status = error instanceof TfChecksumError ? "mismatch" : error instanceof TfMissingShardError ? "absent" : "unreadable";
+        const status =
+          error instanceof TfChecksumError
+            ? "mismatch"
+            : error instanceof TfMissingShardError
+              ? "absent"
+              : "unreadable";
         checks.push({ ...check, status, problem: status === "absent" ? `${file}: absent` : error.message });
       }
       bytesRead += entry.size;
@@ -257,13 +274,18 @@ class DataShards {
   }
 
   async close(): Promise<void> {
-    for (const shard of this.opened.values()) await shard.then((opened) => opened.handle.close(), () => undefined);
+    for (const shard of this.opened.values())
+      await shard.then(
+        (opened) => opened.handle.close(),
+        () => undefined,
+      );
   }
 }
 
 async function readTensorBytes(shard: DataShard, entry: TfCheckpointEntry): Promise<Uint8Array> {
   const where = `${shard.file}: tensor "${entry.name}" at byte ${entry.offset} (${entry.size} bytes)`;
-  if (entry.slices > 0) throw new TfCheckpointError(`${where}: partitioned variables (${entry.slices} slices) are not supported`);
+  if (entry.slices > 0)
+    throw new TfCheckpointError(`${where}: partitioned variables (${entry.slices} slices) are not supported`);
   if (entry.offset + entry.size > shard.fileSize) {
     throw new TfCheckpointError(`${where}: runs past the end of the ${shard.fileSize}-byte file (truncated?)`);
   }
@@ -284,12 +306,16 @@ function decodeTensor(bytes: Uint8Array, entry: TfCheckpointEntry, file: string)
   if (dtype && !dtype.array) return decodeStrings(bytes, elements, entry, where);
   const computed = maskedCrc32c(bytes);
   if (computed !== entry.crc32cMasked) {
-    throw new TfChecksumError(`${where}: masked crc32c stored ${hex32(entry.crc32cMasked)} but computed ${hex32(computed)}`);
+    throw new TfChecksumError(
+      `${where}: masked crc32c stored ${hex32(entry.crc32cMasked)} but computed ${hex32(computed)}`,
+    );
   }
   if (!dtype?.array) throw new TfCheckpointError(`${where}: dtype ${entry.dtype} cannot be read`);
   const length = elements * (dtype.elementsPerItem ?? 1);
   if (length * dtype.array.BYTES_PER_ELEMENT !== bytes.length) {
-    throw new TfCheckpointError(`${where}: ${bytes.length} bytes do not hold ${entry.dtype} [${entry.shape.join(", ")}]`);
+    throw new TfCheckpointError(
+      `${where}: ${bytes.length} bytes do not hold ${entry.dtype} [${entry.shape.join(", ")}]`,
+    );
   }
   return new dtype.array(bytes.buffer as ArrayBuffer, bytes.byteOffset, length) as TfTensorData;
 }
@@ -310,7 +336,9 @@ function decodeStrings(bytes: Uint8Array, elements: number, entry: TfCheckpointE
   const dataAt = pos + 4;
   const total = lengths.reduce((sum, length) => sum + length, 0);
   if (dataAt + total !== bytes.length) {
-    throw new TfCheckpointError(`${where}: ${elements} strings of ${total} bytes do not fill the ${bytes.length}-byte record`);
+    throw new TfCheckpointError(
+      `${where}: ${elements} strings of ${total} bytes do not fill the ${bytes.length}-byte record`,
+    );
   }
   const covered = new Uint8Array(4 * elements + 4 + total);
   const view = new DataView(covered.buffer);
@@ -318,7 +346,9 @@ function decodeStrings(bytes: Uint8Array, elements: number, entry: TfCheckpointE
   covered.set(bytes.subarray(pos), 4 * elements);
   const computed = maskedCrc32c(covered);
   if (computed !== entry.crc32cMasked) {
-    throw new TfChecksumError(`${where}: masked crc32c stored ${hex32(entry.crc32cMasked)} but computed ${hex32(computed)}`);
+    throw new TfChecksumError(
+      `${where}: masked crc32c stored ${hex32(entry.crc32cMasked)} but computed ${hex32(computed)}`,
+    );
   }
   const strings: Uint8Array[] = [];
   for (let i = 0, at = dataAt; i < elements; at += lengths[i]!, i++) strings.push(bytes.slice(at, at + lengths[i]!));
@@ -327,7 +357,10 @@ function decodeStrings(bytes: Uint8Array, elements: number, entry: TfCheckpointE
 
 // Protocol buffers, just enough of the wire format for the two bundle messages.
 
-type ProtoField = { field: number; varint: number; bytes?: undefined } | { field: number; bytes: Uint8Array; varint?: undefined } | { field: number; fixed: number; varint?: undefined; bytes?: undefined };
+type ProtoField =
+  | { field: number; varint: number; bytes?: undefined }
+  | { field: number; bytes: Uint8Array; varint?: undefined }
+  | { field: number; fixed: number; varint?: undefined; bytes?: undefined };
 
 function* protoFields(message: Uint8Array, what: string): Generator<ProtoField> {
   let pos = 0;
@@ -343,13 +376,16 @@ function* protoFields(message: Uint8Array, what: string): Generator<ProtoField> 
     } else if (wireType === 2) {
       const length = readVarint(message, pos, `${what}: field ${field}`);
       pos = length.next + length.value;
-      if (pos > message.length) throw new TfCheckpointError(`${what}: field ${field} runs past the end of the ${message.length}-byte message`);
+      if (pos > message.length)
+        throw new TfCheckpointError(`${what}: field ${field} runs past the end of the ${message.length}-byte message`);
       yield { field, bytes: message.subarray(length.next, pos) };
     } else if (wireType === 5 || wireType === 1) {
       const width = wireType === 5 ? 4 : 8;
-      if (pos + width > message.length) throw new TfCheckpointError(`${what}: field ${field} runs past the end of the ${message.length}-byte message`);
+      if (pos + width > message.length)
+        throw new TfCheckpointError(`${what}: field ${field} runs past the end of the ${message.length}-byte message`);
       // No bundle field is a fixed64, so only fixed32 values are handed on.
-      if (width === 4) yield { field, fixed: new DataView(message.buffer, message.byteOffset + pos, 4).getUint32(0, true) };
+      if (width === 4)
+        yield { field, fixed: new DataView(message.buffer, message.byteOffset + pos, 4).getUint32(0, true) };
       pos += width;
     } else {
       throw new TfCheckpointError(`${what}: unsupported protobuf wire type ${wireType} at byte ${pos}`);
@@ -370,15 +406,22 @@ function pushVarints(into: number[], field: ProtoField, what: string): void {
 }
 
 function decodeHeader(message: Uint8Array, what: string): TfBundleHeader {
-  const header: TfBundleHeader = { numShards: 0, endianness: "LITTLE", version: { producer: 0, minConsumer: 0, badConsumers: [] } };
+  const header: TfBundleHeader = {
+    numShards: 0,
+    endianness: "LITTLE",
+    version: { producer: 0, minConsumer: 0, badConsumers: [] },
+  };
   for (const field of protoFields(message, what)) {
     if (field.field === 1 && field.varint !== undefined) header.numShards = field.varint;
     else if (field.field === 2 && field.varint !== undefined) header.endianness = field.varint === 1 ? "BIG" : "LITTLE";
     else if (field.field === 3 && field.bytes) {
       for (const versionField of protoFields(field.bytes, `${what}: version`)) {
-        if (versionField.field === 1 && versionField.varint !== undefined) header.version.producer = versionField.varint;
-        else if (versionField.field === 2 && versionField.varint !== undefined) header.version.minConsumer = versionField.varint;
-        else if (versionField.field === 3) pushVarints(header.version.badConsumers, versionField, `${what}: bad_consumers`);
+        if (versionField.field === 1 && versionField.varint !== undefined)
+          header.version.producer = versionField.varint;
+        else if (versionField.field === 2 && versionField.varint !== undefined)
+          header.version.minConsumer = versionField.varint;
+        else if (versionField.field === 3)
+          pushVarints(header.version.badConsumers, versionField, `${what}: bad_consumers`);
       }
     }
   }
@@ -386,7 +429,16 @@ function decodeHeader(message: Uint8Array, what: string): TfBundleHeader {
 }
 
 function decodeEntry(message: Uint8Array, what: string): Omit<TfCheckpointEntry, "name"> {
-  const entry = { dtype: "", dtypeEnum: 0, shape: [] as number[], shardId: 0, offset: 0, size: 0, crc32cMasked: 0, slices: 0 };
+  const entry = {
+    dtype: "",
+    dtypeEnum: 0,
+    shape: [] as number[],
+    shardId: 0,
+    offset: 0,
+    size: 0,
+    crc32cMasked: 0,
+    slices: 0,
+  };
   for (const field of protoFields(message, what)) {
     if (field.field === 1 && field.varint !== undefined) entry.dtypeEnum = field.varint;
     else if (field.field === 2 && field.bytes) entry.shape = decodeShape(field.bytes, `${what}: shape`);
@@ -422,7 +474,11 @@ export function tfCheckpointListingJson(index: TfCheckpointIndex): object {
     header: {
       num_shards: header.numShards,
       endianness: header.endianness,
-      version: { producer: header.version.producer, min_consumer: header.version.minConsumer, bad_consumers: header.version.badConsumers },
+      version: {
+        producer: header.version.producer,
+        min_consumer: header.version.minConsumer,
+        bad_consumers: header.version.badConsumers,
+      },
     },
     table: {
       file_size: table.fileSize,

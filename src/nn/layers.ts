@@ -7,12 +7,17 @@ import { TsgradError } from "../helpers.ts";
 export type Initializer = (shape: number[]) => Tensor;
 
 /** PyTorch's default for Linear: uniform in ±1/sqrt(fanIn). */
-export const uniformFanIn = (fanIn: number): Initializer => (shape) => {
-  const bound = 1 / Math.sqrt(fanIn);
-  return Tensor.uniform(shape, -bound, bound);
-};
+export const uniformFanIn =
+  (fanIn: number): Initializer =>
+  (shape) => {
+    const bound = 1 / Math.sqrt(fanIn);
+    return Tensor.uniform(shape, -bound, bound);
+  };
 /** Truncated normal (±2 std), BERT's initialiser: `truncatedNormal(0.02)`. */
-export const truncatedNormal = (std: number): Initializer => (shape) => Tensor.truncNormal(shape, { std });
+export const truncatedNormal =
+  (std: number): Initializer =>
+  (shape) =>
+    Tensor.truncNormal(shape, { std });
 /** Standard normal, PyTorch's default for Embedding. */
 export const standardNormal: Initializer = (shape) => Tensor.randn(shape);
 export const zeros: Initializer = (shape) => Tensor.zeros(shape);
@@ -57,13 +62,20 @@ export class Linear {
   constructor(
     readonly inFeatures: number,
     readonly outFeatures: number,
-    { bias = true, weightInit = uniformFanIn(inFeatures), biasInit = uniformFanIn(inFeatures) }: { bias?: boolean; weightInit?: Initializer; biasInit?: Initializer } = {},
+    {
+      bias = true,
+      weightInit = uniformFanIn(inFeatures),
+      biasInit = uniformFanIn(inFeatures),
+    }: { bias?: boolean; weightInit?: Initializer; biasInit?: Initializer } = {},
   ) {
     this.weight = parameter(weightInit, [outFeatures, inFeatures]);
     if (bias) this.bias = parameter(biasInit, [outFeatures]);
   }
   forward(x: Tensor): Tensor {
-    if (x.shape[x.ndim - 1] !== this.inFeatures) throw new TsgradError(`Linear(${this.inFeatures} -> ${this.outFeatures}): input has shape [${x.shape.join(", ")}]`);
+    if (x.shape[x.ndim - 1] !== this.inFeatures)
+      throw new TsgradError(
+        `Linear(${this.inFeatures} -> ${this.outFeatures}): input has shape [${x.shape.join(", ")}]`,
+      );
     return x.linear(this.weight, this.bias);
   }
 }
@@ -74,13 +86,23 @@ export class Linear {
  * [in, out / groups, kh, kw].
  */
 function convParameters(
-  layer: string, inChannels: number, outChannels: number, kernel: number | readonly [number, number], groups: number, bias: boolean, transposed: boolean,
+  layer: string,
+  inChannels: number,
+  outChannels: number,
+  kernel: number | readonly [number, number],
+  groups: number,
+  bias: boolean,
+  transposed: boolean,
 ): [Tensor, Tensor | undefined] {
-  if (inChannels % groups !== 0 || outChannels % groups !== 0) throw new TsgradError(`${layer}(${inChannels} -> ${outChannels}): ${groups} groups must divide both`);
+  if (inChannels % groups !== 0 || outChannels % groups !== 0)
+    throw new TsgradError(`${layer}(${inChannels} -> ${outChannels}): ${groups} groups must divide both`);
   const [kh, kw] = typeof kernel === "number" ? [kernel, kernel] : kernel;
   const [first, second] = transposed ? [inChannels, outChannels / groups] : [outChannels, inChannels / groups];
   const fanIn = second * kh * kw;
-  return [parameter(uniformFanIn(fanIn), [first, second, kh, kw]), bias ? parameter(uniformFanIn(fanIn), [outChannels]) : undefined];
+  return [
+    parameter(uniformFanIn(fanIn), [first, second, kh, kw]),
+    bias ? parameter(uniformFanIn(fanIn), [outChannels]) : undefined,
+  ];
 }
 
 /** A convolution over 2 spatial axes (PyTorch's Conv2d: weight [out, in / groups, kh, kw], its initialisation). */
@@ -92,7 +114,13 @@ export class Conv2d {
     readonly inChannels: number,
     readonly outChannels: number,
     kernel: number | readonly [number, number],
-    { stride = 1, padding = 0, dilation = 1, groups = 1, bias = true }: Omit<ConvOptions, "bias"> & { bias?: boolean } = {},
+    {
+      stride = 1,
+      padding = 0,
+      dilation = 1,
+      groups = 1,
+      bias = true,
+    }: Omit<ConvOptions, "bias"> & { bias?: boolean } = {},
   ) {
     [this.weight, this.bias] = convParameters("Conv2d", inChannels, outChannels, kernel, groups, bias, false);
     this.options = { stride, padding, dilation, groups };
@@ -111,7 +139,14 @@ export class ConvTranspose2d {
     readonly inChannels: number,
     readonly outChannels: number,
     kernel: number | readonly [number, number],
-    { stride = 1, padding = 0, outputPadding = 0, dilation = 1, groups = 1, bias = true }: Omit<ConvTransposeOptions, "bias"> & { bias?: boolean } = {},
+    {
+      stride = 1,
+      padding = 0,
+      outputPadding = 0,
+      dilation = 1,
+      groups = 1,
+      bias = true,
+    }: Omit<ConvTransposeOptions, "bias"> & { bias?: boolean } = {},
   ) {
     [this.weight, this.bias] = convParameters("ConvTranspose2d", inChannels, outChannels, kernel, groups, bias, true);
     this.options = { stride, padding, outputPadding, dilation, groups };
@@ -124,7 +159,11 @@ export class ConvTranspose2d {
 /** Rows of a [vocabSize, dim] table picked by integer ids. */
 export class Embedding {
   weight: Tensor;
-  constructor(readonly vocabSize: number, readonly dim: number, { init = standardNormal }: { init?: Initializer } = {}) {
+  constructor(
+    readonly vocabSize: number,
+    readonly dim: number,
+    { init = standardNormal }: { init?: Initializer } = {},
+  ) {
     this.weight = parameter(init, [vocabSize, dim]);
   }
   forward(ids: Tensor): Tensor {
@@ -136,12 +175,16 @@ export class Embedding {
 export class LayerNorm {
   weight: Tensor;
   bias: Tensor;
-  constructor(readonly dim: number, readonly eps = 1e-5) {
+  constructor(
+    readonly dim: number,
+    readonly eps = 1e-5,
+  ) {
     this.weight = parameter(ones, [dim]);
     this.bias = parameter(zeros, [dim]);
   }
   forward(x: Tensor): Tensor {
-    if (x.shape[x.ndim - 1] !== this.dim) throw new TsgradError(`LayerNorm(${this.dim}): input has shape [${x.shape.join(", ")}]`);
+    if (x.shape[x.ndim - 1] !== this.dim)
+      throw new TsgradError(`LayerNorm(${this.dim}): input has shape [${x.shape.join(", ")}]`);
     return x.layerNorm({ eps: this.eps }).mul(this.weight).add(this.bias);
   }
 }
@@ -149,13 +192,20 @@ export class LayerNorm {
 /** Scales the last axis by the reciprocal of its root mean square, then by weight (no centring, no bias). */
 export class RMSNorm {
   weight: Tensor;
-  constructor(readonly dim: number, readonly eps = 1e-6) {
+  constructor(
+    readonly dim: number,
+    readonly eps = 1e-6,
+  ) {
     this.weight = parameter(ones, [dim]);
   }
   forward(x: Tensor): Tensor {
-    if (x.shape[x.ndim - 1] !== this.dim) throw new TsgradError(`RMSNorm(${this.dim}): input has shape [${x.shape.join(", ")}]`);
+    if (x.shape[x.ndim - 1] !== this.dim)
+      throw new TsgradError(`RMSNorm(${this.dim}): input has shape [${x.shape.join(", ")}]`);
     const xf = x.float();
-    return xf.mul(xf.square().mean({ axis: -1, keepdim: true }).add(this.eps).rsqrt()).cast(x.dtype).mul(this.weight);
+    return xf
+      .mul(xf.square().mean({ axis: -1, keepdim: true }).add(this.eps).rsqrt())
+      .cast(x.dtype)
+      .mul(this.weight);
   }
 }
 
@@ -166,13 +216,21 @@ export class RMSNorm {
 export class GroupNorm {
   weight: Tensor;
   bias: Tensor;
-  constructor(readonly groups: number, readonly channels: number, readonly eps = 1e-5) {
-    if (!Number.isInteger(groups) || groups < 1 || channels % groups !== 0) throw new TsgradError(`GroupNorm: ${groups} groups must divide ${channels} channels`);
+  constructor(
+    readonly groups: number,
+    readonly channels: number,
+    readonly eps = 1e-5,
+  ) {
+    if (!Number.isInteger(groups) || groups < 1 || channels % groups !== 0)
+      throw new TsgradError(`GroupNorm: ${groups} groups must divide ${channels} channels`);
     this.weight = parameter(ones, [channels]);
     this.bias = parameter(zeros, [channels]);
   }
   forward(x: Tensor): Tensor {
-    if (x.ndim < 2 || x.shape[1] !== this.channels) throw new TsgradError(`GroupNorm(${this.groups}, ${this.channels}): input has shape [${x.shape.join(", ")}], channels on axis 1`);
+    if (x.ndim < 2 || x.shape[1] !== this.channels)
+      throw new TsgradError(
+        `GroupNorm(${this.groups}, ${this.channels}): input has shape [${x.shape.join(", ")}], channels on axis 1`,
+      );
     const normed = x.reshape([x.shape[0]!, this.groups, -1]).layerNorm({ eps: this.eps }).reshape(x.shape);
     const perChannel = (t: Tensor): Tensor => t.reshape(x.shape.map((s, d) => (d === 1 ? s : 1)));
     return normed.mul(perChannel(this.weight)).add(perChannel(this.bias));
@@ -190,14 +248,19 @@ export class BatchNorm {
   bias: Tensor;
   runningMean: Tensor;
   runningVar: Tensor;
-  constructor(readonly channels: number, readonly eps = 1e-5, readonly momentum = 0.1) {
+  constructor(
+    readonly channels: number,
+    readonly eps = 1e-5,
+    readonly momentum = 0.1,
+  ) {
     this.weight = parameter(ones, [channels]);
     this.bias = parameter(zeros, [channels]);
     this.runningMean = Tensor.zeros([channels]).contiguous().realize();
     this.runningVar = Tensor.ones([channels]).contiguous().realize();
   }
   forward(x: Tensor): Tensor {
-    if (x.ndim < 2 || x.shape[1] !== this.channels) throw new TsgradError(`BatchNorm(${this.channels}): input has shape [${x.shape.join(", ")}], channels on axis 1`);
+    if (x.ndim < 2 || x.shape[1] !== this.channels)
+      throw new TsgradError(`BatchNorm(${this.channels}): input has shape [${x.shape.join(", ")}], channels on axis 1`);
     const axes = x.shape.flatMap((_, d) => (d === 1 ? [] : [d]));
     const perChannel = (t: Tensor): Tensor => t.reshape(x.shape.map((s, d) => (d === 1 ? s : 1)));
     let mean: Tensor, variance: Tensor;

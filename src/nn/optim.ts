@@ -20,7 +20,8 @@ export abstract class Optimizer implements HasStateDict {
   constructor(params: readonly Tensor[], lr: number) {
     if (params.length === 0) throw new TsgradError("an optimizer needs at least one parameter");
     params.forEach((p, i) => {
-      if (!p.requiresGrad) throw new TsgradError(`optimizer parameter ${i} (${fmtShape(p.shape)}) does not require grad`);
+      if (!p.requiresGrad)
+        throw new TsgradError(`optimizer parameter ${i} (${fmtShape(p.shape)}) does not require grad`);
     });
     this.params = [...params];
     this.lr = scalarState(lr, params[0]!.device);
@@ -34,7 +35,8 @@ export abstract class Optimizer implements HasStateDict {
   /** Builds the update lazily (assigning into parameters and state) and returns what to realize. */
   scheduleStep(): Tensor[] {
     const grads = this.params.map((p, i) => {
-      if (!p.grad) throw new TsgradError(`optimizer parameter ${i} (${fmtShape(p.shape)}) has no gradient; run backward() first`);
+      if (!p.grad)
+        throw new TsgradError(`optimizer parameter ${i} (${fmtShape(p.shape)}) has no gradient; run backward() first`);
       return p.grad;
     });
     return this.update(grads);
@@ -54,11 +56,18 @@ export abstract class Optimizer implements HasStateDict {
  * clip_grad_norm_), lazily: it replaces each `grad` with the scaled one, so a jitted step captures it. Returns
  * the norm before clipping (float32 scalar). Parameters without a gradient are skipped.
  */
-export function clipGradNorm(params: readonly Tensor[], maxNorm: number, { eps = 1e-6 }: { eps?: number } = {}): Tensor {
+export function clipGradNorm(
+  params: readonly Tensor[],
+  maxNorm: number,
+  { eps = 1e-6 }: { eps?: number } = {},
+): Tensor {
   if (!(maxNorm > 0)) throw new TsgradError(`clipGradNorm: maxNorm must be positive, got ${maxNorm}`);
   const withGrad = params.filter((p) => p.grad);
   if (withGrad.length === 0) throw new TsgradError("clipGradNorm: no parameter has a gradient; run backward() first");
-  const norm = withGrad.map((p) => p.grad!.float().square().sum()).reduce((a, b) => a.add(b)).sqrt();
+  const norm = withGrad
+    .map((p) => p.grad!.float().square().sum())
+    .reduce((a, b) => a.add(b))
+    .sqrt();
   const scale = norm.add(eps).reciprocal().mul(maxNorm).minimum(1);
   for (const p of withGrad) p.grad = p.grad!.mul(scale).cast(p.grad!.dtype);
   return norm;
@@ -71,7 +80,15 @@ export class SGD extends Optimizer {
   readonly weightDecay: number;
   readonly nesterov: boolean;
 
-  constructor(params: readonly Tensor[], { lr = 0.001, momentum = 0, weightDecay = 0, nesterov = false }: { lr?: number; momentum?: number; weightDecay?: number; nesterov?: boolean } = {}) {
+  constructor(
+    params: readonly Tensor[],
+    {
+      lr = 0.001,
+      momentum = 0,
+      weightDecay = 0,
+      nesterov = false,
+    }: { lr?: number; momentum?: number; weightDecay?: number; nesterov?: boolean } = {},
+  ) {
     super(params, lr);
     this.momentum = momentum;
     this.weightDecay = weightDecay;
@@ -129,7 +146,10 @@ export class LAMB extends Optimizer {
   readonly weightDecay: number;
   readonly adam: boolean;
 
-  constructor(params: readonly Tensor[], { lr = 0.001, b1 = 0.9, b2 = 0.999, eps = 1e-6, weightDecay = 0, adam = false }: LambOptions = {}) {
+  constructor(
+    params: readonly Tensor[],
+    { lr = 0.001, b1 = 0.9, b2 = 0.999, eps = 1e-6, weightDecay = 0, adam = false }: LambOptions = {},
+  ) {
     super(params, lr);
     this.b1 = b1;
     this.b2 = b2;
@@ -174,13 +194,22 @@ export class LAMB extends Optimizer {
  * one reduce over the two stacked (one kernel, or two for a long tensor, instead of two or four a parameter).
  */
 function trustRatio(w: Tensor, step: Tensor): Tensor {
-  const [weightNorm, stepNorm] = Tensor.stack([w.square().reshape([-1]), step.square().reshape([-1])]).sum({ axis: 1 }).sqrt().split(1);
-  return weightNorm!.gt(0).where(stepNorm!.gt(0).where(weightNorm!.div(stepNorm!), 1), 1).reshape([]);
+  const [weightNorm, stepNorm] = Tensor.stack([w.square().reshape([-1]), step.square().reshape([-1])])
+    .sum({ axis: 1 })
+    .sqrt()
+    .split(1);
+  return weightNorm!
+    .gt(0)
+    .where(stepNorm!.gt(0).where(weightNorm!.div(stepNorm!), 1), 1)
+    .reshape([]);
 }
 
 /** AdamW (decoupled weight decay): LAMB without the trust ratio. */
 export class AdamW extends LAMB {
-  constructor(params: readonly Tensor[], { lr = 0.001, b1 = 0.9, b2 = 0.999, eps = 1e-8, weightDecay = 0.01 }: Omit<LambOptions, "adam"> = {}) {
+  constructor(
+    params: readonly Tensor[],
+    { lr = 0.001, b1 = 0.9, b2 = 0.999, eps = 1e-8, weightDecay = 0.01 }: Omit<LambOptions, "adam"> = {},
+  ) {
     super(params, { lr, b1, b2, eps, weightDecay, adam: true });
   }
 }

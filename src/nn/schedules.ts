@@ -38,7 +38,6 @@ export abstract class LRScheduler implements HasStateDict {
   }
 }
 
-
 /** What both warmup schedules are given: a linear warmup from 0, then a decay from `initialLr` to `endLr`. */
 interface WarmupOptions {
   initialLr: number;
@@ -57,9 +56,14 @@ abstract class WarmupThenDecay extends LRScheduler {
   readonly totalSteps: number;
   readonly warmupSteps: number;
 
-  constructor(optimizer: Optimizer, name: string, { initialLr, endLr = 0, totalSteps, warmupSteps = 0 }: WarmupOptions) {
+  constructor(
+    optimizer: Optimizer,
+    name: string,
+    { initialLr, endLr = 0, totalSteps, warmupSteps = 0 }: WarmupOptions,
+  ) {
     super(optimizer);
-    if (!(totalSteps > 0) || !(warmupSteps >= 0)) throw new TsgradError(`${name}: totalSteps ${totalSteps} must be > 0 and warmupSteps ${warmupSteps} >= 0`);
+    if (!(totalSteps > 0) || !(warmupSteps >= 0))
+      throw new TsgradError(`${name}: totalSteps ${totalSteps} must be > 0 and warmupSteps ${warmupSteps} >= 0`);
     this.initialLr = initialLr;
     this.endLr = endLr;
     this.totalSteps = totalSteps;
@@ -100,7 +104,10 @@ export class PolynomialDecayWithWarmup extends WarmupThenDecay {
   protected decayed(steps: Tensor): Tensor {
     const decayLength = this.totalSteps - this.warmupSteps + 1;
     const remaining = steps.sub(this.warmupSteps).div(decayLength).neg().add(1);
-    return remaining.pow(this.power).mul(this.initialLr - this.endLr).add(this.endLr);
+    return remaining
+      .pow(this.power)
+      .mul(this.initialLr - this.endLr)
+      .add(this.endLr);
   }
 }
 
@@ -118,8 +125,16 @@ export class CosineDecayWithWarmup extends WarmupThenDecay {
   }
 
   protected decayed(steps: Tensor): Tensor {
-    const t = steps.sub(this.warmupSteps).div(Math.max(this.totalSteps - this.warmupSteps, 1)).clip(0, 1);
-    return t.mul(Math.PI).cos().add(1).mul((this.initialLr - this.endLr) / 2).add(this.endLr);
+    const t = steps
+      .sub(this.warmupSteps)
+      .div(Math.max(this.totalSteps - this.warmupSteps, 1))
+      .clip(0, 1);
+    return t
+      .mul(Math.PI)
+      .cos()
+      .add(1)
+      .mul((this.initialLr - this.endLr) / 2)
+      .add(this.endLr);
   }
 }
 

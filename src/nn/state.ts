@@ -3,7 +3,12 @@
 import { type DType, type DTypeName, type TypedArray, dtypes } from "../dtype.ts";
 import { TsgradError, arraysEqual, fmtShape, prod } from "../helpers.ts";
 import { Tensor } from "../tensor/index.ts";
-import { type SafetensorsDType, type SafetensorsTensor, readSafetensorsFile, writeSafetensorsFile } from "../io/safetensors.ts";
+import {
+  type SafetensorsDType,
+  type SafetensorsTensor,
+  readSafetensorsFile,
+  writeSafetensorsFile,
+} from "../io/safetensors.ts";
 
 /** Tensors by dotted name (`bert.encoder.layer.0.attention.self.query.weight`), in a stable order. */
 export type StateDict = Record<string, Tensor>;
@@ -49,27 +54,37 @@ export class StateDictError extends TsgradError {
   override name = "StateDictError";
 }
 
-const listNames = (names: string[]): string => (names.length <= 8 ? names.join(", ") : `${names.slice(0, 8).join(", ")} and ${names.length - 8} more`);
+const listNames = (names: string[]): string =>
+  names.length <= 8 ? names.join(", ") : `${names.slice(0, 8).join(", ")} and ${names.length - 8} more`;
 
 /**
  * Writes `state` into the tensors of `root` (by name, in place, so tied and optimizer-held
  * references stay valid), cast to each target's dtype and moved to its device. With `strict`
  * (the default) every name must match both ways.
  */
-export function loadStateDict(root: unknown, state: StateDict, { strict = true, source = "state dict" }: { strict?: boolean; source?: string } = {}): void {
+export function loadStateDict(
+  root: unknown,
+  state: StateDict,
+  { strict = true, source = "state dict" }: { strict?: boolean; source?: string } = {},
+): void {
   const targets = getStateDict(root);
   if (strict) {
     const missing = Object.keys(targets).filter((name) => !(name in state));
     const unexpected = Object.keys(state).filter((name) => !(name in targets));
     if (missing.length || unexpected.length) {
-      throw new StateDictError(`${source}: ${missing.length} missing (${listNames(missing)}), ${unexpected.length} unexpected (${listNames(unexpected)})`);
+      throw new StateDictError(
+        `${source}: ${missing.length} missing (${listNames(missing)}), ${unexpected.length} unexpected (${listNames(unexpected)})`,
+      );
     }
   }
   const written: Tensor[] = [];
   for (const [name, target] of Object.entries(targets)) {
     const value = state[name];
     if (!value) continue;
-    if (!arraysEqual(value.shape, target.shape)) throw new StateDictError(`${source}: "${name}" has shape ${fmtShape(value.shape)}, the model wants ${fmtShape(target.shape)}`);
+    if (!arraysEqual(value.shape, target.shape))
+      throw new StateDictError(
+        `${source}: "${name}" has shape ${fmtShape(value.shape)}, the model wants ${fmtShape(target.shape)}`,
+      );
     written.push(target.assign(value.to(target.device).cast(target.dtype)));
   }
   Tensor.realizeAll(written);
@@ -79,7 +94,10 @@ const isHalfFloat = (dtype: DType): boolean => dtype === dtypes.float16 || dtype
 
 /** A tensor of `data`, which holds elements as tsgrad stores them (16-bit floats as their bits). */
 export function tensorFromStorage(data: TypedArray, shape: readonly number[], dtype: DType, device?: string): Tensor {
-  if (data.length !== prod(shape as number[])) throw new TsgradError(`tensorFromStorage: shape ${fmtShape(shape)} needs ${prod(shape as number[])} elements, data has ${data.length}`);
+  if (data.length !== prod(shape as number[]))
+    throw new TsgradError(
+      `tensorFromStorage: shape ${fmtShape(shape)} needs ${prod(shape as number[])} elements, data has ${data.length}`,
+    );
   if (isHalfFloat(dtype)) return new Tensor(data, { dtype: dtypes.uint16, device }).bitcast(dtype).reshape(shape);
   return new Tensor(data, { dtype, device }).reshape(shape);
 }
@@ -90,10 +108,22 @@ export function storageOf(t: Tensor): TypedArray {
 }
 
 const SAFETENSORS_DTYPES: Record<DTypeName, SafetensorsDType> = {
-  bool: "BOOL", int8: "I8", uint8: "U8", int16: "I16", uint16: "U16", int32: "I32", uint32: "U32",
-  int64: "I64", float16: "F16", bfloat16: "BF16", float32: "F32", float64: "F64",
+  bool: "BOOL",
+  int8: "I8",
+  uint8: "U8",
+  int16: "I16",
+  uint16: "U16",
+  int32: "I32",
+  uint32: "U32",
+  int64: "I64",
+  float16: "F16",
+  bfloat16: "BF16",
+  float32: "F32",
+  float64: "F64",
 };
-const TSGRAD_DTYPES = new Map(Object.entries(SAFETENSORS_DTYPES).map(([name, code]) => [code, dtypes[name as DTypeName]]));
+const TSGRAD_DTYPES = new Map(
+  Object.entries(SAFETENSORS_DTYPES).map(([name, code]) => [code, dtypes[name as DTypeName]]),
+);
 
 /** The safetensors entry holding `t`'s values. */
 export function toSafetensorsTensor(t: Tensor): SafetensorsTensor {
@@ -108,7 +138,10 @@ export function safeSave(state: StateDict, path: string, metadata: Record<string
 }
 
 /** Reads a safetensors file into tensors on `device` (the default device unless given). */
-export function safeLoad(path: string, { device }: { device?: string } = {}): { state: StateDict; metadata: Record<string, string> } {
+export function safeLoad(
+  path: string,
+  { device }: { device?: string } = {},
+): { state: StateDict; metadata: Record<string, string> } {
   const { tensors, metadata } = readSafetensorsFile(path);
   const state: StateDict = {};
   for (const [name, { dtype, shape, data }] of Object.entries(tensors)) {
@@ -126,14 +159,21 @@ const TRAINING_STATE_FORMAT = "tsgrad-training-state";
  * safetensors file whose names are prefixed by the part (`model.bert...`, `optimizer.0.m.3`,
  * `scheduler.0.step`), written atomically.
  */
-export function saveTrainingState(path: string, parts: Record<string, unknown>, metadata: Record<string, string> = {}): void {
+export function saveTrainingState(
+  path: string,
+  parts: Record<string, unknown>,
+  metadata: Record<string, string> = {},
+): void {
   safeSave(getStateDict(parts), path, { ...metadata, format: TRAINING_STATE_FORMAT });
 }
 
 /** Restores what `saveTrainingState` wrote into the same parts (strictly: every name must match); returns its metadata. */
 export function loadTrainingState(path: string, parts: Record<string, unknown>): Record<string, string> {
   const { state, metadata } = safeLoad(path);
-  if (metadata.format !== TRAINING_STATE_FORMAT) throw new TsgradError(`${path}: not a tsgrad training state (metadata format is ${JSON.stringify(metadata.format)})`);
+  if (metadata.format !== TRAINING_STATE_FORMAT)
+    throw new TsgradError(
+      `${path}: not a tsgrad training state (metadata format is ${JSON.stringify(metadata.format)})`,
+    );
   loadStateDict(parts, state, { source: path });
   return metadata;
 }

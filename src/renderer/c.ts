@@ -22,8 +22,18 @@ export interface CRenderOptions {
 /** C: bools are computed as 32-bit 0/1 (as wide as the floats beside them, so that loops mixing them vectorise) and stored in a byte. */
 const C = cStyle({
   types: {
-    bool: "int32_t", int8: "int8_t", uint8: "uint8_t", int16: "int16_t", uint16: "uint16_t", int32: "int32_t",
-    uint32: "uint32_t", int64: "int64_t", float16: "float", bfloat16: "float", float32: "float", float64: "double",
+    bool: "int32_t",
+    int8: "int8_t",
+    uint8: "uint8_t",
+    int16: "int16_t",
+    uint16: "uint16_t",
+    int32: "int32_t",
+    uint32: "uint32_t",
+    int64: "int64_t",
+    float16: "float",
+    bfloat16: "float",
+    float32: "float",
+    float64: "double",
   },
   uint32: "uint32_t",
   uint64: "uint64_t",
@@ -34,7 +44,8 @@ const C = cStyle({
   lowest: (d) => `INT${d.itemsize * 8}_MIN`,
   // computed in double and rounded, as JavaScript's Math does; exp2 by arithmetic alone, so that loops around it vectorise
   narrowMath: (fn, a) => (fn === "exp2" ? `(float)tg_exp2_narrow((double)${a})` : `(float)${fn}((double)${a})`),
-  bitcast: (bits, fromType, toType, to) => `({ ${fromType} in_ = ${bits}; ${toType} out_; memcpy(&out_, &in_, sizeof out_); ${fromStorage("out_", to)}; })`,
+  bitcast: (bits, fromType, toType, to) =>
+    `({ ${fromType} in_ = ${bits}; ${toType} out_; memcpy(&out_, &in_, sizeof out_); ${fromStorage("out_", to)}; })`,
 });
 
 /** Inline helpers every kernel may use: exact 16-bit float conversions, wrapping casts, safe division. */
@@ -170,9 +181,20 @@ static inline tg_f32x16 tg_ldi16(const int32_t* p) { tg_i32x16 v; memcpy(&v, p, 
 export function renderC(kernel: KernelIR, fnName: string, opts: CRenderOptions): string {
   const params = C.params(kernel, (slot) => !opts.aliased?.has(slot));
   const loopVars = loopVarsOf(kernel.body);
-  const lines = [`${hasFragileLoops(kernel, loopVars) ? "TG_FRAGILE_LOOPS " : ""}void ${fnName}(${[...params, "int threads"].join(", ")}) {`];
-  const { body, plan: lanes } = planLanes(hoistInvariants(kernel.body, kernel.parallel, opts.aliased), opts.vectorLanes ?? []);
-  renderBlock(body, lines, "  ", { kernel, products: new Map(), indexType: indexType(kernel, loopVars), lanes, loopVars }, kernel.parallel);
+  const lines = [
+    `${hasFragileLoops(kernel, loopVars) ? "TG_FRAGILE_LOOPS " : ""}void ${fnName}(${[...params, "int threads"].join(", ")}) {`,
+  ];
+  const { body, plan: lanes } = planLanes(
+    hoistInvariants(kernel.body, kernel.parallel, opts.aliased),
+    opts.vectorLanes ?? [],
+  );
+  renderBlock(
+    body,
+    lines,
+    "  ",
+    { kernel, products: new Map(), indexType: indexType(kernel, loopVars), lanes, loopVars },
+    kernel.parallel,
+  );
   lines.push("}");
   return lines.join("\n");
 }
@@ -217,7 +239,8 @@ function hasFragileLoops(kernel: KernelIR, loopVars: ReadonlySet<string>): boole
       } else if (s.kind === "store") {
         add(s.buf, 1, descends(s.index, loopVars));
         if (s.valid?.length) fragile = true;
-      } else if (s.kind === "acc" && s.op === "ADD" && (s.dtype.kind === "int" || s.dtype.kind === "uint")) fragile = true;
+      } else if (s.kind === "acc" && s.op === "ADD" && (s.dtype.kind === "int" || s.dtype.kind === "uint"))
+        fragile = true;
     }
     return counts;
   };
@@ -232,11 +255,12 @@ function hasFragileLoops(kernel: KernelIR, loopVars: ReadonlySet<string>): boole
 function onlySumsAlongThemselves(body: readonly Stmt[]): boolean {
   const loops: { updates: number; along: boolean }[] = [];
   const visit = (stmts: readonly Stmt[]): void => {
-    for (const s of stmts) if (s.kind === "loop") {
-      const updates = s.body.filter((t) => t.kind === "update").length;
-      if (s.var.startsWith("r") && updates > 0) loops.push({ updates, along: sumsAlongItself(s) });
-      visit(s.body);
-    }
+    for (const s of stmts)
+      if (s.kind === "loop") {
+        const updates = s.body.filter((t) => t.kind === "update").length;
+        if (s.var.startsWith("r") && updates > 0) loops.push({ updates, along: sumsAlongItself(s) });
+        visit(s.body);
+      }
   };
   visit(body);
   return loops.some((l) => l.updates > 1) && loops.every((l) => l.along);
@@ -255,11 +279,16 @@ function sumsAlongItself(loop: Stmt & { kind: "loop" }): boolean {
     else if (e && "srcs" in e) for (const src of e.srcs) loadsOf(src, into, seen);
     return into;
   };
-  return updates.length > 0 && updates.every((u) => {
-    // (a load at the same place every step is a value from outside the loop)
-    const steps = loadsOf(u.value, [], new Set()).map((index) => coefficientOf(index, loop.var)).filter((c) => c !== 0);
-    return u.dtype.kind === "float" && steps.length > 0 && steps.every((c) => c === 1);
-  });
+  return (
+    updates.length > 0 &&
+    updates.every((u) => {
+      // (a load at the same place every step is a value from outside the loop)
+      const steps = loadsOf(u.value, [], new Set())
+        .map((index) => coefficientOf(index, loop.var))
+        .filter((c) => c !== 0);
+      return u.dtype.kind === "float" && steps.length > 0 && steps.every((c) => c === 1);
+    })
+  );
 }
 
 /** Whether a step of some loop variable moves `e` down somewhere in it: a negative factor over a term holding one. */
@@ -267,10 +296,16 @@ function descends(e: Idx, loopVars: ReadonlySet<string>): boolean {
   // (a negative factor shows in the key as "*-": most indices have none)
   if (!e.key.includes("*-")) return false;
   switch (e.kind) {
-    case "const": case "var": return false;
-    case "sum": return e.terms.some((t) => descends(t, loopVars));
-    case "mul": return (e.c < 0 && [...varsOf(e.a)].some((v) => loopVars.has(v))) || descends(e.a, loopVars);
-    case "div": case "mod": return descends(e.a, loopVars);
+    case "const":
+    case "var":
+      return false;
+    case "sum":
+      return e.terms.some((t) => descends(t, loopVars));
+    case "mul":
+      return (e.c < 0 && [...varsOf(e.a)].some((v) => loopVars.has(v))) || descends(e.a, loopVars);
+    case "div":
+    case "mod":
+      return descends(e.a, loopVars);
   }
 }
 
@@ -287,7 +322,9 @@ function loopVarsOf(stmts: readonly Stmt[], into = new Set<string>()): Set<strin
  * index's range may hold only where the guard does.
  */
 function readsInBounds(e: Expr & { op: "LOAD" }, kernel: KernelIR, loopVars: ReadonlySet<string>): boolean {
-  return e.index.min >= 0 && e.index.max < kernel.buffers[e.buf]!.size && [...varsOf(e.index)].every((v) => loopVars.has(v));
+  return (
+    e.index.min >= 0 && e.index.max < kernel.buffers[e.buf]!.size && [...varsOf(e.index)].every((v) => loopVars.has(v))
+  );
 }
 
 /** The loop variables' C type: 32-bit unless an index (or a step of computing one) can leave that range. */
@@ -298,7 +335,8 @@ function indexType(kernel: KernelIR, loopVars: ReadonlySet<string>): string {
       if (s.kind === "loop") scan(s.body);
       else if (s.kind === "store") exprs.push(s.index);
       else if (s.kind === "def" && (s.expr.op === "LOAD" || s.expr.op === "INDEX")) exprs.push(s.expr.index);
-      if (s.kind === "def" && (s.expr.op === "LOAD" || s.expr.op === "VALID")) exprs.push(...s.expr.valid.map((b) => b.expr));
+      if (s.kind === "def" && (s.expr.op === "LOAD" || s.expr.op === "VALID"))
+        exprs.push(...s.expr.valid.map((b) => b.expr));
     }
   };
   scan(kernel.body);
@@ -327,22 +365,39 @@ function laneVector(t: LaneTerm, width: number): string {
   if (t.kind === "intLoad") return `tg_ldi${width}(&b${t.buf}[${cIndex(t.index)}])`;
   if (t.kind === "splat") return `tg_splat${width}(${C.operand(t.operand)})`;
   const [a, b] = t.srcs.map((s) => laneVector(s, width));
-  if (t.kind === "select") return `tg_sel${width}(tg_mask${width}(&b${t.mask.buf}[${cIndex(t.mask.index)}]), ${a}, ${b})`;
+  if (t.kind === "select")
+    return `tg_sel${width}(tg_mask${width}(&b${t.mask.buf}[${cIndex(t.mask.index)}]), ${a}, ${b})`;
   return t.op === "NEG" ? `(-${a})` : `(${a} ${t.op === "ADD" ? "+" : "*"} ${b})`;
 }
 
-function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, ctx: RenderContext, parallel: number): void {
+function renderBlock(
+  stmts: readonly Stmt[],
+  out: string[],
+  indent: string,
+  ctx: RenderContext,
+  parallel: number,
+): void {
   const { kernel, lanes } = ctx;
   for (const s of stmts) {
     switch (s.kind) {
       case "loop":
         // the first `parallel` perfectly nested output loops are split across threads (inside a serial loop)
-        for (const group of lanes.groups.get(s) ?? []) out.push(`${indent}tg_f32x${group.accs.length} ${group.vector} = {${group.accs.join(", ")}};`);
-        if (parallel > 0 && !s.serial) out.push(`${indent}#pragma omp parallel for schedule(static) num_threads(threads)${parallel > 1 ? ` collapse(${parallel})` : ""}`);
+        for (const group of lanes.groups.get(s) ?? [])
+          out.push(`${indent}tg_f32x${group.accs.length} ${group.vector} = {${group.accs.join(", ")}};`);
+        if (parallel > 0 && !s.serial)
+          out.push(
+            `${indent}#pragma omp parallel for schedule(static) num_threads(threads)${parallel > 1 ? ` collapse(${parallel})` : ""}`,
+          );
         out.push(indent + forLoop(ctx.indexType, s.var, s.size));
         renderBlock(s.body, out, indent + "  ", ctx, s.serial ? parallel : 0);
         out.push(`${indent}}`);
-        for (const group of lanes.groups.get(s) ?? []) out.push(group.accs.map((acc, j) => `${acc} = ${group.vector}[${j}];`).join(" ").replace(/^/, indent));
+        for (const group of lanes.groups.get(s) ?? [])
+          out.push(
+            group.accs
+              .map((acc, j) => `${acc} = ${group.vector}[${j}];`)
+              .join(" ")
+              .replace(/^/, indent),
+          );
         // sibling loop nests at the top (the pieces of a concatenation) are each split across threads
         break;
       case "def": {
@@ -356,7 +411,8 @@ function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, ctx:
         noteProduct(s, ctx.products);
         // a 16-bit product widened to float32 is the same C float: the sum still takes the FMA
         const src = s.expr.op === "CAST" ? s.expr.srcs[0] : undefined;
-        if (src?.kind === "val" && ctx.products.has(src.name) && C.computeType(s.dtype) === C.computeType(src.dtype)) ctx.products.set(s.name, ctx.products.get(src.name)!);
+        if (src?.kind === "val" && ctx.products.has(src.name) && C.computeType(s.dtype) === C.computeType(src.dtype))
+          ctx.products.set(s.name, ctx.products.get(src.name)!);
         break;
       }
       case "acc":
@@ -368,9 +424,16 @@ function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, ctx:
         if (lane) {
           const { vector, accs } = lane.group;
           const w = accs.length;
-          if (lane.kind === "fma") out.push(`${indent}${vector} = tg_fma${w}(${C.operand(lane.scalar)}, &b${lane.buf}[${cIndex(lane.index)}], ${vector});`);
-          else if (lane.kind === "fusedSum") out.push(`${indent}${vector} = tg_vfma${w}(${lane.factors.map((t) => laneVector(t, w)).join(", ")}, ${vector});`);
-          else if (lane.kind === "max") out.push(`${indent}${vector} = tg_vmax${w}(${vector}, ${laneVector(lane.term, w)});`);
+          if (lane.kind === "fma")
+            out.push(
+              `${indent}${vector} = tg_fma${w}(${C.operand(lane.scalar)}, &b${lane.buf}[${cIndex(lane.index)}], ${vector});`,
+            );
+          else if (lane.kind === "fusedSum")
+            out.push(
+              `${indent}${vector} = tg_vfma${w}(${lane.factors.map((t) => laneVector(t, w)).join(", ")}, ${vector});`,
+            );
+          else if (lane.kind === "max")
+            out.push(`${indent}${vector} = tg_vmax${w}(${vector}, ${laneVector(lane.term, w)});`);
           else out.push(`${indent}${vector} = ${vector} + ${laneVector(lane.term, w)};`);
         }
         // the one place results may differ from the JS reference in the last bit: matmul speed needs the FMA

@@ -28,7 +28,11 @@ export type LaneTerm =
   | { readonly kind: "splat"; readonly operand: Operand }
   | { readonly kind: "alu"; readonly op: "ADD" | "MUL" | "NEG"; readonly srcs: readonly LaneTerm[] }
   /** `mask ? a : b` lane by lane, the mask neighbouring bools of a buffer (a dropout's kept elements). */
-  | { readonly kind: "select"; readonly mask: { readonly buf: number; readonly index: Idx }; readonly srcs: readonly [LaneTerm, LaneTerm] };
+  | {
+      readonly kind: "select";
+      readonly mask: { readonly buf: number; readonly index: Idx };
+      readonly srcs: readonly [LaneTerm, LaneTerm];
+    };
 
 /**
  * What a run of updates does as one vector: `vector += splat(scalar) * buf[index .. index + width)` (a register
@@ -60,7 +64,8 @@ export interface LanePlan {
  * between two places, a tile and its ragged tail): render that copy.
  */
 export function planLanes(source: readonly Stmt[], widths: readonly number[]): { body: Stmt[]; plan: LanePlan } {
-  const copy = (stmts: readonly Stmt[]): Stmt[] => stmts.map((s) => (s.kind === "loop" ? { ...s, body: copy(s.body) } : { ...s }));
+  const copy = (stmts: readonly Stmt[]): Stmt[] =>
+    stmts.map((s) => (s.kind === "loop" ? { ...s, body: copy(s.body) } : { ...s }));
   const body = copy(source);
   const plan: LanePlan = { updates: new Map(), groups: new Map(), skipped: new Set() };
   const uses = new Map<string, number>();
@@ -69,11 +74,12 @@ export function planLanes(source: readonly Stmt[], widths: readonly number[]): {
   collectDefs(body, everyDef);
   // (the loops enclosing the one visited, outermost first)
   const visit = (block: readonly Stmt[], enclosing: readonly (Stmt & { kind: "loop" })[]): void => {
-    for (const s of block) if (s.kind === "loop") {
-      planLoop(s, plan, uses, widths, everyDef);
-      hoistGroups(s, enclosing, plan);
-      visit(s.body, [...enclosing, s]);
-    }
+    for (const s of block)
+      if (s.kind === "loop") {
+        planLoop(s, plan, uses, widths, everyDef);
+        hoistGroups(s, enclosing, plan);
+        visit(s.body, [...enclosing, s]);
+      }
   };
   visit(body, []);
   return { body, plan };
@@ -85,7 +91,11 @@ export function planLanes(source: readonly Stmt[], widths: readonly number[]): {
  * outer loop. Packing 6 vectors from 96 scalars and back every 20 steps of a tied weight's gradient (160
  * terms as 8 x 20) had made it a third slower than the scalar form.
  */
-function hoistGroups(loop: Stmt & { kind: "loop" }, enclosing: readonly (Stmt & { kind: "loop" })[], plan: LanePlan): void {
+function hoistGroups(
+  loop: Stmt & { kind: "loop" },
+  enclosing: readonly (Stmt & { kind: "loop" })[],
+  plan: LanePlan,
+): void {
   const groups = plan.groups.get(loop);
   if (!groups) return;
   let at = loop;
@@ -116,15 +126,29 @@ function updatedNames(stmts: readonly Stmt[], into: Set<string>): void {
 type Def = Stmt & { kind: "def" };
 type Update = Stmt & { kind: "update" };
 
-function planLoop(loop: Stmt & { kind: "loop" }, plan: LanePlan, uses: ReadonlyMap<string, number>, widths: readonly number[], everyDef: ReadonlyMap<string, Def>): void {
+function planLoop(
+  loop: Stmt & { kind: "loop" },
+  plan: LanePlan,
+  uses: ReadonlyMap<string, number>,
+  widths: readonly number[],
+  everyDef: ReadonlyMap<string, Def>,
+): void {
   const defs = new Map<string, Def>();
   for (const s of loop.body) if (s.kind === "def") defs.set(s.name, s);
   const updates = loop.body.filter((s): s is Update => s.kind === "update");
   // every run of updates that is one vector multiply-add, keyed by its accumulators
   const runs: { updates: Update[]; accs: string[]; lane: LaneStep; consumed: [string, string][] }[] = [];
   for (let i = 0; i < updates.length; ) {
-    const run = widths.map((w) => vectorRun(updates.slice(i, i + w), defs) ?? sumRun(updates.slice(i, i + w), { loop: defs, every: everyDef })).find((r) => r !== undefined);
-    if (!run) { i++; continue; }
+    const run = widths
+      .map(
+        (w) =>
+          vectorRun(updates.slice(i, i + w), defs) ?? sumRun(updates.slice(i, i + w), { loop: defs, every: everyDef }),
+      )
+      .find((r) => r !== undefined);
+    if (!run) {
+      i++;
+      continue;
+    }
     runs.push(run);
     i += run.updates.length;
   }
@@ -141,12 +165,18 @@ function planLoop(loop: Stmt & { kind: "loop" }, plan: LanePlan, uses: ReadonlyM
   const readInLoop = new Set<string>();
   readNames(loop.body, readInLoop);
   const updatedDeeper = new Set<string>();
-  updatedNames(loop.body.filter((s) => s.kind === "loop"), updatedDeeper);
+  updatedNames(
+    loop.body.filter((s) => s.kind === "loop"),
+    updatedDeeper,
+  );
   const claimed = new Set<string>();
   const consumedUses = new Map<string, number>();
   for (const { accs, runs: groupRuns } of groups.values()) {
     const own = new Set(groupRuns.flatMap((r) => r.updates));
-    const ok = accs.every((a) => !claimed.has(a) && !readInLoop.has(a)) && updates.every((u) => !accs.includes(u.name) || own.has(u)) && !accs.some((a) => updatedDeeper.has(a));
+    const ok =
+      accs.every((a) => !claimed.has(a) && !readInLoop.has(a)) &&
+      updates.every((u) => !accs.includes(u.name) || own.has(u)) &&
+      !accs.some((a) => updatedDeeper.has(a));
     if (!ok) continue;
     accs.forEach((a) => claimed.add(a));
     const group: LaneGroup = { accs, vector: `${accs[0]}_v` };
@@ -160,9 +190,11 @@ function planLoop(loop: Stmt & { kind: "loop" }, plan: LanePlan, uses: ReadonlyM
   // those products does
   for (const [name, n] of consumedUses) if (uses.get(name) === n) plan.skipped.add(name);
   const loadUses = new Map<string, number>();
-  for (const group of groups.values()) for (const run of group.runs) for (const [product, load] of run.consumed) {
-    if (plan.skipped.has(product)) loadUses.set(load, (loadUses.get(load) ?? 0) + 1);
-  }
+  for (const group of groups.values())
+    for (const run of group.runs)
+      for (const [product, load] of run.consumed) {
+        if (plan.skipped.has(product)) loadUses.set(load, (loadUses.get(load) ?? 0) + 1);
+      }
   for (const [name, n] of loadUses) if (uses.get(name) === n) plan.skipped.add(name);
 }
 
@@ -182,10 +214,22 @@ function vectorRun(run: readonly Update[], defs: ReadonlyMap<string, Def>) {
   for (const side of [0, 1]) {
     const scalar = first[side]!;
     if (products.some((p) => !sameOperand(p!.srcs[side]!, scalar))) continue;
-    const base = neighbourLoads(products.map((p) => p!.srcs[1 - side]!), defs, "float32");
+    const base = neighbourLoads(
+      products.map((p) => p!.srcs[1 - side]!),
+      defs,
+      "float32",
+    );
     if (!base) continue;
-    const consumed = products.map((p): [string, string] => [p!.def.name, (p!.srcs[1 - side] as Operand & { kind: "val" }).name]);
-    return { updates: [...run], accs: run.map((u) => u.name), lane: { kind: "fma" as const, scalar, buf: base.buf, index: base.index }, consumed };
+    const consumed = products.map((p): [string, string] => [
+      p!.def.name,
+      (p!.srcs[1 - side] as Operand & { kind: "val" }).name,
+    ]);
+    return {
+      updates: [...run],
+      accs: run.map((u) => u.name),
+      lane: { kind: "fma" as const, scalar, buf: base.buf, index: base.index },
+      consumed,
+    };
   }
   return undefined;
 }
@@ -199,19 +243,44 @@ function vectorRun(run: readonly Update[], defs: ReadonlyMap<string, Def>) {
 function sumRun(run: readonly Update[], defs: Defs) {
   if (run.length !== 16 && run.length !== 8) return undefined;
   const op = run[0]!.op;
-  if (run.some((u) => u.op !== op || u.dtype.name !== "float32" || u.value.kind !== "val" || !!u.unfused !== !!run[0]!.unfused)) return undefined;
+  if (
+    run.some(
+      (u) => u.op !== op || u.dtype.name !== "float32" || u.value.kind !== "val" || !!u.unfused !== !!run[0]!.unfused,
+    )
+  )
+    return undefined;
   if (new Set(run.map((u) => u.name)).size !== run.length) return undefined;
   if (op === "MAX") {
-    const term = laneTerm(run.map((u) => u.value), defs);
-    return term && readsLanes(term) ? { updates: [...run], accs: run.map((u) => u.name), lane: { kind: "max" as const, term }, consumed: [] as [string, string][] } : undefined;
+    const term = laneTerm(
+      run.map((u) => u.value),
+      defs,
+    );
+    return term && readsLanes(term)
+      ? {
+          updates: [...run],
+          accs: run.map((u) => u.name),
+          lane: { kind: "max" as const, term },
+          consumed: [] as [string, string][],
+        }
+      : undefined;
   }
   const tops = run.map((u) => defs.loop.get((u.value as Operand & { kind: "val" }).name));
   const fused = !run[0]!.unfused && tops.every((d) => d?.expr.op === "MUL" && d.dtype.name === "float32");
   const term = fused
-    ? binary("MUL", tops.map((d) => (d!.expr as { srcs: readonly Operand[] }).srcs), defs)
-    : laneTerm(run.map((u) => u.value), defs);
+    ? binary(
+        "MUL",
+        tops.map((d) => (d!.expr as { srcs: readonly Operand[] }).srcs),
+        defs,
+      )
+    : laneTerm(
+        run.map((u) => u.value),
+        defs,
+      );
   if (!term || !readsLanes(term)) return undefined;
-  const lane: LaneStep = fused && term.kind === "alu" ? { kind: "fusedSum", factors: [term.srcs[0]!, term.srcs[1]!] } : { kind: "sum", term };
+  const lane: LaneStep =
+    fused && term.kind === "alu"
+      ? { kind: "fusedSum", factors: [term.srcs[0]!, term.srcs[1]!] }
+      : { kind: "sum", term };
   return { updates: [...run], accs: run.map((u) => u.name), lane, consumed: [] as [string, string][] };
 }
 
@@ -241,21 +310,47 @@ function laneTerm(operands: readonly Operand[], defs: Defs): LaneTerm | undefine
     const loads = neighbourLoads(operands, defs.loop, "float32");
     return loads && { kind: "load", ...loads };
   }
-  if (base.op === "ADD" || base.op === "MUL") return binary(base.op, exprs.map((e) => (e as { srcs: readonly Operand[] }).srcs), defs);
+  if (base.op === "ADD" || base.op === "MUL")
+    return binary(
+      base.op,
+      exprs.map((e) => (e as { srcs: readonly Operand[] }).srcs),
+      defs,
+    );
   if (base.op === "CAST") {
     // (float) of neighbouring int32 loads
-    const loads = neighbourLoads(exprs.map((e) => (e as { srcs: readonly Operand[] }).srcs[0]!), defs.loop, "int32");
+    const loads = neighbourLoads(
+      exprs.map((e) => (e as { srcs: readonly Operand[] }).srcs[0]!),
+      defs.loop,
+      "int32",
+    );
     return loads && { kind: "intLoad", ...loads };
   }
   if (base.op === "NEG") {
-    const src = laneTerm(exprs.map((e) => (e as { srcs: readonly Operand[] }).srcs[0]!), defs);
+    const src = laneTerm(
+      exprs.map((e) => (e as { srcs: readonly Operand[] }).srcs[0]!),
+      defs,
+    );
     return src && { kind: "alu", op: "NEG", srcs: [src] };
   }
   if (base.op === "WHERE") {
     const srcs = exprs.map((e) => (e as { srcs: readonly Operand[] }).srcs);
-    const mask = neighbourLoads(srcs.map((s) => s[0]!), defs.loop, "bool");
-    const a = mask && laneTerm(srcs.map((s) => s[1]!), defs);
-    const b = a && laneTerm(srcs.map((s) => s[2]!), defs);
+    const mask = neighbourLoads(
+      srcs.map((s) => s[0]!),
+      defs.loop,
+      "bool",
+    );
+    const a =
+      mask &&
+      laneTerm(
+        srcs.map((s) => s[1]!),
+        defs,
+      );
+    const b =
+      a &&
+      laneTerm(
+        srcs.map((s) => s[2]!),
+        defs,
+      );
     return b && { kind: "select", mask: mask!, srcs: [a!, b] };
   }
   return undefined;
@@ -265,13 +360,18 @@ function laneTerm(operands: readonly Operand[], defs: Defs): LaneTerm | undefine
  * Where lane j's operand is an unguarded load of `dtype` from element j of one run of a buffer (float32 lanes,
  * int32 ones to convert, a select's bools), that run's buffer and first index.
  */
-function neighbourLoads(operands: readonly Operand[], defs: ReadonlyMap<string, Def>, dtype: string): { buf: number; index: Idx } | undefined {
+function neighbourLoads(
+  operands: readonly Operand[],
+  defs: ReadonlyMap<string, Def>,
+  dtype: string,
+): { buf: number; index: Idx } | undefined {
   const loads = operands.map((o) => {
     const d = o.kind === "val" ? defs.get(o.name) : undefined;
     return d?.dtype.name === dtype && d.expr.op === "LOAD" && d.expr.valid.length === 0 ? d.expr : undefined;
   });
   const base = loads[0];
-  if (!base || loads.some((l, j) => !l || l.buf !== base.buf || l.index.key !== iadd(base.index, iconst(j)).key)) return undefined;
+  if (!base || loads.some((l, j) => !l || l.buf !== base.buf || l.index.key !== iadd(base.index, iconst(j)).key))
+    return undefined;
   return { buf: base.buf, index: base.index };
 }
 
@@ -299,13 +399,22 @@ function collectDefs(stmts: readonly Stmt[], into: Map<string, Def>): void {
 }
 
 function binary(op: "ADD" | "MUL", srcs: readonly (readonly Operand[])[], defs: Defs): LaneTerm | undefined {
-  const a = laneTerm(srcs.map((s) => s[0]!), defs);
-  const b = a && laneTerm(srcs.map((s) => s[1]!), defs);
+  const a = laneTerm(
+    srcs.map((s) => s[0]!),
+    defs,
+  );
+  const b =
+    a &&
+    laneTerm(
+      srcs.map((s) => s[1]!),
+      defs,
+    );
   return b && { kind: "alu", op, srcs: [a!, b] };
 }
 
 /** Whether a term reads some neighbouring loads (else every lane adds the same value: not worth a vector). */
-const readsLanes = (t: LaneTerm): boolean => t.kind === "load" || t.kind === "intLoad" || ((t.kind === "alu" || t.kind === "select") && t.srcs.some(readsLanes));
+const readsLanes = (t: LaneTerm): boolean =>
+  t.kind === "load" || t.kind === "intLoad" || ((t.kind === "alu" || t.kind === "select") && t.srcs.some(readsLanes));
 
 const sameOperand = (a: Operand, b: Operand): boolean =>
   a.kind === "val" ? b.kind === "val" && a.name === b.name : b.kind === "lit" && Object.is(a.value, b.value);
@@ -321,7 +430,9 @@ function readNames(stmts: readonly Stmt[], into: Set<string>): void {
 
 /** How many statements read each name (operands, update values, stores). */
 function countUses(stmts: readonly Stmt[], uses: Map<string, number>): void {
-  const use = (o: Operand): void => { if (o.kind === "val") uses.set(o.name, (uses.get(o.name) ?? 0) + 1); };
+  const use = (o: Operand): void => {
+    if (o.kind === "val") uses.set(o.name, (uses.get(o.name) ?? 0) + 1);
+  };
   for (const s of stmts) {
     if (s.kind === "loop") countUses(s.body, uses);
     else if (s.kind === "def" && "srcs" in s.expr) s.expr.srcs.forEach(use);

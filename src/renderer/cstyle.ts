@@ -80,7 +80,8 @@ export function toStorage(x: string, d: DType): string {
 }
 
 /** A loop from 0 to `size` - 1 over `name`, of type `type`. */
-export const forLoop = (type: string, name: string, size: number): string => `for (${type} ${name} = 0; ${name} < ${size}; ${name}++) {`;
+export const forLoop = (type: string, name: string, size: number): string =>
+  `for (${type} ${name} = 0; ${name} < ${size}; ${name}++) {`;
 
 /** Notes a float product `s` defines, for the sum it feeds to take as a fused multiply-add. */
 export function noteProduct(s: Stmt & { kind: "def" }, products: Products): void {
@@ -90,7 +91,8 @@ export function noteProduct(s: Stmt & { kind: "def" }, products: Products): void
 export function cStyle(dialect: CDialect): CStyle {
   const { types } = dialect;
   const computeType = (d: DType): string => types[d.name];
-  const storageType = (d: DType): string => (d.name === "float16" || d.name === "bfloat16" ? types.uint16 : d.name === "bool" ? types.uint8 : types[d.name]);
+  const storageType = (d: DType): string =>
+    d.name === "float16" || d.name === "bfloat16" ? types.uint16 : d.name === "bool" ? types.uint8 : types[d.name];
 
   function literal(value: number, d: DType): string {
     if (d.name === "bool") return value ? "1" : "0";
@@ -101,7 +103,10 @@ export function cStyle(dialect: CDialect): CStyle {
       const text = Object.is(value, -0) ? "-0.0" : value.toPrecision(17);
       return `${text.includes(".") || text.includes("e") ? text : text + ".0"}${d.name === "float64" ? "" : "f"}`;
     }
-    const lowest = (d.name === "int32" && value === -(2 ** 31)) || (d.name === "int64" && value === -(2 ** 63)) ? dialect.minLiteral(d) : undefined;
+    const lowest =
+      (d.name === "int32" && value === -(2 ** 31)) || (d.name === "int64" && value === -(2 ** 63))
+        ? dialect.minLiteral(d)
+        : undefined;
     if (lowest !== undefined) return lowest;
     if (d.name === "int64") return `${value}LL`;
     if (d.name === "uint32") return `${value}u`;
@@ -124,40 +129,71 @@ export function cStyle(dialect: CDialect): CStyle {
     const signedness = d.kind === "uint" ? "U" : "I";
     const f64 = d.name === "float64";
     switch (op) {
-      case "ADD": return d.name === "bool" ? `(${a} | ${b})` : isInt ? wrapped("+", a, b, d) : `(${a} + ${b})`;
-      case "MUL": return d.name === "bool" ? `(${a} & ${b})` : isInt ? wrapped("*", a, b, d) : `(${a} * ${b})`;
-      case "IDIV": return isInt ? `TG_${signedness}DIV(${t}, ${a}, ${b})` : `(${t})trunc((double)${a} / (double)${b})`;
-      case "MOD": return isInt ? `TG_${signedness}MOD(${t}, ${a}, ${b})` : `(${t})fmod((double)${a}, (double)${b})`;
-      case "MAX": return d.kind === "float" ? `((${a} > ${b} || ${a} != ${a}) ? ${a} : ${b})` : `(${a} > ${b} ? ${a} : ${b})`;
-      case "CMPLT": return `(${types.bool})(${a} < ${b})`;
-      case "CMPNE": return `(${types.bool})(${a} != ${b})`;
-      case "AND": return `(${t})(${a} & ${b})`;
-      case "OR": return `(${t})(${a} | ${b})`;
-      case "XOR": return `(${t})(${a} ^ ${b})`;
-      case "SHL": return d.itemsize === 8 ? `(${t})((${dialect.uint64})${a} << (${b} & 63))` : `(${t})((${dialect.uint32})${a} << (${b} & 31))`;
-      case "SHR": return d.itemsize === 8 ? `(${t})(${a} >> (${b} & 63))` : `(${t})(${a} >> (${b} & 31))`;
-      case "NEG": return d.name === "bool" ? `(${types.bool})!${a}` : isInt ? wrapped("-", "0", a, d) : `(-(${a}))`; // a may be a negative literal: --1.0f is a decrement
-      case "RECIP": return isInt ? `TG_${signedness}DIV(${t}, 1, ${a})` : `(${t})(1 / ${a})`;
-      case "SQRT": return f64 ? `sqrt(${a})` : `sqrtf(${a})`;
-      case "EXP2": return f64 ? `exp2(${a})` : dialect.narrowMath("exp2", a);
-      case "LOG2": return f64 ? `log2(${a})` : dialect.narrowMath("log2", a);
-      case "SIN": return f64 ? `sin(${a})` : dialect.narrowMath("sin", a);
-      case "TRUNC": return d.kind === "float" ? (f64 ? `trunc(${a})` : `truncf(${a})`) : a;
-      case "WHERE": return `(${a} ? ${b} : ${c})`;
-      case "CAST": return cast(a, from, d);
-      case "BITCAST": return dialect.bitcast(toStorage(a, from), storageType(from), storageType(d), d);
+      case "ADD":
+        return d.name === "bool" ? `(${a} | ${b})` : isInt ? wrapped("+", a, b, d) : `(${a} + ${b})`;
+      case "MUL":
+        return d.name === "bool" ? `(${a} & ${b})` : isInt ? wrapped("*", a, b, d) : `(${a} * ${b})`;
+      case "IDIV":
+        return isInt ? `TG_${signedness}DIV(${t}, ${a}, ${b})` : `(${t})trunc((double)${a} / (double)${b})`;
+      case "MOD":
+        return isInt ? `TG_${signedness}MOD(${t}, ${a}, ${b})` : `(${t})fmod((double)${a}, (double)${b})`;
+      case "MAX":
+        return d.kind === "float" ? `((${a} > ${b} || ${a} != ${a}) ? ${a} : ${b})` : `(${a} > ${b} ? ${a} : ${b})`;
+      case "CMPLT":
+        return `(${types.bool})(${a} < ${b})`;
+      case "CMPNE":
+        return `(${types.bool})(${a} != ${b})`;
+      case "AND":
+        return `(${t})(${a} & ${b})`;
+      case "OR":
+        return `(${t})(${a} | ${b})`;
+      case "XOR":
+        return `(${t})(${a} ^ ${b})`;
+      case "SHL":
+        return d.itemsize === 8
+          ? `(${t})((${dialect.uint64})${a} << (${b} & 63))`
+          : `(${t})((${dialect.uint32})${a} << (${b} & 31))`;
+      case "SHR":
+        return d.itemsize === 8 ? `(${t})(${a} >> (${b} & 63))` : `(${t})(${a} >> (${b} & 31))`;
+      case "NEG":
+        return d.name === "bool" ? `(${types.bool})!${a}` : isInt ? wrapped("-", "0", a, d) : `(-(${a}))`; // a may be a negative literal: --1.0f is a decrement
+      case "RECIP":
+        return isInt ? `TG_${signedness}DIV(${t}, 1, ${a})` : `(${t})(1 / ${a})`;
+      case "SQRT":
+        return f64 ? `sqrt(${a})` : `sqrtf(${a})`;
+      case "EXP2":
+        return f64 ? `exp2(${a})` : dialect.narrowMath("exp2", a);
+      case "LOG2":
+        return f64 ? `log2(${a})` : dialect.narrowMath("log2", a);
+      case "SIN":
+        return f64 ? `sin(${a})` : dialect.narrowMath("sin", a);
+      case "TRUNC":
+        return d.kind === "float" ? (f64 ? `trunc(${a})` : `truncf(${a})`) : a;
+      case "WHERE":
+        return `(${a} ? ${b} : ${c})`;
+      case "CAST":
+        return cast(a, from, d);
+      case "BITCAST":
+        return dialect.bitcast(toStorage(a, from), storageType(from), storageType(d), d);
     }
   }
 
   function cast(x: string, from: DType, to: DType): string {
     switch (to.name) {
-      case "bool": return `(${types.bool})(${x} != 0)`;
-      case "float16": return `tg_h2f(tg_f2h((float)${x}))`;
-      case "bfloat16": return `tg_b2f(tg_f2b((float)${x}))`;
-      case "float32": return `(float)${x}`;
-      case "float64": return `(double)${x}`;
-      case "int64": return from.kind === "float" ? `tg_trunc64(${x})` : `(${types.int64})${x}`;
-      default: return from.kind === "float" ? `(${types[to.name]})tg_wrap32(${x})` : `(${types[to.name]})${x}`;
+      case "bool":
+        return `(${types.bool})(${x} != 0)`;
+      case "float16":
+        return `tg_h2f(tg_f2h((float)${x}))`;
+      case "bfloat16":
+        return `tg_b2f(tg_f2b((float)${x}))`;
+      case "float32":
+        return `(float)${x}`;
+      case "float64":
+        return `(double)${x}`;
+      case "int64":
+        return from.kind === "float" ? `tg_trunc64(${x})` : `(${types.int64})${x}`;
+      default:
+        return from.kind === "float" ? `(${types[to.name]})tg_wrap32(${x})` : `(${types[to.name]})${x}`;
     }
   }
 
@@ -179,7 +215,8 @@ export function cStyle(dialect: CDialect): CStyle {
 
   function accumulate(s: Stmt & { kind: "update" }, products: Products): string {
     const product = s.op === "ADD" && s.value.kind === "val" && !s.unfused ? products.get(s.value.name) : undefined;
-    if (product) return `${s.dtype.name === "float64" ? "fma" : "fmaf"}(${operand(product[0]!)}, ${operand(product[1]!)}, ${s.name})`;
+    if (product)
+      return `${s.dtype.name === "float64" ? "fma" : "fmaf"}(${operand(product[0]!)}, ${operand(product[1]!)}, ${s.name})`;
     return alu(s.op, [{ kind: "val", name: s.name, dtype: s.dtype }, s.value], s.dtype);
   }
 
@@ -193,8 +230,12 @@ export function cStyle(dialect: CDialect): CStyle {
     identity,
     declare: (name, d, value) => `${types[d.name]} ${name} = ${value};`,
     accumulate,
-    store: (s) => `${s.valid?.length ? `if (${cCond(s.valid)}) ` : ""}b${s.buf}[${cIndex(s.index)}] = ${toStorage(operand(s.value), s.dtype)};`,
+    store: (s) =>
+      `${s.valid?.length ? `if (${cCond(s.valid)}) ` : ""}b${s.buf}[${cIndex(s.index)}] = ${toStorage(operand(s.value), s.dtype)};`,
     params: (kernel, restricted) =>
-      kernel.buffers.map((b, slot) => `${slot === 0 ? "" : "const "}${storageType(b.dtype)}* ${restricted(slot) ? `${dialect.restrict} ` : ""}b${slot}`),
+      kernel.buffers.map(
+        (b, slot) =>
+          `${slot === 0 ? "" : "const "}${storageType(b.dtype)}* ${restricted(slot) ? `${dialect.restrict} ` : ""}b${slot}`,
+      ),
   };
 }

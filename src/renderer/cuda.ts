@@ -46,8 +46,18 @@ const INT64_MIN = "(-9223372036854775807LL - 1)";
 /** CUDA C: bools computed in a byte as they are stored, float math in CUDA's float functions, limits without headers. */
 export const CUDA = cStyle({
   types: {
-    bool: "unsigned char", int8: "signed char", uint8: "unsigned char", int16: "short", uint16: "unsigned short", int32: "int",
-    uint32: "unsigned int", int64: "long long", float16: "float", bfloat16: "float", float32: "float", float64: "double",
+    bool: "unsigned char",
+    int8: "signed char",
+    uint8: "unsigned char",
+    int16: "short",
+    uint16: "unsigned short",
+    int32: "int",
+    uint32: "unsigned int",
+    int64: "long long",
+    float16: "float",
+    bfloat16: "float",
+    float32: "float",
+    float64: "double",
   },
   uint32: "unsigned int",
   uint64: "unsigned long long",
@@ -87,18 +97,19 @@ function wgmmaHelpers(): string {
     `/* an accumulator the compiler may not read before the asynchronous products writing it are waited for */`,
     `__device__ __forceinline__ void tg_fence_reg(float& r) { asm volatile("" : "+f"(r) :: "memory"); }`,
   ];
-  for (const n of WGMMA_WIDTHS) for (const input of ["f16", "bf16"]) {
-    const count = n / 2;
-    const regs = Array.from({ length: count }, (_, i) => `%${i}`).join(", ");
-    const outs = Array.from({ length: count }, (_, i) => `"+f"(d[${i}])`).join(", ");
-    lines.push(
-      `template <int TA, int TB> __device__ __forceinline__ void tg_wgmma_${input}_n${n}(float* d, unsigned long long a, unsigned long long b) {`,
-      `  asm volatile("{ .reg .pred p; setp.ne.b32 p, %${count + 2}, 0; wgmma.mma_async.sync.aligned.m64n${n}k16.f32.${input}.${input} {${regs}}, %${count}, %${count + 1}, p, 1, 1, %${count + 3}, %${count + 4}; }"`,
-      `    : ${outs}`,
-      `    : "l"(a), "l"(b), "r"(1), "n"(TA), "n"(TB));`,
-      `}`,
-    );
-  }
+  for (const n of WGMMA_WIDTHS)
+    for (const input of ["f16", "bf16"]) {
+      const count = n / 2;
+      const regs = Array.from({ length: count }, (_, i) => `%${i}`).join(", ");
+      const outs = Array.from({ length: count }, (_, i) => `"+f"(d[${i}])`).join(", ");
+      lines.push(
+        `template <int TA, int TB> __device__ __forceinline__ void tg_wgmma_${input}_n${n}(float* d, unsigned long long a, unsigned long long b) {`,
+        `  asm volatile("{ .reg .pred p; setp.ne.b32 p, %${count + 2}, 0; wgmma.mma_async.sync.aligned.m64n${n}k16.f32.${input}.${input} {${regs}}, %${count}, %${count + 1}, p, 1, 1, %${count + 3}, %${count + 4}; }"`,
+        `    : ${outs}`,
+        `    : "l"(a), "l"(b), "r"(1), "n"(TA), "n"(TB));`,
+        `}`,
+      );
+    }
   return lines.join("\n");
 }
 
@@ -234,22 +245,25 @@ export function warpPerRow(kernel: KernelIR): boolean {
  */
 function readsRows(loops: readonly { var: string; size: number }[], reduces: readonly Stmt[]): boolean {
   const indices: Idx[] = [];
-  const collect = (stmts: readonly Stmt[]): void => stmts.forEach((s) => {
-    if (s.kind === "loop") collect(s.body);
-    else if (s.kind === "def" && s.expr.op === "LOAD") indices.push(s.expr.index);
-  });
+  const collect = (stmts: readonly Stmt[]): void =>
+    stmts.forEach((s) => {
+      if (s.kind === "loop") collect(s.body);
+      else if (s.kind === "def" && s.expr.op === "LOAD") indices.push(s.expr.index);
+    });
   collect(reduces);
   return indices.some((index) => loops.every((l) => varsOf(index).has(l.var)));
 }
 
 export function renderCuda(kernel: KernelIR, fnName: string, opts: CudaRenderOptions): CudaKernelSource {
   const rows = opts.rows ?? 1;
-  const group = rows > 1 ? 32 : opts.group ?? groupSize(kernel);
+  const group = rows > 1 ? 32 : (opts.group ?? groupSize(kernel));
   const blockSize = group > 0 ? group * rows : (opts.blockSize ?? defaultBlockSize());
   const { loops, body } = splitOutputLoops(kernel);
   const outputs = loops.reduce((n, l) => n * l.size, 1);
   const index = indexType(kernel);
-  const lines = [`extern "C" __global__ void __launch_bounds__(${blockSize}) ${fnName}(${kernelParams(kernel, opts.restrict)}) {`];
+  const lines = [
+    `extern "C" __global__ void __launch_bounds__(${blockSize}) ${fnName}(${kernelParams(kernel, opts.restrict)}) {`,
+  ];
   if (rows > 1) {
     // a warp an output: warps past the end leave together (no block barrier follows, only shuffles)
     lines.push(`  ${index} gid = (${index})blockIdx.x * ${rows} + (threadIdx.x >> 5);`);
@@ -262,7 +276,12 @@ export function renderCuda(kernel: KernelIR, fnName: string, opts: CudaRenderOpt
     lines.push(`  if (gid >= ${outputs}) return;`);
   }
   lines.push(...outputIndices(loops, index, "gid", "  "));
-  const ctx: RenderContext = { kernel, products: new Map(), group, member: rows > 1 ? "(threadIdx.x & 31)" : "threadIdx.x" };
+  const ctx: RenderContext = {
+    kernel,
+    products: new Map(),
+    group,
+    member: rows > 1 ? "(threadIdx.x & 31)" : "threadIdx.x",
+  };
   renderBlock(body, lines, "  ", ctx, true);
   lines.push("}");
   const blocks = group > 0 ? Math.ceil(outputs / rows) : Math.ceil(outputs / blockSize);
@@ -283,7 +302,12 @@ export function kernelParams(kernel: KernelIR, restrict: Restrict): string {
 }
 
 /** Each output loop variable from one flat index (row-major over the loops). */
-export function outputIndices(loops: readonly { var: string; size: number }[], index: string, flat: string, indent: string): string[] {
+export function outputIndices(
+  loops: readonly { var: string; size: number }[],
+  index: string,
+  flat: string,
+  indent: string,
+): string[] {
   let stride = 1;
   const out: string[] = [];
   for (let d = loops.length - 1; d >= 0; d--) {
@@ -296,7 +320,8 @@ export function outputIndices(loops: readonly { var: string; size: number }[], i
 }
 
 /** The loop variables' type: 32-bit unless a buffer is too large for it. */
-export const indexType = (kernel: KernelIR): string => (kernel.buffers.some((b) => b.size >= 2 ** 31) ? "long long" : "int");
+export const indexType = (kernel: KernelIR): string =>
+  kernel.buffers.some((b) => b.size >= 2 ** 31) ? "long long" : "int";
 
 export interface RenderContext {
   readonly kernel: KernelIR;
@@ -308,11 +333,20 @@ export interface RenderContext {
 }
 
 /** Renders statements; `top` marks the innermost output loop's body, where group mode splits reduce loops. */
-export function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, ctx: RenderContext, top = false): void {
+export function renderBlock(
+  stmts: readonly Stmt[],
+  out: string[],
+  indent: string,
+  ctx: RenderContext,
+  top = false,
+): void {
   const index = indexType(ctx.kernel);
   // statements a vector load or store stands for: its lines at one of them, null at the others;
   // in group mode one thread stores each output: those stores stay scalar
-  const vectors = new Map([...vectorLoads(stmts, ctx.kernel), ...(top && ctx.group > 0 ? [] : vectorStores(stmts, ctx.kernel))]);
+  const vectors = new Map([
+    ...vectorLoads(stmts, ctx.kernel),
+    ...(top && ctx.group > 0 ? [] : vectorStores(stmts, ctx.kernel)),
+  ]);
   for (let n = 0; n < stmts.length; n++) {
     const s = stmts[n]!;
     const vector = vectors.get(n);
@@ -323,12 +357,15 @@ export function renderBlock(stmts: readonly Stmt[], out: string[], indent: strin
     switch (s.kind) {
       case "loop":
         if (top && ctx.group > 0) {
-          out.push(`${indent}for (${index} ${s.var} = ${ctx.member ?? "threadIdx.x"}; ${s.var} < ${s.size}; ${s.var} += ${ctx.group}) {`);
+          out.push(
+            `${indent}for (${index} ${s.var} = ${ctx.member ?? "threadIdx.x"}; ${s.var} < ${s.size}; ${s.var} += ${ctx.group}) {`,
+          );
           renderBlock(s.body, out, indent + "  ", ctx);
           out.push(`${indent}}`);
           // accumulators of this level (not those of reduces nested in the loop) hold per-thread parts
           const declared = new Set(stmts.flatMap((t) => (t.kind === "acc" ? [t.name] : [])));
-          for (const acc of updatedAccs(s.body)) if (declared.has(acc[0])) out.push(...groupCombine(acc, ctx.group, indent));
+          for (const acc of updatedAccs(s.body))
+            if (declared.has(acc[0])) out.push(...groupCombine(acc, ctx.group, indent));
         } else {
           out.push(indent + forLoop(index, s.var, s.size));
           renderBlock(s.body, out, indent + "  ", ctx);
@@ -356,7 +393,10 @@ export function renderBlock(stmts: readonly Stmt[], out: string[], indent: strin
 }
 
 /** Accumulators updated anywhere inside `stmts`, with their reduce op and dtype. */
-function updatedAccs(stmts: readonly Stmt[], found = new Map<string, { op: "ADD" | "MAX"; dtype: DType }>()): Map<string, { op: "ADD" | "MAX"; dtype: DType }> {
+function updatedAccs(
+  stmts: readonly Stmt[],
+  found = new Map<string, { op: "ADD" | "MAX"; dtype: DType }>(),
+): Map<string, { op: "ADD" | "MAX"; dtype: DType }> {
   for (const s of stmts) {
     if (s.kind === "update") found.set(s.name, { op: s.op, dtype: s.dtype });
     else if (s.kind === "loop") updatedAccs(s.body, found);
@@ -365,12 +405,18 @@ function updatedAccs(stmts: readonly Stmt[], found = new Map<string, { op: "ADD"
 }
 
 /** Combines one accumulator across the block: shuffles within each warp, then warp 0 over the warps' results. */
-function groupCombine([name, { op, dtype }]: [string, { op: "ADD" | "MAX"; dtype: DType }], group: number, indent: string): string[] {
+function groupCombine(
+  [name, { op, dtype }]: [string, { op: "ADD" | "MAX"; dtype: DType }],
+  group: number,
+  indent: string,
+): string[] {
   const t = CUDA.computeType(dtype);
   const other: Operand = { kind: "val", name: "tg_other", dtype };
   const combine = `${name} = ${CUDA.alu(op, [{ kind: "val", name, dtype }, other], dtype)};`;
   const warps = Math.max(1, group / 32);
-  const lines = [`for (int tg_lane = 16; tg_lane > 0; tg_lane >>= 1) { ${t} tg_other = tg_shfl(${name}, tg_lane); ${combine} }`];
+  const lines = [
+    `for (int tg_lane = 16; tg_lane > 0; tg_lane >>= 1) { ${t} tg_other = tg_shfl(${name}, tg_lane); ${combine} }`,
+  ];
   if (warps > 1) {
     lines.push(
       `if ((threadIdx.x & 31) == 0) ((${t}*)tg_partial)[threadIdx.x >> 5] = ${name};`,
@@ -386,8 +432,16 @@ function groupCombine([name, { op, dtype }]: [string, { op: "ADD" | "MAX"; dtype
 
 /** Vector types by (storage type, lanes): what one aligned load of neighbouring elements reads. */
 const vectorTypes: Record<string, string> = {
-  "float:2": "float2", "float:4": "float4", "int:2": "int2", "int:4": "int4", "unsigned int:2": "uint2", "unsigned int:4": "uint4",
-  "unsigned short:2": "ushort2", "unsigned short:4": "ushort4", "unsigned char:2": "uchar2", "unsigned char:4": "uchar4",
+  "float:2": "float2",
+  "float:4": "float4",
+  "int:2": "int2",
+  "int:4": "int4",
+  "unsigned int:2": "uint2",
+  "unsigned int:4": "uint4",
+  "unsigned short:2": "ushort2",
+  "unsigned short:4": "ushort4",
+  "unsigned char:2": "uchar2",
+  "unsigned char:4": "uchar4",
 };
 const fields = ["x", "y", "z", "w"];
 
@@ -415,7 +469,11 @@ interface Lane {
  * constant, which steps by one), none in an earlier run and each accepted by `fits`: the vectors to load
  * or store. Only indices over loop variables qualify, so that the access can move to one lane's place.
  */
-function vectorRuns<L extends Lane>(lanes: readonly L[], kernel: KernelIR, fits: (run: readonly L[]) => boolean): { run: L[]; vtype: string }[] {
+function vectorRuns<L extends Lane>(
+  lanes: readonly L[],
+  kernel: KernelIR,
+  fits: (run: readonly L[]) => boolean,
+): { run: L[]; vtype: string }[] {
   const rows = new Map<string, Map<number, L>>();
   for (const lane of lanes) {
     if (![...varsOf(lane.index)].every((v) => /^[ir]\d+$/.test(v))) continue;
@@ -432,8 +490,13 @@ function vectorRuns<L extends Lane>(lanes: readonly L[], kernel: KernelIR, fits:
       const runOf = (n: number) => Array.from({ length: n }, (_, l) => row.get(offset + l));
       const n = [4, 2].find((n) => {
         const run = runOf(n);
-        return vectorTypes[`${stored}:${n}`] !== undefined && offset % n === 0 && splitConstant(base.index).restAligned(n)
-          && run.every((lane) => lane !== undefined && !taken.has(lane.position)) && fits(run as L[]);
+        return (
+          vectorTypes[`${stored}:${n}`] !== undefined &&
+          offset % n === 0 &&
+          splitConstant(base.index).restAligned(n) &&
+          run.every((lane) => lane !== undefined && !taken.has(lane.position)) &&
+          fits(run as L[])
+        );
       });
       if (!n) continue;
       const run = runOf(n) as L[];
@@ -450,10 +513,15 @@ function vectorRuns<L extends Lane>(lanes: readonly L[], kernel: KernelIR, fits:
  */
 function vectorLoads(stmts: readonly Stmt[], kernel: KernelIR): Map<number, string[] | null> {
   const loads = stmts.flatMap((s, position) =>
-    s.kind === "def" && s.expr.op === "LOAD" && s.expr.valid.length === 0 ? [{ position, buf: s.expr.buf, index: s.expr.index, name: s.name, dtype: s.dtype }] : []);
+    s.kind === "def" && s.expr.op === "LOAD" && s.expr.valid.length === 0
+      ? [{ position, buf: s.expr.buf, index: s.expr.index, name: s.name, dtype: s.dtype }]
+      : [],
+  );
   const result = new Map<number, string[] | null>();
   for (const { run, vtype } of vectorRuns(loads, kernel, () => true)) {
-    const [base] = run, dtype = kernel.buffers[base!.buf]!.dtype, tmp = `vec_${base!.name}`;
+    const [base] = run,
+      dtype = kernel.buffers[base!.buf]!.dtype,
+      tmp = `vec_${base!.name}`;
     const lines = [`${vtype} ${tmp} = *(const ${vtype}*)(b${base!.buf} + ${cIndex(base!.index)});`];
     run.forEach((lane, l) => {
       lines.push(CUDA.declare(lane.name, lane.dtype, fromStorage(`${tmp}.${fields[l]}`, dtype)));
@@ -470,18 +538,25 @@ function vectorLoads(stmts: readonly Stmt[], kernel: KernelIR): Map<number, stri
  * between the lanes' stores reads the stored buffer or holds a loop.
  */
 function vectorStores(stmts: readonly Stmt[], kernel: KernelIR): Map<number, string[] | null> {
-  const stores = stmts.flatMap((s, position) => (s.kind === "store" && !s.valid?.length ? [{ position, buf: s.buf, index: s.index, value: s.value }] : []));
+  const stores = stmts.flatMap((s, position) =>
+    s.kind === "store" && !s.valid?.length ? [{ position, buf: s.buf, index: s.index, value: s.value }] : [],
+  );
   const undisturbed = (run: readonly Lane[]): boolean => {
     const positions = run.map((lane) => lane.position);
-    return stmts.slice(Math.min(...positions), Math.max(...positions) + 1)
+    return stmts
+      .slice(Math.min(...positions), Math.max(...positions) + 1)
       .every((s) => s.kind !== "loop" && !(s.kind === "def" && s.expr.op === "LOAD" && s.expr.buf === run[0]!.buf));
   };
   const result = new Map<number, string[] | null>();
   for (const { run, vtype } of vectorRuns(stores, kernel, undisturbed)) {
     const dtype = kernel.buffers[run[0]!.buf]!.dtype;
-    const fieldsSet = run.map((lane, l) => `tg_st.${fields[l]} = ${toStorage(CUDA.operand(lane.value), dtype)};`).join(" ");
+    const fieldsSet = run
+      .map((lane, l) => `tg_st.${fields[l]} = ${toStorage(CUDA.operand(lane.value), dtype)};`)
+      .join(" ");
     for (const lane of run) result.set(lane.position, null);
-    result.set(Math.max(...run.map((lane) => lane.position)), [`{ ${vtype} tg_st; ${fieldsSet} *(${vtype}*)(b${run[0]!.buf} + ${cIndex(run[0]!.index)}) = tg_st; }`]);
+    result.set(Math.max(...run.map((lane) => lane.position)), [
+      `{ ${vtype} tg_st; ${fieldsSet} *(${vtype}*)(b${run[0]!.buf} + ${cIndex(run[0]!.index)}) = tg_st; }`,
+    ]);
   }
   return result;
 }

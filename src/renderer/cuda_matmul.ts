@@ -14,7 +14,18 @@
 import type { KernelIR, Operand as Value, Stmt } from "../codegen/ir.ts";
 import { TsgradError, getenv } from "../helpers.ts";
 import { type Idx, varsOf } from "../shape/symbolic.ts";
-import { CUDA, type CudaKernelSource, type Restrict, WGMMA_WIDTHS, indexType, kernelParams, outputIndices, renderBlock, splitOutputLoops, storageType } from "./cuda.ts";
+import {
+  CUDA,
+  type CudaKernelSource,
+  type Restrict,
+  WGMMA_WIDTHS,
+  indexType,
+  kernelParams,
+  outputIndices,
+  renderBlock,
+  splitOutputLoops,
+  storageType,
+} from "./cuda.ts";
 import { cIndex, toStorage } from "./cstyle.ts";
 
 interface Loop {
@@ -81,14 +92,18 @@ export function matchMatmul(kernel: KernelIR, why: (reason: string) => void = ()
   const { loops, body } = splitOutputLoops(kernel);
   const [accStmt, loopStmt, ...epilogue] = body;
   // a 16-bit sum (a gradient's) accumulates in float32 on the GPU as well, as tensor cores do
-  if (accStmt?.kind !== "acc" || accStmt.op !== "ADD" || accStmt.dtype.kind !== "float" || accStmt.dtype.itemsize < 2) return no("the accumulator is not a float sum");
-  if (loopStmt?.kind !== "loop" || epilogue.some((s) => s.kind === "loop" || s.kind === "acc" || s.kind === "update")) return no("not one reduce loop followed by an epilogue");
+  if (accStmt?.kind !== "acc" || accStmt.op !== "ADD" || accStmt.dtype.kind !== "float" || accStmt.dtype.itemsize < 2)
+    return no("the accumulator is not a float sum");
+  if (loopStmt?.kind !== "loop" || epilogue.some((s) => s.kind === "loop" || s.kind === "acc" || s.kind === "update"))
+    return no("not one reduce loop followed by an epilogue");
   const defs = new Map<string, Def>();
   const updates = loopStmt.body.filter((s) => s.kind === "update");
   for (const s of loopStmt.body) if (s.kind === "def") defs.set(s.name, s);
   const update = updates[0];
-  if (updates.length !== 1 || update?.kind !== "update" || update.name !== accStmt.name || update.value.kind !== "val") return no("the loop does not update the accumulator once with a value");
-  if (loopStmt.body.some((s) => s.kind !== "def" && s !== update)) return no("the reduce loop holds more than definitions");
+  if (updates.length !== 1 || update?.kind !== "update" || update.name !== accStmt.name || update.value.kind !== "val")
+    return no("the loop does not update the accumulator once with a value");
+  if (loopStmt.body.some((s) => s.kind !== "def" && s !== update))
+    return no("the reduce loop holds more than definitions");
   // back through widening casts (exact: products of 16-bit floats fit float32), remembering them
   const casts = new Set<string>();
   const widened = (name: string): string => {
@@ -99,11 +114,18 @@ export function matchMatmul(kernel: KernelIR, why: (reason: string) => void = ()
     return widened(src.name);
   };
   const product = defs.get(widened(update.value.name));
-  const factors = product && productFactors(product)?.map((o) => (o.kind === "val" ? defs.get(widened(o.name)) : undefined));
+  const factors =
+    product && productFactors(product)?.map((o) => (o.kind === "val" ? defs.get(widened(o.name)) : undefined));
   if (!product || !factors) return no("the summed value is not a product");
   // a select's condition is the factor 0 or 1, exact in 16 bits (a one-hot sum: an embedding's gradient)
   const value = factors[1];
-  if (!factors[0] || !value || !SIXTEEN_BIT.has(value.dtype.name) || (factors[0].dtype !== value.dtype && product.expr.op !== "WHERE")) return no("the factors are not both float16 or both bfloat16");
+  if (
+    !factors[0] ||
+    !value ||
+    !SIXTEEN_BIT.has(value.dtype.name) ||
+    (factors[0].dtype !== value.dtype && product.expr.op !== "WHERE")
+  )
+    return no("the factors are not both float16 or both bfloat16");
   const k = { var: loopStmt.var, size: loopStmt.size };
   const known = new Set([k.var, ...loops.map((l) => l.var)]);
   const [a, b] = factors.map((f) => operand(f!, defs, known));
@@ -111,14 +133,25 @@ export function matchMatmul(kernel: KernelIR, why: (reason: string) => void = ()
   if (!a || !b) return no("a factor reads something other than the output and reduce loops");
   // every statement of the loop feeds one factor, or is the product or a cast around it
   const used = new Set([...a.defs, ...b.defs].map((d) => d.name).concat(product.name, ...casts));
-  if (defs.size !== used.size || !a.vars.has(k.var) || !b.vars.has(k.var)) return no("the loop computes more than the two factors, or a factor ignores k");
+  if (defs.size !== used.size || !a.vars.has(k.var) || !b.vars.has(k.var))
+    return no("the loop computes more than the two factors, or a factor ignores k");
   // m: read by the first factor only; n: by the second only; the biggest such loop of each
-  const only = (mine: Operand, other: Operand) => loops.filter((l) => mine.vars.has(l.var) && !other.vars.has(l.var)).sort((x, y) => y.size - x.size)[0];
-  const m = only(a, b), n = only(b, a);
+  const only = (mine: Operand, other: Operand) =>
+    loops.filter((l) => mine.vars.has(l.var) && !other.vars.has(l.var)).sort((x, y) => y.size - x.size)[0];
+  const m = only(a, b),
+    n = only(b, a);
   if (!m || !n) return no("no output loop is read by one factor alone");
   return {
-    kernel, input: value.dtype.name === "float16" ? "f16" : "bf16", a, b, m, n, k,
-    batch: loops.filter((l) => l !== m && l !== n), acc: accStmt.name, epilogue,
+    kernel,
+    input: value.dtype.name === "float16" ? "f16" : "bf16",
+    a,
+    b,
+    m,
+    n,
+    k,
+    batch: loops.filter((l) => l !== m && l !== n),
+    acc: accStmt.name,
+    epilogue,
   };
 }
 
@@ -130,7 +163,14 @@ function productFactors(d: Def): readonly Value[] | undefined {
   const e = d.expr;
   if (e.op === "MUL") return e.srcs;
   const zero = e.op === "WHERE" ? e.srcs[2] : undefined;
-  if (e.op === "WHERE" && zero?.kind === "lit" && zero.value === 0 && !Object.is(zero.value, -0) && e.srcs[0]!.dtype.name === "bool") return e.srcs.slice(0, 2);
+  if (
+    e.op === "WHERE" &&
+    zero?.kind === "lit" &&
+    zero.value === 0 &&
+    !Object.is(zero.value, -0) &&
+    e.srcs[0]!.dtype.name === "bool"
+  )
+    return e.srcs.slice(0, 2);
   return undefined;
 }
 
@@ -151,10 +191,11 @@ function operand(factor: Def, defs: ReadonlyMap<string, Def>, known: ReadonlySet
     const e = d.expr;
     const indices = e.op === "LOAD" || e.op === "INDEX" ? [e.index] : [];
     const bounds = e.op === "LOAD" || e.op === "VALID" ? e.valid.map((v) => v.expr) : [];
-    for (const index of [...indices, ...bounds]) for (const v of varsOf(index)) {
-      if (known.has(v)) vars.add(v);
-      else if (!own.has(v)) return undefined;
-    }
+    for (const index of [...indices, ...bounds])
+      for (const v of varsOf(index)) {
+        if (known.has(v)) vars.add(v);
+        else if (!own.has(v)) return undefined;
+      }
   }
   const ordered = [...defs.values()].filter((d) => chain.has(d));
   const e = factor.expr;
@@ -203,12 +244,24 @@ export const TILE_SHAPES: readonly TileShape[] = [
 ];
 
 /** A wgmma tile of bm x bn x bk: bm / 64 warpgroups stacked along m. */
-const wgmmaShape = (bm: number, bn: number, bk: number): TileShape => ({ bm, bn, bk, warpsM: bm / 16, warpsN: 1, wgmma: true });
+const wgmmaShape = (bm: number, bn: number, bk: number): TileShape => ({
+  bm,
+  bn,
+  bk,
+  warpsM: bm / 16,
+  warpsN: 1,
+  wgmma: true,
+});
 /**
  * The wgmma shapes BEAM also times on an sm_90 GPU (H100, H200): two warpgroups, 128- or 256-wide blocks,
  * 32 or 64 of k a step.
  */
-export const WGMMA_TILE_SHAPES: readonly TileShape[] = [wgmmaShape(128, 128, 32), wgmmaShape(128, 128, 64), wgmmaShape(128, 256, 32), wgmmaShape(128, 256, 64)];
+export const WGMMA_TILE_SHAPES: readonly TileShape[] = [
+  wgmmaShape(128, 128, 32),
+  wgmmaShape(128, 128, 64),
+  wgmmaShape(128, 256, 32),
+  wgmmaShape(128, 256, 64),
+];
 /** The architecture whose GPUs run wgmma (compiled for its "a" variant, sm_90a). */
 export const WGMMA_ARCH = "sm_90";
 
@@ -223,7 +276,8 @@ export const tileName = (t: TileShape | TensorCoreTile): string =>
 function tileProblem(t: TileShape): string | undefined {
   const threads = threadsOf(t);
   if (t.wgmma) {
-    if (t.bm % 64 !== 0 || t.warpsM !== t.bm / 16 || t.warpsN !== 1) return `a wgmma tile's rows (bm) must be a multiple of 64, a warpgroup's 64 rows each`;
+    if (t.bm % 64 !== 0 || t.warpsM !== t.bm / 16 || t.warpsN !== 1)
+      return `a wgmma tile's rows (bm) must be a multiple of 64, a warpgroup's 64 rows each`;
     if (!WGMMA_WIDTHS.includes(t.bn)) return `a wgmma tile's columns (bn) must be one of ${WGMMA_WIDTHS.join(", ")}`;
     // k tiles copy in 16-byte chunks that a warp's four phases spread over four 8 x 8 core matrices
     if (t.bk % 32 !== 0) return `a wgmma tile's bk must be a multiple of 32`;
@@ -234,7 +288,8 @@ function tileProblem(t: TileShape): string | undefined {
   if (threads > 1024) return `${threads} threads a block (at most 1024)`;
   if (accumulators(t) > 128) return `${accumulators(t)} float32 accumulators a thread (at most 128)`;
   // each thread copies whole 8-element chunks of both tiles, and as many elements through registers
-  if (((t.bm * t.bk) / 8) % threads !== 0 || ((t.bn * t.bk) / 8) % threads !== 0) return `the tiles' 16-byte chunks do not divide among ${threads} threads`;
+  if (((t.bm * t.bk) / 8) % threads !== 0 || ((t.bn * t.bk) / 8) % threads !== 0)
+    return `the tiles' 16-byte chunks do not divide among ${threads} threads`;
   return undefined;
 }
 
@@ -245,7 +300,8 @@ const accumulators = (t: TileShape): number => (t.bm * t.bn) / threadsOf(t);
 /** A warp's mma tiles: mi of 16 rows by nj of 8 columns. */
 const mmaTiles = (t: TileShape): { mi: number; nj: number } => ({ mi: t.bm / t.warpsM / 16, nj: t.bn / t.warpsN / 8 });
 /** Whether a factor of `p` goes through registers (computed): then the default tile, at two stages. */
-const throughRegisters = (p: MatmulPattern): boolean => tilePath(p.a, p.m, p.k) === "registers" || tilePath(p.b, p.n, p.k) === "registers";
+const throughRegisters = (p: MatmulPattern): boolean =>
+  tilePath(p.a, p.m, p.k) === "registers" || tilePath(p.b, p.n, p.k) === "registers";
 
 /**
  * Parses `TC_TILE`'s form, "128x256x32:2x4" (block m x n x k : warps along m x n) or "128x256x64:wgmma"
@@ -254,8 +310,17 @@ const throughRegisters = (p: MatmulPattern): boolean => tilePath(p.a, p.m, p.k) 
 export function parseTileShape(text: string, what = "TC_TILE"): TileShape {
   const wgmma = /^(\d+)x(\d+)x(\d+):wgmma$/.exec(text.trim());
   const match = /^(\d+)x(\d+)x(\d+):(\d+)x(\d+)$/.exec(text.trim());
-  if (!match && !wgmma) throw new TsgradError(`${what}=${text}: expected BMxBNxBK:WARPS_MxWARPS_N or BMxBNxBK:wgmma, e.g. ${tileName(DEFAULT_TILE_SHAPE)}`);
-  const [bm, bn, bk, warpsM, warpsN] = (match ?? wgmma)!.slice(1).map(Number) as [number, number, number, number, number];
+  if (!match && !wgmma)
+    throw new TsgradError(
+      `${what}=${text}: expected BMxBNxBK:WARPS_MxWARPS_N or BMxBNxBK:wgmma, e.g. ${tileName(DEFAULT_TILE_SHAPE)}`,
+    );
+  const [bm, bn, bk, warpsM, warpsN] = (match ?? wgmma)!.slice(1).map(Number) as [
+    number,
+    number,
+    number,
+    number,
+    number,
+  ];
   const shape = wgmma ? wgmmaShape(bm, bn, bk) : { bm, bn, bk, warpsM, warpsN };
   const problem = tileProblem(shape);
   if (problem) throw new TsgradError(`${what}=${text}: ${problem}`);
@@ -273,7 +338,11 @@ export function tileCandidates(sharedPerMultiprocessor: number, p?: MatmulPatter
   if (p && throughRegisters(p)) {
     const tile = { ...DEFAULT_TILE_SHAPE, stages: 2 };
     // on sm_90 also wgmma, its computed tiles stored into core matrices (renderMatmulTC narrows it to 128 x 128 x 32)
-    return [tile, { ...tile, minBlocks: 2 }, ...(arch === WGMMA_ARCH ? [{ ...wgmmaShape(128, 128, 32), stages: 2 }] : [])];
+    return [
+      tile,
+      { ...tile, minBlocks: 2 },
+      ...(arch === WGMMA_ARCH ? [{ ...wgmmaShape(128, 128, 32), stages: 2 }] : []),
+    ];
   }
   const shapes = arch === WGMMA_ARCH ? [...TILE_SHAPES, ...WGMMA_TILE_SHAPES] : TILE_SHAPES;
   return shapes.flatMap((shape) => {
@@ -296,11 +365,14 @@ const stageBytes = (t: TileShape): number => (t.bm + t.bn) * (t.bk + (t.wgmma ? 
 
 /** Whether 8 neighbours along `along` (unit stride) always start 16-byte aligned: one vector load reads them. */
 const vectorAlong = (af: Affine, along: Loop): boolean =>
-  af.coef.get(along.var) === 1 && along.size % 8 === 0 && af.constant % 8 === 0
-  && [...af.coef].every(([v, c]) => v === along.var || c % 8 === 0);
+  af.coef.get(along.var) === 1 &&
+  along.size % 8 === 0 &&
+  af.constant % 8 === 0 &&
+  [...af.coef].every(([v, c]) => v === along.var || c % 8 === 0);
 
 /** The deepest pipeline tried: four k tiles in flight (mma.sync), six (wgmma, which keeps two stages busy). */
-const MAX_STAGES = 4, MAX_WGMMA_STAGES = 6;
+const MAX_STAGES = 4,
+  MAX_WGMMA_STAGES = 6;
 /** wgmma tiles pipeline at least three stages: one multiplied, one being released, one loading. */
 const MIN_WGMMA_STAGES = 3;
 /** Shared memory the driver keeps per block (1 KB on sm_80 and later). */
@@ -338,7 +410,9 @@ function deepest(sharedPerMultiprocessor: number, shape: TileShape, blocks: numb
 export function tensorCoreTile(sharedPerMultiprocessor: number, shape?: TileShape, arch?: string): TensorCoreTile {
   const chosen = shape ?? (process.env.TC_TILE ? parseTileShape(process.env.TC_TILE) : DEFAULT_TILE_SHAPE);
   if (chosen.wgmma && arch !== undefined && arch !== WGMMA_ARCH) {
-    throw new TsgradError(`tensor-core tile ${tileName(chosen)}${shape ? "" : ` (TC_TILE)`}: wgmma runs on ${WGMMA_ARCH} GPUs (H100, H200) only, this one is ${arch}`);
+    throw new TsgradError(
+      `tensor-core tile ${tileName(chosen)}${shape ? "" : ` (TC_TILE)`}: wgmma runs on ${WGMMA_ARCH} GPUs (H100, H200) only, this one is ${arch}`,
+    );
   }
   return { ...chosen, stages: tensorCoreStages(sharedPerMultiprocessor, chosen) };
 }
@@ -349,20 +423,31 @@ export function tensorCoreTile(sharedPerMultiprocessor: number, shape?: TileShap
  * registers. Factors that both travel by cp.async pipeline `stages` k tiles through dynamic shared memory;
  * a computed factor goes through registers, with the default tile at two stages.
  */
-export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: Restrict, requested: TensorCoreTile = tensorCoreTile(0)): CudaKernelSource {
+export function renderMatmulTC(
+  p: MatmulPattern,
+  fnName: string,
+  restrict: Restrict,
+  requested: TensorCoreTile = tensorCoreTile(0),
+): CudaKernelSource {
   const problem = tileProblem(requested);
   if (problem) throw new TsgradError(`tensor-core tile ${tileName(requested)}: ${problem}`);
   const { kernel, m, n, k, batch } = p;
   const pipelined = !throughRegisters(p);
   // a computed factor passes through registers: two stages, the default tile, or for a wgmma request 128
   // rows by at most 128 columns (more accumulators beside the staged tiles would spill)
-  const tile = pipelined ? fitWidth(requested, p)
-    : requested.wgmma ? fitWidth({ ...wgmmaShape(128, Math.min(128, requested.bn), 32), stages: 2 }, p)
-    : { ...DEFAULT_TILE_SHAPE, stages: 2, minBlocks: requested.minBlocks };
+  const tile = pipelined
+    ? fitWidth(requested, p)
+    : requested.wgmma
+      ? fitWidth({ ...wgmmaShape(128, Math.min(128, requested.bn), 32), stages: 2 }, p)
+      : { ...DEFAULT_TILE_SHAPE, stages: 2, minBlocks: requested.minBlocks };
   const { bm, bn, stages } = tile;
-  if (pipelined && tile.wgmma && stages < MIN_WGMMA_STAGES) throw new TsgradError(`tensor-core tile ${tileName(tile)}: wgmma tiles pipeline at least ${MIN_WGMMA_STAGES} stages`);
+  if (pipelined && tile.wgmma && stages < MIN_WGMMA_STAGES)
+    throw new TsgradError(
+      `tensor-core tile ${tileName(tile)}: wgmma tiles pipeline at least ${MIN_WGMMA_STAGES} stages`,
+    );
   const threads = threadsOf(tile);
-  const copyA = tileCopy("As", "ra", p.a, m, p, bm, tile), copyB = tileCopy("Bs", "rb", p.b, n, p, bn, tile);
+  const copyA = tileCopy("As", "ra", p.a, m, p, bm, tile),
+    copyB = tileCopy("Bs", "rb", p.b, n, p, bn, tile);
   const batches = batch.reduce((s, l) => s * l.size, 1);
   const tiles = Math.ceil(n.size / bn) * Math.ceil(m.size / bm) * batches;
   const { splits, span } = splitK(tiles, k.size, tile.bk);
@@ -374,20 +459,35 @@ export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: Restr
     `extern "C" __global__ void __launch_bounds__(${threads}${tile.minBlocks ? `, ${tile.minBlocks}` : ""}) ${fnName}(${kernelParams(kernel, restrict)}${splits > 1 ? ", unsigned* __restrict__ tg_ws" : ""}) {`,
     ...(dynamic
       ? [
-        `  TG_DYNAMIC_SHARED(tg_smem);`,
-        `  typedef unsigned short TileA${copyA.shape}; typedef unsigned short TileB${copyB.shape};`,
-        `  TileA* As = (TileA*)tg_smem; TileB* Bs = (TileB*)(tg_smem + ${stages * copyA.stageBytes});`,
-      ]
-      : [`  __shared__ __align__(16) unsigned short As[2]${copyA.shape};`, `  __shared__ __align__(16) unsigned short Bs[2]${copyB.shape};`]),
+          `  TG_DYNAMIC_SHARED(tg_smem);`,
+          `  typedef unsigned short TileA${copyA.shape}; typedef unsigned short TileB${copyB.shape};`,
+          `  TileA* As = (TileA*)tg_smem; TileB* Bs = (TileB*)(tg_smem + ${stages * copyA.stageBytes});`,
+        ]
+      : [
+          `  __shared__ __align__(16) unsigned short As[2]${copyA.shape};`,
+          `  __shared__ __align__(16) unsigned short Bs[2]${copyB.shape};`,
+        ]),
     `  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;`,
     `  const int wm = (warp / ${tile.warpsN}) * ${bm / tile.warpsM}, wn = (warp % ${tile.warpsN}) * ${bn / tile.warpsN};`,
     `  const int m0 = blockIdx.y * ${bm}, n0 = blockIdx.x * ${bn};`,
     ...outputIndices(batch, "int", splits > 1 ? `((int)blockIdx.z / ${splits})` : "(int)blockIdx.z", "  "),
     // this block's share of k (all of it without a split)
-    splits > 1 ? `  const int kBegin = ((int)blockIdx.z % ${splits}) * ${span}, kEnd = min(${k.size}, kBegin + ${span});` : `  const int kBegin = 0, kEnd = ${k.size};`,
+    splits > 1
+      ? `  const int kBegin = ((int)blockIdx.z % ${splits}) * ${span}, kEnd = min(${k.size}, kBegin + ${span});`
+      : `  const int kBegin = 0, kEnd = ${k.size};`,
     `  float c[${mi}][${nj}][4] = {};`,
-    ...(!pipelined ? registerLoop(copyA, copyB, tile) : tile.wgmma ? wgmmaLoop(copyA, copyB, tile, p.input) : pipelinedLoop(copyA, copyB, tile)).flatMap((line) =>
-      line !== MULTIPLY ? [line] : tile.wgmma ? wgmmaProducts(copyA, copyB, tile, p.input, 0) : multiplyStage(copyA, copyB, p.input, tile)),
+    ...(!pipelined
+      ? registerLoop(copyA, copyB, tile)
+      : tile.wgmma
+        ? wgmmaLoop(copyA, copyB, tile, p.input)
+        : pipelinedLoop(copyA, copyB, tile)
+    ).flatMap((line) =>
+      line !== MULTIPLY
+        ? [line]
+        : tile.wgmma
+          ? wgmmaProducts(copyA, copyB, tile, p.input, 0)
+          : multiplyStage(copyA, copyB, p.input, tile),
+    ),
     ...(splits > 1 ? combineSplits(splits, tiles, tile) : []),
     ...epilogue(p, mi, nj),
     "}",
@@ -395,8 +495,12 @@ export function renderMatmulTC(p: MatmulPattern, fnName: string, restrict: Restr
   return {
     code: lines.join("\n"),
     launch: {
-      grid: [Math.ceil(n.size / bn), Math.ceil(m.size / bm), batches * splits], block: [threads, 1, 1], sharedBytes,
-      ...(splits > 1 ? { workspace: { bytes: counterBytes(tiles) + tiles * splits * bm * bn * 4, zeroedBytes: counterBytes(tiles) } } : {}),
+      grid: [Math.ceil(n.size / bn), Math.ceil(m.size / bm), batches * splits],
+      block: [threads, 1, 1],
+      sharedBytes,
+      ...(splits > 1
+        ? { workspace: { bytes: counterBytes(tiles) + tiles * splits * bm * bn * 4, zeroedBytes: counterBytes(tiles) } }
+        : {}),
     },
   };
 }
@@ -423,11 +527,18 @@ const PAIR_TYPES: Readonly<Record<string, string>> = { "unsigned short": "ushort
 function epilogue(p: MatmulPattern, mi: number, nj: number): string[] {
   const { kernel, m, n } = p;
   const last = p.epilogue.at(-1);
-  const store = last?.kind === "store" && p.epilogue.filter((st) => st.kind === "store").length === 1 ? last : undefined;
+  const store =
+    last?.kind === "store" && p.epilogue.filter((st) => st.kind === "store").length === 1 ? last : undefined;
   const stored = store && storageType(kernel.buffers[store.buf]!.dtype);
   const af = store && affine(store.index);
-  const pairType = stored && af && af.coef.get(n.var) === 1 && af.constant % 2 === 0 && [...af.coef].every(([v, c]) => v === n.var || c % 2 === 0)
-    ? PAIR_TYPES[stored] : undefined;
+  const pairType =
+    stored &&
+    af &&
+    af.coef.get(n.var) === 1 &&
+    af.constant % 2 === 0 &&
+    [...af.coef].every(([v, c]) => v === n.var || c % 2 === 0)
+      ? PAIR_TYPES[stored]
+      : undefined;
   // rows g and g + 8 (h), columns 2t and 2t + 1 (q)
   const lines = [
     `  #pragma unroll`,
@@ -445,7 +556,11 @@ function epilogue(p: MatmulPattern, mi: number, nj: number): string[] {
     `          if (${n.var} >= ${n.size}) break;`,
     `          float ${p.acc} = c[i][j][h * 2 + q];`,
   ];
-  renderBlock(pairType ? p.epilogue.slice(0, -1) : p.epilogue, lines, "          ", { kernel, products: new Map(), group: 0 });
+  renderBlock(pairType ? p.epilogue.slice(0, -1) : p.epilogue, lines, "          ", {
+    kernel,
+    products: new Map(),
+    group: 0,
+  });
   if (!pairType || !store) return [...lines, `        }`, `      }`];
   const at = `b${store.buf}[${cIndex(store.index)}]`;
   return [
@@ -488,7 +603,8 @@ const prefetch = (copyA: TileCopy, copyB: TileCopy, count: number, bk: number): 
   `  #pragma unroll`,
   `  for (int s = 0; s < ${count}; s++) {`,
   `    if (kBegin + s * ${bk} < kEnd) {`,
-  ...copyA.fetch(`kBegin + s * ${bk}`, "s"), ...copyB.fetch(`kBegin + s * ${bk}`, "s"),
+  ...copyA.fetch(`kBegin + s * ${bk}`, "s"),
+  ...copyB.fetch(`kBegin + s * ${bk}`, "s"),
   `    }`,
   // a group per tile, empty past the end, so that the count of groups still in flight stays exact
   `    tg_cp_async_commit();`,
@@ -510,7 +626,8 @@ function pipelinedLoop(copyA: TileCopy, copyB: TileCopy, { stages, bk }: TensorC
     `    __syncthreads();`,
     `    if (k0 + ${(stages - 1) * bk} < kEnd) {`,
     `      const int next = stage == 0 ? ${stages - 1} : stage - 1;`,
-    ...copyA.fetch(`k0 + ${(stages - 1) * bk}`, "next"), ...copyB.fetch(`k0 + ${(stages - 1) * bk}`, "next"),
+    ...copyA.fetch(`k0 + ${(stages - 1) * bk}`, "next"),
+    ...copyB.fetch(`k0 + ${(stages - 1) * bk}`, "next"),
     `    }`,
     `    tg_cp_async_commit();`,
     MULTIPLY,
@@ -537,7 +654,8 @@ function wgmmaLoop(copyA: TileCopy, copyB: TileCopy, tile: TensorCoreTile, input
     `    __syncthreads();`,
     `    if (k0 + ${ahead * bk} < kEnd) {`,
     `      const int next = stage >= ${stages - ahead} ? stage - ${stages - ahead} : stage + ${ahead};`,
-    ...copyA.fetch(`k0 + ${ahead * bk}`, "next"), ...copyB.fetch(`k0 + ${ahead * bk}`, "next"),
+    ...copyA.fetch(`k0 + ${ahead * bk}`, "next"),
+    ...copyB.fetch(`k0 + ${ahead * bk}`, "next"),
     `    }`,
     `    tg_cp_async_commit();`,
     ...wgmmaProducts(copyA, copyB, tile, input, 1),
@@ -551,7 +669,13 @@ function wgmmaLoop(copyA: TileCopy, copyB: TileCopy, tile: TensorCoreTile, input
  * `inFlight` groups remain. Each 8 x 8 core matrix is 128 contiguous bytes: 16 of k is two of them along
  * k; a warpgroup's 64 rows, eight along the rows.
  */
-function wgmmaProducts(copyA: TileCopy, copyB: TileCopy, { bk, bn }: TensorCoreTile, input: "f16" | "bf16", inFlight: number): string[] {
+function wgmmaProducts(
+  copyA: TileCopy,
+  copyB: TileCopy,
+  { bk, bn }: TensorCoreTile,
+  input: "f16" | "bf16",
+  inFlight: number,
+): string[] {
   const desc = (copy: TileCopy, offset: string) => `tg_wgmma_desc(&${copy.name}[stage][${offset}], 128, ${bk * 16})`;
   return [
     `    tg_wgmma_fence();`,
@@ -577,12 +701,16 @@ function registerLoop(copyA: TileCopy, copyB: TileCopy, tile: TensorCoreTile): s
   const { bk, wgmma } = tile;
   return [
     `  ${copyA.registers} ${copyB.registers}`,
-    ...copyA.fetch("kBegin", "0"), ...copyB.fetch("kBegin", "0"), `  tg_cp_async_commit();`,
-    ...copyA.store("0"), ...copyB.store("0"),
+    ...copyA.fetch("kBegin", "0"),
+    ...copyB.fetch("kBegin", "0"),
+    `  tg_cp_async_commit();`,
+    ...copyA.store("0"),
+    ...copyB.store("0"),
     `  for (int k0 = kBegin, stage = 0; k0 < kEnd; k0 += ${bk}, stage ^= 1) {`,
     `    const bool more = k0 + ${bk} < kEnd;`,
     `    if (more) {`,
-    ...copyA.fetch(`k0 + ${bk}`, "stage ^ 1"), ...copyB.fetch(`k0 + ${bk}`, "stage ^ 1"),
+    ...copyA.fetch(`k0 + ${bk}`, "stage ^ 1"),
+    ...copyB.fetch(`k0 + ${bk}`, "stage ^ 1"),
     `    }`,
     `    tg_cp_async_commit();`,
     // every copy but the group just issued (the next tile's) has landed, in every thread (and, for wgmma,
@@ -593,7 +721,8 @@ function registerLoop(copyA: TileCopy, copyB: TileCopy, tile: TensorCoreTile): s
     MULTIPLY,
     // the other stage was last read before the previous barrier: computed tiles can go there now
     `    if (more) {`,
-    ...copyA.store("stage ^ 1"), ...copyB.store("stage ^ 1"),
+    ...copyA.store("stage ^ 1"),
+    ...copyB.store("stage ^ 1"),
     `    }`,
     `    __syncthreads();`,
     `  }`,
@@ -628,7 +757,9 @@ const counterBytes = (tiles: number): number => Math.ceil((tiles * 4) / 256) * 2
  * launch and goes on to the epilogue; the others are done.
  */
 function combineSplits(splits: number, tiles: number, tile: TensorCoreTile): string[] {
-  const threads = threadsOf(tile), acc = accumulators(tile), { nj } = mmaTiles(tile);
+  const threads = threadsOf(tile),
+    acc = accumulators(tile),
+    { nj } = mmaTiles(tile);
   return [
     `  {`,
     `    __shared__ unsigned tg_ticket;`,
@@ -690,7 +821,10 @@ function tilePath(o: Operand, row: Loop, k: Loop): TilePath {
 }
 
 /** How the kernel for `p` moves its tiles and splits k, for reports (bench/gpu/forms.ts). */
-export function describeTensorCoreKernel(p: MatmulPattern, tile: TileShape = DEFAULT_TILE_SHAPE): { a: TilePath; b: TilePath; splits: number } {
+export function describeTensorCoreKernel(
+  p: MatmulPattern,
+  tile: TileShape = DEFAULT_TILE_SHAPE,
+): { a: TilePath; b: TilePath; splits: number } {
   const tiles = Math.ceil(p.n.size / tile.bn) * Math.ceil(p.m.size / tile.bm) * p.batch.reduce((s, l) => s * l.size, 1);
   return { a: tilePath(p.a, p.m, p.k), b: tilePath(p.b, p.n, p.k), splits: splitK(tiles, p.k.size, tile.bk).splits };
 }
@@ -702,9 +836,18 @@ export function describeTensorCoreKernel(p: MatmulPattern, tile: TileShape = DEF
  * ldmatrix.trans); any other factor goes through registers element by element (a computed one rounded to
  * 16 bits there) and is stored [row][k].
  */
-function tileCopy(tile: string, regs: string, o: Operand, row: Loop, p: MatmulPattern, rows: number, shape: TileShape): TileCopy {
+function tileCopy(
+  tile: string,
+  regs: string,
+  o: Operand,
+  row: Loop,
+  p: MatmulPattern,
+  rows: number,
+  shape: TileShape,
+): TileCopy {
   const { k } = p;
-  const { bk } = shape, threads = threadsOf(shape);
+  const { bk } = shape,
+    threads = threadsOf(shape);
   const start = row === p.m ? "m0" : "n0";
   const inside = `gr < ${row.size} && gk < ${k.size}`;
   // each thread handles elements (or 8-element chunks) e = tid + j * threads
@@ -715,34 +858,58 @@ function tileCopy(tile: string, regs: string, o: Operand, row: Loop, p: MatmulPa
     ...body,
     `    }`,
   ];
-  const scalars = (rows * bk) / threads, chunks = scalars / 8;
+  const scalars = (rows * bk) / threads,
+    chunks = scalars / 8;
   // [row][k] fragments: lanes 0-15 address rows at k, lanes 16-31 the same rows at k + 8
   const rowMajor = {
-    name: tile, shape: `[${rows}][${bk + PAD}]`, stageBytes: rows * (bk + PAD) * 2, transposed: false,
-    fragmentA: (r: string, row0: string) => `tg_ldsm_x4(${r}, &${tile}[stage][${row0} + (lane & 15)][kk + (lane >> 4) * 8]);`,
+    name: tile,
+    shape: `[${rows}][${bk + PAD}]`,
+    stageBytes: rows * (bk + PAD) * 2,
+    transposed: false,
+    fragmentA: (r: string, row0: string) =>
+      `tg_ldsm_x4(${r}, &${tile}[stage][${row0} + (lane & 15)][kk + (lane >> 4) * 8]);`,
     fragmentB: (first: string, second: string, col0: string) =>
       `{ unsigned q[4]; tg_ldsm_x4(q, &${tile}[stage][${col0} + (lane & 7) + (lane >> 4) * 8][kk + ((lane >> 3) & 1) * 8]); ${first}[0] = q[0]; ${first}[1] = q[1]; ${second}[0] = q[2]; ${second}[1] = q[3]; }`,
   };
   const path = tilePath(o, row, k);
   if (o.load && path !== "registers") {
     const af = o.load.affine;
-    const base = [String(af.constant), ...[...af.coef].filter(([v]) => v !== row.var && v !== k.var).map(([v, c]) => `${v} * ${c}`)].join(" + ");
+    const base = [
+      String(af.constant),
+      ...[...af.coef].filter(([v]) => v !== row.var && v !== k.var).map(([v, c]) => `${v} * ${c}`),
+    ].join(" + ");
     const address = `b${o.load.buf} + ${base} + gr * ${af.coef.get(row.var) ?? 0} + gk * ${af.coef.get(k.var)!}`;
-    const copy = (stage: string, index: string) => `      tg_cp_async16(&${tile}[${stage}]${index}, ${inside} ? ${address} : b${o.load!.buf}, ${inside} ? 16 : 0);`;
-    if (shape.wgmma) return wgmmaTileCopy(tile, path, rows, bk, start, (stage, offset) => copy(stage, `[${offset}]`), each, chunks);
+    const copy = (stage: string, index: string) =>
+      `      tg_cp_async16(&${tile}[${stage}]${index}, ${inside} ? ${address} : b${o.load!.buf}, ${inside} ? 16 : 0);`;
+    if (shape.wgmma)
+      return wgmmaTileCopy(tile, path, rows, bk, start, (stage, offset) => copy(stage, `[${offset}]`), each, chunks);
     if (path === "cp.async, k contiguous") {
       return {
-        ...rowMajor, registers: "", async: true,
-        fetch: (k0, stage) => each(chunks, `r = e / ${bk / 8}, kk = (e % ${bk / 8}) * 8, gr = ${start} + r, gk = ${k0} + kk`, [copy(stage, "[r][kk]")]),
+        ...rowMajor,
+        registers: "",
+        async: true,
+        fetch: (k0, stage) =>
+          each(chunks, `r = e / ${bk / 8}, kk = (e % ${bk / 8}) * 8, gr = ${start} + r, gk = ${k0} + kk`, [
+            copy(stage, "[r][kk]"),
+          ]),
         store: () => [],
       };
     }
     // k-major: [k][row]; ldmatrix.trans hands each lane the (row, k) pairs mma wants
     return {
-      name: tile, shape: `[${bk}][${rows + PAD}]`, stageBytes: bk * (rows + PAD) * 2, transposed: true, registers: "", async: true,
-      fetch: (k0, stage) => each(chunks, `kk = e / ${rows / 8}, r = (e % ${rows / 8}) * 8, gr = ${start} + r, gk = ${k0} + kk`, [copy(stage, "[kk][r]")]),
+      name: tile,
+      shape: `[${bk}][${rows + PAD}]`,
+      stageBytes: bk * (rows + PAD) * 2,
+      transposed: true,
+      registers: "",
+      async: true,
+      fetch: (k0, stage) =>
+        each(chunks, `kk = e / ${rows / 8}, r = (e % ${rows / 8}) * 8, gr = ${start} + r, gk = ${k0} + kk`, [
+          copy(stage, "[kk][r]"),
+        ]),
       store: () => [],
-      fragmentA: (r, row0) => `tg_ldsm_x4_trans(${r}, &${tile}[stage][kk + (lane & 7) + (lane >> 4) * 8][${row0} + ((lane >> 3) & 1) * 8]);`,
+      fragmentA: (r, row0) =>
+        `tg_ldsm_x4_trans(${r}, &${tile}[stage][kk + (lane & 7) + (lane >> 4) * 8][${row0} + ((lane >> 3) & 1) * 8]);`,
       fragmentB: (first, second, col0) =>
         `{ unsigned q[4]; tg_ldsm_x4_trans(q, &${tile}[stage][kk + (lane & 7) + ((lane >> 3) & 1) * 8][${col0} + (lane >> 4) * 8]); ${first}[0] = q[0]; ${first}[1] = q[1]; ${second}[0] = q[2]; ${second}[1] = q[3]; }`,
     };
@@ -754,11 +921,15 @@ function tileCopy(tile: string, regs: string, o: Operand, row: Loop, p: MatmulPa
   const index = alongRows ? `r = e % ${rows}, kk = e / ${rows}` : `r = e / ${bk}, kk = e % ${bk}`;
   const body = [`      ${regs}[j] = 0;`, `      if (${inside}) {`, `        const int ${row.var} = gr, ${k.var} = gk;`];
   renderBlock(o.defs, body, "        ", { kernel: p.kernel, products: new Map(), group: 0 });
-  body.push(`        ${regs}[j] = ${p.input === "f16" ? "tg_f2h" : "tg_f2b"}(${o.defs[o.defs.length - 1]!.name});`, `      }`);
+  body.push(
+    `        ${regs}[j] = ${p.input === "f16" ? "tg_f2h" : "tg_f2b"}(${o.defs[o.defs.length - 1]!.name});`,
+    `      }`,
+  );
   // wgmma: K-major core matrices (see wgmmaTileCopy), element by element
   const at = shape.wgmma ? `[((r >> 3) * ${bk / 8} + (kk >> 3)) * 64 + (r & 7) * 8 + (kk & 7)]` : "[r][kk]";
   return {
-    ...rowMajor, async: false,
+    ...rowMajor,
+    async: false,
     ...(shape.wgmma ? { shape: `[${rows * bk}]`, stageBytes: rows * bk * 2 } : {}),
     registers: `unsigned short ${regs}[${scalars}];`,
     fetch: (k0) => each(scalars, `${index}, gr = ${start} + r, gk = ${k0} + kk`, body),
@@ -775,23 +946,53 @@ function tileCopy(tile: string, regs: string, o: Operand, row: Loop, p: MatmulPa
  * warp reads whole 32-byte sectors of global memory: 64 bytes of each of 8 rows (K-major), or of each of
  * 8 k (MN-major).
  */
-function wgmmaTileCopy(tile: string, path: TilePath, rows: number, bk: number, start: string,
-  copy: (stage: string, offset: string) => string, each: (count: number, index: string, body: string[]) => string[], chunks: number): TileCopy {
+function wgmmaTileCopy(
+  tile: string,
+  path: TilePath,
+  rows: number,
+  bk: number,
+  start: string,
+  copy: (stage: string, offset: string) => string,
+  each: (count: number, index: string, body: string[]) => string[],
+  chunks: number,
+): TileCopy {
   const k8 = bk / 8;
-  const noFragments = (): string => { throw new TsgradError("wgmma tiles have no mma.sync fragments"); };
-  const common = { name: tile, shape: `[${rows * bk}]`, stageBytes: rows * bk * 2, registers: "", async: true, store: () => [], fragmentA: noFragments, fragmentB: noFragments };
+  const noFragments = (): string => {
+    throw new TsgradError("wgmma tiles have no mma.sync fragments");
+  };
+  const common = {
+    name: tile,
+    shape: `[${rows * bk}]`,
+    stageBytes: rows * bk * 2,
+    registers: "",
+    async: true,
+    store: () => [],
+    fragmentA: noFragments,
+    fragmentB: noFragments,
+  };
   if (path === "cp.async, k contiguous") {
     // chunk e is the e-th 16 bytes of the stage: core matrix e / 8 (rows e / 8 / k8, k e / 8 % k8), row e % 8
     return {
-      ...common, transposed: false,
-      fetch: (k0, stage) => each(chunks, `r = ((e >> 3) / ${k8}) * 8 + (e & 7), kk = ((e >> 3) % ${k8}) * 8, gr = ${start} + r, gk = ${k0} + kk`, [copy(stage, "e * 8")]),
+      ...common,
+      transposed: false,
+      fetch: (k0, stage) =>
+        each(
+          chunks,
+          `r = ((e >> 3) / ${k8}) * 8 + (e & 7), kk = ((e >> 3) % ${k8}) * 8, gr = ${start} + r, gk = ${k0} + kk`,
+          [copy(stage, "e * 8")],
+        ),
     };
   }
   // k e % 8 of row chunk rc = 4 (e / 32 / k8) + e / 8 % 4, in core matrix (rc, e / 32 % k8)
   return {
-    ...common, transposed: true,
-    fetch: (k0, stage) => each(chunks, `rc = ((e >> 5) / ${k8}) * 4 + ((e >> 3) & 3), kc = (e >> 5) % ${k8}, r = rc * 8, kk = kc * 8 + (e & 7), gr = ${start} + r, gk = ${k0} + kk`,
-      [copy(stage, `(rc * ${k8} + kc) * 64 + (e & 7) * 8`)]),
+    ...common,
+    transposed: true,
+    fetch: (k0, stage) =>
+      each(
+        chunks,
+        `rc = ((e >> 5) / ${k8}) * 4 + ((e >> 3) & 3), kc = (e >> 5) % ${k8}, r = rc * 8, kk = kc * 8 + (e & 7), gr = ${start} + r, gk = ${k0} + kk`,
+        [copy(stage, `(rc * ${k8} + kc) * 64 + (e & 7) * 8`)],
+      ),
   };
 }
 
@@ -802,6 +1003,13 @@ const MIN_FLOPS = 2 ** 22;
 export function worthTensorCores(p: MatmulPattern): boolean {
   const batches = p.batch.reduce((s, l) => s * l.size, 1);
   // 32-bit indices throughout, and the batch and row tiles within the grid's z and y limits
-  const fits = indexType(p.kernel) === "int" && batches <= 65535 && Math.ceil(p.m.size / DEFAULT_TILE_SHAPE.bm) <= 65535;
-  return fits && p.m.size >= 16 && p.n.size >= 8 && p.k.size >= 16 && 2 * p.m.size * p.n.size * p.k.size * batches >= MIN_FLOPS;
+  const fits =
+    indexType(p.kernel) === "int" && batches <= 65535 && Math.ceil(p.m.size / DEFAULT_TILE_SHAPE.bm) <= 65535;
+  return (
+    fits &&
+    p.m.size >= 16 &&
+    p.n.size >= 8 &&
+    p.k.size >= 16 &&
+    2 * p.m.size * p.n.size * p.k.size * batches >= MIN_FLOPS
+  );
 }

@@ -11,13 +11,19 @@ import { varsOf } from "../shape/symbolic.ts";
  * update's input) stay where they are, and nothing lands between the `parallel` perfectly nested loops that
  * OpenMP collapses. Values and their order of evaluation within an iteration are unchanged.
  */
-export function hoistInvariants(body: readonly Stmt[], parallel: number, pinned: ReadonlySet<number> = new Set()): Stmt[] {
-  const movable = (s: Stmt): s is Stmt & { kind: "def" } => s.kind === "def" && !(s.expr.op === "LOAD" && (s.expr.buf === 0 || pinned.has(s.expr.buf)));
+export function hoistInvariants(
+  body: readonly Stmt[],
+  parallel: number,
+  pinned: ReadonlySet<number> = new Set(),
+): Stmt[] {
+  const movable = (s: Stmt): s is Stmt & { kind: "def" } =>
+    s.kind === "def" && !(s.expr.op === "LOAD" && (s.expr.buf === 0 || pinned.has(s.expr.buf)));
   // OpenMP collapses `parallel` loops from the first loop that is not serial (as the renderer places the
   // pragma: a K-blocked kernel's tiles sit inside the serial loop over blocks). Their bodies (but the
   // innermost's) hold only the next loop, so nothing moves out of the collapsed loops at levels 1..parallel-1.
   // `level`: the loop's place in that nest, or "before" while no collapsed loop encloses it yet.
-  const closed = (level: number | "before"): boolean => parallel > 1 && level !== "before" && level >= 1 && level <= parallel - 1;
+  const closed = (level: number | "before"): boolean =>
+    parallel > 1 && level !== "before" && level >= 1 && level <= parallel - 1;
   const visit = (stmts: readonly Stmt[], level: number | "before"): Stmt[] => {
     const out: Stmt[] = [];
     for (const s of stmts) {

@@ -111,19 +111,34 @@ int main(void) {
  * probes build with): the marker's definition, or loop vectorisation off everywhere where the marker's
  * attribute does not cure a probe. The answers are kept in `dir` by compiler version, flags and machine.
  */
-export function miscompileWorkarounds(command: string, version: string, flags: readonly string[], dir: string): { flags: string[]; found: string[] } {
-  const codegen = flags.filter((f) => f.startsWith("-O") || f.startsWith("-m") || (f.startsWith("-f") && f !== "-fPIC"));
+export function miscompileWorkarounds(
+  command: string,
+  version: string,
+  flags: readonly string[],
+  dir: string,
+): { flags: string[]; found: string[] } {
+  const codegen = flags.filter(
+    (f) => f.startsWith("-O") || f.startsWith("-m") || (f.startsWith("-f") && f !== "-fPIC"),
+  );
   const definition = `-D${MARKER}=${ATTRIBUTE}`;
   const found: string[] = [];
   let global = false;
   for (const probe of PROBES) {
-    const key = createHash("sha256").update(`${command}|${version}|${codegen.join(" ")}|${cpus()[0]?.model ?? ""}|${ATTRIBUTE}|${probe.source}`).digest("hex").slice(0, 32);
+    const key = createHash("sha256")
+      .update(`${command}|${version}|${codegen.join(" ")}|${cpus()[0]?.model ?? ""}|${ATTRIBUTE}|${probe.source}`)
+      .digest("hex")
+      .slice(0, 32);
     const answer = join(dir, `probe-${probe.name}-${key}.txt`);
     let verdict = existsSync(answer) ? readFileSync(answer, "utf8") : undefined;
     if (verdict === undefined) {
       const plain = runProbe(command, codegen, probe.source, dir);
       if (plain === undefined) continue; // the probe does not build or run here: nothing to learn
-      verdict = plain === probe.expected ? "right" : runProbe(command, [...codegen, definition], probe.source, dir) === probe.expected ? "marker" : "global";
+      verdict =
+        plain === probe.expected
+          ? "right"
+          : runProbe(command, [...codegen, definition], probe.source, dir) === probe.expected
+            ? "marker"
+            : "global";
       writeAtomic(answer, verdict); // runProbe made the folder
     }
     if (verdict === "right") continue;

@@ -33,17 +33,31 @@ export function findCompiler(): Compiler | null {
   // No errno from math functions: kernels never read it, and a sqrtf that may set it is a call with a branch
   // around it, so no loop holding one vectorised (layer norms, LAMB: its [30522, 256] update 17 ms); the
   // square root itself is the same correctly rounded instruction either way.
-  const base = ["-O3", "-march=native", "-ffp-contract=off", "-fno-trapping-math", "-fno-math-errno", "-fPIC", "-shared", "-std=gnu11"];
+  const base = [
+    "-O3",
+    "-march=native",
+    "-ffp-contract=off",
+    "-fno-trapping-math",
+    "-fno-math-errno",
+    "-fPIC",
+    "-shared",
+    "-std=gnu11",
+  ];
   // -z nodelete (GNU and LLVM linkers): a kernel library, and the OpenMP runtime it pulls in, stays mapped until
   // the process ends; unloaded at exit while OpenMP's idle worker threads still ran its code, node crashed
   // (SIGSEGV) on about 4 exits in 10. Linkers without it (macOS) get the flags without.
   const nodelete = "-Wl,-z,nodelete";
-  const identity = (flags: readonly string[]) => `${version.stdout.split("\n")[0]}|${flags.join(" ")}|${cpus()[0]?.model ?? ""}`;
-  const probeSource = "#include <stdint.h>\nint tg_kernel(int x) { int s = 0;\n#pragma omp parallel for reduction(+:s)\nfor (int i = 0; i < x; i++) s += i;\nreturn s; }\n";
+  const identity = (flags: readonly string[]) =>
+    `${version.stdout.split("\n")[0]}|${flags.join(" ")}|${cpus()[0]?.model ?? ""}`;
+  const probeSource =
+    "#include <stdint.h>\nint tg_kernel(int x) { int s = 0;\n#pragma omp parallel for reduction(+:s)\nfor (int i = 0; i < x; i++) s += i;\nreturn s; }\n";
   // wrong code some compilers make of some loops (gcc 12.2's), stepped around for the kernels it touches
   const workarounds = miscompileWorkarounds(command, version.stdout, base, join(cacheDir(), "cpu"));
   base.push(...workarounds.flags);
-  if (workarounds.found.length > 0 && debugLevel() >= 1) console.error(`tsgrad: ${command} vectorises some loops wrongly (probes ${workarounds.found.join(", ")}, a compiler bug); compiling with ${workarounds.flags.join(" ")}`);
+  if (workarounds.found.length > 0 && debugLevel() >= 1)
+    console.error(
+      `tsgrad: ${command} vectorises some loops wrongly (probes ${workarounds.found.join(", ")}, a compiler bug); compiling with ${workarounds.flags.join(" ")}`,
+    );
   for (const flags of [[...base, nodelete, "-fopenmp"], [...base, "-fopenmp"], [...base, nodelete], base]) {
     const compiler = { command, flags, identity: identity(flags) };
     try {
@@ -72,7 +86,14 @@ export function vectorLaneWidths(prelude: string): readonly number[] {
   const compiler = findCompiler();
   if (!compiler) return (widths = []);
   // the answer is kept by compiler (command and identity) and prelude: asking costs two compiler runs (45 ms a start)
-  const key = createHash("sha256").update(compiler.command).update("\0").update(compiler.identity).update("\0").update(prelude).digest("hex").slice(0, 32);
+  const key = createHash("sha256")
+    .update(compiler.command)
+    .update("\0")
+    .update(compiler.identity)
+    .update("\0")
+    .update(prelude)
+    .digest("hex")
+    .slice(0, 32);
   const answer = join(cacheDir(), "cpu", `lanes-${key}.txt`);
   if (existsSync(answer)) {
     const text = readFileSync(answer, "utf8").trim();
@@ -88,14 +109,25 @@ export function vectorLaneWidths(prelude: string): readonly number[] {
 /** Asks the compiler which lane widths its target has and whether `prelude`'s vector helpers build for them. */
 function probeLaneWidths(compiler: Compiler, prelude: string): readonly number[] {
   const targetFlags = compiler.flags.filter((f) => f.startsWith("-m"));
-  const macros = spawnSync(compiler.command, [...targetFlags, "-dM", "-E", "-x", "c", "-"], { input: "", encoding: "utf8" }).stdout ?? "";
+  const macros =
+    spawnSync(compiler.command, [...targetFlags, "-dM", "-E", "-x", "c", "-"], { input: "", encoding: "utf8" })
+      .stdout ?? "";
   const has = (name: string): boolean => new RegExp(`^#define ${name} `, "m").test(macros);
   const candidates = has("__AVX512F__") ? [16, 8] : has("__AVX__") && has("__FMA__") ? [8] : [];
   if (candidates.length === 0) return [];
-  const uses = candidates.map((w) => `  { tg_f32x${w} v = {0}; v = tg_fma${w}(a, w, v); memcpy(out, &v, sizeof v); }`).join("\n");
+  const uses = candidates
+    .map((w) => `  { tg_f32x${w} v = {0}; v = tg_fma${w}(a, w, v); memcpy(out, &v, sizeof v); }`)
+    .join("\n");
   const probe = `${prelude}\nvoid tg_probe(float* restrict out, const float* restrict w, float a) {\n${uses}\n}\n`;
-  const check = spawnSync(compiler.command, [...targetFlags, "-std=gnu11", "-fsyntax-only", "-Werror=implicit-function-declaration", "-x", "c", "-"], { input: probe, encoding: "utf8" });
-  if (check.status !== 0 && debugLevel() >= 1) console.error(`tsgrad: C compiler ${compiler.command} cannot build the vector helpers; register tiles stay scalar\n${check.stderr}`);
+  const check = spawnSync(
+    compiler.command,
+    [...targetFlags, "-std=gnu11", "-fsyntax-only", "-Werror=implicit-function-declaration", "-x", "c", "-"],
+    { input: probe, encoding: "utf8" },
+  );
+  if (check.status !== 0 && debugLevel() >= 1)
+    console.error(
+      `tsgrad: C compiler ${compiler.command} cannot build the vector helpers; register tiles stay scalar\n${check.stderr}`,
+    );
   return check.status === 0 ? candidates : [];
 }
 
@@ -112,7 +144,14 @@ export interface CompiledFunction {
 }
 
 const hashOf = (compiler: Compiler, fn: CFunction): string =>
-  createHash("sha256").update(compiler.identity).update("\0").update(fn.prelude).update("\0").update(fn.code).digest("hex").slice(0, 32);
+  createHash("sha256")
+    .update(compiler.identity)
+    .update("\0")
+    .update(fn.prelude)
+    .update("\0")
+    .update(fn.code)
+    .digest("hex")
+    .slice(0, 32);
 
 /** Counts compiled and cached functions and the rounds of compiler runs that built them, for tests and DEBUG output. */
 export const compileStats = { compiled: 0, cached: 0, rounds: 0, seconds: 0 };
@@ -130,7 +169,10 @@ export function compileLibraries(compiler: Compiler, functions: readonly CFuncti
 }
 
 /** Like compileLibraries, but a function that does not compile gives its error instead. */
-export function compileEach(compiler: Compiler, functions: readonly CFunction[]): (CompiledFunction | { error: string })[] {
+export function compileEach(
+  compiler: Compiler,
+  functions: readonly CFunction[],
+): (CompiledFunction | { error: string })[] {
   const dir = join(cacheDir(), "cpu");
   const hashes = functions.map((fn) => hashOf(compiler, fn));
   const entries = hashes.map((hash) => ({ path: join(dir, `${hash}.so`), symbol: `tg_${hash}` }));
@@ -153,13 +195,22 @@ export function compileEach(compiler: Compiler, functions: readonly CFunction[])
     compileStats.compiled += missing.length;
     compileStats.rounds++;
     compileStats.seconds += (performance.now() - start) / 1000;
-    if (debugLevel() >= 3) console.error(`tsgrad: compiled ${missing.length} kernel(s) in ${width} batch(es) in ${(performance.now() - start).toFixed(0)} ms`);
+    if (debugLevel() >= 3)
+      console.error(
+        `tsgrad: compiled ${missing.length} kernel(s) in ${width} batch(es) in ${(performance.now() - start).toFixed(0)} ms`,
+      );
   }
   return entries.map((e, i) => (errors.has(hashes[i]!) ? { error: errors.get(hashes[i]!)! } : e));
 }
 
 /** Compiles each batch (one library per batch, in parallel); returns the batches that failed. */
-function buildBatches(compiler: Compiler, dir: string, batches: readonly string[][], byHash: ReadonlyMap<string, CFunction>, errors?: Map<string, string>): string[][] {
+function buildBatches(
+  compiler: Compiler,
+  dir: string,
+  batches: readonly string[][],
+  byHash: ReadonlyMap<string, CFunction>,
+  errors?: Map<string, string>,
+): string[][] {
   const quote = (s: string) => `'${s.replace(/'/g, "'\\''")}'`;
   const jobs = batches.map((hashes) => {
     const stem = join(dir, `batch.${process.pid}.${Math.random().toString(36).slice(2)}`);
@@ -172,7 +223,10 @@ function buildBatches(compiler: Compiler, dir: string, batches: readonly string[
     writeFileSync(`${stem}.c`, `${prelude}\n${units.join("\n\n")}\n`);
     return { hashes, stem };
   });
-  const script = jobs.map(({ stem }) => `${[compiler.command, ...compiler.flags, "-o", `${stem}.so`, `${stem}.c`, "-lm"].map(quote).join(" ")} 2> ${quote(`${stem}.err`)} &`);
+  const script = jobs.map(
+    ({ stem }) =>
+      `${[compiler.command, ...compiler.flags, "-o", `${stem}.so`, `${stem}.c`, "-lm"].map(quote).join(" ")} 2> ${quote(`${stem}.err`)} &`,
+  );
   spawnSync("sh", ["-c", [...script, "wait"].join("\n")], { stdio: "ignore" });
   const failed: string[][] = [];
   for (const { hashes, stem } of jobs) {
@@ -181,7 +235,11 @@ function buildBatches(compiler: Compiler, dir: string, batches: readonly string[
       rmSync(`${stem}.so`);
     } else {
       failed.push(hashes);
-      if (errors && hashes.length === 1) errors.set(hashes[0]!, `compiling ${join(dir, `${hashes[0]}.c`)} failed:\n${readFileSync(`${stem}.err`, "utf8").slice(0, 4000)}`);
+      if (errors && hashes.length === 1)
+        errors.set(
+          hashes[0]!,
+          `compiling ${join(dir, `${hashes[0]}.c`)} failed:\n${readFileSync(`${stem}.err`, "utf8").slice(0, 4000)}`,
+        );
     }
     rmSync(`${stem}.c`, { force: true });
     rmSync(`${stem}.err`, { force: true });

@@ -19,7 +19,8 @@ export const cpuAvailable = (): boolean => findCompiler() !== null;
 /** Each function's library (several compiled at once, in parallel, and cached), or the compiler's error for it. */
 export function compileCpu(functions: readonly CFunction[]): (CompiledFunction | { error: string })[] {
   const compiler = findCompiler();
-  if (!compiler) throw new TsgradError(`CPU device: no working C compiler (tried ${process.env.CC || "cc"}); use DEVICE=JS`);
+  if (!compiler)
+    throw new TsgradError(`CPU device: no working C compiler (tried ${process.env.CC || "cc"}); use DEVICE=JS`);
   return compileEach(compiler, functions);
 }
 
@@ -42,7 +43,10 @@ let recording: GraphCall[] | undefined;
 /** A compiled kernel function taking `bufferCount` buffers, run on buffers' memory with THREADS threads. */
 export class CpuKernel {
   private readonly fn: KernelFn;
-  constructor(readonly compiled: CompiledFunction, bufferCount: number) {
+  constructor(
+    readonly compiled: CompiledFunction,
+    bufferCount: number,
+  ) {
     this.fn = loadFunction(compiled, bufferCount);
   }
 
@@ -86,7 +90,10 @@ export function timeCpuFunctions(functions: readonly CFunction[], bufferBytes: r
  * Records the kernel calls (and copies between CPU devices) `run` makes into one call table replayed by a
  * single native call; undefined where CPU_GRAPH=0, a device of another kind takes part, or no table builds.
  */
-export function captureCpuGraph(run: () => void, span: { readonly devices: readonly string[] }): ((swap?: ReadonlyMap<Buffer, Buffer>) => number) | undefined {
+export function captureCpuGraph(
+  run: () => void,
+  span: { readonly devices: readonly string[] },
+): ((swap?: ReadonlyMap<Buffer, Buffer>) => number) | undefined {
   if (getenv("CPU_GRAPH", 1) === 0 || span.devices.some((d) => !d.startsWith("CPU"))) return undefined;
   const calls: GraphCall[] = [];
   recording = calls;
@@ -99,4 +106,5 @@ export function captureCpuGraph(run: () => void, span: { readonly devices: reado
 }
 
 /** While a graph records: a copy between two CPU devices' buffers goes into it as a memcpy (host memory). */
-export const recordCpuCopy = (dst: Buffer, src: Buffer): boolean => (recording && src.device.startsWith("CPU") ? (recording.push({ copy: { dst, src } }), true) : false);
+export const recordCpuCopy = (dst: Buffer, src: Buffer): boolean =>
+  recording && src.device.startsWith("CPU") ? (recording.push({ copy: { dst, src } }), true) : false;

@@ -72,7 +72,8 @@ function loadRunner(): Runner | null {
       symbol: library.func("uint64_t tg_graph_symbol(const char *, const char *)") as Runner["symbol"],
     };
   } catch (e) {
-    if (debugLevel() >= 1) console.error(`tsgrad: CPU graphs off, the runner did not build: ${e instanceof Error ? e.message : String(e)}`);
+    if (debugLevel() >= 1)
+      console.error(`tsgrad: CPU graphs off, the runner did not build: ${e instanceof Error ? e.message : String(e)}`);
     runner = null;
   }
   return runner;
@@ -87,7 +88,10 @@ const symbols = new Map<string, bigint>();
  * ran. Each buffer's handle is compared on every replay: a swapped one, or one whose memory was given back and
  * allocated again, has its entries pointed at its memory now, never run on old memory.
  */
-export function cpuGraph(calls: readonly GraphCall[], threads: number): ((swap?: ReadonlyMap<Buffer, Buffer>) => number) | undefined {
+export function cpuGraph(
+  calls: readonly GraphCall[],
+  threads: number,
+): ((swap?: ReadonlyMap<Buffer, Buffer>) => number) | undefined {
   const r = loadRunner();
   if (!r) return undefined;
   // each call as (function pointer, the buffers whose addresses follow, a byte count after them for a copy)
@@ -105,7 +109,9 @@ export function cpuGraph(calls: readonly GraphCall[], threads: number): ((swap?:
   const buffers = [...new Set(entries.flatMap((e) => e.buffers))];
   const slot = new Map(buffers.map((b, i) => [b, i]));
   // the table's layout once; where each buffer's address goes, to point it elsewhere without rebuilding
-  const table = new BigUint64Array(entries.reduce((n, e) => n + 2 + e.buffers.length + (e.bytes === undefined ? 0 : 1), 0));
+  const table = new BigUint64Array(
+    entries.reduce((n, e) => n + 2 + e.buffers.length + (e.bytes === undefined ? 0 : 1), 0),
+  );
   const positions: number[][] = buffers.map(() => []);
   let at = 0;
   for (const { pointer, buffers: used, bytes } of entries) {

@@ -72,7 +72,12 @@ export class CudaDevice {
     const major = out<number>(this.driver, "cuDeviceGetAttribute", ATTRIBUTE.computeCapabilityMajor, device);
     const minor = out<number>(this.driver, "cuDeviceGetAttribute", ATTRIBUTE.computeCapabilityMinor, device);
     this.arch = `sm_${major}${minor}`;
-    this.sharedPerMultiprocessor = out<number>(this.driver, "cuDeviceGetAttribute", ATTRIBUTE.maxSharedMemoryPerMultiprocessor, device);
+    this.sharedPerMultiprocessor = out<number>(
+      this.driver,
+      "cuDeviceGetAttribute",
+      ATTRIBUTE.maxSharedMemoryPerMultiprocessor,
+      device,
+    );
     const d = this.driver;
     this.allocator = new CachingAllocator(
       (bytes) => (this.activate(), out<number>(d, "cuMemAlloc_v2", bytes)),
@@ -103,7 +108,8 @@ export class CudaDevice {
    */
   captureGraph(run: () => void): (() => void) | undefined {
     if (getenv("CUDA_GRAPH", 1) === 0) return undefined;
-    const d = this.driver, stream = this.stream;
+    const d = this.driver,
+      stream = this.stream;
     this.activate();
     try {
       // relaxed: the capture does not forbid other driver calls in this thread (a lazy module load)
@@ -120,7 +126,10 @@ export class CudaDevice {
     const graph: unknown[] = [null];
     const ended = d.cuStreamEndCapture(stream, graph);
     if (failed || ended !== 0) {
-      if (debugLevel() >= 1) console.error(`tsgrad: CUDA graph capture failed (${failed instanceof Error ? failed.message : `cuStreamEndCapture ${ended}`}); launching one by one`);
+      if (debugLevel() >= 1)
+        console.error(
+          `tsgrad: CUDA graph capture failed (${failed instanceof Error ? failed.message : `cuStreamEndCapture ${ended}`}); launching one by one`,
+        );
       return undefined;
     }
     const exec: unknown[] = [null];
@@ -138,10 +147,15 @@ export class CudaDevice {
   workspace(bytes: number, zeroedBytes: number): number {
     const s = this.scratch;
     if (s && s.bytes >= bytes && s.zeroed >= zeroedBytes) return s.pointer;
-    const size = Math.max(bytes, s?.bytes ?? 0), zeroed = Math.max(zeroedBytes, s?.zeroed ?? 0);
+    const size = Math.max(bytes, s?.bytes ?? 0),
+      zeroed = Math.max(zeroedBytes, s?.zeroed ?? 0);
     const pointer = this.allocator.alloc(size);
     this.activate();
-    this.driver.check("cuMemcpyHtoD_v2", this.driver.cuMemcpyHtoD_v2(pointer, new Uint8Array(zeroed), zeroed), "zeroing a kernel workspace");
+    this.driver.check(
+      "cuMemcpyHtoD_v2",
+      this.driver.cuMemcpyHtoD_v2(pointer, new Uint8Array(zeroed), zeroed),
+      "zeroing a kernel workspace",
+    );
     this.scratch = { pointer, bytes: size, zeroed };
     return pointer;
   }
@@ -154,7 +168,11 @@ export class CudaDevice {
     d.check("cuEventRecord", d.cuEventRecord(other.marker, other.stream), `CUDA:${other.index}'s stream`);
     this.activate();
     // the wait is for the record as it is now: recording the event again later does not move it
-    d.check("cuStreamWaitEvent", d.cuStreamWaitEvent(this.stream, other.marker, 0), `CUDA:${this.index} waiting for CUDA:${other.index}`);
+    d.check(
+      "cuStreamWaitEvent",
+      d.cuStreamWaitEvent(this.stream, other.marker, 0),
+      `CUDA:${this.index} waiting for CUDA:${other.index}`,
+    );
   }
 
   /**
@@ -168,7 +186,11 @@ export class CudaDevice {
     this.waitFor(source);
     this.activate();
     const d = this.driver;
-    d.check("cuMemcpyPeerAsync", d.cuMemcpyPeerAsync(dst, this.context, src, source.context, bytes, this.stream), `${bytes} bytes CUDA:${source.index} -> CUDA:${this.index}`);
+    d.check(
+      "cuMemcpyPeerAsync",
+      d.cuMemcpyPeerAsync(dst, this.context, src, source.context, bytes, this.stream),
+      `${bytes} bytes CUDA:${source.index} -> CUDA:${this.index}`,
+    );
     source.waitFor(this);
   }
 
@@ -212,17 +234,33 @@ const MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 function allowSharedMemory(device: CudaDevice, fn: Handle, launch: LaunchDims, name: string): void {
   if (launch.sharedBytes <= STATIC_SHARED_LIMIT) return;
   const d = device.driver;
-  d.check("cuFuncSetAttribute", d.cuFuncSetAttribute(fn, MAX_DYNAMIC_SHARED_SIZE_BYTES, launch.sharedBytes), `${name}: ${launch.sharedBytes} bytes of shared memory`);
+  d.check(
+    "cuFuncSetAttribute",
+    d.cuFuncSetAttribute(fn, MAX_DYNAMIC_SHARED_SIZE_BYTES, launch.sharedBytes),
+    `${name}: ${launch.sharedBytes} bytes of shared memory`,
+  );
 }
 
 /** Launches on the device's stream; with `events`, waits and returns the kernel's seconds. */
-function launchKernel(device: CudaDevice, fn: Handle, launch: LaunchDims, params: globalThis.Buffer[], name: string, events?: [Handle, Handle]): number | undefined {
+function launchKernel(
+  device: CudaDevice,
+  fn: Handle,
+  launch: LaunchDims,
+  params: globalThis.Buffer[],
+  name: string,
+  events?: [Handle, Handle],
+): number | undefined {
   const d = device.driver;
   device.activate();
   const stream = device.stream;
   if (events) d.check("cuEventRecord", d.cuEventRecord(events[0], stream), name);
-  const [gx, gy, gz] = launch.grid, [bx, by, bz] = launch.block;
-  d.check("cuLaunchKernel", d.cuLaunchKernel(fn, gx, gy, gz, bx, by, bz, launch.sharedBytes, stream, params, null), `${name} grid ${launch.grid} block ${launch.block}`);
+  const [gx, gy, gz] = launch.grid,
+    [bx, by, bz] = launch.block;
+  d.check(
+    "cuLaunchKernel",
+    d.cuLaunchKernel(fn, gx, gy, gz, bx, by, bz, launch.sharedBytes, stream, params, null),
+    `${name} grid ${launch.grid} block ${launch.block}`,
+  );
   if (!events) return undefined;
   d.check("cuEventRecord", d.cuEventRecord(events[1], stream), name);
   d.check("cuEventSynchronize", d.cuEventSynchronize(events[1]), name);
@@ -237,7 +275,13 @@ export class CudaKernel {
   private events: [Handle, Handle] | undefined;
 
   /** `name` names the kernel in launch errors. */
-  constructor(readonly device: CudaDevice, private readonly fn: Handle, readonly launch: LaunchDims, readonly name: string, bufferCount: number) {
+  constructor(
+    readonly device: CudaDevice,
+    private readonly fn: Handle,
+    readonly launch: LaunchDims,
+    readonly name: string,
+    bufferCount: number,
+  ) {
     allowSharedMemory(device, fn, launch, name);
     this.params = Array.from({ length: bufferCount + 1 }, () => globalThis.Buffer.alloc(8));
     this.bufferParams = this.params.slice(0, bufferCount);
@@ -257,12 +301,25 @@ export class CudaKernel {
 
   private launchOn(events?: [Handle, Handle]): number | undefined {
     const { workspace } = this.launch;
-    if (workspace) this.params[this.bufferParams.length]!.writeBigUInt64LE(BigInt(this.device.workspace(workspace.bytes, workspace.zeroedBytes)));
-    return launchKernel(this.device, this.fn, this.launch, workspace ? this.params : this.bufferParams, this.name, events);
+    if (workspace)
+      this.params[this.bufferParams.length]!.writeBigUInt64LE(
+        BigInt(this.device.workspace(workspace.bytes, workspace.zeroedBytes)),
+      );
+    return launchKernel(
+      this.device,
+      this.fn,
+      this.launch,
+      workspace ? this.params : this.bufferParams,
+      this.name,
+      events,
+    );
   }
 
   private timingEvents(): [Handle, Handle] {
-    this.events ??= [out<Handle>(this.device.driver, "cuEventCreate", 0), out<Handle>(this.device.driver, "cuEventCreate", 0)];
+    this.events ??= [
+      out<Handle>(this.device.driver, "cuEventCreate", 0),
+      out<Handle>(this.device.driver, "cuEventCreate", 0),
+    ];
     return this.events;
   }
 }
@@ -271,10 +328,19 @@ export class CudaKernel {
  * Gives `time` a way to time renderings of the kernel `name` that take buffers of `bufferBytes` each: the fastest
  * of three launches, on scratch buffers of those sizes (or on `on`'s memory: the output then holds the last result).
  */
-export function timeLaunches<T>(device: CudaDevice, name: string, bufferBytes: readonly number[], on: readonly Buffer[] | undefined, time: (launch: (kernel: CudaKernel) => number) => T): T {
+export function timeLaunches<T>(
+  device: CudaDevice,
+  name: string,
+  bufferBytes: readonly number[],
+  on: readonly Buffer[] | undefined,
+  time: (launch: (kernel: CudaKernel) => number) => T,
+): T {
   const scratch = on ? [] : bufferBytes.map((bytes) => device.allocator.alloc(bytes));
   const pointers = on ? on.map((b) => (b.handle as CudaMemory).pointer) : scratch;
-  const events: [Handle, Handle] = [out<Handle>(device.driver, "cuEventCreate", 0), out<Handle>(device.driver, "cuEventCreate", 0)];
+  const events: [Handle, Handle] = [
+    out<Handle>(device.driver, "cuEventCreate", 0),
+    out<Handle>(device.driver, "cuEventCreate", 0),
+  ];
   try {
     return time((kernel) => {
       let fastest = Infinity;
@@ -283,7 +349,8 @@ export function timeLaunches<T>(device: CudaDevice, name: string, bufferBytes: r
     });
   } finally {
     scratch.forEach((pointer, i) => device.allocator.free(pointer, bufferBytes[i]!));
-    for (const event of events) device.driver.check("cuEventDestroy_v2", device.driver.cuEventDestroy_v2(event), `timing ${name}`);
+    for (const event of events)
+      device.driver.check("cuEventDestroy_v2", device.driver.cuEventDestroy_v2(event), `timing ${name}`);
   }
 }
 
@@ -301,26 +368,39 @@ export function cudaDevice(index: number): CudaDevice {
 
 /** The memory of `device`. Its `transfer` queues a copy device to device (peer to peer where the GPUs allow). */
 export function cudaMemory(device: CudaDevice): Allocator {
-  const d = device.driver, index = device.index;
+  const d = device.driver,
+    index = device.index;
   return {
     allocate: (bytes): CudaMemory => ({ pointer: device.allocator.alloc(bytes), bytes }),
     free: (raw) => device.allocator.free((raw as CudaMemory).pointer, (raw as CudaMemory).bytes),
     copyout: (raw, bytes) => {
       const host = new Uint8Array(bytes);
       device.activate();
-      d.check("cuMemcpyDtoH_v2", d.cuMemcpyDtoH_v2(host, (raw as CudaMemory).pointer, bytes), `${bytes} bytes from CUDA:${index}`);
+      d.check(
+        "cuMemcpyDtoH_v2",
+        d.cuMemcpyDtoH_v2(host, (raw as CudaMemory).pointer, bytes),
+        `${bytes} bytes from CUDA:${index}`,
+      );
       return host;
     },
     copyin: (raw, data) => {
       device.activate();
-      d.check("cuMemcpyHtoD_v2", d.cuMemcpyHtoD_v2((raw as CudaMemory).pointer, data, data.byteLength), `${data.byteLength} bytes to CUDA:${index}`);
+      d.check(
+        "cuMemcpyHtoD_v2",
+        d.cuMemcpyHtoD_v2((raw as CudaMemory).pointer, data, data.byteLength),
+        `${data.byteLength} bytes to CUDA:${index}`,
+      );
     },
     transfer: (dstRaw, srcRaw, bytes, srcDevice) => {
       const [dst, src] = [dstRaw as CudaMemory, srcRaw as CudaMemory];
       const srcIndex = Number(srcDevice.split(":")[1] ?? 0);
       if (srcIndex !== index) return device.copyFrom(cudaDevice(srcIndex), dst.pointer, src.pointer, bytes);
       device.activate();
-      d.check("cuMemcpyDtoDAsync_v2", d.cuMemcpyDtoDAsync_v2(dst.pointer, src.pointer, bytes, device.stream), `${bytes} bytes on CUDA:${index}`);
+      d.check(
+        "cuMemcpyDtoDAsync_v2",
+        d.cuMemcpyDtoDAsync_v2(dst.pointer, src.pointer, bytes, device.stream),
+        `${bytes} bytes on CUDA:${index}`,
+      );
     },
   };
 }

@@ -32,7 +32,9 @@ const NVRTC_SIGNATURES = [
 
 /** `TSGRAD_LIBNVRTC` (a path), else the sonames CUDA 13, 12 and 11 install. */
 const nvrtcCandidates = (): string[] =>
-  process.env.TSGRAD_LIBNVRTC ? [process.env.TSGRAD_LIBNVRTC] : ["libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "/usr/local/cuda/lib64/libnvrtc.so"];
+  process.env.TSGRAD_LIBNVRTC
+    ? [process.env.TSGRAD_LIBNVRTC]
+    : ["libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "/usr/local/cuda/lib64/libnvrtc.so"];
 
 let nvrtc: Nvrtc | null | undefined;
 
@@ -59,7 +61,11 @@ let nvccPath: string | null | undefined;
 /** `nvcc` on the PATH, else under `$CUDA_HOME` or /usr/local/cuda; null when there is none (probed once). */
 export function findNvcc(): string | null {
   if (nvccPath !== undefined) return nvccPath;
-  const candidates = ["nvcc", ...(process.env.CUDA_HOME ? [join(process.env.CUDA_HOME, "bin", "nvcc")] : []), "/usr/local/cuda/bin/nvcc"];
+  const candidates = [
+    "nvcc",
+    ...(process.env.CUDA_HOME ? [join(process.env.CUDA_HOME, "bin", "nvcc")] : []),
+    "/usr/local/cuda/bin/nvcc",
+  ];
   nvccPath = candidates.find((c) => spawnSync(c, ["--version"], { stdio: "ignore" }).status === 0) ?? null;
   return nvccPath;
 }
@@ -70,7 +76,8 @@ export const cudaCompileStats = { compiled: 0, cached: 0 };
 /** The cubin of `source` for `arch` (e.g. "sm_90"); `what` names the kernel in errors. Throws CompileError. */
 export function compileCuda(source: string, arch: string, what: string): Uint8Array {
   const compiler = loadNvrtc()?.version ?? (findNvcc() ? "nvcc" : null);
-  if (!compiler) throw new CompileError(`CUDA: cannot compile ${what}: neither NVRTC (set TSGRAD_LIBNVRTC) nor nvcc was found`);
+  if (!compiler)
+    throw new CompileError(`CUDA: cannot compile ${what}: neither NVRTC (set TSGRAD_LIBNVRTC) nor nvcc was found`);
   const hash = createHash("sha256").update(`${compiler}|${arch}\0${source}`).digest("hex").slice(0, 32);
   const dir = join(cacheDir(), "cuda");
   const path = join(dir, `${hash}.cubin`);
@@ -79,12 +86,15 @@ export function compileCuda(source: string, arch: string, what: string): Uint8Ar
     return readFileSync(path);
   }
   const start = performance.now();
-  const cubin = loadNvrtc() ? compileNvrtc(loadNvrtc()!, source, arch, what) : compileNvcc(findNvcc()!, source, arch, what);
+  const cubin = loadNvrtc()
+    ? compileNvrtc(loadNvrtc()!, source, arch, what)
+    : compileNvcc(findNvcc()!, source, arch, what);
   mkdirSync(dir, { recursive: true });
   writeAtomic(path, cubin);
   writeAtomic(join(dir, `${hash}.cu`), source);
   cudaCompileStats.compiled++;
-  if (debugLevel() >= 3) console.error(`tsgrad: ${compiler} compiled ${what} for ${arch} in ${(performance.now() - start).toFixed(0)} ms`);
+  if (debugLevel() >= 3)
+    console.error(`tsgrad: ${compiler} compiled ${what} for ${arch} in ${(performance.now() - start).toFixed(0)} ms`);
   return cubin;
 }
 
@@ -93,12 +103,15 @@ export function nvrtcPtx(source: string, arch: string, what: string): string {
   const compiler = loadNvrtc();
   if (!compiler) throw new CompileError(`CUDA: no NVRTC to compile ${what} to PTX`);
   // a virtual architecture: PTX is what it makes
-  return compileNvrtc(compiler, source, arch.replace(/^sm_/, "compute_"), what, true).toString("utf8").replace(/\0+$/, "");
+  return compileNvrtc(compiler, source, arch.replace(/^sm_/, "compute_"), what, true)
+    .toString("utf8")
+    .replace(/\0+$/, "");
 }
 
 function compileNvrtc({ fns }: Nvrtc, source: string, arch: string, what: string, ptx = false): globalThis.Buffer {
   const program: unknown[] = [null];
-  if (fns.nvrtcCreateProgram!(program, source, `${what}.cu`, 0, null, null) !== 0) throw new CompileError(`NVRTC could not create a program for ${what}`);
+  if (fns.nvrtcCreateProgram!(program, source, `${what}.cu`, 0, null, null) !== 0)
+    throw new CompileError(`NVRTC could not create a program for ${what}`);
   try {
     const options = [`--gpu-architecture=${arch}`, "--fmad=false"];
     const result = fns.nvrtcCompileProgram!(program[0], options.length, options);
@@ -107,7 +120,9 @@ function compileNvrtc({ fns }: Nvrtc, source: string, arch: string, what: string
       fns.nvrtcGetProgramLogSize!(program[0], size);
       const log = Buffer.alloc(Number(size[0]));
       fns.nvrtcGetProgramLog!(program[0], log);
-      throw new CompileError(`NVRTC failed to compile ${what} for ${arch}:\n${log.toString("utf8").replace(/\0+$/, "").slice(0, 4000)}`);
+      throw new CompileError(
+        `NVRTC failed to compile ${what} for ${arch}:\n${log.toString("utf8").replace(/\0+$/, "").slice(0, 4000)}`,
+      );
     }
     const size: unknown[] = [0];
     fns[ptx ? "nvrtcGetPTXSize" : "nvrtcGetCUBINSize"]!(program[0], size);
@@ -123,8 +138,15 @@ function compileNvcc(nvcc: string, source: string, arch: string, what: string): 
   const dir = mkdtempSync(join(tmpdir(), "tsgrad-nvcc-"));
   try {
     writeFileSync(join(dir, "kernel.cu"), source);
-    const run = spawnSync(nvcc, [...nvccFlags([arch]), "-cubin", "-o", join(dir, "kernel.cubin"), join(dir, "kernel.cu")], { encoding: "utf8" });
-    if (run.status !== 0) throw new CompileError(`nvcc failed to compile ${what} for ${arch}:\n${(run.stderr || run.stdout || "").slice(0, 4000)}`);
+    const run = spawnSync(
+      nvcc,
+      [...nvccFlags([arch]), "-cubin", "-o", join(dir, "kernel.cubin"), join(dir, "kernel.cu")],
+      { encoding: "utf8" },
+    );
+    if (run.status !== 0)
+      throw new CompileError(
+        `nvcc failed to compile ${what} for ${arch}:\n${(run.stderr || run.stdout || "").slice(0, 4000)}`,
+      );
     return readFileSync(join(dir, "kernel.cubin"));
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -134,5 +156,7 @@ function compileNvcc(nvcc: string, source: string, arch: string, what: string): 
 /** nvcc's flags for device code of `archs` (one -gencode each; with `ptx`, the first arch's PTX), the semantics NVRTC is given. */
 export const nvccFlags = (archs: readonly string[], { ptx = false } = {}): string[] => [
   ...(ptx ? ["-arch", archs[0]!] : archs.flatMap((a) => ["-gencode", `arch=compute_${a.slice(3)},code=${a}`])),
-  "--fmad=false", "-diag-suppress", "177",
+  "--fmad=false",
+  "-diag-suppress",
+  "177",
 ];

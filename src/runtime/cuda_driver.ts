@@ -14,7 +14,12 @@ export type Handle = bigint;
 type Fn = (...args: unknown[]) => number;
 
 /** Device attributes used here (CUdevice_attribute values). */
-export const ATTRIBUTE = { computeCapabilityMajor: 75, computeCapabilityMinor: 76, multiprocessorCount: 16, maxSharedMemoryPerMultiprocessor: 81 } as const;
+export const ATTRIBUTE = {
+  computeCapabilityMajor: 75,
+  computeCapabilityMinor: 76,
+  multiprocessorCount: 16,
+  maxSharedMemoryPerMultiprocessor: 81,
+} as const;
 
 const SIGNATURES = [
   "int cuInit(unsigned int flags)",
@@ -81,7 +86,9 @@ export function loadCudaDriver(): CudaDriver | null {
       fns[name] = lib.func(signature) as Fn;
     } catch {
       // an old driver without the call (peer copies): the call throws when used
-      fns[name] = () => { throw new CudaError(`${libraryName()} has no ${name}`); };
+      fns[name] = () => {
+        throw new CudaError(`${libraryName()} has no ${name}`);
+      };
     }
   }
   const check = (call: string, result: number, what?: string): void => {

@@ -2,18 +2,44 @@
 // movement ops (reshape, permute, expand, pad, shrink, flip) cost nothing but index math.
 
 export type Idx = IConst | IVar | ISum | IMul | IDiv | IMod;
-interface Base { readonly min: number; readonly max: number; readonly key: string }
-export interface IConst extends Base { readonly kind: "const"; readonly value: number }
-export interface IVar extends Base { readonly kind: "var"; readonly name: string }
-export interface ISum extends Base { readonly kind: "sum"; readonly terms: readonly Idx[] }
-export interface IMul extends Base { readonly kind: "mul"; readonly a: Idx; readonly c: number }
-export interface IDiv extends Base { readonly kind: "div"; readonly a: Idx; readonly c: number }
-export interface IMod extends Base { readonly kind: "mod"; readonly a: Idx; readonly c: number }
+interface Base {
+  readonly min: number;
+  readonly max: number;
+  readonly key: string;
+}
+export interface IConst extends Base {
+  readonly kind: "const";
+  readonly value: number;
+}
+export interface IVar extends Base {
+  readonly kind: "var";
+  readonly name: string;
+}
+export interface ISum extends Base {
+  readonly kind: "sum";
+  readonly terms: readonly Idx[];
+}
+export interface IMul extends Base {
+  readonly kind: "mul";
+  readonly a: Idx;
+  readonly c: number;
+}
+export interface IDiv extends Base {
+  readonly kind: "div";
+  readonly a: Idx;
+  readonly c: number;
+}
+export interface IMod extends Base {
+  readonly kind: "mod";
+  readonly a: Idx;
+  readonly c: number;
+}
 
 export const iconst = (value: number): IConst => ({ kind: "const", value, min: value, max: value, key: String(value) });
 
 /** A loop variable taking values 0..size-1. */
-export const ivar = (name: string, size: number): Idx => (size === 1 ? iconst(0) : { kind: "var", name, min: 0, max: size - 1, key: name });
+export const ivar = (name: string, size: number): Idx =>
+  size === 1 ? iconst(0) : { kind: "var", name, min: 0, max: size - 1, key: name };
 
 /** A value only known when the kernel runs (a loaded integer held in local `name`), within [min, max]. */
 export const iruntime = (name: string, min: number, max: number): Idx => ({ kind: "var", name, min, max, key: name });
@@ -25,7 +51,10 @@ export function iadd(...parts: Idx[]): Idx {
   const coeffs = new Map<string, { term: Idx; c: number }>();
   let constant = 0;
   for (const p of flat) {
-    if (p.kind === "const") { constant += p.value; continue; }
+    if (p.kind === "const") {
+      constant += p.value;
+      continue;
+    }
     const [term, c] = p.kind === "mul" ? [p.a, p.c] : [p, 1];
     const entry = coeffs.get(term.key);
     entry ? (entry.c += c) : coeffs.set(term.key, { term, c });
@@ -47,7 +76,8 @@ export function iadd(...parts: Idx[]): Idx {
   if (constant !== 0 || terms.length === 0) terms.push(iconst(constant));
   if (terms.length === 1) return terms[0]!;
   return {
-    kind: "sum", terms,
+    kind: "sum",
+    terms,
     min: terms.reduce((s, t) => s + t.min, 0),
     max: terms.reduce((s, t) => s + t.max, 0),
     key: `(${terms.map((t) => t.key).join("+")})`,
@@ -103,7 +133,8 @@ export function imod(a: Idx, c: number): Idx {
     const rest = a.terms
       .filter((t) => !(t.kind === "mul" && t.c % c === 0))
       .map((t) => (t.kind === "const" ? iconst(((t.value % c) + c) % c) : t));
-    const changed = rest.length < a.terms.length || a.terms.some((t) => t.kind === "const" && (t.value < 0 || t.value >= c));
+    const changed =
+      rest.length < a.terms.length || a.terms.some((t) => t.kind === "const" && (t.value < 0 || t.value >= c));
     if (changed) return imod(iadd(...rest), c);
   }
   const split = commonFactor(a, c);
@@ -144,7 +175,11 @@ function commonFactor(a: Idx, c: number): { g: number; scaled: Idx; small: Idx }
 }
 
 /** lo <= expr < hi; a list of these is a validity condition (all must hold). */
-export interface Bound { readonly expr: Idx; readonly lo: number; readonly hi: number }
+export interface Bound {
+  readonly expr: Idx;
+  readonly lo: number;
+  readonly hi: number;
+}
 
 /** Adds a bound to a condition, dropping bounds that the ranges already prove. `null` means never valid. */
 export function andBound(cond: readonly Bound[] | null, expr: Idx, lo: number, hi: number): Bound[] | null {
@@ -182,12 +217,18 @@ export function unflatIndex(flat: Idx, shape: readonly number[]): Idx[] {
 /** `e` with every read of variable `name` replaced by `by` (then simplified). */
 export function substitute(e: Idx, name: string, by: Idx): Idx {
   switch (e.kind) {
-    case "const": return e;
-    case "var": return e.name === name ? by : e;
-    case "sum": return iadd(...e.terms.map((t) => substitute(t, name, by)));
-    case "mul": return imul(substitute(e.a, name, by), e.c);
-    case "div": return idiv(substitute(e.a, name, by), e.c);
-    case "mod": return imod(substitute(e.a, name, by), e.c);
+    case "const":
+      return e;
+    case "var":
+      return e.name === name ? by : e;
+    case "sum":
+      return iadd(...e.terms.map((t) => substitute(t, name, by)));
+    case "mul":
+      return imul(substitute(e.a, name, by), e.c);
+    case "div":
+      return idiv(substitute(e.a, name, by), e.c);
+    case "mod":
+      return imod(substitute(e.a, name, by), e.c);
   }
 }
 
@@ -197,11 +238,16 @@ export function replaceSubexpressions(e: Idx, by: ReadonlyMap<string, Idx>): Idx
   if (hit) return hit;
   switch (e.kind) {
     case "const":
-    case "var": return e;
-    case "sum": return iadd(...e.terms.map((t) => replaceSubexpressions(t, by)));
-    case "mul": return imul(replaceSubexpressions(e.a, by), e.c);
-    case "div": return idiv(replaceSubexpressions(e.a, by), e.c);
-    case "mod": return imod(replaceSubexpressions(e.a, by), e.c);
+    case "var":
+      return e;
+    case "sum":
+      return iadd(...e.terms.map((t) => replaceSubexpressions(t, by)));
+    case "mul":
+      return imul(replaceSubexpressions(e.a, by), e.c);
+    case "div":
+      return idiv(replaceSubexpressions(e.a, by), e.c);
+    case "mod":
+      return imod(replaceSubexpressions(e.a, by), e.c);
   }
 }
 
@@ -210,7 +256,8 @@ export function replaceSubexpressions(e: Idx, by: ReadonlyMap<string, Idx>): Idx
  * below): where -c <= r < c, floor(a / c) is q (r >= 0) or q - 1 (r < 0).
  */
 export function splitAtMultiple(a: Idx, c: number): { q: Idx; r: Idx } {
-  const qs: Idx[] = [], rs: Idx[] = [];
+  const qs: Idx[] = [],
+    rs: Idx[] = [];
   for (const t of a.kind === "sum" ? a.terms : [a]) {
     if (t.kind === "const") {
       const rest = ((t.value % c) + c) % c;
@@ -230,10 +277,16 @@ export function splitAtMultiple(a: Idx, c: number): { q: Idx; r: Idx } {
 /** The variables an expression reads. */
 export function varsOf(e: Idx, into = new Set<string>()): Set<string> {
   switch (e.kind) {
-    case "const": break;
-    case "var": into.add(e.name); break;
-    case "sum": e.terms.forEach((t) => varsOf(t, into)); break;
-    default: varsOf(e.a, into);
+    case "const":
+      break;
+    case "var":
+      into.add(e.name);
+      break;
+    case "sum":
+      e.terms.forEach((t) => varsOf(t, into));
+      break;
+    default:
+      varsOf(e.a, into);
   }
   return into;
 }
@@ -244,8 +297,10 @@ export function varsOf(e: Idx, into = new Set<string>()): Set<string> {
  */
 export function coefficientOf(e: Idx, name: string): number | undefined {
   switch (e.kind) {
-    case "const": return 0;
-    case "var": return e.name === name ? 1 : 0;
+    case "const":
+      return 0;
+    case "var":
+      return e.name === name ? 1 : 0;
     case "sum": {
       let total = 0;
       for (const t of e.terms) {
@@ -259,7 +314,8 @@ export function coefficientOf(e: Idx, name: string): number | undefined {
       const c = coefficientOf(e.a, name);
       return c === undefined ? undefined : c * e.c;
     }
-    default: return varsOf(e).has(name) ? undefined : 0;
+    default:
+      return varsOf(e).has(name) ? undefined : 0;
   }
 }
 
@@ -273,12 +329,18 @@ export function renderIdx(
   mod: (a: string, c: number, nonNegative: boolean) => string,
 ): string {
   switch (e.kind) {
-    case "const": return String(e.value);
-    case "var": return e.name;
-    case "sum": return `(${e.terms.map((t) => renderIdx(t, div, mod)).join(" + ")})`;
-    case "mul": return `${wrap(renderIdx(e.a, div, mod))}*${e.c}`;
-    case "div": return div(renderIdx(e.a, div, mod), e.c, e.a.min >= 0);
-    case "mod": return mod(renderIdx(e.a, div, mod), e.c, e.a.min >= 0);
+    case "const":
+      return String(e.value);
+    case "var":
+      return e.name;
+    case "sum":
+      return `(${e.terms.map((t) => renderIdx(t, div, mod)).join(" + ")})`;
+    case "mul":
+      return `${wrap(renderIdx(e.a, div, mod))}*${e.c}`;
+    case "div":
+      return div(renderIdx(e.a, div, mod), e.c, e.a.min >= 0);
+    case "mod":
+      return mod(renderIdx(e.a, div, mod), e.c, e.a.min >= 0);
   }
 }
 

@@ -13,17 +13,27 @@ const ELLIPSIS = "...";
  * and kept at the front of an implicit output (an explicit output must place them, as numpy requires).
  */
 export function einsum(formula: string, ...operands: Tensor[]): Tensor {
-  const fail = (problem: string): never => { throw new TsgradError(`einsum "${formula}": ${problem}`); };
+  const fail = (problem: string): never => {
+    throw new TsgradError(`einsum "${formula}": ${problem}`);
+  };
   const compact = formula.replace(/\s+/g, "");
   const sides = compact.split("->");
   if (sides.length > 2) fail("'->' appears more than once");
   const terms = sides[0]!.split(",").map((term) => parseTerm(term, fail));
-  if (terms.length !== operands.length) fail(`${terms.length} input term${terms.length === 1 ? "" : "s"} but ${operands.length} operand${operands.length === 1 ? "" : "s"}`);
+  if (terms.length !== operands.length)
+    fail(
+      `${terms.length} input term${terms.length === 1 ? "" : "s"} but ${operands.length} operand${operands.length === 1 ? "" : "s"}`,
+    );
 
   const inputs = labelAxes(terms, operands, fail);
   checkSizes(inputs, operands, fail);
-  const ellipsisLabels = [...new Set(inputs.flat().filter(isEllipsisLabel))].sort((a, b) => ellipsisIndex(a) - ellipsisIndex(b));
-  const output = sides.length === 2 ? explicitOutput(parseTerm(sides[1]!, fail), terms, ellipsisLabels, fail) : implicitOutput(terms, ellipsisLabels);
+  const ellipsisLabels = [...new Set(inputs.flat().filter(isEllipsisLabel))].sort(
+    (a, b) => ellipsisIndex(a) - ellipsisIndex(b),
+  );
+  const output =
+    sides.length === 2
+      ? explicitOutput(parseTerm(sides[1]!, fail), terms, ellipsisLabels, fail)
+      : implicitOutput(terms, ellipsisLabels);
 
   // every label by where it lands: the output's first, in its order, so the last product needs no permute
   const order = [...new Set([...output, ...inputs.flat()])];
@@ -45,7 +55,7 @@ export function einsum(formula: string, ...operands: Tensor[]): Tensor {
 /** A term's tokens: single letters and at most one "...". */
 function parseTerm(term: string, fail: (problem: string) => never): string[] {
   const tokens: string[] = [];
-  for (let i = 0; i < term.length;) {
+  for (let i = 0; i < term.length; ) {
     if (term.startsWith(ELLIPSIS, i)) {
       if (tokens.includes(ELLIPSIS)) fail(`term "${term}" has more than one "..."`);
       tokens.push(ELLIPSIS);
@@ -69,17 +79,24 @@ function labelAxes(terms: string[][], operands: Tensor[], fail: (problem: string
     const { shape, ndim } = operands[i]!;
     const hasEllipsis = tokens.includes(ELLIPSIS);
     if (hasEllipsis ? letters > ndim : letters !== ndim) {
-      fail(`term "${tokens.join("")}" names ${hasEllipsis ? "at least " : ""}${letters} axes but operand ${i} has shape ${fmtShape(shape)} (${ndim} axes)`);
+      fail(
+        `term "${tokens.join("")}" names ${hasEllipsis ? "at least " : ""}${letters} axes but operand ${i} has shape ${fmtShape(shape)} (${ndim} axes)`,
+      );
     }
     return ndim - letters;
   });
   const widest = Math.max(0, ...spans);
-  return terms.map((tokens, i) => tokens.flatMap((t) => (t === ELLIPSIS ? Array.from({ length: spans[i]! }, (_, j) => `${ELLIPSIS}${widest - spans[i]! + j}`) : [t])));
+  return terms.map((tokens, i) =>
+    tokens.flatMap((t) =>
+      t === ELLIPSIS ? Array.from({ length: spans[i]! }, (_, j) => `${ELLIPSIS}${widest - spans[i]! + j}`) : [t],
+    ),
+  );
 }
 
 const isEllipsisLabel = (label: string): boolean => label.startsWith(ELLIPSIS);
 const ellipsisIndex = (label: string): number => Number(label.slice(ELLIPSIS.length));
-const nameOf = (label: string): string => (isEllipsisLabel(label) ? `axis ${ellipsisIndex(label)} under "..."` : `'${label}'`);
+const nameOf = (label: string): string =>
+  isEllipsisLabel(label) ? `axis ${ellipsisIndex(label)} under "..."` : `'${label}'`;
 
 /** A label's sizes: repeats within an operand (a diagonal) must agree exactly, across operands 1 broadcasts. */
 function checkSizes(inputs: string[][], operands: Tensor[], fail: (problem: string) => never): void {
@@ -89,17 +106,27 @@ function checkSizes(inputs: string[][], operands: Tensor[], fail: (problem: stri
     labels.forEach((label, axis) => {
       const size = shape[axis]!;
       const first = labels.indexOf(label);
-      if (first !== axis && shape[first] !== size) fail(`operand ${i} ${fmtShape(shape)} repeats ${nameOf(label)} over axes of sizes ${shape[first]} and ${size}: a diagonal needs equal sizes`);
+      if (first !== axis && shape[first] !== size)
+        fail(
+          `operand ${i} ${fmtShape(shape)} repeats ${nameOf(label)} over axes of sizes ${shape[first]} and ${size}: a diagonal needs equal sizes`,
+        );
       const seen = sizes.get(label);
       if (seen && seen.size !== size && seen.size !== 1 && size !== 1) {
-        fail(`sizes of ${nameOf(label)} disagree: ${seen.size} in operand ${seen.operand} ${fmtShape(operands[seen.operand]!.shape)} and ${size} in operand ${i} ${fmtShape(shape)}`);
+        fail(
+          `sizes of ${nameOf(label)} disagree: ${seen.size} in operand ${seen.operand} ${fmtShape(operands[seen.operand]!.shape)} and ${size} in operand ${i} ${fmtShape(shape)}`,
+        );
       }
       if (!seen || seen.size === 1) sizes.set(label, { size, operand: i });
     });
   });
 }
 
-function explicitOutput(tokens: string[], terms: string[][], ellipsisLabels: string[], fail: (problem: string) => never): string[] {
+function explicitOutput(
+  tokens: string[],
+  terms: string[][],
+  ellipsisLabels: string[],
+  fail: (problem: string) => never,
+): string[] {
   const used = new Set(terms.flat());
   tokens.forEach((t, i) => {
     if (t === ELLIPSIS) return;
@@ -107,7 +134,10 @@ function explicitOutput(tokens: string[], terms: string[][], ellipsisLabels: str
     if (!used.has(t)) fail(`output letter '${t}' is in no input term`);
   });
   // numpy's rule: axes under "..." are only ever broadcast, never summed
-  if (ellipsisLabels.length > 0 && !tokens.includes(ELLIPSIS)) fail(`"..." covers ${ellipsisLabels.length} ${ellipsisLabels.length === 1 ? "axis" : "axes"} of the inputs; the output must place them with "..."`);
+  if (ellipsisLabels.length > 0 && !tokens.includes(ELLIPSIS))
+    fail(
+      `"..." covers ${ellipsisLabels.length} ${ellipsisLabels.length === 1 ? "axis" : "axes"} of the inputs; the output must place them with "..."`,
+    );
   return tokens.flatMap((t) => (t === ELLIPSIS ? ellipsisLabels : [t]));
 }
 
@@ -130,8 +160,13 @@ function takeDiagonals(t: Tensor, labels: string[]): [Tensor, string[]] {
   const lead = rest.map((axis) => t.shape[axis]!);
   const keep = lead.map(() => null);
   const n = t.shape[first]!;
-  const diagonal = t.permute([...rest, first, second]).reshape([...lead, n * n]).pad([...keep, [0, n]])
-    .reshape([...lead, n, n + 1]).shrink([...keep, null, [0, 1]]).reshape([...lead, n]);
+  const diagonal = t
+    .permute([...rest, first, second])
+    .reshape([...lead, n * n])
+    .pad([...keep, [0, n]])
+    .reshape([...lead, n, n + 1])
+    .shrink([...keep, null, [0, 1]])
+    .reshape([...lead, n]);
   return takeDiagonals(diagonal, [...rest.map((axis) => labels[axis]!), labels[first]!]);
 }
 
@@ -146,20 +181,28 @@ function sumOut(t: Tensor, labels: string[], kept: (label: string) => boolean): 
  * the labels it lacks, multiplied (the broadcast expands both), and summed over the contracted labels, last
  * (merged into one axis where both operands have them whole).
  */
-function contract([a, aLabels]: [Tensor, string[]], [b, bLabels]: [Tensor, string[]], needed: ReadonlySet<string>, order: string[]): [Tensor, string[]] {
+function contract(
+  [a, aLabels]: [Tensor, string[]],
+  [b, bLabels]: [Tensor, string[]],
+  needed: ReadonlySet<string>,
+  order: string[],
+): [Tensor, string[]] {
   const labels = order.filter((label) => aLabels.includes(label) || bLabels.includes(label));
   const kept = labels.filter((label) => needed.has(label));
   const all = [...kept, ...labels.filter((label) => !needed.has(label))];
   const align = (t: Tensor, own: string[]): Tensor => {
     const present = all.filter((label) => own.includes(label));
-    return t.permute(present.map((label) => own.indexOf(label))).reshape(all.map((label) => (own.includes(label) ? t.shape[own.indexOf(label)]! : 1)));
+    return t
+      .permute(present.map((label) => own.indexOf(label)))
+      .reshape(all.map((label) => (own.includes(label) ? t.shape[own.indexOf(label)]! : 1)));
   };
   const [x, y] = [align(a, aLabels), align(b, bLabels)];
   const k = kept.length;
   // several contracted labels become one axis, as a matmul's K: the kernels tile, pack and block a single
   // sum axis (two sums over the same K run ~6x apart); not where a size-1 axis broadcasts against a longer one
   if (all.length - k > 1 && x.shape.slice(k).every((size, i) => size === y.shape[k + i])) {
-    const merge = (t: Tensor): Tensor => t.reshape([...t.shape.slice(0, k), t.shape.slice(k).reduce((p, s) => p * s, 1)]);
+    const merge = (t: Tensor): Tensor =>
+      t.reshape([...t.shape.slice(0, k), t.shape.slice(k).reduce((p, s) => p * s, 1)]);
     return [merge(x).mul(merge(y)).sum({ axis: -1 }), kept];
   }
   return sumOut(x.mul(y), all, (label) => needed.has(label));

@@ -5,7 +5,9 @@ import { reduceInTwo, splitReduce } from "./split_reduce.ts";
 import { type Pads, type ReduceArg, UOp, isBroadcastProduct } from "../uop.ts";
 
 const full = (like: UOp, value: number, dtype: DType = like.dtype): UOp =>
-  UOp.const(value, dtype, like.device).reshape(like.shape.map(() => 1)).expand(like.shape);
+  UOp.const(value, dtype, like.device)
+    .reshape(like.shape.map(() => 1))
+    .expand(like.shape);
 
 const eq = (a: UOp, b: UOp): UOp => a.alu("CMPNE", b).alu("NEG");
 
@@ -13,24 +15,36 @@ const eq = (a: UOp, b: UOp): UOp => a.alu("CMPNE", b).alu("NEG");
 function rule(node: UOp, g: UOp): (UOp | undefined)[] {
   const [a, b] = node.src as [UOp, UOp];
   switch (node.op) {
-    case "ADD": return [g, g];
-    case "MUL": return [g.alu("MUL", b), g.alu("MUL", a)];
-    case "NEG": return [g.alu("NEG")];
-    case "RECIP": return [g.alu("MUL", node.alu("MUL", node)).alu("NEG")];
-    case "SQRT": return [g.alu("MUL", node.alu("MUL", full(node, 2)).alu("RECIP"))];
-    case "EXP2": return [g.alu("MUL", node.alu("MUL", full(node, Math.LN2)))];
-    case "LOG2": return [g.alu("MUL", a.alu("MUL", full(a, Math.LN2)).alu("RECIP"))];
-    case "SIN": return [g.alu("MUL", a.alu("ADD", full(a, Math.PI / 2)).alu("SIN"))];
+    case "ADD":
+      return [g, g];
+    case "MUL":
+      return [g.alu("MUL", b), g.alu("MUL", a)];
+    case "NEG":
+      return [g.alu("NEG")];
+    case "RECIP":
+      return [g.alu("MUL", node.alu("MUL", node)).alu("NEG")];
+    case "SQRT":
+      return [g.alu("MUL", node.alu("MUL", full(node, 2)).alu("RECIP"))];
+    case "EXP2":
+      return [g.alu("MUL", node.alu("MUL", full(node, Math.LN2)))];
+    case "LOG2":
+      return [g.alu("MUL", a.alu("MUL", full(a, Math.LN2)).alu("RECIP"))];
+    case "SIN":
+      return [g.alu("MUL", a.alu("ADD", full(a, Math.PI / 2)).alu("SIN"))];
     case "MAX": {
       // ties split the gradient evenly, as tinygrad does
-      const toA = b.alu("CMPLT", a).cast(g.dtype).alu("ADD", eq(a, b).cast(g.dtype).alu("MUL", full(g, 0.5)));
+      const toA = b
+        .alu("CMPLT", a)
+        .cast(g.dtype)
+        .alu("ADD", eq(a, b).cast(g.dtype).alu("MUL", full(g, 0.5)));
       return [g.alu("MUL", toA), g.alu("MUL", full(g, 1).alu("ADD", toA.alu("NEG")))];
     }
     case "WHERE": {
       const zero = full(g, 0);
       return [undefined, a.alu("WHERE", g, zero), a.alu("WHERE", zero, g)];
     }
-    case "CAST": return [isFloat(a.dtype) ? g.cast(a.dtype) : undefined];
+    case "CAST":
+      return [isFloat(a.dtype) ? g.cast(a.dtype) : undefined];
     case "REDUCE": {
       const { op, axes } = node.arg as ReduceArg;
       if (op === "ADD") return [g.expand(a.shape)];
@@ -38,7 +52,8 @@ function rule(node: UOp, g: UOp): (UOp | undefined)[] {
       const share = g.alu("MUL", hits.reduce("ADD", axes).alu("RECIP"));
       return [hits.alu("MUL", share.expand(a.shape))];
     }
-    case "RESHAPE": return [g.reshape(a.shape)];
+    case "RESHAPE":
+      return [g.reshape(a.shape)];
     case "PERMUTE": {
       const order = node.arg as number[];
       const inverse = order.map((_, i) => order.indexOf(i));
@@ -57,22 +72,29 @@ function rule(node: UOp, g: UOp): (UOp | undefined)[] {
       const terms = addTerms(g);
       // (only matmul products: an elementwise product, a GELU's gradient contributions, summed term by term
       // would be two reduces each recomputing part of the chain instead of one reading the stored gradient)
-      if (terms.length > 1 && terms.every(isBroadcastProduct)) return [terms.map((t) => t.reduce("ADD", axes)).reduce((sum, t) => sum.alu("ADD", t))];
+      if (terms.length > 1 && terms.every(isBroadcastProduct))
+        return [terms.map((t) => t.reduce("ADD", axes)).reduce((sum, t) => sum.alu("ADD", t))];
       return [g.reduce("ADD", axes)];
     }
-    case "PAD": return [g.shrink((node.arg as Pads).map(([before], i) => [before, before + a.shape[i]!]))];
-    case "SHRINK": return [g.pad((node.arg as Pads).map(([start, end], i) => [start, a.shape[i]! - end]))];
-    case "FLIP": return [g.flip(node.arg as boolean[])];
-    case "DETACH": return [undefined];
-    case "CONTIGUOUS": return [g];
-    case "COPY": return [g.copyTo(a.device)];
-    default: return node.src.map(() => undefined); // comparisons, integer and bit ops, ASSIGN: no gradient
+    case "PAD":
+      return [g.shrink((node.arg as Pads).map(([before], i) => [before, before + a.shape[i]!]))];
+    case "SHRINK":
+      return [g.pad((node.arg as Pads).map(([start, end], i) => [start, a.shape[i]! - end]))];
+    case "FLIP":
+      return [g.flip(node.arg as boolean[])];
+    case "DETACH":
+      return [undefined];
+    case "CONTIGUOUS":
+      return [g];
+    case "COPY":
+      return [g.copyTo(a.device)];
+    default:
+      return node.src.map(() => undefined); // comparisons, integer and bit ops, ASSIGN: no gradient
   }
 }
 
 /** The terms of a tree of ADDs (the gradient contributions summed at a node). */
 const addTerms = (u: UOp): UOp[] => (u.op === "ADD" ? u.src.flatMap(addTerms) : [u]);
-
 
 /** Gradients of `root` (seeded with `rootGrad`) with respect to each of `targets` that it depends on. */
 export function computeGradients(root: UOp, rootGrad: UOp, targets: ReadonlySet<UOp>): Map<UOp, UOp> {

@@ -8,11 +8,25 @@ import "./upsample.ts";
 import "./windows.ts";
 
 export { Tensor, broadcastShapes } from "./tensor.ts";
-export type { IndexSpec, LossReduction, NestedArray, PadMode, ReduceOptions, TensorData, TensorOptions } from "./tensor.ts";
+export type {
+  IndexSpec,
+  LossReduction,
+  NestedArray,
+  PadMode,
+  ReduceOptions,
+  TensorData,
+  TensorOptions,
+} from "./tensor.ts";
 export { einsum } from "./einsum.ts";
 export { type TopkOptions, cummax, cumsum, multinomial, topk } from "./scan.ts";
 export { type SortOptions, argsort, sort } from "./sort.ts";
-export { type ConvTransposeOptions, type InterpolateMode, type InterpolateOptions, convTranspose, interpolate } from "./upsample.ts";
+export {
+  type ConvTransposeOptions,
+  type InterpolateMode,
+  type InterpolateOptions,
+  convTranspose,
+  interpolate,
+} from "./upsample.ts";
 export { type ConvOptions, type PoolOptions, avgPool2d, conv, maxPool2d } from "./windows.ts";
 export { type JitOutput, MAX_CAPTURES, TinyJit, deviceRuns, jit } from "./jit.ts";
 // internals their tests check on their own

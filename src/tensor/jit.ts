@@ -6,7 +6,15 @@ import { GlobalCounters, debugLevel, fmtShape, getenv } from "../helpers.ts";
 import { Tensor } from "./tensor.ts";
 import { UOp } from "../uop.ts";
 import { type Lazy, MultiLazy } from "./multi.ts";
-import { countCopy, countKernel, execObservers, kernelTimers, launchItem, recordItems, runItem } from "../engine/realize.ts";
+import {
+  countCopy,
+  countKernel,
+  execObservers,
+  kernelTimers,
+  launchItem,
+  recordItems,
+  runItem,
+} from "../engine/realize.ts";
 import { type ExecItem, storedBuffer } from "../engine/schedule.ts";
 import { jitFirstCall } from "../engine/search.ts";
 import { backendOf } from "../engine/backend.ts";
@@ -67,7 +75,10 @@ export class TinyJit<A extends Tensor[], R extends JitOutput> {
     let capture = this.captures.get(key);
     if (!capture) {
       if (this.captures.size >= MAX_CAPTURES) {
-        if (!this.warnedFull) console.error(`tsgrad: jit: ${MAX_CAPTURES} input signatures captured already; calls with ${key} run uncaptured`);
+        if (!this.warnedFull)
+          console.error(
+            `tsgrad: jit: ${MAX_CAPTURES} input signatures captured already; calls with ${key} run uncaptured`,
+          );
         this.warnedFull = true;
         return this.runAndRealize(args);
       }
@@ -109,7 +120,10 @@ class Capture<R extends JitOutput> {
    * The captured items as the devices' graph(s), with the buffers it reads inputs from (null where the replay
    * takes the call's buffers instead: CPU tables); null: no graph.
    */
-  private graph: { replay: (swap?: ReadonlyMap<Buffer, Buffer>) => number | void; inputs: Buffer[][] | null } | null | undefined;
+  private graph:
+    | { replay: (swap?: ReadonlyMap<Buffer, Buffer>) => number | void; inputs: Buffer[][] | null }
+    | null
+    | undefined;
 
   constructor(readonly signature: readonly InputSignature[]) {}
 
@@ -117,7 +131,9 @@ class Capture<R extends JitOutput> {
     this.items = items;
     this.inputs = args.map((a) => buffersOf(a)!);
     const inputs = new Set(this.inputs.flat());
-    this.touchesInput = items.map((item) => (item.kind === "copy" ? [item.src, item.dst] : item.buffers).some((b) => inputs.has(b)));
+    this.touchesInput = items.map((item) =>
+      (item.kind === "copy" ? [item.src, item.dst] : item.buffers).some((b) => inputs.has(b)),
+    );
     this.output = output;
   }
 
@@ -132,7 +148,12 @@ class Capture<R extends JitOutput> {
       // a graph that reads its own input buffers gets this call's arguments copied there; one that swaps
       // buffers (CPU) reads them where they are
       const graphInputs = this.graph.inputs;
-      if (graphInputs) args.forEach((a, i) => buffersOf(a)!.forEach((buffer, shard) => runItem({ kind: "copy", src: buffer, dst: graphInputs[i]![shard]! }, debug)));
+      if (graphInputs)
+        args.forEach((a, i) =>
+          buffersOf(a)!.forEach((buffer, shard) =>
+            runItem({ kind: "copy", src: buffer, dst: graphInputs[i]![shard]! }, debug),
+          ),
+        );
       for (const item of this.items!) for (const observe of execObservers) observe(item);
       const seconds = this.graph.replay(graphInputs ? undefined : swap);
       for (const item of this.items!) item.kind === "kernel" ? countKernel(item, 0, debug) : countCopy(item, debug);
@@ -149,20 +170,42 @@ class Capture<R extends JitOutput> {
    * where graphs swap buffers, from the call's); null where that cannot be: an input the function writes,
    * devices of several kinds, or a backend that has no graphs or cannot record these items.
    */
-  private captureGraph(): { replay: (swap?: ReadonlyMap<Buffer, Buffer>) => number | void; inputs: Buffer[][] | null } | null {
+  private captureGraph(): {
+    replay: (swap?: ReadonlyMap<Buffer, Buffer>) => number | void;
+    inputs: Buffer[][] | null;
+  } | null {
     const items = this.items!;
     const written = items.map((item) => (item.kind === "kernel" ? item.buffers[0]! : item.dst));
-    const devices = [...new Set(items.flatMap((item) => (item.kind === "kernel" ? [item.buffers[0]!.device] : [item.src.device, item.dst.device])))];
+    const devices = [
+      ...new Set(
+        items.flatMap((item) =>
+          item.kind === "kernel" ? [item.buffers[0]!.device] : [item.src.device, item.dst.device],
+        ),
+      ),
+    ];
     const inputs = new Set(this.inputs.flat());
-    if (devices.length === 0 || written.some((b) => inputs.has(b)) || new Set(devices.map((d) => d.split(":")[0])).size !== 1) return null;
+    if (
+      devices.length === 0 ||
+      written.some((b) => inputs.has(b)) ||
+      new Set(devices.map((d) => d.split(":")[0])).size !== 1
+    )
+      return null;
     const backend = backendOf(devices[0]!);
     if (!backend.captureGraph) return null;
-    const own = backend.graphsSwapBuffers ? null : this.inputs.map((buffers) => buffers.map((b) => new Buffer(b.device, b.size, b.dtype)));
-    const swap = new Map(own ? this.inputs.flatMap((buffers, i) => buffers.map((b, shard) => [b, own[i]![shard]!] as const)) : []);
+    const own = backend.graphsSwapBuffers
+      ? null
+      : this.inputs.map((buffers) => buffers.map((b) => new Buffer(b.device, b.size, b.dtype)));
+    const swap = new Map(
+      own ? this.inputs.flatMap((buffers, i) => buffers.map((b, shard) => [b, own[i]![shard]!] as const)) : [],
+    );
     const swapped = items.map((item) => swapBuffers(item, swap));
     // every buffer the graph touches exists before recording (allocation is not a launch)
-    for (const item of swapped) for (const b of item.kind === "kernel" ? item.buffers : [item.src, item.dst]) void b.handle;
-    const replay = backend.captureGraph(() => swapped.forEach(launchItem), { devices, copies: items.some((item) => item.kind === "copy") });
+    for (const item of swapped)
+      for (const b of item.kind === "kernel" ? item.buffers : [item.src, item.dst]) void b.handle;
+    const replay = backend.captureGraph(() => swapped.forEach(launchItem), {
+      devices,
+      copies: items.some((item) => item.kind === "copy"),
+    });
     if (replay) return { replay, inputs: own };
     // (CPU graphs hold any device set: only graphs that copy inputs in come here)
     const segments = own && devices.length > 1 ? segmentGraphs(swapped) : null;
@@ -182,7 +225,10 @@ function segmentGraphs(items: readonly ExecItem[]): (() => void) | null {
   const steps = deviceRuns(items).map((part) => {
     if (!Array.isArray(part)) return () => launchItem(part);
     const device = (part[0] as ExecItem & { kind: "kernel" }).buffers[0]!.device;
-    const graph = part.length > 1 ? backendOf(device).captureGraph?.(() => part.forEach(launchItem), { devices: [device], copies: false }) : undefined;
+    const graph =
+      part.length > 1
+        ? backendOf(device).captureGraph?.(() => part.forEach(launchItem), { devices: [device], copies: false })
+        : undefined;
     if (graph) graphs++;
     return graph ?? (() => part.forEach(launchItem));
   });
@@ -215,7 +261,9 @@ export function deviceRuns(items: readonly ExecItem[]): (ExecItem | ExecItem[])[
 }
 
 /** `jit(fn)` returns a function with the same signature that captures and replays, plus `reset()`. */
-export function jit<A extends Tensor[], R extends JitOutput>(fn: (...args: A) => R): ((...args: A) => R) & { reset(): void; jit: TinyJit<A, R> } {
+export function jit<A extends Tensor[], R extends JitOutput>(
+  fn: (...args: A) => R,
+): ((...args: A) => R) & { reset(): void; jit: TinyJit<A, R> } {
   const j = new TinyJit(fn);
   return Object.assign((...args: A) => j.call(...args), { reset: () => j.reset(), jit: j });
 }
@@ -232,7 +280,9 @@ function buffersOf(t: Tensor): Buffer[] | undefined {
 function swapBuffers(item: ExecItem, swap: ReadonlyMap<Buffer, Buffer>): ExecItem {
   if (swap.size === 0) return item;
   const sub = (b: Buffer): Buffer => swap.get(b) ?? b;
-  return item.kind === "copy" ? { kind: "copy", src: sub(item.src), dst: sub(item.dst) } : { kind: "kernel", kernel: item.kernel, buffers: item.buffers.map(sub) };
+  return item.kind === "copy"
+    ? { kind: "copy", src: sub(item.src), dst: sub(item.dst) }
+    : { kind: "kernel", kernel: item.kernel, buffers: item.buffers.map(sub) };
 }
 
 function tensorsIn(out: JitOutput): Tensor[] {

@@ -3,7 +3,7 @@
 // Ops run per device; a reduction over the sharded axis ends in an all-reduce.
 import type { DType } from "../dtype.ts";
 import { TsgradError, arraysEqual, fmtShape, prod } from "../helpers.ts";
-import { type BinaryOp, type Pads, type ReduceArg, type ReduceKind, type UnaryOp, UOp } from "../uop.ts";
+import type { BinaryOp, Pads, ReduceArg, ReduceKind, UnaryOp, UOp } from "../uop.ts";
 import { storedBuffer } from "../engine/schedule.ts";
 
 /** A device list written as one name: "CPU:0,CPU:1". */
@@ -14,21 +14,39 @@ export class MultiLazy {
   readonly op = "MULTI" as const;
   readonly shape: readonly number[];
 
-  constructor(readonly shards: readonly UOp[], readonly axis: number | null) {
+  constructor(
+    readonly shards: readonly UOp[],
+    readonly axis: number | null,
+  ) {
     const first = shards[0]!;
-    if (new Set(shards.map((s) => s.device)).size !== shards.length) throw new TsgradError(`a multi-device tensor needs distinct devices, got ${shards.map((s) => s.device).join(", ")}`);
+    if (new Set(shards.map((s) => s.device)).size !== shards.length)
+      throw new TsgradError(
+        `a multi-device tensor needs distinct devices, got ${shards.map((s) => s.device).join(", ")}`,
+      );
     if (axis === null) {
-      for (const s of shards) if (!arraysEqual(s.shape, first.shape)) throw new TsgradError(`replicated shards differ in shape: ${shards.map((x) => fmtShape(x.shape)).join(", ")}`);
+      for (const s of shards)
+        if (!arraysEqual(s.shape, first.shape))
+          throw new TsgradError(
+            `replicated shards differ in shape: ${shards.map((x) => fmtShape(x.shape)).join(", ")}`,
+          );
       this.shape = first.shape;
     } else {
       this.shape = first.shape.map((size, i) => (i === axis ? shards.reduce((n, s) => n + s.shape[i]!, 0) : size));
     }
   }
 
-  get dtype(): DType { return this.shards[0]!.dtype; }
-  get devices(): string[] { return this.shards.map((s) => s.device); }
-  get device(): string { return multiDeviceName(this.devices); }
-  get numel(): number { return prod(this.shape as number[]); }
+  get dtype(): DType {
+    return this.shards[0]!.dtype;
+  }
+  get devices(): string[] {
+    return this.shards.map((s) => s.device);
+  }
+  get device(): string {
+    return multiDeviceName(this.devices);
+  }
+  get numel(): number {
+    return prod(this.shape as number[]);
+  }
 
   private map(fn: (shard: UOp, i: number) => UOp, axis = this.axis): MultiLazy {
     return new MultiLazy(this.shards.map(fn), axis);
@@ -46,7 +64,8 @@ export class MultiLazy {
         // a broadcast along the axis (a bias, a layer norm's weight, position embeddings meeting a sharded batch)
         // is the same broadcast at the slice's size: a slice of it would make its gradient a padded full-size
         // tensor summed over the whole axis, half zeros (on 2 devices) behind masks that keep matmuls untiled
-        if (s.op === "EXPAND" && s.src[0]!.shape[axis!] === 1) return s.src[0]!.expand(s.shape.map((n, d) => (d === axis ? sizes[i]! : n)));
+        if (s.op === "EXPAND" && s.src[0]!.shape[axis!] === 1)
+          return s.src[0]!.expand(s.shape.map((n, d) => (d === axis ? sizes[i]! : n)));
         return s.shrink(bounds);
       }, axis);
     }
@@ -61,7 +80,9 @@ export class MultiLazy {
     return this.map((_, target) => {
       let offset = 0;
       const parts = this.shards.map((s) => {
-        const piece = s.copyTo(this.shards[target]!.device).pad(s.shape.map((n, d) => (d === a ? [offset, total - offset - n] : [0, 0])));
+        const piece = s
+          .copyTo(this.shards[target]!.device)
+          .pad(s.shape.map((n, d) => (d === a ? [offset, total - offset - n] : [0, 0])));
         offset += s.shape[a]!;
         return piece;
       });
@@ -72,23 +93,36 @@ export class MultiLazy {
   alu(op: UnaryOp | BinaryOp | "WHERE", ...others: (UOp | MultiLazy)[]): MultiLazy {
     const multis = others.map((o) => {
       if (!(o instanceof MultiLazy) || !arraysEqual(o.devices, this.devices)) {
-        throw new TsgradError(`${op}: device sets differ: ${this.device} and ${o.device}; move both to the same devices with to() or shard()`);
+        throw new TsgradError(
+          `${op}: device sets differ: ${this.device} and ${o.device}; move both to the same devices with to() or shard()`,
+        );
       }
       return o;
     });
     // sharded wins over replicated (a replicated operand is sliced, which costs nothing)
     const axis = [this, ...multis].find((m) => m.axis !== null)?.axis ?? null;
     for (const m of [this, ...multis]) {
-      if (m.axis !== null && m.axis !== axis) throw new TsgradError(`${op}: operands are sharded on different axes (${m.axis} and ${axis}); reshard one with shard()`);
+      if (m.axis !== null && m.axis !== axis)
+        throw new TsgradError(
+          `${op}: operands are sharded on different axes (${m.axis} and ${axis}); reshard one with shard()`,
+        );
     }
     const [first, ...rest] = [this, ...multis].map((m) => m.relayout(axis));
     return first!.map((s, i) => s.alu(op, ...rest.map((r) => r.shards[i]!)));
   }
 
-  cast(dtype: DType): MultiLazy { return this.map((s) => s.cast(dtype)); }
-  bitcast(dtype: DType): MultiLazy { return this.map((s) => s.bitcast(dtype)); }
-  contiguous(tag?: number): MultiLazy { return this.map((s) => s.contiguous(tag)); }
-  detach(): MultiLazy { return this.map((s) => s.detach()); }
+  cast(dtype: DType): MultiLazy {
+    return this.map((s) => s.cast(dtype));
+  }
+  bitcast(dtype: DType): MultiLazy {
+    return this.map((s) => s.bitcast(dtype));
+  }
+  contiguous(tag?: number): MultiLazy {
+    return this.map((s) => s.contiguous(tag));
+  }
+  detach(): MultiLazy {
+    return this.map((s) => s.detach());
+  }
 
   reduce(op: ReduceKind, axes: number[]): MultiLazy {
     const partial = this.map((s) => s.reduce(op, axes));
@@ -103,10 +137,22 @@ export class MultiLazy {
     let newAxis = 0;
     while (newAxis < shape.length && prod(shape.slice(0, newAxis) as number[]) < before) newAxis++;
     // unit axes added in front of it (an unsqueeze, a broadcast's leading ones) leave it whole
-    while (newAxis + 1 < shape.length && shape[newAxis] === 1 && prod(shape.slice(0, newAxis + 1) as number[]) === before) newAxis++;
+    while (
+      newAxis + 1 < shape.length &&
+      shape[newAxis] === 1 &&
+      prod(shape.slice(0, newAxis + 1) as number[]) === before
+    )
+      newAxis++;
     const n = this.shards.length;
-    const ok = prod(shape.slice(0, newAxis) as number[]) === before && newAxis < shape.length && this.shards.every((s) => (s.numel * n) === this.numel) && shape[newAxis]! % n === 0;
-    if (!ok) throw new TsgradError(`reshape of a tensor sharded on axis ${this.axis} from ${fmtShape(this.shape)} to ${fmtShape(shape)} would split the sharded axis; gather it first with to()`);
+    const ok =
+      prod(shape.slice(0, newAxis) as number[]) === before &&
+      newAxis < shape.length &&
+      this.shards.every((s) => s.numel * n === this.numel) &&
+      shape[newAxis]! % n === 0;
+    if (!ok)
+      throw new TsgradError(
+        `reshape of a tensor sharded on axis ${this.axis} from ${fmtShape(this.shape)} to ${fmtShape(shape)} would split the sharded axis; gather it first with to()`,
+      );
     return this.map((s) => s.reshape(shape.map((size, i) => (i === newAxis ? size / n : size))), newAxis);
   }
 
@@ -119,12 +165,14 @@ export class MultiLazy {
   }
 
   pad(pads: Pads): MultiLazy {
-    if (this.axis !== null && (pads[this.axis]![0] !== 0 || pads[this.axis]![1] !== 0)) return this.relayout(null).pad(pads);
+    if (this.axis !== null && (pads[this.axis]![0] !== 0 || pads[this.axis]![1] !== 0))
+      return this.relayout(null).pad(pads);
     return this.map((s) => s.pad(pads));
   }
 
   shrink(bounds: Pads): MultiLazy {
-    if (this.axis !== null && (bounds[this.axis]![0] !== 0 || bounds[this.axis]![1] !== this.shape[this.axis])) return this.relayout(null).shrink(bounds);
+    if (this.axis !== null && (bounds[this.axis]![0] !== 0 || bounds[this.axis]![1] !== this.shape[this.axis]))
+      return this.relayout(null).shrink(bounds);
     return this.map((s) => s.shrink(bounds.map((b, i) => (i === this.axis ? [0, s.shape[i]!] : b))));
   }
 
@@ -134,7 +182,8 @@ export class MultiLazy {
   }
 
   assign(value: UOp | MultiLazy): MultiLazy {
-    if (!(value instanceof MultiLazy) || !arraysEqual(value.devices, this.devices)) throw new TsgradError(`assign: value on ${value.device}, target on ${this.device}`);
+    if (!(value instanceof MultiLazy) || !arraysEqual(value.devices, this.devices))
+      throw new TsgradError(`assign: value on ${value.device}, target on ${this.device}`);
     const v = value.relayout(this.axis);
     return this.map((s, i) => s.assign(v.shards[i]!));
   }
@@ -149,7 +198,10 @@ export class MultiLazy {
 
 /** Sizes of the blocks a sharded axis splits into: equal, or a clear error. */
 export function splitSizes(size: number, devices: number, shape: readonly number[], axis: number): number[] {
-  if (size % devices !== 0) throw new TsgradError(`cannot shard axis ${axis} of ${fmtShape(shape)} evenly over ${devices} devices: ${size} is not a multiple of ${devices}`);
+  if (size % devices !== 0)
+    throw new TsgradError(
+      `cannot shard axis ${axis} of ${fmtShape(shape)} evenly over ${devices} devices: ${size} is not a multiple of ${devices}`,
+    );
   return Array(devices).fill(size / devices);
 }
 
@@ -191,7 +243,10 @@ export function allReduce(op: ReduceKind, shards: readonly UOp[]): UOp[] {
     // in and one kernel, where a ring's 2(n-1) steps each cost a copy and a kernel
     return whole.map((target) => whole.map((s) => s.copyTo(target.device)).reduce(combine));
   }
-  const bounds: [number, number][] = Array.from({ length: n }, (_, c) => [Math.floor((c * numel) / n), Math.floor(((c + 1) * numel) / n)]);
+  const bounds: [number, number][] = Array.from({ length: n }, (_, c) => [
+    Math.floor((c * numel) / n),
+    Math.floor(((c + 1) * numel) / n),
+  ]);
   const chunk = (u: UOp, c: number): UOp => u.reshape([numel]).shrink([bounds[c]!]);
   // chunks[d][c]: device d's current version of chunk c
   const chunks = whole.map((s) => bounds.map((_, c) => chunk(s, c)));
@@ -242,7 +297,13 @@ export function allReduceMany(op: ReduceKind, tensors: readonly (readonly UOp[])
     let bytes = 0;
     const flush = (): void => {
       if (bucket.length === 0) return;
-      const reduced = bucket.length === 1 ? [allReduce(op, tensors[bucket[0]!]!)] : reduceBucket(op, bucket.map((i) => tensors[i]!));
+      const reduced =
+        bucket.length === 1
+          ? [allReduce(op, tensors[bucket[0]!]!)]
+          : reduceBucket(
+              op,
+              bucket.map((i) => tensors[i]!),
+            );
       bucket.forEach((i, k) => (out[i] = reduced[k]!));
       [bucket, bytes] = [[], 0];
     };
@@ -263,13 +324,20 @@ function reduceBucket(op: ReduceKind, members: readonly (readonly UOp[])[]): UOp
   let total = 0;
   const offsets = sizes.map((size) => (total += size) - size);
   const flat = members[0]!.map((_, d) =>
-    members.map((m, k) => {
-      const u = m[d]!;
-      return storedWhole(u).reshape([sizes[k]!]).pad([[offsets[k]!, total - offsets[k]! - sizes[k]!]]);
-    }).reduce((a, b) => a.alu("ADD", b)));
+    members
+      .map((m, k) => {
+        const u = m[d]!;
+        return storedWhole(u)
+          .reshape([sizes[k]!])
+          .pad([[offsets[k]!, total - offsets[k]! - sizes[k]!]]);
+      })
+      .reduce((a, b) => a.alu("ADD", b)),
+  );
   // stored once per device: the members' views read it directly
   const reduced = allReduce(op, flat).map((u) => u.contiguous());
-  return members.map((m, k) => reduced.map((r) => r.shrink([[offsets[k]!, offsets[k]! + sizes[k]!]]).reshape(m[0]!.shape)));
+  return members.map((m, k) =>
+    reduced.map((r) => r.shrink([[offsets[k]!, offsets[k]! + sizes[k]!]]).reshape(m[0]!.shape)),
+  );
 }
 
 /** Node of a tensor: a single-device UOp or a multi-device one. */

@@ -7,7 +7,10 @@ const ROTATIONS = [13, 15, 26, 6, 17, 29, 16, 24];
 const PARITY = 0x1bd11bda;
 
 /** The constant `v` in `dtype`, shaped like `like`. */
-const fill = (v: number, dtype: DType, like: UOp): UOp => UOp.const(v, dtype, like.device).reshape(like.shape.map(() => 1)).expand(like.shape);
+const fill = (v: number, dtype: DType, like: UOp): UOp =>
+  UOp.const(v, dtype, like.device)
+    .reshape(like.shape.map(() => 1))
+    .expand(like.shape);
 const u32 = (v: number, like: UOp): UOp => fill(v >>> 0, dtypes.uint32, like);
 
 function rotl(x: UOp, r: number): UOp {

@@ -40,7 +40,8 @@ function scan(x: Tensor, a: number, combine: Combine): Tensor {
   const n = x.shape[a]!;
   if (n === 0) return x.cast(reduce(x, combine, a).dtype); // nothing to combine, only the dtype to match
   if (n <= WINDOW_LIMIT) return windowScan(x, a, combine);
-  const block = Math.ceil(Math.sqrt(n)), blocks = Math.ceil(n / block);
+  const block = Math.ceil(Math.sqrt(n)),
+    blocks = Math.ceil(n / block);
   // identities at the end fill the last block; only the cut-off tail reads them
   const padded = x.pad(onAxis(x.ndim, a, [0, blocks * block - n]), identity(combine, x.dtype));
   const split = padded.reshape([...x.shape.slice(0, a), blocks, block, ...x.shape.slice(a + 1)]);
@@ -48,7 +49,9 @@ function scan(x: Tensor, a: number, combine: Combine): Tensor {
   // what comes before each block: the scan of the block totals (blocked again when they are many), shifted
   // on by one block
   const totals = scan(reduce(split, combine, a + 1, true), a, combine);
-  const before = totals.shrink(onAxis(x.ndim + 1, a, [0, blocks - 1])).pad(onAxis(x.ndim + 1, a, [1, 0]), identity(combine, totals.dtype));
+  const before = totals
+    .shrink(onAxis(x.ndim + 1, a, [0, blocks - 1]))
+    .pad(onAxis(x.ndim + 1, a, [1, 0]), identity(combine, totals.dtype));
   const out = combine === "sum" ? within.add(before) : within.maximum(before);
   return out.reshape(padded.shape).shrink(onAxis(x.ndim, a, [0, n]));
 }
@@ -91,14 +94,23 @@ export interface TopkOptions {
  * from x, so only the chosen elements get gradients. NaN ranks as +inf (largest first, or smallest last, with
  * ties by index).
  */
-export function topk(x: Tensor, k: number, { axis = -1, largest = true }: TopkOptions = {}): { values: Tensor; indices: Tensor } {
+export function topk(
+  x: Tensor,
+  k: number,
+  { axis = -1, largest = true }: TopkOptions = {},
+): { values: Tensor; indices: Tensor } {
   const a = axisFor("topk", x.shape, axis);
   const n = x.shape[a]!;
-  if (!Number.isInteger(k) || k < 1 || k > n) throw new TsgradError(`topk: k = ${k} must be an integer from 1 to ${n}, the size of axis ${a} of ${fmtShape(x.shape)}`);
+  if (!Number.isInteger(k) || k < 1 || k > n)
+    throw new TsgradError(
+      `topk: k = ${k} must be an integer from 1 to ${n}, the size of axis ${a} of ${fmtShape(x.shape)}`,
+    );
   let key = selectionKey(x, largest);
   // a computed 16-bit float differs from its stored max (see Tensor.maxSource): store it so equality finds the max
   if (key.dtype === dtypes.float16 || key.dtype === dtypes.bfloat16) key = key.contiguous();
-  const position = Tensor.arange(n, undefined, 1, { device: x.device }).reshape(x.shape.map((s, i) => (i === a ? n : 1)));
+  const position = Tensor.arange(n, undefined, 1, { device: x.device }).reshape(
+    x.shape.map((s, i) => (i === a ? n : 1)),
+  );
   // Round r takes the best element strictly after round r-1's pick in the order (key descending, index
   // ascending): it depends on that pick alone (two numbers a row), not on a mask of all the picks before.
   const indices: Tensor[] = [];
@@ -125,13 +137,20 @@ export function topk(x: Tensor, k: number, { axis = -1, largest = true }: TopkOp
  * their weights, as `numSamples` successive draws would be (a row with fewer positive weights than samples
  * draws n for the rest).
  */
-export function multinomial(probs: Tensor, numSamples: number, { replacement = true }: { replacement?: boolean } = {}): Tensor {
+export function multinomial(
+  probs: Tensor,
+  numSamples: number,
+  { replacement = true }: { replacement?: boolean } = {},
+): Tensor {
   const what = `multinomial of weights ${fmtShape(probs.shape)}`;
-  if (probs.ndim !== 1 && probs.ndim !== 2) throw new TsgradError(`${what}: expected 1-D [categories] or 2-D [rows, categories] weights`);
-  if (!Number.isInteger(numSamples) || numSamples < 1) throw new TsgradError(`${what}: numSamples must be a positive integer, got ${numSamples}`);
+  if (probs.ndim !== 1 && probs.ndim !== 2)
+    throw new TsgradError(`${what}: expected 1-D [categories] or 2-D [rows, categories] weights`);
+  if (!Number.isInteger(numSamples) || numSamples < 1)
+    throw new TsgradError(`${what}: numSamples must be a positive integer, got ${numSamples}`);
   const weights = (probs.ndim === 1 ? probs.unsqueeze(0) : probs).cast(dtypes.float32);
   const [rows, n] = weights.shape as [number, number];
-  if (!replacement && numSamples > n) throw new TsgradError(`${what}: without replacement at most ${n} samples (the categories), got ${numSamples}`);
+  if (!replacement && numSamples > n)
+    throw new TsgradError(`${what}: without replacement at most ${n} samples (the categories), got ${numSamples}`);
   if (!replacement && numSamples > 1) {
     // Each category's key log(v) / w for v uniform in (0, 1] is the log of an exponential race's finishing
     // time: the largest keys, in order, are successive draws without replacement (Efraimidis and Spirakis).
@@ -167,7 +186,15 @@ declare module "./tensor.ts" {
   }
 }
 
-Tensor.prototype.cumsum = function (axis = 0) { return cumsum(this, axis); };
-Tensor.prototype.cummax = function (axis = 0) { return cummax(this, axis); };
-Tensor.prototype.topk = function (k, options = {}) { return topk(this, k, options); };
-Tensor.prototype.multinomial = function (numSamples = 1, options = {}) { return multinomial(this, numSamples, options); };
+Tensor.prototype.cumsum = function (axis = 0) {
+  return cumsum(this, axis);
+};
+Tensor.prototype.cummax = function (axis = 0) {
+  return cummax(this, axis);
+};
+Tensor.prototype.topk = function (k, options = {}) {
+  return topk(this, k, options);
+};
+Tensor.prototype.multinomial = function (numSamples = 1, options = {}) {
+  return multinomial(this, numSamples, options);
+};

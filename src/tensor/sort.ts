@@ -19,7 +19,14 @@ export interface SortOptions {
  * that order NaN sorts neither before nor after anything, and a compare-exchange stage copies one element and
  * loses another.
  */
-function sortsBefore(keyA: Tensor, indexA: Tensor, keyB: Tensor, indexB: Tensor, n: number | undefined, descending: boolean): Tensor {
+function sortsBefore(
+  keyA: Tensor,
+  indexA: Tensor,
+  keyB: Tensor,
+  indexB: Tensor,
+  n: number | undefined,
+  descending: boolean,
+): Tensor {
   let strictly = descending ? keyA.gt(keyB) : keyA.lt(keyB);
   let equal = keyA.eq(keyB);
   if (keyA.dtype.kind === "float") {
@@ -41,7 +48,14 @@ function sortsBefore(keyA: Tensor, indexA: Tensor, keyB: Tensor, indexB: Tensor,
  * `reverse` pairs element j with block - 1 - j (the merge of two sorted halves, the second read backwards);
  * otherwise j pairs with j + block / 2 (the half-cleaner).
  */
-function compareExchange(keys: Tensor, index: Tensor, n: number, block: number, reverse: boolean, descending: boolean): Tensor {
+function compareExchange(
+  keys: Tensor,
+  index: Tensor,
+  n: number,
+  block: number,
+  reverse: boolean,
+  descending: boolean,
+): Tensor {
   const [outer, size, inner] = index.shape as [number, number, number];
   const split = [outer, size / block, 2, block / 2, inner];
   const own = index.reshape(split);
@@ -72,11 +86,17 @@ function sortedIndices(x: Tensor, a: number, descending: boolean): Tensor {
   if (x.numel === 0) return Tensor.zeros(x.shape, { dtype: dtypes.int32, device: x.device });
   const size = n <= 1 ? 1 : 2 ** (n - 1).toString(2).length;
   const [outer, inner] = [prod(x.shape.slice(0, a)), prod(x.shape.slice(a + 1))];
-  const keys = x.detach().reshape([outer, n, inner]).pad([null, [0, size - n], null]);
-  let index = Tensor.arange(size, undefined, 1, { device: x.device }).reshape([1, size, 1]).expand([outer, size, inner]);
+  const keys = x
+    .detach()
+    .reshape([outer, n, inner])
+    .pad([null, [0, size - n], null]);
+  let index = Tensor.arange(size, undefined, 1, { device: x.device })
+    .reshape([1, size, 1])
+    .expand([outer, size, inner]);
   // each merge turns sorted runs of merged / 2 into sorted runs of `merged`, in stages over ever smaller blocks
   for (let merged = 2; merged <= size; merged *= 2) {
-    for (let block = merged; block >= 2; block /= 2) index = compareExchange(keys, index, n, block, block === merged, descending);
+    for (let block = merged; block >= 2; block /= 2)
+      index = compareExchange(keys, index, n, block, block === merged, descending);
   }
   return index.shrink([null, [0, n], null]).reshape(x.shape);
 }
@@ -88,7 +108,10 @@ function sortedIndices(x: Tensor, a: number, descending: boolean): Tensor {
  * after +inf (last ascending, first descending, as numpy and PyTorch place it). Gradients reach x through the
  * values (each goes back to the element it came from).
  */
-export function sort(x: Tensor, { axis = -1, descending = false }: SortOptions = {}): { values: Tensor; indices: Tensor } {
+export function sort(
+  x: Tensor,
+  { axis = -1, descending = false }: SortOptions = {},
+): { values: Tensor; indices: Tensor } {
   const a = sortAxis("sort", x, axis);
   const indices = sortedIndices(x, a, descending);
   return { values: x.gather(a, indices).cast(x.dtype), indices };
@@ -108,5 +131,9 @@ declare module "./tensor.ts" {
   }
 }
 
-Tensor.prototype.sort = function (options = {}) { return sort(this, options); };
-Tensor.prototype.argsort = function (options = {}) { return argsort(this, options); };
+Tensor.prototype.sort = function (options = {}) {
+  return sort(this, options);
+};
+Tensor.prototype.argsort = function (options = {}) {
+  return argsort(this, options);
+};

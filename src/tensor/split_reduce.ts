@@ -18,7 +18,10 @@ const SPLIT_COLUMN_MIN = 1 << 11;
 const SPLIT_REDUCE_MAX_OUTPUTS = 1 << 14;
 
 /** Where to cut a long reduce to few outputs: the reduced axis with the largest factor in 8..256 (the outermost on ties). */
-export function splitReduce(shape: readonly number[], axes: readonly number[]): { axis: number; factor: number } | undefined {
+export function splitReduce(
+  shape: readonly number[],
+  axes: readonly number[],
+): { axis: number; factor: number } | undefined {
   const reduced = axes.reduce((n, a) => n * shape[a]!, 1);
   const outputs = prod(shape) / Math.max(1, reduced);
   const kept = shape.flatMap((s, i) => (s > 1 && !axes.includes(i) ? [i] : []));
@@ -40,14 +43,24 @@ export function reduceInTwo<T extends Lazy>(node: T, op: ReduceKind, axes: reado
   const [first, last] = [sorted[0]!, sorted[sorted.length - 1]!];
   if (sorted.length > 1 && last - first === sorted.length - 1) {
     const shape = node.shape;
-    const merged = node.reshape([...shape.slice(0, first), prod(shape.slice(first, last + 1)), ...shape.slice(last + 1)]);
-    if (splitReduce(merged.shape, [first])) return reduceInTwo(merged, op, [first]).reshape(shape.map((s, i) => (axes.includes(i) ? 1 : s))) as T;
+    const merged = node.reshape([
+      ...shape.slice(0, first),
+      prod(shape.slice(first, last + 1)),
+      ...shape.slice(last + 1),
+    ]);
+    if (splitReduce(merged.shape, [first]))
+      return reduceInTwo(merged, op, [first]).reshape(shape.map((s, i) => (axes.includes(i) ? 1 : s))) as T;
   }
   const split = splitReduce(node.shape, axes);
   if (!split) return node.reduce(op, [...axes]) as T;
   const { axis, factor } = split;
   const size = node.shape[axis]!;
   const parts = node.reshape([...node.shape.slice(0, axis), factor, size / factor, ...node.shape.slice(axis + 1)]);
-  const partial = parts.reduce(op, axes.map((a) => (a < axis ? a : a + 1))).contiguous();
+  const partial = parts
+    .reduce(
+      op,
+      axes.map((a) => (a < axis ? a : a + 1)),
+    )
+    .contiguous();
   return partial.reduce(op, [axis]).reshape(node.shape.map((s, i) => (axes.includes(i) ? 1 : s))) as T;
 }

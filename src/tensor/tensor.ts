@@ -3,8 +3,20 @@
 // as they load, and index.ts assembles the whole Tensor.
 import { Device } from "../device.ts";
 import {
-  type DType, type DTypeName, type TypedArray, castScalar, defaultFloatFromEnv, dtypeOf, dtypes,
-  f16BitsToF32, bf16BitsToF32, f32ToBf16Bits, f32ToF16Bits, isFloat, promote, typedArrayFor,
+  type DType,
+  type DTypeName,
+  type TypedArray,
+  castScalar,
+  defaultFloatFromEnv,
+  dtypeOf,
+  dtypes,
+  f16BitsToF32,
+  bf16BitsToF32,
+  f32ToBf16Bits,
+  f32ToF16Bits,
+  isFloat,
+  promote,
+  typedArrayFor,
 } from "../dtype.ts";
 import { Buffer } from "../device.ts";
 import { computeGradients } from "./gradient.ts";
@@ -30,7 +42,8 @@ export interface ReduceOptions {
 /** One entry per axis: a number picks (and drops the axis), [start, stop, step] slices, null adds an axis, "..." fills. */
 export type IndexSpec = number | [(number | null)?, (number | null)?, (number | null)?] | null | "...";
 
-const toDtype = (d: DType | DTypeName | undefined, fallback: DType): DType => (d === undefined ? fallback : typeof d === "string" ? dtypeOf(d) : d);
+const toDtype = (d: DType | DTypeName | undefined, fallback: DType): DType =>
+  d === undefined ? fallback : typeof d === "string" ? dtypeOf(d) : d;
 
 let uniqueTag = 0;
 const requiringGrad = new Set<WeakRef<Tensor>>();
@@ -65,19 +78,33 @@ export class Tensor {
       const { flat, shape, inferred } = flatten(data);
       const dtype = toDtype(opts.dtype, inferred);
       const encoded = encode(flat, dtype);
-      const nodes = resolveDevices(opts.device).map((device) => UOp.buffer(new Buffer(device, flat.length, dtype).copyin(encoded)).reshape(shape));
+      const nodes = resolveDevices(opts.device).map((device) =>
+        UOp.buffer(new Buffer(device, flat.length, dtype).copyin(encoded)).reshape(shape),
+      );
       this.node = nodes.length === 1 ? nodes[0]! : new MultiLazy(nodes, null);
     }
     if (opts.requiresGrad) this.requiresGrad = true;
   }
 
-  get shape(): number[] { return [...this.node.shape]; }
-  get dtype(): DType { return this.node.dtype; }
-  get device(): string { return this.node.device; }
-  get ndim(): number { return this.node.shape.length; }
-  get numel(): number { return this.node.numel; }
+  get shape(): number[] {
+    return [...this.node.shape];
+  }
+  get dtype(): DType {
+    return this.node.dtype;
+  }
+  get device(): string {
+    return this.node.device;
+  }
+  get ndim(): number {
+    return this.node.shape.length;
+  }
+  get numel(): number {
+    return this.node.numel;
+  }
 
-  get requiresGrad(): boolean { return this._requiresGrad; }
+  get requiresGrad(): boolean {
+    return this._requiresGrad;
+  }
   set requiresGrad(on: boolean) {
     if (on && !this._requiresGrad) {
       if (!isFloat(this.dtype)) throw new TsgradError(`requiresGrad needs a float tensor, got ${this.dtype.name}`);
@@ -98,14 +125,25 @@ export class Tensor {
   static full(shape: readonly number[], value: number, opts: TensorOptions = {}): Tensor {
     const multi = onEachDevice(opts, (o) => Tensor.full(shape, value, o));
     if (multi) return multi;
-    const dtype = toDtype(opts.dtype, Number.isInteger(value) && opts.dtype === undefined && typeof value === "number" ? Tensor.defaultFloat : Tensor.defaultFloat);
+    const dtype = toDtype(
+      opts.dtype,
+      Number.isInteger(value) && opts.dtype === undefined && typeof value === "number"
+        ? Tensor.defaultFloat
+        : Tensor.defaultFloat,
+    );
     const device = Device.canonicalize(opts.device ?? Device.DEFAULT);
     checkShape(shape);
-    const node = UOp.const(castScalar(value, dtype), dtype, device).reshape(shape.map(() => 1)).expand(shape);
+    const node = UOp.const(castScalar(value, dtype), dtype, device)
+      .reshape(shape.map(() => 1))
+      .expand(shape);
     return new Tensor(node, opts);
   }
-  static zeros(shape: readonly number[], opts: TensorOptions = {}): Tensor { return Tensor.full(shape, 0, opts); }
-  static ones(shape: readonly number[], opts: TensorOptions = {}): Tensor { return Tensor.full(shape, 1, opts); }
+  static zeros(shape: readonly number[], opts: TensorOptions = {}): Tensor {
+    return Tensor.full(shape, 0, opts);
+  }
+  static ones(shape: readonly number[], opts: TensorOptions = {}): Tensor {
+    return Tensor.full(shape, 1, opts);
+  }
   /** Uninitialised storage (zeros on the host backends). */
   static empty(shape: readonly number[], opts: TensorOptions = {}): Tensor {
     const multi = onEachDevice(opts, (o) => Tensor.empty(shape, o));
@@ -120,8 +158,13 @@ export class Tensor {
     const multi = onEachDevice(opts, (o) => Tensor.arange(start, stop, step, o));
     if (multi) return multi;
     // (plain JavaScript callers: options in the place of `stop` would otherwise surface as a NaN shape)
-    for (const [name, value] of [["start", start], ["stop", stop ?? 0], ["step", step]] as const) {
-      if (typeof value !== "number") throw new TsgradError(`arange(start, stop?, step?, options?): ${name} is ${typeof value}, not a number`);
+    for (const [name, value] of [
+      ["start", start],
+      ["stop", stop ?? 0],
+      ["step", step],
+    ] as const) {
+      if (typeof value !== "number")
+        throw new TsgradError(`arange(start, stop?, step?, options?): ${name} is ${typeof value}, not a number`);
     }
     if (stop === undefined) [start, stop] = [0, start];
     if (step === 0) throw new TsgradError("arange: step must not be 0");
@@ -130,16 +173,24 @@ export class Tensor {
     const dtype = toDtype(opts.dtype, allInt ? dtypes.int32 : Tensor.defaultFloat);
     const device = Device.canonicalize(opts.device ?? Device.DEFAULT);
     const index = new Tensor(UOp.index(n, device));
-    return index.cast(isFloat(dtype) ? dtypes.float32 : dtype).mul(step).add(start).cast(dtype);
+    return index
+      .cast(isFloat(dtype) ? dtypes.float32 : dtype)
+      .mul(step)
+      .add(start)
+      .cast(dtype);
   }
   /** `steps` evenly spaced values from start to end, both included (float unless given a dtype). */
   static linspace(start: number, end: number, steps: number, opts: TensorOptions = {}): Tensor {
-    if (!Number.isInteger(steps) || steps < 0) throw new TsgradError(`linspace: steps must be a non-negative integer, got ${steps}`);
+    if (!Number.isInteger(steps) || steps < 0)
+      throw new TsgradError(`linspace: steps must be a non-negative integer, got ${steps}`);
     const dtype = toDtype(opts.dtype, Tensor.defaultFloat);
     if (steps === 1) return Tensor.full([1], start, { ...opts, dtype });
     // start + i * step, the last element exactly `end` (a step rounded in float32 could miss it)
     const i = Tensor.arange(steps, undefined, 1, { ...opts, dtype: dtypes.float32 });
-    return i.eq(steps - 1).where(end, i.mul((end - start) / (steps - 1)).add(start)).cast(dtype);
+    return i
+      .eq(steps - 1)
+      .where(end, i.mul((end - start) / (steps - 1)).add(start))
+      .cast(dtype);
   }
   /** The n x m identity. */
   static eye(n: number, m = n, opts: TensorOptions = {}): Tensor {
@@ -204,7 +255,8 @@ export class Tensor {
    */
   private static randLike(like: Tensor): Tensor {
     const node = like.node;
-    if (!(node instanceof MultiLazy) || node.axis !== 0) return Tensor.rand(like.shape, { device: like.device, dtype: dtypes.float32 });
+    if (!(node instanceof MultiLazy) || node.axis !== 0)
+      return Tensor.rand(like.shape, { device: like.device, dtype: dtypes.float32 });
     const keys = Tensor.nextRngKeys(node.devices);
     let start = 0;
     const draws = node.shards.map((shard, i) => {
@@ -216,7 +268,11 @@ export class Tensor {
   }
   static uniform(shape: readonly number[], low = 0, high = 1, opts: TensorOptions = {}): Tensor {
     const dtype = toDtype(opts.dtype, Tensor.defaultFloat);
-    return Tensor.rand(shape, { ...opts, dtype: dtypes.float32, requiresGrad: false }).mul(high - low).add(low).cast(dtype).withGrad(opts);
+    return Tensor.rand(shape, { ...opts, dtype: dtypes.float32, requiresGrad: false })
+      .mul(high - low)
+      .add(low)
+      .cast(dtype)
+      .withGrad(opts);
   }
   /** Standard normal, by Box-Muller. */
   static randn(shape: readonly number[], opts: TensorOptions = {}): Tensor {
@@ -224,14 +280,25 @@ export class Tensor {
     const u = Tensor.rand([2, ...shape], { ...opts, dtype: dtypes.float32, requiresGrad: false });
     const [u1, u2] = [u.index(0), u.index(1)];
     const radius = Tensor.ones(shape, { device: u.device, dtype: dtypes.float32 }).sub(u1).log().mul(-2).sqrt();
-    return radius.mul(u2.mul(2 * Math.PI).cos()).cast(dtype).withGrad(opts);
+    return radius
+      .mul(u2.mul(2 * Math.PI).cos())
+      .cast(dtype)
+      .withGrad(opts);
   }
   static normal(shape: readonly number[], mean = 0, std = 1, opts: TensorOptions = {}): Tensor {
     const dtype = toDtype(opts.dtype, Tensor.defaultFloat);
-    return Tensor.randn(shape, { ...opts, dtype: dtypes.float32, requiresGrad: false }).mul(std).add(mean).cast(dtype).withGrad(opts);
+    return Tensor.randn(shape, { ...opts, dtype: dtypes.float32, requiresGrad: false })
+      .mul(std)
+      .add(mean)
+      .cast(dtype)
+      .withGrad(opts);
   }
   /** Normal(mean, std) truncated to [mean + a*std, mean + b*std], by inverting the CDF (as TensorFlow and tinygrad do). */
-  static truncNormal(shape: readonly number[], { mean = 0, std = 1, a = -2, b = 2 } = {}, opts: TensorOptions = {}): Tensor {
+  static truncNormal(
+    shape: readonly number[],
+    { mean = 0, std = 1, a = -2, b = 2 } = {},
+    opts: TensorOptions = {},
+  ): Tensor {
     const dtype = toDtype(opts.dtype, Tensor.defaultFloat);
     const cdf = (x: number): number => 0.5 * (1 + erfScalar(x / Math.SQRT2));
     const [lo, hi] = [cdf(a), cdf(b)];
@@ -241,7 +308,11 @@ export class Tensor {
   }
   /** Integers uniform in [low, high). */
   static randint(shape: readonly number[], low: number, high: number, opts: TensorOptions = {}): Tensor {
-    return Tensor.rand(shape, { ...opts, dtype: dtypes.float32 }).mul(high - low).floor().add(low).cast(toDtype(opts.dtype, dtypes.int32));
+    return Tensor.rand(shape, { ...opts, dtype: dtypes.float32 })
+      .mul(high - low)
+      .floor()
+      .add(low)
+      .cast(toDtype(opts.dtype, dtypes.int32));
   }
 
   private withGrad(opts: TensorOptions): Tensor {
@@ -268,7 +339,10 @@ export class Tensor {
     if (pending.length > 0) realizeNodes(pending.flatMap((t) => shardsOf(t.node)));
     for (const t of pendingAssigns) if (isStored(t.node)) pendingAssigns.delete(t);
     // a tensor whose equal lazy value another tensor realized already shares that buffer: it owns it too
-    const shared = tensors.filter((t) => !pending.includes(t) && shardsOf(t.node).every((u) => u.op !== "ASSIGN" && !u.baseBuffer && storedBuffer(u)));
+    const shared = tensors.filter(
+      (t) =>
+        !pending.includes(t) && shardsOf(t.node).every((u) => u.op !== "ASSIGN" && !u.baseBuffer && storedBuffer(u)),
+    );
     for (const t of [...pending, ...shared]) {
       t.node = mapShards(t.node, (u) => {
         const buffer = storedBuffer(u)!;
@@ -291,7 +365,9 @@ export class Tensor {
 
   /** The values as nested arrays of numbers (booleans for bool). */
   tolist(): NestedArray {
-    const flat = Array.from(this.toArray() as ArrayLike<number | bigint>, (v) => (this.dtype === dtypes.bool ? v !== 0 : Number(v)));
+    const flat = Array.from(this.toArray() as ArrayLike<number | bigint>, (v) =>
+      this.dtype === dtypes.bool ? v !== 0 : Number(v),
+    );
     const build = (dim: number, offset: number): NestedArray => {
       if (dim === this.ndim) return flat[offset]!;
       const stride = prod(this.shape.slice(dim + 1));
@@ -311,22 +387,36 @@ export class Tensor {
     const devices = resolveDevices(typeof device === "string" ? device : multiDeviceName(device));
     const whole = this.node instanceof MultiLazy ? this.node.copyTo(devices[0]!) : this.node;
     if (devices.length === 1) return new Tensor(whole.copyTo(devices[0]!));
-    return new Tensor(new MultiLazy(devices.map((d) => whole.copyTo(d)), null));
+    return new Tensor(
+      new MultiLazy(
+        devices.map((d) => whole.copyTo(d)),
+        null,
+      ),
+    );
   }
 
   /** Splits along `axis` over `devices` (equal blocks): device i holds block i. */
   shard(devices: string | readonly string[], axis = 0): Tensor {
     const list = resolveDevices(typeof devices === "string" ? devices : multiDeviceName(devices));
     const a = this.normalizeAxis(axis);
-    if (this.node instanceof MultiLazy && multiDeviceName(this.node.devices) === multiDeviceName(list)) return new Tensor(this.node.relayout(a));
+    if (this.node instanceof MultiLazy && multiDeviceName(this.node.devices) === multiDeviceName(list))
+      return new Tensor(this.node.relayout(a));
     const whole = this.node instanceof MultiLazy ? this.node.copyTo(list[0]!) : this.node;
     const sizes = splitSizes(this.shape[a]!, list.length, this.shape, a);
     let start = 0;
-    return new Tensor(new MultiLazy(list.map((d, i) => {
-      const block = whole.shrink(this.shape.map((n, dim) => (dim === a ? [start, start + sizes[i]!] : [0, n]) as [number, number]));
-      if (i === list.length - 1) start = 0; else start += sizes[i]!;
-      return block.copyTo(d);
-    }), a));
+    return new Tensor(
+      new MultiLazy(
+        list.map((d, i) => {
+          const block = whole.shrink(
+            this.shape.map((n, dim) => (dim === a ? [start, start + sizes[i]!] : [0, n]) as [number, number]),
+          );
+          if (i === list.length - 1) start = 0;
+          else start += sizes[i]!;
+          return block.copyTo(d);
+        }),
+        a,
+      ),
+    );
   }
 
   /** The devices this tensor lives on (one entry unless it is spread over several). */
@@ -339,13 +429,15 @@ export class Tensor {
   /** Writes `value` into this tensor's storage (realizing this tensor first if needed). */
   assign(value: Tensor | number): this {
     const v = this.operand(value).cast(this.dtype);
-    if (!arraysEqual(v.shape, this.shape)) throw new TsgradError(`assign: value shape ${fmtShape(v.shape)} differs from target ${fmtShape(this.shape)}`);
+    if (!arraysEqual(v.shape, this.shape))
+      throw new TsgradError(`assign: value shape ${fmtShape(v.shape)} differs from target ${fmtShape(this.shape)}`);
     if (v.device !== this.device) throw new TsgradError(`assign: value on ${v.device}, target on ${this.device}`);
     if (!isStored(this.node)) this.realize();
     // equal lazy values share one buffer when realized; writing must not change the other tensors
     if (shardsOf(this.node).some((u) => storedBuffer(u)!.realizedBy > 1)) this.node = this.node.contiguous(uniqueTag++);
     if (!isStored(this.node)) this.realize();
-    this.node = this.node instanceof MultiLazy ? this.node.assign(v.node) : this.node.assign(single(v.node, "assign", this.node));
+    this.node =
+      this.node instanceof MultiLazy ? this.node.assign(v.node) : this.node.assign(single(v.node, "assign", this.node));
     pendingAssigns.add(this);
     return this;
   }
@@ -357,7 +449,8 @@ export class Tensor {
 
   /** Fills `.grad` of every tensor with requiresGrad that this (scalar) tensor depends on. */
   backward(gradient?: Tensor): void {
-    if (!gradient && this.numel !== 1) throw new TsgradError(`backward() without a gradient needs a scalar, got shape ${fmtShape(this.shape)}`);
+    if (!gradient && this.numel !== 1)
+      throw new TsgradError(`backward() without a gradient needs a scalar, got shape ${fmtShape(this.shape)}`);
     const seed = gradient ?? Tensor.ones(this.shape, { dtype: this.dtype, device: this.device });
     const params: Tensor[] = [];
     for (const ref of requiringGrad) {
@@ -372,11 +465,18 @@ export class Tensor {
     const touched = [...new Set([...grads.keys()].flatMap((u) => byNode.get(u)!))];
     // as PyTorch refuses it: silence here left every .grad null
     if (touched.length === 0) {
-      throw new TsgradError(`backward: this ${fmtShape(this.shape)} tensor depends on no tensor that requires grad (a realized tensor keeps no graph: call backward() on the lazy result, and realize after)`);
+      throw new TsgradError(
+        `backward: this ${fmtShape(this.shape)} tensor depends on no tensor that requires grad (a realized tensor keeps no graph: call backward() on the lazy result, and realize after)`,
+      );
     }
     // a replicated parameter's gradient is the all-reduce of each device's: all of them together, in buckets
     const replicated = touched.filter((p) => p.node instanceof MultiLazy && p.node.axis === null);
-    const reduced = new Map(allReduceMany("ADD", replicated.map((p) => localGradients(p.node as MultiLazy, grads))).map((shards, i) => [replicated[i]!, shards]));
+    const reduced = new Map(
+      allReduceMany(
+        "ADD",
+        replicated.map((p) => localGradients(p.node as MultiLazy, grads)),
+      ).map((shards, i) => [replicated[i]!, shards]),
+    );
     for (const p of touched) {
       const shards = reduced.get(p);
       const grad = new Tensor(shards ? new MultiLazy(shards, null) : gradientFor(p.node, grads));
@@ -399,7 +499,7 @@ export class Tensor {
   /** Both operands broadcast to one shape and promoted to one dtype. */
   private broadcastWith(x: Tensor | number | boolean, reverse = false): [Tensor, Tensor] {
     const other = this.operand(x);
-    let [a, b]: [Tensor, Tensor] = reverse ? [other, this] : [this, other];
+    const [a, b]: [Tensor, Tensor] = reverse ? [other, this] : [this, other];
     if (a.device !== b.device) throw new TsgradError(`devices ${a.device} and ${b.device} differ; copy with to()`);
     const dtype = promote(a.dtype, b.dtype);
     const shape = broadcastShapes(a.shape, b.shape);
@@ -420,32 +520,79 @@ export class Tensor {
     return isFloat(this.dtype) ? this : this.cast(Tensor.defaultFloat);
   }
 
-  add(x: Tensor | number): Tensor { return this.binary("ADD", x); }
-  sub(x: Tensor | number): Tensor { const [a, b] = this.broadcastWith(x); return a.add(b.neg()); }
-  mul(x: Tensor | number): Tensor { return this.binary("MUL", x); }
+  add(x: Tensor | number): Tensor {
+    return this.binary("ADD", x);
+  }
+  sub(x: Tensor | number): Tensor {
+    const [a, b] = this.broadcastWith(x);
+    return a.add(b.neg());
+  }
+  mul(x: Tensor | number): Tensor {
+    return this.binary("MUL", x);
+  }
   /** True division (integers become floats); `idiv` truncates. */
   div(x: Tensor | number): Tensor {
     const [a, b] = this.broadcastWith(x);
     return a.float().mul(b.float().reciprocal());
   }
-  idiv(x: Tensor | number): Tensor { return this.binary("IDIV", x); }
-  mod(x: Tensor | number): Tensor { return this.binary("MOD", x); }
-  neg(): Tensor { return this.dtype === dtypes.bool ? this.logicalNot() : this.unary("NEG"); }
-  reciprocal(): Tensor { return this.float().unary("RECIP"); }
-  sqrt(): Tensor { return this.float().unary("SQRT"); }
-  rsqrt(): Tensor { return this.sqrt().reciprocal(); }
-  exp2(): Tensor { return this.float().unary("EXP2"); }
-  log2(): Tensor { return this.float().unary("LOG2"); }
-  exp(): Tensor { return this.float().mul(Math.LOG2E).exp2(); }
-  log(): Tensor { return this.log2().mul(Math.LN2); }
-  sin(): Tensor { return this.float().unary("SIN"); }
-  cos(): Tensor { return this.float().add(Math.PI / 2).sin(); }
-  square(): Tensor { return this.mul(this); }
-  trunc(): Tensor { return isFloat(this.dtype) ? this.unary("TRUNC") : this; }
-  floor(): Tensor { const t = this.trunc(); return t.gt(this).where(t.sub(1), t); }
-  ceil(): Tensor { const t = this.trunc(); return t.lt(this).where(t.add(1), t); }
-  round(): Tensor { return this.add(0.5).floor(); }
-  relu(): Tensor { return this.maximum(0); }
+  idiv(x: Tensor | number): Tensor {
+    return this.binary("IDIV", x);
+  }
+  mod(x: Tensor | number): Tensor {
+    return this.binary("MOD", x);
+  }
+  neg(): Tensor {
+    return this.dtype === dtypes.bool ? this.logicalNot() : this.unary("NEG");
+  }
+  reciprocal(): Tensor {
+    return this.float().unary("RECIP");
+  }
+  sqrt(): Tensor {
+    return this.float().unary("SQRT");
+  }
+  rsqrt(): Tensor {
+    return this.sqrt().reciprocal();
+  }
+  exp2(): Tensor {
+    return this.float().unary("EXP2");
+  }
+  log2(): Tensor {
+    return this.float().unary("LOG2");
+  }
+  exp(): Tensor {
+    return this.float().mul(Math.LOG2E).exp2();
+  }
+  log(): Tensor {
+    return this.log2().mul(Math.LN2);
+  }
+  sin(): Tensor {
+    return this.float().unary("SIN");
+  }
+  cos(): Tensor {
+    return this.float()
+      .add(Math.PI / 2)
+      .sin();
+  }
+  square(): Tensor {
+    return this.mul(this);
+  }
+  trunc(): Tensor {
+    return isFloat(this.dtype) ? this.unary("TRUNC") : this;
+  }
+  floor(): Tensor {
+    const t = this.trunc();
+    return t.gt(this).where(t.sub(1), t);
+  }
+  ceil(): Tensor {
+    const t = this.trunc();
+    return t.lt(this).where(t.add(1), t);
+  }
+  round(): Tensor {
+    return this.add(0.5).floor();
+  }
+  relu(): Tensor {
+    return this.maximum(0);
+  }
   /**
    * 1 / (1 + exp(-x)) for x >= 0, exp(x) / (1 + exp(x)) below: no exp overflows, in the value or in the gradient
    * (the one form's gradient at x = -100 was -0 * inf, NaN). Each side reads x only where it is chosen, so the
@@ -457,9 +604,15 @@ export class Tensor {
     const e = positive.where(0, this).exp();
     return positive.where(above, e.div(e.add(1)));
   }
-  tanh(): Tensor { return this.mul(2).sigmoid().mul(2).sub(1); }
-  abs(): Tensor { return this.dtype === dtypes.bool || this.dtype.kind === "uint" ? this : this.relu().add(this.neg().relu()); }
-  sign(): Tensor { return this.gt(0).cast(this.dtype).sub(this.lt(0).cast(this.dtype)); }
+  tanh(): Tensor {
+    return this.mul(2).sigmoid().mul(2).sub(1);
+  }
+  abs(): Tensor {
+    return this.dtype === dtypes.bool || this.dtype.kind === "uint" ? this : this.relu().add(this.neg().relu());
+  }
+  sign(): Tensor {
+    return this.gt(0).cast(this.dtype).sub(this.lt(0).cast(this.dtype));
+  }
   /** Error function, Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7, below float32 resolution near 1). */
   erf(): Tensor {
     return this.erfAndGaussian()[0];
@@ -468,7 +621,16 @@ export class Tensor {
   private erfAndGaussian(): [Tensor, Tensor] {
     const x = this.float();
     const t = x.abs().mul(0.3275911).add(1).reciprocal();
-    const poly = t.mul(1.061405429).add(-1.453152027).mul(t).add(1.421413741).mul(t).add(-0.284496736).mul(t).add(0.254829592).mul(t);
+    const poly = t
+      .mul(1.061405429)
+      .add(-1.453152027)
+      .mul(t)
+      .add(1.421413741)
+      .mul(t)
+      .add(-0.284496736)
+      .mul(t)
+      .add(0.254829592)
+      .mul(t);
     const gaussian = x.square().neg().exp();
     return [x.sign().mul(poly.mul(gaussian).neg().add(1)), gaussian];
   }
@@ -477,16 +639,26 @@ export class Tensor {
     const x = this.float();
     const w = x.neg().mul(x).add(1).log().neg();
     const small = w.sub(2.5);
-    const p1 = [2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503, -0.00417768164, 0.246640727, 1.50140941]
-      .reduce<Tensor | null>((acc, c) => (acc ? acc.mul(small).add(c) : small.mul(0).add(c)), null)!;
+    const p1 = [
+      2.81022636e-8, 3.43273939e-7, -3.5233877e-6, -4.39150654e-6, 0.00021858087, -0.00125372503, -0.00417768164,
+      0.246640727, 1.50140941,
+    ].reduce<Tensor | null>((acc, c) => (acc ? acc.mul(small).add(c) : small.mul(0).add(c)), null)!;
     const big = w.sqrt().sub(3);
-    const p2 = [-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613, 0.00943887047, 1.00167406, 2.83297682]
-      .reduce<Tensor | null>((acc, c) => (acc ? acc.mul(big).add(c) : big.mul(0).add(c)), null)!;
+    const p2 = [
+      -0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613, 0.00943887047,
+      1.00167406, 2.83297682,
+    ].reduce<Tensor | null>((acc, c) => (acc ? acc.mul(big).add(c) : big.mul(0).add(c)), null)!;
     return w.lt(5).where(p1, p2).mul(x);
   }
   /** GELU with the exact erf form, as BERT uses; `approximate: "tanh"` for the tanh form (GPT-2's). */
   gelu({ approximate = "none" }: { approximate?: "none" | "tanh" } = {}): Tensor {
-    if (approximate === "tanh") return this.mul(0.5).mul(this.add(this.mul(this).mul(this).mul(0.044715)).mul(Math.sqrt(2 / Math.PI)).tanh().add(1));
+    if (approximate === "tanh")
+      return this.mul(0.5).mul(
+        this.add(this.mul(this).mul(this).mul(0.044715))
+          .mul(Math.sqrt(2 / Math.PI))
+          .tanh()
+          .add(1),
+      );
     // x Φ(x), with Φ(x) = (1 + erf(x / √2)) / 2, whose gradient Φ(x) + x φ(x) is given as such: Φ and x φ(x)
     // are held constant (detached) and x φ(x) reaches the gradient through a term worth 0, (x - x) x φ(x).
     // Differentiating erf's polynomial instead (its reciprocal, exp and sign) made BERT's backward a kernel
@@ -501,28 +673,46 @@ export class Tensor {
     return value.add(zero.eq(0).where(zero.mul(slope), 0));
   }
   /** x * sigmoid(x) (swish). */
-  silu(): Tensor { return this.mul(this.sigmoid()); }
-  leakyRelu(slope = 0.01): Tensor { return this.gt(0).where(this, this.mul(slope)); }
-  relu6(): Tensor { return this.relu().minimum(6); }
-  hardtanh(min = -1, max = 1): Tensor { return this.clip(min, max); }
-  hardsigmoid(): Tensor { return this.add(3).relu6().div(6); }
-  hardswish(): Tensor { return this.mul(this.hardsigmoid()); }
+  silu(): Tensor {
+    return this.mul(this.sigmoid());
+  }
+  leakyRelu(slope = 0.01): Tensor {
+    return this.gt(0).where(this, this.mul(slope));
+  }
+  relu6(): Tensor {
+    return this.relu().minimum(6);
+  }
+  hardtanh(min = -1, max = 1): Tensor {
+    return this.clip(min, max);
+  }
+  hardsigmoid(): Tensor {
+    return this.add(3).relu6().div(6);
+  }
+  hardswish(): Tensor {
+    return this.mul(this.hardsigmoid());
+  }
   /** x where positive, alpha * (exp(x) - 1) elsewhere. */
   elu(alpha = 1): Tensor {
     // exp reads min(x, 0): the branch `where` drops must stay finite, or its gradient (0 * inf) is NaN
     return this.gt(0).where(this, this.minimum(0).expm1().mul(alpha));
   }
   /** SELU: scaled ELU with the self-normalising constants. */
-  selu(): Tensor { return this.elu(1.6732632423543772).mul(1.0507009873554805); }
+  selu(): Tensor {
+    return this.elu(1.6732632423543772).mul(1.0507009873554805);
+  }
   /** log(1 + exp(beta * x)) / beta, without overflow for large x. */
   softplus(beta = 1): Tensor {
     const x = this.float().mul(beta);
     return x.relu().add(x.abs().neg().exp().log1p()).div(beta);
   }
   /** x * tanh(softplus(x)). */
-  mish(): Tensor { return this.mul(this.softplus().tanh()); }
+  mish(): Tensor {
+    return this.mul(this.softplus().tanh());
+  }
   /** log(sigmoid(x)), finite for very negative x. */
-  logsigmoid(): Tensor { return this.neg().softplus().neg(); }
+  logsigmoid(): Tensor {
+    return this.neg().softplus().neg();
+  }
   /**
    * log(1 + x), accurate for tiny x where 1 + x rounds: log(u) * x / (u - 1) with u = 1 + x (Goldberg) cancels
    * u's rounding error; where u - 1 is 0, x itself.
@@ -555,48 +745,109 @@ export class Tensor {
     // sign of a negative base with an integer exponent: (-1)^b
     const magnitude = a.abs().log().mul(b).exp();
     const odd = b.float().abs().mod(2).eq(1);
-    return a.lt(0).logicalAnd(odd).where(magnitude.neg(), magnitude).mul(a.eq(0).logicalAnd(b.eq(0)).where(1, 1));
+    return a
+      .lt(0)
+      .logicalAnd(odd)
+      .where(magnitude.neg(), magnitude)
+      .mul(a.eq(0).logicalAnd(b.eq(0)).where(1, 1));
   }
-  maximum(x: Tensor | number): Tensor { return this.binary("MAX", x); }
-  minimum(x: Tensor | number): Tensor { const [a, b] = this.broadcastWith(x); return a.neg().maximum(b.neg()).neg(); }
-  clip(min: number, max: number): Tensor { return this.maximum(min).minimum(max); }
+  maximum(x: Tensor | number): Tensor {
+    return this.binary("MAX", x);
+  }
+  minimum(x: Tensor | number): Tensor {
+    const [a, b] = this.broadcastWith(x);
+    return a.neg().maximum(b.neg()).neg();
+  }
+  clip(min: number, max: number): Tensor {
+    return this.maximum(min).minimum(max);
+  }
 
-  lt(x: Tensor | number): Tensor { return this.binary("CMPLT", x); }
-  gt(x: Tensor | number): Tensor { return this.binary("CMPLT", x, true); }
-  ne(x: Tensor | number): Tensor { return this.binary("CMPNE", x); }
-  eq(x: Tensor | number): Tensor { return this.ne(x).logicalNot(); }
-  ge(x: Tensor | number): Tensor { return this.lt(x).logicalNot(); }
-  le(x: Tensor | number): Tensor { return this.gt(x).logicalNot(); }
-  logicalNot(): Tensor { return new Tensor(alu(this.cast(dtypes.bool).node, "NEG")); }
-  logicalAnd(x: Tensor | boolean): Tensor { return this.cast(dtypes.bool).binary("AND", x instanceof Tensor ? x.cast(dtypes.bool) : x); }
-  logicalOr(x: Tensor | boolean): Tensor { return this.cast(dtypes.bool).binary("OR", x instanceof Tensor ? x.cast(dtypes.bool) : x); }
-  bitwiseAnd(x: Tensor | number): Tensor { return this.binary("AND", x); }
-  bitwiseOr(x: Tensor | number): Tensor { return this.binary("OR", x); }
-  bitwiseXor(x: Tensor | number): Tensor { return this.binary("XOR", x); }
-  shl(bits: number): Tensor { return this.binary("SHL", bits); }
-  shr(bits: number): Tensor { return this.binary("SHR", bits); }
+  lt(x: Tensor | number): Tensor {
+    return this.binary("CMPLT", x);
+  }
+  gt(x: Tensor | number): Tensor {
+    return this.binary("CMPLT", x, true);
+  }
+  ne(x: Tensor | number): Tensor {
+    return this.binary("CMPNE", x);
+  }
+  eq(x: Tensor | number): Tensor {
+    return this.ne(x).logicalNot();
+  }
+  ge(x: Tensor | number): Tensor {
+    return this.lt(x).logicalNot();
+  }
+  le(x: Tensor | number): Tensor {
+    return this.gt(x).logicalNot();
+  }
+  logicalNot(): Tensor {
+    return new Tensor(alu(this.cast(dtypes.bool).node, "NEG"));
+  }
+  logicalAnd(x: Tensor | boolean): Tensor {
+    return this.cast(dtypes.bool).binary("AND", x instanceof Tensor ? x.cast(dtypes.bool) : x);
+  }
+  logicalOr(x: Tensor | boolean): Tensor {
+    return this.cast(dtypes.bool).binary("OR", x instanceof Tensor ? x.cast(dtypes.bool) : x);
+  }
+  bitwiseAnd(x: Tensor | number): Tensor {
+    return this.binary("AND", x);
+  }
+  bitwiseOr(x: Tensor | number): Tensor {
+    return this.binary("OR", x);
+  }
+  bitwiseXor(x: Tensor | number): Tensor {
+    return this.binary("XOR", x);
+  }
+  shl(bits: number): Tensor {
+    return this.binary("SHL", bits);
+  }
+  shr(bits: number): Tensor {
+    return this.binary("SHR", bits);
+  }
 
   /** `cond.where(a, b)`: a where cond is true, else b. */
   where(a: Tensor | number, b: Tensor | number): Tensor {
     const ta = a instanceof Tensor ? a : undefined;
     const tb = b instanceof Tensor ? b : undefined;
     const like = ta ?? tb;
-    const dtype = ta && tb ? promote(ta.dtype, tb.dtype) : like ? (!isFloat(like.dtype) && !Number.isInteger(like === ta ? b : a) ? Tensor.defaultFloat : like.dtype)
-      : [a, b].every((v) => Number.isInteger(v)) ? dtypes.int32 : Tensor.defaultFloat;
-    const asTensor = (v: Tensor | number): Tensor => (v instanceof Tensor ? v.cast(dtype) : new Tensor(constOn(this.node, castScalar(v, dtype), dtype)));
+    const dtype =
+      ta && tb
+        ? promote(ta.dtype, tb.dtype)
+        : like
+          ? !isFloat(like.dtype) && !Number.isInteger(like === ta ? b : a)
+            ? Tensor.defaultFloat
+            : like.dtype
+          : [a, b].every((v) => Number.isInteger(v))
+            ? dtypes.int32
+            : Tensor.defaultFloat;
+    const asTensor = (v: Tensor | number): Tensor =>
+      v instanceof Tensor ? v.cast(dtype) : new Tensor(constOn(this.node, castScalar(v, dtype), dtype));
     const [x, y] = [asTensor(a), asTensor(b)];
     const shape = broadcastShapes(broadcastShapes(this.shape, x.shape), y.shape);
-    return new Tensor(alu(this.cast(dtypes.bool).broadcastTo(shape).node, "WHERE", x.broadcastTo(shape).node, y.broadcastTo(shape).node));
+    return new Tensor(
+      alu(
+        this.cast(dtypes.bool).broadcastTo(shape).node,
+        "WHERE",
+        x.broadcastTo(shape).node,
+        y.broadcastTo(shape).node,
+      ),
+    );
   }
 
   cast(dtype: DType | DTypeName): Tensor {
     const d = toDtype(dtype, this.dtype);
     return d === this.dtype ? this : new Tensor(this.node.cast(d));
   }
-  bitcast(dtype: DType | DTypeName): Tensor { return new Tensor(this.node.bitcast(toDtype(dtype, this.dtype))); }
+  bitcast(dtype: DType | DTypeName): Tensor {
+    return new Tensor(this.node.bitcast(toDtype(dtype, this.dtype)));
+  }
 
-  static zerosLike(t: Tensor): Tensor { return Tensor.zeros(t.shape, { dtype: t.dtype, device: t.device }); }
-  static onesLike(t: Tensor): Tensor { return Tensor.ones(t.shape, { dtype: t.dtype, device: t.device }); }
+  static zerosLike(t: Tensor): Tensor {
+    return Tensor.zeros(t.shape, { dtype: t.dtype, device: t.device });
+  }
+  static onesLike(t: Tensor): Tensor {
+    return Tensor.ones(t.shape, { dtype: t.dtype, device: t.device });
+  }
 
   // ---------------------------------------------------------------- reductions
 
@@ -607,7 +858,8 @@ export class Tensor {
 
   normalizeAxis(axis: number, ndim = this.ndim): number {
     const a = axis < 0 ? axis + ndim : axis;
-    if (!Number.isInteger(a) || a < 0 || a >= ndim) throw new TsgradError(`axis ${axis} is out of range for a tensor of shape ${fmtShape(this.shape)}`);
+    if (!Number.isInteger(a) || a < 0 || a >= ndim)
+      throw new TsgradError(`axis ${axis} is out of range for a tensor of shape ${fmtShape(this.shape)}`);
     return a;
   }
 
@@ -622,14 +874,17 @@ export class Tensor {
    */
   private maxSource(): Tensor {
     const sixteen = this.dtype === dtypes.float16 || this.dtype === dtypes.bfloat16;
-    return sixteen && !isStored(this.node) && !shardsOf(this.node).every((u) => u.op === "CONTIGUOUS") ? this.contiguous() : this;
+    return sixteen && !isStored(this.node) && !shardsOf(this.node).every((u) => u.op === "CONTIGUOUS")
+      ? this.contiguous()
+      : this;
   }
 
   private reduceNode(op: "ADD" | "MAX", { axis, keepdim = false }: ReduceOptions): Tensor {
     const axes = this.axes(axis);
     // a sum of nothing is 0; a max of nothing has no value (numpy and PyTorch refuse it too)
     const empty = op === "MAX" ? axes.find((a) => this.shape[a] === 0) : undefined;
-    if (empty !== undefined) throw new TsgradError(`max/min over an empty axis: axis ${empty} of ${fmtShape(this.shape)} has no elements`);
+    if (empty !== undefined)
+      throw new TsgradError(`max/min over an empty axis: axis ${empty} of ${fmtShape(this.shape)} has no elements`);
     const sharded = this.node instanceof MultiLazy && this.node.axis !== null;
     // a long reduce to few outputs: two kernels (split_reduce.ts)
     const out = new Tensor(sharded ? this.node.reduce(op, axes) : reduceInTwo(this.node, op, axes));
@@ -638,14 +893,23 @@ export class Tensor {
 
   /** Sum; small ints sum as int32, 16-bit floats accumulate in float32. */
   sum(opts: ReduceOptions = {}): Tensor {
-    const acc = this.dtype === dtypes.float16 || this.dtype === dtypes.bfloat16 ? dtypes.float32
-      : this.dtype.kind === "bool" || (this.dtype.kind === "int" && this.dtype.itemsize < 4) ? dtypes.int32
-      : this.dtype.kind === "uint" && this.dtype.itemsize < 4 ? dtypes.uint32 : this.dtype;
+    const acc =
+      this.dtype === dtypes.float16 || this.dtype === dtypes.bfloat16
+        ? dtypes.float32
+        : this.dtype.kind === "bool" || (this.dtype.kind === "int" && this.dtype.itemsize < 4)
+          ? dtypes.int32
+          : this.dtype.kind === "uint" && this.dtype.itemsize < 4
+            ? dtypes.uint32
+            : this.dtype;
     const out = this.cast(acc).reduce("ADD", opts);
     return isFloat(this.dtype) ? out.cast(this.dtype) : out;
   }
-  max(opts: ReduceOptions = {}): Tensor { return this.reduce("MAX", opts); }
-  min(opts: ReduceOptions = {}): Tensor { return this.neg().max(opts).neg(); }
+  max(opts: ReduceOptions = {}): Tensor {
+    return this.reduce("MAX", opts);
+  }
+  min(opts: ReduceOptions = {}): Tensor {
+    return this.neg().max(opts).neg();
+  }
   mean(opts: ReduceOptions = {}): Tensor {
     const n = this.axes(opts.axis).reduce((p, a) => p * this.shape[a]!, 1);
     return this.float().sum(opts).div(n);
@@ -654,9 +918,14 @@ export class Tensor {
   var(opts: ReduceOptions & { correction?: number } = {}): Tensor {
     const n = this.axes(opts.axis).reduce((p, a) => p * this.shape[a]!, 1);
     const centered = this.float().sub(this.mean({ axis: opts.axis, keepdim: true }));
-    return centered.square().sum(opts).div(Math.max(0, n - (opts.correction ?? 1)));
+    return centered
+      .square()
+      .sum(opts)
+      .div(Math.max(0, n - (opts.correction ?? 1)));
   }
-  std(opts: ReduceOptions & { correction?: number } = {}): Tensor { return this.var(opts).sqrt(); }
+  std(opts: ReduceOptions & { correction?: number } = {}): Tensor {
+    return this.var(opts).sqrt();
+  }
   /** Index of the first maximum along `axis` (of the flattened tensor when axis is omitted). */
   argmax(opts: { axis?: number; keepdim?: boolean } = {}): Tensor {
     if (opts.axis === undefined) return this.flatten().argmax({ axis: 0 });
@@ -666,11 +935,15 @@ export class Tensor {
     // the max of a row holding NaN is NaN, which equals nothing: the first NaN is the answer then (as in PyTorch)
     const equal = src.eq(src.max({ axis, keepdim: true }));
     const isMax = isFloat(src.dtype) ? equal.logicalOr(src.ne(src)) : equal;
-    const countdown = Tensor.arange(n, 0, -1, { device: this.device }).reshape(this.shape.map((s, i) => (i === axis ? n : 1)));
+    const countdown = Tensor.arange(n, 0, -1, { device: this.device }).reshape(
+      this.shape.map((s, i) => (i === axis ? n : 1)),
+    );
     const first = isMax.where(countdown, 0).max({ axis, keepdim: opts.keepdim });
     return first.neg().add(n).cast(dtypes.int32);
   }
-  argmin(opts: { axis?: number; keepdim?: boolean } = {}): Tensor { return this.neg().argmax(opts); }
+  argmin(opts: { axis?: number; keepdim?: boolean } = {}): Tensor {
+    return this.neg().argmax(opts);
+  }
   /** log(sum(exp(x))) without overflow: the max is taken out first (a row of -inf gives -inf). */
   logsumexp(opts: ReduceOptions = {}): Tensor {
     const x = this.float();
@@ -688,9 +961,13 @@ export class Tensor {
     throw new TsgradError(`norm: ord must be 1 or 2, got ${ord}`);
   }
   /** Whether any element is nonzero (true), as bool. */
-  any(opts: ReduceOptions = {}): Tensor { return this.ne(0).cast(dtypes.int32).max(opts).cast(dtypes.bool); }
+  any(opts: ReduceOptions = {}): Tensor {
+    return this.ne(0).cast(dtypes.int32).max(opts).cast(dtypes.bool);
+  }
   /** Whether every element is nonzero (true), as bool. */
-  all(opts: ReduceOptions = {}): Tensor { return this.eq(0).any(opts).logicalNot(); }
+  all(opts: ReduceOptions = {}): Tensor {
+    return this.eq(0).any(opts).logicalNot();
+  }
 
   // ---------------------------------------------------------------- movement (views: no copies)
 
@@ -706,7 +983,10 @@ export class Tensor {
   }
   permute(order: readonly number[]): Tensor {
     const axes = order.map((a) => this.normalizeAxis(a));
-    if (axes.length !== this.ndim || new Set(axes).size !== axes.length) throw new TsgradError(`permute ${fmtShape(order)} is not a permutation of the ${this.ndim} axes of ${fmtShape(this.shape)}`);
+    if (axes.length !== this.ndim || new Set(axes).size !== axes.length)
+      throw new TsgradError(
+        `permute ${fmtShape(order)} is not a permutation of the ${this.ndim} axes of ${fmtShape(this.shape)}`,
+      );
     return new Tensor(this.node.permute(axes));
   }
   /** Swaps two axes (the last two by default). */
@@ -716,7 +996,9 @@ export class Tensor {
     [order[a], order[b]] = [order[b]!, order[a]!];
     return this.permute(order);
   }
-  get T(): Tensor { return this.transpose(); }
+  get T(): Tensor {
+    return this.transpose();
+  }
   /** Broadcasts size-1 axes (and new leading axes) to `shape`; -1 keeps an axis. */
   expand(shape: readonly number[]): Tensor {
     const resolved = shape.map((s, i) => (s === -1 ? this.shape[i - (shape.length - this.ndim)]! : s));
@@ -724,10 +1006,14 @@ export class Tensor {
   }
   broadcastTo(shape: readonly number[]): Tensor {
     if (arraysEqual(shape, this.shape)) return this;
-    if (shape.length < this.ndim) throw new TsgradError(`cannot broadcast ${fmtShape(this.shape)} to ${fmtShape(shape)}`);
+    if (shape.length < this.ndim)
+      throw new TsgradError(`cannot broadcast ${fmtShape(this.shape)} to ${fmtShape(shape)}`);
     const padded = [...Array(shape.length - this.ndim).fill(1), ...this.shape] as number[];
     padded.forEach((s, i) => {
-      if (s !== 1 && s !== shape[i]) throw new TsgradError(`cannot broadcast ${fmtShape(this.shape)} to ${fmtShape(shape)}: axis ${i - (shape.length - this.ndim)} has ${s}, not 1 or ${shape[i]}`);
+      if (s !== 1 && s !== shape[i])
+        throw new TsgradError(
+          `cannot broadcast ${fmtShape(this.shape)} to ${fmtShape(shape)}: axis ${i - (shape.length - this.ndim)} has ${s}, not 1 or ${shape[i]}`,
+        );
     });
     return new Tensor(this.node.reshape(padded).expand(shape));
   }
@@ -737,10 +1023,20 @@ export class Tensor {
    * around from the other end), as PyTorch's F.pad modes.
    */
   pad(pads: readonly ([number, number] | null)[], value = 0, mode: PadMode = "constant"): Tensor {
-    if (pads.length !== this.ndim) throw new TsgradError(`pad needs one entry per axis: ${pads.length} given for shape ${fmtShape(this.shape)}`);
-    if (mode !== "constant") return padFromEdges(this, pads.map((x) => x ?? [0, 0]), mode);
+    if (pads.length !== this.ndim)
+      throw new TsgradError(`pad needs one entry per axis: ${pads.length} given for shape ${fmtShape(this.shape)}`);
+    if (mode !== "constant")
+      return padFromEdges(
+        this,
+        pads.map((x) => x ?? [0, 0]),
+        mode,
+      );
     const p: Pads = pads.map((x) => x ?? [0, 0]);
-    if (p.some(([b, a]) => b < 0 || a < 0)) return this.shrink(p.map(([b, a], i) => [Math.max(0, -b), this.shape[i]! - Math.max(0, -a)])).pad(p.map(([b, a]) => [Math.max(0, b), Math.max(0, a)]), value);
+    if (p.some(([b, a]) => b < 0 || a < 0))
+      return this.shrink(p.map(([b, a], i) => [Math.max(0, -b), this.shape[i]! - Math.max(0, -a)])).pad(
+        p.map(([b, a]) => [Math.max(0, b), Math.max(0, a)]),
+        value,
+      );
     const out = new Tensor(this.node.pad(p));
     if (value === 0) return out;
     const inside = new Tensor(Tensor.ones(this.shape, { dtype: dtypes.bool, device: this.device }).node.pad(p));
@@ -748,10 +1044,14 @@ export class Tensor {
   }
   /** Keeps [start, end) of each axis (null: all of it). */
   shrink(bounds: readonly ([number, number] | null)[]): Tensor {
-    if (bounds.length !== this.ndim) throw new TsgradError(`shrink needs one entry per axis: ${bounds.length} given for shape ${fmtShape(this.shape)}`);
+    if (bounds.length !== this.ndim)
+      throw new TsgradError(
+        `shrink needs one entry per axis: ${bounds.length} given for shape ${fmtShape(this.shape)}`,
+      );
     const b: Pads = bounds.map((x, i) => x ?? [0, this.shape[i]!]);
     b.forEach(([s, e], i) => {
-      if (s < 0 || e > this.shape[i]! || s > e) throw new TsgradError(`shrink [${s}, ${e}) is out of range for axis ${i} of ${fmtShape(this.shape)}`);
+      if (s < 0 || e > this.shape[i]! || s > e)
+        throw new TsgradError(`shrink [${s}, ${e}) is out of range for axis ${i} of ${fmtShape(this.shape)}`);
     });
     return new Tensor(this.node.shrink(b));
   }
@@ -764,9 +1064,10 @@ export class Tensor {
     const ellipsis = spec.indexOf("...");
     const real = spec.filter((s) => s !== null && s !== "...").length;
     if (real > this.ndim) throw new TsgradError(`too many indices (${real}) for shape ${fmtShape(this.shape)}`);
-    const full: IndexSpec[] = ellipsis >= 0
-      ? [...spec.slice(0, ellipsis), ...Array<IndexSpec>(this.ndim - real).fill([]), ...spec.slice(ellipsis + 1)]
-      : [...spec, ...Array<IndexSpec>(this.ndim - real).fill([])];
+    const full: IndexSpec[] =
+      ellipsis >= 0
+        ? [...spec.slice(0, ellipsis), ...Array<IndexSpec>(this.ndim - real).fill([]), ...spec.slice(ellipsis + 1)]
+        : [...spec, ...Array<IndexSpec>(this.ndim - real).fill([])];
     let t: Tensor = this;
     const finalShape: number[] = [];
     const bounds: [number, number][] = [];
@@ -774,21 +1075,35 @@ export class Tensor {
     const steps: number[] = [];
     let axis = 0;
     for (const s of full) {
-      if (s === null) { finalShape.push(1); continue; }
+      if (s === null) {
+        finalShape.push(1);
+        continue;
+      }
       const size = this.shape[axis]!;
       if (typeof s === "number") {
         const i = s < 0 ? s + size : s;
-        if (!Number.isInteger(i) || i < 0 || i >= size) throw new TsgradError(`index ${s} is out of range for axis ${axis} with size ${size}`);
+        if (!Number.isInteger(i) || i < 0 || i >= size)
+          throw new TsgradError(`index ${s} is out of range for axis ${axis} with size ${size}`);
         bounds.push([i, i + 1]);
         steps.push(1);
       } else {
-        const [start, stop, stepOrNull] = s as [number | null | undefined, number | null | undefined, number | null | undefined];
+        const [start, stop, stepOrNull] = s as [
+          number | null | undefined,
+          number | null | undefined,
+          number | null | undefined,
+        ];
         const step = stepOrNull ?? 1;
         if (step === 0) throw new TsgradError(`slice step must not be 0 (axis ${axis})`);
-        const clampIdx = (v: number, lo: number, hi: number): number => Math.min(hi, Math.max(lo, v < 0 ? v + size : v));
+        const clampIdx = (v: number, lo: number, hi: number): number =>
+          Math.min(hi, Math.max(lo, v < 0 ? v + size : v));
         let lo: number, hi: number;
-        if (step > 0) { lo = clampIdx(start ?? 0, 0, size); hi = Math.max(lo, clampIdx(stop ?? size, 0, size)); }
-        else { hi = clampIdx(start ?? size - 1, -1, size - 1) + 1; lo = Math.min(hi, clampIdx(stop ?? -size - 1, -1, size - 1) + 1); }
+        if (step > 0) {
+          lo = clampIdx(start ?? 0, 0, size);
+          hi = Math.max(lo, clampIdx(stop ?? size, 0, size));
+        } else {
+          hi = clampIdx(start ?? size - 1, -1, size - 1) + 1;
+          lo = Math.min(hi, clampIdx(stop ?? -size - 1, -1, size - 1) + 1);
+        }
         bounds.push([lo, hi]);
         if (step < 0) flips.push(axis);
         steps.push(Math.abs(step));
@@ -813,38 +1128,55 @@ export class Tensor {
     const a = first.normalizeAxis(axis);
     for (const t of tensors) {
       if (t.ndim !== first.ndim || t.shape.some((s, i) => i !== a && s !== first.shape[i])) {
-        throw new TsgradError(`cat along axis ${axis}: shapes ${tensors.map((x) => fmtShape(x.shape)).join(", ")} differ off that axis`);
+        throw new TsgradError(
+          `cat along axis ${axis}: shapes ${tensors.map((x) => fmtShape(x.shape)).join(", ")} differ off that axis`,
+        );
       }
     }
     const total = tensors.reduce((s, t) => s + t.shape[a]!, 0);
     let offset = 0;
     const parts = tensors.map((t) => {
-      const p = t.pad(t.shape.map((_, i) => (i === a ? [offset, total - offset - t.shape[a]!] : [0, 0]) as [number, number]));
+      const p = t.pad(
+        t.shape.map((_, i) => (i === a ? [offset, total - offset - t.shape[a]!] : [0, 0]) as [number, number]),
+      );
       offset += t.shape[a]!;
       return p;
     });
     return parts.reduce((acc, p) => acc.add(p));
   }
-  cat(others: readonly Tensor[], axis = 0): Tensor { return Tensor.cat([this, ...others], axis); }
+  cat(others: readonly Tensor[], axis = 0): Tensor {
+    return Tensor.cat([this, ...others], axis);
+  }
   /** Joins tensors along a new axis. */
   static stack(tensors: readonly Tensor[], axis = 0): Tensor {
     const a = axis < 0 ? axis + tensors[0]!.ndim + 1 : axis;
-    return Tensor.cat(tensors.map((t) => t.unsqueeze(a)), a);
+    return Tensor.cat(
+      tensors.map((t) => t.unsqueeze(a)),
+      a,
+    );
   }
   /** Splits into pieces of `sizes` (or equal pieces of one size) along `axis`. */
   split(sizes: number | number[], axis = 0): Tensor[] {
     const a = this.normalizeAxis(axis);
     const n = this.shape[a]!;
-    const lengths = typeof sizes === "number" ? range(Math.ceil(n / sizes)).map((i) => Math.min(sizes, n - i * sizes)) : sizes;
-    if (lengths.reduce((s, x) => s + x, 0) !== n) throw new TsgradError(`split sizes ${fmtShape(lengths)} do not add up to ${n} (axis ${axis} of ${fmtShape(this.shape)})`);
+    const lengths =
+      typeof sizes === "number" ? range(Math.ceil(n / sizes)).map((i) => Math.min(sizes, n - i * sizes)) : sizes;
+    if (lengths.reduce((s, x) => s + x, 0) !== n)
+      throw new TsgradError(
+        `split sizes ${fmtShape(lengths)} do not add up to ${n} (axis ${axis} of ${fmtShape(this.shape)})`,
+      );
     let start = 0;
     return lengths.map((len) => {
-      const piece = this.shrink(this.shape.map((s, i) => (i === a ? [start, start + len] : [0, s]) as [number, number]));
+      const piece = this.shrink(
+        this.shape.map((s, i) => (i === a ? [start, start + len] : [0, s]) as [number, number]),
+      );
       start += len;
       return piece;
     });
   }
-  chunk(chunks: number, axis = 0): Tensor[] { return this.split(Math.ceil(this.shape[this.normalizeAxis(axis)]! / chunks), axis); }
+  chunk(chunks: number, axis = 0): Tensor[] {
+    return this.split(Math.ceil(this.shape[this.normalizeAxis(axis)]! / chunks), axis);
+  }
   squeeze(axis?: number): Tensor {
     if (axis === undefined) return this.reshape(this.shape.filter((s) => s !== 1));
     const a = this.normalizeAxis(axis);
@@ -862,43 +1194,64 @@ export class Tensor {
   /** Tiles the tensor `reps[i]` times along each axis (PyTorch's repeat; extra leading reps add axes). */
   repeat(reps: readonly number[]): Tensor {
     if (reps.length < this.ndim || reps.some((r) => !Number.isInteger(r) || r < 0)) {
-      throw new TsgradError(`repeat: ${fmtShape(reps)} must give a non-negative integer for each of the ${this.ndim} axes of ${fmtShape(this.shape)} (and may add leading ones)`);
+      throw new TsgradError(
+        `repeat: ${fmtShape(reps)} must give a non-negative integer for each of the ${this.ndim} axes of ${fmtShape(this.shape)} (and may add leading ones)`,
+      );
     }
     const shape = [...Array<number>(reps.length - this.ndim).fill(1), ...this.shape];
     // each axis s becomes [r, s], the copies outermost, then merged: a view, no copy until read
-    return this.reshape(shape.flatMap((s) => [1, s])).expand(shape.flatMap((s, i) => [reps[i]!, s])).reshape(shape.map((s, i) => s * reps[i]!));
+    return this.reshape(shape.flatMap((s) => [1, s]))
+      .expand(shape.flatMap((s, i) => [reps[i]!, s]))
+      .reshape(shape.map((s, i) => s * reps[i]!));
   }
   /** A tensor stored in its own buffer in row-major order. */
-  contiguous(): Tensor { return new Tensor(this.node.contiguous()); }
+  contiguous(): Tensor {
+    return new Tensor(this.node.contiguous());
+  }
   /**
    * Like contiguous, but realized it gets a buffer no other tensor shares (equal lazy values otherwise share
    * one): state to assign into, made lazily so that many are realized together.
    */
-  owned(): Tensor { return new Tensor(this.node.contiguous(uniqueTag++)); }
+  owned(): Tensor {
+    return new Tensor(this.node.contiguous(uniqueTag++));
+  }
   /** out[..., i, ...] = this[..., index[..., i, ...], ...] along `axis`; index has this tensor's rank. */
   gather(axis: number, index: Tensor): Tensor {
     const a = this.normalizeAxis(axis);
-    if (index.ndim !== this.ndim) throw new TsgradError(`gather: index rank ${index.ndim} differs from tensor rank ${this.ndim} (${fmtShape(index.shape)} vs ${fmtShape(this.shape)})`);
+    if (index.ndim !== this.ndim)
+      throw new TsgradError(
+        `gather: index rank ${index.ndim} differs from tensor rank ${this.ndim} (${fmtShape(index.shape)} vs ${fmtShape(this.shape)})`,
+      );
     index.shape.forEach((s, i) => {
-      if (i !== a && s > this.shape[i]!) throw new TsgradError(`gather: index ${fmtShape(index.shape)} is larger than ${fmtShape(this.shape)} on axis ${i}`);
+      if (i !== a && s > this.shape[i]!)
+        throw new TsgradError(
+          `gather: index ${fmtShape(index.shape)} is larger than ${fmtShape(this.shape)} on axis ${i}`,
+        );
     });
     const n = this.shape[a]!;
     const source = this.shrink(this.shape.map((s, i) => (i === a ? [0, s] : [0, index.shape[i]!]) as [number, number]));
     const moved = source.unsqueeze(-1).transpose(a, -1); // the gathered axis last, size 1 where it was
     const onehot = index.unsqueeze(-1).eq(Tensor.arange(n, undefined, 1, { device: this.device }));
     // the sum widens small types (bool to int32): the gathered values come back in this tensor's dtype
-    return onehot.where(moved.broadcastTo([...index.shape, n]), 0).sum({ axis: -1 }).cast(this.dtype);
+    return onehot
+      .where(moved.broadcastTo([...index.shape, n]), 0)
+      .sum({ axis: -1 })
+      .cast(this.dtype);
   }
 
   // ---------------------------------------------------------------- neural-network ops
 
   /** Matrix product with numpy's rules: 1-D vectors, batched and broadcast leading axes. */
   matmul(w: Tensor): Tensor {
-    if (this.ndim === 0 || w.ndim === 0) throw new TsgradError(`matmul needs at least 1-D operands, got ${fmtShape(this.shape)} and ${fmtShape(w.shape)}`);
+    if (this.ndim === 0 || w.ndim === 0)
+      throw new TsgradError(`matmul needs at least 1-D operands, got ${fmtShape(this.shape)} and ${fmtShape(w.shape)}`);
     const x = this.ndim === 1 ? this.unsqueeze(0) : this;
     const y = w.ndim === 1 ? w.unsqueeze(-1) : w;
     const k = x.shape[x.ndim - 1]!;
-    if (y.shape[y.ndim - 2] !== k) throw new TsgradError(`matmul: ${fmtShape(this.shape)} @ ${fmtShape(w.shape)}: inner sizes ${k} and ${y.shape[y.ndim - 2]} differ`);
+    if (y.shape[y.ndim - 2] !== k)
+      throw new TsgradError(
+        `matmul: ${fmtShape(this.shape)} @ ${fmtShape(w.shape)}: inner sizes ${k} and ${y.shape[y.ndim - 2]} differ`,
+      );
     // x[..., m, 1, k] * y^T[..., 1, n, k], summed over k
     const prod = x.unsqueeze(-2).mul(y.transpose(-1, -2).unsqueeze(-3));
     let out = prod.sum({ axis: -1 });
@@ -906,18 +1259,25 @@ export class Tensor {
     if (w.ndim === 1) out = out.squeeze(-1);
     return out;
   }
-  dot(w: Tensor): Tensor { return this.matmul(w); }
+  dot(w: Tensor): Tensor {
+    return this.matmul(w);
+  }
   /** x @ weight.T + bias, with weight as [out, in] (PyTorch's layout). */
   linear(weight: Tensor, bias?: Tensor): Tensor {
     const out = this.matmul(weight.T);
     return bias ? out.add(bias) : out;
   }
   /** Zeros above the `diagonal`-th diagonal of the last two axes (0: the main one; 1: one above it). A causal mask: `Tensor.ones([t, t]).tril()`. */
-  tril(diagonal = 0): Tensor { return this.triangle(diagonal, true); }
+  tril(diagonal = 0): Tensor {
+    return this.triangle(diagonal, true);
+  }
   /** Zeros below the `diagonal`-th diagonal of the last two axes. */
-  triu(diagonal = 0): Tensor { return this.triangle(diagonal, false); }
+  triu(diagonal = 0): Tensor {
+    return this.triangle(diagonal, false);
+  }
   private triangle(diagonal: number, lower: boolean): Tensor {
-    if (this.ndim < 2) throw new TsgradError(`${lower ? "tril" : "triu"} needs at least 2 axes, got ${fmtShape(this.shape)}`);
+    if (this.ndim < 2)
+      throw new TsgradError(`${lower ? "tril" : "triu"} needs at least 2 axes, got ${fmtShape(this.shape)}`);
     const [n, m] = this.shape.slice(-2) as [number, number];
     // kept where col - row <= diagonal (tril) or >= diagonal (triu): index arithmetic, no buffer
     const rows = Tensor.arange(n, undefined, 1, { device: this.device }).reshape([n, 1]);
@@ -956,20 +1316,37 @@ export class Tensor {
   }
   /** One-hot encoding along a new last axis. */
   oneHot(numClasses: number): Tensor {
-    return this.unsqueeze(-1).eq(Tensor.arange(numClasses, undefined, 1, { device: this.device })).cast(dtypes.int32);
+    return this.unsqueeze(-1)
+      .eq(Tensor.arange(numClasses, undefined, 1, { device: this.device }))
+      .cast(dtypes.int32);
   }
   /** Rows of `weight` ([vocab, dim]) picked by integer ids of any shape. */
   static embedding(ids: Tensor, weight: Tensor): Tensor {
     const [vocab, dim] = weight.shape as [number, number];
     const onehot = ids.unsqueeze(-1).eq(Tensor.arange(vocab, undefined, 1, { device: ids.device }));
-    return onehot.unsqueeze(-1).where(weight, 0).sum({ axis: -2 }).reshape([...ids.shape, dim]);
+    return onehot
+      .unsqueeze(-1)
+      .where(weight, 0)
+      .sum({ axis: -2 })
+      .reshape([...ids.shape, dim]);
   }
   /**
    * Cross-entropy of logits [..., classes] against integer labels [...]: targets equal to
    * `ignoreIndex` count zero, `weights` scale each element; mean divides by the sum of the weights used.
    */
-  sparseCategoricalCrossentropy(labels: Tensor, { ignoreIndex = -1, weights, reduction = "mean", labelSmoothing = 0 }: { ignoreIndex?: number; weights?: Tensor; reduction?: LossReduction; labelSmoothing?: number } = {}): Tensor {
-    if (!arraysEqual(labels.shape, this.shape.slice(0, -1))) throw new TsgradError(`sparseCategoricalCrossentropy: labels ${fmtShape(labels.shape)} must match logits ${fmtShape(this.shape)} without the class axis`);
+  sparseCategoricalCrossentropy(
+    labels: Tensor,
+    {
+      ignoreIndex = -1,
+      weights,
+      reduction = "mean",
+      labelSmoothing = 0,
+    }: { ignoreIndex?: number; weights?: Tensor; reduction?: LossReduction; labelSmoothing?: number } = {},
+  ): Tensor {
+    if (!arraysEqual(labels.shape, this.shape.slice(0, -1)))
+      throw new TsgradError(
+        `sparseCategoricalCrossentropy: labels ${fmtShape(labels.shape)} must match logits ${fmtShape(this.shape)} without the class axis`,
+      );
     const classes = this.shape[this.ndim - 1]!;
     const logProbs = this.logSoftmax(-1);
     const onehot = labels.unsqueeze(-1).eq(Tensor.arange(classes, undefined, 1, { device: this.device }));
@@ -986,9 +1363,15 @@ export class Tensor {
    * Cross-entropy of logits [..., classes] against class probabilities of the same shape, or integer labels
    * [...] (then as sparseCategoricalCrossentropy).
    */
-  crossEntropy(target: Tensor, { reduction = "mean", labelSmoothing = 0 }: { reduction?: LossReduction; labelSmoothing?: number } = {}): Tensor {
+  crossEntropy(
+    target: Tensor,
+    { reduction = "mean", labelSmoothing = 0 }: { reduction?: LossReduction; labelSmoothing?: number } = {},
+  ): Tensor {
     if (!isFloat(target.dtype)) return this.sparseCategoricalCrossentropy(target, { reduction, labelSmoothing });
-    if (!arraysEqual(target.shape, this.shape)) throw new TsgradError(`crossEntropy: class probabilities ${fmtShape(target.shape)} must have the logits' shape ${fmtShape(this.shape)}`);
+    if (!arraysEqual(target.shape, this.shape))
+      throw new TsgradError(
+        `crossEntropy: class probabilities ${fmtShape(target.shape)} must have the logits' shape ${fmtShape(this.shape)}`,
+      );
     const classes = this.shape[this.ndim - 1]!;
     const smoothed = labelSmoothing > 0 ? target.mul(1 - labelSmoothing).add(labelSmoothing / classes) : target;
     return reduceLoss(this.logSoftmax(-1).mul(smoothed).sum({ axis: -1 }).neg(), reduction);
@@ -996,22 +1379,35 @@ export class Tensor {
   /** Binary cross-entropy of probabilities in [0, 1] against targets; logs are clamped at -100 (as PyTorch). */
   binaryCrossentropy(target: Tensor, { reduction = "mean" }: { reduction?: LossReduction } = {}): Tensor {
     const t = target.float();
-    const logP = this.log().maximum(-100), log1mP = this.neg().add(1).log().maximum(-100);
+    const logP = this.log().maximum(-100),
+      log1mP = this.neg().add(1).log().maximum(-100);
     return reduceLoss(t.mul(logP).add(t.neg().add(1).mul(log1mP)).neg(), reduction);
   }
   /** Binary cross-entropy of logits against targets (sigmoid inside, stable); `posWeight` scales positives. */
-  binaryCrossentropyLogits(target: Tensor, { reduction = "mean", posWeight }: { reduction?: LossReduction; posWeight?: Tensor | number } = {}): Tensor {
+  binaryCrossentropyLogits(
+    target: Tensor,
+    { reduction = "mean", posWeight }: { reduction?: LossReduction; posWeight?: Tensor | number } = {},
+  ): Tensor {
     const t = target.float();
-    const weight = posWeight === undefined ? 1 : t.mul(posWeight instanceof Tensor ? posWeight.sub(1) : posWeight - 1).add(1);
+    const weight =
+      posWeight === undefined ? 1 : t.mul(posWeight instanceof Tensor ? posWeight.sub(1) : posWeight - 1).add(1);
     // (1 - t) x + w log(1 + exp(-x)), the log as softplus(-x)
     return reduceLoss(t.neg().add(1).mul(this).add(this.neg().softplus().mul(weight)), reduction);
   }
   /** Mean squared error. */
-  mseLoss(target: Tensor, { reduction = "mean" }: { reduction?: LossReduction } = {}): Tensor { return reduceLoss(this.sub(target).square(), reduction); }
+  mseLoss(target: Tensor, { reduction = "mean" }: { reduction?: LossReduction } = {}): Tensor {
+    return reduceLoss(this.sub(target).square(), reduction);
+  }
   /** Mean absolute error. */
-  l1Loss(target: Tensor, { reduction = "mean" }: { reduction?: LossReduction } = {}): Tensor { return reduceLoss(this.sub(target).abs(), reduction); }
+  l1Loss(target: Tensor, { reduction = "mean" }: { reduction?: LossReduction } = {}): Tensor {
+    return reduceLoss(this.sub(target).abs(), reduction);
+  }
   /** softmax(q k^T / sqrt(d) + mask) v; a boolean mask keeps where true, a float mask is added. */
-  scaledDotProductAttention(key: Tensor, value: Tensor, { mask, dropout = 0 }: { mask?: Tensor; dropout?: number } = {}): Tensor {
+  scaledDotProductAttention(
+    key: Tensor,
+    value: Tensor,
+    { mask, dropout = 0 }: { mask?: Tensor; dropout?: number } = {},
+  ): Tensor {
     const d = this.shape[this.ndim - 1]!;
     let scores = this.matmul(key.transpose(-1, -2)).mul(1 / Math.sqrt(d));
     if (mask) scores = mask.dtype === dtypes.bool ? mask.where(scores, -Infinity) : scores.add(mask);
@@ -1023,20 +1419,30 @@ export type PadMode = "constant" | "reflect" | "replicate" | "circular";
 
 /** Padding made of the tensor's own elements: pieces of each padded axis (flipped for reflect) laid around it. */
 function padFromEdges(x: Tensor, pads: readonly [number, number][], mode: PadMode): Tensor {
-  if (!["reflect", "replicate", "circular"].includes(mode)) throw new TsgradError(`pad: unknown mode ${JSON.stringify(mode)}; expected constant, reflect, replicate or circular`);
+  if (!["reflect", "replicate", "circular"].includes(mode))
+    throw new TsgradError(
+      `pad: unknown mode ${JSON.stringify(mode)}; expected constant, reflect, replicate or circular`,
+    );
   let out = x;
   pads.forEach(([before, after], axis) => {
     if (before === 0 && after === 0) return;
     const n = out.shape[axis]!;
     const limit = mode === "reflect" ? n - 1 : mode === "circular" ? n : Infinity;
     if (before < 0 || after < 0 || before > limit || after > limit || n === 0) {
-      throw new TsgradError(`pad (${mode}): [${before}, ${after}] on axis ${axis} of ${fmtShape(out.shape)}: ${mode === "replicate" ? "needs" : `at most ${limit} a side, and`} a non-empty axis, no negative padding`);
+      throw new TsgradError(
+        `pad (${mode}): [${before}, ${after}] on axis ${axis} of ${fmtShape(out.shape)}: ${mode === "replicate" ? "needs" : `at most ${limit} a side, and`} a non-empty axis, no negative padding`,
+      );
     }
-    const slice = (start: number, end: number): Tensor => out.shrink(out.shape.map((s, d) => (d === axis ? [start, end] : [0, s]) as [number, number]));
-    const edge = (start: number, count: number): Tensor => slice(start, start + 1).expand(out.shape.map((s, d) => (d === axis ? count : s)));
-    const [head, tail] = mode === "reflect" ? [slice(1, before + 1).flip(axis), slice(n - 1 - after, n - 1).flip(axis)]
-      : mode === "circular" ? [slice(n - before, n), slice(0, after)]
-      : [edge(0, before), edge(n - 1, after)];
+    const slice = (start: number, end: number): Tensor =>
+      out.shrink(out.shape.map((s, d) => (d === axis ? [start, end] : [0, s]) as [number, number]));
+    const edge = (start: number, count: number): Tensor =>
+      slice(start, start + 1).expand(out.shape.map((s, d) => (d === axis ? count : s)));
+    const [head, tail] =
+      mode === "reflect"
+        ? [slice(1, before + 1).flip(axis), slice(n - 1 - after, n - 1).flip(axis)]
+        : mode === "circular"
+          ? [slice(n - before, n), slice(0, after)]
+          : [edge(0, before), edge(n - 1, after)];
     out = Tensor.cat([...(before > 0 ? [head] : []), out, ...(after > 0 ? [tail] : [])], axis);
   });
   return out;
@@ -1070,17 +1476,25 @@ function alu(node: Lazy, op: UnaryOp | BinaryOp | "WHERE", ...others: Lazy[]): L
 }
 
 function single(node: Lazy, what: string, like: UOp): UOp {
-  if (node instanceof MultiLazy) throw new TsgradError(`${what}: device sets differ: ${like.device} and ${node.device}; move both to the same devices with to() or shard()`);
+  if (node instanceof MultiLazy)
+    throw new TsgradError(
+      `${what}: device sets differ: ${like.device} and ${node.device}; move both to the same devices with to() or shard()`,
+    );
   return node;
 }
 
 const shardsOf = (node: Lazy): readonly UOp[] => (node instanceof MultiLazy ? node.shards : [node]);
 const isStored = (node: Lazy): boolean => shardsOf(node).every((u) => storedBuffer(u) !== undefined);
-const mapShards = (node: Lazy, fn: (u: UOp) => UOp): Lazy => (node instanceof MultiLazy ? new MultiLazy(node.shards.map(fn), node.axis) : fn(node));
+const mapShards = (node: Lazy, fn: (u: UOp) => UOp): Lazy =>
+  node instanceof MultiLazy ? new MultiLazy(node.shards.map(fn), node.axis) : fn(node);
 
 /** A scalar constant on the device(s) of `like`. */
 function constOn(like: Lazy, value: number, dtype: DType): Lazy {
-  if (like instanceof MultiLazy) return new MultiLazy(like.devices.map((d) => UOp.const(value, dtype, d)), null);
+  if (like instanceof MultiLazy)
+    return new MultiLazy(
+      like.devices.map((d) => UOp.const(value, dtype, d)),
+      null,
+    );
   return UOp.const(value, dtype, like.device);
 }
 
@@ -1095,11 +1509,18 @@ function gradientFor(node: Lazy, grads: ReadonlyMap<UOp, UOp>): Lazy {
 
 /** Each device's gradient of its shard of `node` (zeros where nothing reached it). */
 function localGradients(node: MultiLazy, grads: ReadonlyMap<UOp, UOp>): UOp[] {
-  return node.shards.map((u) => grads.get(u) ?? UOp.const(0, u.dtype, u.device).reshape(u.shape.map(() => 1)).expand(u.shape));
+  return node.shards.map(
+    (u) =>
+      grads.get(u) ??
+      UOp.const(0, u.dtype, u.device)
+        .reshape(u.shape.map(() => 1))
+        .expand(u.shape),
+  );
 }
 
 function checkShape(shape: readonly number[]): void {
-  if (shape.some((s) => !Number.isInteger(s) || s < 0)) throw new TsgradError(`bad shape ${fmtShape(shape)}: sizes must be non-negative integers`);
+  if (shape.some((s) => !Number.isInteger(s) || s < 0))
+    throw new TsgradError(`bad shape ${fmtShape(shape)}: sizes must be non-negative integers`);
 }
 
 export function broadcastShapes(a: readonly number[], b: readonly number[]): number[] {
@@ -1108,7 +1529,8 @@ export function broadcastShapes(a: readonly number[], b: readonly number[]): num
   for (let i = 0; i < n; i++) {
     const x = a[a.length - n + i] ?? 1;
     const y = b[b.length - n + i] ?? 1;
-    if (x !== y && x !== 1 && y !== 1) throw new TsgradError(`shapes ${fmtShape(a)} and ${fmtShape(b)} do not broadcast (axis ${i}: ${x} vs ${y})`);
+    if (x !== y && x !== 1 && y !== 1)
+      throw new TsgradError(`shapes ${fmtShape(a)} and ${fmtShape(b)} do not broadcast (axis ${i}: ${x} vs ${y})`);
     out.push(x === 1 ? y : x);
   }
   return out;
@@ -1117,10 +1539,21 @@ export function broadcastShapes(a: readonly number[], b: readonly number[]): num
 function flatten(data: TensorData): { flat: ArrayLike<number | bigint>; shape: number[]; inferred: DType } {
   if (ArrayBuffer.isView(data)) {
     const inferred: Record<string, DType> = {
-      Float32Array: dtypes.float32, Float64Array: dtypes.float32, Int32Array: dtypes.int32, Uint8Array: dtypes.uint8,
-      Int8Array: dtypes.int8, Int16Array: dtypes.int16, Uint16Array: dtypes.uint16, Uint32Array: dtypes.uint32, BigInt64Array: dtypes.int64,
+      Float32Array: dtypes.float32,
+      Float64Array: dtypes.float32,
+      Int32Array: dtypes.int32,
+      Uint8Array: dtypes.uint8,
+      Int8Array: dtypes.int8,
+      Int16Array: dtypes.int16,
+      Uint16Array: dtypes.uint16,
+      Uint32Array: dtypes.uint32,
+      BigInt64Array: dtypes.int64,
     };
-    return { flat: data as TypedArray, shape: [(data as TypedArray).length], inferred: inferred[data.constructor.name] ?? dtypes.float32 };
+    return {
+      flat: data as TypedArray,
+      shape: [(data as TypedArray).length],
+      inferred: inferred[data.constructor.name] ?? dtypes.float32,
+    };
   }
   const shape: number[] = [];
   let probe: unknown = data;
@@ -1129,22 +1562,31 @@ function flatten(data: TensorData): { flat: ArrayLike<number | bigint>; shape: n
     probe = probe[0];
   }
   const flat: number[] = [];
-  let allBool = true, allInt = true;
+  let allBool = true,
+    allInt = true;
   const walk = (x: unknown, dim: number): void => {
     if (dim === shape.length) {
       if (Array.isArray(x)) throw new TsgradError(`ragged nested array: expected shape ${fmtShape(shape)}`);
-      if (typeof x === "boolean") { flat.push(x ? 1 : 0); allInt = false; return; }
+      if (typeof x === "boolean") {
+        flat.push(x ? 1 : 0);
+        allInt = false;
+        return;
+      }
       if (typeof x !== "number") throw new TsgradError(`tensor data must be numbers or booleans, found ${typeof x}`);
       allBool = false;
       if (!Number.isInteger(x)) allInt = false;
       flat.push(x);
       return;
     }
-    if (!Array.isArray(x) || x.length !== shape[dim]) throw new TsgradError(`ragged nested array: expected ${shape[dim]} elements on axis ${dim} (shape ${fmtShape(shape)})`);
+    if (!Array.isArray(x) || x.length !== shape[dim])
+      throw new TsgradError(
+        `ragged nested array: expected ${shape[dim]} elements on axis ${dim} (shape ${fmtShape(shape)})`,
+      );
     for (const y of x) walk(y, dim + 1);
   };
   walk(data, 0);
-  const inferred = flat.length > 0 && allBool ? dtypes.bool : allInt && flat.length > 0 ? dtypes.int32 : Tensor.defaultFloat;
+  const inferred =
+    flat.length > 0 && allBool ? dtypes.bool : allInt && flat.length > 0 ? dtypes.int32 : Tensor.defaultFloat;
   return { flat, shape, inferred };
 }
 
@@ -1166,7 +1608,8 @@ const uniformFromBits = (bits: Tensor): Tensor => bits.shr(9).bitwiseOr(0x3f8000
 /** erf on a host number (for constants such as the truncated normal's bounds). */
 function erfScalar(x: number): number {
   const t = 1 / (1 + 0.3275911 * Math.abs(x));
-  const y = 1 - ((((1.061405429 * t - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * Math.exp(-x * x);
+  const y =
+    1 -
+    ((((1.061405429 * t - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * Math.exp(-x * x);
   return Math.sign(x) * y;
 }
-

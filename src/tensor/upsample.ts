@@ -37,13 +37,19 @@ export function convTranspose(
 ): Tensor {
   const spatial = weight.ndim - 2;
   const what = `convTranspose: input ${fmtShape(x.shape)}, weight ${fmtShape(weight.shape)}`;
-  if (spatial < 1 || x.ndim !== spatial + 2) throw new TsgradError(`${what}: the input needs a batch and a channel axis before the weight's ${Math.max(spatial, 0)} spatial axes`);
+  if (spatial < 1 || x.ndim !== spatial + 2)
+    throw new TsgradError(
+      `${what}: the input needs a batch and a channel axis before the weight's ${Math.max(spatial, 0)} spatial axes`,
+    );
   const channels = x.shape[1]!;
   const [inputs, perGroup] = weight.shape as [number, number];
-  if (inputs !== channels) throw new TsgradError(`${what}: the weight's first axis must be the input's ${channels} channels`);
-  if (!Number.isInteger(groups) || groups < 1 || channels % groups !== 0) throw new TsgradError(`${what}: ${groups} groups must divide the ${channels} channels`);
+  if (inputs !== channels)
+    throw new TsgradError(`${what}: the weight's first axis must be the input's ${channels} channels`);
+  if (!Number.isInteger(groups) || groups < 1 || channels % groups !== 0)
+    throw new TsgradError(`${what}: ${groups} groups must divide the ${channels} channels`);
   const filters = perGroup * groups;
-  if (bias && (bias.ndim !== 1 || bias.shape[0] !== filters)) throw new TsgradError(`${what}: bias ${fmtShape(bias.shape)} must be [${filters}]`);
+  if (bias && (bias.ndim !== 1 || bias.shape[0] !== filters))
+    throw new TsgradError(`${what}: bias ${fmtShape(bias.shape)} must be [${filters}]`);
   const strides = perAxis("convTranspose stride", stride, spatial, 1);
   const pads = perAxis("convTranspose padding", padding, spatial, 0);
   const extras = perAxis("convTranspose outputPadding", outputPadding, spatial, 0);
@@ -52,20 +58,34 @@ export function convTranspose(
   const reach = kernel.map((k, d) => dilations[d]! * (k - 1));
   extras.forEach((e, d) => {
     // as PyTorch requires
-    if (e >= Math.max(strides[d]!, dilations[d]!)) throw new TsgradError(`${what}: outputPadding ${e} must be smaller than the stride ${strides[d]} or the dilation ${dilations[d]} (spatial axis ${d})`);
+    if (e >= Math.max(strides[d]!, dilations[d]!))
+      throw new TsgradError(
+        `${what}: outputPadding ${e} must be smaller than the stride ${strides[d]} or the dilation ${dilations[d]} (spatial axis ${d})`,
+      );
   });
   const out = x.shape.slice(2).map((l, d) => (l - 1) * strides[d]! - 2 * pads[d]! + reach[d]! + extras[d]! + 1);
-  if (out.some((o) => o < 1)) throw new TsgradError(`${what}: the output would be ${fmtShape(out)}; padding ${JSON.stringify(padding)} is too large`);
+  if (out.some((o) => o < 1))
+    throw new TsgradError(
+      `${what}: the output would be ${fmtShape(out)}; padding ${JSON.stringify(padding)} is too large`,
+    );
   // every input element reaches `reach` outputs either side of its zero-stuffed position: pad to that, then shrink
   // where padding exceeds it (after the padding, so a shrink can reach into outputPadding's zeros)
   let stuffed = x;
   for (let d = 0; d < spatial; d++) stuffed = insertZeros(stuffed, 2 + d, strides[d]!);
   const edges = reach.map((r, d) => [r - pads[d]!, r - pads[d]! + extras[d]!] as const);
-  const padded = stuffed.pad([null, null, ...edges.map(([b, a]) => [Math.max(b, 0), Math.max(a, 0)] as [number, number])])
-    .shrink([null, null, ...edges.map(([b, a], d) => [Math.max(-b, 0), stuffed.shape[2 + d]! + Math.max(b, 0) + a] as [number, number])]);
+  const padded = stuffed
+    .pad([null, null, ...edges.map(([b, a]) => [Math.max(b, 0), Math.max(a, 0)] as [number, number])])
+    .shrink([
+      null,
+      null,
+      ...edges.map(([b, a], d) => [Math.max(-b, 0), stuffed.shape[2 + d]! + Math.max(b, 0) + a] as [number, number]),
+    ]);
   // [in, out/groups, ...kernel] -> [out, in/groups, ...kernel], flipped: a correlation with the flipped kernel is the scatter
-  const filtersFlipped = weight.reshape([groups, channels / groups, perGroup, ...kernel]).transpose(1, 2)
-    .reshape([filters, channels / groups, ...kernel]).flip(range(spatial).map((d) => 2 + d));
+  const filtersFlipped = weight
+    .reshape([groups, channels / groups, perGroup, ...kernel])
+    .transpose(1, 2)
+    .reshape([filters, channels / groups, ...kernel])
+    .flip(range(spatial).map((d) => 2 + d));
   return conv(padded, filtersFlipped, { bias, dilation: dilations, groups });
 }
 
@@ -88,22 +108,46 @@ const linearAxes: Record<InterpolateMode, number | null> = { nearest: null, line
  * PyTorch's F.interpolate over the spatial axes of x [batch, channels, ...spatial]:
  * `interpolate(x, { scaleFactor: 2, mode: "bilinear" })`. Nearest is PyTorch's legacy "nearest" (floor of the source index).
  */
-export function interpolate(x: Tensor, { size, scaleFactor, mode = "nearest", alignCorners }: InterpolateOptions = {}): Tensor {
+export function interpolate(
+  x: Tensor,
+  { size, scaleFactor, mode = "nearest", alignCorners }: InterpolateOptions = {},
+): Tensor {
   const spatial = x.ndim - 2;
   const what = `interpolate (${mode}): input ${fmtShape(x.shape)}`;
-  if (!Object.hasOwn(linearAxes, mode)) throw new TsgradError(`${what}: unknown mode ${JSON.stringify(mode)}; expected one of ${Object.keys(linearAxes).join(", ")}`);
+  if (!Object.hasOwn(linearAxes, mode))
+    throw new TsgradError(
+      `${what}: unknown mode ${JSON.stringify(mode)}; expected one of ${Object.keys(linearAxes).join(", ")}`,
+    );
   if (spatial < 1) throw new TsgradError(`${what}: needs [batch, channels, ...spatial]`);
   const axes = linearAxes[mode];
-  if (axes !== null && axes !== spatial) throw new TsgradError(`${what}: ${mode} interpolates ${axes} spatial axes, the input has ${spatial}`);
-  if (axes === null && alignCorners !== undefined) throw new TsgradError(`${what}: alignCorners is only for the linear modes`);
-  if (axes !== null && !isFloat(x.dtype)) throw new TsgradError(`${what}: ${mode} needs a float input, got ${x.dtype.name}`);
-  if ((size === undefined) === (scaleFactor === undefined)) throw new TsgradError(`${what}: give exactly one of size and scaleFactor`);
+  if (axes !== null && axes !== spatial)
+    throw new TsgradError(`${what}: ${mode} interpolates ${axes} spatial axes, the input has ${spatial}`);
+  if (axes === null && alignCorners !== undefined)
+    throw new TsgradError(`${what}: alignCorners is only for the linear modes`);
+  if (axes !== null && !isFloat(x.dtype))
+    throw new TsgradError(`${what}: ${mode} needs a float input, got ${x.dtype.name}`);
+  if ((size === undefined) === (scaleFactor === undefined))
+    throw new TsgradError(`${what}: give exactly one of size and scaleFactor`);
   const inSizes = x.shape.slice(2);
-  const scales = scaleFactor === undefined ? null : typeof scaleFactor === "number" ? inSizes.map(() => scaleFactor) : [...scaleFactor];
-  if (scales && (scales.length !== spatial || scales.some((s) => !(s > 0) || !Number.isFinite(s)))) throw new TsgradError(`${what}: scaleFactor ${JSON.stringify(scaleFactor)} must be one positive number or ${spatial}`);
-  const outSizes = scales ? inSizes.map((n, d) => Math.floor(n * scales[d]!)) : typeof size === "number" ? inSizes.map(() => size) : [...size!];
+  const scales =
+    scaleFactor === undefined
+      ? null
+      : typeof scaleFactor === "number"
+        ? inSizes.map(() => scaleFactor)
+        : [...scaleFactor];
+  if (scales && (scales.length !== spatial || scales.some((s) => !(s > 0) || !Number.isFinite(s))))
+    throw new TsgradError(
+      `${what}: scaleFactor ${JSON.stringify(scaleFactor)} must be one positive number or ${spatial}`,
+    );
+  const outSizes = scales
+    ? inSizes.map((n, d) => Math.floor(n * scales[d]!))
+    : typeof size === "number"
+      ? inSizes.map(() => size)
+      : [...size!];
   if (outSizes.length !== spatial || outSizes.some((n) => !Number.isInteger(n) || n < 1)) {
-    throw new TsgradError(`${what}: output size ${fmtShape(outSizes)} must be ${spatial} positive integer(s)${scales ? ` (from scaleFactor ${JSON.stringify(scaleFactor)})` : ""}`);
+    throw new TsgradError(
+      `${what}: output size ${fmtShape(outSizes)} must be ${spatial} positive integer(s)${scales ? ` (from scaleFactor ${JSON.stringify(scaleFactor)})` : ""}`,
+    );
   }
   let y = x;
   // the last axis first: PyTorch's bilinear and trilinear weigh the innermost pairs first (w, then h, then t),
@@ -125,8 +169,11 @@ export function interpolate(x: Tensor, { size, scaleFactor, mode = "nearest", al
     // NaN stays where PyTorch's formula puts it (a [to, from] weight matrix would spread it along the axis, 0 * inf)
     const { low, high, fraction } = linearSources(from, to, step, alignCorners ?? false);
     const weightType = x.dtype.itemsize < 4 ? dtypes.float32 : x.dtype; // 16-bit floats weigh in float32, as PyTorch does
-    const weight = (w: Float32Array): Tensor => new Tensor(w, { device: x.device, dtype: weightType }).reshape(y.shape.map((_, i) => (i === axis ? to : 1)));
-    const mixed = pick(y, axis, low).cast(weightType).mul(weight(fraction.map((f) => 1 - f)))
+    const weight = (w: Float32Array): Tensor =>
+      new Tensor(w, { device: x.device, dtype: weightType }).reshape(y.shape.map((_, i) => (i === axis ? to : 1)));
+    const mixed = pick(y, axis, low)
+      .cast(weightType)
+      .mul(weight(fraction.map((f) => 1 - f)))
       .add(pick(y, axis, high).cast(weightType).mul(weight(fraction)));
     y = mixed.cast(x.dtype);
   }
@@ -136,7 +183,9 @@ export function interpolate(x: Tensor, { size, scaleFactor, mode = "nearest", al
 /** x's elements at `sources` along `axis` (a gather: it selects, so no other element's value reaches the result). */
 function pick(x: Tensor, axis: number, sources: Int32Array): Tensor {
   const shape = x.shape.map((s, i) => (i === axis ? sources.length : s));
-  const index = new Tensor(sources, { device: x.device, dtype: dtypes.int32 }).reshape(shape.map((s, i) => (i === axis ? s : 1))).expand(shape);
+  const index = new Tensor(sources, { device: x.device, dtype: dtypes.int32 })
+    .reshape(shape.map((s, i) => (i === axis ? s : 1)))
+    .expand(shape);
   return x.gather(axis, index);
 }
 
@@ -144,7 +193,9 @@ function pick(x: Tensor, axis: number, sources: Int32Array): Tensor {
 function repeatEach(x: Tensor, axis: number, times: number): Tensor {
   if (times === 1) return x;
   const shape = x.shape;
-  return x.unsqueeze(axis + 1).expand([...shape.slice(0, axis + 1), times, ...shape.slice(axis + 1)])
+  return x
+    .unsqueeze(axis + 1)
+    .expand([...shape.slice(0, axis + 1), times, ...shape.slice(axis + 1)])
     .reshape([...shape.slice(0, axis), shape[axis]! * times, ...shape.slice(axis + 1)]);
 }
 
@@ -155,8 +206,15 @@ function nearestSources(from: number, to: number, step: number): Int32Array {
 }
 
 /** Output o mixes inputs low and high (the next one, clamped to the end) by `fraction`, PyTorch's source-index rule. */
-function linearSources(from: number, to: number, step: number, alignCorners: boolean): { low: Int32Array; high: Int32Array; fraction: Float32Array } {
-  const low = new Int32Array(to), high = new Int32Array(to), fraction = new Float32Array(to);
+function linearSources(
+  from: number,
+  to: number,
+  step: number,
+  alignCorners: boolean,
+): { low: Int32Array; high: Int32Array; fraction: Float32Array } {
+  const low = new Int32Array(to),
+    high = new Int32Array(to),
+    fraction = new Float32Array(to);
   // in float32 arithmetic, as PyTorch computes the source coordinate
   const f = Math.fround;
   const scale = f(alignCorners ? (to > 1 ? (from - 1) / (to - 1) : 0) : step);
@@ -181,5 +239,9 @@ declare module "./tensor.ts" {
   }
 }
 
-Tensor.prototype.convTranspose2d = function (weight, options = {}) { return convTranspose(this, weight, options); };
-Tensor.prototype.interpolate = function (options) { return interpolate(this, options); };
+Tensor.prototype.convTranspose2d = function (weight, options = {}) {
+  return convTranspose(this, weight, options);
+};
+Tensor.prototype.interpolate = function (options) {
+  return interpolate(this, options);
+};

@@ -12,7 +12,11 @@ function kernelsFor(t: Tensor): KernelIR[] {
 }
 
 /** Upcast amounts by axis from a kernel's options key (`u1x8,0x4|r1|p1`). */
-const upcasts = (k: KernelIR): number[] => (k.opts.split("|")[0]!.slice(1) || "").split(",").filter(Boolean).map((u) => Number(u.split("x")[1]));
+const upcasts = (k: KernelIR): number[] =>
+  (k.opts.split("|")[0]!.slice(1) || "")
+    .split(",")
+    .filter(Boolean)
+    .map((u) => Number(u.split("x")[1]));
 
 test("a matmul is tiled in registers along both output axes", () => {
   const a = Tensor.empty([64, 32], { device: "JS" });
@@ -23,9 +27,13 @@ test("a matmul is tiled in registers along both output axes", () => {
 
 test("an axis with one factor of two takes 6 or 3 lanes, not 2; a long vector axis takes 16, ragged", () => {
   // 102 = 2 x 3 x 17 outputs along the vector axis, 24 = 3 x 8 rows
-  const [small] = kernelsFor(Tensor.empty([24, 64], { device: "JS" }).matmul(Tensor.empty([64, 102], { device: "JS" }))).slice(-1);
+  const [small] = kernelsFor(
+    Tensor.empty([24, 64], { device: "JS" }).matmul(Tensor.empty([64, 102], { device: "JS" })),
+  ).slice(-1);
   assert.deepEqual(upcasts(small!), [6, 8], small!.opts);
-  const [rows] = kernelsFor(Tensor.empty([30, 64], { device: "JS" }).matmul(Tensor.empty([64, 64], { device: "JS" }))).slice(-1);
+  const [rows] = kernelsFor(
+    Tensor.empty([30, 64], { device: "JS" }).matmul(Tensor.empty([64, 64], { device: "JS" })),
+  ).slice(-1);
   assert.deepEqual(upcasts(rows!), [16, 6], rows!.opts);
   // logits = hidden @ embeddings^T: 30522 = 2 x 3 x 5087 words take 16 lanes (the last tile 10 wide) on host
   // backends, 20 = 4 x 5 positions 4
@@ -34,7 +42,9 @@ test("an axis with one factor of two takes 6 or 3 lanes, not 2; a long vector ax
   const [logits] = kernelsFor(hidden.matmul(table.transpose(0, 1))).slice(-1);
   assert.deepEqual(upcasts(logits!), [16, 4], logits!.opts);
   // a size with factors 4 and 6 keeps 4-wide vectors on its vector axis
-  const [narrow] = kernelsFor(Tensor.empty([12, 40], { device: "JS" }).matmul(Tensor.empty([40, 12], { device: "JS" }))).slice(-1);
+  const [narrow] = kernelsFor(
+    Tensor.empty([12, 40], { device: "JS" }).matmul(Tensor.empty([40, 12], { device: "JS" })),
+  ).slice(-1);
   assert.ok(upcasts(narrow!).includes(4), narrow!.opts);
 });
 
@@ -56,7 +66,9 @@ test("elementwise kernels are not upcast, and big ones run on threads", () => {
   const [small] = kernelsFor(Tensor.empty([8, 8], { device: "JS" }).mul(2)).slice(-1);
   assert.equal(small!.opts, "u|r1|p0");
   // a permute that keeps the innermost axis in place reads neighbours already
-  const [heads] = kernelsFor(Tensor.empty([4, 16, 8, 32], { device: "JS" }).permute([0, 2, 1, 3]).contiguous()).slice(-1);
+  const [heads] = kernelsFor(Tensor.empty([4, 16, 8, 32], { device: "JS" }).permute([0, 2, 1, 3]).contiguous()).slice(
+    -1,
+  );
   assert.deepEqual(upcasts(heads!), []);
 });
 
@@ -69,7 +81,8 @@ test("a transposing copy is tiled: 8 lanes along the axis its loads step along, 
   // the values, on JS and (where a C compiler works) on the CPU
   for (const device of Device.isAvailable("CPU") ? ["JS", "CPU"] : ["JS"]) {
     const got = new Tensor(data, { device }).reshape([48, 40]).T.contiguous().toArray() as Float32Array;
-    for (let i = 0; i < 40; i++) for (let j = 0; j < 48; j++) assert.equal(got[i * 48 + j], data[j * 40 + i], `${device} [${i}, ${j}]`);
+    for (let i = 0; i < 40; i++)
+      for (let j = 0; j < 48; j++) assert.equal(got[i * 48 + j], data[j * 40 + i], `${device} [${i}, ${j}]`);
   }
   const [copy4] = kernelsFor(Tensor.empty([64, 36], { device: "JS" }).T.contiguous()).slice(-1);
   assert.deepEqual(upcasts(copy4!), [4, 8], "36 rows of W^T take 4 lanes (8 does not divide 36)");
@@ -80,15 +93,19 @@ test("a panel copy whose runs continue along a merged axis (through a modulo) re
   // i0 % 8: upcasting i0 by 8 beside i3 reads 64 neighbours at once (it read 32 bytes of every 256 before)
   const shape = [4, 3, 16, 8, 8];
   const data = Float32Array.from({ length: shape.reduce((a, b) => a * b, 1) }, (_, i) => i);
-  const copyOf = (device: string): Tensor => new Tensor(data, { device }).reshape(shape).permute([1, 3, 0, 2, 4]).reshape([24, 4, 16, 8]).contiguous();
+  const copyOf = (device: string): Tensor =>
+    new Tensor(data, { device }).reshape(shape).permute([1, 3, 0, 2, 4]).reshape([24, 4, 16, 8]).contiguous();
   const [copy] = kernelsFor(copyOf("JS")).slice(-1);
   assert.equal(copy!.opts.split("|")[0], "u0x8,3x8");
   for (const device of Device.isAvailable("CPU") ? ["JS", "CPU"] : ["JS"]) {
     const got = copyOf(device).toArray() as Float32Array;
-    for (let i0 = 0; i0 < 24; i0++) for (let i1 = 0; i1 < 4; i1++) for (let i2 = 0; i2 < 16; i2++) for (let i3 = 0; i3 < 8; i3++) {
-      const at = i1 * 3 * 16 * 64 + Math.floor(i0 / 8) * 16 * 64 + i2 * 64 + (i0 % 8) * 8 + i3;
-      assert.equal(got[((i0 * 4 + i1) * 16 + i2) * 8 + i3], data[at], `${device} [${i0}, ${i1}, ${i2}, ${i3}]`);
-    }
+    for (let i0 = 0; i0 < 24; i0++)
+      for (let i1 = 0; i1 < 4; i1++)
+        for (let i2 = 0; i2 < 16; i2++)
+          for (let i3 = 0; i3 < 8; i3++) {
+            const at = i1 * 3 * 16 * 64 + Math.floor(i0 / 8) * 16 * 64 + i2 * 64 + (i0 % 8) * 8 + i3;
+            assert.equal(got[((i0 * 4 + i1) * 16 + i2) * 8 + i3], data[at], `${device} [${i0}, ${i1}, ${i2}, ${i3}]`);
+          }
   }
 });
 
@@ -116,8 +133,14 @@ test("a register tile walks outermost the axis whose order reads the least memor
   assert.match(base!.opts, /\|c1x24/, base!.opts);
   // square and BERT-FFN-shaped products keep a panel of the right operand in cache: the vector axis outermost,
   // or the rows outermost inside chunks of the vector axis
-  for (const [m, k, n] of [[1024, 1024, 1024], [1024, 3072, 768], [1024, 768, 3072]] as const) {
-    const [kernel] = kernelsFor(Tensor.empty([m, k], { device: "JS" }).matmul(Tensor.empty([k, n], { device: "JS" }))).slice(-1);
+  for (const [m, k, n] of [
+    [1024, 1024, 1024],
+    [1024, 3072, 768],
+    [1024, 768, 3072],
+  ] as const) {
+    const [kernel] = kernelsFor(
+      Tensor.empty([m, k], { device: "JS" }).matmul(Tensor.empty([k, n], { device: "JS" })),
+    ).slice(-1);
     assert.ok(outermostTile(kernel!) === 1 || chunkedAxis(kernel!) === 1, `${m}x${k}x${n}: ${kernel!.opts}`);
   }
   // so does the logits product over the vocabulary (h @ W^T: W is the big operand, h is read from cache)
@@ -150,13 +173,18 @@ test("neighbouring output axes merge where indices stay simple and the tile keep
 });
 
 test("a sum down columns reads wide strips on host backends: 128 or 64 lanes, 4 strips or more", () => {
-  const sumRows = (rows: number, cols: number): KernelIR => kernelsFor(Tensor.empty([rows, cols], { device: "JS" }).sum({ axis: 0 })).at(-1)!;
+  const sumRows = (rows: number, cols: number): KernelIR =>
+    kernelsFor(Tensor.empty([rows, cols], { device: "JS" }).sum({ axis: 0 })).at(-1)!;
   assert.deepEqual(upcasts(sumRows(1024, 1024)), [128], sumRows(1024, 1024).opts);
   assert.deepEqual(upcasts(sumRows(512, 256)), [64], sumRows(512, 256).opts);
   // 96 columns: no width leaves 4 strips, so the usual 16 lanes
   assert.deepEqual(upcasts(sumRows(512, 96)), [16], sumRows(512, 96).opts);
   // a column sum scaled by a value per row (a LayerNorm weight's gradient: dy * (x - mean) * rstd)
-  const [x, dy, row] = [Tensor.empty([512, 768], { device: "JS" }), Tensor.empty([512, 768], { device: "JS" }), Tensor.empty([512, 1], { device: "JS" })];
+  const [x, dy, row] = [
+    Tensor.empty([512, 768], { device: "JS" }),
+    Tensor.empty([512, 768], { device: "JS" }),
+    Tensor.empty([512, 1], { device: "JS" }),
+  ];
   const weighted = kernelsFor(dy.mul(x.sub(row)).mul(row).sum({ axis: 0 })).at(-1)!;
   assert.ok(upcasts(weighted)[0]! >= 64, weighted.opts);
 });

@@ -7,19 +7,47 @@ import { hoistInvariants } from "../../src/renderer/hoist.ts";
 import { iadd, imul, ivar } from "../../src/shape/symbolic.ts";
 
 const f32 = dtypes.float32;
-const load = (name: string, buf: number, index: ReturnType<typeof ivar>): Stmt => ({ kind: "def", name, dtype: f32, expr: { op: "LOAD", buf, index, valid: [] } });
-const mul = (name: string, a: string, b: string): Stmt => ({ kind: "def", name, dtype: f32, expr: { op: "MUL", srcs: [{ kind: "val", name: a, dtype: f32 }, { kind: "val", name: b, dtype: f32 }] } as Expr });
-const loop = (v: string, size: number, body: Stmt[], serial = false): Stmt => (serial ? { kind: "loop", var: v, size, body, serial } : { kind: "loop", var: v, size, body });
-const store = (value: string, index: ReturnType<typeof ivar>): Stmt => ({ kind: "store", buf: 0, index, value: { kind: "val", name: value, dtype: f32 }, dtype: f32 });
+const load = (name: string, buf: number, index: ReturnType<typeof ivar>): Stmt => ({
+  kind: "def",
+  name,
+  dtype: f32,
+  expr: { op: "LOAD", buf, index, valid: [] },
+});
+const mul = (name: string, a: string, b: string): Stmt => ({
+  kind: "def",
+  name,
+  dtype: f32,
+  expr: {
+    op: "MUL",
+    srcs: [
+      { kind: "val", name: a, dtype: f32 },
+      { kind: "val", name: b, dtype: f32 },
+    ],
+  } as Expr,
+});
+const loop = (v: string, size: number, body: Stmt[], serial = false): Stmt =>
+  serial ? { kind: "loop", var: v, size, body, serial } : { kind: "loop", var: v, size, body };
+const store = (value: string, index: ReturnType<typeof ivar>): Stmt => ({
+  kind: "store",
+  buf: 0,
+  index,
+  value: { kind: "val", name: value, dtype: f32 },
+  dtype: f32,
+});
 const [i0, i1] = [ivar("i0", 4), ivar("i1", 8)];
 const row = iadd(imul(i0, 8), i1);
 
 /** The names of the definitions directly in `stmts` (not in nested loops), and the loop's body's. */
 const defsAt = (stmts: readonly Stmt[]): string[] => stmts.flatMap((s) => (s.kind === "def" ? [s.name] : []));
-const loopIn = (stmts: readonly Stmt[]): Stmt & { kind: "loop" } => stmts.find((s): s is Stmt & { kind: "loop" } => s.kind === "loop")!;
+const loopIn = (stmts: readonly Stmt[]): Stmt & { kind: "loop" } =>
+  stmts.find((s): s is Stmt & { kind: "loop" } => s.kind === "loop")!;
 
 // for i0 { for i1 { x = b1[i0*8+i1]; m = b2[i0]; s = m*m; y = x*s; b0[i0*8+i1] = y } }
-const kernel = (): Stmt[] => [loop("i0", 4, [loop("i1", 8, [load("x", 1, row), load("m", 2, i0), mul("s", "m", "m"), mul("y", "x", "s"), store("y", row)])])];
+const kernel = (): Stmt[] => [
+  loop("i0", 4, [
+    loop("i1", 8, [load("x", 1, row), load("m", 2, i0), mul("s", "m", "m"), mul("y", "x", "s"), store("y", row)]),
+  ]),
+];
 
 test("a row's scalar and what is computed from it move before the loop over the row; what reads the loop's variable stays", () => {
   const out = hoistInvariants(kernel(), 1);
@@ -31,7 +59,9 @@ test("a row's scalar and what is computed from it move before the loop over the 
 });
 
 test("loads of the output and of slots the kernel also writes stay in place", () => {
-  const body: Stmt[] = [loop("i0", 4, [loop("i1", 8, [load("p", 0, i0), load("m", 2, i0), mul("y", "p", "m"), store("y", row)])])];
+  const body: Stmt[] = [
+    loop("i0", 4, [loop("i1", 8, [load("p", 0, i0), load("m", 2, i0), mul("y", "p", "m"), store("y", row)])]),
+  ];
   const pinned = loopIn(hoistInvariants(body, 1, new Set([0, 2])));
   assert.deepEqual(defsAt(pinned.body), []);
   const free = loopIn(hoistInvariants(body, 1));
@@ -50,15 +80,24 @@ test("nothing lands between loops OpenMP collapses, and serial loops keep their 
 });
 
 test("a value read from an accumulator the loop updates stays in the loop", () => {
-  const body: Stmt[] = [loop("i0", 4, [
-    { kind: "acc", name: "acc0", dtype: f32, op: "ADD" },
-    loop("r0", 8, [load("x", 1, iadd(imul(i0, 8), ivar("r0", 8))), { kind: "update", name: "acc0", dtype: f32, op: "ADD", value: { kind: "val", name: "x", dtype: f32 } }, mul("z", "acc0", "acc0"), store("z", row)]),
-  ])];
+  const body: Stmt[] = [
+    loop("i0", 4, [
+      { kind: "acc", name: "acc0", dtype: f32, op: "ADD" },
+      loop("r0", 8, [
+        load("x", 1, iadd(imul(i0, 8), ivar("r0", 8))),
+        { kind: "update", name: "acc0", dtype: f32, op: "ADD", value: { kind: "val", name: "x", dtype: f32 } },
+        mul("z", "acc0", "acc0"),
+        store("z", row),
+      ]),
+    ]),
+  ];
   const inner = loopIn(loopIn(hoistInvariants(body, 1)).body);
   assert.deepEqual(defsAt(inner.body), ["x", "z"]);
 });
 
-test("a layer norm's backward (row scalars beside a dropout mask) gives the JS device's values on the CPU", { skip: !Device.isAvailable("CPU") }, () => {
+test("a layer norm's backward (row scalars beside a dropout mask) gives the JS device's values on the CPU", {
+  skip: !Device.isAvailable("CPU"),
+}, () => {
   const run = (device: string): number[] => {
     Tensor.manualSeed(3);
     const x = Tensor.randn([64, 96], { device, requiresGrad: true });

@@ -49,7 +49,10 @@ for (const device of testDevices().filter((d) => backendOf(d).hostForms)) {
   test(`${device}: a blocked sum's epilogue (scale and bias) sees the finished sums`, () => {
     Tensor.manualSeed(12);
     const bias = randn([n], device);
-    const out = randn([m, k], device).matmul(randn([k, n], device)).mul(0.5).add(bias);
+    const out = randn([m, k], device)
+      .matmul(randn([k, n], device))
+      .mul(0.5)
+      .add(bias);
     const item = ranKernels(out).at(-1);
     assert.match(item!.kernel.opts, /\|k\d+/, item!.kernel.opts);
     const blocked = Float32Array.from(out.toArray() as Float32Array);
@@ -64,8 +67,14 @@ for (const device of testDevices().filter((d) => backendOf(d).hostForms)) {
     const expected = Float32Array.from(start.add(g.matmul(w)).toArray() as Float32Array);
     acc.assign(acc.add(g.matmul(w)));
     const kernels = ranKernels(acc);
-    assert.ok(kernels.some((i) => /\|k\d+/.test(i.kernel.opts)), kernels.map((i) => i.kernel.opts).join(" "));
-    assert.ok(!kernels.some((i) => /\|k\d+/.test(i.kernel.opts) && i.buffers.slice(1).includes(i.buffers[0]!)), "a blocked kernel reads the buffer it accumulates into");
+    assert.ok(
+      kernels.some((i) => /\|k\d+/.test(i.kernel.opts)),
+      kernels.map((i) => i.kernel.opts).join(" "),
+    );
+    assert.ok(
+      !kernels.some((i) => /\|k\d+/.test(i.kernel.opts) && i.buffers.slice(1).includes(i.buffers[0]!)),
+      "a blocked kernel reads the buffer it accumulates into",
+    );
     assert.deepEqual(Float32Array.from(acc.toArray() as Float32Array), expected);
   });
 }
@@ -80,11 +89,14 @@ test("JS: a sum the kernel also reads elsewhere (times its own flip) is not bloc
   // blocked, one output's epilogue would read another's partial sum, or what that epilogue already wrote
   assert.doesNotMatch(item!.kernel.opts, /\|k/, item!.kernel.opts);
   const values = out.toArray() as Float32Array;
-  for (let i = 0; i < 40; i++) for (let j = 0; j < 32; j++) assert.equal(values[i * 32 + j], Math.fround(sums[i * 32 + j]! * sums[i * 32 + 31 - j]!));
+  for (let i = 0; i < 40; i++)
+    for (let j = 0; j < 32; j++)
+      assert.equal(values[i * 32 + j], Math.fround(sums[i * 32 + j]! * sums[i * 32 + 31 - j]!));
 });
 
 test("products with many outputs, or short sums, are not blocked", () => {
-  const kernelOpts = (a: number[], b: number[]): string => ranKernels(Tensor.empty(a, { device: "JS" }).matmul(Tensor.empty(b, { device: "JS" }))).at(-1)!.kernel.opts;
+  const kernelOpts = (a: number[], b: number[]): string =>
+    ranKernels(Tensor.empty(a, { device: "JS" }).matmul(Tensor.empty(b, { device: "JS" }))).at(-1)!.kernel.opts;
   assert.doesNotMatch(kernelOpts([512, 1024], [1024, 512]), /\|k/);
   assert.doesNotMatch(kernelOpts([96, 512], [512, 64]), /\|k/);
 });
@@ -98,7 +110,9 @@ test("a long sum whose tiles share no loads (two norms' partials, each row its o
   const update = w.mul(scale).add(v);
   const norms = Tensor.stack([w.square().reshape([-1]), update.square().reshape([-1])]).sum({ axis: 1 });
   // a long sum to two outputs: 256 partials of each (split_reduce.ts), then their totals
-  const item = ranKernels(norms).filter((k) => k.kernel.outputShape.join() === "2,256,1").at(-1);
+  const item = ranKernels(norms)
+    .filter((k) => k.kernel.outputShape.join() === "2,256,1")
+    .at(-1);
   // the two rows share w's loads (the stacked axis upcast whole), each row's sum split into 16 lanes
   assert.match(item!.kernel.opts, /^u0x2\|.*\|s16/, item!.kernel.opts);
   assert.doesNotMatch(item!.kernel.opts, /\|k/);

@@ -21,14 +21,20 @@ type KernelItem = ExecItem & { kind: "kernel" };
 function lastKernel(build: () => Tensor): KernelItem {
   const root = build();
   const value = root.node as UOp; // (realize() swaps it for its buffer)
-  const last = recordItems(() => root.realize()).items.filter((item) => item.kind === "kernel").at(-1) as KernelItem | undefined;
+  const last = recordItems(() => root.realize())
+    .items.filter((item) => item.kind === "kernel")
+    .at(-1) as KernelItem | undefined;
   assert.ok(last, "no kernel ran");
   const spec = kernelSpecOf(last.kernel)!;
   return { ...last, kernel: lowerKernel({ ...spec, value, host: false }, NO_OPTS) };
 }
 
-const loops = (stmts: readonly Stmt[]): { size: number; depth: number }[] => stmts.flatMap((s) =>
-  s.kind === "loop" ? [{ size: s.size, depth: 1 + Math.max(0, ...loops(s.body).map((l) => l.depth)) }, ...loops(s.body)] : []);
+const loops = (stmts: readonly Stmt[]): { size: number; depth: number }[] =>
+  stmts.flatMap((s) =>
+    s.kind === "loop"
+      ? [{ size: s.size, depth: 1 + Math.max(0, ...loops(s.body).map((l) => l.depth)) }, ...loops(s.body)]
+      : [],
+  );
 
 /** Runs `kernel` on the item's buffers and returns the output; the item's own output first, for comparison. */
 function runBoth(item: KernelItem, kernel: KernelIR): [number[], number[]] {
@@ -43,13 +49,22 @@ test("a sum over two outer axes becomes one loop reading with one stride, and gi
   const item = lastKernel(() => x.sum({ axis: [0, 1] }));
   const merged = mergeNestedLoops(item.kernel);
   assert.notEqual(merged, item.kernel);
-  assert.deepEqual(loops(merged.body).filter((l) => l.size === 128), [{ size: 128, depth: 1 }]);
+  assert.deepEqual(
+    loops(merged.body).filter((l) => l.size === 128),
+    [{ size: 128, depth: 1 }],
+  );
   const [before, after] = runBoth(item, merged);
   assert.deepEqual(after, before);
 });
 
 test("a nest that reads through a permute merges with / and %, and gives the same sums", () => {
-  const item = lastKernel(() => x.permute([1, 0, 2]).contiguous().add(x.permute([1, 0, 2])).sum({ axis: [0, 1] }));
+  const item = lastKernel(() =>
+    x
+      .permute([1, 0, 2])
+      .contiguous()
+      .add(x.permute([1, 0, 2]))
+      .sum({ axis: [0, 1] }),
+  );
   const merged = mergeNestedLoops(item.kernel);
   assert.ok(loops(merged.body).some((l) => l.size === 128));
   const [before, after] = runBoth(item, merged);
@@ -57,7 +72,16 @@ test("a nest that reads through a permute merges with / and %, and gives the sam
 });
 
 test("a padded, flipped nest keeps its bounds and gives the same maxima", () => {
-  const item = lastKernel(() => x.pad([[1, 2], [0, 3], [0, 0]]).flip(0).max({ axis: [0, 1] }));
+  const item = lastKernel(() =>
+    x
+      .pad([
+        [1, 2],
+        [0, 3],
+        [0, 0],
+      ])
+      .flip(0)
+      .max({ axis: [0, 1] }),
+  );
   const merged = mergeNestedLoops(item.kernel);
   assert.ok(loops(merged.body).some((l) => l.size === 11 * 19));
   const [before, after] = runBoth(item, merged);

@@ -23,7 +23,9 @@ function runOne(t: Tensor): { item: KernelItem; out: Float32Array } {
 function withoutVectorUpcast(item: KernelItem, vectorAxis: number): Float32Array {
   const spec = kernelSpecOf(item.kernel)!;
   const optsKey = item.kernel.opts;
-  const upcast = [...optsKey.matchAll(/(\d+)x(\d+)/g)].map((m) => ({ axis: Number(m[1]), amount: Number(m[2]) })).filter((u) => u.axis !== vectorAxis);
+  const upcast = [...optsKey.matchAll(/(\d+)x(\d+)/g)]
+    .map((m) => ({ axis: Number(m[1]), amount: Number(m[2]) }))
+    .filter((u) => u.axis !== vectorAxis);
   const parallel = Number(/\|p(\d+)/.exec(optsKey)![1]);
   const outer = /\|o([\d,]+)/.exec(optsKey)?.[1]!.split(",").map(Number) ?? [];
   const kblock = Number(/\|k(\d+)/.exec(optsKey)?.[1] ?? 0);
@@ -43,7 +45,9 @@ for (const device of testDevices().filter((d) => backendOf(d).hostForms)) {
   });
 }
 
-test("CPU: a ragged tile inside a K-blocked sum (g @ W, 1030 columns, a 6000-long sum)", { skip: !testDevices().includes("CPU") }, () => {
+test("CPU: a ragged tile inside a K-blocked sum (g @ W, 1030 columns, a 6000-long sum)", {
+  skip: !testDevices().includes("CPU"),
+}, () => {
   Tensor.manualSeed(22);
   const g = Tensor.randn([24, 6000], { device: "CPU" }).realize();
   const w = Tensor.randn([6000, 1030], { device: "CPU" }).realize();
@@ -53,7 +57,8 @@ test("CPU: a ragged tile inside a K-blocked sum (g @ W, 1030 columns, a 6000-lon
 });
 
 test("a vector axis that 8 divides, or a short one, is not ragged", () => {
-  const opts = (a: number[], b: number[]): string => runOne(Tensor.empty(a, { device: "JS" }).matmul(Tensor.empty(b, { device: "JS" }))).item.kernel.opts;
+  const opts = (a: number[], b: number[]): string =>
+    runOne(Tensor.empty(a, { device: "JS" }).matmul(Tensor.empty(b, { device: "JS" }))).item.kernel.opts;
   assert.match(opts([8, 16], [16, 2056]), /^u1x8\b/);
   assert.match(opts([8, 16], [16, 102]), /^u1x6\b/);
 });
@@ -67,8 +72,16 @@ test("a 1-D output's ragged last tile gets a loop of its own, so the full tiles 
   assert.equal(item.kernel.parallel, 1);
   // two top-level output loops (the full tiles, the last one's single trip), no reduce loop at the top
   const top = item.kernel.body.filter((s) => s.kind === "loop");
-  assert.deepEqual(top.map((s) => s.kind === "loop" && [s.var, s.size]), [["i0", 256], ["i0", 1]]);
+  assert.deepEqual(
+    top.map((s) => s.kind === "loop" && [s.var, s.size]),
+    [
+      ["i0", 256],
+      ["i0", 1],
+    ],
+  );
   const rows = g.toArray() as Float32Array;
-  const expected = Array.from({ length: 4099 }, (_, c) => Array.from({ length: 160 }, (_, r) => rows[r * 4099 + c]!).reduce((a, b) => Math.fround(a + b), 0));
+  const expected = Array.from({ length: 4099 }, (_, c) =>
+    Array.from({ length: 160 }, (_, r) => rows[r * 4099 + c]!).reduce((a, b) => Math.fround(a + b), 0),
+  );
   assert.deepEqual(Array.from(out), expected);
 });

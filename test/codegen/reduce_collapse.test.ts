@@ -18,8 +18,18 @@ function measure(inputs: Tensor[], build: (...inputs: Tensor[]) => Tensor): { va
 
 for (const device of testDevices()) {
   test(`embedding picks rows without looping over the vocabulary (${device})`, () => {
-    const weight = Tensor.arange(0, VOCAB * DIM, 1, { device }).cast(dtypes.float32).mul(0.5).reshape([VOCAB, DIM]).contiguous();
-    const ids = new Tensor([[5, 2999], [0, 1234]], { dtype: dtypes.int32, device });
+    const weight = Tensor.arange(0, VOCAB * DIM, 1, { device })
+      .cast(dtypes.float32)
+      .mul(0.5)
+      .reshape([VOCAB, DIM])
+      .contiguous();
+    const ids = new Tensor(
+      [
+        [5, 2999],
+        [0, 1234],
+      ],
+      { dtype: dtypes.int32, device },
+    );
     const { values, flops } = measure([ids, weight], Tensor.embedding);
     const expected = [5, 2999, 0, 1234].flatMap((id) => Array.from({ length: DIM }, (_, j) => (id * DIM + j) * 0.5));
     assert.deepEqual(values, expected);
@@ -34,8 +44,17 @@ for (const device of testDevices()) {
   });
 
   test(`gather along the last axis collapses too (${device})`, () => {
-    const source = Tensor.arange(0, 2 * VOCAB, 1, { device }).cast(dtypes.float32).reshape([2, VOCAB]).contiguous();
-    const index = new Tensor([[7, 2500], [2999, 0]], { dtype: dtypes.int32, device });
+    const source = Tensor.arange(0, 2 * VOCAB, 1, { device })
+      .cast(dtypes.float32)
+      .reshape([2, VOCAB])
+      .contiguous();
+    const index = new Tensor(
+      [
+        [7, 2500],
+        [2999, 0],
+      ],
+      { dtype: dtypes.int32, device },
+    );
     const { values, flops } = measure([source, index], (s, i) => s!.gather(1, i!));
     assert.deepEqual(values, [7, 2500, VOCAB + 2999, VOCAB]);
     assert.ok(flops < 4 * 10, `expected no loop over the gathered axis, got ${flops} operations`);
@@ -45,7 +64,13 @@ for (const device of testDevices()) {
     const labels = new Tensor([7, 2999, -1, 0], { dtype: dtypes.int32, device });
     const weights = new Tensor([0.5, 2, 3, -1.5], { device });
     const { values, flops } = measure([labels, weights], (l, w) =>
-      l!.unsqueeze(1).eq(Tensor.arange(0, VOCAB, 1, { device }).unsqueeze(0)).where(w!.unsqueeze(1), 0).neg().sum({ axis: 1 }));
+      l!
+        .unsqueeze(1)
+        .eq(Tensor.arange(0, VOCAB, 1, { device }).unsqueeze(0))
+        .where(w!.unsqueeze(1), 0)
+        .neg()
+        .sum({ axis: 1 }),
+    );
     // the label outside the vocabulary adds nothing
     assert.deepEqual(values, [-0.5, -2, 0, 1.5]);
     assert.ok(flops < 4 * 10, `expected no loop over the vocabulary, got ${flops} operations`);

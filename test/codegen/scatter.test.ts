@@ -53,7 +53,10 @@ for (const device of testDevices().filter((d) => !d.startsWith("CUDA"))) {
     GlobalCounters.reset();
     const names = kernelNames(weight.grad!);
     assert.deepEqual(names, [`s_${VOCAB}_${DIM}`]);
-    assert.ok(GlobalCounters.globalOps < 4 * ids.length * DIM, `about one addition per summed element, got ${GlobalCounters.globalOps} operations`);
+    assert.ok(
+      GlobalCounters.globalOps < 4 * ids.length * DIM,
+      `about one addition per summed element, got ${GlobalCounters.globalOps} operations`,
+    );
     assert.deepEqual(weight.grad!.toArray(), embeddingGrad(ids, g, VOCAB, DIM));
   });
 
@@ -61,7 +64,10 @@ for (const device of testDevices().filter((d) => !d.startsWith("CUDA"))) {
     const ids = [-1, VOCAB, 7, 7, VOCAB + 5];
     const g = data(ids.length * DIM, 2);
     const weight = leaf(Tensor.zeros([VOCAB, DIM], { device }));
-    Tensor.embedding(new Tensor(ids, { dtype: dtypes.int32, device }), weight).mul(new Tensor(g, { device }).reshape([ids.length, DIM])).sum().backward();
+    Tensor.embedding(new Tensor(ids, { dtype: dtypes.int32, device }), weight)
+      .mul(new Tensor(g, { device }).reshape([ids.length, DIM]))
+      .sum()
+      .backward();
     const grad = weight.grad!.toArray() as Float32Array;
     assert.deepEqual(grad, embeddingGrad(ids, g, VOCAB, DIM));
     assert.equal(grad.filter((x) => x !== 0).length, DIM, "only row 7");
@@ -71,7 +77,8 @@ for (const device of testDevices().filter((d) => !d.startsWith("CUDA"))) {
     // word embeddings shared with an output projection, as BERT's decoder is
     const [vocab, dim, tokens] = [40, 8, 6];
     const ids = [3, 39, 3, 0, 11, 3];
-    const w = data(vocab * dim, 3), h = data(tokens * dim, 4);
+    const w = data(vocab * dim, 3),
+      h = data(tokens * dim, 4);
     const weight = leaf(new Tensor(w, { device }).reshape([vocab, dim]));
     const idsT = new Tensor(ids, { dtype: dtypes.int32, device });
     const hidden = new Tensor(h, { device }).reshape([tokens, dim]);
@@ -80,31 +87,54 @@ for (const device of testDevices().filter((d) => !d.startsWith("CUDA"))) {
     const logits = hidden.matmul(weight.transpose(0, 1));
     embedded.sum().add(logits.sum()).backward();
     const names = kernelNames(weight.grad!);
-    assert.equal(names.at(-1), `s_${vocab}_${dim}`, `the sum of both gradients is the scatter's epilogue: ${names.join(", ")}`);
+    assert.equal(
+      names.at(-1),
+      `s_${vocab}_${dim}`,
+      `the sum of both gradients is the scatter's epilogue: ${names.join(", ")}`,
+    );
     const grad = weight.grad!.toArray() as Float32Array;
     // d/dw of sum(embedded): the count of each id; of sum(h @ w^T): every row gets the column sums of h
     const colSums = Array.from({ length: dim }, (_, j) => h.filter((_, i) => i % dim === j).reduce((a, b) => a + b, 0));
     for (let v = 0; v < vocab; v++) {
       const count = ids.filter((id) => id === v).length;
-      for (let j = 0; j < dim; j++) assert.ok(Math.abs(grad[v * dim + j]! - (count + colSums[j]!)) < 1e-5, `row ${v} col ${j}: ${grad[v * dim + j]} vs ${count + colSums[j]!}`);
+      for (let j = 0; j < dim; j++)
+        assert.ok(
+          Math.abs(grad[v * dim + j]! - (count + colSums[j]!)) < 1e-5,
+          `row ${v} col ${j}: ${grad[v * dim + j]} vs ${count + colSums[j]!}`,
+        );
     }
   });
 
   test(`a gather's gradient scatters rows per batch (${device})`, () => {
     // BERT's masked positions: hidden [batch, seq, dim] gathered at [batch, predictions]
     const [batch, seq, dim, preds] = [3, 32, 8, 5];
-    const positions = [[0, 4, 4, 31, 9], [1, 1, 1, 2, 30], [17, 0, 31, 16, 3]];
+    const positions = [
+      [0, 4, 4, 31, 9],
+      [1, 1, 1, 2, 30],
+      [17, 0, 31, 16, 3],
+    ];
     const g = data(batch * preds * dim, 5);
     const hidden = leaf(Tensor.zeros([batch, seq, dim], { device }));
-    const index = new Tensor(positions.flat(), { dtype: dtypes.int32, device }).reshape([batch, preds, 1]).expand([batch, preds, dim]);
+    const index = new Tensor(positions.flat(), { dtype: dtypes.int32, device })
+      .reshape([batch, preds, 1])
+      .expand([batch, preds, dim]);
     Tensor.realizeAll([hidden]);
-    hidden.gather(1, index).mul(new Tensor(g, { device }).reshape([batch, preds, dim])).sum().backward();
+    hidden
+      .gather(1, index)
+      .mul(new Tensor(g, { device }).reshape([batch, preds, dim]))
+      .sum()
+      .backward();
     assert.deepEqual(kernelNames(hidden.grad!), [`s_${batch}_${seq}_${dim}`]);
     const grad = hidden.grad!.toArray() as Float32Array;
     const expected = new Float32Array(batch * seq * dim);
-    positions.forEach((row, b) => row.forEach((s, p) => {
-      for (let j = 0; j < dim; j++) expected[(b * seq + s) * dim + j] = Math.fround(expected[(b * seq + s) * dim + j]! + g[(b * preds + p) * dim + j]!);
-    }));
+    positions.forEach((row, b) =>
+      row.forEach((s, p) => {
+        for (let j = 0; j < dim; j++)
+          expected[(b * seq + s) * dim + j] = Math.fround(
+            expected[(b * seq + s) * dim + j]! + g[(b * preds + p) * dim + j]!,
+          );
+      }),
+    );
     assert.deepEqual(grad, expected);
   });
 
@@ -112,7 +142,9 @@ for (const device of testDevices().filter((d) => !d.startsWith("CUDA"))) {
     const ids = [2, 2, 9, 100];
     const acc = Tensor.ones([VOCAB, DIM], { device }).contiguous().realize();
     const weight = leaf(Tensor.zeros([VOCAB, DIM], { device }));
-    Tensor.embedding(new Tensor(ids, { dtype: dtypes.int32, device }), weight).sum().backward();
+    Tensor.embedding(new Tensor(ids, { dtype: dtypes.int32, device }), weight)
+      .sum()
+      .backward();
     acc.assign(acc.add(weight.grad!)).realize();
     acc.assign(acc.add(weight.grad!)).realize();
     const values = acc.toArray() as Float32Array;
@@ -127,9 +159,15 @@ for (const device of testDevices().filter((d) => !d.startsWith("CUDA"))) {
     const ids = [1, 1, 1, 1, 3];
     const weight = leaf(Tensor.zeros([64, DIM], { device, dtype: dtypes.float16 }));
     Tensor.realizeAll([weight]);
-    Tensor.embedding(new Tensor(ids, { dtype: dtypes.int32, device }), weight).mul(1.001).sum().backward();
+    Tensor.embedding(new Tensor(ids, { dtype: dtypes.int32, device }), weight)
+      .mul(1.001)
+      .sum()
+      .backward();
     const names = kernelNames(weight.grad!);
-    assert.ok(names.every((n) => !n.startsWith("s_")), names.join(", "));
+    assert.ok(
+      names.every((n) => !n.startsWith("s_")),
+      names.join(", "),
+    );
     const grad = Array.from(weight.grad!.toArray() as Uint16Array).length;
     assert.equal(grad, 64 * DIM);
     assert.ok(Math.abs((weight.grad!.float().toArray() as Float32Array)[DIM]! - 4.004) < 4e-3);
@@ -138,7 +176,9 @@ for (const device of testDevices().filter((d) => !d.startsWith("CUDA"))) {
 
 test("scatter lowering only where the device asks for it: the same kernel lowered dense for a GPU", () => {
   const weight = leaf(Tensor.zeros([VOCAB, DIM], { device: "JS" }));
-  Tensor.embedding(new Tensor([4, 8], { dtype: dtypes.int32, device: "JS" }), weight).sum().backward();
+  Tensor.embedding(new Tensor([4, 8], { dtype: dtypes.int32, device: "JS" }), weight)
+    .sum()
+    .backward();
   const item = recordItems(() => weight.grad!.realize()).items.find((i) => i.kind === "kernel");
   assert.ok(item?.kind === "kernel");
   const spec = kernelSpecOf(item.kernel)!;
@@ -165,7 +205,8 @@ test("BEAM leaves a scatter as it is: it has no options to search", { skip: !tes
     assert.equal(grad[3 * 40], 4);
     assert.equal(grad[60 * 40 + 39], 2);
   } finally {
-    for (const [key, value] of Object.entries(saved)) value === undefined ? delete process.env[key] : (process.env[key] = value);
+    for (const [key, value] of Object.entries(saved))
+      value === undefined ? delete process.env[key] : (process.env[key] = value);
     clearKernelCache();
     rmSync(scratch, { recursive: true, force: true });
   }

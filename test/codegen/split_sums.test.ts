@@ -14,8 +14,10 @@ import { assertClose } from "../close.ts";
 import { backendOf } from "../../src/engine/backend.ts";
 
 type KernelItem = ExecItem & { kind: "kernel" };
-const ranKernels = (t: Tensor): KernelItem[] => recordItems(() => t.realize()).items.filter((i): i is KernelItem => i.kind === "kernel");
-const data = (n: number, seed: number): Float32Array => Float32Array.from({ length: n }, (_, i) => Math.sin(i * 0.37 + seed) * (1 + (i % 7)));
+const ranKernels = (t: Tensor): KernelItem[] =>
+  recordItems(() => t.realize()).items.filter((i): i is KernelItem => i.kind === "kernel");
+const data = (n: number, seed: number): Float32Array =>
+  Float32Array.from({ length: n }, (_, i) => Math.sin(i * 0.37 + seed) * (1 + (i % 7)));
 
 /** `item`'s kernel lowered again without options, run on the same buffers: its output. */
 function plainOutput(item: KernelItem): Float32Array {
@@ -24,7 +26,8 @@ function plainOutput(item: KernelItem): Float32Array {
 }
 
 /** Accumulators declared at the top of the kernel's output loops (one per lane per split step). */
-const accumulators = (body: readonly Stmt[]): number => body.reduce((n, s) => n + (s.kind === "acc" ? 1 : s.kind === "loop" ? accumulators(s.body) : 0), 0);
+const accumulators = (body: readonly Stmt[]): number =>
+  body.reduce((n, s) => n + (s.kind === "acc" ? 1 : s.kind === "loop" ? accumulators(s.body) : 0), 0);
 const splitOf = (k: KernelIR): number => Number(/\|s(\d+)/.exec(k.opts)?.[1] ?? 0);
 
 for (const device of testDevices().filter((d) => backendOf(d).hostForms)) {
@@ -51,7 +54,10 @@ for (const device of testDevices().filter((d) => backendOf(d).hostForms)) {
     assert.deepEqual(Float32Array.from(max.toArray() as Float32Array), plainOutput(item!));
     // softmax: the max, then sum(exp(x - max)) whose loads include the max (one a row, contiguous along rows)
     const kernels = ranKernels(x.softmax(-1));
-    assert.deepEqual(kernels.filter((k) => k.kernel.name.startsWith("r")).map((k) => splitOf(k.kernel)), [16, 16]);
+    assert.deepEqual(
+      kernels.filter((k) => k.kernel.name.startsWith("r")).map((k) => splitOf(k.kernel)),
+      [16, 16],
+    );
   });
 
   test(`${device}: a sum 16 does not divide (a vocabulary) leaves its last steps to a loop of their own; a bias every row shares does not block the split`, () => {
@@ -64,7 +70,8 @@ for (const device of testDevices().filter((d) => backendOf(d).hostForms)) {
     const [item] = ranKernels(sum);
     assert.equal(splitOf(item!.kernel), 16, item!.kernel.opts);
     const loops: number[] = [];
-    const walk = (body: readonly Stmt[]): void => body.forEach((s) => s.kind === "loop" && (s.var.startsWith("r") && loops.push(s.size), walk(s.body)));
+    const walk = (body: readonly Stmt[]): void =>
+      body.forEach((s) => s.kind === "loop" && (s.var.startsWith("r") && loops.push(s.size), walk(s.body)));
     walk(item!.kernel.body);
     assert.deepEqual(loops, [64, 6]);
     const split = Float32Array.from(sum.toArray() as Float32Array);
@@ -97,7 +104,9 @@ test("no split where a register tile or vector lanes serve better, for short sum
   assert.equal(heuristicOpts(spec, lowerKernel(spec, NO_OPTS)).split, undefined);
 });
 
-test("a split sum of products is a multiply and an add, not a fused multiply-add: the CPU device matches the JS device to the bit", { skip: !Device.isAvailable("CPU") }, () => {
+test("a split sum of products is a multiply and an add, not a fused multiply-add: the CPU device matches the JS device to the bit", {
+  skip: !Device.isAvailable("CPU"),
+}, () => {
   // a gradient norm's partials: sum of squares along rows (a register tile's sum keeps its FMA; a split's
   // lanes do not, so gcc vectorises their loop)
   const build = (device: string): { values: number[]; opts: string } => {
@@ -120,6 +129,10 @@ test("sums stacked along a short axis (LAMB's two norms in one kernel) split, th
   const [item] = ranKernels(norms);
   assert.match(item!.kernel.opts, /^u0x2\|.*\|s16$/, item!.kernel.opts);
   const got = Array.from(norms.toArray() as Float32Array);
-  const exact = [0, 1].flatMap((k) => Array.from({ length: 64 }, (_, r) => xs.slice(r * 300, r * 300 + 300).reduce((a, v) => a + (k === 0 ? v * v : (v * 0.5 + 1) ** 2), 0)));
+  const exact = [0, 1].flatMap((k) =>
+    Array.from({ length: 64 }, (_, r) =>
+      xs.slice(r * 300, r * 300 + 300).reduce((a, v) => a + (k === 0 ? v * v : (v * 0.5 + 1) ** 2), 0),
+    ),
+  );
   assertClose(got, exact, { atol: 1e-3, rtol: 1e-5, what: "stacked split sums vs float64" });
 });

@@ -41,11 +41,19 @@ for (const device of testDevices().filter((d) => backendOf(d).hostForms)) {
       const b = Tensor.randn([40, n], { device }).realize();
       const item = productKernel(a.matmul(b));
       // tiles of 16 columns by 8 rows (170 columns: the heuristics would take 2 lanes, 16 does not divide it)
-      const upcast = [{ axis: 1, amount: 16 }, { axis: 0, amount: 8 }];
+      const upcast = [
+        { axis: 1, amount: 16 },
+        { axis: 0, amount: 8 },
+      ];
       const plain = rerun(item, (o) => ({ ...o, upcast, chunk: undefined }));
       assert.ok(plain.out.every(Number.isFinite));
       const [rows, vector] = [0, 1];
-      for (const chunk of [{ axis: rows, tiles: 4 }, { axis: rows, tiles: 3 }, { axis: vector, tiles: 5 }, { axis: vector, tiles: 2 }]) {
+      for (const chunk of [
+        { axis: rows, tiles: 4 },
+        { axis: rows, tiles: 3 },
+        { axis: vector, tiles: 5 },
+        { axis: vector, tiles: 2 },
+      ]) {
         for (const outer of [[rows], [vector]]) {
           const chunked = rerun(item, (o) => ({ ...o, upcast, outer, chunk, parallel: 2 }));
           assert.match(chunked.opts, new RegExp(`\\|c${chunk.axis}x${chunk.tiles}`));
@@ -58,7 +66,10 @@ for (const device of testDevices().filter((d) => backendOf(d).hostForms)) {
   test(`${device}: chunks that do not divide an axis's tiles are refused`, () => {
     Tensor.manualSeed(22);
     const item = productKernel(Tensor.randn([96, 40], { device }).matmul(Tensor.randn([40, 160], { device })));
-    assert.throws(() => rerun(item, (o) => ({ ...o, chunk: { axis: 0, tiles: 5 } })), /chunks of 5 tiles do not divide axis 0's 12 tiles/);
+    assert.throws(
+      () => rerun(item, (o) => ({ ...o, chunk: { axis: 0, tiles: 5 } })),
+      /chunks of 5 tiles do not divide axis 0's 12 tiles/,
+    );
   });
 }
 
@@ -68,15 +79,21 @@ test("BEAM's neighbours of a chunked kernel all lower: half, double or no chunks
   const h = Tensor.empty([160, 768], { device: "JS" });
   const product = g.transpose(0, 1).matmul(h);
   assert.ok(product.node instanceof UOp);
-  const kernel = createSchedule([product.node]).items.flatMap((i) => (i.kind === "kernel" ? [i.kernel] : [])).at(-1)!;
+  const kernel = createSchedule([product.node])
+    .items.flatMap((i) => (i.kind === "kernel" ? [i.kernel] : []))
+    .at(-1)!;
   const spec = kernelSpecOf(kernel)!;
   const plain = lowerKernel(spec, NO_OPTS);
   const opts = heuristicOpts(spec, plain);
   assert.deepEqual(opts.chunk, { axis: 1, tiles: 24 }, kernel.opts);
   const next = extensions(opts, spec, plain);
   const chunks = new Set(next.map((o) => (o.chunk ? o.chunk.tiles : 0)));
-  for (const tiles of [0, 12, 24]) assert.ok(chunks.has(tiles), `no neighbour with ${tiles}-tile chunks: ${[...chunks]}`);
+  for (const tiles of [0, 12, 24])
+    assert.ok(chunks.has(tiles), `no neighbour with ${tiles}-tile chunks: ${[...chunks]}`);
   // one more upcast along the 48 column tiles leaves 24 or fewer: chunks of 24 no longer split them, and go
   for (const o of next) assert.doesNotThrow(() => lowerKernel(spec, o), optsKey(o));
-  assert.ok(next.some((o) => !o.chunk && o.upcast.length > opts.upcast.length), "an extra upcast along the chunked axis should drop chunks that no longer divide");
+  assert.ok(
+    next.some((o) => !o.chunk && o.upcast.length > opts.upcast.length),
+    "an extra upcast along the chunked axis should drop chunks that no longer divide",
+  );
 });

@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { GlobalCounters, Tensor, UOp } from "../../src/index.ts";
+import { GlobalCounters, Tensor, type UOp } from "../../src/index.ts";
 import { testDevices } from "../devices.ts";
 
 for (const device of testDevices()) {

@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Tensor, UOp } from "../../src/index.ts";
+import { Tensor, type UOp } from "../../src/index.ts";
 import type { KernelIR } from "../../src/codegen/ir.ts";
 import { createSchedule } from "../../src/engine/schedule.ts";
 import { beamSearch } from "../../src/engine/search.ts";
@@ -27,7 +27,10 @@ function matmulKernel(): KernelIR {
  * sizes and what went to stderr. Each run names its own device, so no run finds another's choice cached.
  */
 let runs = 0;
-function search(env: Record<string, string>, seconds: (batch: number, count: number) => number[]): { batches: number[]; stderr: string } {
+function search(
+  env: Record<string, string>,
+  seconds: (batch: number, count: number) => number[],
+): { batches: number[]; stderr: string } {
   const saved = { ...process.env };
   const lines: string[] = [];
   const error = console.error;
@@ -63,7 +66,8 @@ test("BEAM_MIN_PROGRESS: a kernel faster than it is timed once and not searched"
 
 test("BEAM_MIN_PROGRESS: a round that gains less ends the search; more goes on", () => {
   // the start takes 100 us; each round's first candidate is 4 us (4%) faster than the last round's best
-  const rounds = (batch: number, n: number) => Array.from({ length: n }, (_, i) => (i === 0 ? 1e-4 - 4e-6 * batch : 2e-4));
+  const rounds = (batch: number, n: number) =>
+    Array.from({ length: n }, (_, i) => (i === 0 ? 1e-4 - 4e-6 * batch : 2e-4));
   // 4 us < 5 us: the first round is the last (the start, then one round; nothing won, so no confirmation)
   assert.equal(search({ BEAM: "2", BEAM_MIN_PROGRESS: "5" }, rounds).batches.length, 2);
   // 4 us > 3 us: more rounds
@@ -72,4 +76,3 @@ test("BEAM_MIN_PROGRESS: a round that gains less ends the search; more goes on",
   const big = (batch: number, n: number) => Array.from({ length: n }, (_, i) => (i === 0 ? 1e-3 * 0.9 ** batch : 2e-3));
   assert.ok(search({ BEAM: "2", BEAM_MIN_PROGRESS: "5" }, big).batches.length > 3);
 });
-

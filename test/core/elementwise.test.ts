@@ -51,25 +51,46 @@ for (const device of testDevices()) {
   describe(`elementwise on ${device}`, () => {
     for (const [name, fn, ref, input] of unary) {
       test("abs keeps bools and unsigned ints as they are", () => {
-      assert.deepEqual(new Tensor([true, false], { device }).abs().tolist(), [true, false]);
-      assert.equal(new Tensor([true, false], { device }).abs().dtype, dtypes.bool);
-      assert.deepEqual(new Tensor([1, 200], { device, dtype: dtypes.uint8 }).abs().tolist(), [1, 200]);
-      assert.deepEqual(new Tensor([-3, 2], { device, dtype: dtypes.int8 }).abs().tolist(), [3, 2]);
-    });
-    test("negative constants under a negation (x - (-1), min(x, -1)) render and compute", () => {
-      assert.deepEqual(new Tensor([1.5, 2], { device }).sub(-1).tolist(), [2.5, 3]);
-      assert.deepEqual(new Tensor([1.5, -2], { device }).minimum(-1).tolist(), [-1, -2]);
-      assert.deepEqual(new Tensor([1, 2], { device }).sub(-1).tolist(), [2, 3]);
-      assert.deepEqual(new Tensor([1.5, 2], { device, dtype: dtypes.float16 }).add(-1).neg().tolist(), [-0.5, -1]);
-    });
-    test(`${name} matches the reference and finite differences`, () => checkOp(device, [input], fn, (i) => map(i, ref)));
+        assert.deepEqual(new Tensor([true, false], { device }).abs().tolist(), [true, false]);
+        assert.equal(new Tensor([true, false], { device }).abs().dtype, dtypes.bool);
+        assert.deepEqual(new Tensor([1, 200], { device, dtype: dtypes.uint8 }).abs().tolist(), [1, 200]);
+        assert.deepEqual(new Tensor([-3, 2], { device, dtype: dtypes.int8 }).abs().tolist(), [3, 2]);
+      });
+      test("negative constants under a negation (x - (-1), min(x, -1)) render and compute", () => {
+        assert.deepEqual(new Tensor([1.5, 2], { device }).sub(-1).tolist(), [2.5, 3]);
+        assert.deepEqual(new Tensor([1.5, -2], { device }).minimum(-1).tolist(), [-1, -2]);
+        assert.deepEqual(new Tensor([1, 2], { device }).sub(-1).tolist(), [2, 3]);
+        assert.deepEqual(new Tensor([1.5, 2], { device, dtype: dtypes.float16 }).add(-1).neg().tolist(), [-0.5, -1]);
+      });
+      test(`${name} matches the reference and finite differences`, () =>
+        checkOp(device, [input], fn, (i) => map(i, ref)));
     }
     for (const [name, fn, ref, p, q] of binary) {
-      test(`${name} broadcasts ${JSON.stringify(p.shape)} with ${JSON.stringify(q.shape)}, values and gradients`, () => checkOp(device, [p, q], fn, (i, j) => zip(i, j, ref)));
+      test(`${name} broadcasts ${JSON.stringify(p.shape)} with ${JSON.stringify(q.shape)}, values and gradients`, () =>
+        checkOp(device, [p, q], fn, (i, j) => zip(i, j, ref)));
     }
     test("where selects and routes gradients to both branches", () => {
-      const cond = new Tensor([[true, false, true], [false, false, true]], { device });
-      checkOp(device, [a, b], (p, q) => cond.where(p, q), (p, q) => zip(p, q, (u, v) => u).data.length ? { shape: [2, 3], data: [0, 1, 2, 3, 4, 5].map((i) => ([true, false, true, false, false, true][i] ? p.data[i]! : q.data[i % 3]!)) } : p);
+      const cond = new Tensor(
+        [
+          [true, false, true],
+          [false, false, true],
+        ],
+        { device },
+      );
+      checkOp(
+        device,
+        [a, b],
+        (p, q) => cond.where(p, q),
+        (p, q) =>
+          zip(p, q, (u, v) => u).data.length
+            ? {
+                shape: [2, 3],
+                data: [0, 1, 2, 3, 4, 5].map((i) =>
+                  [true, false, true, false, false, true][i] ? p.data[i]! : q.data[i % 3]!,
+                ),
+              }
+            : p,
+      );
     });
     test("comparisons give bools", () => {
       const p = new Tensor([1, 2, 3], { device });
@@ -116,10 +137,16 @@ for (const device of testDevices()) {
       // 1 + 2^-11 is halfway between float16 neighbours 1 and 1 + 2^-10: ties go to the even one (1)
       const t = new Tensor([1 + 2 ** -11, 1 + 3 * 2 ** -11, 65520, 1e-8], { device, dtype: "float32" }).cast("float16");
       assert.deepEqual(values(t), [1, 1 + 2 * 2 ** -10, Infinity, 0]);
-      assert.deepEqual(values(new Tensor([1 + 2 ** -8, 1 + 3 * 2 ** -8], { device }).cast("bfloat16")), [1, 1 + 2 * 2 ** -7]);
+      assert.deepEqual(values(new Tensor([1 + 2 ** -8, 1 + 3 * 2 ** -8], { device }).cast("bfloat16")), [
+        1,
+        1 + 2 * 2 ** -7,
+      ]);
     });
     test("bitcast reinterprets bits", () => {
-      assert.deepEqual(new Tensor([1, -2], { device, dtype: "float32" }).bitcast("uint32").tolist(), [0x3f800000, 0xc0000000]);
+      assert.deepEqual(
+        new Tensor([1, -2], { device, dtype: "float32" }).bitcast("uint32").tolist(),
+        [0x3f800000, 0xc0000000],
+      );
       assert.deepEqual(new Tensor([0x3c00], { device, dtype: "uint16" }).bitcast("float16").tolist(), [1]);
     });
     test("casts truncate floats toward zero and saturate nothing", () => {

@@ -29,7 +29,11 @@ test("matmul with mismatched inner sizes names both shapes", () => {
 });
 
 test("cat of mismatched shapes names them", () => {
-  throwsNaming(() => Tensor.cat([Tensor.zeros([2, 3], { device }), Tensor.zeros([3, 3], { device })], 1), "[2, 3]", "[3, 3]");
+  throwsNaming(
+    () => Tensor.cat([Tensor.zeros([2, 3], { device }), Tensor.zeros([3, 3], { device })], 1),
+    "[2, 3]",
+    "[3, 3]",
+  );
 });
 
 test("requiresGrad on an integer tensor names the dtype", () => {
@@ -59,9 +63,20 @@ test("slicing out of range names the index and axis", () => {
 });
 
 test("assign with a different shape names both shapes", () => {
-  throwsNaming(() => Tensor.zeros([2], { device }).realize().assign(Tensor.zeros([3], { device })), "[3]", "[2]");
+  throwsNaming(
+    () =>
+      Tensor.zeros([2], { device })
+        .realize()
+        .assign(Tensor.zeros([3], { device })),
+    "[3]",
+    "[2]",
+  );
 });
 
 test("arange called with its options in the place of stop (plain JavaScript) names the argument", () => {
-  throwsNaming(() => Tensor.arange(5, { device } as unknown as number), "stop is object", "arange(start, stop?, step?, options?)");
+  throwsNaming(
+    () => Tensor.arange(5, { device } as unknown as number),
+    "stop is object",
+    "arange(start, stop?, step?, options?)",
+  );
 });

@@ -4,7 +4,8 @@ import { Tensor, dtypes } from "../../src/index.ts";
 import { assertClose } from "../close.ts";
 import { type Nd, randomNd } from "./ref.ts";
 
-export const fromNd = (a: Nd, device: string): Tensor => new Tensor(Float32Array.from(a.data), { device }).reshape(a.shape);
+export const fromNd = (a: Nd, device: string): Tensor =>
+  new Tensor(Float32Array.from(a.data), { device }).reshape(a.shape);
 
 export function values(t: Tensor): number[] {
   return Array.from(t.toArray() as ArrayLike<number>, Number);
@@ -31,11 +32,17 @@ export function checkOp(
   inputs.forEach((input, n) => {
     const h = 1e-6;
     const numeric = input.data.map((_, i) => {
-      const bump = (d: number): Nd[] => inputs.map((x, m) => (m === n ? { shape: x.shape, data: x.data.map((v, j) => (j === i ? v + d : v)) } : x));
+      const bump = (d: number): Nd[] =>
+        inputs.map((x, m) => (m === n ? { shape: x.shape, data: x.data.map((v, j) => (j === i ? v + d : v)) } : x));
       return (refLoss(bump(h)) - refLoss(bump(-h))) / (2 * h);
     });
     assert.ok(tensors[n]!.grad, `input ${n} got no gradient`);
-    assertClose(values(tensors[n]!.grad!), numeric, { atol: gradAtol, rtol: gradRtol, equalNan: true, what: `gradient of input ${n}` });
+    assertClose(values(tensors[n]!.grad!), numeric, {
+      atol: gradAtol,
+      rtol: gradRtol,
+      equalNan: true,
+      what: `gradient of input ${n}`,
+    });
   });
 }
 

@@ -6,33 +6,68 @@ import { testDevices } from "../devices.ts";
 
 for (const device of testDevices()) {
   test(`a replayed function gives the same numbers as an uncaptured one (${device})`, () => {
-    const w = new Tensor([[1, 2], [3, 4]], { device, dtype: "float32" }).realize();
+    const w = new Tensor(
+      [
+        [1, 2],
+        [3, 4],
+      ],
+      { device, dtype: "float32" },
+    ).realize();
     const f = (x: Tensor): Tensor => x.matmul(w).relu().sum({ axis: 1 });
     const jf = jit(f);
     for (let i = 0; i < 5; i++) {
-      const x = new Tensor([[i, -1], [2, i * 0.5]], { device, dtype: "float32" });
+      const x = new Tensor(
+        [
+          [i, -1],
+          [2, i * 0.5],
+        ],
+        { device, dtype: "float32" },
+      );
       assert.deepEqual(jf(x).tolist(), f(x).tolist(), `call ${i}`);
     }
     assert.ok(jf.jit.isCaptured);
   });
 
   test(`a jitted SGD step updates weights in place like the plain step, several steps in a row (${device})`, () => {
-    const makeParams = () => [new Tensor([[0.5, -0.2], [0.1, 0.3]], { device, dtype: "float32", requiresGrad: true }).realize(), new Tensor([0.1, -0.1], { device, dtype: "float32", requiresGrad: true }).realize()];
-    const step = (params: Tensor[]) => (x: Tensor, y: Tensor): Tensor => {
-      const [w, b] = params as [Tensor, Tensor];
-      const loss = x.matmul(w).add(b).sub(y).square().mean();
-      w.grad = b.grad = null;
-      loss.backward();
-      for (const p of params) p.assign(p.sub(p.grad!.mul(0.1)));
-      return loss;
-    };
+    const makeParams = () => [
+      new Tensor(
+        [
+          [0.5, -0.2],
+          [0.1, 0.3],
+        ],
+        { device, dtype: "float32", requiresGrad: true },
+      ).realize(),
+      new Tensor([0.1, -0.1], { device, dtype: "float32", requiresGrad: true }).realize(),
+    ];
+    const step =
+      (params: Tensor[]) =>
+      (x: Tensor, y: Tensor): Tensor => {
+        const [w, b] = params as [Tensor, Tensor];
+        const loss = x.matmul(w).add(b).sub(y).square().mean();
+        w.grad = b.grad = null;
+        loss.backward();
+        for (const p of params) p.assign(p.sub(p.grad!.mul(0.1)));
+        return loss;
+      };
     const plain = makeParams();
     const jitted = makeParams();
     const plainStep = step(plain);
     const jitStep = jit(step(jitted));
     for (let i = 0; i < 6; i++) {
-      const x = new Tensor([[1, i], [i * 0.3, -1]], { device, dtype: "float32" });
-      const y = new Tensor([[1, 0], [0, 1]], { device, dtype: "float32" });
+      const x = new Tensor(
+        [
+          [1, i],
+          [i * 0.3, -1],
+        ],
+        { device, dtype: "float32" },
+      );
+      const y = new Tensor(
+        [
+          [1, 0],
+          [0, 1],
+        ],
+        { device, dtype: "float32" },
+      );
       const a = plainStep(x, y);
       Tensor.realizeAll([a, ...plain]);
       const b = jitStep(x, y);
@@ -56,7 +91,9 @@ test("dropout inside a replayed step draws new masks each call", () => {
   Tensor.training = true;
   try {
     const f = jit((x: Tensor) => x.dropout(0.5));
-    const masks = Array.from({ length: 4 }, () => JSON.stringify(f(Tensor.ones([64], { device: "JS" }).contiguous()).tolist()));
+    const masks = Array.from({ length: 4 }, () =>
+      JSON.stringify(f(Tensor.ones([64], { device: "JS" }).contiguous()).tolist()),
+    );
     assert.equal(new Set(masks).size, 4);
   } finally {
     Tensor.training = false;

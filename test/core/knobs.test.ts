@@ -5,10 +5,17 @@ import { fileURLToPath } from "node:url";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 const run = (env: Record<string, string>, code: string) =>
-  spawnSync(process.execPath, ["--import", "tsx", "--input-type=module", "-e", code], { cwd: root, env: { ...process.env, ...env }, encoding: "utf8" });
+  spawnSync(process.execPath, ["--import", "tsx", "--input-type=module", "-e", code], {
+    cwd: root,
+    env: { ...process.env, ...env },
+    encoding: "utf8",
+  });
 
 test("DEFAULT_FLOAT=HALF makes new float tensors float16", () => {
-  const r = run({ DEFAULT_FLOAT: "HALF" }, `import { Tensor } from "./src/index.ts"; console.log(Tensor.randn([2]).dtype.name, new Tensor([1.5]).dtype.name, Tensor.arange(3).dtype.name);`);
+  const r = run(
+    { DEFAULT_FLOAT: "HALF" },
+    `import { Tensor } from "./src/index.ts"; console.log(Tensor.randn([2]).dtype.name, new Tensor([1.5]).dtype.name, Tensor.arange(3).dtype.name);`,
+  );
   assert.equal(r.status, 0, r.stderr);
   assert.equal(r.stdout.trim(), "float16 float16 int32");
 });
@@ -19,7 +26,7 @@ test("DEBUG=2 prints one line per kernel with device, name, shape, time, GFLOP/s
   assert.equal(two.status, 0, two.stderr);
   const lines = two.stderr.split("\n").filter((l) => l.startsWith("***"));
   assert.equal(lines.length, 1);
-  assert.match(lines[0]!, /^\*\*\* JS\s+\d+ r\s+\[\]\s+[\d.]+ ms\s+[\d.]+ GFLOP\/s  u\|\S+$/);
+  assert.match(lines[0]!, /^\*\*\* JS\s+\d+ r\s+\[\]\s+[\d.]+ ms\s+[\d.]+ GFLOP\/s {2}u\|\S+$/);
   const four = run({ DEBUG: "4" }, code);
   assert.match(four.stderr, /for \(let r\d+ = 0; r\d+ < 3;/);
 });

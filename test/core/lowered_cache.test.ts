@@ -36,11 +36,47 @@ test("a stored kernel reads back equal, its dtypes the same objects, NaN, infini
   withCache((dir) => {
     const f32 = dtypes.float32;
     const kernel: KernelIR = {
-      name: "E_4", buffers: [{ dtype: f32, size: 4 }, { dtype: dtypes.float16, size: 4 }], outputShape: [4], flops: 8, parallel: 0, opts: "u|r1|p0",
+      name: "E_4",
+      buffers: [
+        { dtype: f32, size: 4 },
+        { dtype: dtypes.float16, size: 4 },
+      ],
+      outputShape: [4],
+      flops: 8,
+      parallel: 0,
+      opts: "u|r1|p0",
       body: [
-        { kind: "def", name: "v0", dtype: f32, expr: { op: "MAX", srcs: [{ kind: "lit", value: -Infinity, dtype: f32 }, { kind: "lit", value: NaN, dtype: f32 }] } },
-        { kind: "def", name: "v1", dtype: f32, expr: { op: "ADD", srcs: [{ kind: "val", name: "v0", dtype: f32 }, { kind: "lit", value: -0, dtype: f32 }] } },
-        { kind: "store", buf: 0, index: { kind: "const", value: 0, min: 0, max: 0, key: "0" }, value: { kind: "val", name: "v1", dtype: f32 }, dtype: f32 },
+        {
+          kind: "def",
+          name: "v0",
+          dtype: f32,
+          expr: {
+            op: "MAX",
+            srcs: [
+              { kind: "lit", value: -Infinity, dtype: f32 },
+              { kind: "lit", value: NaN, dtype: f32 },
+            ],
+          },
+        },
+        {
+          kind: "def",
+          name: "v1",
+          dtype: f32,
+          expr: {
+            op: "ADD",
+            srcs: [
+              { kind: "val", name: "v0", dtype: f32 },
+              { kind: "lit", value: -0, dtype: f32 },
+            ],
+          },
+        },
+        {
+          kind: "store",
+          buf: 0,
+          index: { kind: "const", value: 0, min: 0, max: 0, key: "0" },
+          value: { kind: "val", name: "v1", dtype: f32 },
+          dtype: f32,
+        },
       ],
     };
     // an older version's folder goes when this version's is made
@@ -50,7 +86,9 @@ test("a stored kernel reads back equal, its dtypes the same objects, NaN, infini
     const back = loadLowered("key A")!;
     assert.deepEqual(back, kernel);
     assert.equal(back.buffers[1]!.dtype, dtypes.float16);
-    const literals = back.body.flatMap((s) => (s.kind === "def" && "srcs" in s.expr ? s.expr.srcs : [])).flatMap((o) => (o.kind === "lit" ? [o.value] : []));
+    const literals = back.body
+      .flatMap((s) => (s.kind === "def" && "srcs" in s.expr ? s.expr.srcs : []))
+      .flatMap((o) => (o.kind === "lit" ? [o.value] : []));
     assert.equal(literals.length, 3);
     assert.ok(Object.is(literals[0], -Infinity) && Number.isNaN(literals[1]) && Object.is(literals[2], -0));
     assert.equal(loadLowered("key B"), undefined);
@@ -65,7 +103,15 @@ test("a kernel read back can be searched again: its spec is the one its lowering
   withCache(() => {
     const a = UOp.buffer(new Buffer("CPU", 64 * 48, dtypes.float32)).reshape([64, 48]);
     const value = a.reshape([4, 16, 48]).reduce("ADD", [1, 2]);
-    const spec: KernelSpec = { value, inputs: new Map([[a, 1]]), buffers: [{ dtype: dtypes.float32, size: 4 }, { dtype: dtypes.float32, size: 64 * 48 }], host: true };
+    const spec: KernelSpec = {
+      value,
+      inputs: new Map([[a, 1]]),
+      buffers: [
+        { dtype: dtypes.float32, size: 4 },
+        { dtype: dtypes.float32, size: 64 * 48 },
+      ],
+      host: true,
+    };
     const lowered = lowerKernel(spec);
     storeLowered("sum", lowered);
     const back = loadLowered("sum")!;
@@ -76,7 +122,9 @@ test("a kernel read back can be searched again: its spec is the one its lowering
   });
 });
 
-test("a second process reads its host kernels and their C back instead of lowering and rendering them, and computes the same", { timeout: 120_000 }, () => {
+test("a second process reads its host kernels and their C back instead of lowering and rendering them, and computes the same", {
+  timeout: 120_000,
+}, () => {
   withCache((dir) => {
     const script = `
       import { Tensor, dtypes } from ${JSON.stringify(join(root, "src", "index.ts"))};
@@ -87,9 +135,18 @@ test("a second process reads its host kernels and their C back instead of loweri
       console.log(JSON.stringify({ y: y.tolist(), ...loweredStats }));
     `;
     const run = () => {
-      const child = spawnSync(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], { cwd: root, env: { ...process.env, TSGRAD_CACHE: dir }, encoding: "utf8" });
+      const child = spawnSync(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], {
+        cwd: root,
+        env: { ...process.env, TSGRAD_CACHE: dir },
+        encoding: "utf8",
+      });
       assert.equal(child.status, 0, child.stderr);
-      return JSON.parse(child.stdout.trim().split("\n").at(-1)!) as { y: number[]; loaded: number; stored: number; sourcesRead: number };
+      return JSON.parse(child.stdout.trim().split("\n").at(-1)!) as {
+        y: number[];
+        loaded: number;
+        stored: number;
+        sourcesRead: number;
+      };
     };
     const first = run();
     const second = run();
@@ -104,7 +161,15 @@ test("a second process reads its host kernels and their C back instead of loweri
 test("a cache that cannot be written costs nothing but the next process's time", () => {
   withCache((dir) => {
     writeFileSync(join(dir, "lowered"), "a file where the folder would go");
-    const kernel: KernelIR = { name: "E_1", buffers: [{ dtype: dtypes.float32, size: 1 }], outputShape: [1], flops: 0, parallel: 0, opts: "", body: [] };
+    const kernel: KernelIR = {
+      name: "E_1",
+      buffers: [{ dtype: dtypes.float32, size: 1 }],
+      outputShape: [1],
+      flops: 0,
+      parallel: 0,
+      opts: "",
+      body: [],
+    };
     assert.doesNotThrow(() => storeLowered("key", kernel));
     assert.equal(loadLowered("key"), undefined);
   });
@@ -127,9 +192,19 @@ test("the source hash follows no link to a folder: a link back up (as in /lib/ll
 test("in a bundle the version is the bundle's text, found at once, with import.meta.url kept or defined away (bench/gpu-check.sh's)", () => {
   const dir = scratchDir("bundle-");
   const entry = join(dir, "entry.ts");
-  writeFileSync(entry, `import { sourceVersion } from ${JSON.stringify(join(root, "src", "engine", "lowered_cache.ts"))};\nconsole.log(sourceVersion());\n`);
+  writeFileSync(
+    entry,
+    `import { sourceVersion } from ${JSON.stringify(join(root, "src", "engine", "lowered_cache.ts"))};\nconsole.log(sourceVersion());\n`,
+  );
   const plain = join(dir, "app", "entry.mjs");
-  buildSync({ entryPoints: [entry], outfile: plain, bundle: true, platform: "node", format: "esm", logLevel: "warning" });
+  buildSync({
+    entryPoints: [entry],
+    outfile: plain,
+    bundle: true,
+    platform: "node",
+    format: "esm",
+    logLevel: "warning",
+  });
   bundleForDevice([entry], join(dir, "device"));
   for (const bundle of [plain, join(dir, "device", "entry.mjs")]) {
     const child = spawnSync(process.execPath, [bundle], { encoding: "utf8", timeout: 30_000 });

@@ -33,7 +33,8 @@ for (const device of testDevices()) {
     const jf = jit(f);
     for (let i = 0; i < 4; i++) {
       const x = Tensor.rand([8, 32], { device }).realize();
-      const got = jf(x).toArray() as Float32Array, want = f(x).toArray() as Float32Array;
+      const got = jf(x).toArray() as Float32Array,
+        want = f(x).toArray() as Float32Array;
       got.forEach((g, j) => assert.ok(Math.abs(g - want[j]!) < 1e-6, `call ${i}, element ${j}: ${g} vs ${want[j]}`));
     }
     assert.ok(jf.jit.isCaptured);

@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Device, GlobalCounters, Tensor, TsgradError, UOp } from "../../src/index.ts";
+import { Device, GlobalCounters, Tensor, TsgradError, type UOp } from "../../src/index.ts";
 import { recordItems } from "../../src/engine/realize.ts";
 import { allReduce, allReduceMany, jit } from "../../src/tensor/index.ts";
 import { assertClose } from "../close.ts";
@@ -25,9 +25,23 @@ test("to(devices) replicates", () => {
 
 test("ops on a sharded and a replicated tensor run per device", () => {
   const x = new Tensor(data(8), { device: "JS" }).reshape([4, 2]);
-  const w = new Tensor([[1, 2], [3, 4]], { device: "JS", dtype: "float32" });
+  const w = new Tensor(
+    [
+      [1, 2],
+      [3, 4],
+    ],
+    { device: "JS", dtype: "float32" },
+  );
   const expected = values(x.matmul(w).relu());
-  assertClose(values(x.shard(devs(2)).matmul(w.to(devs(2))).relu()), expected);
+  assertClose(
+    values(
+      x
+        .shard(devs(2))
+        .matmul(w.to(devs(2)))
+        .relu(),
+    ),
+    expected,
+  );
 });
 
 test("a reduction over the sharded axis all-reduces; over another axis it stays sharded", () => {
@@ -57,18 +71,31 @@ test("unit axes added in front of the sharded axis keep it sharded (unsqueeze, e
   const lifted = s.unsqueeze(0).reshape([1, 1, 4, 3]);
   assert.equal((lifted.node as { axis: number | null }).axis, 2);
   assertClose(values(lifted.mul(2).sum({ axis: [0, 1] })), values(x.mul(2)));
-  assertClose(values(Tensor.einsum("ij,j->i", s, new Tensor([1, 2, 3], { device: "JS", dtype: "float32" }).to(devs(2)))), values(x.matmul(new Tensor([1, 2, 3], { device: "JS", dtype: "float32" }))));
+  assertClose(
+    values(Tensor.einsum("ij,j->i", s, new Tensor([1, 2, 3], { device: "JS", dtype: "float32" }).to(devs(2)))),
+    values(x.matmul(new Tensor([1, 2, 3], { device: "JS", dtype: "float32" }))),
+  );
 });
 
 test("an uneven batch split is rejected naming the batch and the device count", () => {
-  assert.throws(() => Tensor.zeros([5, 2], { device: "JS" }).shard(devs(2)), (e: unknown) => e instanceof TsgradError && e.message.includes("5 is not a multiple of 2") && e.message.includes("[5, 2]"));
+  assert.throws(
+    () => Tensor.zeros([5, 2], { device: "JS" }).shard(devs(2)),
+    (e: unknown) =>
+      e instanceof TsgradError && e.message.includes("5 is not a multiple of 2") && e.message.includes("[5, 2]"),
+  );
 });
 
 test("mixing tensors on mismatched device sets is a clear error", () => {
   const a = Tensor.zeros([4], { device: "JS" }).shard(devs(2));
   const b = Tensor.zeros([4], { device: "JS" }).shard(["JS", "JS:2"]);
-  assert.throws(() => a.add(b), (e: unknown) => e instanceof TsgradError && e.message.includes("JS,JS:1") && e.message.includes("JS,JS:2"));
-  assert.throws(() => a.add(Tensor.zeros([4], { device: "JS:3" })), (e: unknown) => e instanceof TsgradError && e.message.includes("JS,JS:1") && e.message.includes("JS:3"));
+  assert.throws(
+    () => a.add(b),
+    (e: unknown) => e instanceof TsgradError && e.message.includes("JS,JS:1") && e.message.includes("JS,JS:2"),
+  );
+  assert.throws(
+    () => a.add(Tensor.zeros([4], { device: "JS:3" })),
+    (e: unknown) => e instanceof TsgradError && e.message.includes("JS,JS:1") && e.message.includes("JS:3"),
+  );
 });
 
 /** A small MLP regression trained with SGD; the batch sharded over `devices`, weights replicated. */
@@ -104,7 +131,9 @@ test("data-parallel training on 2 and 3 devices matches one device, step for ste
   for (const n of [2, 3]) {
     const many = train(devs(n), 4, false);
     assertClose(many.losses, one.losses, { atol: 1e-6, what: `losses on ${n} devices` });
-    many.weights.forEach((w, i) => assertClose(w, one.weights[i]!, { atol: 1e-6, what: `weights ${i} on ${n} devices` }));
+    many.weights.forEach((w, i) =>
+      assertClose(w, one.weights[i]!, { atol: 1e-6, what: `weights ${i} on ${n} devices` }),
+    );
   }
 });
 
@@ -182,10 +211,16 @@ test("replicated gradients are all-reduced together, each device's partial store
   const half = (160 * 512 + 512) / 2;
   // the ring moves halves of the bucket: one copy each way to reduce, one each way to gather (not a ring per tensor)
   const copies = items.filter((item) => item.kind === "copy" && item.src.nbytes === half * 4);
-  assert.equal(copies.length, 4, `copies: ${items.flatMap((item) => (item.kind === "copy" ? [item.src.nbytes] : [])).join(", ")}`);
+  assert.equal(
+    copies.length,
+    4,
+    `copies: ${items.flatMap((item) => (item.kind === "copy" ? [item.src.nbytes] : [])).join(", ")}`,
+  );
   // a half's kernel that did more than an addition an element computed its slice of a partial gradient (a matmul
   // cut through a flat view, lowered as plain loops: 10240 operations for 128 values before)
-  const halves = items.flatMap((item) => (item.kind === "kernel" && item.kernel.outputShape.reduce((a, b) => a * b, 1) === half ? [item.kernel] : []));
+  const halves = items.flatMap((item) =>
+    item.kind === "kernel" && item.kernel.outputShape.reduce((a, b) => a * b, 1) === half ? [item.kernel] : [],
+  );
   assert.ok(halves.length >= 2, `the ring's kernels: ${halves.map((k) => k.name).join(", ")}`);
   for (const k of halves) assert.ok(k.flops <= half, `${k.name}: ${k.flops} operations`);
 });
@@ -217,7 +252,10 @@ test("a sharded batch's dropout draws only each device's slice of the one logica
 
 test("allReduceMany sums each tensor over its own devices: buckets never mix dtypes or device lists", () => {
   const shard = (device: string, n: number, seed: number, dtype: "float32" | "int32" = "float32") =>
-    (new Tensor(data(n, seed).map((v) => (dtype === "int32" ? Math.round(v * 10) : v)), { device, dtype }).realize().node as UOp);
+    new Tensor(
+      data(n, seed).map((v) => (dtype === "int32" ? Math.round(v * 10) : v)),
+      { device, dtype },
+    ).realize().node as UOp;
   const sets = [devs(2), ["JS:2", "JS:3"], devs(2)];
   const tensors = [
     sets[0]!.map((d, i) => shard(d, 6, i)),

@@ -4,7 +4,7 @@
 // across the sum. And a matmul before a heavy epilogue is stored first.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { type Buffer, Tensor, UOp } from "../../src/index.ts";
+import { type Buffer, Tensor, type UOp } from "../../src/index.ts";
 import type { Stmt } from "../../src/codegen/ir.ts";
 import { coefficientOf } from "../../src/shape/symbolic.ts";
 import { jsBackend } from "../../src/backends.ts";
@@ -15,7 +15,12 @@ import { values } from "./harness.ts";
 
 const device = "JS";
 function input(shape: number[], seed: number, requiresGrad = false, on = device): Tensor {
-  const t = new Tensor(Float32Array.from({ length: shape.reduce((a, b) => a * b, 1) }, (_, i) => Math.sin(i * 0.37 + seed)), { device: on }).reshape(shape).realize();
+  const t = new Tensor(
+    Float32Array.from({ length: shape.reduce((a, b) => a * b, 1) }, (_, i) => Math.sin(i * 0.37 + seed)),
+    { device: on },
+  )
+    .reshape(shape)
+    .realize();
   t.requiresGrad = requiresGrad;
   return t;
 }
@@ -33,7 +38,8 @@ function sumSteps(kernel: Kernel, buffer: Buffer): number[] {
   const visit = (stmts: readonly Stmt[], sums: readonly string[]): void => {
     for (const s of stmts) {
       if (s.kind === "loop") visit(s.body, s.var.startsWith("r") ? [...sums, s.var] : sums);
-      else if (s.kind === "def" && s.expr.op === "LOAD" && s.expr.buf === slot) for (const r of sums) steps.add(coefficientOf(s.expr.index, r)!);
+      else if (s.kind === "def" && s.expr.op === "LOAD" && s.expr.buf === slot)
+        for (const r of sums) steps.add(coefficientOf(s.expr.index, r)!);
     }
   };
   visit(kernel.kernel.body, []);
@@ -61,7 +67,11 @@ test("x @ W reads W as [n/16, k, 16] panels: one sequential stream, not a row of
   assert.deepEqual(items.map(shapeOf), ["3x96x16", "64x48"]);
   const [panel, product] = items as [Kernel, Kernel];
   assert.ok(panel.buffers.includes(bufferOf(w)));
-  assert.ok(product.buffers.includes(panel.buffers[0]!) && !product.buffers.includes(bufferOf(w)) && product.buffers.includes(bufferOf(x)));
+  assert.ok(
+    product.buffers.includes(panel.buffers[0]!) &&
+      !product.buffers.includes(bufferOf(w)) &&
+      product.buffers.includes(bufferOf(x)),
+  );
   // each step of the sum reads the next 16 lanes of the panel
   assert.deepEqual(sumSteps(product, panel.buffers[0]!), [16]);
   assertClose(values(y), reference(x, w), { atol: 1e-3, rtol: 1e-5, what: "x @ W" });
@@ -125,7 +135,10 @@ test("the backward's dY @ W reads its own panels of W, not the forward's panels 
   assert.deepEqual(sumSteps(dx, backward.buffers[0]!), [16]);
   // each copy is made right before its product and dies after it: the backward's copy takes the forward's memory
   assert.equal(backward.buffers[0], forward.buffers[0]);
-  assert.ok(items.indexOf(forward) < items.findIndex((k) => shapeOf(k) === "64x48") && items.indexOf(backward) === items.indexOf(dx) - 1);
+  assert.ok(
+    items.indexOf(forward) < items.findIndex((k) => shapeOf(k) === "64x48") &&
+      items.indexOf(backward) === items.indexOf(dx) - 1,
+  );
   const ys = reference(x, w, { bT: true });
   const ws = values(w);
   const expected = Array.from({ length: 64 * 512 }, (_, e) => {
@@ -141,7 +154,12 @@ test("batched products (attention's probabilities @ v) pack each batch's operand
   const out = p.matmul(v);
   // v as [3, 48/16, 40, 16]
   assert.deepEqual(kernels(out).map(shapeOf), ["3x3x40x16", "3x32x48"]);
-  const expected = [0, 1, 2].flatMap((b) => reference(p.shrink([[b, b + 1], null, null]).reshape([32, 40]), v.shrink([[b, b + 1], null, null]).reshape([40, 48])));
+  const expected = [0, 1, 2].flatMap((b) =>
+    reference(
+      p.shrink([[b, b + 1], null, null]).reshape([32, 40]),
+      v.shrink([[b, b + 1], null, null]).reshape([40, 48]),
+    ),
+  );
   assertClose(values(out), expected, { atol: 1e-3, rtol: 1e-5, what: "p @ v" });
 });
 
@@ -180,7 +198,10 @@ test("lanes 16 does not divide read a padded panel: x @ W^T over 40 outputs, x @
 test("a matmul before a heavy epilogue (a GELU) is stored with its full tile; a light one stays fused", () => {
   const [x, w] = [input([20, 64], 1), input([64, 40], 2)];
   const heavy = kernels(x.matmul(w).gelu());
-  assert.deepEqual(heavy.map((k) => k.kernel.name[0]), ["r", "E"]);
+  assert.deepEqual(
+    heavy.map((k) => k.kernel.name[0]),
+    ["r", "E"],
+  );
   assert.ok(heavy[1]!.buffers.includes(heavy[0]!.buffers[0]!));
   assert.equal(kernels(x.matmul(w).mul(2).add(1)).length, 1);
 });
@@ -209,15 +230,26 @@ test("an operand whose index divides (a convolution's windows) is packed even wh
   assert.ok(product, ks.map(shapeOf).join(", "));
   // the product reads no input buffer in place (the windows come from their packed copy), and the copy
   // before it was made by a kernel of this schedule
-  assert.ok(!product.buffers.includes(bufferOf(x)), "the weight gradient reads the windows in place (a division a load)");
+  assert.ok(
+    !product.buffers.includes(bufferOf(x)),
+    "the weight gradient reads the windows in place (a division a load)",
+  );
   const copies = ks.filter((k) => k !== product && product.buffers.includes(k.buffers[0]!));
   assert.ok(copies.length >= 1, "no packed copy feeds the product");
   const gx = values(w.grad!);
   // the same numbers as the definition: dW[f, c, i, j] = sum over n, y, x of g[n, f, y, x] * x[n, c, y + i, x + j]
-  const xv = values(x), gv = values(g);
-  for (const [f, c, i, j] of [[0, 0, 0, 0], [5, 3, 1, 2], [63, 7, 2, 1]] as const) {
+  const xv = values(x),
+    gv = values(g);
+  for (const [f, c, i, j] of [
+    [0, 0, 0, 0],
+    [5, 3, 1, 2],
+    [63, 7, 2, 1],
+  ] as const) {
     let s = 0;
-    for (let n = 0; n < 8; n++) for (let y = 0; y < 32; y++) for (let xx = 0; xx < 32; xx++) s += gv[((n * 64 + f) * 32 + y) * 32 + xx]! * xv[((n * 8 + c) * 34 + y + i) * 34 + xx + j]!;
+    for (let n = 0; n < 8; n++)
+      for (let y = 0; y < 32; y++)
+        for (let xx = 0; xx < 32; xx++)
+          s += gv[((n * 64 + f) * 32 + y) * 32 + xx]! * xv[((n * 8 + c) * 34 + y + i) * 34 + xx + j]!;
     assertClose([gx[((f * 8 + c) * 3 + i) * 3 + j]!], [s], { atol: 1e-3, what: `dW[${f}, ${c}, ${i}, ${j}]` });
   }
 });

@@ -4,7 +4,7 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { GlobalCounters, Tensor, TsgradError, dtypes } from "../../src/index.ts";
-import { type DType } from "../../src/dtype.ts";
+import type { DType } from "../../src/dtype.ts";
 import { recordItems } from "../../src/engine/realize.ts";
 import { argsort, sort } from "../../src/tensor/index.ts";
 import { testDevices } from "../devices.ts";
@@ -25,7 +25,9 @@ function sortRef(a: Nd, axis: number, descending = false): { values: Nd; indices
   for (let start = 0; start < a.data.length; start += start % inner === inner - 1 ? (n - 1) * inner + 1 : 1) {
     const at = (j: number): number => start + j * inner;
     const line = Array.from({ length: n }, (_, j) => a.data[at(j)]!);
-    const order = [...line.keys()].sort((p, q) => (descending ? compare(line[q]!, line[p]!) : compare(line[p]!, line[q]!)) || p - q);
+    const order = [...line.keys()].sort(
+      (p, q) => (descending ? compare(line[q]!, line[p]!) : compare(line[p]!, line[q]!)) || p - q,
+    );
     order.forEach((from, j) => ((sorted[at(j)] = line[from]!), (indices[at(j)] = from)));
   }
   return { values: nd(a.shape, sorted), indices: nd(a.shape, indices) };
@@ -34,7 +36,8 @@ function sortRef(a: Nd, axis: number, descending = false): { values: Nd; indices
 /** Random float32 values (rounded, so the reference orders exactly what the device sees). */
 const randomF32 = (shape: number[], seed: number): Nd => map(randomNd(shape, seed), Math.fround);
 
-const tensorOf = (a: Nd, device: string, dtype: DType): Tensor => new Tensor(a.data, { device, dtype }).reshape(a.shape);
+const tensorOf = (a: Nd, device: string, dtype: DType): Tensor =>
+  new Tensor(a.data, { device, dtype }).reshape(a.shape);
 
 /** sort(a) in both directions gives the stable reference's values and indices, in a's dtype and int32. */
 function checkSort(device: string, a: Nd, dtype: DType, axis: number): void {
@@ -70,14 +73,22 @@ for (const device of testDevices()) {
 
     test("±inf sort last and first, before the padding that fills the axis to a power of two", () => {
       checkSort(device, nd([7], [Infinity, -Infinity, 1, Infinity, -Infinity, 0, -2]), dtypes.float32, 0);
-      checkSort(device, nd([2, 3], [Infinity, Infinity, Infinity, -Infinity, -Infinity, -Infinity]), dtypes.float32, -1);
+      checkSort(
+        device,
+        nd([2, 3], [Infinity, Infinity, Infinity, -Infinity, -Infinity, -Infinity]),
+        dtypes.float32,
+        -1,
+      );
     });
 
     test("NaN sorts after +inf, last ascending and first descending, and no element is lost or doubled", () => {
       checkSort(device, nd([7], [3, NaN, 1, -Infinity, NaN, Infinity, 0]), dtypes.float32, 0);
       checkSort(device, nd([2, 5], [NaN, NaN, NaN, NaN, NaN, 2, NaN, -1, NaN, Infinity]), dtypes.float32, -1);
       checkSort(device, nd([3, 3], [NaN, 1, 2, 0, NaN, Infinity, 5, -Infinity, NaN]), dtypes.float32, 0);
-      const a = map(nd([6], [0.5, NaN, -2, NaN, 65504, -Infinity]), (v) => values(new Tensor([v], { dtype: dtypes.float16 }))[0]!);
+      const a = map(
+        nd([6], [0.5, NaN, -2, NaN, 65504, -Infinity]),
+        (v) => values(new Tensor([v], { dtype: dtypes.float16 }))[0]!,
+      );
       checkSort(device, a, dtypes.float16, 0);
     });
 
@@ -89,7 +100,12 @@ for (const device of testDevices()) {
 
     test("float16 sorts in its own precision and stays float16", () => {
       const a = nd([2, 6], [0.5, -65504, 65504, 0.5, Infinity, -0.25, 3, 3, -Infinity, 1e-3, -2, 0]);
-      checkSort(device, map(a, (v) => values(new Tensor([v], { dtype: dtypes.float16 }))[0]!), dtypes.float16, -1);
+      checkSort(
+        device,
+        map(a, (v) => values(new Tensor([v], { dtype: dtypes.float16 }))[0]!),
+        dtypes.float16,
+        -1,
+      );
     });
 
     test("int64 sorts exactly, its extremes and (except on JS, which computes in doubles) values past 2^53 too, and stays int64", () => {
@@ -98,10 +114,15 @@ for (const device of testDevices()) {
       const x = new Tensor(BigInt64Array.from(big), { device });
       for (const descending of [false, true]) {
         const { values: v, indices: i } = sort(x, { descending });
-        const order = [...big.keys()].sort((p, q) => (big[p]! < big[q]! ? -1 : big[p]! > big[q]! ? 1 : 0) * (descending ? -1 : 1) || p - q);
+        const order = [...big.keys()].sort(
+          (p, q) => (big[p]! < big[q]! ? -1 : big[p]! > big[q]! ? 1 : 0) * (descending ? -1 : 1) || p - q,
+        );
         assert.equal(v.dtype, dtypes.int64);
         assert.deepEqual(Array.from(i.toArray() as Int32Array), order);
-        assert.deepEqual(Array.from(v.toArray() as BigInt64Array), order.map((j) => big[j]!));
+        assert.deepEqual(
+          Array.from(v.toArray() as BigInt64Array),
+          order.map((j) => big[j]!),
+        );
       }
     });
 
@@ -111,13 +132,24 @@ for (const device of testDevices()) {
     });
 
     test("the values' gradient goes back to the element each came from", () => {
-      checkOp(device, [randomNd([4, 6], 2)], (x) => sort(x, { axis: 0 }).values, (a) => sortRef(a, 0).values);
-      checkOp(device, [randomNd([3, 5], 3)], (x) => sort(x, { descending: true }).values, (a) => sortRef(a, 1, true).values);
+      checkOp(
+        device,
+        [randomNd([4, 6], 2)],
+        (x) => sort(x, { axis: 0 }).values,
+        (a) => sortRef(a, 0).values,
+      );
+      checkOp(
+        device,
+        [randomNd([3, 5], 3)],
+        (x) => sort(x, { descending: true }).values,
+        (a) => sortRef(a, 1, true).values,
+      );
     });
 
     test("argsort is sort's indices", () => {
       const x = fromNd(randomF32([4, 9], 4), device);
-      for (const options of [{}, { axis: 0 }, { descending: true }]) assert.deepEqual(values(argsort(x, options)), values(sort(x, options).indices));
+      for (const options of [{}, { axis: 0 }, { descending: true }])
+        assert.deepEqual(values(argsort(x, options)), values(sort(x, options).indices));
     });
   });
 }
@@ -141,7 +173,8 @@ test("an empty axis sorts to empty values and int32 indices of the same shape", 
 });
 
 test("sort errors name the op, the axis and the shape", () => {
-  const expectError = (f: () => unknown, text: string) => assert.throws(f, (e: Error) => e instanceof TsgradError && e.message.includes(text), text);
+  const expectError = (f: () => unknown, text: string) =>
+    assert.throws(f, (e: Error) => e instanceof TsgradError && e.message.includes(text), text);
   const x = Tensor.zeros([2, 3]);
   expectError(() => sort(x, { axis: 2 }), "sort: axis 2 is out of range for a tensor of shape [2, 3]");
   expectError(() => argsort(x, { axis: -3 }), "argsort: axis -3 is out of range for a tensor of shape [2, 3]");
@@ -150,8 +183,29 @@ test("sort errors name the op, the axis and the shape", () => {
 });
 
 test("Tensor.sort and Tensor.argsort are these functions", () => {
-  const x = new Tensor([[3, 1, 2], [0, 5, 5]], { device: "JS" });
+  const x = new Tensor(
+    [
+      [3, 1, 2],
+      [0, 5, 5],
+    ],
+    { device: "JS" },
+  );
   const { values: v, indices } = x.sort({ descending: true });
-  assert.deepEqual([v.tolist(), indices.tolist()], [[[3, 2, 1], [5, 5, 0]], [[0, 2, 1], [1, 2, 0]]]);
-  assert.deepEqual(x.argsort({ axis: 0 }).tolist(), [[1, 0, 0], [0, 1, 1]]);
+  assert.deepEqual(
+    [v.tolist(), indices.tolist()],
+    [
+      [
+        [3, 2, 1],
+        [5, 5, 0],
+      ],
+      [
+        [0, 2, 1],
+        [1, 2, 0],
+      ],
+    ],
+  );
+  assert.deepEqual(x.argsort({ axis: 0 }).tolist(), [
+    [1, 0, 0],
+    [0, 1, 1],
+  ]);
 });

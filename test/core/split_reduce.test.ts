@@ -17,7 +17,11 @@ test("only long reduces to few outputs are split, at the reduced axis with the l
   assert.deepEqual(splitReduce([4096, 1024], [0]), { axis: 0, factor: 256 });
   assert.deepEqual(splitReduce([8, 512, 1024], [0, 1]), { axis: 1, factor: 256 });
   assert.equal(splitReduce([1024, 1024], [0]), undefined, "a column 1024 long: one kernel");
-  assert.equal(splitReduce([4096, 32, 32], [0]), undefined, "two kept axes (a weight gradient's shape): not a column sum");
+  assert.equal(
+    splitReduce([4096, 32, 32], [0]),
+    undefined,
+    "two kept axes (a weight gradient's shape): not a column sum",
+  );
   assert.equal(splitReduce([1 << 15, 1 << 14], [0]), undefined, "2^14 outputs keep every core busy");
   assert.equal(splitReduce([32771], [0]), undefined, "a prime length has no factor");
 });
@@ -37,14 +41,18 @@ for (const device of testDevices()) {
     const rows = t.sum({ axis: 1, keepdim: true });
     assert.deepEqual(rows.shape, [3, 1]);
     const rowSums = [0, 1, 2].map((r) => values.slice(r * 40000, (r + 1) * 40000).reduce((a, b) => a + b, 0));
-    (rows.toArray() as Float32Array).forEach((v, r) => assert.ok(Math.abs(v - rowSums[r]!) < 1e-6 * 40000 * 10, `row ${r}: ${v} vs ${rowSums[r]}`));
+    (rows.toArray() as Float32Array).forEach((v, r) =>
+      assert.ok(Math.abs(v - rowSums[r]!) < 1e-6 * 40000 * 10, `row ${r}: ${v} vs ${rowSums[r]}`),
+    );
   });
 
   test(`gradients flow through a split sum and a split max (${device})`, () => {
     const leaf = new Tensor(values, { device, requiresGrad: true });
     leaf.reshape([3, 40000]).square().sum().backward();
     const grad = leaf.grad!.toArray() as Float32Array;
-    values.forEach((v, i) => { if (i % 9973 === 0) assert.ok(Math.abs(grad[i]! - 2 * Math.fround(v)) < 1e-4, `d/dx ${i}`); });
+    values.forEach((v, i) => {
+      if (i % 9973 === 0) assert.ok(Math.abs(grad[i]! - 2 * Math.fround(v)) < 1e-4, `d/dx ${i}`);
+    });
     const m = new Tensor(values, { device, requiresGrad: true });
     m.reshape([3, 40000]).max().backward();
     const mgrad = Array.from(m.grad!.toArray() as Float32Array);
@@ -53,7 +61,10 @@ for (const device of testDevices()) {
     const places = values.flatMap((v, i) => (Math.fround(v) === top ? [i] : []));
     assert.equal(places.length, 2);
     for (const i of places) assert.equal(mgrad[i], 0.5);
-    assert.equal(mgrad.reduce((a, b) => a + b, 0), 1);
+    assert.equal(
+      mgrad.reduce((a, b) => a + b, 0),
+      1,
+    );
   });
 }
 
@@ -82,7 +93,8 @@ for (const device of testDevices()) {
       assert.ok(hasStoredPartial(bias.grad!), "the gradient is one reduce");
       const grad = Array.from(bias.grad!.cast(dtypes.float32).toArray() as Float32Array);
       for (let j = 0; j < cols; j++) {
-        let expected = 0, magnitude = 0;
+        let expected = 0,
+          magnitude = 0;
         for (let i = 0; i < rows; i++) {
           expected += xs[i * cols + j]!;
           magnitude += Math.abs(xs[i * cols + j]!);
@@ -100,7 +112,10 @@ test("neighbouring reduced axes are cut as one: a norm over [1021, 256] is 256 p
   const values = Array.from({ length: 1021 * 256 }, (_, i) => Math.cos(i * 0.11) * 3);
   const t = new Tensor(values, { device: "JS" }).reshape([1021, 256]).realize();
   const items = recordItems(() => t.square().sum().realize()).items.filter((i) => i.kind === "kernel");
-  assert.deepEqual(items.map((i) => (i.kind === "kernel" ? i.kernel.outputShape : [])), [[256, 1], []]);
+  assert.deepEqual(
+    items.map((i) => (i.kind === "kernel" ? i.kernel.outputShape : [])),
+    [[256, 1], []],
+  );
   const expected = values.reduce((a, b) => a + b * b, 0);
   const total = t.square().sum().item();
   assertClose(total, expected, { atol: 0, rtol: 1e-5, what: "sum of squares" });

@@ -2,17 +2,34 @@
 // variables (floor division and modulo). Checked exhaustively on small random expressions.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { type Idx, coefficientOf, iadd, iconst, idiv, imod, imul, ivar, replaceSubexpressions, splitAtMultiple } from "../../src/shape/symbolic.ts";
+import {
+  type Idx,
+  coefficientOf,
+  iadd,
+  iconst,
+  idiv,
+  imod,
+  imul,
+  ivar,
+  replaceSubexpressions,
+  splitAtMultiple,
+} from "../../src/shape/symbolic.ts";
 
 /** The value of `e` with variables set from `env`. */
 function evaluate(e: Idx, env: ReadonlyMap<string, number>): number {
   switch (e.kind) {
-    case "const": return e.value;
-    case "var": return env.get(e.name)!;
-    case "sum": return e.terms.reduce((s, t) => s + evaluate(t, env), 0);
-    case "mul": return evaluate(e.a, env) * e.c;
-    case "div": return Math.floor(evaluate(e.a, env) / e.c);
-    case "mod": return ((evaluate(e.a, env) % e.c) + e.c) % e.c;
+    case "const":
+      return e.value;
+    case "var":
+      return env.get(e.name)!;
+    case "sum":
+      return e.terms.reduce((s, t) => s + evaluate(t, env), 0);
+    case "mul":
+      return evaluate(e.a, env) * e.c;
+    case "div":
+      return Math.floor(evaluate(e.a, env) / e.c);
+    case "mod":
+      return ((evaluate(e.a, env) % e.c) + e.c) % e.c;
   }
 }
 
@@ -30,7 +47,14 @@ const vars = Object.entries(sizes).map(([name, size]) => ({ name, size, idx: iva
 
 /** Every assignment of the variables. */
 function* assignments(): Generator<Map<string, number>> {
-  for (let x = 0; x < sizes.x; x++) for (let y = 0; y < sizes.y; y++) for (let z = 0; z < sizes.z; z++) yield new Map([["x", x], ["y", y], ["z", z]]);
+  for (let x = 0; x < sizes.x; x++)
+    for (let y = 0; y < sizes.y; y++)
+      for (let z = 0; z < sizes.z; z++)
+        yield new Map([
+          ["x", x],
+          ["y", y],
+          ["z", z],
+        ]);
 }
 
 test("division, modulo and their recombination keep the value of random index expressions", () => {
@@ -55,7 +79,11 @@ test("division, modulo and their recombination keep the value of random index ex
       assert.equal(evaluate(imod(sum, c), env), ((s % c) + c) % c, `${sum.key} % ${c} at ${[...env]}`);
       assert.equal(evaluate(recombined, env), s * k, `${recombined.key} at ${[...env]}`);
       assert.equal(evaluate(nested, env), Math.floor(s / c) * k, `${nested.key} at ${[...env]}`);
-      assert.equal(evaluate(mismatched, env), Math.floor(s / c) * (c * k + 1) + (((s % c) + c) % c) * k, `${mismatched.key} at ${[...env]}`);
+      assert.equal(
+        evaluate(mismatched, env),
+        Math.floor(s / c) * (c * k + 1) + (((s % c) + c) % c) * k,
+        `${mismatched.key} at ${[...env]}`,
+      );
     }
   }
 });

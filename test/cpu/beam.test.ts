@@ -23,7 +23,10 @@ interface ChildReport {
 
 /** Runs the small matmul in a fresh process with `env` and kernel cache folder `cache`. */
 function runChild(cache: string, env: Record<string, string>): ChildReport {
-  const run = spawnSync(process.execPath, ["--import", "tsx", CHILD], { env: { ...process.env, BEAM: "", ...env, TSGRAD_CACHE: cache }, encoding: "utf8" });
+  const run = spawnSync(process.execPath, ["--import", "tsx", CHILD], {
+    env: { ...process.env, BEAM: "", ...env, TSGRAD_CACHE: cache },
+    encoding: "utf8",
+  });
   assert.equal(run.status, 0, run.stderr);
   return JSON.parse(run.stdout) as ChildReport;
 }
@@ -73,13 +76,25 @@ test("clearKernelCache({ onDisk: true }) empties the cache folders", { skip: !ha
   assert.deepEqual(readdirSync(cache), []);
 });
 
-test("IGNORE_JIT_FIRST_BEAM: a jitted function's first call runs unsearched, its capture searches", { skip: !hasCpu }, () => {
-  const saved = { BEAM: process.env.BEAM, IGNORE_JIT_FIRST_BEAM: process.env.IGNORE_JIT_FIRST_BEAM, TSGRAD_CACHE: process.env.TSGRAD_CACHE };
+test("IGNORE_JIT_FIRST_BEAM: a jitted function's first call runs unsearched, its capture searches", {
+  skip: !hasCpu,
+}, () => {
+  const saved = {
+    BEAM: process.env.BEAM,
+    IGNORE_JIT_FIRST_BEAM: process.env.IGNORE_JIT_FIRST_BEAM,
+    TSGRAD_CACHE: process.env.TSGRAD_CACHE,
+  };
   const scratch = mkdtempSync(join(tmpdir(), "tsgrad-cache-"));
   Object.assign(process.env, { BEAM: "1", IGNORE_JIT_FIRST_BEAM: "1", TSGRAD_CACHE: scratch });
   try {
     clearKernelCache();
-    const data = (shape: number[]) => new Tensor(Array.from({ length: shape[0]! * shape[1]! }, (_, i) => (i % 7) - 3), { device: "CPU", dtype: "float32" }).reshape(shape).realize();
+    const data = (shape: number[]) =>
+      new Tensor(
+        Array.from({ length: shape[0]! * shape[1]! }, (_, i) => (i % 7) - 3),
+        { device: "CPU", dtype: "float32" },
+      )
+        .reshape(shape)
+        .realize();
     const [w, x1, x2] = [data([24, 40]), data([16, 24]), data([16, 24])];
     const f = jit((x: Tensor) => x.matmul(w!).mul(3));
     const before = searchStats.searched + searchStats.cacheHits;
@@ -89,7 +104,8 @@ test("IGNORE_JIT_FIRST_BEAM: a jitted function's first call runs unsearched, its
     assert.ok(searchStats.searched + searchStats.cacheHits > before, "the capture did not search");
     assert.deepEqual(first.shape, captured.shape);
   } finally {
-    for (const [key, value] of Object.entries(saved)) value === undefined ? delete process.env[key] : (process.env[key] = value);
+    for (const [key, value] of Object.entries(saved))
+      value === undefined ? delete process.env[key] : (process.env[key] = value);
     clearKernelCache();
     rmSync(scratch, { recursive: true, force: true });
   }

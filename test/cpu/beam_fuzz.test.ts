@@ -12,11 +12,22 @@ import { Device } from "../../src/index.ts";
 
 const SCRIPT = join(import.meta.dirname, "..", "..", "bench", "beam_fuzz.ts");
 
-test("BEAM's option sets near the heuristics' lower, compile and agree with them on 40 kernels of a BERT-tiny step", { skip: !Device.isAvailable("CPU") && "no C compiler" }, () => {
+test("BEAM's option sets near the heuristics' lower, compile and agree with them on 40 kernels of a BERT-tiny step", {
+  skip: !Device.isAvailable("CPU") && "no C compiler",
+}, () => {
   const cache = mkdtempSync(join(tmpdir(), "tsgrad-fuzz-"));
   try {
-    const run = spawnSync(process.execPath, ["--import", "tsx", SCRIPT, "--depth", "1", "--per-kernel", "6", "--kernels", "40"], { env: { ...process.env, TSGRAD_CACHE: cache, BEAM: "" }, encoding: "utf8" });
-    const report = JSON.parse(run.stdout) as { kernels: number; variants_checked: number; failures: number; details: unknown[] };
+    const run = spawnSync(
+      process.execPath,
+      ["--import", "tsx", SCRIPT, "--depth", "1", "--per-kernel", "6", "--kernels", "40"],
+      { env: { ...process.env, TSGRAD_CACHE: cache, BEAM: "" }, encoding: "utf8" },
+    );
+    const report = JSON.parse(run.stdout) as {
+      kernels: number;
+      variants_checked: number;
+      failures: number;
+      details: unknown[];
+    };
     assert.equal(report.kernels, 40);
     assert.ok(report.variants_checked >= 100, `only ${report.variants_checked} variants checked`);
     assert.deepEqual(report.details, []);

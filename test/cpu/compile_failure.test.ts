@@ -11,7 +11,14 @@ import { CompileError } from "../../src/runtime/compiler_cache.ts";
 const skip = Device.isAvailable("CPU") ? false : "no working C compiler";
 
 /** `body` with each store's value read from a variable no statement defines. */
-const broken = (body: readonly Stmt[]): Stmt[] => body.map((s) => s.kind === "loop" ? { ...s, body: broken(s.body) } : s.kind === "store" ? { ...s, value: { kind: "val", name: "undefined_value", dtype: s.dtype } } : s);
+const broken = (body: readonly Stmt[]): Stmt[] =>
+  body.map((s) =>
+    s.kind === "loop"
+      ? { ...s, body: broken(s.body) }
+      : s.kind === "store"
+        ? { ...s, value: { kind: "val", name: "undefined_value", dtype: s.dtype } }
+        : s,
+  );
 
 test("a kernel that fails to compile does not break the kernels compiled after it", { skip }, () => {
   const x = new Tensor([1, 2, 3], { device: "CPU", dtype: "float32" }).realize();

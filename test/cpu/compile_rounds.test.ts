@@ -38,7 +38,15 @@ function rounds(fn: () => void): { rounds: number; compiled: number } {
 
 test("in-place updates compile with the rest of their schedule, in one round", { skip: !hasCpu }, () => {
   const a = new Tensor([1, 2, 3, 4, 5, 6, 7], { dtype: dtypes.float32, device }).contiguous().realize();
-  const b = new Tensor([[1, 2, 3], [4, 5, 6]], { dtype: dtypes.float32, device }).contiguous().realize();
+  const b = new Tensor(
+    [
+      [1, 2, 3],
+      [4, 5, 6],
+    ],
+    { dtype: dtypes.float32, device },
+  )
+    .contiguous()
+    .realize();
   const c = Tensor.full([5], 3, { dtype: dtypes.float32, device }).contiguous().realize();
   // two in-place updates (the target is read and written: the aliased variant) and a plain kernel
   a.assign(a.mul(3).add(0.25));
@@ -47,20 +55,36 @@ test("in-place updates compile with the rest of their schedule, in one round", {
   const seen = rounds(() => Tensor.realizeAll([a, b, d]));
   assert.equal(seen.rounds, 1, "one round of compiler runs");
   assert.ok(seen.compiled >= 3, `the three kernels compiled (${seen.compiled})`);
-  assert.deepEqual(Array.from(a.toArray() as Float32Array), [1, 2, 3, 4, 5, 6, 7].map((x) => x * 3 + 0.25));
-  assert.deepEqual(b.tolist(), [[1, 2, 3], [4, 5, 6]].map((row) => row.map((x) => Math.fround(Math.fround(Math.sqrt(x)) * x))));
+  assert.deepEqual(
+    Array.from(a.toArray() as Float32Array),
+    [1, 2, 3, 4, 5, 6, 7].map((x) => x * 3 + 0.25),
+  );
+  assert.deepEqual(
+    b.tolist(),
+    [
+      [1, 2, 3],
+      [4, 5, 6],
+    ].map((row) => row.map((x) => Math.fround(Math.fround(Math.sqrt(x)) * x))),
+  );
   assert.deepEqual(Array.from(d.toArray() as Float32Array), [16.5, 16.5, 16.5, 16.5, 16.5]);
 });
 
 /** A small model with parameters of several shapes (each shape its own initialiser kernel). */
 function build(): { layers: Linear[]; extra: Tensor } {
   const init = truncatedNormal(0.02);
-  const layers = [new Linear(5, 7, { weightInit: init }), new Linear(7, 3, { weightInit: init }), new Linear(3, 9, { weightInit: init })];
+  const layers = [
+    new Linear(5, 7, { weightInit: init }),
+    new Linear(7, 3, { weightInit: init }),
+    new Linear(3, 9, { weightInit: init }),
+  ];
   return { layers, extra: parameter(init, [4, 11]) };
 }
-const valuesOf = (m: { layers: Linear[]; extra: Tensor }): number[][] => [...m.layers.flatMap((l) => [l.weight, l.bias!]), m.extra].map((t) => Array.from(t.toArray() as Float32Array));
+const valuesOf = (m: { layers: Linear[]; extra: Tensor }): number[][] =>
+  [...m.layers.flatMap((l) => [l.weight, l.bias!]), m.extra].map((t) => Array.from(t.toArray() as Float32Array));
 
-test("initialisedTogether realizes a model's parameters in one round, with the values made one at a time", { skip: !hasCpu }, () => {
+test("initialisedTogether realizes a model's parameters in one round, with the values made one at a time", {
+  skip: !hasCpu,
+}, () => {
   Tensor.manualSeed(7);
   let together!: { layers: Linear[]; extra: Tensor };
   const seen = rounds(() => (together = initialisedTogether(() => build())));
@@ -77,7 +101,9 @@ test("initialisedTogether realizes a model's parameters in one round, with the v
 });
 
 test("LAMB's moments are zeros in buffers of their own, made in one round", { skip: !hasCpu }, () => {
-  const params = [[6, 5], [6], [13, 2]].map((shape) => Tensor.ones(shape, { dtype: dtypes.float32, device }).mul(0.5).contiguous().realize());
+  const params = [[6, 5], [6], [13, 2]].map((shape) =>
+    Tensor.ones(shape, { dtype: dtypes.float32, device }).mul(0.5).contiguous().realize(),
+  );
   for (const p of params) p.requiresGrad = true;
   let opt!: LAMB;
   const seen = rounds(() => (opt = new LAMB(params, { lr: 0.1 })));

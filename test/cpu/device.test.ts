@@ -9,7 +9,10 @@ const hasCpu = Device.isAvailable("CPU");
 /** The default device a fresh process picks with `env` added. */
 function defaultDevice(env: Record<string, string>): string {
   const script = `import { Device } from "./src/index.ts"; console.log(Device.DEFAULT);`;
-  const run = spawnSync(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], { env: { ...process.env, DEVICE: "", CPU: "", JS: "", ...env }, encoding: "utf8" });
+  const run = spawnSync(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], {
+    env: { ...process.env, DEVICE: "", CPU: "", JS: "", ...env },
+    encoding: "utf8",
+  });
   assert.equal(run.status, 0, run.stderr);
   return run.stdout.trim();
 }

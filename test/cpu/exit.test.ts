@@ -22,12 +22,17 @@ test("processes that ran multi-threaded CPU kernels exit with status 0, every ti
   const cache = join(dir, "cache");
   writeFileSync(join(dir, "child.ts"), child);
   const statuses = Array.from({ length: 6 }, () => {
-    const run = spawnSync(process.execPath, ["--import", "tsx", join(dir, "child.ts")], { env: { ...process.env, TSGRAD_CACHE: cache, THREADS: "2" }, encoding: "utf8" });
+    const run = spawnSync(process.execPath, ["--import", "tsx", join(dir, "child.ts")], {
+      env: { ...process.env, TSGRAD_CACHE: cache, THREADS: "2" },
+      encoding: "utf8",
+    });
     return run.signal ?? run.status;
   });
   assert.deepEqual(statuses, [0, 0, 0, 0, 0, 0]);
   // the libraries say so themselves
   const libraries = readdirSync(join(cache, "cpu")).filter((f) => f.endsWith(".so"));
   assert.ok(libraries.length > 0);
-  if (hasReadelf) for (const lib of libraries) assert.match(spawnSync("readelf", ["-d", join(cache, "cpu", lib)], { encoding: "utf8" }).stdout, /NODELETE/, lib);
+  if (hasReadelf)
+    for (const lib of libraries)
+      assert.match(spawnSync("readelf", ["-d", join(cache, "cpu", lib)], { encoding: "utf8" }).stdout, /NODELETE/, lib);
 });

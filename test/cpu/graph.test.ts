@@ -35,9 +35,15 @@ function makeStep(seed: number) {
   return { step, params: [w1, w2] };
 }
 
-const input = (i: number): Tensor => Tensor.arange(0, 64 * 16, 1, { device: "CPU", dtype: dtypes.float32 }).reshape([64, 16]).mul(0.001 * (i + 1)).sin();
+const input = (i: number): Tensor =>
+  Tensor.arange(0, 64 * 16, 1, { device: "CPU", dtype: dtypes.float32 })
+    .reshape([64, 16])
+    .mul(0.001 * (i + 1))
+    .sin();
 
-test("a jitted step replays as one CPU graph, bit for bit what kernel-by-kernel replays compute", { skip: !hasCpu }, () => {
+test("a jitted step replays as one CPU graph, bit for bit what kernel-by-kernel replays compute", {
+  skip: !hasCpu,
+}, () => {
   const graphed = makeStep(3);
   const plain = makeStep(3);
   const graphedStep = jit(graphed.step);
@@ -49,7 +55,9 @@ test("a jitted step replays as one CPU graph, bit for bit what kernel-by-kernel 
     const { kernelCount, timeSumS } = GlobalCounters;
     const b = withEnv("CPU_GRAPH", "0", () => plainStep(input(i)).item());
     assert.equal(a, b, `loss at step ${i}`);
-    graphed.params.forEach((p, n) => assert.deepEqual(p.tolist(), plain.params[n]!.tolist(), `param ${n} after step ${i}`));
+    graphed.params.forEach((p, n) =>
+      assert.deepEqual(p.tolist(), plain.params[n]!.tolist(), `param ${n} after step ${i}`),
+    );
     // replays count their kernels and time as before (the graph's time is the kernels' time)
     if (i >= 2) {
       assert.ok(kernelCount > 5, `kernels counted: ${kernelCount}`);
@@ -71,7 +79,9 @@ test("CPU_GRAPH=0 replays kernel by kernel", { skip: !hasCpu }, () => {
   assert.equal(cpuGraphStats.replays, before);
 });
 
-test("a buffer given back and allocated again between replays is seen: the graph writes the new memory", { skip: !hasCpu }, () => {
+test("a buffer given back and allocated again between replays is seen: the graph writes the new memory", {
+  skip: !hasCpu,
+}, () => {
   const w = Tensor.randn([8, 8], { device: "CPU" }).realize();
   const f = jit((x: Tensor) => x.matmul(w).relu().add(1));
   const x = (i: number) => Tensor.full([4, 8], i, { device: "CPU", dtype: dtypes.float32 });
@@ -85,7 +95,9 @@ test("a buffer given back and allocated again between replays is seen: the graph
   assert.equal(cpuGraphStats.replays, replays + 1, "the graph ran");
 });
 
-test("a data-parallel step over virtual CPU devices replays as one graph, copies included, bit for bit", { skip: !hasCpu }, () => {
+test("a data-parallel step over virtual CPU devices replays as one graph, copies included, bit for bit", {
+  skip: !hasCpu,
+}, () => {
   const devices = ["CPU:1", "CPU:2"];
   const makeShardedStep = () => {
     Tensor.manualSeed(11);

@@ -16,7 +16,8 @@ const hasCc = spawnSync(cc, ["--version"]).status === 0;
 
 /** float32 bits whose float16 rounding is delicate: every half, the midpoints to its neighbour and one ulp either side, and pseudo-random patterns. */
 function float32Inputs(): Uint32Array {
-  const f = new Float32Array(1), u = new Uint32Array(f.buffer);
+  const f = new Float32Array(1),
+    u = new Uint32Array(f.buffer);
   const out: number[] = [];
   for (let h = 0; h < 0x10000; h++) {
     f[0] = f16BitsToF32(h);
@@ -38,26 +39,51 @@ const isNanBits16 = (b: number): boolean => (b & 0x7c00) === 0x7c00 && (b & 0x3f
 
 /** Compares conversions with the JS reference; NaN payloads may differ (a NaN must stay a NaN). */
 function assertMatches(halvesToFloat: Uint32Array, floatsToHalf: Uint16Array, inputs: Uint32Array, what: string): void {
-  const f = new Float32Array(1), u = new Uint32Array(f.buffer);
+  const f = new Float32Array(1),
+    u = new Uint32Array(f.buffer);
   for (let h = 0; h < 0x10000; h++) {
     f[0] = f16BitsToF32(h);
-    const want = u[0]!, got = halvesToFloat[h]!;
-    if (isNanBits16(h)) assert.ok(isNanBits32(got), `${what}: half 0x${h.toString(16)} (NaN) gave 0x${got.toString(16)}`);
-    else assert.equal(got, want, `${what}: half 0x${h.toString(16)} gave float bits 0x${got.toString(16)}, want 0x${want.toString(16)}`);
+    const want = u[0]!,
+      got = halvesToFloat[h]!;
+    if (isNanBits16(h))
+      assert.ok(isNanBits32(got), `${what}: half 0x${h.toString(16)} (NaN) gave 0x${got.toString(16)}`);
+    else
+      assert.equal(
+        got,
+        want,
+        `${what}: half 0x${h.toString(16)} gave float bits 0x${got.toString(16)}, want 0x${want.toString(16)}`,
+      );
   }
   for (let i = 0; i < inputs.length; i++) {
     u[0] = inputs[i]!;
-    const want = f32ToF16Bits(f[0]), got = floatsToHalf[i]!;
-    if (isNanBits32(inputs[i]!)) assert.ok(isNanBits16(got), `${what}: NaN 0x${inputs[i]!.toString(16)} gave half 0x${got.toString(16)}`);
-    else assert.equal(got, want, `${what}: float bits 0x${inputs[i]!.toString(16)} (${f[0]}) gave half 0x${got.toString(16)}, want 0x${want.toString(16)}`);
+    const want = f32ToF16Bits(f[0]),
+      got = floatsToHalf[i]!;
+    if (isNanBits32(inputs[i]!))
+      assert.ok(isNanBits16(got), `${what}: NaN 0x${inputs[i]!.toString(16)} gave half 0x${got.toString(16)}`);
+    else
+      assert.equal(
+        got,
+        want,
+        `${what}: float bits 0x${inputs[i]!.toString(16)} (${f[0]}) gave half 0x${got.toString(16)}, want 0x${want.toString(16)}`,
+      );
   }
 }
 
-test("CPU device: float16 <-> float32 conversions match the JS reference on every half and every rounding boundary", { skip: !hasCpu }, () => {
+test("CPU device: float16 <-> float32 conversions match the JS reference on every half and every rounding boundary", {
+  skip: !hasCpu,
+}, () => {
   const inputs = float32Inputs();
   const halves = Uint16Array.from({ length: 0x10000 }, (_, i) => i);
-  const toFloat = new Tensor(halves, { dtype: dtypes.uint16, device: "CPU" }).bitcast(dtypes.float16).cast(dtypes.float32).bitcast(dtypes.uint32).toArray() as Uint32Array;
-  const toHalf = new Tensor(inputs, { dtype: dtypes.uint32, device: "CPU" }).bitcast(dtypes.float32).cast(dtypes.float16).bitcast(dtypes.uint16).toArray() as Uint16Array;
+  const toFloat = new Tensor(halves, { dtype: dtypes.uint16, device: "CPU" })
+    .bitcast(dtypes.float16)
+    .cast(dtypes.float32)
+    .bitcast(dtypes.uint32)
+    .toArray() as Uint32Array;
+  const toHalf = new Tensor(inputs, { dtype: dtypes.uint32, device: "CPU" })
+    .bitcast(dtypes.float32)
+    .cast(dtypes.float16)
+    .bitcast(dtypes.uint16)
+    .toArray() as Uint16Array;
   assertMatches(toFloat, toHalf, inputs, "CPU device");
 });
 
@@ -79,7 +105,11 @@ int main(int argc, char** argv) {
   return fclose(out);
 }`;
     writeFileSync(join(dir, "half.c"), C_PRELUDE + main);
-    const built = spawnSync(cc, ["-O2", "-mno-f16c", "-ffp-contract=off", "-std=gnu11", "-o", join(dir, "half"), join(dir, "half.c"), "-lm"], { encoding: "utf8" });
+    const built = spawnSync(
+      cc,
+      ["-O2", "-mno-f16c", "-ffp-contract=off", "-std=gnu11", "-o", join(dir, "half"), join(dir, "half.c"), "-lm"],
+      { encoding: "utf8" },
+    );
     assert.equal(built.status, 0, built.stderr);
     const ran = spawnSync(join(dir, "half"), [join(dir, "in.bin"), join(dir, "out.bin")], { encoding: "utf8" });
     assert.equal(ran.status, 0, ran.stderr);

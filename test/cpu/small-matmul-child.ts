@@ -4,7 +4,21 @@ import { Tensor, dtypes } from "../../src/index.ts";
 import { searchStats } from "../../src/engine/search.ts";
 import { compileStats } from "../../src/runtime/compiler_cache.ts";
 
-const x = new Tensor(Array.from({ length: 4 * 6 }, (_, i) => ((i * 7) % 11) - 5), { dtype: dtypes.float32, device: "CPU" }).reshape([4, 6]);
-const w = new Tensor(Array.from({ length: 6 * 2 }, (_, i) => ((i * 5) % 7) * 0.25), { dtype: dtypes.float32, device: "CPU" }).reshape([6, 2]);
+const x = new Tensor(
+  Array.from({ length: 4 * 6 }, (_, i) => ((i * 7) % 11) - 5),
+  { dtype: dtypes.float32, device: "CPU" },
+).reshape([4, 6]);
+const w = new Tensor(
+  Array.from({ length: 6 * 2 }, (_, i) => ((i * 5) % 7) * 0.25),
+  { dtype: dtypes.float32, device: "CPU" },
+).reshape([6, 2]);
 const values = Array.from(x.matmul(w).add(1).toArray() as Float32Array);
-console.log(JSON.stringify({ values, searched: searchStats.searched, cacheHits: searchStats.cacheHits, compiled: compileStats.compiled, cached: compileStats.cached }));
+console.log(
+  JSON.stringify({
+    values,
+    searched: searchStats.searched,
+    cacheHits: searchStats.cacheHits,
+    compiled: compileStats.compiled,
+    cached: compileStats.cached,
+  }),
+);

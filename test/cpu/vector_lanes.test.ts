@@ -33,7 +33,7 @@ function fmaf(a: number, b: number, c: number): number {
   // s was rounded to a double: only a tie between two floats can come out wrong, broken by err's sign
   const bits = new Float32Array([r]);
   const word = new Int32Array(bits.buffer);
-  word[0]! += (r > s) === r > 0 ? -1 : 1; // r's neighbour on the other side of s
+  word[0]! += r > s === r > 0 ? -1 : 1; // r's neighbour on the other side of s
   const other = bits[0]!;
   if ((r + other) / 2 !== s) return r;
   return err > 0 ? Math.max(r, other) : Math.min(r, other);
@@ -42,11 +42,12 @@ function fmaf(a: number, b: number, c: number): number {
 /** x[m, k] @ w[k, n] as sequential fmaf over k from 0: what the scalar and the vector tile both compute. */
 function fmaMatmul(x: Float32Array, w: Float32Array, m: number, k: number, n: number): Float32Array {
   const out = new Float32Array(m * n);
-  for (let i = 0; i < m; i++) for (let j = 0; j < n; j++) {
-    let acc = 0;
-    for (let r = 0; r < k; r++) acc = fmaf(x[i * k + r]!, w[r * n + j]!, acc);
-    out[i * n + j] = acc;
-  }
+  for (let i = 0; i < m; i++)
+    for (let j = 0; j < n; j++) {
+      let acc = 0;
+      for (let r = 0; r < k; r++) acc = fmaf(x[i * k + r]!, w[r * n + j]!, acc);
+      out[i * n + j] = acc;
+    }
   return out;
 }
 
@@ -80,7 +81,8 @@ for (const [what, m, k, n, transposed, width] of [
   ["x @ W^T", 64, 512, 96, true, 16],
 ] as const) {
   test(`matmul: ${what} updates vector accumulators, and equals fmaf over k bit for bit`, { skip: !hasCpu }, () => {
-    const xs = random(m * k, 1), ws = random(k * n, 2);
+    const xs = random(m * k, 1),
+      ws = random(k * n, 2);
     const wT = new Float32Array(k * n);
     for (let r = 0; r < k; r++) for (let j = 0; j < n; j++) wT[j * k + r] = ws[r * n + j]!;
     const on = { device: "CPU", dtype: f32 };
@@ -93,7 +95,10 @@ for (const [what, m, k, n, transposed, width] of [
       assert.ok(product, `no ${vector} in:\n${codes.join("\n")}`);
       assert.ok(!product.includes("fmaf("), "scalar lanes left beside the vectors");
     } else {
-      assert.ok(codes.every((c) => !c.includes("tg_fma")), "vectors rendered for a target without them");
+      assert.ok(
+        codes.every((c) => !c.includes("tg_fma")),
+        "vectors rendered for a target without them",
+      );
     }
     assert.deepEqual(Array.from(values), Array.from(fmaMatmul(xs, ws, m, k, n)));
   });
@@ -101,12 +106,17 @@ for (const [what, m, k, n, transposed, width] of [
 
 test("a weight gradient (sum over batch and sequence) takes vector lanes too", { skip: !hasCpu }, () => {
   const [b, s, i, o] = [4, 32, 48, 32];
-  const xs = random(b * s * i, 3), gs = random(b * s * o, 4);
+  const xs = random(b * s * i, 3),
+    gs = random(b * s * o, 4);
   const on = { device: "CPU", dtype: f32 };
   const x = new Tensor(xs, on).reshape([b * s, i]).realize();
   const g = new Tensor(gs, on).reshape([b * s, o]).realize();
   const { codes, values } = onCpu(() => x.transpose().matmul(g));
-  if (vectorFor(16)) assert.ok(codes.some((c) => /tg_fma(8|16)\(/.test(c)), codes.join("\n"));
+  if (vectorFor(16))
+    assert.ok(
+      codes.some((c) => /tg_fma(8|16)\(/.test(c)),
+      codes.join("\n"),
+    );
   const xT = new Float32Array(i * b * s);
   for (let r = 0; r < b * s; r++) for (let c = 0; c < i; c++) xT[c * b * s + r] = xs[r * i + c]!;
   assert.deepEqual(Array.from(values), Array.from(fmaMatmul(xT, gs, i, b * s, o)));
@@ -122,21 +132,72 @@ const [i0, r0] = [ivar("i0", 4), ivar("r0", K)];
 function tile(opts: { stride?: number; unfused?: boolean; readAcc?: boolean; nested?: boolean } = {}): KernelIR {
   const lanes = Array.from({ length: 16 }, (_, j) => j);
   const inner: Stmt[] = [load("x", 1, iadd(imul(i0, K), r0))];
-  for (const j of lanes) inner.push(load(`w${j}`, 2, iadd(imul(r0, 16), iconst(j * (opts.stride ?? 1)))), def(`p${j}`, { op: "MUL", srcs: [val("x"), val(`w${j}`)] }));
-  for (const j of lanes) inner.push({ kind: "update", name: `acc${j}`, dtype: f32, op: "ADD", value: val(`p${j}`), ...(opts.unfused ? { unfused: true } : {}) });
-  if (opts.readAcc) inner.push(def("peek", { op: "ADD", srcs: [val("acc3"), val("x")] }), { kind: "store", buf: 0, index: i0, value: val("peek"), dtype: f32 });
-  const body: Stmt[] = [{ kind: "loop", var: "i0", size: 4, body: [
-    ...lanes.map((j): Stmt => ({ kind: "acc", name: `acc${j}`, dtype: f32, op: "ADD" })),
-    opts.nested ? { kind: "loop", var: "r1", size: 3, body: [{ kind: "loop", var: "r0", size: K, body: inner }] } : { kind: "loop", var: "r0", size: K, body: inner },
-    ...lanes.map((j): Stmt => ({ kind: "store", buf: 0, index: iadd(imul(i0, 16), iconst(j)), value: val(`acc${j}`), dtype: f32 })),
-  ] }];
-  return { name: "r_4_16", buffers: [{ dtype: f32, size: 64 }, { dtype: f32, size: 4 * K }, { dtype: f32, size: 16 * K * 16 }], body, outputShape: [4, 16], flops: 0, parallel: 0, opts: "" };
+  for (const j of lanes)
+    inner.push(
+      load(`w${j}`, 2, iadd(imul(r0, 16), iconst(j * (opts.stride ?? 1)))),
+      def(`p${j}`, { op: "MUL", srcs: [val("x"), val(`w${j}`)] }),
+    );
+  for (const j of lanes)
+    inner.push({
+      kind: "update",
+      name: `acc${j}`,
+      dtype: f32,
+      op: "ADD",
+      value: val(`p${j}`),
+      ...(opts.unfused ? { unfused: true } : {}),
+    });
+  if (opts.readAcc)
+    inner.push(def("peek", { op: "ADD", srcs: [val("acc3"), val("x")] }), {
+      kind: "store",
+      buf: 0,
+      index: i0,
+      value: val("peek"),
+      dtype: f32,
+    });
+  const body: Stmt[] = [
+    {
+      kind: "loop",
+      var: "i0",
+      size: 4,
+      body: [
+        ...lanes.map((j): Stmt => ({ kind: "acc", name: `acc${j}`, dtype: f32, op: "ADD" })),
+        opts.nested
+          ? { kind: "loop", var: "r1", size: 3, body: [{ kind: "loop", var: "r0", size: K, body: inner }] }
+          : { kind: "loop", var: "r0", size: K, body: inner },
+        ...lanes.map(
+          (j): Stmt => ({
+            kind: "store",
+            buf: 0,
+            index: iadd(imul(i0, 16), iconst(j)),
+            value: val(`acc${j}`),
+            dtype: f32,
+          }),
+        ),
+      ],
+    },
+  ];
+  return {
+    name: "r_4_16",
+    buffers: [
+      { dtype: f32, size: 64 },
+      { dtype: f32, size: 4 * K },
+      { dtype: f32, size: 16 * K * 16 },
+    ],
+    body,
+    outputShape: [4, 16],
+    flops: 0,
+    parallel: 0,
+    opts: "",
+  };
 }
 
 test("a run of fused products over 16 neighbouring loads becomes one vector update, packed before its loop and unpacked after", () => {
   const code = renderC(tile(), "k", { vectorLanes: [16, 8] });
   // 8-lane vectors only (AVX2): two a run
-  assert.match(renderC(tile(), "k", { vectorLanes: [8] }), /acc0_v = tg_fma8\(x, &b2\[r0\*16\], acc0_v\);\s+acc8_v = tg_fma8\(x, &b2\[\(r0\*16 \+ 8\)\], acc8_v\);/);
+  assert.match(
+    renderC(tile(), "k", { vectorLanes: [8] }),
+    /acc0_v = tg_fma8\(x, &b2\[r0\*16\], acc0_v\);\s+acc8_v = tg_fma8\(x, &b2\[\(r0\*16 \+ 8\)\], acc8_v\);/,
+  );
   // none: the scalar form
   assert.doesNotMatch(renderC(tile(), "k", {}), /tg_fma/);
   assert.match(code, /tg_f32x16 acc0_v = \{acc0, acc1, .*acc15\};/);
@@ -171,53 +232,141 @@ test("products that must not fuse are a vector sum of separately rounded product
 type Term = (x: string, y: string, j: number, out: Stmt[], hoisted: Stmt[]) => string;
 function splitSum(term: Term, opts: { guarded?: boolean } = {}): KernelIR {
   const lanes = Array.from({ length: 16 }, (_, j) => j);
-  const inner: Stmt[] = [], hoisted: Stmt[] = [];
+  const inner: Stmt[] = [],
+    hoisted: Stmt[] = [];
   const at = (j: number): Idx => iadd(iadd(imul(i0, 256), imul(ivar("r0", 16), 16)), iconst(j));
   for (const j of lanes) {
-    inner.push(def(`x${j}`, { op: "LOAD", buf: 1, index: at(j), valid: opts.guarded ? [{ expr: ivar("r0", 16), lo: 0, hi: 15 }] : [] }));
+    inner.push(
+      def(`x${j}`, {
+        op: "LOAD",
+        buf: 1,
+        index: at(j),
+        valid: opts.guarded ? [{ expr: ivar("r0", 16), lo: 0, hi: 15 }] : [],
+      }),
+    );
     inner.push(load(`y${j}`, 2, at(j)));
-    inner.push({ kind: "def", name: `m${j}`, dtype: dtypes.bool, expr: { op: "LOAD", buf: 3, index: at(j), valid: [] } });
-    inner.push({ kind: "update", name: `acc${j}`, dtype: f32, op: "ADD", value: val(term(`x${j}`, `y${j}`, j, inner, hoisted)) });
+    inner.push({
+      kind: "def",
+      name: `m${j}`,
+      dtype: dtypes.bool,
+      expr: { op: "LOAD", buf: 3, index: at(j), valid: [] },
+    });
+    inner.push({
+      kind: "update",
+      name: `acc${j}`,
+      dtype: f32,
+      op: "ADD",
+      value: val(term(`x${j}`, `y${j}`, j, inner, hoisted)),
+    });
   }
-  const body: Stmt[] = [{ kind: "loop", var: "i0", size: 4, body: [
-    load("g", 2, i0),
-    ...hoisted,
-    ...lanes.map((j): Stmt => ({ kind: "acc", name: `acc${j}`, dtype: f32, op: "ADD" })),
-    { kind: "loop", var: "r0", size: 16, body: inner },
-    ...lanes.map((j): Stmt => ({ kind: "store", buf: 0, index: iadd(imul(i0, 16), iconst(j)), value: val(`acc${j}`), dtype: f32 })),
-  ] }];
-  return { name: "r_4_16", buffers: [{ dtype: f32, size: 64 }, { dtype: f32, size: 1024 }, { dtype: f32, size: 1024 }, { dtype: dtypes.bool, size: 1024 }], body, outputShape: [4, 16], flops: 0, parallel: 0, opts: "" };
+  const body: Stmt[] = [
+    {
+      kind: "loop",
+      var: "i0",
+      size: 4,
+      body: [
+        load("g", 2, i0),
+        ...hoisted,
+        ...lanes.map((j): Stmt => ({ kind: "acc", name: `acc${j}`, dtype: f32, op: "ADD" })),
+        { kind: "loop", var: "r0", size: 16, body: inner },
+        ...lanes.map(
+          (j): Stmt => ({
+            kind: "store",
+            buf: 0,
+            index: iadd(imul(i0, 16), iconst(j)),
+            value: val(`acc${j}`),
+            dtype: f32,
+          }),
+        ),
+      ],
+    },
+  ];
+  return {
+    name: "r_4_16",
+    buffers: [
+      { dtype: f32, size: 64 },
+      { dtype: f32, size: 1024 },
+      { dtype: f32, size: 1024 },
+      { dtype: dtypes.bool, size: 1024 },
+    ],
+    body,
+    outputShape: [4, 16],
+    flops: 0,
+    parallel: 0,
+    opts: "",
+  };
 }
 const TERMS: [string, Term][] = [
-  ["squares (fused, as the scalar fmaf)", (x, _y, j, out) => (out.push(def(`t${j}`, { op: "MUL", srcs: [val(x), val(x)] })), `t${j}`)],
+  [
+    "squares (fused, as the scalar fmaf)",
+    (x, _y, j, out) => (out.push(def(`t${j}`, { op: "MUL", srcs: [val(x), val(x)] })), `t${j}`),
+  ],
   ["plain loads", (x) => x],
-  ["negated sums scaled by one value", (x, y, j, out) => {
-    out.push(def(`s${j}`, { op: "ADD", srcs: [val(x), val(y)] }), def(`n${j}`, { op: "NEG", srcs: [val(`s${j}`)] }));
-    out.push(def(`t${j}`, { op: "MUL", srcs: [val(`n${j}`), { kind: "lit", value: 0.375, dtype: f32 }] }), def(`u${j}`, { op: "ADD", srcs: [val(`t${j}`), val(y)] }));
-    return `u${j}`;
-  }],
+  [
+    "negated sums scaled by one value",
+    (x, y, j, out) => {
+      out.push(def(`s${j}`, { op: "ADD", srcs: [val(x), val(y)] }), def(`n${j}`, { op: "NEG", srcs: [val(`s${j}`)] }));
+      out.push(
+        def(`t${j}`, { op: "MUL", srcs: [val(`n${j}`), { kind: "lit", value: 0.375, dtype: f32 }] }),
+        def(`u${j}`, { op: "ADD", srcs: [val(`t${j}`), val(y)] }),
+      );
+      return `u${j}`;
+    },
+  ],
   // a bias read once a strip, lane by lane, before the loop (neighbouring loads the lowering hoisted)
-  ["plus neighbouring values hoisted out of the loop, times the other load", (x, y, j, out, hoisted) => {
-    hoisted.push(load(`c${j}`, 2, iadd(imul(i0, 16), iconst(j))));
-    out.push(def(`s${j}`, { op: "ADD", srcs: [val(x), val(`c${j}`)] }), def(`t${j}`, { op: "MUL", srcs: [val(`s${j}`), val(y)] }));
-    return `t${j}`;
-  }],
+  [
+    "plus neighbouring values hoisted out of the loop, times the other load",
+    (x, y, j, out, hoisted) => {
+      hoisted.push(load(`c${j}`, 2, iadd(imul(i0, 16), iconst(j))));
+      out.push(
+        def(`s${j}`, { op: "ADD", srcs: [val(x), val(`c${j}`)] }),
+        def(`t${j}`, { op: "MUL", srcs: [val(`s${j}`), val(y)] }),
+      );
+      return `t${j}`;
+    },
+  ],
   // a dropout's select by kept elements, times a value hoisted out of the loop once a lane (copies of 1/g)
-  ["selects by neighbouring bools, times one hoisted value", (x, y, j, out, hoisted) => {
-    hoisted.push(def(`h${j}`, { op: "RECIP", srcs: [val("g")] }));
-    out.push(def(`k${j}`, { op: "WHERE", srcs: [{ kind: "val", name: `m${j}`, dtype: dtypes.bool }, val(x), { kind: "lit", value: 0, dtype: f32 }] }));
-    out.push(def(`t${j}`, { op: "MUL", srcs: [val(`k${j}`), val(`h${j}`)] }), def(`u${j}`, { op: "ADD", srcs: [val(`t${j}`), val(y)] }));
-    return `u${j}`;
-  }],
+  [
+    "selects by neighbouring bools, times one hoisted value",
+    (x, y, j, out, hoisted) => {
+      hoisted.push(def(`h${j}`, { op: "RECIP", srcs: [val("g")] }));
+      out.push(
+        def(`k${j}`, {
+          op: "WHERE",
+          srcs: [{ kind: "val", name: `m${j}`, dtype: dtypes.bool }, val(x), { kind: "lit", value: 0, dtype: f32 }],
+        }),
+      );
+      out.push(
+        def(`t${j}`, { op: "MUL", srcs: [val(`k${j}`), val(`h${j}`)] }),
+        def(`u${j}`, { op: "ADD", srcs: [val(`t${j}`), val(y)] }),
+      );
+      return `u${j}`;
+    },
+  ],
 ];
 
 test("a split sum's 16 lanes over neighbouring loads are one vector, their terms vector expressions", () => {
   const squares = renderC(splitSum(TERMS[0]![1]), "k", { vectorLanes: [16, 8] });
-  assert.match(squares, /acc0_v = tg_vfma16\(tg_ld16\(&b1\[\(i0\*256 \+ r0\*16\)\]\), tg_ld16\(&b1\[\(i0\*256 \+ r0\*16\)\]\), acc0_v\);/);
-  assert.match(renderC(splitSum(TERMS[1]![1]), "k", { vectorLanes: [16, 8] }), /acc0_v = acc0_v \+ tg_ld16\(&b1\[\(i0\*256 \+ r0\*16\)\]\);/);
-  assert.match(renderC(splitSum(TERMS[2]![1]), "k", { vectorLanes: [8] }), /acc0_v = acc0_v \+ \(\(\(-\(tg_ld8\(&b1\[[^\]]*\]\) \+ tg_ld8\(&b2\[[^\]]*\]\)\)\) \* tg_splat8\(0\.375[0-9]*f\)\) \+ tg_ld8\(&b2\[/);
-  assert.match(renderC(splitSum(TERMS[3]![1]), "k", { vectorLanes: [16, 8] }), /acc0_v = tg_vfma16\(\(tg_ld16\(&b1\[[^\]]*\]\) \+ tg_ld16\(&b2\[i0\*16\]\)\), tg_ld16\(&b2\[\(i0\*256/);
-  assert.match(renderC(splitSum(TERMS[4]![1]), "k", { vectorLanes: [16, 8] }), /acc0_v = acc0_v \+ \(\(tg_sel16\(tg_mask16\(&b3\[[^\]]*\]\), tg_ld16\(&b1\[[^\]]*\]\), tg_splat16\(0\.0*f\)\) \* tg_splat16\(h0\)\) \+ tg_ld16\(&b2\[/);
+  assert.match(
+    squares,
+    /acc0_v = tg_vfma16\(tg_ld16\(&b1\[\(i0\*256 \+ r0\*16\)\]\), tg_ld16\(&b1\[\(i0\*256 \+ r0\*16\)\]\), acc0_v\);/,
+  );
+  assert.match(
+    renderC(splitSum(TERMS[1]![1]), "k", { vectorLanes: [16, 8] }),
+    /acc0_v = acc0_v \+ tg_ld16\(&b1\[\(i0\*256 \+ r0\*16\)\]\);/,
+  );
+  assert.match(
+    renderC(splitSum(TERMS[2]![1]), "k", { vectorLanes: [8] }),
+    /acc0_v = acc0_v \+ \(\(\(-\(tg_ld8\(&b1\[[^\]]*\]\) \+ tg_ld8\(&b2\[[^\]]*\]\)\)\) \* tg_splat8\(0\.375[0-9]*f\)\) \+ tg_ld8\(&b2\[/,
+  );
+  assert.match(
+    renderC(splitSum(TERMS[3]![1]), "k", { vectorLanes: [16, 8] }),
+    /acc0_v = tg_vfma16\(\(tg_ld16\(&b1\[[^\]]*\]\) \+ tg_ld16\(&b2\[i0\*16\]\)\), tg_ld16\(&b2\[\(i0\*256/,
+  );
+  assert.match(
+    renderC(splitSum(TERMS[4]![1]), "k", { vectorLanes: [16, 8] }),
+    /acc0_v = acc0_v \+ \(\(tg_sel16\(tg_mask16\(&b3\[[^\]]*\]\), tg_ld16\(&b1\[[^\]]*\]\), tg_splat16\(0\.0*f\)\) \* tg_splat16\(h0\)\) \+ tg_ld16\(&b2\[/,
+  );
   // guarded loads (a pad's edge) stay scalar
   assert.doesNotMatch(renderC(splitSum(TERMS[0]![1], { guarded: true }), "k", { vectorLanes: [16, 8] }), /_v = /);
 });
@@ -225,8 +374,15 @@ test("a split sum's 16 lanes over neighbouring loads are one vector, their terms
 test("split sums as vectors compute the scalar form's sums bit for bit", { skip: !hasCpu || !vectorFor(16) }, () => {
   // each kernel rendered both ways into one program, run on the same inputs, outputs compared byte for byte
   const widths = vectorLaneWidths(C_PRELUDE + C_VECTOR_PRELUDE);
-  const parts = TERMS.map(([, term], t) => [renderC(splitSum(term), `scalar${t}`, {}), renderC(splitSum(term), `vector${t}`, { vectorLanes: widths })].join("\n"));
-  assert.ok(parts.every((p) => p.includes("_v = ")), "a kernel took no vector");
+  const parts = TERMS.map(([, term], t) =>
+    [renderC(splitSum(term), `scalar${t}`, {}), renderC(splitSum(term), `vector${t}`, { vectorLanes: widths })].join(
+      "\n",
+    ),
+  );
+  assert.ok(
+    parts.every((p) => p.includes("_v = ")),
+    "a kernel took no vector",
+  );
   const main = `#include <stdio.h>
 int main(void) {
   static float a[1024], b[1024], o1[64], o2[64];
@@ -247,7 +403,9 @@ function compileAndRun(sources: readonly string[]): string {
     writeFileSync(join(dir, "k.c"), [C_PRELUDE, C_VECTOR_PRELUDE, ...sources].join("\n"));
     const compiler = findCompiler()!;
     const flags = compiler.flags.filter((f) => f !== "-shared" && f !== "-fPIC" && !f.startsWith("-Wl,"));
-    const build = spawnSync(compiler.command, [...flags, "-o", join(dir, "k"), join(dir, "k.c"), "-lm"], { encoding: "utf8" });
+    const build = spawnSync(compiler.command, [...flags, "-o", join(dir, "k"), join(dir, "k.c"), "-lm"], {
+      encoding: "utf8",
+    });
     assert.equal(build.status, 0, build.stderr);
     const run = spawnSync(join(dir, "k"), { encoding: "utf8" });
     assert.equal(run.status, 0, run.stdout + run.stderr);
@@ -264,24 +422,70 @@ function splitMax(): KernelIR {
   const lit = (value: number) => ({ kind: "lit" as const, value, dtype: f32 });
   const inner: Stmt[] = [];
   for (const j of lanes) {
-    inner.push(load(`x${j}`, 1, at(j)), { kind: "def", name: `m${j}`, dtype: dtypes.int32, expr: { op: "LOAD", buf: 2, index: at(j), valid: [] } });
-    inner.push(def(`c${j}`, { op: "CAST", srcs: [{ kind: "val", name: `m${j}`, dtype: dtypes.int32 }] }), def(`n${j}`, { op: "NEG", srcs: [val(`c${j}`)] }));
-    inner.push(def(`s${j}`, { op: "ADD", srcs: [val(`n${j}`), lit(1)] }), def(`t${j}`, { op: "MUL", srcs: [val(`s${j}`), lit(-10000)] }));
-    inner.push(def(`u${j}`, { op: "MUL", srcs: [val(`x${j}`), lit(0.125)] }), def(`v${j}`, { op: "ADD", srcs: [val(`u${j}`), val(`t${j}`)] }));
+    inner.push(load(`x${j}`, 1, at(j)), {
+      kind: "def",
+      name: `m${j}`,
+      dtype: dtypes.int32,
+      expr: { op: "LOAD", buf: 2, index: at(j), valid: [] },
+    });
+    inner.push(
+      def(`c${j}`, { op: "CAST", srcs: [{ kind: "val", name: `m${j}`, dtype: dtypes.int32 }] }),
+      def(`n${j}`, { op: "NEG", srcs: [val(`c${j}`)] }),
+    );
+    inner.push(
+      def(`s${j}`, { op: "ADD", srcs: [val(`n${j}`), lit(1)] }),
+      def(`t${j}`, { op: "MUL", srcs: [val(`s${j}`), lit(-10000)] }),
+    );
+    inner.push(
+      def(`u${j}`, { op: "MUL", srcs: [val(`x${j}`), lit(0.125)] }),
+      def(`v${j}`, { op: "ADD", srcs: [val(`u${j}`), val(`t${j}`)] }),
+    );
     inner.push({ kind: "update", name: `acc${j}`, dtype: f32, op: "MAX", value: val(`v${j}`) });
   }
-  const body: Stmt[] = [{ kind: "loop", var: "i0", size: 4, body: [
-    ...lanes.map((j): Stmt => ({ kind: "acc", name: `acc${j}`, dtype: f32, op: "MAX" })),
-    { kind: "loop", var: "r0", size: 16, body: inner },
-    ...lanes.map((j): Stmt => ({ kind: "store", buf: 0, index: iadd(imul(i0, 16), iconst(j)), value: val(`acc${j}`), dtype: f32 })),
-  ] }];
-  return { name: "r_4_16", buffers: [{ dtype: f32, size: 64 }, { dtype: f32, size: 1024 }, { dtype: dtypes.int32, size: 1024 }], body, outputShape: [4, 16], flops: 0, parallel: 0, opts: "" };
+  const body: Stmt[] = [
+    {
+      kind: "loop",
+      var: "i0",
+      size: 4,
+      body: [
+        ...lanes.map((j): Stmt => ({ kind: "acc", name: `acc${j}`, dtype: f32, op: "MAX" })),
+        { kind: "loop", var: "r0", size: 16, body: inner },
+        ...lanes.map(
+          (j): Stmt => ({
+            kind: "store",
+            buf: 0,
+            index: iadd(imul(i0, 16), iconst(j)),
+            value: val(`acc${j}`),
+            dtype: f32,
+          }),
+        ),
+      ],
+    },
+  ];
+  return {
+    name: "r_4_16",
+    buffers: [
+      { dtype: f32, size: 64 },
+      { dtype: f32, size: 1024 },
+      { dtype: dtypes.int32, size: 1024 },
+    ],
+    body,
+    outputShape: [4, 16],
+    flops: 0,
+    parallel: 0,
+    opts: "",
+  };
 }
 
-test("a split max's lanes are one vector max (NaN, -0 and -inf kept as the scalar form keeps them), int32 loads converted as vectors", { skip: !hasCpu || !vectorFor(16) }, () => {
+test("a split max's lanes are one vector max (NaN, -0 and -inf kept as the scalar form keeps them), int32 loads converted as vectors", {
+  skip: !hasCpu || !vectorFor(16),
+}, () => {
   const widths = vectorLaneWidths(C_PRELUDE + C_VECTOR_PRELUDE);
   const vector = renderC(splitMax(), "vector", { vectorLanes: widths });
-  assert.match(vector, /acc0_v = tg_vmax(16|8)\(acc0_v, \(\(tg_ld(16|8)\(&b1\[[^\]]*\]\) \* tg_splat(16|8)\(0\.125[0-9]*f\)\) \+ \(\(\(-tg_ldi(16|8)\(&b2\[/);
+  assert.match(
+    vector,
+    /acc0_v = tg_vmax(16|8)\(acc0_v, \(\(tg_ld(16|8)\(&b1\[[^\]]*\]\) \* tg_splat(16|8)\(0\.125[0-9]*f\)\) \+ \(\(\(-tg_ldi(16|8)\(&b2\[/,
+  );
   const main = `#include <stdio.h>
 int main(void) {
   static float x[1024], o1[64], o2[64];
@@ -301,24 +505,42 @@ int main(void) {
   assert.equal(compileAndRun([renderC(splitMax(), "scalar", {}), vector, main]), "same 1 1 1");
 });
 
-test("the vector widths follow the machine's instruction sets (the compiler's macros for -march=native)", { skip: !hasCpu || !!process.env.CC || !existsSync("/proc/cpuinfo") }, () => {
+test("the vector widths follow the machine's instruction sets (the compiler's macros for -march=native)", {
+  skip: !hasCpu || !!process.env.CC || !existsSync("/proc/cpuinfo"),
+}, () => {
   const flags = new Set(/^flags\s*:(.*)$/m.exec(readFileSync("/proc/cpuinfo", "utf8"))?.[1]?.trim().split(/\s+/) ?? []);
   const expected = flags.has("avx512f") ? [16, 8] : flags.has("avx") && flags.has("fma") ? [8] : [];
   assert.deepEqual(vectorLaneWidths(C_PRELUDE + C_VECTOR_PRELUDE), expected);
 });
 
-test("a compiler without the helpers' builtins gets the scalar form, and its kernels still build", { skip: !hasCpu || process.platform === "win32" }, () => {
+test("a compiler without the helpers' builtins gets the scalar form, and its kernels still build", {
+  skip: !hasCpu || process.platform === "win32",
+}, () => {
   // the system compiler, with the two x86 builtins the vector helpers call made unknown
   const dir = mkdtempSync(join(tmpdir(), "tsgrad-lanes-cc-"));
   try {
     const cc = join(dir, "cc");
-    writeFileSync(cc, `#!/bin/sh\nexec ${process.env.CC || "cc"} "$@" -D__builtin_ia32_vfmaddps256=tg_missing -D__builtin_ia32_vfmaddps512_mask=tg_missing\n`);
+    writeFileSync(
+      cc,
+      `#!/bin/sh\nexec ${process.env.CC || "cc"} "$@" -D__builtin_ia32_vfmaddps256=tg_missing -D__builtin_ia32_vfmaddps512_mask=tg_missing\n`,
+    );
     chmodSync(cc, 0o755);
     const child = join(import.meta.dirname, "small-matmul-child.ts");
-    const run = spawnSync(process.execPath, ["--import", "tsx", child], { env: { ...process.env, CC: cc, BEAM: "", TSGRAD_CACHE: join(dir, "cache") }, encoding: "utf8" });
+    const run = spawnSync(process.execPath, ["--import", "tsx", child], {
+      env: { ...process.env, CC: cc, BEAM: "", TSGRAD_CACHE: join(dir, "cache") },
+      encoding: "utf8",
+    });
     assert.equal(run.status, 0, run.stderr);
-    const x = Array.from({ length: 4 * 6 }, (_, i) => ((i * 7) % 11) - 5), w = Array.from({ length: 6 * 2 }, (_, i) => ((i * 5) % 7) * 0.25);
-    const expected = Array.from({ length: 8 }, (_, o) => Array.from({ length: 6 }, (_, k) => x[Math.floor(o / 2) * 6 + k]! * w[k * 2 + (o % 2)]!).reduce((a, b) => a + b, 0) + 1);
+    const x = Array.from({ length: 4 * 6 }, (_, i) => ((i * 7) % 11) - 5),
+      w = Array.from({ length: 6 * 2 }, (_, i) => ((i * 5) % 7) * 0.25);
+    const expected = Array.from(
+      { length: 8 },
+      (_, o) =>
+        Array.from({ length: 6 }, (_, k) => x[Math.floor(o / 2) * 6 + k]! * w[k * 2 + (o % 2)]!).reduce(
+          (a, b) => a + b,
+          0,
+        ) + 1,
+    );
     assert.deepEqual((JSON.parse(run.stdout) as { values: number[] }).values, expected);
   } finally {
     rmSync(dir, { recursive: true, force: true });

@@ -21,14 +21,52 @@ import { iadd, iconst, imul, ivar } from "../../src/shape/symbolic.ts";
 const skip = Device.isAvailable("CPU") ? false : "no working C compiler";
 
 test("column sums with an accumulator per column are right on the CPU device", { skip }, () => {
-  assert.deepEqual(new Tensor([[1, 2], [3, 4], [5, 6], [7, 8]], { device: "CPU" }).sum({ axis: 0 }).add(1).tolist(), [17, 21]);
-  const t = new Tensor([[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16]], { device: "CPU", dtype: "float32" });
-  assert.deepEqual(t.pad([[1, 0], [0, 0]]).sum({ axis: 0 }).tolist(), [28, 32, 36, 40]);
+  assert.deepEqual(
+    new Tensor(
+      [
+        [1, 2],
+        [3, 4],
+        [5, 6],
+        [7, 8],
+      ],
+      { device: "CPU" },
+    )
+      .sum({ axis: 0 })
+      .add(1)
+      .tolist(),
+    [17, 21],
+  );
+  const t = new Tensor(
+    [
+      [1, 2, 3, 4],
+      [5, 6, 7, 8],
+      [9, 10, 11, 12],
+      [13, 14, 15, 16],
+    ],
+    { device: "CPU", dtype: "float32" },
+  );
+  assert.deepEqual(
+    t
+      .pad([
+        [1, 0],
+        [0, 0],
+      ])
+      .sum({ axis: 0 })
+      .tolist(),
+    [28, 32, 36, 40],
+  );
 });
 
 test("a padded copy laid out in rows keeps every element on the CPU device", { skip }, () => {
-  const out = new Tensor([1, 2, 3, 4, 5, 6], { device: "CPU" }).pad([[6, 38]]).reshape([1, 10, 1, 5]).contiguous().tolist();
-  assert.deepEqual((out as number[][][][]).flat(3).filter((v) => v !== 0), [1, 2, 3, 4, 5, 6]);
+  const out = new Tensor([1, 2, 3, 4, 5, 6], { device: "CPU" })
+    .pad([[6, 38]])
+    .reshape([1, 10, 1, 5])
+    .contiguous()
+    .tolist();
+  assert.deepEqual(
+    (out as number[][][][]).flat(3).filter((v) => v !== 0),
+    [1, 2, 3, 4, 5, 6],
+  );
 });
 
 /** The C source of the one kernel `build` runs. */
@@ -40,22 +78,52 @@ function kernelSource(build: () => Tensor): string {
 }
 
 test("the sum of a flipped array counts each element once on the CPU device", { skip }, () => {
-  const bits = new Tensor(Uint8Array.from([0, 0, 1, 0, 1, 0, 1, 1, 1, 0]), { device: "CPU", dtype: "bool" }).reshape([1, 5, 1, 2]);
-  assert.deepEqual(bits.flip([0, 1, 2, 3]).mean({ axis: [1, 2, 3] }).tolist(), [0.5]);
+  const bits = new Tensor(Uint8Array.from([0, 0, 1, 0, 1, 0, 1, 1, 1, 0]), { device: "CPU", dtype: "bool" }).reshape([
+    1, 5, 1, 2,
+  ]);
+  assert.deepEqual(
+    bits
+      .flip([0, 1, 2, 3])
+      .mean({ axis: [1, 2, 3] })
+      .tolist(),
+    [0.5],
+  );
   // summed across its layout (axes that do not merge into one loop: a short loop inside another)
   const ten = new Tensor([0, 1, 2, 3, 4, 5, 6, 7, 8, 9], { device: "CPU", dtype: dtypes.float32 }).realize();
   assert.deepEqual(ten.reshape([5, 2]).T.flip([0, 1]).sum().tolist(), 45);
 });
 
-test("kernels with grouped or guarded accesses and integer sums are marked; plain elementwise loops are not", { skip }, () => {
+test("kernels with grouped or guarded accesses and integer sums are marked; plain elementwise loops are not", {
+  skip,
+}, () => {
   const on = (dtype: "float32" | "int32") => ({ device: "CPU", dtype });
   const marked = /^TG_FRAGILE_LOOPS void tg_kernel/m;
-  assert.match(kernelSource(() => new Tensor([1, 2, 3], on("float32")).pad([[2, 2]])), marked);
-  assert.match(kernelSource(() => new Tensor([[1, 2], [3, 4]], on("int32")).sum({ axis: 0 })), marked);
+  assert.match(
+    kernelSource(() => new Tensor([1, 2, 3], on("float32")).pad([[2, 2]])),
+    marked,
+  );
+  assert.match(
+    kernelSource(() =>
+      new Tensor(
+        [
+          [1, 2],
+          [3, 4],
+        ],
+        on("int32"),
+      ).sum({ axis: 0 }),
+    ),
+    marked,
+  );
   const ten = new Tensor([0, 1, 2, 3, 4, 5, 6, 7, 8, 9], on("float32")).realize();
-  assert.match(kernelSource(() => ten.reshape([5, 2]).T.flip([0, 1]).sum()), marked);
+  assert.match(
+    kernelSource(() => ten.reshape([5, 2]).T.flip([0, 1]).sum()),
+    marked,
+  );
   const x = Tensor.arange(0, 4096, 1, { device: "CPU" }).cast(dtypes.float32).realize();
-  assert.match(kernelSource(() => x.mul(2).add(x.sqrt())), /^void tg_kernel/m);
+  assert.match(
+    kernelSource(() => x.mul(2).add(x.sqrt())),
+    /^void tg_kernel/m,
+  );
 });
 
 test("groups of accesses that walk their buffer forwards are unmarked; a flipped group is marked", { skip }, () => {
@@ -76,7 +144,9 @@ test("groups of accesses that walk their buffer forwards are unmarked; a flipped
   assert.deepEqual(Array.from(m.T.flip(1).contiguous().toArray() as Float32Array).slice(0, 3), [4032, 3968, 3904]);
 });
 
-test("a guarded load whose index stays inside its buffer is read unconditionally, unmarked, and the guard selects", { skip }, () => {
+test("a guarded load whose index stays inside its buffer is read unconditionally, unmarked, and the guard selects", {
+  skip,
+}, () => {
   const build = () => new Tensor([5], { device: "CPU", dtype: dtypes.float32 }).expand([4]).pad([[2, 2]]);
   const code = kernelSource(build);
   assert.match(code, /^void tg_kernel/m);
@@ -84,18 +154,26 @@ test("a guarded load whose index stays inside its buffer is read unconditionally
   assert.deepEqual(build().tolist(), [0, 0, 5, 5, 5, 5, 0, 0]);
 });
 
-test("each miscompile probe prints its expected answer when built without optimisation", { skip: spawnSync(process.env.CC || "cc", ["--version"]).status === 0 ? false : "no C compiler" }, () => {
+test("each miscompile probe prints its expected answer when built without optimisation", {
+  skip: spawnSync(process.env.CC || "cc", ["--version"]).status === 0 ? false : "no C compiler",
+}, () => {
   const dir = mkdtempSync(join(tmpdir(), "tsgrad-probe-"));
   try {
-    for (const probe of PROBES) assert.equal(runProbe(process.env.CC || "cc", ["-O0"], probe.source, dir), probe.expected, probe.name);
+    for (const probe of PROBES)
+      assert.equal(runProbe(process.env.CC || "cc", ["-O0"], probe.source, dir), probe.expected, probe.name);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
 });
 
-test("a sum over neighbouring axes that walk memory as one is one loop, reversed or not, and unmarked", { skip }, () => {
+test("a sum over neighbouring axes that walk memory as one is one loop, reversed or not, and unmarked", {
+  skip,
+}, () => {
   const ten = new Tensor([0, 1, 2, 3, 4, 5, 6, 7, 8, 9], { device: "CPU", dtype: dtypes.float32 }).realize();
-  for (const build of [() => ten.reshape([5, 2]).flip([0, 1]).sum(), () => ten.reshape([5, 1, 2]).sum({ axis: [0, 2] })]) {
+  for (const build of [
+    () => ten.reshape([5, 2]).flip([0, 1]).sum(),
+    () => ten.reshape([5, 1, 2]).sum({ axis: [0, 2] }),
+  ]) {
     const code = kernelSource(build);
     assert.match(code, /^void tg_kernel/m);
     assert.equal(code.match(/for \(/g)?.length, 1, code);
@@ -109,16 +187,52 @@ test("a kernel whose loops of several sums all read their terms along the loop i
   const kernel = (step: number): KernelIR => {
     const r0 = ivar("r0", 256);
     const body: Stmt[] = [0, 1].flatMap((k): Stmt[] => [
-      { kind: "def", name: `v${k}`, dtype: f32, expr: { op: "LOAD", buf: 1, index: iadd(imul(r0, step), iconst(256 * k)), valid: [] } },
-      { kind: "def", name: `w${k}`, dtype: f32, expr: { op: "NEG", srcs: [{ kind: "val", name: `v${k}`, dtype: f32 }] } },
+      {
+        kind: "def",
+        name: `v${k}`,
+        dtype: f32,
+        expr: { op: "LOAD", buf: 1, index: iadd(imul(r0, step), iconst(256 * k)), valid: [] },
+      },
+      {
+        kind: "def",
+        name: `w${k}`,
+        dtype: f32,
+        expr: { op: "NEG", srcs: [{ kind: "val", name: `v${k}`, dtype: f32 }] },
+      },
     ]);
-    body.push(...[0, 1].map((k): Stmt => ({ kind: "update", name: `acc${k}`, dtype: f32, op: "ADD", value: { kind: "val", name: `w${k}`, dtype: f32 } })));
+    body.push(
+      ...[0, 1].map(
+        (k): Stmt => ({
+          kind: "update",
+          name: `acc${k}`,
+          dtype: f32,
+          op: "ADD",
+          value: { kind: "val", name: `w${k}`, dtype: f32 },
+        }),
+      ),
+    );
     return {
-      name: "r_2", buffers: [{ dtype: f32, size: 2 }, { dtype: f32, size: 512 * step }], outputShape: [2], flops: 1024, parallel: 0, opts: "",
+      name: "r_2",
+      buffers: [
+        { dtype: f32, size: 2 },
+        { dtype: f32, size: 512 * step },
+      ],
+      outputShape: [2],
+      flops: 1024,
+      parallel: 0,
+      opts: "",
       body: [
         ...[0, 1].map((k): Stmt => ({ kind: "acc", name: `acc${k}`, dtype: f32, op: "ADD" })),
         { kind: "loop", var: "r0", size: 256, body },
-        ...[0, 1].map((k): Stmt => ({ kind: "store", buf: 0, index: iconst(k), value: { kind: "val", name: `acc${k}`, dtype: f32 }, dtype: f32 })),
+        ...[0, 1].map(
+          (k): Stmt => ({
+            kind: "store",
+            buf: 0,
+            index: iconst(k),
+            value: { kind: "val", name: `acc${k}`, dtype: f32 },
+            dtype: f32,
+          }),
+        ),
       ],
     };
   };

@@ -5,7 +5,10 @@ import { Tensor, dtypes } from "../../src/index.ts";
 import { searchStats } from "../../src/engine/search.ts";
 
 const computed = process.argv[2] === "computed";
-const [a, b] = [[256, 96], [96, 320]].map((shape) => Tensor.rand(shape, { device: "JS" }).sub(0.5).cast(dtypes.float16).realize());
+const [a, b] = [
+  [256, 96],
+  [96, 320],
+].map((shape) => Tensor.rand(shape, { device: "JS" }).sub(0.5).cast(dtypes.float16).realize());
 const bias = Tensor.rand([96], { device: "JS" }).cast(dtypes.float16).realize();
 const product = (device: string) => {
   const left = computed ? a!.to(device).add(bias.to(device)) : a!.to(device);

@@ -19,18 +19,36 @@ test("op tests bundled for the GPU machine pass from their bundles, on the emula
   // what travels beside the bundles: koffi and its native package, nothing else of node_modules
   mkdirSync(join(folder, "node_modules", "@koromix"), { recursive: true });
   symlinkSync(join(root, "node_modules", "koffi"), join(folder, "node_modules", "koffi"));
-  symlinkSync(join(root, "node_modules", "@koromix", "koffi-linux-x64"), join(folder, "node_modules", "@koromix", "koffi-linux-x64"));
+  symlinkSync(
+    join(root, "node_modules", "@koromix", "koffi-linux-x64"),
+    join(folder, "node_modules", "@koromix", "koffi-linux-x64"),
+  );
   const names = ["regressions", "jit"];
-  bundleForDevice(names.map((n) => join(root, "test", "core", `${n}.test.ts`)), join(folder, "tests"));
+  bundleForDevice(
+    names.map((n) => join(root, "test", "core", `${n}.test.ts`)),
+    join(folder, "tests"),
+  );
   const library = buildCudaEmulator(work);
   const { NODE_TEST_CONTEXT: _, ...env } = process.env;
-  const run = spawnSync(process.execPath, ["--test", "--test-reporter=spec", ...names.map((n) => join(folder, "tests", `${n}.test.mjs`))], {
-    cwd: folder,
-    env: { ...env, ...(library ? emulatorEnv(library, work) : { TSGRAD_CACHE: join(work, "cache") }), CC: "/nonexistent/cc" },
-    encoding: "utf8",
-    timeout: 120_000,
-  });
-  const failing = run.stdout.split("\n").filter((l) => /✖|Error/.test(l)).slice(0, 20).join("\n");
+  const run = spawnSync(
+    process.execPath,
+    ["--test", "--test-reporter=spec", ...names.map((n) => join(folder, "tests", `${n}.test.mjs`))],
+    {
+      cwd: folder,
+      env: {
+        ...env,
+        ...(library ? emulatorEnv(library, work) : { TSGRAD_CACHE: join(work, "cache") }),
+        CC: "/nonexistent/cc",
+      },
+      encoding: "utf8",
+      timeout: 120_000,
+    },
+  );
+  const failing = run.stdout
+    .split("\n")
+    .filter((l) => /✖|Error/.test(l))
+    .slice(0, 20)
+    .join("\n");
   assert.equal(run.status, 0, `${run.error ?? ""}\n${failing}\n${run.stderr.slice(-2000)}`);
   assert.ok(Number(run.stdout.match(/^ℹ pass (\d+)/m)?.[1]) >= 10, run.stdout.slice(-1500));
   if (library) assert.match(run.stdout, /\(CUDA\)/);

@@ -32,7 +32,9 @@ function capture(kernel: Parameters<typeof cudaForm>[0]): CapturedKernel {
     name: kernel.name,
     chosen: renderCudaForm(form, "tg_kernel", true).code,
     aliased: renderCudaForm(form, "tg_kernel", false).code,
-    otherMode: loops?.name.startsWith("r") ? renderCuda(loops, "tg_kernel", { restrict: true, group: groupSize(loops) > 0 ? 0 : 128 }).code : undefined,
+    otherMode: loops?.name.startsWith("r")
+      ? renderCuda(loops, "tg_kernel", { restrict: true, group: groupSize(loops) > 0 ? 0 : 128 }).code
+      : undefined,
     tensorCores: pattern ? renderMatmulTC(pattern, "tg_kernel", true).code : undefined,
   };
 }

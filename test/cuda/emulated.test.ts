@@ -24,21 +24,47 @@ const { TILE_SHAPES, WGMMA_TILE_SHAPES, tileCandidates, tileName } = await impor
 type T = InstanceType<typeof Tensor>;
 
 /** Whether a kernel's CUDA form stores vectors (several upcast lanes at once). */
-const vectorStores = (kernel: Parameters<typeof cudaForm>[0]): boolean => renderCudaForm(cudaForm(kernel), "k", true).code.includes("tg_st;");
+const vectorStores = (kernel: Parameters<typeof cudaForm>[0]): boolean =>
+  renderCudaForm(cudaForm(kernel), "k", true).code.includes("tg_st;");
 
 /** Runs `build` on CUDA and on JS from the same random inputs: the largest |cuda - js| / (1 + |js|), and the forms of the CUDA kernels. */
-function compare(shapes: number[][], dtype: (typeof dtypes)[keyof typeof dtypes], build: (...xs: T[]) => T): { error: number; forms: string[] } {
+function compare(
+  shapes: number[][],
+  dtype: (typeof dtypes)[keyof typeof dtypes],
+  build: (...xs: T[]) => T,
+): { error: number; forms: string[] } {
   const inputs = shapes.map((shape) => Tensor.rand(shape, { device: "JS" }).sub(0.5).cast(dtype).realize());
-  const js = Array.from(build(...inputs).cast(dtypes.float32).toArray() as Float32Array);
-  const { result, items } = recordItems(() => build(...inputs.map((t) => t.to("CUDA"))).cast(dtypes.float32).toArray() as Float32Array);
+  const js = Array.from(
+    build(...inputs)
+      .cast(dtypes.float32)
+      .toArray() as Float32Array,
+  );
+  const { result, items } = recordItems(
+    () =>
+      build(...inputs.map((t) => t.to("CUDA")))
+        .cast(dtypes.float32)
+        .toArray() as Float32Array,
+  );
   const forms = items.flatMap((item) => {
     if (item.kind !== "kernel") return [];
     const form = cudaForm(item.kernel);
-    if (form.kind !== "tensorCores") return [form.rows ? "warp rows" : groupSize(form.kernel) > 0 ? "group" : vectorStores(item.kernel) ? "loops, vector stores" : "loops"];
+    if (form.kind !== "tensorCores")
+      return [
+        form.rows
+          ? "warp rows"
+          : groupSize(form.kernel) > 0
+            ? "group"
+            : vectorStores(item.kernel)
+              ? "loops, vector stores"
+              : "loops",
+      ];
     return [renderCudaForm(form, "k", true).launch.workspace ? "tensor cores, split k" : "tensor cores"];
   });
   assert.equal(result.length, js.length);
-  const error = Array.from(result).reduce((worst, g, i) => Math.max(worst, Math.abs(g - js[i]!) / (1 + Math.abs(js[i]!))), 0);
+  const error = Array.from(result).reduce(
+    (worst, g, i) => Math.max(worst, Math.abs(g - js[i]!) / (1 + Math.abs(js[i]!))),
+    0,
+  );
   return { error, forms };
 }
 
@@ -49,14 +75,78 @@ if (library) {
   });
 
   const tensorCoreCases: [string, number[][], "float16" | "bfloat16", (...xs: T[]) => T][] = [
-    ["partial tiles", [[257, 200], [200, 385]], "float16", (a, b) => a.matmul(b)],
-    ["both factors across k (a weight gradient)", [[200, 257], [200, 385]], "float16", (a, b) => a.T.matmul(b)],
-    ["a transposed factor, aligned", [[200, 256], [200, 384]], "float16", (a, b) => a.T.matmul(b)],
-    ["both factors along k (q @ k.T)", [[136, 200], [264, 200]], "float16", (a, b) => a.matmul(b.T)],
-    ["a computed factor and an epilogue", [[3, 130, 64], [64]], "float16", (x, bias) => { const q = x.add(bias); return q.matmul(q.transpose(-1, -2)).gelu(); }],
-    ["bfloat16, batched", [[4, 136, 72], [4, 72, 144]], "bfloat16", (a, b) => a.matmul(b)],
-    ["k split across blocks (a weight gradient over many tokens)", [[1000, 136], [1000, 200]], "float16", (a, b) => a.T.matmul(b)],
-    ["k split across blocks, batched, epilogue", [[2, 136, 1024], [2, 1024, 64]], "float16", (a, b) => a.matmul(b).relu()],
+    [
+      "partial tiles",
+      [
+        [257, 200],
+        [200, 385],
+      ],
+      "float16",
+      (a, b) => a.matmul(b),
+    ],
+    [
+      "both factors across k (a weight gradient)",
+      [
+        [200, 257],
+        [200, 385],
+      ],
+      "float16",
+      (a, b) => a.T.matmul(b),
+    ],
+    [
+      "a transposed factor, aligned",
+      [
+        [200, 256],
+        [200, 384],
+      ],
+      "float16",
+      (a, b) => a.T.matmul(b),
+    ],
+    [
+      "both factors along k (q @ k.T)",
+      [
+        [136, 200],
+        [264, 200],
+      ],
+      "float16",
+      (a, b) => a.matmul(b.T),
+    ],
+    [
+      "a computed factor and an epilogue",
+      [[3, 130, 64], [64]],
+      "float16",
+      (x, bias) => {
+        const q = x.add(bias);
+        return q.matmul(q.transpose(-1, -2)).gelu();
+      },
+    ],
+    [
+      "bfloat16, batched",
+      [
+        [4, 136, 72],
+        [4, 72, 144],
+      ],
+      "bfloat16",
+      (a, b) => a.matmul(b),
+    ],
+    [
+      "k split across blocks (a weight gradient over many tokens)",
+      [
+        [1000, 136],
+        [1000, 200],
+      ],
+      "float16",
+      (a, b) => a.T.matmul(b),
+    ],
+    [
+      "k split across blocks, batched, epilogue",
+      [
+        [2, 136, 1024],
+        [2, 1024, 64],
+      ],
+      "float16",
+      (a, b) => a.matmul(b).relu(),
+    ],
   ];
   for (const [name, shapes, dtype, build] of tensorCoreCases) {
     test(`tensor-core matmul matches the JS device: ${name}`, () => {
@@ -72,24 +162,51 @@ if (library) {
   // TC_STAGES any depth, TC_TILE (and BEAM) other tiles: every tile shape, mma.sync's at depths 2 and 3 as
   // well, wgmma's (the emulator is an sm_90 GPU) at 3 and 4 as well as their deepest, in children
   const variants = [
-    { TC_TILE: "128x128x32:2x4", TC_STAGES: "2" }, { TC_TILE: "128x128x32:2x2", TC_STAGES: "3" }, { TC_TILE: "128x256x32:2x4" },
-    { TC_TILE: "128x128x64:2x2", TC_STAGES: "2" }, { TC_TILE: "128x128x64:2x4", TC_STAGES: "3" },
-    { TC_TILE: "128x128x32:wgmma" }, { TC_TILE: "128x128x64:wgmma", TC_STAGES: "4" }, { TC_TILE: "128x256x32:wgmma", TC_STAGES: "3" }, { TC_TILE: "128x256x64:wgmma" },
+    { TC_TILE: "128x128x32:2x4", TC_STAGES: "2" },
+    { TC_TILE: "128x128x32:2x2", TC_STAGES: "3" },
+    { TC_TILE: "128x256x32:2x4" },
+    { TC_TILE: "128x128x64:2x2", TC_STAGES: "2" },
+    { TC_TILE: "128x128x64:2x4", TC_STAGES: "3" },
+    { TC_TILE: "128x128x32:wgmma" },
+    { TC_TILE: "128x128x64:wgmma", TC_STAGES: "4" },
+    { TC_TILE: "128x256x32:wgmma", TC_STAGES: "3" },
+    { TC_TILE: "128x256x64:wgmma" },
   ];
   const pipelinedCases = "aligned|along k|k split across blocks|bfloat16, batched";
-  test("the pipelined tensor-core kernels are right at every tile shape BEAM may choose, and at 2 and 3 stages", { skip: process.env.TC_STAGES || process.env.TC_TILE ? "runs inside itself" : false }, () => {
-    assert.deepEqual(new Set(variants.map((v) => v.TC_TILE)), new Set([...TILE_SHAPES, ...WGMMA_TILE_SHAPES].map(tileName)));
+  test("the pipelined tensor-core kernels are right at every tile shape BEAM may choose, and at 2 and 3 stages", {
+    skip: process.env.TC_STAGES || process.env.TC_TILE ? "runs inside itself" : false,
+  }, () => {
+    assert.deepEqual(
+      new Set(variants.map((v) => v.TC_TILE)),
+      new Set([...TILE_SHAPES, ...WGMMA_TILE_SHAPES].map(tileName)),
+    );
     for (const variant of variants) {
       const { NODE_TEST_CONTEXT: _, ...env } = process.env;
       // the widest wgmma tile also takes every case through registers (computed, unaligned or partial factors)
       const all = variant.TC_TILE === "128x256x64:wgmma";
-      const run = spawnSync(process.execPath, ["--import", "tsx", "--test", "--test-reporter=spec", `--test-name-pattern=${all ? "tensor-core matmul matches" : pipelinedCases}`, import.meta.filename], {
-        env: { ...env, ...variant }, encoding: "utf8",
-      });
+      const run = spawnSync(
+        process.execPath,
+        [
+          "--import",
+          "tsx",
+          "--test",
+          "--test-reporter=spec",
+          `--test-name-pattern=${all ? "tensor-core matmul matches" : pipelinedCases}`,
+          import.meta.filename,
+        ],
+        {
+          env: { ...env, ...variant },
+          encoding: "utf8",
+        },
+      );
       const what = JSON.stringify(variant);
       assert.equal(run.status, 0, `${what}:\n${run.stdout.slice(-3000)}\n${run.stderr.slice(-2000)}`);
       const expected = all ? tensorCoreCases.length : 5;
-      assert.match(run.stdout, new RegExp(`ℹ pass ${expected}\\b`), `${what}: not the ${expected} cases\n${run.stdout.slice(-2000)}`);
+      assert.match(
+        run.stdout,
+        new RegExp(`ℹ pass ${expected}\\b`),
+        `${what}: not the ${expected} cases\n${run.stdout.slice(-2000)}`,
+      );
     }
   });
 
@@ -97,9 +214,14 @@ if (library) {
     const cache = scratchDir("beam-tiles");
     const { NODE_TEST_CONTEXT: _, ...env } = process.env;
     const child = (...args: string[]) => {
-      const run = spawnSync(process.execPath, ["--import", "tsx", join(import.meta.dirname, "beam-tile-child.ts"), ...args], {
-        env: { ...env, BEAM: "1", TSGRAD_CACHE: cache, DEBUG: "2" }, encoding: "utf8",
-      });
+      const run = spawnSync(
+        process.execPath,
+        ["--import", "tsx", join(import.meta.dirname, "beam-tile-child.ts"), ...args],
+        {
+          env: { ...env, BEAM: "1", TSGRAD_CACHE: cache, DEBUG: "2" },
+          encoding: "utf8",
+        },
+      );
       assert.equal(run.status, 0, run.stderr.slice(-3000));
       return { ...(JSON.parse(run.stdout) as { error: number; searched: number; cacheHits: number }), log: run.stderr };
     };
@@ -113,9 +235,20 @@ if (library) {
     assert.ok(candidates.some((t) => t.wgmma));
     assert.equal(Number(line[2]), candidates.length);
     // the cache holds the choice and every tile's time
-    const entries = readdirSync(join(cache, "beam")).map((f) => JSON.parse(readFileSync(join(cache, "beam", f), "utf8")) as { choice?: string; seconds?: Record<string, number> });
+    const entries = readdirSync(join(cache, "beam")).map(
+      (f) =>
+        JSON.parse(readFileSync(join(cache, "beam", f), "utf8")) as {
+          choice?: string;
+          seconds?: Record<string, number>;
+        },
+    );
     const entry = entries.find((e) => e.choice === line[1]);
-    assert.ok(entry && Object.values(entry.seconds!).length === candidates.length && Object.values(entry.seconds!).every((t) => t > 0 && Number.isFinite(t)), JSON.stringify(entries));
+    assert.ok(
+      entry &&
+        Object.values(entry.seconds!).length === candidates.length &&
+        Object.values(entry.seconds!).every((t) => t > 0 && Number.isFinite(t)),
+      JSON.stringify(entries),
+    );
     const second = child();
     assert.deepEqual([second.searched, second.cacheHits], [0, 1]);
     assert.ok(second.error <= 4e-3, `max relative error ${second.error}`);
@@ -127,12 +260,22 @@ if (library) {
   });
 
   test("a split-k matmul gives the same result launch after launch (each leaves its tile counters at zero)", () => {
-    const [a, b] = [Tensor.rand([1000, 136], { device: "CUDA" }).cast(dtypes.float16), Tensor.rand([1000, 200], { device: "CUDA" }).cast(dtypes.float16)].map((t) => t.realize());
-    const run = (scale: number) => Array.from(a!.T.matmul(b!.mul(scale).realize()).cast(dtypes.float32).toArray() as Float32Array);
+    const [a, b] = [
+      Tensor.rand([1000, 136], { device: "CUDA" }).cast(dtypes.float16),
+      Tensor.rand([1000, 200], { device: "CUDA" }).cast(dtypes.float16),
+    ].map((t) => t.realize());
+    const run = (scale: number) =>
+      Array.from(a!.T.matmul(b!.mul(scale).realize()).cast(dtypes.float32).toArray() as Float32Array);
     // scaling a factor by a power of two scales every sum exactly; a stale output would not follow
     const first = run(1);
-    assert.deepEqual(run(2), first.map((x) => 2 * x));
-    assert.deepEqual(run(4), first.map((x) => 4 * x));
+    assert.deepEqual(
+      run(2),
+      first.map((x) => 2 * x),
+    );
+    assert.deepEqual(
+      run(4),
+      first.map((x) => 4 * x),
+    );
   });
 
   test("an embedding's gradient (a one-hot sum) runs on tensor cores and matches the JS device", () => {
@@ -146,8 +289,13 @@ if (library) {
       return w.grad!;
     };
     const js = Array.from(grad("JS").cast(dtypes.float32).toArray() as Float32Array);
-    const { result, items } = recordItems(() => Array.from(grad("CUDA").cast(dtypes.float32).toArray() as Float32Array));
-    assert.ok(items.some((item) => item.kind === "kernel" && cudaForm(item.kernel).kind === "tensorCores"), "no tensor-core kernel ran");
+    const { result, items } = recordItems(() =>
+      Array.from(grad("CUDA").cast(dtypes.float32).toArray() as Float32Array),
+    );
+    assert.ok(
+      items.some((item) => item.kind === "kernel" && cudaForm(item.kernel).kind === "tensorCores"),
+      "no tensor-core kernel ran",
+    );
     const error = result.reduce((worst, g, i) => Math.max(worst, Math.abs(g - js[i]!) / (1 + Math.abs(js[i]!))), 0);
     assert.ok(error <= 4e-3, `max relative error ${error}`);
   });
@@ -183,7 +331,11 @@ if (library) {
     const peerCopies = koffi.load(library).func("int tg_emu_peer_copies(void)") as () => number;
     const graphLaunches = koffi.load(library).func("int tg_emu_graph_launches(void)") as () => number;
     const foreignLaunches = koffi.load(library).func("int tg_emu_foreign_launches(void)") as () => number;
-    const batch = (i: number, shape: number[]) => new Tensor(Array.from({ length: shape.reduce((a, b) => a * b, 1) }, (_, j) => Math.sin(j * 0.37 + i)), { device: "JS", dtype: "float32" }).reshape(shape);
+    const batch = (i: number, shape: number[]) =>
+      new Tensor(
+        Array.from({ length: shape.reduce((a, b) => a * b, 1) }, (_, j) => Math.sin(j * 0.37 + i)),
+        { device: "JS", dtype: "float32" },
+      ).reshape(shape);
     const train = (devices: string[]) => {
       const place = (t: T) => (devices.length > 1 ? t.shard(devices, 0) : t);
       const params = [batch(100, [16, 32]), batch(101, [32]), batch(102, [32, 4])].map((t) => {
@@ -223,11 +375,16 @@ if (library) {
     const x = new Tensor(parts.flat(), { device: "JS", dtype: dtypes.float32 }).reshape([3, n]).shard(devices, 0);
     const { result: total, items } = recordItems(() => x.sum({ axis: 0 }).realize());
     // 2(n-1) = 4 ring steps of 3 copies, and each device's share gathered for the replicated result
-    assert.ok(items.filter((item) => item.kind === "copy").length >= 12, `${items.filter((item) => item.kind === "copy").length} copies`);
+    assert.ok(
+      items.filter((item) => item.kind === "copy").length >= 12,
+      `${items.filter((item) => item.kind === "copy").length} copies`,
+    );
     const expected = Array.from({ length: n }, (_, i) => parts[0]![i]! + parts[1]![i]! + parts[2]![i]!);
     const shards = (total.node as unknown as { shards: unknown[] }).shards;
     assert.equal(shards.length, 3);
-    shards.forEach((shard, d) => assert.deepEqual(Array.from(new Tensor(shard as never).toArray() as Float32Array), expected, `CUDA:${d}`));
+    shards.forEach((shard, d) =>
+      assert.deepEqual(Array.from(new Tensor(shard as never).toArray() as Float32Array), expected, `CUDA:${d}`),
+    );
   });
 
   test("a convolution and its gradients (a matmul over a view of the windows, float16) match the JS device", () => {
@@ -244,7 +401,10 @@ if (library) {
     Tensor.manualSeed(7);
     const cuda = run("CUDA");
     ["output", "input gradient", "weight gradient"].forEach((what, i) => {
-      const error = cuda[i]!.reduce((worst, g, j) => Math.max(worst, Math.abs(g - js[i]![j]!) / (1 + Math.abs(js[i]![j]!))), 0);
+      const error = cuda[i]!.reduce(
+        (worst, g, j) => Math.max(worst, Math.abs(g - js[i]![j]!) / (1 + Math.abs(js[i]![j]!))),
+        0,
+      );
       assert.ok(error <= 1e-2, `${what}: max relative error ${error}`);
     });
   });
@@ -260,15 +420,26 @@ if (library) {
       src.assign(src.add(1)).realize();
       // reading one side runs its stream's queue and, through the waits, what it depends on of the other
       const read = (t: T): number[] => Array.from(t.toArray() as Float32Array);
-      const [d, s] = readFirst === "destination" ? [read(dst), read(src)] : [read(src), read(dst)].reverse() as [number[], number[]];
+      const [d, s] =
+        readFirst === "destination"
+          ? [read(dst), read(src)]
+          : ([read(src), read(dst)].reverse() as [number[], number[]]);
       assert.deepEqual(d, expected, `the copy read the source too early or too late (reading the ${readFirst} first)`);
-      assert.deepEqual(s, expected.map((v) => v + 1));
+      assert.deepEqual(
+        s,
+        expected.map((v) => v + 1),
+      );
     }
   });
 
   // big enough that each thread takes 4 (or 2) neighbours: vector loads and stores
   const vectorCases: [string, number[][], "float16" | "float32", (...xs: T[]) => T][] = [
-    ["float16, a broadcast bias and row scale", [[512, 1024], [1024], [512, 1]], "float16", (a, bias, scale) => a.add(bias).mul(scale).relu()],
+    [
+      "float16, a broadcast bias and row scale",
+      [[512, 1024], [1024], [512, 1]],
+      "float16",
+      (a, bias, scale) => a.add(bias).mul(scale).relu(),
+    ],
     ["float32, 2 lanes where 4 do not divide", [[2, 1024, 130], [130]], "float32", (a, b) => a.exp().add(b)],
     ["a bool output, then read back as a vector", [[512, 1024]], "float16", (a) => a.gt(0).realize().where(a, a.neg())],
     ["a transposed copy (scalar loads, vector stores)", [[1024, 512]], "float16", (a) => a.T.contiguous()],
@@ -291,7 +462,10 @@ if (library) {
     };
     const js = update("JS");
     const { result, items } = recordItems(() => update("CUDA"));
-    assert.ok(items.some((item) => item.kind === "kernel" && vectorStores(item.kernel)), "no vector stores");
+    assert.ok(
+      items.some((item) => item.kind === "kernel" && vectorStores(item.kernel)),
+      "no vector stores",
+    );
     assert.deepEqual(result, js);
   });
 
@@ -310,20 +484,41 @@ if (library) {
     const softmax = compare([[4100, 512]], dtypes.float16, (x) => x.softmax(-1));
     assert.ok(softmax.forms.includes("warp rows"), `forms: ${softmax.forms.join(", ")}`);
     assert.ok(softmax.error < 1e-3, `softmax: max relative error ${softmax.error}`);
-    const norm = compare([[4100, 200]], dtypes.float32, (x) => { const centered = x.sub(x.mean({ axis: -1, keepdim: true })); return centered.div(centered.square().mean({ axis: -1, keepdim: true }).add(1e-5).sqrt()); });
+    const norm = compare([[4100, 200]], dtypes.float32, (x) => {
+      const centered = x.sub(x.mean({ axis: -1, keepdim: true }));
+      return centered.div(centered.square().mean({ axis: -1, keepdim: true }).add(1e-5).sqrt());
+    });
     assert.ok(norm.forms.includes("warp rows"), `forms: ${norm.forms.join(", ")}`);
     assert.ok(norm.error < 1e-4, `layer norm: max relative error ${norm.error}`);
   });
 
   test("int32 argmin and argmax (wrong on an H200, see issue 8) are right here", () => {
-    const t = new Tensor([[1, 5, 5, 0], [7, 2, 7, -1]], { device: "CUDA", dtype: dtypes.int32 });
+    const t = new Tensor(
+      [
+        [1, 5, 5, 0],
+        [7, 2, 7, -1],
+      ],
+      { device: "CUDA", dtype: dtypes.int32 },
+    );
     assert.deepEqual(t.neg().max({ axis: 1 }).tolist(), [0, 1]);
     assert.deepEqual(t.argmin({ axis: 1 }).tolist(), [3, 3]);
     assert.deepEqual(t.argmax({ axis: 1 }).tolist(), [1, 0]);
   });
 
   test("the op suite passes on the emulated GPU", { timeout: 600_000 }, () => {
-    const files = ["elementwise", "nn_ops", "reduce_movement", "regressions", "jit", "conv", "activations", "einsum", "scan", "sort", "upsample"].map((t) => `test/core/${t}.test.ts`);
+    const files = [
+      "elementwise",
+      "nn_ops",
+      "reduce_movement",
+      "regressions",
+      "jit",
+      "conv",
+      "activations",
+      "einsum",
+      "scan",
+      "sort",
+      "upsample",
+    ].map((t) => `test/core/${t}.test.ts`);
     const { NODE_TEST_CONTEXT: _, ...env } = process.env;
     // no CPU device: the op tests run on CUDA and JS only
     const run = spawnSync(process.execPath, ["--import", "tsx", "--test", "--test-reporter=spec", ...files], {
@@ -331,7 +526,15 @@ if (library) {
       encoding: "utf8",
     });
     const passed = run.stdout.match(/^ℹ pass (\d+)/m)?.[1];
-    assert.equal(run.status, 0, `${run.stdout.split("\n").filter((l) => /✖|Error|expected|actual/.test(l)).slice(0, 40).join("\n")}\n${run.stderr.slice(-2000)}`);
+    assert.equal(
+      run.status,
+      0,
+      `${run.stdout
+        .split("\n")
+        .filter((l) => /✖|Error|expected|actual/.test(l))
+        .slice(0, 40)
+        .join("\n")}\n${run.stderr.slice(-2000)}`,
+    );
     assert.match(run.stdout, /reductions on CUDA/);
     assert.ok(Number(passed) > 150, `only ${passed} op tests passed`);
   });

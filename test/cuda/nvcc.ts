@@ -25,7 +25,12 @@ export interface CompileReport {
 }
 
 /** Compiles `kernels` for `archs` in `files` parallel nvcc runs; `mode` is -fatbin (every arch), -ptx or -cubin (one arch). */
-export async function compileKernels(nvcc: string, kernels: readonly NamedKernel[], archs: readonly string[], { files = 2, mode = "-fatbin", flags = [] as string[] } = {}): Promise<CompileReport> {
+export async function compileKernels(
+  nvcc: string,
+  kernels: readonly NamedKernel[],
+  archs: readonly string[],
+  { files = 2, mode = "-fatbin", flags = [] as string[] } = {},
+): Promise<CompileReport> {
   const dir = mkdtempSync(join(tmpdir(), "tsgrad-cuda-test-"));
   try {
     const runs = Array.from({ length: Math.min(files, kernels.length) }, (_, f) => {
@@ -41,7 +46,11 @@ export async function compileKernels(nvcc: string, kernels: readonly NamedKernel
       writeFileSync(source, lines.join("\n"));
       return { source, output, owners };
     });
-    const results = await Promise.all(runs.map(({ source, output }) => run(nvcc, [...nvccFlags(archs, { ptx: mode !== "-fatbin" }), ...flags, mode, "-o", output, source])));
+    const results = await Promise.all(
+      runs.map(({ source, output }) =>
+        run(nvcc, [...nvccFlags(archs, { ptx: mode !== "-fatbin" }), ...flags, mode, "-o", output, source]),
+      ),
+    );
     const failing = new Set<string>();
     let errors = "";
     results.forEach(({ status, stderr }, f) => {
@@ -53,7 +62,9 @@ export async function compileKernels(nvcc: string, kernels: readonly NamedKernel
         if (owner) failing.add(owner.name);
       }
     });
-    const outputs = results.map(({ status }, f) => (status === 0 ? readFileSync(runs[f]!.output, mode === "-ptx" ? "utf8" : "latin1") : ""));
+    const outputs = results.map(({ status }, f) =>
+      status === 0 ? readFileSync(runs[f]!.output, mode === "-ptx" ? "utf8" : "latin1") : "",
+    );
     return { errors, failing: [...failing], outputs, logs: results.map((r) => r.stderr) };
   } finally {
     rmSync(dir, { recursive: true, force: true });

@@ -13,7 +13,20 @@ import { findNvcc } from "../../src/runtime/cuda_compile.ts";
 import { type NamedKernel, compileKernels } from "./nvcc.ts";
 import type { CapturedKernel } from "./capture_kernels.ts";
 
-const OP_TESTS = ["elementwise", "nn_ops", "reduce_movement", "fusion", "regressions", "jit", "conv", "activations", "einsum", "scan", "sort", "upsample"];
+const OP_TESTS = [
+  "elementwise",
+  "nn_ops",
+  "reduce_movement",
+  "fusion",
+  "regressions",
+  "jit",
+  "conv",
+  "activations",
+  "einsum",
+  "scan",
+  "sort",
+  "upsample",
+];
 const nvcc = findNvcc();
 
 /** Runs the op tests with the capture hook; the distinct kernels they executed, rendered for CUDA. */
@@ -22,11 +35,24 @@ function captureOpKernels(): CapturedKernel[] {
   try {
     // a test runner of its own (not a child reporting to ours), on JS only: no C compiles, no GPU
     const { NODE_TEST_CONTEXT: _, ...env } = process.env;
-    spawnSync(process.execPath, ["--import", "tsx", "--import", "./test/cuda/capture_kernels.ts", "--test", ...OP_TESTS.map((t) => `test/core/${t}.test.ts`)], {
-      env: { ...env, TSGRAD_CAPTURE_DIR: dir, CC: "/nonexistent/cc", TSGRAD_LIBCUDA: "/nonexistent/libcuda.so" },
-      stdio: "ignore",
-    });
-    const lines = new Set(readdirSync(dir).flatMap((f) => readFileSync(join(dir, f), "utf8").split("\n").filter(Boolean)));
+    spawnSync(
+      process.execPath,
+      [
+        "--import",
+        "tsx",
+        "--import",
+        "./test/cuda/capture_kernels.ts",
+        "--test",
+        ...OP_TESTS.map((t) => `test/core/${t}.test.ts`),
+      ],
+      {
+        env: { ...env, TSGRAD_CAPTURE_DIR: dir, CC: "/nonexistent/cc", TSGRAD_LIBCUDA: "/nonexistent/libcuda.so" },
+        stdio: "ignore",
+      },
+    );
+    const lines = new Set(
+      readdirSync(dir).flatMap((f) => readFileSync(join(dir, f), "utf8").split("\n").filter(Boolean)),
+    );
     const byCode = new Map([...lines].map((l) => JSON.parse(l) as CapturedKernel).map((k) => [k.chosen, k]));
     return [...byCode.values()];
   } finally {
@@ -56,10 +82,18 @@ test("the op tests run a few hundred distinct kernels", { skip }, () => {
   assert.ok(kernels.length > 200, `the op tests ran only ${kernels.length} distinct kernels`);
 });
 
-test("every kernel the op tests run compiles for sm_89 and sm_90 as CUDA launches it, and in its other forms", { skip, timeout: 180_000 }, async () => {
+test("every kernel the op tests run compiles for sm_89 and sm_90 as CUDA launches it, and in its other forms", {
+  skip,
+  timeout: 180_000,
+}, async () => {
   // the other forms only as PTX (no ptxas): the same C++ and inline assembly, half the time
   const [chosen, others] = await Promise.all([
-    compileKernels(nvcc!, kernels.map((k, n) => named(k.chosen, `k${n}`)), ["sm_89", "sm_90"], { files: 2 }),
+    compileKernels(
+      nvcc!,
+      kernels.map((k, n) => named(k.chosen, `k${n}`)),
+      ["sm_89", "sm_90"],
+      { files: 2 },
+    ),
     compileKernels(nvcc!, kernels.flatMap(otherForms), ["sm_90"], { files: 1, mode: "-ptx" }),
   ]);
   assert.equal(chosen.errors, "", `kernels failing: ${chosen.failing.join(", ")}`);

@@ -9,7 +9,14 @@ function sink(isTTY: boolean, columns = 100) {
 }
 
 test("formatBytes uses powers of 1000 with one decimal", () => {
-  assert.deepEqual([0, 999, 571.43, 1500, 231_508, 4_034_713_312].map(formatBytes), ["0 B", "999 B", "571 B", "1.5 KB", "231.5 KB", "4.0 GB"]);
+  assert.deepEqual([0, 999, 571.43, 1500, 231_508, 4_034_713_312].map(formatBytes), [
+    "0 B",
+    "999 B",
+    "571 B",
+    "1.5 KB",
+    "231.5 KB",
+    "4.0 GB",
+  ]);
 });
 
 test("formatDuration reads as h/m/s", () => {
@@ -54,7 +61,10 @@ test("on a terminal it redraws one line with a bar that fits the width", () => {
   assert.equal(out.writes.length, 3);
   assert.ok(out.writes[0]!.startsWith("\rf   50.0% 500 B/1.0 KB  500 B/s  ETA 1s  [####"));
   assert.ok(out.writes[0]!.endsWith("-]\x1b[K"));
-  assert.ok(out.writes.slice(0, 2).every((w) => w.length - "\r\x1b[K".length <= 79), "each redraw fits in 79 columns");
+  assert.ok(
+    out.writes.slice(0, 2).every((w) => w.length - "\r\x1b[K".length <= 79),
+    "each redraw fits in 79 columns",
+  );
   assert.equal(out.writes[2], "\n");
 });
 

@@ -9,7 +9,12 @@ import { readFile, readdir, writeFile } from "node:fs/promises";
 import type http from "node:http";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { downloadBertData, referencePlan, type DownloadPlan, type RemoteFile } from "../../mlperf/bert/data/download.ts";
+import {
+  downloadBertData,
+  referencePlan,
+  type DownloadPlan,
+  type RemoteFile,
+} from "../../mlperf/bert/data/download.ts";
 import { ChecksumError } from "../../mlperf/bert/data/checksums.ts";
 import { sendBytes, startServer, virusScanPage, type FixtureServer } from "./httpFixtureServer.ts";
 import { scratchDir } from "../scratch.ts";
@@ -20,14 +25,19 @@ const quiet = { write: () => true };
 const fast = { backoffMs: 1, sleep: async () => {} };
 
 /** Files by Drive id; ids starting with "big" get the virus-scan page first, as Drive does. */
-function driveStandIn(files: Record<string, Uint8Array>): (req: http.IncomingMessage, res: http.ServerResponse) => void {
+function driveStandIn(
+  files: Record<string, Uint8Array>,
+): (req: http.IncomingMessage, res: http.ServerResponse) => void {
   return (req, res) => {
     const url = new URL(req.url ?? "", `http://${req.headers.host}`);
     const id = url.searchParams.get("id") ?? "";
     const bytes = files[id];
     if (!bytes) return void res.writeHead(404).end();
     if (url.pathname === "/uc" && id.startsWith("big")) {
-      res.writeHead(200, { "Content-Type": "text/html; charset=utf-8", "Set-Cookie": "NID=abc; Domain=127.0.0.1; Path=/" });
+      res.writeHead(200, {
+        "Content-Type": "text/html; charset=utf-8",
+        "Set-Cookie": "NID=abc; Domain=127.0.0.1; Path=/",
+      });
       return void res.end(virusScanPage(`http://${req.headers.host}/download`, id, "uuid-42"));
     }
     sendBytes(req, res, bytes, { ranges: true, headers: { "Content-Disposition": `attachment; filename="${id}"` } });
@@ -39,7 +49,12 @@ const VOCAB = new TextEncoder().encode("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\
 const CKPT_DATA = new Uint8Array(randomBytes(200_000));
 
 function smallPlan(origin: string): DownloadPlan {
-  const file = (name: string, id: string, bytes: Uint8Array): RemoteFile => ({ name, url: `${origin}/uc?id=${id}&export=download`, size: bytes.length, md5: md5(bytes) });
+  const file = (name: string, id: string, bytes: Uint8Array): RemoteFile => ({
+    name,
+    url: `${origin}/uc?id=${id}&export=download`,
+    size: bytes.length,
+    md5: md5(bytes),
+  });
   return {
     files: [
       file("bert_config.json", "config", CONFIG),
@@ -62,9 +77,17 @@ test("fetches every file of the plan into BASEDIR and writes the checkpoint stat
   const server = await serveSmallPlan(t);
   const basedir = join(tempDir(), "wiki");
   await downloadBertData(smallPlan(server.origin), { basedir, verifyChecksum: true, log: quiet, http: fast });
-  assert.deepEqual((await readdir(basedir)).sort(), ["bert_config.json", "checkpoint", "model.ckpt-28252.data-00000-of-00001", "vocab.txt"]);
+  assert.deepEqual((await readdir(basedir)).sort(), [
+    "bert_config.json",
+    "checkpoint",
+    "model.ckpt-28252.data-00000-of-00001",
+    "vocab.txt",
+  ]);
   assert.deepEqual(new Uint8Array(await readFile(join(basedir, "model.ckpt-28252.data-00000-of-00001"))), CKPT_DATA);
-  assert.equal(await readFile(join(basedir, "checkpoint"), "utf8"), 'model_checkpoint_path: "model.ckpt-28252"\nall_model_checkpoint_paths: "model.ckpt-28252"\n');
+  assert.equal(
+    await readFile(join(basedir, "checkpoint"), "utf8"),
+    'model_checkpoint_path: "model.ckpt-28252"\nall_model_checkpoint_paths: "model.ckpt-28252"\n',
+  );
 });
 
 test("passes Drive's virus-scan page by submitting its form with confirm and uuid", async (t) => {
@@ -72,7 +95,10 @@ test("passes Drive's virus-scan page by submitting its form with confirm and uui
   const basedir = tempDir();
   await downloadBertData(smallPlan(server.origin), { basedir, log: quiet, http: fast });
   const bigRequests = server.requests.filter((r) => r.url.includes("bigdata"));
-  assert.deepEqual(bigRequests.map((r) => r.url), ["/uc?id=bigdata&export=download", "/download?id=bigdata&export=download&confirm=t&uuid=uuid-42"]);
+  assert.deepEqual(
+    bigRequests.map((r) => r.url),
+    ["/uc?id=bigdata&export=download", "/download?id=bigdata&export=download&confirm=t&uuid=uuid-42"],
+  );
   assert.equal(bigRequests[1]!.headers.cookie, "NID=abc");
 });
 
@@ -98,7 +124,10 @@ test("a file of the wrong size already in BASEDIR is an error and is left alone"
   const server = await serveSmallPlan(t);
   const basedir = tempDir();
   await writeFile(join(basedir, "vocab.txt"), "someone else's vocab\n");
-  await assert.rejects(downloadBertData(smallPlan(server.origin), { basedir, log: quiet, http: fast }), /vocab\.txt has 21 bytes, expected 35: delete it/);
+  await assert.rejects(
+    downloadBertData(smallPlan(server.origin), { basedir, log: quiet, http: fast }),
+    /vocab\.txt has 21 bytes, expected 35: delete it/,
+  );
   assert.equal(await readFile(join(basedir, "vocab.txt"), "utf8"), "someone else's vocab\n");
 });
 
@@ -107,16 +136,22 @@ test("VERIFY_CHECKSUM: a published md5 that does not match names the file, expec
   const basedir = tempDir();
   const plan = smallPlan(server.origin);
   plan.files[1]!.md5 = "64800d5d8528ce344256daf115d4965e";
-  await assert.rejects(downloadBertData(plan, { basedir, verifyChecksum: true, log: quiet, http: fast }), (error: Error) => {
-    assert.ok(error instanceof ChecksumError);
-    assert.equal(error.file, join(basedir, "vocab.txt"));
-    assert.equal(error.expected, "64800d5d8528ce344256daf115d4965e");
-    assert.equal(error.actual, md5(VOCAB));
-    return true;
-  });
+  await assert.rejects(
+    downloadBertData(plan, { basedir, verifyChecksum: true, log: quiet, http: fast }),
+    (error: Error) => {
+      assert.ok(error instanceof ChecksumError);
+      assert.equal(error.file, join(basedir, "vocab.txt"));
+      assert.equal(error.expected, "64800d5d8528ce344256daf115d4965e");
+      assert.equal(error.actual, md5(VOCAB));
+      return true;
+    },
+  );
 });
 
-async function serveText(t: { after: (fn: () => Promise<void>) => void }, md5List: Uint8Array): Promise<{ server: FixtureServer; plan: DownloadPlan }> {
+async function serveText(
+  t: { after: (fn: () => Promise<void>) => void },
+  md5List: Uint8Array,
+): Promise<{ server: FixtureServer; plan: DownloadPlan }> {
   const archive = new Uint8Array(await readFile(join(FIXTURES, "text.tar.gz")));
   const server = await startServer(driveStandIn({ sums: md5List, bigtext: archive }));
   t.after(() => server.close());
@@ -135,7 +170,10 @@ test("WIKI_TRAIN: fetches, unpacks and verifies the text, deletes the archive, a
   const { server, plan } = await serveText(t, await readFile(join(FIXTURES, "text.md5")));
   const basedir = tempDir();
   await downloadBertData(plan, { basedir, verifyChecksum: true, log: quiet, http: fast });
-  assert.equal(await readFile(join(basedir, "results4", "eval.txt"), "utf8"), "Eval sentence one.\nEval sentence two.\n");
+  assert.equal(
+    await readFile(join(basedir, "results4", "eval.txt"), "utf8"),
+    "Eval sentence one.\nEval sentence two.\n",
+  );
   assert.equal(existsSync(join(basedir, "results_text.tar.gz")), false);
   const before = server.requests.length;
   await downloadBertData(plan, { basedir, verifyChecksum: true, log: quiet, http: fast });
@@ -143,7 +181,10 @@ test("WIKI_TRAIN: fetches, unpacks and verifies the text, deletes the archive, a
 });
 
 test("WIKI_TRAIN: a text part that differs from the md5 list is an error naming it, and the archive is kept", async (t) => {
-  const list = (await readFile(join(FIXTURES, "text.md5"), "utf8")).replace(/^[0-9a-f]{32}(?=  \.\/eval\.txt)/m, "0".repeat(32));
+  const list = (await readFile(join(FIXTURES, "text.md5"), "utf8")).replace(
+    /^[0-9a-f]{32}(?= {2}\.\/eval\.txt)/m,
+    "0".repeat(32),
+  );
   const { plan } = await serveText(t, new TextEncoder().encode(list));
   const basedir = tempDir();
   await assert.rejects(
@@ -154,7 +195,12 @@ test("WIKI_TRAIN: a text part that differs from the md5 list is an error naming 
 });
 
 test("the reference plan lays out the files as the reference's download script does", () => {
-  const names = (plan: DownloadPlan) => [...plan.files.map((f) => f.name), plan.text?.md5List.name, plan.text?.archive.name, plan.text?.folder];
+  const names = (plan: DownloadPlan) => [
+    ...plan.files.map((f) => f.name),
+    plan.text?.md5List.name,
+    plan.text?.archive.name,
+    plan.text?.folder,
+  ];
   assert.deepEqual(names(referencePlan(false)), [
     "bert_config.json",
     "vocab.txt",
@@ -165,7 +211,11 @@ test("the reference plan lays out the files as the reference's download script d
     undefined,
     undefined,
   ]);
-  assert.deepEqual(names(referencePlan(true)).slice(5), ["bert_reference_results_text_md5.txt", "results_text.tar.gz", "results4"]);
+  assert.deepEqual(names(referencePlan(true)).slice(5), [
+    "bert_reference_results_text_md5.txt",
+    "results_text.tar.gz",
+    "results4",
+  ]);
   assert.equal(referencePlan(true).checkpoint, "model.ckpt-28252");
 });
 

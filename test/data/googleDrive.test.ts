@@ -7,7 +7,10 @@ import { virusScanPage } from "./httpFixtureServer.ts";
 const PAGE_URL = "https://drive.google.com/uc?id=FILEID&export=download";
 
 test("driveUrl is the uc?id= direct-download link", () => {
-  assert.equal(driveUrl("1USK108J6hMM_d27xCHi738qBL8_BT1u1"), "https://drive.google.com/uc?id=1USK108J6hMM_d27xCHi738qBL8_BT1u1&export=download");
+  assert.equal(
+    driveUrl("1USK108J6hMM_d27xCHi738qBL8_BT1u1"),
+    "https://drive.google.com/uc?id=1USK108J6hMM_d27xCHi738qBL8_BT1u1&export=download",
+  );
 });
 
 test("the download form's action plus its hidden inputs make the confirmed URL", () => {
@@ -20,7 +23,10 @@ test("the download form's action plus its hidden inputs make the confirmed URL",
 
 test("an older page's /uc?export=download&confirm= link is resolved against the page", () => {
   const page = `<a id="uc-download-link" href="/uc?export=download&amp;confirm=Ab1x&amp;id=FILEID">Download anyway</a>`;
-  assert.equal(confirmedDownloadUrl(page, PAGE_URL), "https://drive.google.com/uc?export=download&confirm=Ab1x&id=FILEID");
+  assert.equal(
+    confirmedDownloadUrl(page, PAGE_URL),
+    "https://drive.google.com/uc?export=download&confirm=Ab1x&id=FILEID",
+  );
 });
 
 test("a downloadUrl in the page's JSON is unescaped", () => {
@@ -31,13 +37,22 @@ test("a downloadUrl in the page's JSON is unescaped", () => {
 test("Drive's error subcaption becomes a DriveError", () => {
   const page = `<p class="uc-error-caption">Sorry, you can&#39;t view or download this file at this time.</p>
 <p class="uc-error-subcaption">Too many users have viewed or downloaded this file recently. Please try accessing the file again later.</p>`;
-  assert.throws(() => confirmedDownloadUrl(page, PAGE_URL), (error: Error) => {
-    assert.ok(error instanceof DriveError);
-    assert.match(error.message, /refused https:\/\/drive\.google\.com\/uc\?id=FILEID.*: Too many users have viewed or downloaded/);
-    return true;
-  });
+  assert.throws(
+    () => confirmedDownloadUrl(page, PAGE_URL),
+    (error: Error) => {
+      assert.ok(error instanceof DriveError);
+      assert.match(
+        error.message,
+        /refused https:\/\/drive\.google\.com\/uc\?id=FILEID.*: Too many users have viewed or downloaded/,
+      );
+      return true;
+    },
+  );
 });
 
 test("a page with no way to the file is a DriveError", () => {
-  assert.throws(() => confirmedDownloadUrl("<html><body>Sign in</body></html>", PAGE_URL), /the page has no download link/);
+  assert.throws(
+    () => confirmedDownloadUrl("<html><body>Sign in</body></html>", PAGE_URL),
+    /the page has no download link/,
+  );
 });

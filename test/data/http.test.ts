@@ -33,7 +33,10 @@ test("follows redirects, relative and absolute, to the file", async (t) => {
   const dest = join(tempDir(), "file.bin");
   await downloadToFile(`${server.origin}/start`, dest);
   assert.deepEqual(new Uint8Array(await readFile(dest)), FILE);
-  assert.deepEqual(server.requests.map((r) => r.url), ["/start", "/middle", "/file"]);
+  assert.deepEqual(
+    server.requests.map((r) => r.url),
+    ["/start", "/middle", "/file"],
+  );
 });
 
 test("resumes a leftover .part with a Range request", async (t) => {
@@ -88,7 +91,9 @@ test("a body of unknown length cut short is retried, not kept as the whole file"
 });
 
 test("retries 500s with exponentially growing delays, then succeeds", async (t) => {
-  const server = await startServer((req, res, index) => (index < 3 ? res.writeHead(500).end() : sendBytes(req, res, FILE)));
+  const server = await startServer((req, res, index) =>
+    index < 3 ? res.writeHead(500).end() : sendBytes(req, res, FILE),
+  );
   t.after(() => server.close());
   const dest = join(tempDir(), "file.bin");
   const delays: number[] = [];
@@ -98,7 +103,9 @@ test("retries 500s with exponentially growing delays, then succeeds", async (t) 
 });
 
 test("caps the backoff delay at maxBackoffMs", async (t) => {
-  const server = await startServer((req, res, index) => (index < 4 ? res.writeHead(503).end() : sendBytes(req, res, FILE)));
+  const server = await startServer((req, res, index) =>
+    index < 4 ? res.writeHead(503).end() : sendBytes(req, res, FILE),
+  );
   t.after(() => server.close());
   const delays: number[] = [];
   const sleep = async (ms: number) => void delays.push(ms);
@@ -110,11 +117,14 @@ test("gives up after the retry budget with an error naming the URL and status", 
   const server = await startServer((_req, res) => res.writeHead(500).end());
   t.after(() => server.close());
   const dest = join(tempDir(), "file.bin");
-  await assert.rejects(downloadToFile(`${server.origin}/file.bin`, dest, { retries: 2, sleep: noSleep }), (error: Error) => {
-    assert.ok(error instanceof DownloadError);
-    assert.match(error.message, /\/file\.bin: gave up after 3 failed attempts: .*HTTP 500/);
-    return true;
-  });
+  await assert.rejects(
+    downloadToFile(`${server.origin}/file.bin`, dest, { retries: 2, sleep: noSleep }),
+    (error: Error) => {
+      assert.ok(error instanceof DownloadError);
+      assert.match(error.message, /\/file\.bin: gave up after 3 failed attempts: .*HTTP 500/);
+      return true;
+    },
+  );
   assert.equal(server.requests.length, 3);
   assert.equal(existsSync(dest), false);
 });
@@ -122,7 +132,10 @@ test("gives up after the retry budget with an error naming the URL and status", 
 test("does not retry a 404", async (t) => {
   const server = await startServer((_req, res) => res.writeHead(404).end());
   t.after(() => server.close());
-  await assert.rejects(downloadToFile(`${server.origin}/missing`, join(tempDir(), "x"), { sleep: noSleep }), /HTTP 404/);
+  await assert.rejects(
+    downloadToFile(`${server.origin}/missing`, join(tempDir(), "x"), { sleep: noSleep }),
+    /HTTP 404/,
+  );
   assert.equal(server.requests.length, 1);
 });
 
@@ -164,7 +177,9 @@ test("reports progress up to the full size", async (t) => {
   const server = await startServer((req, res) => sendBytes(req, res, FILE));
   t.after(() => server.close());
   const seen: [number, number | undefined][] = [];
-  await downloadToFile(`${server.origin}/f`, join(tempDir(), "f"), { onProgress: (done, total) => seen.push([done, total]) });
+  await downloadToFile(`${server.origin}/f`, join(tempDir(), "f"), {
+    onProgress: (done, total) => seen.push([done, total]),
+  });
   assert.deepEqual(seen[0], [0, FILE.length]);
   assert.deepEqual(seen.at(-1), [FILE.length, FILE.length]);
 });

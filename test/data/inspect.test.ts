@@ -3,7 +3,13 @@ import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
 import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { detectSampleFormat, openSampleFile, readSamples, sampleJson, summarize } from "../../mlperf/bert/data/inspect.ts";
+import {
+  detectSampleFormat,
+  openSampleFile,
+  readSamples,
+  sampleJson,
+  summarize,
+} from "../../mlperf/bert/data/inspect.ts";
 import { emptySamples, writeShard } from "../../mlperf/bert/data/shard.ts";
 import { writeTFRecordSamples } from "../../mlperf/bert/data/tfrecord.ts";
 import { SAMPLE_FIELDS } from "../../mlperf/bert/data/samples.ts";
@@ -11,7 +17,9 @@ import { samplesFromJsonl } from "./sample-helpers.ts";
 import { scratchDir } from "../scratch.ts";
 
 const FIXTURE = new URL("../fixtures/bert-preprocess/samples-seq128-pred20-dupe2.jsonl", import.meta.url);
-const FIXTURE_LINES = readFileSync(FIXTURE, "utf8").split("\n").filter((line) => line.length > 0);
+const FIXTURE_LINES = readFileSync(FIXTURE, "utf8")
+  .split("\n")
+  .filter((line) => line.length > 0);
 const INSPECT = new URL("../../mlperf/bert/data/inspect.ts", import.meta.url).pathname;
 const samples = samplesFromJsonl(FIXTURE_LINES.join("\n"), 128, 20);
 const dir = scratchDir("inspect-");
@@ -64,7 +72,9 @@ test("inspect --jsonl prints every sample of a shard as the reference fixture ha
 });
 
 test("inspect --jsonl --limit prints the first samples of a TFRecord", () => {
-  const expected = FIXTURE_LINES.slice(0, 2).map((line) => JSON.stringify(JSON.parse(line)) + "\n").join("");
+  const expected = FIXTURE_LINES.slice(0, 2)
+    .map((line) => JSON.stringify(JSON.parse(line)) + "\n")
+    .join("");
   assert.equal(inspect(tfrecordPath, "--jsonl", "--limit", "2"), expected);
 });
 
@@ -89,7 +99,10 @@ test("inspect without options prints a summary", () => {
   const copy = join(dir, "copy.bin");
   copyFileSync(shardPath, copy);
   const summary = inspect(copy);
-  assert.match(summary, /^file: .*copy\.bin\nformat: tsgrad sample shard \(safetensors\)\nsamples: 229\nmax_seq_length: 128\nmax_predictions_per_seq: 20\n/);
+  assert.match(
+    summary,
+    /^file: .*copy\.bin\nformat: tsgrad sample shard \(safetensors\)\nsamples: 229\nmax_seq_length: 128\nmax_predictions_per_seq: 20\n/,
+  );
   assert.match(summary, /tokens per sample \(mean\): [\d.]+\n/);
 });
 
@@ -100,8 +113,13 @@ test("inspect exits 1 with the reader's error on a corrupt file and 2 on bad opt
   writeFileSync(corrupt, bytes);
   const failed = spawnSync(process.execPath, ["--import", "tsx", INSPECT, corrupt], { encoding: "utf8" });
   assert.equal(failed.status, 1);
-  assert.equal(failed.stderr, `inspect: ${corrupt}: byte offset 0: bad CRC of the ${bytes.readUInt32LE(0)}-byte record data\n`);
-  const usage = spawnSync(process.execPath, ["--import", "tsx", INSPECT, corrupt, "--limit", "x"], { encoding: "utf8" });
+  assert.equal(
+    failed.stderr,
+    `inspect: ${corrupt}: byte offset 0: bad CRC of the ${bytes.readUInt32LE(0)}-byte record data\n`,
+  );
+  const usage = spawnSync(process.execPath, ["--import", "tsx", INSPECT, corrupt, "--limit", "x"], {
+    encoding: "utf8",
+  });
   assert.equal(usage.status, 2);
   assert.match(usage.stderr, /--limit needs a non-negative integer/);
 });

@@ -37,7 +37,8 @@ function makeFiles(sizes = SIZES, format: "shard" | "tfrecord" = "shard"): strin
   });
 }
 
-const idsOf = (batch: SampleColumns) => Array.from({ length: batch.count }, (_, row) => batch.input_ids[row * SEQ + 1]!);
+const idsOf = (batch: SampleColumns) =>
+  Array.from({ length: batch.count }, (_, row) => batch.input_ids[row * SEQ + 1]!);
 
 function takeIds(batches: Iterator<SampleColumns>, count: number): number[][] {
   return Array.from({ length: count }, () => idsOf(batches.next().value as SampleColumns));
@@ -67,13 +68,18 @@ test("samples come round-robin from cycleLength files, each read front to back",
   const files = ids.map((id) => Math.floor((id - 1000) / 100));
   assert.deepEqual(files.slice(0, 8), [files[0], files[1], files[0], files[1], files[0], files[1], files[0], files[1]]);
   assert.notEqual(files[0], files[1]);
-  assert.deepEqual(ids.filter((_, i) => i % 2 === 0).map((id) => id % 100), [0, 1, 2, 3]);
+  assert.deepEqual(
+    ids.filter((_, i) => i % 2 === 0).map((id) => id % 100),
+    [0, 1, 2, 3],
+  );
 });
 
 test("each pass visits the files in a new seeded order", () => {
   // One file at a time and no shuffle buffer: a batch of 33 is exactly one pass.
   const passes = takeIds(trainBatches({ ...OPTIONS, batchSize: 33, shuffleBuffer: 1, cycleLength: 1 }), 4);
-  const fileOrders = passes.map((ids) => ids.map((id) => Math.floor((id - 1000) / 100)).filter((file, i, files) => i === 0 || files[i - 1] !== file));
+  const fileOrders = passes.map((ids) =>
+    ids.map((id) => Math.floor((id - 1000) / 100)).filter((file, i, files) => i === 0 || files[i - 1] !== file),
+  );
   for (const order of fileOrders) assert.deepEqual([...order].sort(), [0, 1, 2, 3]);
   assert.ok(new Set(fileOrders.map((order) => order.join())).size > 1, JSON.stringify(fileOrders));
 });
@@ -96,12 +102,19 @@ test("starting at step k yields the batches an uninterrupted run yields from ste
   const uninterrupted = Array.from({ length: 30 }, () => batches.next().value);
   for (const k of [1, 9, 17, 25]) {
     const resumed = trainBatches({ ...OPTIONS, startStep: k });
-    for (let step = k; step < 30; step++) assert.deepEqual(resumed.next().value, uninterrupted[step], `step ${step} after resuming at ${k}`);
+    for (let step = k; step < 30; step++)
+      assert.deepEqual(resumed.next().value, uninterrupted[step], `step ${step} after resuming at ${k}`);
   }
 });
 
 test("the train sample order is computed from file sample counts alone", () => {
-  const order = new TrainSampleOrder(SIZES.length, (file) => SIZES[file]!, OPTIONS.seed, OPTIONS.shuffleBuffer!, OPTIONS.cycleLength!);
+  const order = new TrainSampleOrder(
+    SIZES.length,
+    (file) => SIZES[file]!,
+    OPTIONS.seed,
+    OPTIONS.shuffleBuffer!,
+    OPTIONS.cycleLength!,
+  );
   const fromCounts = Array.from({ length: 40 }, () => {
     const ref = order.next();
     return sampleId(Math.floor(ref / 2 ** 32), ref % 2 ** 32);
@@ -117,11 +130,17 @@ test("TFRecord files give the same batches as shards of the same samples", () =>
 test("train files of different widths are refused, naming the file", () => {
   const other = join(scratchDir("loader-"), "wide");
   writeShard(other, fakeBatch(3, SEQ * 2, PRED, 0));
-  assert.throws(() => takeIds(trainBatches({ ...OPTIONS, files: [...FILES, other] }), 20), (error: unknown) => {
-    assert.ok(error instanceof LoaderError);
-    assert.match(error.message, new RegExp(`^${other}: max_seq_length/max_predictions_per_seq 32/3, but .* has 16/3`));
-    return true;
-  });
+  assert.throws(
+    () => takeIds(trainBatches({ ...OPTIONS, files: [...FILES, other] }), 20),
+    (error: unknown) => {
+      assert.ok(error instanceof LoaderError);
+      assert.match(
+        error.message,
+        new RegExp(`^${other}: max_seq_length/max_predictions_per_seq 32/3, but .* has 16/3`),
+      );
+      return true;
+    },
+  );
 });
 
 test("a loader over only empty files is an error rather than an endless loop", () => {
@@ -136,8 +155,14 @@ test("an empty TFRecord file among the train files is skipped, whatever its (unk
 });
 
 test("a batch size that is not a positive integer is refused", () => {
-  assert.throws(() => trainBatches({ ...OPTIONS, batchSize: 0 }).next(), /batch size must be a positive integer, got 0/);
-  assert.throws(() => evalBatches({ files: FILES, batchSize: 2.5 }).next(), /batch size must be a positive integer, got 2.5/);
+  assert.throws(
+    () => trainBatches({ ...OPTIONS, batchSize: 0 }).next(),
+    /batch size must be a positive integer, got 0/,
+  );
+  assert.throws(
+    () => evalBatches({ files: FILES, batchSize: 2.5 }).next(),
+    /batch size must be a positive integer, got 2.5/,
+  );
 });
 
 test("eval batches give the samples in file order, wrapping around", () => {
@@ -165,12 +190,18 @@ test("fake batches are valid samples: [CLS] A [SEP] B [SEP], masks, ascending ma
     assert.ok(ids.subarray(0, length).every((id) => id >= 101 && id < 30522));
     const firstSep = ids.indexOf(102);
     assert.ok(firstSep >= 2 && firstSep <= length - 3);
-    assert.deepEqual([...segments.subarray(0, length)], Array.from({ length }, (_, i) => (i > firstSep ? 1 : 0)));
+    assert.deepEqual(
+      [...segments.subarray(0, length)],
+      Array.from({ length }, (_, i) => (i > firstSep ? 1 : 0)),
+    );
     const weights = batch.masked_lm_weights.subarray(row * 10, (row + 1) * 10);
     const predictions = weights.filter((w) => w === 1).length;
     assert.ok(predictions >= 1 && weights.subarray(predictions).every((w) => w === 0));
     const positions = [...batch.masked_lm_positions.subarray(row * 10, row * 10 + predictions)];
-    assert.deepEqual(positions, [...positions].sort((a, b) => a - b));
+    assert.deepEqual(
+      positions,
+      [...positions].sort((a, b) => a - b),
+    );
     assert.equal(new Set(positions).size, predictions);
     for (const [i, position] of positions.entries()) {
       assert.ok(position > 0 && position < length - 1 && position !== firstSep);
@@ -188,7 +219,8 @@ test("fake batches are deterministic for a seed", () => {
 
 test("listSampleFiles lists a folder's files sorted, without temp or hidden files", () => {
   const dir = scratchDir("loader-");
-  for (const name of ["part-00002", "part-00000", ".part-00001.123.abc.tmp", "part-00003.tmp"]) writeFileSync(join(dir, name), "");
+  for (const name of ["part-00002", "part-00000", ".part-00001.123.abc.tmp", "part-00003.tmp"])
+    writeFileSync(join(dir, name), "");
   assert.deepEqual(listSampleFiles(dir), [join(dir, "part-00000"), join(dir, "part-00002")]);
 });
 

@@ -49,7 +49,9 @@ function sampleRow(columns: SampleColumns, i: number): Record<string, number[]> 
 }
 
 function assertSamplesMatch(columns: SampleColumns, fixture: string): void {
-  const expected = readFileSync(join(FIXTURES, fixture), "utf8").split("\n").filter((line) => line.length > 0);
+  const expected = readFileSync(join(FIXTURES, fixture), "utf8")
+    .split("\n")
+    .filter((line) => line.length > 0);
   assert.equal(columns.count, expected.length, "sample count");
   expected.forEach((line, i) => assert.deepEqual(sampleRow(columns, i), JSON.parse(line), `sample ${i}`));
 }
@@ -70,7 +72,8 @@ test("on the divergence input, samples follow MLCommons (lone CR glued, private-
 test("reading deletes every CR, so \\r\\r\\n is no document break and a lone \\r joins words", () => {
   const documents = readDocuments("the cat\r\r\nsat\rdown\n\ndog\n", tokenizer);
   assert.deepEqual(Array.from(documents.documentStarts), [0, 2, 3]);
-  const segment = (s: number) => Array.from(documents.tokenIds.subarray(documents.segmentStarts[s]!, documents.segmentStarts[s + 1]!));
+  const segment = (s: number) =>
+    Array.from(documents.tokenIds.subarray(documents.segmentStarts[s]!, documents.segmentStarts[s + 1]!));
   assert.deepEqual(segment(1), tokenizer.tokenizeToIds("satdown"));
 });
 
@@ -116,11 +119,17 @@ const tempDir = () => scratchDir("preprocess-");
 test("an empty input file is a PreprocessError naming the file", () => {
   const path = join(tempDir(), "part-00000-of-00500");
   writeFileSync(path, "");
-  assert.throws(() => samplesFromFile(path, tokenizer), (error: Error) => error instanceof PreprocessError && error.message.includes(path) && /empty/.test(error.message));
+  assert.throws(
+    () => samplesFromFile(path, tokenizer),
+    (error: Error) => error instanceof PreprocessError && error.message.includes(path) && /empty/.test(error.message),
+  );
 });
 
 test("input without a single token is a PreprocessError naming the source", () => {
-  assert.throws(() => samplesFromText("\n\u200b\n\n", tokenizer, DEFAULT_SETTINGS, { source: "blank.txt" }), /blank\.txt has no documents/);
+  assert.throws(
+    () => samplesFromText("\n\u200b\n\n", tokenizer, DEFAULT_SETTINGS, { source: "blank.txt" }),
+    /blank\.txt has no documents/,
+  );
 });
 
 test("a missing input file and invalid UTF-8 are PreprocessErrors naming the file (and byte offset)", () => {
@@ -132,7 +141,12 @@ test("a missing input file and invalid UTF-8 are PreprocessErrors naming the fil
 });
 
 test("settings come from the environment, flags override them, and --help is recognized", () => {
-  const options = parseCommandLine(["pre-train", "7", "--dupe-factor", "3", "--masked-lm-prob=0.2"], { BASEDIR: "/data/wiki", DUPE_FACTOR: "5", MAX_SEQ_LENGTH: "128", NUM_WORKERS: "3" });
+  const options = parseCommandLine(["pre-train", "7", "--dupe-factor", "3", "--masked-lm-prob=0.2"], {
+    BASEDIR: "/data/wiki",
+    DUPE_FACTOR: "5",
+    MAX_SEQ_LENGTH: "128",
+    NUM_WORKERS: "3",
+  });
   assert.deepEqual(options, {
     command: { kind: "pre-train", parts: [7] },
     basedir: "/data/wiki",
@@ -140,13 +154,22 @@ test("settings come from the environment, flags override them, and --help is rec
     settings: { ...DEFAULT_SETTINGS, maxSeqLength: 128, dupeFactor: 3, maskedLmProb: 0.2 },
   });
   assert.equal(parseCommandLine(["pre-eval", "--help"], {}), null);
-  assert.deepEqual(parseCommandLine(["pre-train", "all"], {})?.command, { kind: "pre-train", parts: Array.from({ length: 500 }, (_, part) => part) });
+  assert.deepEqual(parseCommandLine(["pre-train", "all"], {})?.command, {
+    kind: "pre-train",
+    parts: Array.from({ length: 500 }, (_, part) => part),
+  });
 });
 
 test("bad commands and settings are PreprocessErrors naming the knob", () => {
   assert.throws(() => parseCommandLine(["pre-train", "500"], {}), /pre-train N/);
-  assert.throws(() => parseCommandLine(["pre-train", "1", "--dupe-factor", "x"], {}), /--dupe-factor: expected a number/);
-  assert.throws(() => parseCommandLine(["pre-eval"], { MAX_SEQ_LENGTH: "4" }), /MAX_SEQ_LENGTH must be an integer >= 5/);
+  assert.throws(
+    () => parseCommandLine(["pre-train", "1", "--dupe-factor", "x"], {}),
+    /--dupe-factor: expected a number/,
+  );
+  assert.throws(
+    () => parseCommandLine(["pre-eval"], { MAX_SEQ_LENGTH: "4" }),
+    /MAX_SEQ_LENGTH must be an integer >= 5/,
+  );
   assert.throws(() => parseCommandLine(["pre-eval", "--workers", "2"], {}), /unknown option --workers/);
 });
 
@@ -155,10 +178,19 @@ test("pre-train on two workers writes each part's shard, identical to the refere
   mkdirSync(join(basedir, "results4"));
   copyFileSync(VOCAB, join(basedir, "vocab.txt"));
   for (const part of [0, 1]) copyFileSync(INPUT, trainInputPath(basedir, part));
-  const options = { command: { kind: "pre-train" as const, parts: [0, 1] }, basedir, numWorkers: 2, settings: settings(128, 20, 2) };
+  const options = {
+    command: { kind: "pre-train" as const, parts: [0, 1] },
+    basedir,
+    numWorkers: 2,
+    settings: settings(128, 20, 2),
+  };
   await makeShards(options);
-  for (const part of [0, 1]) assertSamplesMatch(readShard(trainShardPath(basedir, part)), "samples-seq128-pred20-dupe2.jsonl");
-  assert.deepEqual(readdirSync(join(basedir, "train")), ["part-00000-of-00500.safetensors", "part-00001-of-00500.safetensors"]);
+  for (const part of [0, 1])
+    assertSamplesMatch(readShard(trainShardPath(basedir, part)), "samples-seq128-pred20-dupe2.jsonl");
+  assert.deepEqual(readdirSync(join(basedir, "train")), [
+    "part-00000-of-00500.safetensors",
+    "part-00001-of-00500.safetensors",
+  ]);
 
   const writtenAt = statSync(trainShardPath(basedir, 0)).mtimeMs;
   await makeShards(options);
@@ -171,15 +203,26 @@ test("a part that fails in a worker rejects with the file named and leaves no sh
   copyFileSync(VOCAB, join(basedir, "vocab.txt"));
   copyFileSync(INPUT, trainInputPath(basedir, 0));
   writeFileSync(trainInputPath(basedir, 1), "");
-  const options = { command: { kind: "pre-train" as const, parts: [0, 1] }, basedir, numWorkers: 2, settings: settings(128, 20, 1) };
-  await assert.rejects(makeShards(options), (error: Error) => error.message.includes(trainInputPath(basedir, 1)) && /empty/.test(error.message));
+  const options = {
+    command: { kind: "pre-train" as const, parts: [0, 1] },
+    basedir,
+    numWorkers: 2,
+    settings: settings(128, 20, 1),
+  };
+  await assert.rejects(
+    makeShards(options),
+    (error: Error) => error.message.includes(trainInputPath(basedir, 1)) && /empty/.test(error.message),
+  );
   assert.ok(!readdirSync(join(basedir, "train")).includes("part-00001-of-00500.safetensors"));
 });
 
 test("a missing vocab stops the command before any work, naming the path", async () => {
   const basedir = tempDir();
   const options = { command: { kind: "pre-eval" as const }, basedir, numWorkers: 1, settings: DEFAULT_SETTINGS };
-  await assert.rejects(makeShards(options), (error: Error) => error.message.includes(join(basedir, "vocab.txt")) && /does not exist/.test(error.message));
+  await assert.rejects(
+    makeShards(options),
+    (error: Error) => error.message.includes(join(basedir, "vocab.txt")) && /does not exist/.test(error.message),
+  );
 });
 
 test("pre-eval writes the picked 10,000 samples of eval.txt to eval/eval.safetensors", async () => {
@@ -205,6 +248,9 @@ test("a shard written straight from the made samples is the file their padded co
     const ordered = orderedSamplesFromFile(INPUT, tokenizer, settings(128, 20, 2), { evalPick });
     writeSamplesShard(join(dir, "direct.safetensors"), ordered, settings(128, 20, 2));
     writeShard(join(dir, "columns.safetensors"), toSampleColumns(ordered.made, ordered.rows, settings(128, 20, 2)));
-    assert.ok(readFileSync(join(dir, "direct.safetensors")).equals(readFileSync(join(dir, "columns.safetensors"))), `evalPick ${evalPick}`);
+    assert.ok(
+      readFileSync(join(dir, "direct.safetensors")).equals(readFileSync(join(dir, "columns.safetensors"))),
+      `evalPick ${evalPick}`,
+    );
   }
 });

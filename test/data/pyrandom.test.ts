@@ -7,7 +7,10 @@ import { PyRandom } from "../../mlperf/bert/data/pyrandom.ts";
 test("random() matches Python's first draws for seed 12345", () => {
   const rng = new PyRandom(12345);
   const draws = Array.from({ length: 5 }, () => rng.random());
-  assert.deepEqual(draws, [0.41661987254534116, 0.010169169457068361, 0.8252065092537432, 0.2986398551995928, 0.3684116894884757]);
+  assert.deepEqual(
+    draws,
+    [0.41661987254534116, 0.010169169457068361, 0.8252065092537432, 0.2986398551995928, 0.3684116894884757],
+  );
 });
 
 test("the call sequence random x5, getrandbits, randint, shuffle, randrange matches Python", () => {
@@ -17,15 +20,30 @@ test("the call sequence random x5, getrandbits, randint, shuffle, randrange matc
   // [r.randrange(3, 1000003) for _ in range(4)]
   const rng = new PyRandom(12345);
   for (let i = 0; i < 5; i++) rng.random();
-  assert.deepEqual(Array.from({ length: 5 }, () => rng.getrandbits(32)), [831769172, 1160692746, 2430986565, 1873586768, 694443915]);
-  assert.deepEqual([1, 7, 31, 33, 53].map((k) => rng.getrandbits(k)), [0, 15, 1877275096, 1859447115, 5649447776444452]);
-  assert.deepEqual(Array.from({ length: 5 }, () => rng.randint(0, 30521)), [5712, 20046, 18127, 6121, 11629]);
-  assert.deepEqual(Array.from({ length: 3 }, () => rng.randint(1, 1)), [1, 1, 1]);
+  assert.deepEqual(
+    Array.from({ length: 5 }, () => rng.getrandbits(32)),
+    [831769172, 1160692746, 2430986565, 1873586768, 694443915],
+  );
+  assert.deepEqual(
+    [1, 7, 31, 33, 53].map((k) => rng.getrandbits(k)),
+    [0, 15, 1877275096, 1859447115, 5649447776444452],
+  );
+  assert.deepEqual(
+    Array.from({ length: 5 }, () => rng.randint(0, 30521)),
+    [5712, 20046, 18127, 6121, 11629],
+  );
+  assert.deepEqual(
+    Array.from({ length: 3 }, () => rng.randint(1, 1)),
+    [1, 1, 1],
+  );
   assert.equal(rng.random(), 0.14814616893018917, "randint(1, 1) must consume one output each");
   const items = Array.from({ length: 10 }, (_, i) => i);
   rng.shuffle(items);
   assert.deepEqual(items, [4, 9, 7, 6, 8, 0, 2, 5, 3, 1]);
-  assert.deepEqual(Array.from({ length: 4 }, () => rng.randrange(3, 1000003)), [3625, 7000, 985914, 696152]);
+  assert.deepEqual(
+    Array.from({ length: 4 }, () => rng.randrange(3, 1000003)),
+    [3625, 7000, 985914, 696152],
+  );
 });
 
 test("the state regenerates correctly past the first 624 outputs", () => {

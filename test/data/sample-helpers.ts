@@ -4,7 +4,10 @@ import type { SampleColumns } from "../../mlperf/bert/data/samples.ts";
 
 /** Parses `samples-*.jsonl` text (one reference sample per line) into columns. */
 export function samplesFromJsonl(text: string, maxSeqLength: number, maxPredictionsPerSeq: number): SampleColumns {
-  const rows = text.split("\n").filter((line) => line.length > 0).map((line) => JSON.parse(line) as Record<string, number[]>);
+  const rows = text
+    .split("\n")
+    .filter((line) => line.length > 0)
+    .map((line) => JSON.parse(line) as Record<string, number[]>);
   const column = (field: string) => rows.flatMap((row) => row[field]!);
   return {
     count: rows.length,
@@ -19,4 +22,3 @@ export function samplesFromJsonl(text: string, maxSeqLength: number, maxPredicti
     next_sentence_labels: Int32Array.from(column("next_sentence_labels")),
   };
 }
-

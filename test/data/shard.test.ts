@@ -58,29 +58,41 @@ test("writeShard refuses a token id that does not fit U16, naming field and samp
   const samples = samplesFromJsonl(readFileSync(FIXTURE, "utf8"), 128, 20);
   samples.input_ids[128 * 3 + 5] = 70000;
   const dir = tempDir();
-  assert.throws(() => writeShard(join(dir, "bad.safetensors"), samples), (error: unknown) => {
-    assert.ok(error instanceof ShardError);
-    assert.match(error.message, /input_ids: sample 3, index 5: 70000/);
-    return true;
-  });
+  assert.throws(
+    () => writeShard(join(dir, "bad.safetensors"), samples),
+    (error: unknown) => {
+      assert.ok(error instanceof ShardError);
+      assert.match(error.message, /input_ids: sample 3, index 5: 70000/);
+      return true;
+    },
+  );
   assert.deepEqual(readdirSync(dir), [], "nothing half-written");
 });
 
 test("writeShard refuses a fractional masked_lm_weight", () => {
   const samples = samplesFromJsonl(readFileSync(FIXTURE, "utf8"), 128, 20);
   samples.masked_lm_weights[2] = 0.5;
-  assert.throws(() => writeShard(join(tempDir(), "bad.safetensors"), samples), /masked_lm_weights: sample 0, index 2: 0.5/);
+  assert.throws(
+    () => writeShard(join(tempDir(), "bad.safetensors"), samples),
+    /masked_lm_weights: sample 0, index 2: 0.5/,
+  );
 });
 
 test("writeShard refuses columns whose length does not match count", () => {
   const samples: SampleColumns = { ...samplesFromJsonl("", 128, 20), count: 1 };
-  assert.throws(() => writeShard(join(tempDir(), "bad.safetensors"), samples), /input_ids: has 0 values, expected 128 for 1 samples/);
+  assert.throws(
+    () => writeShard(join(tempDir(), "bad.safetensors"), samples),
+    /input_ids: has 0 values, expected 128 for 1 samples/,
+  );
 });
 
 test("readShard refuses a safetensors file of another format", () => {
   const path = join(tempDir(), "other.safetensors");
   writeSafetensorsFile(path, { w: { dtype: "F32", shape: [1], data: new Float32Array(1) } }, { format: "pt" });
-  assert.throws(() => readShard(path), (error: unknown) => error instanceof ShardError && error.message.includes(`${path}: __metadata__.format`));
+  assert.throws(
+    () => readShard(path),
+    (error: unknown) => error instanceof ShardError && error.message.includes(`${path}: __metadata__.format`),
+  );
 });
 
 test("readShard refuses a field whose shape disagrees with the metadata", () => {
@@ -96,7 +108,18 @@ test("readShard refuses a field stored with the wrong dtype", () => {
   const path = join(tempDir(), "part.safetensors");
   writeShard(path, samplesFromJsonl(readFileSync(FIXTURE, "utf8"), 128, 20));
   const { tensors, metadata } = readSafetensorsFile(path);
-  writeSafetensorsFile(path, { ...tensors, input_mask: { dtype: "I8", shape: tensors.input_mask!.shape, data: new Int8Array(tensors.input_mask!.data.length) } }, metadata);
+  writeSafetensorsFile(
+    path,
+    {
+      ...tensors,
+      input_mask: {
+        dtype: "I8",
+        shape: tensors.input_mask!.shape,
+        data: new Int8Array(tensors.input_mask!.data.length),
+      },
+    },
+    metadata,
+  );
   assert.throws(() => readShard(path), /input_mask: dtype I8, expected U8/);
 });
 
@@ -112,7 +135,10 @@ test("readShard names a missing field", () => {
 test("readShard errors on a file that is not safetensors, naming it", () => {
   const path = join(tempDir(), "junk.safetensors");
   writeFileSync(path, "not a shard at all");
-  assert.throws(() => readShard(path), (error: unknown) => error instanceof Error && error.message.startsWith(path));
+  assert.throws(
+    () => readShard(path),
+    (error: unknown) => error instanceof Error && error.message.startsWith(path),
+  );
 });
 
 test("ShardFile reads single samples by index, equal to the rows readShard returns", () => {

@@ -28,7 +28,10 @@ const RECORDS = [
   { byteOffset: 839, length: 949 },
   { byteOffset: 1804, length: 825 },
 ];
-const SAMPLES_TEXT = readFileSync(new URL("../fixtures/bert-preprocess/samples-seq128-pred20-dupe2.jsonl", import.meta.url), "utf8");
+const SAMPLES_TEXT = readFileSync(
+  new URL("../fixtures/bert-preprocess/samples-seq128-pred20-dupe2.jsonl", import.meta.url),
+  "utf8",
+);
 const firstSamples = (count: number) => samplesFromJsonl(SAMPLES_TEXT.split("\n").slice(0, count).join("\n"), 128, 20);
 /** Copies of the reference file's record data (readTFRecords' views are reused). */
 function referenceRecords(): Uint8Array[] {
@@ -93,7 +96,12 @@ test("TFRecordSampleFile reads single samples by index", () => {
   file.close();
   const expected = firstSamples(3);
   for (const field of SAMPLE_FIELDS) {
-    const width = field === "input_ids" || field === "input_mask" || field === "segment_ids" ? 128 : field === "next_sentence_labels" ? 1 : 20;
+    const width =
+      field === "input_ids" || field === "input_mask" || field === "segment_ids"
+        ? 128
+        : field === "next_sentence_labels"
+          ? 1
+          : 20;
     assert.deepEqual(target[field], expected[field].subarray(2 * width, 3 * width), field);
   }
 });
@@ -104,7 +112,12 @@ test("a bad data CRC is an error naming the file and the record's byte offset", 
   const path = tempFile("corrupt.tfrecord");
   writeFileSync(path, bytes);
   throwsTFRecord(() => readTFRecordSamples(path), path, 839, /bad CRC of the 949-byte record data/);
-  throwsTFRecord(() => new TFRecordSampleFile(path).readInto(1, firstSamples(1), 0), path, 839, /bad CRC of the 949-byte record data/);
+  throwsTFRecord(
+    () => new TFRecordSampleFile(path).readInto(1, firstSamples(1), 0),
+    path,
+    839,
+    /bad CRC of the 949-byte record data/,
+  );
 });
 
 test("a bad length CRC is an error naming the file and the record's byte offset", () => {
@@ -134,7 +147,12 @@ test("a record that is not a tf.train.Example is an error naming record and offs
   const junk = encodeTFRecord(new Uint8Array([0x0a, 0x50, 0x01]));
   const path = tempFile("junk.tfrecord");
   writeFileSync(path, Buffer.concat([good, junk]));
-  throwsTFRecord(() => readTFRecordSamples(path), path, good.length, /record 1 is not a valid tf.train.Example: field of 80 bytes/);
+  throwsTFRecord(
+    () => readTFRecordSamples(path),
+    path,
+    good.length,
+    /record 1 is not a valid tf.train.Example: field of 80 bytes/,
+  );
 });
 
 test("a sample without one of the reference features is an error naming the feature", () => {
@@ -151,7 +169,12 @@ test("a sample whose feature length disagrees with the first record's is an erro
   second.set("masked_lm_weights", { kind: "float", values: new Array(19).fill(1) });
   const first = encodeTFRecordSamples(firstSamples(1));
   writeFileSync(path, Buffer.concat([first, encodeTFRecord(encodeExample(second))]));
-  throwsTFRecord(() => readTFRecordSamples(path), path, first.length, /record 1: feature masked_lm_weights has 19 values, expected 20/);
+  throwsTFRecord(
+    () => readTFRecordSamples(path),
+    path,
+    first.length,
+    /record 1: feature masked_lm_weights has 19 values, expected 20/,
+  );
 });
 
 test("an empty file holds no samples", () => {
@@ -162,12 +185,18 @@ test("an empty file holds no samples", () => {
 });
 
 test("readTFRecords streams records across 1 MiB chunk boundaries and records larger than a chunk", () => {
-  const records = [new Uint8Array(700_000).fill(1), new Uint8Array(900_000).fill(2), new Uint8Array(3_000_000).fill(3), new Uint8Array(5).fill(4)];
+  const records = [
+    new Uint8Array(700_000).fill(1),
+    new Uint8Array(900_000).fill(2),
+    new Uint8Array(3_000_000).fill(3),
+    new Uint8Array(5).fill(4),
+  ];
   const path = tempFile("big.tfrecord");
   writeFileSync(path, Buffer.concat(records.map(encodeTFRecord)));
   const read = [];
   // Each record's data is only valid until the next one is read: look at it at once.
-  for (const { data, byteOffset } of readTFRecords(path)) read.push({ length: data.length, first: data[0], last: data.at(-1), byteOffset });
+  for (const { data, byteOffset } of readTFRecords(path))
+    read.push({ length: data.length, first: data[0], last: data.at(-1), byteOffset });
   assert.deepEqual(read, [
     { length: 700_000, first: 1, last: 1, byteOffset: 0 },
     { length: 900_000, first: 2, last: 2, byteOffset: 700_016 },

@@ -19,7 +19,10 @@ interface TokenizedLine {
   ids: number[];
 }
 const readTokenLines = (path: string): TokenizedLine[] =>
-  readFileSync(path, "utf8").split("\n").filter((line) => line.length > 0).map((line) => JSON.parse(line) as TokenizedLine);
+  readFileSync(path, "utf8")
+    .split("\n")
+    .filter((line) => line.length > 0)
+    .map((line) => JSON.parse(line) as TokenizedLine);
 
 test("every line of input.txt tokenizes token-for-token and id-for-id as the references do", () => {
   const lines = readTokenLines(join(FIXTURES, "tokens.jsonl"));
@@ -69,18 +72,28 @@ test("pythonStrip strips Python's whitespace, which is not JavaScript's", () => 
 
 test("convertTokensToIds maps tokens to ids and rejects a token the vocab lacks", () => {
   assert.deepEqual(tokenizer.convertTokensToIds(["[CLS]", "the", "##ing", "[SEP]"]), [101, 1996, 2075, 102]);
-  assert.throws(() => tokenizer.convertTokensToIds(["no-such-token"]), (error: Error) => error instanceof VocabError && /no-such-token/.test(error.message));
+  assert.throws(
+    () => tokenizer.convertTokensToIds(["no-such-token"]),
+    (error: Error) => error instanceof VocabError && /no-such-token/.test(error.message),
+  );
 });
 
 test("a missing vocab file is a VocabError naming the path", () => {
   const path = join(tmpdir(), "tsgrad-no-such-dir", "vocab.txt");
-  assert.throws(() => loadVocab(path), (error: Error) => error instanceof VocabError && error.message.includes(path) && /does not exist/.test(error.message));
+  assert.throws(
+    () => loadVocab(path),
+    (error: Error) =>
+      error instanceof VocabError && error.message.includes(path) && /does not exist/.test(error.message),
+  );
 });
 
 test("an empty vocab file, a repeated token and a vocab without [UNK] are VocabErrors", () => {
   const path = join(scratchDir("vocab-"), "vocab.txt");
   writeFileSync(path, "");
-  assert.throws(() => loadVocab(path), (error: Error) => error instanceof VocabError && error.message.includes(path) && /empty/.test(error.message));
+  assert.throws(
+    () => loadVocab(path),
+    (error: Error) => error instanceof VocabError && error.message.includes(path) && /empty/.test(error.message),
+  );
   assert.throws(() => parseVocab("[PAD]\na\nb\na\n", "dup.txt"), /dup\.txt.*line 4 repeats line 2/);
   assert.throws(() => new BertTokenizer(parseVocab("[PAD]\na\n", "tiny.txt")), /tiny\.txt has no \[UNK\]/);
 });

@@ -33,8 +33,14 @@ test("extracts a GNU-format tarfile archive, GNU long name included", async () =
     "results4/part-00000-of-00002",
     "results4/part-00001-of-00002",
   ]);
-  assert.equal(await readFile(join(dest, "results4/part-00000-of-00002"), "utf8"), "First sentence of doc one.\nSecond sentence.\n\nDoc two.\n");
-  assert.equal(await readFile(join(dest, "results4/part-00001-of-00002"), "utf8"), "Another part.\n\nLast doc, last line.\n".repeat(300));
+  assert.equal(
+    await readFile(join(dest, "results4/part-00000-of-00002"), "utf8"),
+    "First sentence of doc one.\nSecond sentence.\n\nDoc two.\n",
+  );
+  assert.equal(
+    await readFile(join(dest, "results4/part-00001-of-00002"), "utf8"),
+    "Another part.\n\nLast doc, last line.\n".repeat(300),
+  );
   assert.equal(await readFile(join(dest, "results4", LONG_NAME), "utf8"), "long name\n");
 });
 
@@ -71,15 +77,24 @@ test("refuses a path that climbs out of the destination with ..", async () => {
 });
 
 test("refuses an absolute path", async () => {
-  await assert.rejects(extractTarGz(join(FIXTURES, "escape-absolute.tar.gz"), tempDir()), /refusing absolute path "\/tmp\/tsgrad-evil\.txt"/);
+  await assert.rejects(
+    extractTarGz(join(FIXTURES, "escape-absolute.tar.gz"), tempDir()),
+    /refusing absolute path "\/tmp\/tsgrad-evil\.txt"/,
+  );
 });
 
 test("refuses a symbolic link", async () => {
-  await assert.rejects(extractTarGz(join(FIXTURES, "symlink.tar.gz"), tempDir()), /refusing symbolic link results4\/link -> \/etc\/passwd/);
+  await assert.rejects(
+    extractTarGz(join(FIXTURES, "symlink.tar.gz"), tempDir()),
+    /refusing symbolic link results4\/link -> \/etc\/passwd/,
+  );
 });
 
 test("refuses a hard link", async () => {
-  await assert.rejects(extractTarGz(join(FIXTURES, "hardlink.tar.gz"), tempDir()), /refusing hard link results4\/hard -> \/etc\/passwd/);
+  await assert.rejects(
+    extractTarGz(join(FIXTURES, "hardlink.tar.gz"), tempDir()),
+    /refusing hard link results4\/hard -> \/etc\/passwd/,
+  );
 });
 
 test("a gzip stream cut short is an error naming the archive and the offset", async () => {
@@ -88,7 +103,10 @@ test("a gzip stream cut short is an error naming the archive and the offset", as
   await writeFile(archive, whole.subarray(0, whole.length - 20));
   await assert.rejects(extractTarGz(archive, tempDir()), (error: Error) => {
     assert.ok(error instanceof TarError);
-    assert.match(error.message, /cut\.tar\.gz: gzip stream is truncated or corrupt .* \(at byte \d+ of the tar stream\)/);
+    assert.match(
+      error.message,
+      /cut\.tar\.gz: gzip stream is truncated or corrupt .* \(at byte \d+ of the tar stream\)/,
+    );
     return true;
   });
 });
@@ -110,7 +128,10 @@ test("a tar that stops between entries without the end marker is truncated", asy
   const tar = gunzipSync(await readFile(join(FIXTURES, "text.tar.gz")));
   const archive = join(tempDir(), "no-end.tar.gz");
   await writeFile(archive, gzipSync(tar.subarray(0, 1536)));
-  await assert.rejects(extractTarGz(archive, tempDir()), /no-end\.tar\.gz: truncated archive: it ends without the end-of-archive marker \(at byte 1536/);
+  await assert.rejects(
+    extractTarGz(archive, tempDir()),
+    /no-end\.tar\.gz: truncated archive: it ends without the end-of-archive marker \(at byte 1536/,
+  );
 });
 
 test("a corrupted header is an error at its offset", async () => {
@@ -118,7 +139,10 @@ test("a corrupted header is an error at its offset", async () => {
   tar[512 + 10] ^= 0x01; // a byte of part-00000's name
   const archive = join(tempDir(), "bad-header.tar.gz");
   await writeFile(archive, gzipSync(tar));
-  await assert.rejects(extractTarGz(archive, tempDir()), /bad-header\.tar\.gz: header checksum \d+ does not match computed \d+.*\(at byte 512 /);
+  await assert.rejects(
+    extractTarGz(archive, tempDir()),
+    /bad-header\.tar\.gz: header checksum \d+ does not match computed \d+.*\(at byte 512 /,
+  );
 });
 
 test("a type-NUL entry whose name ends in / is a directory, as pre-POSIX tars wrote them", async () => {

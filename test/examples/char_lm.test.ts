@@ -10,14 +10,23 @@ test("the vocabulary round-trips a text and names a character it does not hold",
   const vocab = new CharVocab("hello, world");
   assert.equal(vocab.size, 9);
   assert.equal(vocab.decode(vocab.encode("world, hello")), "world, hello");
-  assert.throws(() => vocab.encode("hi!"), (e: Error) => e instanceof TsgradError && e.message.includes('"i"'));
+  assert.throws(
+    () => vocab.encode("hi!"),
+    (e: Error) => e instanceof TsgradError && e.message.includes('"i"'),
+  );
 });
 
 test("a position's logits do not depend on later characters (the attention is causal)", () => {
   Tensor.manualSeed(3);
   const model = new CharLm({ vocab: 5, context: 8, dim: 16, heads: 2, layers: 2 });
-  const logits = (ids: number[]) => Array.from(model.forward(new Tensor(Int32Array.from(ids), { dtype: dtypes.int32 }).reshape([1, 8])).toArray() as Float32Array);
-  const a = logits([0, 1, 2, 3, 4, 0, 1, 2]), b = logits([0, 1, 2, 3, 4, 0, 1, 4]);
+  const logits = (ids: number[]) =>
+    Array.from(
+      model
+        .forward(new Tensor(Int32Array.from(ids), { dtype: dtypes.int32 }).reshape([1, 8]))
+        .toArray() as Float32Array,
+    );
+  const a = logits([0, 1, 2, 3, 4, 0, 1, 2]),
+    b = logits([0, 1, 2, 3, 4, 0, 1, 4]);
   assert.deepEqual(a.slice(0, 7 * 5), b.slice(0, 7 * 5), "positions 0-6 changed with position 7");
   assert.notDeepEqual(a.slice(7 * 5), b.slice(7 * 5), "the last position ignores its own character");
 });
@@ -47,8 +56,15 @@ test("a saved model loads back with its configuration and vocabulary: the same l
   assert.deepEqual(loaded.vocab.chars, vocab.chars);
   assert.deepEqual(loaded.model.config, model.config);
   const ids = new Tensor(vocab.encode("the mat."), { dtype: dtypes.int32 }).reshape([1, 8]);
-  assert.deepEqual(Array.from(loaded.model.forward(ids).toArray() as Float32Array), Array.from(model.forward(ids).toArray() as Float32Array));
+  assert.deepEqual(
+    Array.from(loaded.model.forward(ids).toArray() as Float32Array),
+    Array.from(model.forward(ids).toArray() as Float32Array),
+  );
   const bare = join(dir, "bare.safe");
   nn.safeSave(nn.getStateDict(model), bare);
-  assert.throws(() => loadCharLm(bare), (e: Error) => e instanceof TsgradError && e.message.includes(bare) && e.message.includes("not a model saved by char_lm"));
+  assert.throws(
+    () => loadCharLm(bare),
+    (e: Error) =>
+      e instanceof TsgradError && e.message.includes(bare) && e.message.includes("not a model saved by char_lm"),
+  );
 });

@@ -17,6 +17,9 @@ test("the drawn images hold one shape each, every class in turn, pixels in [0, 1
 test("the CNN learns to tell the shapes apart: loss falls, accuracy on unseen images well above chance", () => {
   const { losses, accuracy } = trainShapes({ steps: 100, batch: 30, seed: 1 });
   const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
-  assert.ok(mean(losses.slice(-10)) < 0.6 * mean(losses.slice(0, 10)), `losses ${mean(losses.slice(0, 10)).toFixed(3)} -> ${mean(losses.slice(-10)).toFixed(3)}`);
+  assert.ok(
+    mean(losses.slice(-10)) < 0.6 * mean(losses.slice(0, 10)),
+    `losses ${mean(losses.slice(0, 10)).toFixed(3)} -> ${mean(losses.slice(-10)).toFixed(3)}`,
+  );
   assert.ok(accuracy >= 0.9, `accuracy ${accuracy} on unseen images (chance 0.33)`);
 });

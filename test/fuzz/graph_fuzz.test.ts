@@ -25,7 +25,9 @@ const skip = !hasNumpy && "python3 with numpy is not installed";
 const range = (from: number, count: number): number[] => Array.from({ length: count }, (_, i) => from + i);
 
 function assertNoMismatch(report: BatchReport): void {
-  const lines = [...report.failing.values()].flatMap(({ mismatches }) => mismatches.map((m) => `seed ${m.seed}${m.grad ? " --grad" : ""}: ${m.detail}`));
+  const lines = [...report.failing.values()].flatMap(({ mismatches }) =>
+    mismatches.map((m) => `seed ${m.seed}${m.grad ? " --grad" : ""}: ${m.detail}`),
+  );
   assert.deepEqual(lines, []);
 }
 
@@ -35,13 +37,18 @@ test("the generator is deterministic: one seed, one program", () => {
   assert.notDeepEqual(generateProgram(7), generateProgram(8));
 });
 
-const BUG_SEEDS = { forward: [5, 19, 11, 112, 993, 105644, 702179], grad: [200261, 800490], gradMaxSize10: [400437, 400452] };
+const BUG_SEEDS = {
+  forward: [5, 19, 11, 112, 993, 105644, 702179],
+  grad: [200261, 800490],
+  gradMaxSize10: [400437, 400452],
+};
 
 test("classic generation is unchanged: the bug seeds still give the programs that found the bugs", () => {
   const h = createHash("sha256");
   for (const s of BUG_SEEDS.forward) h.update(JSON.stringify(generateProgram(s, { classic: true })));
   for (const s of BUG_SEEDS.grad) h.update(JSON.stringify(generateProgram(s, { classic: true, grad: true })));
-  for (const s of BUG_SEEDS.gradMaxSize10) h.update(JSON.stringify(generateProgram(s, { classic: true, grad: true, maxSize: 10 })));
+  for (const s of BUG_SEEDS.gradMaxSize10)
+    h.update(JSON.stringify(generateProgram(s, { classic: true, grad: true, maxSize: 10 })));
   // the digest of those programs as the generator made them before the newer ops were added
   assert.equal(h.digest("hex").slice(0, 16), "9b91cae457f068b3");
 });
@@ -53,7 +60,10 @@ test("the comparison reports a wrong value, a NaN, a wrong integer and an error,
   assert.deepEqual(compare(p, ref, result([1, 2.0000001])), []);
   assert.match(compare(p, ref, result([1, 2.01]))[0]!.detail, /first difference at \[1\].*2\.01, expected 2/);
   assert.equal(compare(p, { out: [1, "NaN"] }, result([1, 2])).length, 1);
-  assert.equal(compare(p, ref, new Map([["JS", { error: "running: Error: boom" }]]))[0]!.key, "JS: running: Error: boom");
+  assert.equal(
+    compare(p, ref, new Map([["JS", { error: "running: Error: boom" }]]))[0]!.key,
+    "JS: running: Error: boom",
+  );
   const ints: Program = { ...p, nodes: [{ op: "input", data: [1, 2], shape: [2], dtype: "int32" }] };
   assert.equal(compare(ints, ref, result([1, 3], "int32")).length, 1);
 });

@@ -45,21 +45,34 @@ function main(): void {
   const [first, count, batch] = [Number(values.seed), Number(values.count), Number(values.batch)];
   const devices = values.devices ? values.devices.split(",") : fuzzDevices();
   const started = performance.now();
-  let ran = 0, skipped = 0;
+  let ran = 0,
+    skipped = 0;
   const keys = new Map<string, number[]>();
   for (let start = first; start < first + count; start += batch) {
     const seeds = Array.from({ length: Math.min(batch, first + count - start) }, (_, i) => start + i);
-    const report = checkSeeds(seeds, devices, { grad: values.grad, includeKnown: values["include-known"], maxSize: Number(values["max-size"]), classic: values.classic });
+    const report = checkSeeds(seeds, devices, {
+      grad: values.grad,
+      includeKnown: values["include-known"],
+      maxSize: Number(values["max-size"]),
+      classic: values.classic,
+    });
     ran += report.ran;
     skipped += report.skipped;
     for (const seed of report.failing.keys()) printFailure(report, seed, devices, values.minimize);
     for (const m of report.mismatches) keys.set(m.key, [...(keys.get(m.key) ?? []), m.seed]);
-    process.stderr.write(`${start + seeds.length - first}/${count} programs, ${new Set([...keys.values()].flat()).size} failing, ${((performance.now() - started) / 1000).toFixed(0)} s\n`);
+    process.stderr.write(
+      `${start + seeds.length - first}/${count} programs, ${new Set([...keys.values()].flat()).size} failing, ${((performance.now() - started) / 1000).toFixed(0)} s\n`,
+    );
   }
   const seconds = (performance.now() - started) / 1000;
   const failingSeeds = new Set([...keys.values()].flat());
-  console.log(`\n${ran} programs compared on ${devices.join(", ")} and numpy${values.grad ? " (gradients too)" : ""}, ${skipped} skipped (undefined results), ${failingSeeds.size} failing, ${seconds.toFixed(1)} s`);
-  for (const [key, seeds] of keys) console.log(`  ${seeds.length}x ${key}: seeds ${[...new Set(seeds)].slice(0, 12).join(" ")}${seeds.length > 12 ? " ..." : ""}`);
+  console.log(
+    `\n${ran} programs compared on ${devices.join(", ")} and numpy${values.grad ? " (gradients too)" : ""}, ${skipped} skipped (undefined results), ${failingSeeds.size} failing, ${seconds.toFixed(1)} s`,
+  );
+  for (const [key, seeds] of keys)
+    console.log(
+      `  ${seeds.length}x ${key}: seeds ${[...new Set(seeds)].slice(0, 12).join(" ")}${seeds.length > 12 ? " ..." : ""}`,
+    );
   process.exitCode = failingSeeds.size > 0 ? 1 : 0;
 }
 

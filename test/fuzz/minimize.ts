@@ -8,7 +8,10 @@ import { checkPrograms, runReference } from "./check.ts";
 function withWeights(p: Program): Program {
   if (!p.grad) return p;
   const rng = new Rng(p.seed);
-  return { ...p, weights: Array.from({ length: numel(outputOf(p).shape) }, () => rng.int(1, 16) / 8 * (rng.chance(0.5) ? 1 : -1)) };
+  return {
+    ...p,
+    weights: Array.from({ length: numel(outputOf(p).shape) }, () => (rng.int(1, 16) / 8) * (rng.chance(0.5) ? 1 : -1)),
+  };
 }
 
 const replaceUses = (nodes: readonly Node[], from: number, to: number): Node[] =>
@@ -29,7 +32,8 @@ function candidates(p: Program, values: readonly (number | string)[][] | undefin
     // bypassed: its users read an argument of the same shape and dtype instead
     for (const a of new Set(argsOf(n))) {
       const src = p.nodes[a]!;
-      if (k !== last && src.shape.join() === n.shape.join() && src.dtype === n.dtype) add(replaceUses(p.nodes, k, a), last);
+      if (k !== last && src.shape.join() === n.shape.join() && src.dtype === n.dtype)
+        add(replaceUses(p.nodes, k, a), last);
     }
     // cut: numpy's values for it as a new input (finite ones only: inputs come as JSON numbers)
     const v = values?.[k];
@@ -48,7 +52,11 @@ export function minimize(program: Program, key: string, devices: readonly string
   for (let round = 0; round < 50; round++) {
     const values = runReference([best], true)[0]!.nodes;
     const tried = candidates(best, values)
-      .filter((c) => c.nodes.length < best.nodes.length || c.nodes.filter((n) => n.op !== "input").length < best.nodes.filter((n) => n.op !== "input").length)
+      .filter(
+        (c) =>
+          c.nodes.length < best.nodes.length ||
+          c.nodes.filter((n) => n.op !== "input").length < best.nodes.filter((n) => n.op !== "input").length,
+      )
       .sort((a, b) => a.nodes.length - b.nodes.length)
       .map((c, i) => ({ ...c, seed: i }));
     if (tried.length === 0) break;

@@ -23,7 +23,9 @@ function main(): void {
       if (r.error?.includes("CompileError")) poisoned = true;
     }
     // JSON has no NaN or Infinity: as strings, which Number() reads back
-    process.stdout.write(`${JSON.stringify({ index, results }, (_, v: unknown) => (typeof v === "number" && !Number.isFinite(v) ? String(v) : v))}\n`);
+    process.stdout.write(
+      `${JSON.stringify({ index, results }, (_, v: unknown) => (typeof v === "number" && !Number.isFinite(v) ? String(v) : v))}\n`,
+    );
     if (poisoned) process.exit(EXIT_COMPILE_ERROR);
   }
 }

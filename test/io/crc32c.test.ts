@@ -25,7 +25,8 @@ test("crc32c agrees with a bytewise reference on every length and alignment", ()
     return ~c >>> 0;
   };
   const data = Uint8Array.from({ length: 100 }, (_, i) => (i * 131 + 7) & 0xff);
-  for (let start = 0; start < 9; start++) for (let end = start; end <= data.length; end += 7) {
-    assert.equal(crc32c(data.subarray(start, end)), bytewise(data.subarray(start, end)), `bytes ${start}..${end}`);
-  }
+  for (let start = 0; start < 9; start++)
+    for (let end = start; end <= data.length; end += 7) {
+      assert.equal(crc32c(data.subarray(start, end)), bytewise(data.subarray(start, end)), `bytes ${start}..${end}`);
+    }
 });

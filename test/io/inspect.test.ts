@@ -23,13 +23,17 @@ interface ReferenceEntry {
   offset: number;
   size: number;
 }
-const referenceEntries = (prefix: string) => (JSON.parse(readFileSync(`${prefix}.index.listing.json`, "utf8")) as { entries: ReferenceEntry[] }).entries;
+const referenceEntries = (prefix: string) =>
+  (JSON.parse(readFileSync(`${prefix}.index.listing.json`, "utf8")) as { entries: ReferenceEntry[] }).entries;
 
 const scratch = mkdtempSync(join(tmpdir(), "tsgrad-inspect-"));
 after(() => rmSync(scratch, { recursive: true, force: true }));
 
 function inspectCli(...args: string[]) {
-  const run = spawnSync(process.execPath, ["--import", "tsx", "src/io/inspect.ts", ...args], { cwd: ROOT, encoding: "utf8" });
+  const run = spawnSync(process.execPath, ["--import", "tsx", "src/io/inspect.ts", ...args], {
+    cwd: ROOT,
+    encoding: "utf8",
+  });
   return { status: run.status, stdout: run.stdout, stderr: run.stderr };
 }
 
@@ -50,7 +54,8 @@ function copyCheckpoint(prefix: string, name: string): string {
   mkdirSync(folder);
   const base = prefix.slice(prefix.lastIndexOf("/") + 1);
   for (const file of readdirSync(join(prefix, ".."))) {
-    if (file.startsWith(`${base}.`) && !file.endsWith(".json")) copyFileSync(join(prefix, "..", file), join(folder, file));
+    if (file.startsWith(`${base}.`) && !file.endsWith(".json"))
+      copyFileSync(join(prefix, "..", file), join(folder, file));
   }
   return join(folder, base);
 }
@@ -118,13 +123,19 @@ test("the CLI's --json gives each safetensors tensor's byte offset and size", ()
   const path = writeSmallSafetensors("json.safetensors");
   const run = inspectCli(path, "--json");
   assert.equal(run.status, 0, run.stderr);
-  const listing = JSON.parse(run.stdout) as { format: string; entries: { name: string; offset: number; size: number }[] };
+  const listing = JSON.parse(run.stdout) as {
+    format: string;
+    entries: { name: string; offset: number; size: number }[];
+  };
   assert.equal(listing.format, "safetensors");
   const dataStart = 8 + Number(readFileSync(path).readBigUInt64LE(0));
-  assert.deepEqual(listing.entries.map(({ name, offset, size }) => ({ name, offset, size })), [
-    { name: "encoder/weight", offset: dataStart, size: 24 },
-    { name: "encoder/step", offset: dataStart + 24, size: 16 },
-  ]);
+  assert.deepEqual(
+    listing.entries.map(({ name, offset, size }) => ({ name, offset, size })),
+    [
+      { name: "encoder/weight", offset: dataStart, size: 24 },
+      { name: "encoder/step", offset: dataStart + 24, size: 16 },
+    ],
+  );
 });
 
 test("the CLI's --json gives each checkpoint tensor's shard, byte offset, size and crc verdict", () => {
@@ -134,7 +145,13 @@ test("the CLI's --json gives each checkpoint tensor's shard, byte offset, size a
   assert.equal(listing.format, "tf-checkpoint");
   assert.deepEqual(
     listing.entries.map(({ name, shard_id, offset, size, crc_check }) => ({ name, shard_id, offset, size, crc_check })),
-    referenceEntries(HALF_PLUS_TWO).map(({ name, shard_id, offset, size }) => ({ name, shard_id, offset, size, crc_check: "ok" })),
+    referenceEntries(HALF_PLUS_TWO).map(({ name, shard_id, offset, size }) => ({
+      name,
+      shard_id,
+      offset,
+      size,
+      crc_check: "ok",
+    })),
   );
 });
 
@@ -149,7 +166,10 @@ test("a flipped data byte fails the CLI, naming the file, tensor and byte offset
   assert.equal(run.status, 1);
   assert.match(run.stdout, /^conv2d\/kernel\tDT_FLOAT\t\[1, 1, 1, 1\]\tcrc MISMATCH$/m);
   assert.match(run.stdout, /^conv2d\/bias\tDT_FLOAT\t\[1\]\tcrc ok$/m);
-  assert.ok(run.stderr.includes(`${dataFile}: tensor "conv2d/kernel" at byte ${victim.offset}: masked crc32c stored`), run.stderr);
+  assert.ok(
+    run.stderr.includes(`${dataFile}: tensor "conv2d/kernel" at byte ${victim.offset}: masked crc32c stored`),
+    run.stderr,
+  );
   assert.match(run.stderr, /8 ok, 1 mismatched/);
 });
 
@@ -172,7 +192,10 @@ test("a tensor whose bytes cannot be decoded is reported unreadable while the ot
       { name: "c/bias", check: "ok" },
     ],
   );
-  assert.match(inspection.tensors[1]!.problem!, /model\.ckpt\.data-00000-of-00001: tensor "b\/vocab" at byte 8: string length 0: varint runs past the end/);
+  assert.match(
+    inspection.tensors[1]!.problem!,
+    /model\.ckpt\.data-00000-of-00001: tensor "b\/vocab" at byte 8: string length 0: varint runs past the end/,
+  );
   const run = inspectCli(prefix);
   assert.equal(run.status, 1);
   assert.match(run.stderr, /2 ok, 0 mismatched, 1 unreadable/);

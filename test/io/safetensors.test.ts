@@ -36,7 +36,11 @@ function throwsSafetensors(run: () => unknown, pattern: RegExp): void {
 test("reads a file written by an independent Python writer, every dtype", () => {
   const { tensors, metadata } = readSafetensorsFile(REFERENCE);
   assert.deepEqual(metadata, { source: "generate.py", note: "hand-written" });
-  assert.deepEqual(tensors.weight, { dtype: "F32", shape: [2, 3], data: new Float32Array([1.5, -2.0, 0.25, 3.0, -0.0, 1e-3]) });
+  assert.deepEqual(tensors.weight, {
+    dtype: "F32",
+    shape: [2, 3],
+    data: new Float32Array([1.5, -2.0, 0.25, 3.0, -0.0, 1e-3]),
+  });
   assert.deepEqual(tensors.ids, { dtype: "I64", shape: [3], data: new BigInt64Array([-1n, 2n ** 40n + 7n, 30521n]) });
   assert.deepEqual(tensors.half, { dtype: "F16", shape: [2], data: new Uint16Array([0x3c00, 0xfbff]) });
   assert.deepEqual(tensors.brain, { dtype: "BF16", shape: [2], data: new Uint16Array([0x3f80, 0xbfc0]) });
@@ -78,35 +82,52 @@ test("encoding places wider elements first so decoded arrays view the bytes alig
 test("writeSafetensorsFile round-trips through a file and leaves no temp file", () => {
   const dir = scratchDir("st-");
   const path = join(dir, "model.safetensors");
-  const tensors: Record<string, SafetensorsTensor> = { w: { dtype: "F32", shape: [2, 2], data: new Float32Array([1, 2, 3, 4]) } };
+  const tensors: Record<string, SafetensorsTensor> = {
+    w: { dtype: "F32", shape: [2, 2], data: new Float32Array([1, 2, 3, 4]) },
+  };
   writeSafetensorsFile(path, tensors, { step: "3" });
   assert.deepEqual(readSafetensorsFile(path), { tensors, metadata: { step: "3" } });
   assert.deepEqual(readdirSync(dir), ["model.safetensors"]);
 });
 
 test("encoding refuses data whose length disagrees with the shape", () => {
-  throwsSafetensors(() => encodeSafetensors({ w: { dtype: "F32", shape: [2, 3], data: new Float32Array(5) } }), /tensor "w".*needs 6 elements, data has 5/);
+  throwsSafetensors(
+    () => encodeSafetensors({ w: { dtype: "F32", shape: [2, 3], data: new Float32Array(5) } }),
+    /tensor "w".*needs 6 elements, data has 5/,
+  );
 });
 
 test("encoding refuses a typed array of the wrong kind for the dtype", () => {
   const wrong = { dtype: "F32", shape: [2], data: new Float64Array(2) } as unknown as SafetensorsTensor;
-  throwsSafetensors(() => encodeSafetensors({ w: wrong }), /tensor "w".*F32 data must be a Float32Array, got Float64Array/);
+  throwsSafetensors(
+    () => encodeSafetensors({ w: wrong }),
+    /tensor "w".*F32 data must be a Float32Array, got Float64Array/,
+  );
 });
 
 test("decoding a file shorter than 8 bytes is an error at offset 0", () => {
-  throwsSafetensors(() => decodeSafetensors(new Uint8Array(5), "tiny.st"), /^tiny\.st: byte offset 0: 5 bytes is too short/);
+  throwsSafetensors(
+    () => decodeSafetensors(new Uint8Array(5), "tiny.st"),
+    /^tiny\.st: byte offset 0: 5 bytes is too short/,
+  );
 });
 
 test("a header length beyond the file is an error naming the file and offset 0", () => {
   const bytes = rawFile({}, 0);
   new DataView(bytes.buffer).setBigUint64(0, 1000n, true);
-  throwsSafetensors(() => decodeSafetensors(bytes, "big.st"), /^big\.st: byte offset 0: header length 1000 runs past the end of the file \(10 bytes\)/);
+  throwsSafetensors(
+    () => decodeSafetensors(bytes, "big.st"),
+    /^big\.st: byte offset 0: header length 1000 runs past the end of the file \(10 bytes\)/,
+  );
 });
 
 test("a header that is not JSON is an error at offset 8", () => {
   const bytes = rawFile({}, 0);
   bytes[9] = "x".charCodeAt(0);
-  throwsSafetensors(() => decodeSafetensors(bytes, "bad.st"), /^bad\.st: byte offset 8: header is not valid UTF-8 JSON/);
+  throwsSafetensors(
+    () => decodeSafetensors(bytes, "bad.st"),
+    /^bad\.st: byte offset 8: header is not valid UTF-8 JSON/,
+  );
 });
 
 test("an unknown dtype is an error naming the tensor", () => {
@@ -117,22 +138,40 @@ test("an unknown dtype is an error naming the tensor", () => {
 test("shape times itemsize disagreeing with the byte length is an error at the tensor's data offset", () => {
   const bytes = rawFile({ w: { dtype: "F32", shape: [2], data_offsets: [0, 12] } }, 12);
   const dataStart = bytes.length - 12;
-  throwsSafetensors(() => decodeSafetensors(bytes, "f.st"), new RegExp(`tensor "w", byte offset ${dataStart}: shape \\[2\\] of F32 needs 8 bytes, data_offsets give 12`));
+  throwsSafetensors(
+    () => decodeSafetensors(bytes, "f.st"),
+    new RegExp(`tensor "w", byte offset ${dataStart}: shape \\[2\\] of F32 needs 8 bytes, data_offsets give 12`),
+  );
 });
 
 test("offsets past the end of the file are an error naming the tensor", () => {
   const bytes = rawFile({ w: { dtype: "U8", shape: [8], data_offsets: [0, 8] } }, 4);
-  throwsSafetensors(() => decodeSafetensors(bytes, "f.st"), /tensor "w", byte offset \d+: data ends at byte offset \d+, past the end of the file/);
+  throwsSafetensors(
+    () => decodeSafetensors(bytes, "f.st"),
+    /tensor "w", byte offset \d+: data ends at byte offset \d+, past the end of the file/,
+  );
 });
 
 test("overlapping tensors are an error naming the second one", () => {
-  const bytes = rawFile({ a: { dtype: "U8", shape: [4], data_offsets: [0, 4] }, b: { dtype: "U8", shape: [2], data_offsets: [2, 4] } }, 4);
-  throwsSafetensors(() => decodeSafetensors(bytes, "f.st"), /tensor "b", byte offset \d+: data overlaps the previous tensor's/);
+  const bytes = rawFile(
+    { a: { dtype: "U8", shape: [4], data_offsets: [0, 4] }, b: { dtype: "U8", shape: [2], data_offsets: [2, 4] } },
+    4,
+  );
+  throwsSafetensors(
+    () => decodeSafetensors(bytes, "f.st"),
+    /tensor "b", byte offset \d+: data overlaps the previous tensor's/,
+  );
 });
 
 test("a hole between tensors is an error", () => {
-  const bytes = rawFile({ a: { dtype: "U8", shape: [2], data_offsets: [0, 2] }, b: { dtype: "U8", shape: [2], data_offsets: [3, 5] } }, 5);
-  throwsSafetensors(() => decodeSafetensors(bytes, "f.st"), /tensor "b", byte offset \d+: bytes \d+\.\.\d+ belong to no tensor/);
+  const bytes = rawFile(
+    { a: { dtype: "U8", shape: [2], data_offsets: [0, 2] }, b: { dtype: "U8", shape: [2], data_offsets: [3, 5] } },
+    5,
+  );
+  throwsSafetensors(
+    () => decodeSafetensors(bytes, "f.st"),
+    /tensor "b", byte offset \d+: bytes \d+\.\.\d+ belong to no tensor/,
+  );
 });
 
 test("trailing bytes after the last tensor are an error", () => {
@@ -152,7 +191,9 @@ test("readSafetensorsFile names the path in errors", () => {
 });
 
 test("decoding bytes that start at an odd offset copies the unaligned data correctly", () => {
-  const tensors: Record<string, SafetensorsTensor> = { w: { dtype: "F32", shape: [2], data: new Float32Array([1.25, -7]) } };
+  const tensors: Record<string, SafetensorsTensor> = {
+    w: { dtype: "F32", shape: [2], data: new Float32Array([1.25, -7]) },
+  };
   const encoded = encodeSafetensors(tensors);
   const shifted = new Uint8Array(encoded.length + 1);
   shifted.set(encoded, 1);
@@ -172,5 +213,10 @@ test("readSafetensorsHeader validates offsets against the file size", () => {
   const path = join(scratchDir("st-"), "cut.safetensors");
   const bytes = readFileSync(REFERENCE);
   writeFileSync(path, bytes.subarray(0, bytes.length - 1));
-  throwsSafetensors(() => readSafetensorsHeader(path), new RegExp(`^${path}: tensor "weight", byte offset \\d+: data ends at byte offset ${bytes.length}, past the end of the file \\(${bytes.length - 1} bytes\\)`));
+  throwsSafetensors(
+    () => readSafetensorsHeader(path),
+    new RegExp(
+      `^${path}: tensor "weight", byte offset \\d+: data ends at byte offset ${bytes.length}, past the end of the file \\(${bytes.length - 1} bytes\\)`,
+    ),
+  );
 });

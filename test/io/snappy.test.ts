@@ -27,7 +27,8 @@ function noise(length: number, seed: number): Uint8Array {
 
 test("decodes every libsnappy-made stream to its original bytes", () => {
   const tagsSeen = new Set(libsnappyVectors.vectors.flatMap((vector) => vector.tags));
-  for (const tag of ["literal", "literal-1", "literal-2", "copy-1", "copy-2", "copy-2-far"]) assert.ok(tagsSeen.has(tag), tag);
+  for (const tag of ["literal", "literal-1", "literal-2", "copy-1", "copy-2", "copy-2-far"])
+    assert.ok(tagsSeen.has(tag), tag);
   for (const vector of libsnappyVectors.vectors) {
     const decoded = snappyDecompress(fromHex(vector.compressed_hex));
     assert.deepEqual(Buffer.from(decoded).toString("hex"), vector.uncompressed_hex, vector.name);
@@ -67,12 +68,15 @@ test("round-trips mixed data through every copy kind, including offsets past 64 
 test("names the byte offset of a copy that reaches before the output start", () => {
   // literal "ab", then a copy-1 of 4 bytes from 3 back: only 2 bytes exist.
   const stream = Uint8Array.of(6, 1 << 2, ...ascii("ab"), 1, 3);
-  assert.throws(() => snappyDecompress(stream, "block.sst"), (error: unknown) => {
-    assert.ok(error instanceof SnappyError);
-    assert.equal(error.offset, 4);
-    assert.match(error.message, /block\.sst: copy offset 3 outside the 2 bytes produced so far at byte 4/);
-    return true;
-  });
+  assert.throws(
+    () => snappyDecompress(stream, "block.sst"),
+    (error: unknown) => {
+      assert.ok(error instanceof SnappyError);
+      assert.equal(error.offset, 4);
+      assert.match(error.message, /block\.sst: copy offset 3 outside the 2 bytes produced so far at byte 4/);
+      return true;
+    },
+  );
 });
 
 test("rejects a literal that runs past the end of the input", () => {

@@ -62,7 +62,13 @@ function emitLiteral(out: number[], bytes: Uint8Array, options: SnappyCompressOp
 
 function emitCopy(out: number[], distance: number, length: number, options: SnappyCompressOptions): void {
   if (options.copy4 || distance >= 2 ** 16) {
-    out.push(((length - 1) << 2) | 3, distance & 0xff, (distance >>> 8) & 0xff, (distance >>> 16) & 0xff, distance >>> 24);
+    out.push(
+      ((length - 1) << 2) | 3,
+      distance & 0xff,
+      (distance >>> 8) & 0xff,
+      (distance >>> 16) & 0xff,
+      distance >>> 24,
+    );
   } else if (length >= 4 && length <= 11 && distance < 2048) {
     out.push(((distance >>> 8) << 5) | ((length - 4) << 2) | 1, distance & 0xff);
   } else {

@@ -85,7 +85,13 @@ function buildBlock(keys: Uint8Array[], values: Uint8Array[], restartInterval: n
     let shared = 0;
     if (i % restartInterval === 0) restarts.push(size);
     else while (shared < key.length && shared < previous.length && key[shared] === previous[shared]) shared++;
-    const entry = Buffer.concat([varint(shared), varint(key.length - shared), varint(values[i]!.length), key.subarray(shared), values[i]!]);
+    const entry = Buffer.concat([
+      varint(shared),
+      varint(key.length - shared),
+      varint(values[i]!.length),
+      key.subarray(shared),
+      values[i]!,
+    ]);
     parts.push(entry);
     size += entry.length;
     previous = key;
@@ -105,7 +111,8 @@ function varint(value: number): Uint8Array {
 }
 
 const varintField = (field: number, value: number) => Buffer.concat([varint(field * 8), varint(value)]);
-const bytesField = (field: number, bytes: Uint8Array) => Buffer.concat([varint(field * 8 + 2), varint(bytes.length), bytes]);
+const bytesField = (field: number, bytes: Uint8Array) =>
+  Buffer.concat([varint(field * 8 + 2), varint(bytes.length), bytes]);
 const protoMessage = (fields: Uint8Array[]) => new Uint8Array(Buffer.concat(fields));
 
 function fixed32Field(field: number, value: number): Uint8Array {

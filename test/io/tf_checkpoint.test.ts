@@ -1,7 +1,16 @@
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, truncateSync, writeFileSync } from "node:fs";
+import {
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  truncateSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
@@ -42,9 +51,11 @@ interface ReferenceListing {
   table: unknown;
   entries: ReferenceEntry[];
 }
-const referenceListing = (prefix: string) => JSON.parse(readFileSync(`${prefix}.index.listing.json`, "utf8")) as ReferenceListing;
+const referenceListing = (prefix: string) =>
+  JSON.parse(readFileSync(`${prefix}.index.listing.json`, "utf8")) as ReferenceListing;
 const LISTED_FIELDS = ["name", "dtype", "dtype_enum", "shape", "shard_id", "offset", "size", "crc32c_masked"] as const;
-const pickListed = (entry: object) => Object.fromEntries(LISTED_FIELDS.map((field) => [field, (entry as Record<string, unknown>)[field]]));
+const pickListed = (entry: object) =>
+  Object.fromEntries(LISTED_FIELDS.map((field) => [field, (entry as Record<string, unknown>)[field]]));
 
 const scratch = mkdtempSync(join(tmpdir(), "tsgrad-tf-checkpoint-"));
 after(() => rmSync(scratch, { recursive: true, force: true }));
@@ -66,7 +77,12 @@ function flipByte(file: string, offset: number): void {
   writeFileSync(file, bytes);
 }
 
-for (const [fixture, prefix] of [["t2t transformer (2 shards)", T2T], ["serving half_plus_two", HALF_PLUS_TWO], ["TF2 rust regression", RUST_TF2], ["BERT L-8 H-512", BERT]] as const) {
+for (const [fixture, prefix] of [
+  ["t2t transformer (2 shards)", T2T],
+  ["serving half_plus_two", HALF_PLUS_TWO],
+  ["TF2 rust regression", RUST_TF2],
+  ["BERT L-8 H-512", BERT],
+] as const) {
   test(`lists the ${fixture} checkpoint exactly as its reference listing`, async () => {
     const listing = tfCheckpointListingJson(await readTfCheckpointIndex(prefix)) as ReferenceListing;
     const reference = referenceListing(prefix);
@@ -88,7 +104,11 @@ test("lists the BERT index recompressed by libsnappy exactly as the uncompressed
   assert.deepEqual(listing.entries.map(pickListed), reference.entries.map(pickListed));
 });
 
-for (const [fixture, prefix] of [["t2t transformer", T2T], ["serving half_plus_two", HALF_PLUS_TWO], ["TF2 rust regression", RUST_TF2]] as const) {
+for (const [fixture, prefix] of [
+  ["t2t transformer", T2T],
+  ["serving half_plus_two", HALF_PLUS_TWO],
+  ["TF2 rust regression", RUST_TF2],
+] as const) {
   test(`reads every ${fixture} tensor with the reference's first values and sum`, async () => {
     const tensors = await readTfCheckpoint(prefix);
     const reference = referenceListing(prefix).entries;
@@ -96,7 +116,10 @@ for (const [fixture, prefix] of [["t2t transformer", T2T], ["serving half_plus_t
     for (const expected of reference) {
       const { data } = tensors.get(expected.name)!;
       if (Array.isArray(data)) {
-        const strings = data.map((bytes) => ({ len: bytes.length, md5: createHash("md5").update(bytes).digest("hex") }));
+        const strings = data.map((bytes) => ({
+          len: bytes.length,
+          md5: createHash("md5").update(bytes).digest("hex"),
+        }));
         assert.deepEqual(strings.slice(0, 8), expected.first_values, expected.name);
         continue;
       }
@@ -112,16 +135,26 @@ for (const [fixture, prefix] of [["t2t transformer", T2T], ["serving half_plus_t
 test("reads half_plus_two's scalars a=0.5, b=2, c=3 as Float32Arrays", async () => {
   const tensors = await readTfCheckpoint(HALF_PLUS_TWO, { filter: (name) => name.length === 1 });
   assert.deepEqual([...tensors.keys()], ["a", "b", "c"]);
-  for (const [name, value] of [["a", 0.5], ["b", 2], ["c", 3]] as const) {
+  for (const [name, value] of [
+    ["a", 0.5],
+    ["b", 2],
+    ["c", 3],
+  ] as const) {
     const tensor = tensors.get(name)!;
     assert.deepEqual(tensor, { dtype: "DT_FLOAT", shape: [], data: Float32Array.of(value) });
   }
 });
 
 test("reads int64 and int32 scalars from the first of two shards", async () => {
-  const tensors = await readTfCheckpoint(T2T, { filter: (name) => ["global_step", "train_stats/problem_0_steps"].includes(name) });
+  const tensors = await readTfCheckpoint(T2T, {
+    filter: (name) => ["global_step", "train_stats/problem_0_steps"].includes(name),
+  });
   assert.deepEqual(tensors.get("global_step"), { dtype: "DT_INT64", shape: [], data: BigInt64Array.of(1n) });
-  assert.deepEqual(tensors.get("train_stats/problem_0_steps"), { dtype: "DT_INT32", shape: [], data: Int32Array.of(0) });
+  assert.deepEqual(tensors.get("train_stats/problem_0_steps"), {
+    dtype: "DT_INT32",
+    shape: [],
+    data: Int32Array.of(0),
+  });
 });
 
 test("reads a transformer kernel from the second shard with its shape", async () => {
@@ -134,7 +167,9 @@ test("reads a transformer kernel from the second shard with its shape", async ()
 });
 
 test("decodes the TF2 object graph string and checks its length-prefixed crc32c", async () => {
-  const tensor = (await readTfCheckpoint(RUST_TF2, { filter: (name) => name === "_CHECKPOINTABLE_OBJECT_GRAPH" })).get("_CHECKPOINTABLE_OBJECT_GRAPH")!;
+  const tensor = (await readTfCheckpoint(RUST_TF2, { filter: (name) => name === "_CHECKPOINTABLE_OBJECT_GRAPH" })).get(
+    "_CHECKPOINTABLE_OBJECT_GRAPH",
+  )!;
   assert.equal(tensor.dtype, "DT_STRING");
   assert.ok(Array.isArray(tensor.data));
   assert.equal(tensor.data.length, 1);
@@ -147,7 +182,10 @@ test("a flipped data byte fails that tensor's crc32c, naming file, tensor and of
   flipByte(`${prefix}.data-00001-of-00002`, victim.offset + 10);
   await assert.rejects(readTfCheckpoint(prefix, { filter: (name) => name === victim.name }), (error: unknown) => {
     assert.ok(error instanceof TfChecksumError);
-    assert.ok(error.message.includes(`model.ckpt-1.data-00001-of-00002: tensor "${victim.name}" at byte ${victim.offset}`), error.message);
+    assert.ok(
+      error.message.includes(`model.ckpt-1.data-00001-of-00002: tensor "${victim.name}" at byte ${victim.offset}`),
+      error.message,
+    );
     return true;
   });
 });
@@ -166,7 +204,10 @@ test("a flipped index byte fails the block crc32c, naming the file and block off
   flipByte(`${prefix}.index`, 100);
   await assert.rejects(listTfCheckpoint(prefix), (error: unknown) => {
     assert.ok(error instanceof TableChecksumError);
-    assert.match(error.message, /variables\.index: data block at byte 0 \(263 bytes\): masked crc32c stored 0x[0-9a-f]{8} but computed/);
+    assert.match(
+      error.message,
+      /variables\.index: data block at byte 0 \(263 bytes\): masked crc32c stored 0x[0-9a-f]{8} but computed/,
+    );
     return true;
   });
 });
@@ -176,7 +217,10 @@ test("a truncated data shard names the tensor that runs past its end", async () 
   truncateSync(`${prefix}.data-00000-of-00001`, 30);
   await assert.rejects(readTfCheckpoint(prefix), (error: unknown) => {
     assert.ok(error instanceof TfCheckpointError);
-    assert.match(error.message, /variables\.data-00000-of-00001: tensor "conv2d_2\/bias" at byte 28 \(4 bytes\): runs past the end of the 30-byte file/);
+    assert.match(
+      error.message,
+      /variables\.data-00000-of-00001: tensor "conv2d_2\/bias" at byte 28 \(4 bytes\): runs past the end of the 30-byte file/,
+    );
     return true;
   });
 });
@@ -188,7 +232,10 @@ test("a truncated index file is refused for its missing footer magic", async () 
 });
 
 test("a missing data shard is named with the first tensor that needs it", async () => {
-  await assert.rejects(readTfCheckpoint(BERT), /bert_model\.ckpt\.data-00000-of-00001: cannot open the data shard of tensor "bert\/embeddings\/LayerNorm\/beta"/);
+  await assert.rejects(
+    readTfCheckpoint(BERT),
+    /bert_model\.ckpt\.data-00000-of-00001: cannot open the data shard of tensor "bert\/embeddings\/LayerNorm\/beta"/,
+  );
 });
 
 test("follows the index block over several snappy-compressed data blocks", async () => {
@@ -204,8 +251,12 @@ test("follows the index block over several snappy-compressed data blocks", async
   assert.equal(index.table.dataBlocks.length, 6);
   assert.ok(index.table.dataBlocks.every((block) => block.compression === "snappy"));
   const read = await readTfCheckpoint(prefix);
-  assert.deepEqual([...read.keys()], tensors.map((tensor) => tensor.name));
-  for (const tensor of tensors) assert.deepEqual(read.get(tensor.name), { dtype: "DT_FLOAT", shape: [2, 3], data: tensor.data });
+  assert.deepEqual(
+    [...read.keys()],
+    tensors.map((tensor) => tensor.name),
+  );
+  for (const tensor of tensors)
+    assert.deepEqual(read.get(tensor.name), { dtype: "DT_FLOAT", shape: [2, 3], data: tensor.data });
 });
 
 test("returns each dtype in its typed array, 16-bit floats as raw bits", async () => {
@@ -217,14 +268,21 @@ test("returns each dtype in its typed array, 16-bit floats as raw bits", async (
     { name: "int64", dtypeEnum: 9, dtype: "DT_INT64", data: BigInt64Array.of(-3n, 2n ** 40n) },
     { name: "bool", dtypeEnum: 10, dtype: "DT_BOOL", data: Uint8Array.of(1, 0) },
   ];
-  writeTfBundle(prefix, cases.map(({ name, dtypeEnum, data }) => ({ name, dtypeEnum, shape: [2], data })));
+  writeTfBundle(
+    prefix,
+    cases.map(({ name, dtypeEnum, data }) => ({ name, dtypeEnum, shape: [2], data })),
+  );
   const read = await readTfCheckpoint(prefix);
   for (const { name, dtype, data } of cases) assert.deepEqual(read.get(name), { dtype, shape: [2], data }, name);
 });
 
 test("the CLI (inspect.ts --no-verify) prints the listing as JSON with the reference listing's fields", () => {
   const cli = fileURLToPath(new URL("../../src/io/inspect.ts", import.meta.url));
-  const stdout = execFileSync(process.execPath, ["--import", "tsx", cli, `${HALF_PLUS_TWO}.index`, "--json", "--no-verify"], { encoding: "utf8" });
+  const stdout = execFileSync(
+    process.execPath,
+    ["--import", "tsx", cli, `${HALF_PLUS_TWO}.index`, "--json", "--no-verify"],
+    { encoding: "utf8" },
+  );
   const listing = JSON.parse(stdout) as ReferenceListing;
   const reference = referenceListing(HALF_PLUS_TWO);
   assert.deepEqual(listing.entries, reference.entries.map(pickListed));

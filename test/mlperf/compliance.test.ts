@@ -7,7 +7,12 @@ import { readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { withTempDir } from "./tempDir.ts";
-import { bertEvalIntervalSamples, checkCompliance, type ComplianceResult, type Ruleset } from "../../mlperf/bert/compliance.ts";
+import {
+  bertEvalIntervalSamples,
+  checkCompliance,
+  type ComplianceResult,
+  type Ruleset,
+} from "../../mlperf/bert/compliance.ts";
 
 const fixtures = fileURLToPath(new URL("../fixtures/mllog/", import.meta.url));
 const projectRoot = fileURLToPath(new URL("../../", import.meta.url));
@@ -20,11 +25,21 @@ const PREFIX = ":::MLLOG ";
 
 /** The v4.1 log with `edit` applied to its records (as objects), written back as MLLOG lines. */
 function editedV41(edit: (records: Fields[]) => Fields[]): string {
-  const records = v41.split("\n").filter((l) => l.startsWith(PREFIX)).map((l) => JSON.parse(l.slice(PREFIX.length)) as Fields);
-  return edit(records).map((r) => PREFIX + JSON.stringify(r)).join("\n") + "\n";
+  const records = v41
+    .split("\n")
+    .filter((l) => l.startsWith(PREFIX))
+    .map((l) => JSON.parse(l.slice(PREFIX.length)) as Fields);
+  return (
+    edit(records)
+      .map((r) => PREFIX + JSON.stringify(r))
+      .join("\n") + "\n"
+  );
 }
 
-const without = (...keys: string[]) => (records: Fields[]) => records.filter((r) => !keys.includes(r.key));
+const without =
+  (...keys: string[]) =>
+  (records: Fields[]) =>
+    records.filter((r) => !keys.includes(r.key));
 const changing = (key: string, change: (r: Fields) => void) => (records: Fields[]) =>
   records.map((r) => {
     if (r.key === key) change(r);
@@ -33,14 +48,24 @@ const changing = (key: string, change: (r: Fields) => void) => (records: Fields[
 const lastIndexOf = (records: Fields[], key: string) => records.map((r) => r.key).lastIndexOf(key);
 /** Moves the (first) record `key` to just before the record `before`. */
 const moving = (key: string, before: string) => (records: Fields[]) => {
-  const moved = records.splice(records.findIndex((r) => r.key === key), 1)[0]!;
-  records.splice(records.findIndex((r) => r.key === before), 0, moved);
+  const moved = records.splice(
+    records.findIndex((r) => r.key === key),
+    1,
+  )[0]!;
+  records.splice(
+    records.findIndex((r) => r.key === before),
+    0,
+    moved,
+  );
   return records;
 };
 const messages = (result: ComplianceResult) => result.errors.map((e) => e.message);
 
 function assertFailsWith(result: ComplianceResult, pattern: RegExp): void {
-  assert.ok(result.errors.some((e) => pattern.test(e.message)), `expected an error matching ${pattern}, got:\n${messages(result).join("\n")}`);
+  assert.ok(
+    result.errors.some((e) => pattern.test(e.message)),
+    `expected an error matching ${pattern}, got:\n${messages(result).join("\n")}`,
+  );
 }
 
 for (const ruleset of ["4.1.0", "5.0.0"] as Ruleset[]) {
@@ -56,15 +81,47 @@ for (const ruleset of ["4.1.0", "5.0.0"] as Ruleset[]) {
 
 const rejected: [string, (records: Fields[]) => Fields[], RegExp][] = [
   ["no run_stop", without("run_stop"), /^Required EXACTLY_ONE occurrence of 'run_stop' but found 0$/],
-  ["opt_lamb_epsilon missing", without("opt_lamb_epsilon"), /^Required EXACTLY_ONE occurrence of 'opt_lamb_epsilon' but found 0$/],
-  ["gradient_accumulation_steps missing", without("gradient_accumulation_steps"), /^Required EXACTLY_ONE occurrence of 'gradient_accumulation_steps' but found 0$/],
-  ["gradient_accumulation_steps 0", changing("gradient_accumulation_steps", (r) => (r.value = 0)), /CHECK for 'gradient_accumulation_steps' failed .*v\['value'\] > 0/],
-  ["train_samples missing", without("train_samples"), /^Required EXACTLY_ONE occurrence of 'train_samples' but found 0$/],
+  [
+    "opt_lamb_epsilon missing",
+    without("opt_lamb_epsilon"),
+    /^Required EXACTLY_ONE occurrence of 'opt_lamb_epsilon' but found 0$/,
+  ],
+  [
+    "gradient_accumulation_steps missing",
+    without("gradient_accumulation_steps"),
+    /^Required EXACTLY_ONE occurrence of 'gradient_accumulation_steps' but found 0$/,
+  ],
+  [
+    "gradient_accumulation_steps 0",
+    changing("gradient_accumulation_steps", (r) => (r.value = 0)),
+    /CHECK for 'gradient_accumulation_steps' failed .*v\['value'\] > 0/,
+  ],
+  [
+    "train_samples missing",
+    without("train_samples"),
+    /^Required EXACTLY_ONE occurrence of 'train_samples' but found 0$/,
+  ],
   ["cache_clear missing", without("cache_clear"), /^Required AT_LEAST_ONE occurrence of 'cache_clear' but found 0$/],
-  ["no epoch_start/epoch_stop", without("epoch_start", "epoch_stop"), /^Required AT_LEAST_ONE occurrence of 'epoch_start' or 'block_start' but found 0$/],
-  ["no eval_start/eval_stop", without("eval_start", "eval_stop"), /^Required AT_LEAST_ONE occurrence of 'eval_start' or 'block_start' but found 0$/],
-  ["run_stop without status", changing("run_stop", (r) => delete r.metadata.status), /CHECK for 'run_stop' failed .*'status' in v\['metadata'\]/],
-  ["eval_accuracy without epoch_num", changing("eval_accuracy", (r) => delete r.metadata.epoch_num), /CHECK for 'eval_accuracy' failed .*'epoch_num' in v\['metadata'\]/],
+  [
+    "no epoch_start/epoch_stop",
+    without("epoch_start", "epoch_stop"),
+    /^Required AT_LEAST_ONE occurrence of 'epoch_start' or 'block_start' but found 0$/,
+  ],
+  [
+    "no eval_start/eval_stop",
+    without("eval_start", "eval_stop"),
+    /^Required AT_LEAST_ONE occurrence of 'eval_start' or 'block_start' but found 0$/,
+  ],
+  [
+    "run_stop without status",
+    changing("run_stop", (r) => delete r.metadata.status),
+    /CHECK for 'run_stop' failed .*'status' in v\['metadata'\]/,
+  ],
+  [
+    "eval_accuracy without epoch_num",
+    changing("eval_accuracy", (r) => delete r.metadata.epoch_num),
+    /CHECK for 'eval_accuracy' failed .*'epoch_num' in v\['metadata'\]/,
+  ],
   [
     "eval_accuracy with samples_count instead of epoch_num",
     changing("eval_accuracy", (r) => {
@@ -73,14 +130,30 @@ const rejected: [string, (records: Fields[]) => Fields[], RegExp][] = [
     }),
     /CHECK for 'eval_accuracy' failed .*'epoch_num' in v\['metadata'\]/,
   ],
-  ["run_start moved before init_start", moving("run_start", "init_start"), /CHECK for 'init_start' failed .*not s\['run_started'\]/],
-  ["init_stop before init_start", moving("init_stop", "init_start"), /CHECK for 'init_stop' failed .*s\['init_started'\]/],
+  [
+    "run_start moved before init_start",
+    moving("run_start", "init_start"),
+    /CHECK for 'init_start' failed .*not s\['run_started'\]/,
+  ],
+  [
+    "init_stop before init_start",
+    moving("init_stop", "init_start"),
+    /CHECK for 'init_stop' failed .*s\['init_started'\]/,
+  ],
   [
     "init took 31 min",
-    (records) => changing("init_stop", (r) => (r.time_ms = records.find((s) => s.key === "init_start")!.time_ms + 31 * 60e3))(records),
+    (records) =>
+      changing(
+        "init_stop",
+        (r) => (r.time_ms = records.find((s) => s.key === "init_start")!.time_ms + 31 * 60e3),
+      )(records),
     /CHECK for 'init_stop' failed .*init took 31\.0 min, over the 30 min budget .*compile_time_mins/,
   ],
-  ["submission_division after init_stop", moving("submission_division", "run_start"), /CHECK for 'init_stop' failed .*no submission_division before init_stop/],
+  [
+    "submission_division after init_stop",
+    moving("submission_division", "run_start"),
+    /CHECK for 'init_stop' failed .*no submission_division before init_stop/,
+  ],
   [
     "best accuracy 0.7199",
     (records) => {
@@ -89,19 +162,34 @@ const rejected: [string, (records: Fields[]) => Fields[], RegExp][] = [
     },
     /^Failed checks for eval_accuracy : \(v\['value'\] >= 0\.720\) and v\['value'\] < 1\.0; no record passes, best 0\.7199\d*$/,
   ],
-  ["accuracy logged as percent", changing("eval_accuracy", (r) => (r.value = (r.value as number) * 100)), /Failed checks for eval_accuracy .*not a percent/],
+  [
+    "accuracy logged as percent",
+    changing("eval_accuracy", (r) => (r.value = (r.value as number) * 100)),
+    /Failed checks for eval_accuracy .*not a percent/,
+  ],
   [
     "global_batch_size twice, 66 and 132",
     (records) => {
-      records.splice(lastIndexOf(records, "global_batch_size") + 1, 0, { ...records.find((r) => r.key === "global_batch_size")!, value: 132 });
+      records.splice(lastIndexOf(records, "global_batch_size") + 1, 0, {
+        ...records.find((r) => r.key === "global_batch_size")!,
+        value: 132,
+      });
       return records;
     },
     /^Required EXACTLY_ONE occurrence of 'global_batch_size' but found 2 with different values: \[66,132\]$/,
   ],
   ["seed missing", without("seed"), /logs no seed/],
   ["seed without file and lineno", changing("seed", (r) => (r.metadata = {})), /seed metadata lacks file and lineno/],
-  ["a metadata file named after an RCP key", changing("init_start", (r) => (r.metadata.file = "eval_accuracy.ts")), /contains the string 'eval_accuracy'/],
-  ["submission_org missing under ruleset 4.1.0", without("submission_org"), /^Required EXACTLY_ONE occurrence of 'submission_org' but found 0$/],
+  [
+    "a metadata file named after an RCP key",
+    changing("init_start", (r) => (r.metadata.file = "eval_accuracy.ts")),
+    /contains the string 'eval_accuracy'/,
+  ],
+  [
+    "submission_org missing under ruleset 4.1.0",
+    without("submission_org"),
+    /^Required EXACTLY_ONE occurrence of 'submission_org' but found 0$/,
+  ],
 ];
 
 for (const [variant, edit, expected] of rejected) {
@@ -116,7 +204,9 @@ test("run_start before init_start fails all three ordering checks, as the offici
 });
 
 test("an error names the record index and key of the offending record", () => {
-  const result = checkCompliance(editedV41(changing("run_stop", (r) => delete r.metadata.status)), { ruleset: "4.1.0" });
+  const result = checkCompliance(editedV41(changing("run_stop", (r) => delete r.metadata.status)), {
+    ruleset: "4.1.0",
+  });
   assert.equal(result.errors.length, 1);
   assert.deepEqual({ index: result.errors[0]!.index, key: result.errors[0]!.key }, { index: 85, key: "run_stop" });
 });
@@ -124,7 +214,10 @@ test("an error names the record index and key of the offending record", () => {
 test("rejects a truncated JSON line as a parsing error, naming its line", () => {
   const lines = v41.split("\n");
   lines[20] = lines[20]!.slice(0, 60);
-  assertFailsWith(checkCompliance(lines.join("\n"), { ruleset: "4.1.0" }), /^Found parsing errors: record 20 \(line 21\): invalid JSON/);
+  assertFailsWith(
+    checkCompliance(lines.join("\n"), { ruleset: "4.1.0" }),
+    /^Found parsing errors: record 20 \(line 21\): invalid JSON/,
+  );
 });
 
 test("rejects a record without a value field (the official checker crashes on it)", () => {
@@ -144,29 +237,50 @@ test("epoch records may carry samples_count instead of epoch_num in 5.0.0 only",
     }),
   );
   assert.deepEqual(checkCompliance(log, { ruleset: "5.0.0" }).errors, []);
-  assertFailsWith(checkCompliance(log, { ruleset: "4.1.0" }), /CHECK for 'epoch_start' failed .*'epoch_num' in v\['metadata'\]/);
+  assertFailsWith(
+    checkCompliance(log, { ruleset: "4.1.0" }),
+    /CHECK for 'epoch_start' failed .*'epoch_num' in v\['metadata'\]/,
+  );
 });
 
 test("a key logged twice with the same value is a warning, not an error", () => {
   const result = checkCompliance(
     editedV41((records) => {
-      records.splice(lastIndexOf(records, "global_batch_size") + 1, 0, { ...records.find((r) => r.key === "global_batch_size")! });
+      records.splice(lastIndexOf(records, "global_batch_size") + 1, 0, {
+        ...records.find((r) => r.key === "global_batch_size")!,
+      });
       return records;
     }),
     { ruleset: "4.1.0" },
   );
   assert.deepEqual(result.errors, []);
-  assert.deepEqual(result.warnings.map((w) => w.message), ["Required EXACTLY_ONE occurrence of 'global_batch_size' but found 2"]);
+  assert.deepEqual(
+    result.warnings.map((w) => w.message),
+    ["Required EXACTLY_ONE occurrence of 'global_batch_size' but found 2"],
+  );
 });
 
 test("the optional hyper-parameters and submission_status may be left out", () => {
-  const log = editedV41(without("max_sequence_length", "max_predictions_per_seq", "opt_name", "opt_lamb_learning_rate_decay_poly_power", "submission_status"));
+  const log = editedV41(
+    without(
+      "max_sequence_length",
+      "max_predictions_per_seq",
+      "opt_name",
+      "opt_lamb_learning_rate_decay_poly_power",
+      "submission_status",
+    ),
+  );
   assert.deepEqual(checkCompliance(log, { ruleset: "4.1.0" }).errors, []);
 });
 
 test("the open division needs no hyper-parameters and no seed", () => {
   const log = editedV41((records) =>
-    without("opt_lamb_epsilon", "gradient_accumulation_steps", "opt_lamb_beta_1", "seed")(changing("submission_division", (r) => (r.value = "open"))(records)),
+    without(
+      "opt_lamb_epsilon",
+      "gradient_accumulation_steps",
+      "opt_lamb_beta_1",
+      "seed",
+    )(changing("submission_division", (r) => (r.value = "open"))(records)),
   );
   const result = checkCompliance(log, { ruleset: "4.1.0" });
   assert.deepEqual(result.errors, []);
@@ -176,7 +290,11 @@ test("the open division needs no hyper-parameters and no seed", () => {
 test("a success without a passing evaluation before run_stop is noted", () => {
   const result = checkCompliance(editedV41(moving("run_stop", "eval_start")), { ruleset: "4.1.0" });
   assert.deepEqual(result.errors, []);
-  assert.ok(result.notes.some((n) => /run_stop says success but the last eval_accuracy before it is below 0\.720/.test(n.message)));
+  assert.ok(
+    result.notes.some((n) =>
+      /run_stop says success but the last eval_accuracy before it is below 0\.720/.test(n.message),
+    ),
+  );
 });
 
 test("evaluations further apart than the MLPerf interval are noted", () => {
@@ -184,7 +302,11 @@ test("evaluations further apart than the MLPerf interval are noted", () => {
     const first = records.findIndex((r) => r.key === "eval_accuracy");
     return records.filter((r, i) => !(r.key === "eval_accuracy" && i === first));
   });
-  assert.ok(checkCompliance(sparse, { ruleset: "4.1.0" }).notes.some((n) => /the rules evaluate every 150000 samples at global batch size 66/.test(n.message)));
+  assert.ok(
+    checkCompliance(sparse, { ruleset: "4.1.0" }).notes.some((n) =>
+      /the rules evaluate every 150000 samples at global batch size 66/.test(n.message),
+    ),
+  );
 });
 
 test("the eval interval follows the MLPerf formula", () => {
@@ -195,7 +317,11 @@ test("the eval interval follows the MLPerf formula", () => {
 
 function runCli(args: string[]): { status: number; stdout: string; stderr: string } {
   try {
-    const stdout = execFileSync(process.execPath, ["--import", "tsx", "mlperf/bert/compliance.ts", ...args], { cwd: projectRoot, encoding: "utf8", stdio: "pipe" });
+    const stdout = execFileSync(process.execPath, ["--import", "tsx", "mlperf/bert/compliance.ts", ...args], {
+      cwd: projectRoot,
+      encoding: "utf8",
+      stdio: "pipe",
+    });
     return { status: 0, stdout, stderr: "" };
   } catch (error) {
     const failed = error as { status: number; stdout: string; stderr: string };
@@ -206,7 +332,10 @@ function runCli(args: string[]): { status: number; stdout: string; stderr: strin
 test("the CLI passes a compliant log and fails a broken one with a clear message", () => {
   const ok = runCli([v41Path, "--ruleset", "4.1.0"]);
   assert.equal(ok.status, 0);
-  assert.match(ok.stdout, /PASS: .*tinycorp_v4\.1_tinybox_green_result_0\.txt \(ruleset 4\.1\.0, closed division\) is compliant/);
+  assert.match(
+    ok.stdout,
+    /PASS: .*tinycorp_v4\.1_tinybox_green_result_0\.txt \(ruleset 4\.1\.0, closed division\) is compliant/,
+  );
   withTempDir((dir) => {
     const broken = path.join(dir, "result_0.txt");
     writeFileSync(broken, editedV41(without("run_stop")));

@@ -26,17 +26,30 @@ const v41Path = path.join(fixtures, "tinycorp_v4.1_tinybox_green_result_0.txt");
 const v50Path = path.join(fixtures, "tinycorp_v5.0_tinybox_green_result_0.txt");
 
 const exampleStep: StepStats = {
-  step: 12, samples: 792, totalMs: 345.6, hostMs: 1.2, dataMs: 0.4, deviceMs: 344.0,
-  loss: 7.1234, learningRate: 1.2e-4, memoryGB: 0.52, gflops: 123.4,
+  step: 12,
+  samples: 792,
+  totalMs: 345.6,
+  hostMs: 1.2,
+  dataMs: 0.4,
+  deviceMs: 344.0,
+  loss: 7.1234,
+  learningRate: 1.2e-4,
+  memoryGB: 0.52,
+  gflops: 123.4,
 };
 
 /** A console log of `steps` steps of a fake run, with eval lines every `evalEvery` steps. */
 function consoleLog(steps: number, evalEvery = 0): string {
   const lines = [`HParam: "BS": 66`, `HParam: "SEED": 7`];
   for (let step = 1; step <= steps; step++) {
-    lines.push(`\r[####    ] ` + formatStepLine({ ...exampleStep, step, samples: step * 66, totalMs: 300 + (step % 7), loss: 10 / step }));
+    lines.push(
+      `\r[####    ] ` +
+        formatStepLine({ ...exampleStep, step, samples: step * 66, totalMs: 300 + (step % 7), loss: 10 / step }),
+    );
     if (evalEvery > 0 && step % evalEvery === 0) {
-      lines.push(formatEvalLine({ step, samples: step * 66, maskedLmAccuracy: 0.1 * (step / evalEvery), loss: 2, seconds: 3 }));
+      lines.push(
+        formatEvalLine({ step, samples: step * 66, maskedLmAccuracy: 0.1 * (step / evalEvery), loss: 2, seconds: 3 }),
+      );
     }
   }
   return lines.join("\n") + "\n";
@@ -49,7 +62,10 @@ function assertWellFormedXml(text: string): void {
   let last = 0;
   for (let m = tag.exec(text); m !== null; m = tag.exec(text)) {
     const between = text.slice(last, m.index);
-    assert.ok(!/[<]|&(?!(amp|lt|gt|quot|#39);)/.test(between), `bad text before offset ${m.index}: ${between.slice(0, 80)}`);
+    assert.ok(
+      !/[<]|&(?!(amp|lt|gt|quot|#39);)/.test(between),
+      `bad text before offset ${m.index}: ${between.slice(0, 80)}`,
+    );
     last = m.index + m[0].length;
     if (m[4] === "/") continue;
     if (m[1] === "/") assert.equal(stack.pop(), m[2], `closing </${m[2]}> at offset ${m.index}`);
@@ -83,7 +99,10 @@ test("parseStepLine ignores other lines", () => {
 
 test("parseEvalLine reads back what formatEvalLine prints", () => {
   const evaluation = { step: 2272, samples: 149952, maskedLmAccuracy: 0.720385, loss: 1.4567, seconds: 9.6 };
-  assert.equal(formatEvalLine(evaluation), "eval step 2272 | 149952 samples | masked-LM accuracy 0.720385 | loss 1.4567 | 9.6 s");
+  assert.equal(
+    formatEvalLine(evaluation),
+    "eval step 2272 | 149952 samples | masked-LM accuracy 0.720385 | loss 1.4567 | 9.6 s",
+  );
   assert.deepEqual(parseEvalLine(formatEvalLine(evaluation)), evaluation);
 });
 
@@ -102,8 +121,17 @@ test("parseRunLog reads a real MLPerf log: evals, run start and stop, status and
 test("parseRunLog reads step lines, eval lines and HParam knobs from a console log", () => {
   const run = parseRunLog(consoleLog(20, 10), "console");
   assert.equal(run.steps.length, 20);
-  assert.deepEqual(run.evals.map((e) => e.samples), [660, 1320]);
-  assert.deepEqual([...run.knobs], [["BS", "66"], ["SEED", "7"]]);
+  assert.deepEqual(
+    run.evals.map((e) => e.samples),
+    [660, 1320],
+  );
+  assert.deepEqual(
+    [...run.knobs],
+    [
+      ["BS", "66"],
+      ["SEED", "7"],
+    ],
+  );
 });
 
 test("parseRunLog takes evaluations from MLLOG records over console eval lines", () => {
@@ -112,7 +140,10 @@ test("parseRunLog takes evaluations from MLLOG records over console eval lines",
 });
 
 test("parseRunLog skips and counts MLLOG lines it cannot read", () => {
-  const run = parseRunLog(`:::MLLOG {"key": "run_start", "time_ms": \n:::MLLOG {"key": "run_start", "value": null}\n`, "broken");
+  const run = parseRunLog(
+    `:::MLLOG {"key": "run_start", "time_ms": \n:::MLLOG {"key": "run_start", "value": null}\n`,
+    "broken",
+  );
   assert.equal(run.unreadableRecords, 2);
   assert.equal(run.runStartMs, null);
   assert.match(renderRunReport([run]), /broken: 2 unreadable MLLOG line\(s\) skipped/);
@@ -129,12 +160,19 @@ test("olympicMeanMinutes drops the fastest and slowest run, a failed run countin
 });
 
 test("olympicMeanMinutes leaves a set with two failed runs unscored", () => {
-  const runs = [...[300, 310, 320, 330, 340, 350, 360, 370].map((m) => fakeRun(m, "success")), fakeRun(0, null), fakeRun(500, "aborted")];
+  const runs = [
+    ...[300, 310, 320, 330, 340, 350, 360, 370].map((m) => fakeRun(m, "success")),
+    fakeRun(0, null),
+    fakeRun(500, "aborted"),
+  ];
   assert.equal(olympicMeanMinutes(runs), null);
 });
 
 test("the report is well-formed, self-contained HTML with inline SVG", () => {
-  const html = renderRunReport([parseRunLog(consoleLog(50, 10), "console"), parseRunLog(readFileSync(v41Path, "latin1"), "v4.1")]);
+  const html = renderRunReport([
+    parseRunLog(consoleLog(50, 10), "console"),
+    parseRunLog(readFileSync(v41Path, "latin1"), "v4.1"),
+  ]);
   assertWellFormedXml(html.replace("<!DOCTYPE html>", ""));
   assert.ok(!/<script|<link|@import|url\(http/i.test(html));
   assert.deepEqual(html.match(/https?:\/\/[^"]+/g)?.filter((u) => u !== "http://www.w3.org/2000/svg") ?? [], []);
@@ -142,7 +180,10 @@ test("the report is well-formed, self-contained HTML with inline SVG", () => {
 });
 
 test("several logs overlay: one line per run in a chart and one legend entry per run", () => {
-  const runs = [parseRunLog(readFileSync(v41Path, "latin1"), "v4.1"), parseRunLog(readFileSync(v50Path, "latin1"), "v5.0")];
+  const runs = [
+    parseRunLog(readFileSync(v41Path, "latin1"), "v4.1"),
+    parseRunLog(readFileSync(v50Path, "latin1"), "v5.0"),
+  ];
   const html = renderRunReport(runs);
   const accuracyChart = svgsOf(html).find((svg) => svg.includes("Eval masked-LM accuracy"))!;
   assert.equal(accuracyChart.match(/<polyline/g)!.length, 2);
@@ -165,7 +206,10 @@ test("the report shows time to train and the hyper-parameters", () => {
 test("charts without data collapse into a note", () => {
   const html = renderRunReport([parseRunLog(readFileSync(v41Path, "latin1"), "v4.1")]);
   assert.equal(svgsOf(html).length, 1);
-  assert.match(html, /Not drawn, no step lines in these logs [^:]*: training loss, learning rate, step time, throughput, compute rate\./);
+  assert.match(
+    html,
+    /Not drawn, no step lines in these logs [^:]*: training loss, learning rate, step time, throughput, compute rate\./,
+  );
 });
 
 test("a long run is thinned to at most 600 points per line", () => {
@@ -193,7 +237,10 @@ test("writeRunReport writes the file by rename, leaving no temp file", () => {
 test("writeRunReport names a log it cannot read, and writes nothing", () => {
   withTempDir((dir) => {
     const out = path.join(dir, "report.html");
-    assert.throws(() => writeRunReport([path.join(dir, "missing.log")], out), (e: unknown) => e instanceof ReportError && /cannot read .*missing\.log/.test(e.message));
+    assert.throws(
+      () => writeRunReport([path.join(dir, "missing.log")], out),
+      (e: unknown) => e instanceof ReportError && /cannot read .*missing\.log/.test(e.message),
+    );
     assert.equal(existsSync(out), false);
   });
 });
@@ -202,16 +249,25 @@ test("writeRunReport refuses a file that is not a trainer or MLPerf log", () => 
   withTempDir((dir) => {
     const notALog = path.join(dir, "notes.txt");
     writeFileSync(notALog, "hello\n");
-    assert.throws(() => writeRunReport([notALog], path.join(dir, "r.html")), /notes\.txt holds no :::MLLOG records, step lines or eval lines/);
+    assert.throws(
+      () => writeRunReport([notALog], path.join(dir, "r.html")),
+      /notes\.txt holds no :::MLLOG records, step lines or eval lines/,
+    );
   });
 });
 
 test("the CLI writes the report given with -o", () => {
   withTempDir((dir) => {
     const out = path.join(dir, "set.html");
-    const stderr = execFileSync(process.execPath, ["--import", "tsx", "mlperf/bert/report.ts", v41Path, v50Path, "-o", out], {
-      cwd: projectRoot, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"],
-    });
+    const stderr = execFileSync(
+      process.execPath,
+      ["--import", "tsx", "mlperf/bert/report.ts", v41Path, v50Path, "-o", out],
+      {
+        cwd: projectRoot,
+        encoding: "utf8",
+        stdio: ["ignore", "pipe", "pipe"],
+      },
+    );
     assert.equal(stderr, "");
     assert.ok(readFileSync(out, "utf8").includes("BERT run report: 2 runs"));
   });

@@ -7,11 +7,25 @@ import { Device, Tensor, dtypes } from "../../src/index.ts";
 import { jit } from "../../src/tensor/index.ts";
 import { getStateDict, loadStateDict, storageOf, tensorFromStorage } from "../../src/nn/state.ts";
 import {
-  BERT_PRESETS, BertForPretraining, bertConfigFromJson, bertParameterCount, bertParameterShapes, bertPretrainingLosses, bertPretrainingMetrics,
-  type BertBatch, type BertConfig,
+  BERT_PRESETS,
+  BertForPretraining,
+  bertConfigFromJson,
+  bertParameterCount,
+  bertParameterShapes,
+  bertPretrainingLosses,
+  bertPretrainingMetrics,
+  type BertBatch,
+  type BertConfig,
 } from "../../models/bert.ts";
 import { bertParameterNames } from "../../models/bert_tf_names.ts";
-import { bertBatchTensors, bertEvalStep, createBertOptimizer, isNoDecayParameter, makeBertEvalStep, makeBertTrainStep } from "../../models/bert_train_step.ts";
+import {
+  bertBatchTensors,
+  bertEvalStep,
+  createBertOptimizer,
+  isNoDecayParameter,
+  makeBertEvalStep,
+  makeBertTrainStep,
+} from "../../models/bert_train_step.ts";
 import { writeTfBundle, type BundleTensor } from "../io/tf_bundle_writer.ts";
 import { assertClose } from "../close.ts";
 
@@ -21,22 +35,42 @@ const scratch = mkdtempSync(join(tmpdir(), "tsgrad-bert-"));
 after(() => rmSync(scratch, { recursive: true, force: true }));
 
 /** BERT-tiny's structure with a vocabulary and width small enough for the JS backend. */
-const SMALL: BertConfig = { ...BERT_PRESETS.tiny, vocabSize: 64, hiddenSize: 32, numAttentionHeads: 2, intermediateSize: 64, maxPositionEmbeddings: 16 };
+const SMALL: BertConfig = {
+  ...BERT_PRESETS.tiny,
+  vocabSize: 64,
+  hiddenSize: 32,
+  numAttentionHeads: 2,
+  intermediateSize: 64,
+  maxPositionEmbeddings: 16,
+};
 /** One layer, where the number of layers does not matter: each model costs seconds of init on JS. */
 const ONE_LAYER: BertConfig = { ...SMALL, numHiddenLayers: 1 };
 const [BATCH, SEQ, PREDICTIONS] = [2, 16, 4];
 
 /** A fixed batch: real tokens then padding, masked positions with weights 1 then 0. */
 function fixedBatch(): BertBatch {
-  const ids = (row: number) => Array.from({ length: SEQ }, (_, i) => (i < 12 + row * 2 ? (i * 7 + row * 13 + 5) % SMALL.vocabSize : 0));
+  const ids = (row: number) =>
+    Array.from({ length: SEQ }, (_, i) => (i < 12 + row * 2 ? (i * 7 + row * 13 + 5) % SMALL.vocabSize : 0));
   const int = (data: number[][] | number[]) => new Tensor(data, { dtype: "int32" });
   return {
     inputIds: int([ids(0), ids(1)]),
     segmentIds: int([0, 1].map((row) => Array.from({ length: SEQ }, (_, i) => (i >= 6 && i < 12 + row * 2 ? 1 : 0)))),
     inputMask: int([0, 1].map((row) => Array.from({ length: SEQ }, (_, i) => (i < 12 + row * 2 ? 1 : 0)))),
-    maskedLmPositions: int([[1, 4, 9, 0], [2, 3, 8, 13]]),
-    maskedLmIds: int([[17, 40, 3, 0], [9, 61, 22, 30]]),
-    maskedLmWeights: new Tensor([[1, 1, 1, 0], [1, 1, 1, 1]], { dtype: "float32" }),
+    maskedLmPositions: int([
+      [1, 4, 9, 0],
+      [2, 3, 8, 13],
+    ]),
+    maskedLmIds: int([
+      [17, 40, 3, 0],
+      [9, 61, 22, 30],
+    ]),
+    maskedLmWeights: new Tensor(
+      [
+        [1, 1, 1, 0],
+        [1, 1, 1, 1],
+      ],
+      { dtype: "float32" },
+    ),
     nextSentenceLabels: int([1, 0]),
   };
 }
@@ -58,18 +92,43 @@ test("preset parameter counts come from shapes alone and match Hugging Face's Be
   assert.equal(bertParameterCount(BERT_PRESETS.base), 110_106_428);
   assert.equal(bertParameterCount(BERT_PRESETS.large), 336_226_108);
   assert.equal(bertParameterShapes(BERT_PRESETS.large).size, 5 + 16 * 24 + 2 + 4 + 1 + 2);
-  const tiny = 30522 * 128 + 512 * 128 + 2 * 128 + 2 * 128 + 2 * (4 * (128 * 128 + 128) + 2 * 256 + 128 * 512 + 512 + 512 * 128 + 128) + (128 * 128 + 128) + (128 * 128 + 128 + 256) + 30522 + 2 * 128 + 2;
+  const tiny =
+    30522 * 128 +
+    512 * 128 +
+    2 * 128 +
+    2 * 128 +
+    2 * (4 * (128 * 128 + 128) + 2 * 256 + 128 * 512 + 512 + 512 * 128 + 128) +
+    (128 * 128 + 128) +
+    (128 * 128 + 128 + 256) +
+    30522 +
+    2 * 128 +
+    2;
   assert.equal(bertParameterCount(BERT_PRESETS.tiny), tiny);
-  assert.ok(bertParameterCount(BERT_PRESETS.mini) > tiny && bertParameterCount(BERT_PRESETS.mini) < bertParameterCount(BERT_PRESETS.base));
+  assert.ok(
+    bertParameterCount(BERT_PRESETS.mini) > tiny &&
+      bertParameterCount(BERT_PRESETS.mini) < bertParameterCount(BERT_PRESETS.base),
+  );
 });
 
 test("the reference's bert_config.json gives the large preset", () => {
   const json = {
-    attention_probs_dropout_prob: 0.1, hidden_act: "gelu", hidden_dropout_prob: 0.1, hidden_size: 1024, initializer_range: 0.02,
-    intermediate_size: 4096, max_position_embeddings: 512, num_attention_heads: 16, num_hidden_layers: 24, type_vocab_size: 2, vocab_size: 30522,
+    attention_probs_dropout_prob: 0.1,
+    hidden_act: "gelu",
+    hidden_dropout_prob: 0.1,
+    hidden_size: 1024,
+    initializer_range: 0.02,
+    intermediate_size: 4096,
+    max_position_embeddings: 512,
+    num_attention_heads: 16,
+    num_hidden_layers: 24,
+    type_vocab_size: 2,
+    vocab_size: 30522,
   };
   assert.deepEqual(bertConfigFromJson(json), BERT_PRESETS.large);
-  assert.throws(() => bertConfigFromJson({ ...json, hidden_size: "big" }), /bert_config\.json: field "hidden_size" is "big"/);
+  assert.throws(
+    () => bertConfigFromJson({ ...json, hidden_size: "big" }),
+    /bert_config\.json: field "hidden_size" is "big"/,
+  );
   assert.throws(() => bertConfigFromJson({ ...json, hidden_act: "relu" }), /hidden_act "relu" is not supported/);
 });
 
@@ -78,9 +137,21 @@ test("MLPerf initialisation: truncated normal weights (std 0.02), zero biases, L
   const state = getStateDict(new BertForPretraining(SMALL));
   for (const [name, t] of Object.entries(state)) {
     const v = values(t);
-    if (name.includes("LayerNorm")) assert.ok(v.every((x) => x === (name.endsWith("weight") ? 1 : 0)), name);
-    else if (name.endsWith("bias")) assert.ok(v.every((x) => x === 0), name);
-    else assert.ok(v.every((x) => Math.abs(x) <= 0.04 + 1e-7), name);
+    if (name.includes("LayerNorm"))
+      assert.ok(
+        v.every((x) => x === (name.endsWith("weight") ? 1 : 0)),
+        name,
+      );
+    else if (name.endsWith("bias"))
+      assert.ok(
+        v.every((x) => x === 0),
+        name,
+      );
+    else
+      assert.ok(
+        v.every((x) => Math.abs(x) <= 0.04 + 1e-7),
+        name,
+      );
   }
   const word = values(state["bert.embeddings.word_embeddings.weight"]!);
   const std = Math.sqrt(word.reduce((s, x) => s + x * x, 0) / word.length);
@@ -112,7 +183,9 @@ test("DISABLE_DROPOUT=1 turns every dropout off", () => {
 
 test("forward gives masked-LM logits at the masked positions and NSP logits", () => {
   Tensor.manualSeed(2);
-  const { maskedLmLogits, nextSentenceLogits } = new BertForPretraining(SMALL, { disableDropout: true }).forward(fixedBatch());
+  const { maskedLmLogits, nextSentenceLogits } = new BertForPretraining(SMALL, { disableDropout: true }).forward(
+    fixedBatch(),
+  );
   assert.deepEqual(maskedLmLogits.shape, [BATCH, PREDICTIONS, SMALL.vocabSize]);
   assert.deepEqual(nextSentenceLogits.shape, [BATCH, 2]);
   assert.ok(values(maskedLmLogits).every(Number.isFinite));
@@ -122,29 +195,55 @@ test("forward logits and both losses match a numpy reference to 1e-4 (test/fixtu
   const golden = JSON.parse(readFileSync(new URL("../fixtures/bert/tiny_forward.json", import.meta.url), "utf8"));
   const model = new BertForPretraining(SMALL, { disableDropout: true });
   // the generator's weights: parameter k holds 0.05 * sin(1.3k + 0.7j) at flat index j (LayerNorm weights 1 + that)
-  const state = Object.fromEntries([...bertParameterShapes(SMALL)].map(([name, shape], k) => {
-    const data = Float32Array.from({ length: shape.reduce((a, b) => a * b, 1) }, (_, j) => 0.05 * Math.sin(1.3 * k + 0.7 * j) + (name.endsWith("LayerNorm.weight") ? 1 : 0));
-    return [name, tensorFromStorage(data, shape, dtypes.float32)];
-  }));
+  const state = Object.fromEntries(
+    [...bertParameterShapes(SMALL)].map(([name, shape], k) => {
+      const data = Float32Array.from(
+        { length: shape.reduce((a, b) => a * b, 1) },
+        (_, j) => 0.05 * Math.sin(1.3 * k + 0.7 * j) + (name.endsWith("LayerNorm.weight") ? 1 : 0),
+      );
+      return [name, tensorFromStorage(data, shape, dtypes.float32)];
+    }),
+  );
   loadStateDict(model, state);
   const b = golden.batch;
   const int = (data: number[][] | number[]) => new Tensor(data, { dtype: "int32" });
   const batch: BertBatch = {
-    inputIds: int(b.input_ids), segmentIds: int(b.segment_ids), inputMask: int(b.input_mask), maskedLmPositions: int(b.masked_lm_positions),
-    maskedLmIds: int(b.masked_lm_ids), maskedLmWeights: new Tensor(b.masked_lm_weights, { dtype: "float32" }), nextSentenceLabels: int(b.next_sentence_labels),
+    inputIds: int(b.input_ids),
+    segmentIds: int(b.segment_ids),
+    inputMask: int(b.input_mask),
+    maskedLmPositions: int(b.masked_lm_positions),
+    maskedLmIds: int(b.masked_lm_ids),
+    maskedLmWeights: new Tensor(b.masked_lm_weights, { dtype: "float32" }),
+    nextSentenceLabels: int(b.next_sentence_labels),
   };
   const outputs = model.forward(batch);
   const losses = bertPretrainingLosses(outputs, batch);
   const tolerance = { atol: 1e-5, rtol: 1e-4 };
-  assertClose(values(outputs.maskedLmLogits), golden.masked_lm_logits.flat(2), { ...tolerance, what: "masked_lm_logits against numpy" });
-  assertClose(values(outputs.nextSentenceLogits), golden.next_sentence_logits.flat(), { ...tolerance, what: "next_sentence_logits against numpy" });
-  assertClose([losses.maskedLmLoss.item(), losses.nextSentenceLoss.item()], [golden.masked_lm_loss, golden.next_sentence_loss], { ...tolerance, what: "losses against numpy" });
+  assertClose(values(outputs.maskedLmLogits), golden.masked_lm_logits.flat(2), {
+    ...tolerance,
+    what: "masked_lm_logits against numpy",
+  });
+  assertClose(values(outputs.nextSentenceLogits), golden.next_sentence_logits.flat(), {
+    ...tolerance,
+    what: "next_sentence_logits against numpy",
+  });
+  assertClose(
+    [losses.maskedLmLoss.item(), losses.nextSentenceLoss.item()],
+    [golden.masked_lm_loss, golden.next_sentence_loss],
+    { ...tolerance, what: "losses against numpy" },
+  );
 });
 
 /** Hand-made outputs for the loss and metric tests: 1 sample, 3 predictions over 4 words. */
 const HAND = {
   outputs: {
-    maskedLmLogits: new Tensor([[[2, 0, 0, 0], [0, 1, 3, 0], [0, 0, 0, 5]]]),
+    maskedLmLogits: new Tensor([
+      [
+        [2, 0, 0, 0],
+        [0, 1, 3, 0],
+        [0, 0, 0, 5],
+      ],
+    ]),
     nextSentenceLogits: new Tensor([[0.5, -0.5]]),
   },
   labels: {
@@ -153,7 +252,8 @@ const HAND = {
     nextSentenceLabels: new Tensor([1], { dtype: "int32" }),
   },
 };
-const crossEntropy = (logits: number[], label: number): number => Math.log(logits.reduce((s, x) => s + Math.exp(x), 0)) - logits[label]!;
+const crossEntropy = (logits: number[], label: number): number =>
+  Math.log(logits.reduce((s, x) => s + Math.exp(x), 0)) - logits[label]!;
 
 test("the loss is the weighted mean masked-LM cross-entropy plus the NSP cross-entropy", () => {
   const { loss, maskedLmLoss, nextSentenceLoss } = bertPretrainingLosses(HAND.outputs, HAND.labels);
@@ -182,21 +282,35 @@ test("the jitted train step lowers the loss on a fixed batch; the eval step, jit
   const model = new BertForPretraining(SMALL, { disableDropout: true });
   const { optimizer, scheduler } = createBertOptimizer(model, { lr: 0.2, totalSteps: 50, warmupSteps: 1 });
   assert.equal(optimizer.optimizers.length, 2);
-  const step = jit(makeBertTrainStep({ model, optimizer, scheduler }, { lossScale: 1, gradientAccSteps: 1, maxGradNorm: 1 }));
+  const step = jit(
+    makeBertTrainStep({ model, optimizer, scheduler }, { lossScale: 1, gradientAccSteps: 1, maxGradNorm: 1 }),
+  );
   const batch = fixedBatch();
   const losses: number[] = [];
   for (let i = 0; i < 8; i++) losses.push(step(...bertBatchTensors(batch)).item());
   assert.equal(losses[1], losses[0]); // the first step runs with LR 0 (warmup from 0)
-  assert.ok(losses.slice(2).every((loss, i) => loss < losses[i + 1]!), `losses ${losses.join(", ")}`);
+  assert.ok(
+    losses.slice(2).every((loss, i) => loss < losses[i + 1]!),
+    `losses ${losses.join(", ")}`,
+  );
   assert.ok(losses[7]! < losses[0]! / 2, `loss ${losses[0]} -> ${losses[7]}: not halved in 8 steps`);
   const metrics = bertEvalStep(model, batch);
-  assert.deepEqual(Object.keys(metrics), ["maskedLmAccuracy", "nextSentenceAccuracy", "maskedLmLoss", "nextSentenceLoss"]);
+  assert.deepEqual(Object.keys(metrics), [
+    "maskedLmAccuracy",
+    "nextSentenceAccuracy",
+    "maskedLmLoss",
+    "nextSentenceLoss",
+  ]);
   assert.ok(metrics.maskedLmAccuracy.item() >= 0 && metrics.maskedLmAccuracy.item() <= 1);
-  assert.ok(Math.abs(metrics.maskedLmLoss.item() + metrics.nextSentenceLoss.item() - losses[7]!) < losses[0]! - losses[7]!, "eval sees the trained weights");
+  assert.ok(
+    Math.abs(metrics.maskedLmLoss.item() + metrics.nextSentenceLoss.item() - losses[7]!) < losses[0]! - losses[7]!,
+    "eval sees the trained weights",
+  );
   const evalStep = jit(makeBertEvalStep(model));
   for (let i = 0; i < 3; i++) {
     const replayed = evalStep(...bertBatchTensors(batch));
-    for (const key of Object.keys(metrics) as (keyof typeof metrics)[]) assert.equal(replayed[key].item(), metrics[key].item(), `${key}, call ${i + 1}`);
+    for (const key of Object.keys(metrics) as (keyof typeof metrics)[])
+      assert.equal(replayed[key].item(), metrics[key].item(), `${key}, call ${i + 1}`);
   }
   assert.ok(evalStep.jit.isCaptured);
 });
@@ -224,7 +338,10 @@ test("a TF1 checkpoint loads into the model with kernels transposed and Adam slo
   [...bertParameterShapes(SMALL)].forEach(([name, shape], k) => {
     const [tfName, tfShape] = tfVariable(name, shape);
     const data = Float32Array.from({ length: tfShape.reduce((a, b) => a * b, 1) }, (_, j) => k + j / 4096);
-    tensors.push({ name: tfName, dtypeEnum: 1, shape: tfShape, data }, { name: `${tfName}/adam_m`, dtypeEnum: 1, shape: tfShape, data });
+    tensors.push(
+      { name: tfName, dtypeEnum: 1, shape: tfShape, data },
+      { name: `${tfName}/adam_m`, dtypeEnum: 1, shape: tfShape, data },
+    );
   });
   tensors.push({ name: "global_step", dtypeEnum: 9, shape: [], data: BigInt64Array.of(28252n) });
   const prefix = join(scratch, "model.ckpt-28252");
@@ -247,5 +364,8 @@ test("a TF1 checkpoint loads into the model with kernels transposed and Adam slo
 test("a checkpoint that lacks parameters is refused with their names", async () => {
   const prefix = join(scratch, "partial.ckpt");
   writeTfBundle(prefix, [{ name: "bert/pooler/dense/bias", dtypeEnum: 1, shape: [32], data: new Float32Array(32) }]);
-  await assert.rejects(new BertForPretraining(ONE_LAYER).loadFromTfCheckpoint(prefix), /lacks \d+ BERT parameters: bert\.embeddings\.word_embeddings\.weight/);
+  await assert.rejects(
+    new BertForPretraining(ONE_LAYER).loadFromTfCheckpoint(prefix),
+    /lacks \d+ BERT parameters: bert\.embeddings\.word_embeddings\.weight/,
+  );
 });

@@ -10,7 +10,15 @@ import { bertBatchTensors, createBertOptimizer, makeBertTrainStep } from "../../
 import { assertClose } from "../close.ts";
 
 // BERT tiny's structure (post-LN encoder layers, tied MLM head, NSP head) at a size the JS backend runs quickly
-const CONFIG: BertConfig = { ...BERT_PRESETS.tiny, numHiddenLayers: 1, vocabSize: 64, hiddenSize: 32, numAttentionHeads: 2, intermediateSize: 64, maxPositionEmbeddings: 16 };
+const CONFIG: BertConfig = {
+  ...BERT_PRESETS.tiny,
+  numHiddenLayers: 1,
+  vocabSize: 64,
+  hiddenSize: 32,
+  numAttentionHeads: 2,
+  intermediateSize: 64,
+  maxPositionEmbeddings: 16,
+};
 const [BATCH, SEQ, STEPS] = [6, 16, 3];
 
 function batch(step: number, devices: string[]): BertBatch {
@@ -21,13 +29,20 @@ function batch(step: number, devices: string[]): BertBatch {
   };
   const length = (r: number) => 10 + ((r + step) % 6);
   return {
-    inputIds: int(rows.map((r) => Array.from({ length: SEQ }, (_, i) => (i < length(r) ? (i * 7 + r * 13 + step * 5 + 5) % CONFIG.vocabSize : 0)))),
+    inputIds: int(
+      rows.map((r) =>
+        Array.from({ length: SEQ }, (_, i) => (i < length(r) ? (i * 7 + r * 13 + step * 5 + 5) % CONFIG.vocabSize : 0)),
+      ),
+    ),
     segmentIds: int(rows.map((r) => Array.from({ length: SEQ }, (_, i) => (i >= 6 && i < length(r) ? 1 : 0)))),
     inputMask: int(rows.map((r) => Array.from({ length: SEQ }, (_, i) => (i < length(r) ? 1 : 0)))),
     maskedLmPositions: int(rows.map((r) => [1, 3, 5 + (r % 3), 8])),
     maskedLmIds: int(rows.map((r) => [r + 1, r + 7, (r * 3 + step) % CONFIG.vocabSize, 9])),
     maskedLmWeights: (() => {
-      const t = new Tensor(rows.map((r) => [1, 1, 1, r % 2]), { dtype: "float32", device: "JS" });
+      const t = new Tensor(
+        rows.map((r) => [1, 1, 1, r % 2]),
+        { dtype: "float32", device: "JS" },
+      );
       return devices.length === 1 ? t.to(devices[0]!) : t.shard(devices, 0);
     })(),
     nextSentenceLabels: int(rows.map((r) => [(r + step) % 2])),
@@ -44,14 +59,17 @@ function train(devices: string[], useJit: boolean): { losses: number[]; weights:
   const step = useJit ? jit(plain) : plain;
   const losses: number[] = [];
   for (let s = 0; s < STEPS; s++) losses.push(step(...bertBatchTensors(batch(s, devices))).item());
-  const weights = Object.fromEntries(Object.entries(getStateDict(model)).map(([name, t]) => [name, Array.from(t.toArray() as Float32Array)]));
+  const weights = Object.fromEntries(
+    Object.entries(getStateDict(model)).map(([name, t]) => [name, Array.from(t.toArray() as Float32Array)]),
+  );
   return { losses, weights };
 }
 
 /** Run `b` against the reference run `a`: each loss to 1e-5 of the reference's, each weight to 2e-5. */
 function assertSame(a: ReturnType<typeof train>, b: ReturnType<typeof train>, what: string): void {
   assertClose(b.losses, a.losses, { atol: 0, rtol: 1e-5, what: `${what}: loss per step` });
-  for (const [name, w] of Object.entries(a.weights)) assertClose(b.weights[name]!, w, { atol: 2e-5, rtol: 0, what: `${what}: ${name}` });
+  for (const [name, w] of Object.entries(a.weights))
+    assertClose(b.weights[name]!, w, { atol: 2e-5, rtol: 0, what: `${what}: ${name}` });
 }
 
 test("a BERT train step on 1, 2 and 3 devices gives the same losses and weights after several steps", () => {
@@ -66,5 +84,12 @@ test("the jitted BERT step on 2 devices matches one device", () => {
 });
 
 test("a batch that does not split evenly over the devices is refused, naming both", () => {
-  assert.throws(() => new Tensor(Array.from({ length: 5 }, () => [1, 2]), { device: "JS" }).shard(["JS", "JS:1"], 0), (e: unknown) => e instanceof TsgradError && /5 is not a multiple of 2/.test(e.message));
+  assert.throws(
+    () =>
+      new Tensor(
+        Array.from({ length: 5 }, () => [1, 2]),
+        { device: "JS" },
+      ).shard(["JS", "JS:1"], 0),
+    (e: unknown) => e instanceof TsgradError && /5 is not a multiple of 2/.test(e.message),
+  );
 });

@@ -2,23 +2,59 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { Device, Tensor, dtypes } from "../../src/index.ts";
 import { getStateDict } from "../../src/nn/state.ts";
-import { BERT_PRESETS, BertForPretraining, bertPretrainingLosses, type BertBatch, type BertConfig } from "../../models/bert.ts";
+import {
+  BERT_PRESETS,
+  BertForPretraining,
+  bertPretrainingLosses,
+  type BertBatch,
+  type BertConfig,
+} from "../../models/bert.ts";
 import { assertClose } from "../close.ts";
 
 Device.DEFAULT = process.env.DEVICE ?? "JS";
 
 // weights with std ~0.5 instead of 0.02, so attention is far from uniform and every path carries gradient
-const CONFIG: BertConfig = { ...BERT_PRESETS.tiny, numHiddenLayers: 1, vocabSize: 16, hiddenSize: 8, numAttentionHeads: 2, intermediateSize: 16, maxPositionEmbeddings: 8, initializerRange: 0.5 };
+const CONFIG: BertConfig = {
+  ...BERT_PRESETS.tiny,
+  numHiddenLayers: 1,
+  vocabSize: 16,
+  hiddenSize: 8,
+  numAttentionHeads: 2,
+  intermediateSize: 16,
+  maxPositionEmbeddings: 8,
+  initializerRange: 0.5,
+};
 
 function batch(): BertBatch {
   const int = (data: number[][] | number[]) => new Tensor(data, { dtype: "int32" });
   return {
-    inputIds: int([[2, 7, 11, 3, 9, 0], [5, 1, 14, 6, 8, 12]]),
-    segmentIds: int([[0, 0, 0, 1, 1, 0], [0, 0, 1, 1, 1, 1]]),
-    inputMask: int([[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1]]),
-    maskedLmPositions: int([[1, 3, 0], [2, 4, 5]]),
-    maskedLmIds: int([[4, 13, 0], [15, 2, 7]]),
-    maskedLmWeights: new Tensor([[1, 1, 0], [1, 1, 1]], { dtype: "float64" }),
+    inputIds: int([
+      [2, 7, 11, 3, 9, 0],
+      [5, 1, 14, 6, 8, 12],
+    ]),
+    segmentIds: int([
+      [0, 0, 0, 1, 1, 0],
+      [0, 0, 1, 1, 1, 1],
+    ]),
+    inputMask: int([
+      [1, 1, 1, 1, 1, 0],
+      [1, 1, 1, 1, 1, 1],
+    ]),
+    maskedLmPositions: int([
+      [1, 3, 0],
+      [2, 4, 5],
+    ]),
+    maskedLmIds: int([
+      [4, 13, 0],
+      [15, 2, 7],
+    ]),
+    maskedLmWeights: new Tensor(
+      [
+        [1, 1, 0],
+        [1, 1, 1],
+      ],
+      { dtype: "float64" },
+    ),
     nextSentenceLabels: int([0, 1]),
   };
 }
@@ -63,7 +99,11 @@ test("backward through BERT matches central finite differences of the loss (floa
       };
       const numeric = (at(h) - at(-h)) / (2 * h);
       at(0);
-      assertClose(analytic, numeric, { atol: 1e-8, rtol: 1e-6, what: `${name}[${index}], backward against the finite difference` });
+      assertClose(analytic, numeric, {
+        atol: 1e-8,
+        rtol: 1e-6,
+        what: `${name}[${index}], backward against the finite difference`,
+      });
     }
   } finally {
     Tensor.defaultFloat = saved;

@@ -12,13 +12,18 @@ Device.DEFAULT = "JS";
 
 const values = (t: Tensor): number[] => Array.from(t.toArray() as Float32Array);
 const shape = [4, 3, 2, 5];
-const data = (seed: number): number[] => Array.from({ length: 120 }, (_, i) => Math.sin(i * 0.91 + seed) * 2 + (Math.floor(i / 10) % 3));
+const data = (seed: number): number[] =>
+  Array.from({ length: 120 }, (_, i) => Math.sin(i * 0.91 + seed) * 2 + (Math.floor(i / 10) % 3));
 
 /** Per channel of a [4, 3, 2, 5] array: its elements' flat positions. */
-const channel = (c: number): number[] => Array.from({ length: 120 }, (_, i) => i).filter((i) => Math.floor(i / 10) % 3 === c);
+const channel = (c: number): number[] =>
+  Array.from({ length: 120 }, (_, i) => i).filter((i) => Math.floor(i / 10) % 3 === c);
 
 function reference(x: number[], w: number[], b: number[], eps = 1e-5) {
-  const out = new Array<number>(120), mean: number[] = [], biased: number[] = [], unbiased: number[] = [];
+  const out = new Array<number>(120),
+    mean: number[] = [],
+    biased: number[] = [],
+    unbiased: number[] = [];
   for (let c = 0; c < 3; c++) {
     const at = channel(c);
     const m = at.reduce((s, i) => s + x[i]!, 0) / at.length;
@@ -36,7 +41,10 @@ test("BatchNorm in training normalises each channel by the batch and moves its r
   bn.weight.assign(new Tensor([1.5, -0.5, 2])).realize();
   bn.bias.assign(new Tensor([0.1, 0.2, -0.3])).realize();
   const xs = [data(1), data(2)];
-  let [rm, rv] = [[0, 0, 0], [1, 1, 1]];
+  let [rm, rv] = [
+    [0, 0, 0],
+    [1, 1, 1],
+  ];
   Tensor.training = true;
   try {
     for (const x of xs) {
@@ -56,13 +64,18 @@ test("BatchNorm in training normalises each channel by the batch and moves its r
     const c = Math.floor(i / 10) % 3;
     return ((v - rm[c]!) / Math.sqrt(rv[c]! + 1e-5)) * [1.5, -0.5, 2][c]! + [0.1, 0.2, -0.3][c]!;
   });
-  assertClose(values(bn.forward(new Tensor(x).reshape(shape))), expected, { atol: 1e-4, rtol: 0, what: "evaluation output" });
+  assertClose(values(bn.forward(new Tensor(x).reshape(shape))), expected, {
+    atol: 1e-4,
+    rtol: 0,
+    what: "evaluation output",
+  });
   assertClose(values(bn.runningMean), rm, { atol: 1e-6, rtol: 0, what: "running mean after evaluation" });
 });
 
 test("BatchNorm's gradients are the batch-statistics ones (the mean and variance depend on the input)", () => {
   const bn = new BatchNorm(3);
-  const xv = data(4), dy = data(5).map((v) => v * 0.3);
+  const xv = data(4),
+    dy = data(5).map((v) => v * 0.3);
   const x = new Tensor(xv).reshape(shape).realize();
   x.requiresGrad = true;
   Tensor.training = true;
@@ -72,11 +85,16 @@ test("BatchNorm's gradients are the batch-statistics ones (the mean and variance
     Tensor.training = false;
   }
   const { mean, biased } = reference(xv, [1, 1, 1], [0, 0, 0]);
-  const dx = new Array<number>(120), dw: number[] = [], db: number[] = [];
+  const dx = new Array<number>(120),
+    dw: number[] = [],
+    db: number[] = [];
   for (let c = 0; c < 3; c++) {
-    const at = channel(c), n = at.length, inv = 1 / Math.sqrt(biased[c]! + 1e-5);
+    const at = channel(c),
+      n = at.length,
+      inv = 1 / Math.sqrt(biased[c]! + 1e-5);
     const xhat = (i: number) => (xv[i]! - mean[c]!) * inv;
-    const sumDy = at.reduce((s, i) => s + dy[i]!, 0), sumDyXhat = at.reduce((s, i) => s + dy[i]! * xhat(i), 0);
+    const sumDy = at.reduce((s, i) => s + dy[i]!, 0),
+      sumDyXhat = at.reduce((s, i) => s + dy[i]! * xhat(i), 0);
     for (const i of at) dx[i] = (inv / n) * (n * dy[i]! - sumDy - xhat(i) * sumDyXhat);
     dw.push(sumDyXhat);
     db.push(sumDy);
@@ -90,7 +108,10 @@ test("BatchNorm's running statistics are state, not parameters: saved, not hande
   const bn = new BatchNorm(3);
   assert.deepEqual(Object.keys(getStateDict(bn)), ["weight", "bias", "runningMean", "runningVar"]);
   assert.deepEqual(getParameters(bn), [bn.weight, bn.bias]);
-  assert.throws(() => bn.forward(Tensor.zeros([2, 4, 3])), (e: Error) => e instanceof TsgradError && e.message.includes("BatchNorm(3): input has shape [2, 4, 3]"));
+  assert.throws(
+    () => bn.forward(Tensor.zeros([2, 4, 3])),
+    (e: Error) => e instanceof TsgradError && e.message.includes("BatchNorm(3): input has shape [2, 4, 3]"),
+  );
 });
 
 test("a jitted training step updates the running statistics on every replay", () => {
@@ -124,7 +145,8 @@ test("over a batch sharded on two devices, BatchNorm normalises by the whole bat
       Tensor.training = false;
     }
   };
-  const one = run(null), two = run(["JS:0", "JS:1"]);
+  const one = run(null),
+    two = run(["JS:0", "JS:1"]);
   assertClose(two.out, one.out, { atol: 1e-5, rtol: 0, what: "output" });
   assertClose(two.rm, one.rm, { atol: 1e-6, rtol: 0, what: "running mean" });
   assertClose(two.rv, one.rv, { atol: 1e-6, rtol: 0, what: "running variance" });

@@ -4,11 +4,18 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { bertNameFromTf, bertParameterNames, loadBertTfCheckpoint, planBertTfMapping } from "../../models/bert_tf_names.ts";
+import {
+  bertNameFromTf,
+  bertParameterNames,
+  loadBertTfCheckpoint,
+  planBertTfMapping,
+} from "../../models/bert_tf_names.ts";
 import { listTfCheckpoint, TfCheckpointError } from "../../src/io/tf_checkpoint.ts";
 import { writeTfBundle, type BundleTensor } from "../io/tf_bundle_writer.ts";
 
-const BERT_L8 = fileURLToPath(new URL("../fixtures/tf-checkpoint/bert-uncased_L-8_H-512_A-8/bert_model.ckpt", import.meta.url));
+const BERT_L8 = fileURLToPath(
+  new URL("../fixtures/tf-checkpoint/bert-uncased_L-8_H-512_A-8/bert_model.ckpt", import.meta.url),
+);
 const scratch = mkdtempSync(join(tmpdir(), "tsgrad-bert-tf-"));
 after(() => rmSync(scratch, { recursive: true, force: true }));
 
@@ -17,8 +24,14 @@ const TINY = { layers: 2, hidden: 4, intermediate: 8, vocab: 10, positions: 6 };
 /** The reference's TF variables of a BERT-tiny, with their TF shapes. */
 function tinyTfVariables(): [string, number[]][] {
   const { layers, hidden: h, intermediate: i, vocab, positions } = TINY;
-  const dense = (prefix: string, inSize: number, outSize: number): [string, number[]][] => [[`${prefix}/kernel`, [inSize, outSize]], [`${prefix}/bias`, [outSize]]];
-  const layerNorm = (prefix: string): [string, number[]][] => [[`${prefix}/gamma`, [h]], [`${prefix}/beta`, [h]]];
+  const dense = (prefix: string, inSize: number, outSize: number): [string, number[]][] => [
+    [`${prefix}/kernel`, [inSize, outSize]],
+    [`${prefix}/bias`, [outSize]],
+  ];
+  const layerNorm = (prefix: string): [string, number[]][] => [
+    [`${prefix}/gamma`, [h]],
+    [`${prefix}/beta`, [h]],
+  ];
   const variables: [string, number[]][] = [
     ["bert/embeddings/word_embeddings", [vocab, h]],
     ["bert/embeddings/position_embeddings", [positions, h]],
@@ -78,7 +91,9 @@ test("maps every variable of Google's 8-layer BERT index, with nothing missing o
 });
 
 test("gives the 8-layer BERT's kernels transposed shapes and keeps the others", async () => {
-  const shapes = new Map(planBertTfMapping(await listTfCheckpoint(BERT_L8), 8).mapped.map((tensor) => [tensor.name, tensor.shape]));
+  const shapes = new Map(
+    planBertTfMapping(await listTfCheckpoint(BERT_L8), 8).mapped.map((tensor) => [tensor.name, tensor.shape]),
+  );
   assert.deepEqual(shapes.get("bert.encoder.layer.7.intermediate.dense.weight"), [2048, 512]); // TF [512, 2048]
   assert.deepEqual(shapes.get("bert.encoder.layer.0.output.dense.weight"), [512, 2048]); // TF [2048, 512]
   assert.deepEqual(shapes.get("bert.embeddings.word_embeddings.weight"), [30522, 512]);
@@ -88,11 +103,23 @@ test("gives the 8-layer BERT's kernels transposed shapes and keeps the others", 
 });
 
 test("translates TF names to tsgrad's, transposing only kernels", () => {
-  assert.deepEqual(bertNameFromTf("bert/encoder/layer_11/attention/self/key/kernel"), { name: "bert.encoder.layer.11.attention.self.key.weight", transpose: true });
-  assert.deepEqual(bertNameFromTf("bert/encoder/layer_0/output/LayerNorm/gamma"), { name: "bert.encoder.layer.0.output.LayerNorm.weight", transpose: false });
-  assert.deepEqual(bertNameFromTf("cls/predictions/transform/LayerNorm/beta"), { name: "cls.predictions.transform.LayerNorm.bias", transpose: false });
+  assert.deepEqual(bertNameFromTf("bert/encoder/layer_11/attention/self/key/kernel"), {
+    name: "bert.encoder.layer.11.attention.self.key.weight",
+    transpose: true,
+  });
+  assert.deepEqual(bertNameFromTf("bert/encoder/layer_0/output/LayerNorm/gamma"), {
+    name: "bert.encoder.layer.0.output.LayerNorm.weight",
+    transpose: false,
+  });
+  assert.deepEqual(bertNameFromTf("cls/predictions/transform/LayerNorm/beta"), {
+    name: "cls.predictions.transform.LayerNorm.bias",
+    transpose: false,
+  });
   assert.deepEqual(bertNameFromTf("cls/predictions/output_bias"), { name: "cls.predictions.bias", transpose: false });
-  assert.deepEqual(bertNameFromTf("cls/seq_relationship/output_weights"), { name: "cls.seq_relationship.weight", transpose: false });
+  assert.deepEqual(bertNameFromTf("cls/seq_relationship/output_weights"), {
+    name: "cls.seq_relationship.weight",
+    transpose: false,
+  });
   assert.equal(bertNameFromTf("bert/encoder/layer_0/attention/self/query/weights"), undefined);
 });
 
@@ -101,7 +128,8 @@ test("loads a BERT-tiny pretraining checkpoint with kernels transposed to [out, 
   const { weights, missing, unmapped } = await loadBertTfCheckpoint(prefix, TINY.layers);
   assert.deepEqual([missing, unmapped], [[], []]);
   assert.equal(weights.size, bertParameterNames(TINY.layers).length);
-  const kernel = tensors.find((tensor) => tensor.name === "bert/encoder/layer_1/intermediate/dense/kernel")!.data as Float32Array;
+  const kernel = tensors.find((tensor) => tensor.name === "bert/encoder/layer_1/intermediate/dense/kernel")!
+    .data as Float32Array;
   const weight = weights.get("bert.encoder.layer.1.intermediate.dense.weight")!;
   assert.deepEqual(weight.shape, [TINY.intermediate, TINY.hidden]);
   for (let inIndex = 0; inIndex < TINY.hidden; inIndex++) {
@@ -115,9 +143,18 @@ test("passes LayerNorm, bias and NSP weights through untransposed", async () => 
   const { prefix, tensors } = writeTinyCheckpoint("tiny-untransposed");
   const { weights } = await loadBertTfCheckpoint(prefix, TINY.layers);
   const tfData = (name: string) => tensors.find((tensor) => tensor.name === name)!.data;
-  assert.deepEqual(weights.get("cls.seq_relationship.weight"), { shape: [2, TINY.hidden], data: tfData("cls/seq_relationship/output_weights") });
-  assert.deepEqual(weights.get("cls.predictions.bias"), { shape: [TINY.vocab], data: tfData("cls/predictions/output_bias") });
-  assert.deepEqual(weights.get("bert.embeddings.LayerNorm.weight"), { shape: [TINY.hidden], data: tfData("bert/embeddings/LayerNorm/gamma") });
+  assert.deepEqual(weights.get("cls.seq_relationship.weight"), {
+    shape: [2, TINY.hidden],
+    data: tfData("cls/seq_relationship/output_weights"),
+  });
+  assert.deepEqual(weights.get("cls.predictions.bias"), {
+    shape: [TINY.vocab],
+    data: tfData("cls/predictions/output_bias"),
+  });
+  assert.deepEqual(weights.get("bert.embeddings.LayerNorm.weight"), {
+    shape: [TINY.hidden],
+    data: tfData("bert/embeddings/LayerNorm/gamma"),
+  });
 });
 
 test("skips adam_m, adam_v and global_step without reading their bytes", async () => {
@@ -136,7 +173,10 @@ test("skips adam_m, adam_v and global_step without reading their bytes", async (
 
 test("reports unknown variables as unmapped and absent parameters as missing", async () => {
   const variables = tinyTfVariables().filter(([name]) => !name.startsWith("bert/pooler/"));
-  variables.push(["bert/encoder/layer_2/output/dense/bias", [TINY.hidden]], ["cls/squad/output_weights", [2, TINY.hidden]]);
+  variables.push(
+    ["bert/encoder/layer_2/output/dense/bias", [TINY.hidden]],
+    ["cls/squad/output_weights", [2, TINY.hidden]],
+  );
   const { prefix } = writeTinyCheckpoint("tiny-gaps", variables);
   const { weights, unmapped, missing } = await loadBertTfCheckpoint(prefix, TINY.layers);
   assert.deepEqual(unmapped, ["bert/encoder/layer_2/output/dense/bias", "cls/squad/output_weights"]);
@@ -146,10 +186,15 @@ test("reports unknown variables as unmapped and absent parameters as missing", a
 
 test("refuses a parameter stored with a dtype other than DT_FLOAT", async () => {
   const prefix = join(scratch, "half");
-  writeTfBundle(prefix, [{ name: "bert/pooler/dense/bias", dtypeEnum: 19, shape: [2], data: Uint16Array.of(0x3c00, 0) }]);
+  writeTfBundle(prefix, [
+    { name: "bert/pooler/dense/bias", dtypeEnum: 19, shape: [2], data: Uint16Array.of(0x3c00, 0) },
+  ]);
   await assert.rejects(loadBertTfCheckpoint(prefix, 1), (error: unknown) => {
     assert.ok(error instanceof TfCheckpointError);
-    assert.match(error.message, /"bert\/pooler\/dense\/bias" \(for bert\.pooler\.dense\.bias\): dtype DT_HALF, expected DT_FLOAT/);
+    assert.match(
+      error.message,
+      /"bert\/pooler\/dense\/bias" \(for bert\.pooler\.dense\.bias\): dtype DT_HALF, expected DT_FLOAT/,
+    );
     return true;
   });
 });

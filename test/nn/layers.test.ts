@@ -1,7 +1,16 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { Device, Tensor } from "../../src/index.ts";
-import { Dropout, Embedding, GroupNorm, LayerNorm, Linear, RMSNorm, truncatedNormal, zeros } from "../../src/nn/layers.ts";
+import {
+  Dropout,
+  Embedding,
+  GroupNorm,
+  LayerNorm,
+  Linear,
+  RMSNorm,
+  truncatedNormal,
+  zeros,
+} from "../../src/nn/layers.ts";
 import { getParameters } from "../../src/nn/state.ts";
 import { assertClose } from "../close.ts";
 import { checkOp, fromNd } from "../core/harness.ts";
@@ -43,9 +52,21 @@ test("Linear names its sizes when the input does not fit", () => {
 test("Embedding picks the rows of its table by id", () => {
   const table = new Embedding(4, 2);
   const w = values(table.weight);
-  const out = table.forward(new Tensor([[3, 0], [1, 3]], { dtype: "int32" }));
+  const out = table.forward(
+    new Tensor(
+      [
+        [3, 0],
+        [1, 3],
+      ],
+      { dtype: "int32" },
+    ),
+  );
   assert.deepEqual(out.shape, [2, 2, 2]);
-  assertClose(values(out), [3, 0, 1, 3].flatMap((id) => [w[id * 2]!, w[id * 2 + 1]!]), TOLERANCE);
+  assertClose(
+    values(out),
+    [3, 0, 1, 3].flatMap((id) => [w[id * 2]!, w[id * 2 + 1]!]),
+    TOLERANCE,
+  );
 });
 
 test("LayerNorm normalises the last axis, then scales and shifts", () => {
@@ -56,7 +77,11 @@ test("LayerNorm normalises the last axis, then scales and shifts", () => {
   norm.bias.assign(new Tensor([0, 0, 0, 0.5])).realize();
   // [1, 2, 3, 4]: mean 2.5, population std sqrt(1.25)
   const s = Math.sqrt(1.25);
-  assertClose(values(norm.forward(new Tensor([[1, 2, 3, 4]]))), [-1.5 / s, (2 * -0.5) / s, 0.5 / s, 1.5 / s + 0.5], TOLERANCE);
+  assertClose(
+    values(norm.forward(new Tensor([[1, 2, 3, 4]]))),
+    [-1.5 / s, (2 * -0.5) / s, 0.5 / s, 1.5 / s + 0.5],
+    TOLERANCE,
+  );
 });
 
 test("Dropout passes inputs through unless training", () => {
@@ -98,7 +123,10 @@ test("parameters with equal initial values are still separate tensors", () => {
 
 test("layer parameters require gradients and receive them from backward", () => {
   const layer = new Linear(2, 1);
-  layer.forward(new Tensor([[1, 2]])).sum().backward();
+  layer
+    .forward(new Tensor([[1, 2]]))
+    .sum()
+    .backward();
   assertClose(values(layer.weight.grad!), [1, 2], TOLERANCE);
   assertClose(values(layer.bias!.grad!), [1], TOLERANCE);
 });
@@ -106,7 +134,10 @@ test("layer parameters require gradients and receive them from backward", () => 
 test("RMSNorm scales each row by its reciprocal root mean square, then by the weight", () => {
   const norm = new RMSNorm(4, 1e-6);
   norm.weight.assign(new Tensor([1, 2, 0.5, -1])).realize();
-  const rows = [[1, -2, 3, 0.5], [0.1, 0.2, -0.3, 0.4]];
+  const rows = [
+    [1, -2, 3, 0.5],
+    [0.1, 0.2, -0.3, 0.4],
+  ];
   const expected = rows.flatMap((r) => {
     const rms = Math.sqrt(r.reduce((s, v) => s + v * v, 0) / 4 + 1e-6);
     return r.map((v, i) => (v / rms) * [1, 2, 0.5, -1][i]!);
@@ -117,24 +148,37 @@ test("RMSNorm scales each row by its reciprocal root mean square, then by the we
 
 test("GroupNorm normalises each group of channels over its sample's positions, with gradients", () => {
   const norm = new GroupNorm(2, 4);
-  const [w, b] = [[1, 2, 3, 4], [0, 0.5, -1, 0]];
+  const [w, b] = [
+    [1, 2, 3, 4],
+    [0, 0.5, -1, 0],
+  ];
   norm.weight.assign(new Tensor(w)).realize();
   norm.bias.assign(new Tensor(b)).realize();
   // [batch 2, channels 4, positions 3]: a group is 2 channels x 3 positions of one sample
-  const reference = (a: Nd): Nd => nd(a.shape, a.data.map((v, i) => {
-    const [n, c] = [Math.floor(i / 12), Math.floor(i / 3) % 4];
-    const start = n * 12 + Math.floor(c / 2) * 6;
-    const group = a.data.slice(start, start + 6);
-    const mean = group.reduce((s, u) => s + u, 0) / 6;
-    const variance = group.reduce((s, u) => s + (u - mean) ** 2, 0) / 6;
-    return ((v - mean) / Math.sqrt(variance + 1e-5)) * w[c]! + b[c]!;
-  }));
+  const reference = (a: Nd): Nd =>
+    nd(
+      a.shape,
+      a.data.map((v, i) => {
+        const [n, c] = [Math.floor(i / 12), Math.floor(i / 3) % 4];
+        const start = n * 12 + Math.floor(c / 2) * 6;
+        const group = a.data.slice(start, start + 6);
+        const mean = group.reduce((s, u) => s + u, 0) / 6;
+        const variance = group.reduce((s, u) => s + (u - mean) ** 2, 0) / 6;
+        return ((v - mean) / Math.sqrt(variance + 1e-5)) * w[c]! + b[c]!;
+      }),
+    );
   checkOp("JS", [randomNd([2, 4, 3], 5, -2, 2)], (x) => norm.forward(x), reference, { atol: 1e-4, rtol: 1e-4 });
   // each group's normalised values sum to 0, so the weight gradients of a sum over the output pair up
   norm.weight.grad = null;
-  norm.forward(fromNd(randomNd([2, 4, 3], 6), "JS")).sum().backward();
+  norm
+    .forward(fromNd(randomNd([2, 4, 3], 6), "JS"))
+    .sum()
+    .backward();
   const g = values(norm.weight.grad!);
   assert.ok(Math.abs(g[0]! + g[1]!) < 1e-4 && Math.abs(g[2]! + g[3]!) < 1e-4, `${g}`);
   assert.throws(() => new GroupNorm(3, 4), /GroupNorm: 3 groups must divide 4 channels/);
-  assert.throws(() => norm.forward(Tensor.zeros([2, 3, 3])), /GroupNorm\(2, 4\): input has shape \[2, 3, 3\], channels on axis 1/);
+  assert.throws(
+    () => norm.forward(Tensor.zeros([2, 3, 3])),
+    /GroupNorm\(2, 4\): input has shape \[2, 3, 3\], channels on axis 1/,
+  );
 });

@@ -12,7 +12,16 @@ type Vec = number[];
 const norm = (x: Vec): number => Math.sqrt(x.reduce((s, v) => s + v * v, 0));
 
 /** PyTorch's SGD (dampening 0): g += wd*w; buf = momentum*buf + g; w -= lr * (nesterov ? g + momentum*buf : buf). */
-function sgdReference(w: Vec, grads: Vec[], { lr, momentum = 0, weightDecay = 0, nesterov = false }: { lr: number; momentum?: number; weightDecay?: number; nesterov?: boolean }): Vec {
+function sgdReference(
+  w: Vec,
+  grads: Vec[],
+  {
+    lr,
+    momentum = 0,
+    weightDecay = 0,
+    nesterov = false,
+  }: { lr: number; momentum?: number; weightDecay?: number; nesterov?: boolean },
+): Vec {
   let buf = w.map(() => 0);
   for (const grad of grads) {
     const g = grad.map((gi, i) => gi + weightDecay * w[i]!);
@@ -24,13 +33,26 @@ function sgdReference(w: Vec, grads: Vec[], { lr, momentum = 0, weightDecay = 0,
 }
 
 /** LAMB as the MLPerf BERT reference (adam: true gives AdamW): bias-corrected moments, trust ratio per tensor. */
-function lambReference(w: Vec, grads: Vec[], { lr, b1 = 0.9, b2 = 0.999, eps = 1e-6, weightDecay = 0, adam = false }: { lr: number; b1?: number; b2?: number; eps?: number; weightDecay?: number; adam?: boolean }): Vec {
+function lambReference(
+  w: Vec,
+  grads: Vec[],
+  {
+    lr,
+    b1 = 0.9,
+    b2 = 0.999,
+    eps = 1e-6,
+    weightDecay = 0,
+    adam = false,
+  }: { lr: number; b1?: number; b2?: number; eps?: number; weightDecay?: number; adam?: boolean },
+): Vec {
   let m = w.map(() => 0);
   let v = w.map(() => 0);
   grads.forEach((g, t) => {
     m = m.map((mi, i) => b1 * mi + (1 - b1) * g[i]!);
     v = v.map((vi, i) => b2 * vi + (1 - b2) * g[i]! * g[i]!);
-    const up = w.map((wi, i) => (m[i]! / (1 - b1 ** (t + 1))) / (Math.sqrt(v[i]! / (1 - b2 ** (t + 1))) + eps) + weightDecay * wi);
+    const up = w.map(
+      (wi, i) => m[i]! / (1 - b1 ** (t + 1)) / (Math.sqrt(v[i]! / (1 - b2 ** (t + 1))) + eps) + weightDecay * wi,
+    );
     const [wn, un] = [norm(w), norm(up)];
     const ratio = adam || wn === 0 || un === 0 ? 1 : wn / un;
     w = w.map((wi, i) => wi - lr * ratio * up[i]!);
@@ -68,32 +90,56 @@ function run(make: (p: Tensor) => Optimizer, grads: Vec[], w0 = W0): Float32Arra
 }
 
 test("SGD takes plain gradient steps", () => {
-  assertClose(run((p) => new SGD([p], { lr: 0.1 }), GRADS), sgdReference(W0, GRADS, { lr: 0.1 }), TOLERANCE);
+  assertClose(
+    run((p) => new SGD([p], { lr: 0.1 }), GRADS),
+    sgdReference(W0, GRADS, { lr: 0.1 }),
+    TOLERANCE,
+  );
 });
 
 test("SGD with momentum and weight decay matches PyTorch's update over three steps", () => {
   const options = { lr: 0.05, momentum: 0.9, weightDecay: 0.01 };
-  assertClose(run((p) => new SGD([p], options), GRADS), sgdReference(W0, GRADS, options), TOLERANCE);
+  assertClose(
+    run((p) => new SGD([p], options), GRADS),
+    sgdReference(W0, GRADS, options),
+    TOLERANCE,
+  );
 });
 
 test("SGD with Nesterov momentum matches PyTorch's update over three steps", () => {
   const options = { lr: 0.05, momentum: 0.8, nesterov: true };
-  assertClose(run((p) => new SGD([p], options), GRADS), sgdReference(W0, GRADS, options), TOLERANCE);
+  assertClose(
+    run((p) => new SGD([p], options), GRADS),
+    sgdReference(W0, GRADS, options),
+    TOLERANCE,
+  );
 });
 
 test("AdamW applies bias-corrected Adam steps with decoupled weight decay", () => {
   const options = { lr: 0.01, weightDecay: 0.1, eps: 1e-8 };
-  assertClose(run((p) => new AdamW([p], options), GRADS), lambReference(W0, GRADS, { ...options, adam: true }), TOLERANCE);
+  assertClose(
+    run((p) => new AdamW([p], options), GRADS),
+    lambReference(W0, GRADS, { ...options, adam: true }),
+    TOLERANCE,
+  );
 });
 
 test("LAMB's first step matches the reference", () => {
   const options = { lr: 0.02, weightDecay: 0.01 };
-  assertClose(run((p) => new LAMB([p], options), GRADS.slice(0, 1)), lambReference(W0, GRADS.slice(0, 1), options), TOLERANCE);
+  assertClose(
+    run((p) => new LAMB([p], options), GRADS.slice(0, 1)),
+    lambReference(W0, GRADS.slice(0, 1), options),
+    TOLERANCE,
+  );
 });
 
 test("LAMB matches the reference over three steps with the MLPerf hyper-parameters", () => {
   const options = { lr: 0.004, b1: 0.9, b2: 0.999, eps: 1e-6, weightDecay: 0.01 };
-  assertClose(run((p) => new LAMB([p], options), GRADS), lambReference(W0, GRADS, options), TOLERANCE);
+  assertClose(
+    run((p) => new LAMB([p], options), GRADS),
+    lambReference(W0, GRADS, options),
+    TOLERANCE,
+  );
 });
 
 test("LAMB uses a trust ratio of 1 for an all-zero weight (a zero-initialised bias)", () => {
@@ -101,7 +147,11 @@ test("LAMB uses a trust ratio of 1 for an all-zero weight (a zero-initialised bi
   const stepped = run((p) => new LAMB([p], { lr: 0.1 }), GRADS.slice(0, 1), zeros);
   // ratio 1: the first Adam step moves each element by lr * sign(g) (eps aside)
   assertClose(stepped, lambReference(zeros, GRADS.slice(0, 1), { lr: 0.1 }), TOLERANCE);
-  assertClose(stepped, GRADS[0]!.map((g) => -0.1 * Math.sign(g)), { ...TOLERANCE, rtol: 1e-4 });
+  assertClose(
+    stepped,
+    GRADS[0]!.map((g) => -0.1 * Math.sign(g)),
+    { ...TOLERANCE, rtol: 1e-4 },
+  );
 });
 
 test("LAMB leaves a weight unchanged, without NaN, when its update is all zero", () => {
@@ -130,7 +180,10 @@ test("a learning rate assigned to the lr tensor applies from the next step", () 
 
 test("an OptimizerGroup steps every member with its own settings", () => {
   const [a, b] = [param(W0), param(W0)];
-  const group = new OptimizerGroup(new LAMB([a], { lr: 0.01, weightDecay: 0.01 }), new LAMB([b], { lr: 0.01, weightDecay: 0 }));
+  const group = new OptimizerGroup(
+    new LAMB([a], { lr: 0.01, weightDecay: 0.01 }),
+    new LAMB([b], { lr: 0.01, weightDecay: 0 }),
+  );
   assert.deepEqual(group.params, [a, b]);
   for (const g of GRADS) {
     a.grad = new Tensor(g, { dtype: "float32" });
@@ -180,7 +233,10 @@ test("optimizer state dicts name the learning rate and every moment", () => {
 
 test("clipGradNorm scales every gradient by maxNorm / (global norm) when above it, and returns the norm", () => {
   const [a, b] = [param([1, 2]), param([3])];
-  a.mul(new Tensor([3, 0])).sum().add(b.mul(4).sum()).backward(); // gradients [3, 0] and [4]: norm 5
+  a.mul(new Tensor([3, 0]))
+    .sum()
+    .add(b.mul(4).sum())
+    .backward(); // gradients [3, 0] and [4]: norm 5
   const norm = clipGradNorm([a, b], 2.5);
   assertClose(norm.toArray() as Float32Array, [5], TOLERANCE);
   assertClose(a.grad!.toArray() as Float32Array, [1.5, 0], TOLERANCE);

@@ -3,13 +3,21 @@ import { test } from "node:test";
 import { Device, Tensor } from "../../src/index.ts";
 import { jit } from "../../src/tensor/index.ts";
 import { SGD } from "../../src/nn/optim.ts";
-import { CosineDecayWithWarmup, LRSchedulerGroup, PolynomialDecayWithWarmup, type PolynomialDecayOptions } from "../../src/nn/schedules.ts";
+import {
+  CosineDecayWithWarmup,
+  LRSchedulerGroup,
+  PolynomialDecayWithWarmup,
+  type PolynomialDecayOptions,
+} from "../../src/nn/schedules.ts";
 import { assertClose } from "../close.ts";
 
 Device.DEFAULT = process.env.DEVICE ?? "JS";
 
 /** The reference's schedule (tinygrad's MLPerf BERT, after MLCommons) on plain numbers. */
-function referenceLr(step: number, { initialLr, endLr = 0, totalSteps, warmupSteps, power = 1 }: PolynomialDecayOptions): number {
+function referenceLr(
+  step: number,
+  { initialLr, endLr = 0, totalSteps, warmupSteps, power = 1 }: PolynomialDecayOptions,
+): number {
   if (step <= warmupSteps) return (step / warmupSteps) * initialLr;
   return (initialLr - endLr) * (1 - (step - warmupSteps) / (totalSteps - warmupSteps + 1)) ** power + endLr;
 }
@@ -88,7 +96,10 @@ test("a jitted function that reads the learning rate sees each scheduled change"
 });
 
 test("bad schedule settings are refused", () => {
-  assert.throws(() => new PolynomialDecayWithWarmup(optimizer(), { initialLr: 1, totalSteps: 0, warmupSteps: 1 }), /totalSteps 0 must be > 0/);
+  assert.throws(
+    () => new PolynomialDecayWithWarmup(optimizer(), { initialLr: 1, totalSteps: 0, warmupSteps: 1 }),
+    /totalSteps 0 must be > 0/,
+  );
 });
 
 test("cosine decay warms up linearly, then follows half a cosine down to the end rate and stays there", () => {
@@ -99,7 +110,9 @@ test("cosine decay warms up linearly, then follows half a cosine down to the end
     seen.push(opt.lr.item());
     schedule.step();
   }
-  const expected = seen.map((_, s) => (s < 2 ? (0.3 * s) / 2 : 0.01 + (0.29 * (1 + Math.cos(Math.PI * Math.min((s - 2) / 8, 1)))) / 2));
+  const expected = seen.map((_, s) =>
+    s < 2 ? (0.3 * s) / 2 : 0.01 + (0.29 * (1 + Math.cos(Math.PI * Math.min((s - 2) / 8, 1)))) / 2,
+  );
   seen.forEach((lr, s) => assertClose(lr, expected[s]!, TOLERANCE));
   assertClose(seen[2]!, 0.3, TOLERANCE);
   assertClose(seen[6]!, 0.155, TOLERANCE); // halfway down
@@ -107,5 +120,8 @@ test("cosine decay warms up linearly, then follows half a cosine down to the end
   const flat = optimizer();
   new CosineDecayWithWarmup(flat, { initialLr: 0.5, totalSteps: 4 });
   assertClose(flat.lr.item(), 0.5, TOLERANCE);
-  assert.throws(() => new CosineDecayWithWarmup(optimizer(), { initialLr: 1, totalSteps: -1 }), /CosineDecayWithWarmup: totalSteps -1 must be > 0/);
+  assert.throws(
+    () => new CosineDecayWithWarmup(optimizer(), { initialLr: 1, totalSteps: -1 }),
+    /CosineDecayWithWarmup: totalSteps -1 must be > 0/,
+  );
 });

@@ -9,7 +9,15 @@ import { LAMB, OptimizerGroup } from "../../src/nn/optim.ts";
 import { readSafetensorsFile, writeSafetensorsFile } from "../../src/io/safetensors.ts";
 import { LRSchedulerGroup, PolynomialDecayWithWarmup } from "../../src/nn/schedules.ts";
 import {
-  StateDictError, getParameters, getStateDict, loadStateDict, loadTrainingState, safeLoad, safeSave, saveTrainingState, storageOf,
+  StateDictError,
+  getParameters,
+  getStateDict,
+  loadStateDict,
+  loadTrainingState,
+  safeLoad,
+  safeSave,
+  saveTrainingState,
+  storageOf,
 } from "../../src/nn/state.ts";
 
 Device.DEFAULT = process.env.DEVICE ?? "JS";
@@ -41,8 +49,14 @@ class Net {
 
 test("state dicts name tensors by their dotted property path, arrays by index", () => {
   assert.deepEqual(Object.keys(getStateDict(new Net())), [
-    "layers.0.dense.weight", "layers.0.dense.bias", "layers.0.LayerNorm.weight", "layers.0.LayerNorm.bias",
-    "layers.1.dense.weight", "layers.1.dense.bias", "layers.1.LayerNorm.weight", "layers.1.LayerNorm.bias",
+    "layers.0.dense.weight",
+    "layers.0.dense.bias",
+    "layers.0.LayerNorm.weight",
+    "layers.0.LayerNorm.bias",
+    "layers.1.dense.weight",
+    "layers.1.dense.bias",
+    "layers.1.LayerNorm.weight",
+    "layers.1.LayerNorm.bias",
     "head.proj.weight",
   ]);
 });
@@ -57,7 +71,13 @@ test("objects with a stateDict() method contribute what it returns, under a pref
   const p = new Linear(2, 2);
   const group = new OptimizerGroup(new LAMB([p.weight]), new LAMB([p.bias!]));
   const names = Object.keys(getStateDict({ optimizer: group }));
-  assert.deepEqual(names.slice(0, 5), ["optimizer.0.lr", "optimizer.0.b1Power", "optimizer.0.b2Power", "optimizer.0.m.0", "optimizer.0.v.0"]);
+  assert.deepEqual(names.slice(0, 5), [
+    "optimizer.0.lr",
+    "optimizer.0.b1Power",
+    "optimizer.0.b2Power",
+    "optimizer.0.m.0",
+    "optimizer.0.v.0",
+  ]);
   assert.equal(names.length, 10);
 });
 
@@ -66,15 +86,20 @@ test("loading a state dict writes the values in place, so held references see th
   const weight = target.layers[0]!.dense.weight;
   loadStateDict(target, getStateDict(source));
   assert.equal(target.layers[0]!.dense.weight, weight);
-  for (const [name, t] of Object.entries(getStateDict(target))) assert.deepEqual(t.tolist(), getStateDict(source)[name]!.tolist(), name);
+  for (const [name, t] of Object.entries(getStateDict(target)))
+    assert.deepEqual(t.tolist(), getStateDict(source)[name]!.tolist(), name);
 });
 
 test("a strict load names the missing and the unexpected tensors", () => {
   const state = getStateDict(new Net());
   delete state["head.proj.weight"];
   state["head.extra"] = Tensor.ones([1]);
-  assert.throws(() => loadStateDict(new Net(), state), (error: Error) =>
-    error instanceof StateDictError && /1 missing \(head\.proj\.weight\), 1 unexpected \(head\.extra\)/.test(error.message));
+  assert.throws(
+    () => loadStateDict(new Net(), state),
+    (error: Error) =>
+      error instanceof StateDictError &&
+      /1 missing \(head\.proj\.weight\), 1 unexpected \(head\.extra\)/.test(error.message),
+  );
 });
 
 test("a non-strict load fills what it has and leaves the rest", () => {
@@ -88,7 +113,10 @@ test("a non-strict load fills what it has and leaves the rest", () => {
 test("a load with a wrong shape names the tensor and both shapes", () => {
   const state = getStateDict(new Net());
   state["layers.1.dense.bias"] = Tensor.ones([3]);
-  assert.throws(() => loadStateDict(new Net(), state), /"layers\.1\.dense\.bias" has shape \[3\], the model wants \[2\]/);
+  assert.throws(
+    () => loadStateDict(new Net(), state),
+    /"layers\.1\.dense\.bias" has shape \[3\], the model wants \[2\]/,
+  );
 });
 
 test("a load casts values to the target's dtype", () => {
@@ -114,7 +142,9 @@ const ALL_DTYPES: [DTypeName, number[]][] = [
 ];
 
 test("safetensors round trips tensors of every dtype bit for bit", () => {
-  const state = Object.fromEntries(ALL_DTYPES.map(([name, data]) => [`t.${name}`, new Tensor(data, { dtype: name }).reshape([3, 1])]));
+  const state = Object.fromEntries(
+    ALL_DTYPES.map(([name, data]) => [`t.${name}`, new Tensor(data, { dtype: name }).reshape([3, 1])]),
+  );
   const path = join(scratch, "all-dtypes.safetensors");
   safeSave(state, path, { note: "all dtypes" });
   const { state: loaded, metadata } = safeLoad(path);
@@ -129,7 +159,10 @@ test("safetensors round trips tensors of every dtype bit for bit", () => {
 
 test("safetensors files use the standard dtype codes, readable by the plain codec", () => {
   const path = join(scratch, "codes.safetensors");
-  safeSave({ a: new Tensor([1, 2], { dtype: "float16" }), b: new Tensor([3], { dtype: "int64" }), c: new Tensor([true]) }, path);
+  safeSave(
+    { a: new Tensor([1, 2], { dtype: "float16" }), b: new Tensor([3], { dtype: "int64" }), c: new Tensor([true]) },
+    path,
+  );
   const { tensors } = readSafetensorsFile(path);
   assert.deepEqual([tensors.a!.dtype, tensors.b!.dtype, tensors.c!.dtype], ["F16", "I64", "BOOL"]);
   assert.deepEqual(Array.from(tensors.a!.data as Uint16Array), [0x3c00, 0x4000]);
@@ -138,7 +171,11 @@ test("safetensors files use the standard dtype codes, readable by the plain code
 test("saving a lazy or strided tensor stores its values in row-major order", () => {
   const path = join(scratch, "lazy.safetensors");
   safeSave({ t: Tensor.arange(6).reshape([2, 3]).transpose().add(1) }, path);
-  assert.deepEqual(safeLoad(path).state.t!.tolist(), [[1, 4], [2, 5], [3, 6]]);
+  assert.deepEqual(safeLoad(path).state.t!.tolist(), [
+    [1, 4],
+    [2, 5],
+    [3, 6],
+  ]);
 });
 
 test("loading a dtype tsgrad lacks names the file and tensor", () => {
@@ -150,7 +187,10 @@ test("loading a dtype tsgrad lacks names the file and tensor", () => {
 test("a failed save leaves no file behind", () => {
   const folder = join(scratch, "missing-folder");
   assert.throws(() => safeSave({ t: Tensor.ones([2]) }, join(folder, "x.safetensors")));
-  assert.deepEqual(readdirSync(scratch).filter((name) => name.includes(".tmp")), []);
+  assert.deepEqual(
+    readdirSync(scratch).filter((name) => name.includes(".tmp")),
+    [],
+  );
 });
 
 /** A model, its two LAMBs and their schedules, as the BERT trainer builds them. */
@@ -159,8 +199,13 @@ function trainingSetup() {
   const model = new Linear(4, 3);
   const optimizers = [new LAMB([model.weight], { lr: 0.1, weightDecay: 0.01 }), new LAMB([model.bias!], { lr: 0.1 })];
   const optimizer = new OptimizerGroup(...optimizers);
-  const scheduler = new LRSchedulerGroup(...optimizers.map((o) => new PolynomialDecayWithWarmup(o, { initialLr: 0.1, totalSteps: 10, warmupSteps: 2 })));
-  const x = new Tensor([[1, 2, 3, 4], [-1, 0.5, 2, 0]]);
+  const scheduler = new LRSchedulerGroup(
+    ...optimizers.map((o) => new PolynomialDecayWithWarmup(o, { initialLr: 0.1, totalSteps: 10, warmupSteps: 2 })),
+  );
+  const x = new Tensor([
+    [1, 2, 3, 4],
+    [-1, 0.5, 2, 0],
+  ]);
   const step = (): void => {
     optimizer.zeroGrad();
     model.forward(x).square().sum().backward();
@@ -175,17 +220,28 @@ test("a saved training state resumes exactly: model, both optimizers' moments an
   const original = trainingSetup();
   original.step();
   original.step();
-  saveTrainingState(path, { model: original.model, optimizer: original.optimizer, scheduler: original.scheduler }, { step: "2" });
+  saveTrainingState(
+    path,
+    { model: original.model, optimizer: original.optimizer, scheduler: original.scheduler },
+    { step: "2" },
+  );
   original.step();
 
   const resumed = trainingSetup();
-  const metadata = loadTrainingState(path, { model: resumed.model, optimizer: resumed.optimizer, scheduler: resumed.scheduler });
+  const metadata = loadTrainingState(path, {
+    model: resumed.model,
+    optimizer: resumed.optimizer,
+    scheduler: resumed.scheduler,
+  });
   assert.equal(metadata.step, "2");
   assert.equal(resumed.scheduler.schedulers[0]!.stepCount.item(), 2);
   resumed.step();
   assert.deepEqual(resumed.model.weight.tolist(), original.model.weight.tolist());
   assert.deepEqual(resumed.model.bias!.tolist(), original.model.bias!.tolist());
-  assert.deepEqual((resumed.optimizer.optimizers[1] as LAMB).v[0]!.tolist(), (original.optimizer.optimizers[1] as LAMB).v[0]!.tolist());
+  assert.deepEqual(
+    (resumed.optimizer.optimizers[1] as LAMB).v[0]!.tolist(),
+    (original.optimizer.optimizers[1] as LAMB).v[0]!.tolist(),
+  );
   assert.equal(resumed.optimizer.optimizers[0]!.lr.item(), original.optimizer.optimizers[0]!.lr.item());
 });
 
@@ -195,10 +251,20 @@ test("a training state lists every part under its prefix", () => {
   saveTrainingState(path, { model, optimizer, scheduler });
   const names = Object.keys(readSafetensorsFile(path).tensors).sort();
   assert.deepEqual(names, [
-    "model.bias", "model.weight",
-    "optimizer.0.b1Power", "optimizer.0.b2Power", "optimizer.0.lr", "optimizer.0.m.0", "optimizer.0.v.0",
-    "optimizer.1.b1Power", "optimizer.1.b2Power", "optimizer.1.lr", "optimizer.1.m.0", "optimizer.1.v.0",
-    "scheduler.0.step", "scheduler.1.step",
+    "model.bias",
+    "model.weight",
+    "optimizer.0.b1Power",
+    "optimizer.0.b2Power",
+    "optimizer.0.lr",
+    "optimizer.0.m.0",
+    "optimizer.0.v.0",
+    "optimizer.1.b1Power",
+    "optimizer.1.b2Power",
+    "optimizer.1.lr",
+    "optimizer.1.m.0",
+    "optimizer.1.v.0",
+    "scheduler.0.step",
+    "scheduler.1.step",
   ]);
 });
 

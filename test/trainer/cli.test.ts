@@ -7,12 +7,22 @@ import { fileURLToPath } from "node:url";
 const TSX = fileURLToPath(new URL("../../node_modules/.bin/tsx", import.meta.url));
 const script = (name: string) => fileURLToPath(new URL(`../../mlperf/bert/${name}`, import.meta.url));
 const run = (name: string, args: string[], env: NodeJS.ProcessEnv = {}) =>
-  spawnSync(TSX, [script(name), ...args], { encoding: "utf8", env: { ...process.env, DEVICE: "JS", ...env }, timeout: 60_000 });
+  spawnSync(TSX, [script(name), ...args], {
+    encoding: "utf8",
+    env: { ...process.env, DEVICE: "JS", ...env },
+    timeout: 60_000,
+  });
 
 test("train.ts --help lists the phases and every knob, and exits 0", () => {
   const result = run("train.ts", ["--help"]);
   assert.equal(result.status, 0, result.stderr);
-  for (const text of ["INITMLPERF=1 BENCHMARK=N", "RUNMLPERF=1", "EVAL_STEP_FREQ / --eval-step-freq", "SAVE_CKPT_DIR / --save-ckpt-dir"]) assert.ok(result.stdout.includes(text), text);
+  for (const text of [
+    "INITMLPERF=1 BENCHMARK=N",
+    "RUNMLPERF=1",
+    "EVAL_STEP_FREQ / --eval-step-freq",
+    "SAVE_CKPT_DIR / --save-ckpt-dir",
+  ])
+    assert.ok(result.stdout.includes(text), text);
 });
 
 test("train.ts stops with status 2 and the knob's name on a bad value, before logging anything", () => {

@@ -26,7 +26,10 @@ test("every word of the corpus is one token of its vocab, after the special toke
   const ids: number[] = [];
   tokenizer.tokenizeToIds(words.join(" "), ids);
   assert.equal(ids.length, words.length);
-  assert.deepEqual(ids.map((id) => vocab.tokens[id]), words);
+  assert.deepEqual(
+    ids.map((id) => vocab.tokens[id]),
+    words,
+  );
 });
 
 test("each topic's cycle is its theme word but for evenly spaced accent words, no word shared between topics", () => {
@@ -37,7 +40,10 @@ test("each topic's cycle is its theme word but for evenly spaced accent words, n
     assert.equal(cycle.length, SMALL.cycleLength);
     const counts = new Map<string, number>();
     for (const word of cycle) counts.set(word, (counts.get(word) ?? 0) + 1);
-    assert.deepEqual([...counts.values()].sort((a, b) => b - a), [SMALL.cycleLength - SMALL.accentsPerCycle, ...Array(SMALL.accentsPerCycle).fill(1)]);
+    assert.deepEqual(
+      [...counts.values()].sort((a, b) => b - a),
+      [SMALL.cycleLength - SMALL.accentsPerCycle, ...Array(SMALL.accentsPerCycle).fill(1)],
+    );
     for (const word of counts.keys()) {
       assert.ok(!owners.has(word) || owners.get(word) === topic, `${word} in two topics`);
       owners.set(word, topic);

@@ -5,13 +5,26 @@ import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import "../../src/index.ts";
-import { KNOB_SPECS, KnobError, flagOf, hparamLines, knobsHelp, parseKnobs, validateKnobs, type Knobs } from "../../mlperf/bert/knobs.ts";
+import {
+  KNOB_SPECS,
+  KnobError,
+  flagOf,
+  hparamLines,
+  knobsHelp,
+  parseKnobs,
+  validateKnobs,
+  type Knobs,
+} from "../../mlperf/bert/knobs.ts";
 import { TrainerError, findShards } from "../../mlperf/bert/train.ts";
 import { parseRunLog } from "../../mlperf/bert/report.ts";
 
 const knobs = (env: NodeJS.ProcessEnv, argv: string[] = []): Knobs => parseKnobs(argv, { DEVICE: "JS", ...env })!;
 const rejects = (k: Knobs, ...parts: string[]) =>
-  assert.throws(() => validateKnobs(k), (e: unknown) => e instanceof KnobError && parts.every((p) => e.message.includes(p)), `expected a KnobError naming ${parts.join(", ")}`);
+  assert.throws(
+    () => validateKnobs(k),
+    (e: unknown) => e instanceof KnobError && parts.every((p) => e.message.includes(p)),
+    `expected a KnobError naming ${parts.join(", ")}`,
+  );
 
 test("defaults follow tinygrad's train_bert (v4.1): BS 8 per device in float32, 11 in fp16, LR and steps scaled by BS", () => {
   const fp32 = knobs({ GPUS: "2" });
@@ -31,12 +44,17 @@ test("defaults follow tinygrad's train_bert (v4.1): BS 8 per device in float32, 
 });
 
 test("every knob is read from its environment variable and from its flag", () => {
-  const sample = (kind: string, i: number): string => (kind === "string" ? `value-${i}` : kind === "float" ? `${i}.5` : String(i + 2));
+  const sample = (kind: string, i: number): string =>
+    kind === "string" ? `value-${i}` : kind === "float" ? `${i}.5` : String(i + 2);
   KNOB_SPECS.forEach((spec, i) => {
     const raw = spec.name === "DEVICE" ? "JS" : sample(spec.kind, i);
     const expected = spec.kind === "string" ? raw : Number(raw);
     assert.equal(knobs({ [spec.name]: raw })[spec.name as keyof Knobs], expected, `${spec.name} from the environment`);
-    assert.equal(knobs({}, [flagOf(spec.name), raw])[spec.name as keyof Knobs], expected, `${spec.name} from ${flagOf(spec.name)}`);
+    assert.equal(
+      knobs({}, [flagOf(spec.name), raw])[spec.name as keyof Knobs],
+      expected,
+      `${spec.name} from ${flagOf(spec.name)}`,
+    );
   });
 });
 
@@ -61,13 +79,29 @@ test("a knob that derives from another follows the flag that set it", () => {
 });
 
 test("a value that is not a number names the knob and where it came from", () => {
-  assert.throws(() => knobs({ BS: "lots" }), (e: unknown) => e instanceof KnobError && e.message.includes('BS="lots"') && e.message.includes("environment"));
-  assert.throws(() => knobs({}, ["--gpus", "1.5"]), (e: unknown) => e instanceof KnobError && e.message.includes("GPUS") && e.message.includes("--gpus") && e.message.includes("integer"));
+  assert.throws(
+    () => knobs({ BS: "lots" }),
+    (e: unknown) => e instanceof KnobError && e.message.includes('BS="lots"') && e.message.includes("environment"),
+  );
+  assert.throws(
+    () => knobs({}, ["--gpus", "1.5"]),
+    (e: unknown) =>
+      e instanceof KnobError &&
+      e.message.includes("GPUS") &&
+      e.message.includes("--gpus") &&
+      e.message.includes("integer"),
+  );
 });
 
 test("an unknown option and a missing value are errors", () => {
-  assert.throws(() => knobs({}, ["--batch-size", "3"]), (e: unknown) => e instanceof KnobError && e.message.includes("--batch-size"));
-  assert.throws(() => knobs({}, ["--bs"]), (e: unknown) => e instanceof KnobError && e.message.includes("--bs needs a value"));
+  assert.throws(
+    () => knobs({}, ["--batch-size", "3"]),
+    (e: unknown) => e instanceof KnobError && e.message.includes("--batch-size"),
+  );
+  assert.throws(
+    () => knobs({}, ["--bs"]),
+    (e: unknown) => e instanceof KnobError && e.message.includes("--bs needs a value"),
+  );
 });
 
 test("--help gives null and the help lists every knob with its flag and default", () => {
@@ -82,12 +116,19 @@ test("an unknown device is an error naming it and the known ones", () => {
 });
 
 test("the run phase must evaluate the whole 10,000-sample eval set: EVAL_BS*MAX_EVAL_STEPS < 10000 is refused", () => {
-  rejects(knobs({ RUNMLPERF: "1", EVAL_BS: "6", MAX_EVAL_STEPS: "1000" }), "6*1000=6000", "10000-sample eval set", "MAX_EVAL_STEPS to 1667");
+  rejects(
+    knobs({ RUNMLPERF: "1", EVAL_BS: "6", MAX_EVAL_STEPS: "1000" }),
+    "6*1000=6000",
+    "10000-sample eval set",
+    "MAX_EVAL_STEPS to 1667",
+  );
   assert.doesNotThrow(() => validateKnobs(knobs({ RUNMLPERF: "1", EVAL_BS: "6", MAX_EVAL_STEPS: "1667" })));
 });
 
 test("a smaller eval set (the demo's) is covered by EVAL_SET_SIZE", () => {
-  assert.doesNotThrow(() => validateKnobs(knobs({ RUNMLPERF: "1", EVAL_SET_SIZE: "800", EVAL_BS: "100", MAX_EVAL_STEPS: "8" })));
+  assert.doesNotThrow(() =>
+    validateKnobs(knobs({ RUNMLPERF: "1", EVAL_SET_SIZE: "800", EVAL_BS: "100", MAX_EVAL_STEPS: "8" })),
+  );
   rejects(knobs({ RUNMLPERF: "1", EVAL_SET_SIZE: "800", EVAL_BS: "100", MAX_EVAL_STEPS: "7" }), "800-sample eval set");
 });
 
@@ -113,10 +154,19 @@ test("other bad values name their knob", () => {
 test("a missing data folder names the folder and the command that makes it", () => {
   const basedir = mkdtempSync(join(tmpdir(), "tsgrad-knobs-"));
   try {
-    const says = (...parts: string[]) => (e: unknown) => e instanceof TrainerError && parts.every((p) => e.message.includes(p));
-    assert.throws(() => findShards(basedir), says(join(basedir, "train"), "download.ts", "preprocess.ts pre-train all"));
+    const says =
+      (...parts: string[]) =>
+      (e: unknown) =>
+        e instanceof TrainerError && parts.every((p) => e.message.includes(p));
+    assert.throws(
+      () => findShards(basedir),
+      says(join(basedir, "train"), "download.ts", "preprocess.ts pre-train all"),
+    );
     mkdirSync(join(basedir, "results4"));
-    assert.throws(() => findShards(basedir), (e: unknown) => says("preprocess.ts pre-train all")(e) && !(e as Error).message.includes("download.ts"));
+    assert.throws(
+      () => findShards(basedir),
+      (e: unknown) => says("preprocess.ts pre-train all")(e) && !(e as Error).message.includes("download.ts"),
+    );
     mkdirSync(join(basedir, "train"));
     writeFileSync(join(basedir, "train", "part-00000-of-00500.safetensors"), "");
     assert.throws(() => findShards(basedir), says(join(basedir, "eval"), "preprocess.ts pre-eval"));

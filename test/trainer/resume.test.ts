@@ -16,8 +16,16 @@ test("Ctrl-C saves a checkpoint, and RESUME from it repeats the uninterrupted ru
   try {
     const data = prepareDemoData(join(dir, "data"), TINY, skewedCorpus(30));
     const base = {
-      ...demoEnvironment(dir, data, TINY, 7), DEVICE: "JS", BEAM: "0", RUNMLPERF: "1", LOGMLPERF: "0",
-      TRAIN_STEPS: "5", EVAL_STEP_FREQ: "100", TARGET: "1", MAX_EVAL_STEPS: "1", EVAL_SET_SIZE: "32",
+      ...demoEnvironment(dir, data, TINY, 7),
+      DEVICE: "JS",
+      BEAM: "0",
+      RUNMLPERF: "1",
+      LOGMLPERF: "0",
+      TRAIN_STEPS: "5",
+      EVAL_STEP_FREQ: "100",
+      TARGET: "1",
+      MAX_EVAL_STEPS: "1",
+      EVAL_SET_SIZE: "32",
     };
     const run = async (env: Record<string, string>, onStep: (step: number) => void = () => {}) => {
       const losses = new Map<number, string>();
@@ -44,7 +52,8 @@ test("Ctrl-C saves a checkpoint, and RESUME from it repeats the uninterrupted ru
 
     const resumed = await run({ SAVE_CKPT_DIR: join(dir, "resumed"), RESUME: checkpoint });
     assert.deepEqual([...resumed.losses.keys()], [3, 4, 5]);
-    for (const step of [3, 4, 5]) assert.equal(resumed.losses.get(step), whole.losses.get(step), `loss at step ${step}`);
+    for (const step of [3, 4, 5])
+      assert.equal(resumed.losses.get(step), whole.losses.get(step), `loss at step ${step}`);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -20,7 +20,13 @@ test("run_and_time/cpu.sh runs both phases and writes a compliant MLPerf log, th
   const dir = mkdtempSync(join(tmpdir(), "tsgrad-run-and-time-"));
   try {
     const data = prepareDemoData(join(dir, "data"), TINY, skewedCorpus(60));
-    const env = { ...process.env, ...demoEnvironment(dir, data, TINY, 4242), DEVICE: "JS", BEAM: "0", INIT_BENCHMARK: "3" };
+    const env = {
+      ...process.env,
+      ...demoEnvironment(dir, data, TINY, 4242),
+      DEVICE: "JS",
+      BEAM: "0",
+      INIT_BENCHMARK: "3",
+    };
     const run = spawnSync("bash", [CPU_SCRIPT], { cwd: dir, env, encoding: "utf8", timeout: 240_000 });
     assert.equal(run.status, 0, `cpu.sh failed:\n${run.stdout.slice(-3000)}\n${run.stderr.slice(-3000)}`);
 
@@ -35,12 +41,20 @@ test("run_and_time/cpu.sh runs both phases and writes a compliant MLPerf log, th
     // the estimate comes from the replayed step: the first two steps compile and capture the jitted step
     const estimate = lines.find((l) => l.startsWith("Estimated training time:"));
     assert.match(estimate ?? "", /\(median of 1 replayed step [\d.]+ ms x \d+ steps\)$/, estimate);
-    const initSteps = lines.filter((l) => parseStepLine(l) !== null).slice(0, 3).map((l) => parseStepLine(l)!.totalMs);
-    assert.equal(Number(/step ([\d.]+) ms/.exec(estimate!)![1]), Number(initSteps[2]!.toFixed(1)), "the third (replayed) step's time");
+    const initSteps = lines
+      .filter((l) => parseStepLine(l) !== null)
+      .slice(0, 3)
+      .map((l) => parseStepLine(l)!.totalMs);
+    assert.equal(
+      Number(/step ([\d.]+) ms/.exec(estimate!)![1]),
+      Number(initSteps[2]!.toFixed(1)),
+      "the third (replayed) step's time",
+    );
     // the JS device runs its kernels inside the step call: their time is the device's, not host overhead
     const replayed = lines.map((l) => parseStepLine(l)).filter((s) => s !== null && s.step >= 3);
     assert.ok(replayed.length >= 2);
-    for (const s of replayed) assert.ok(s!.deviceMs > s!.hostMs, `step ${s!.step}: device ${s!.deviceMs} ms, host ${s!.hostMs} ms`);
+    for (const s of replayed)
+      assert.ok(s!.deviceMs > s!.hostMs, `step ${s!.step}: device ${s!.deviceMs} ms, host ${s!.hostMs} ms`);
 
     const mlperfText = readFileSync(join(dir, "result_bert_4242.log"), "latin1");
     const result = checkCompliance(mlperfText);
@@ -63,13 +77,23 @@ test("with GPUS=2 both phases run data-parallel on two devices and the run conve
   const dir = mkdtempSync(join(tmpdir(), "tsgrad-run-and-time-2-"));
   try {
     const data = prepareDemoData(join(dir, "data"), TINY, skewedCorpus(60));
-    const env = { ...process.env, ...demoEnvironment(dir, data, TINY, 4243), DEVICE: "JS", GPUS: "2", BEAM: "0", INIT_BENCHMARK: "3" };
+    const env = {
+      ...process.env,
+      ...demoEnvironment(dir, data, TINY, 4243),
+      DEVICE: "JS",
+      GPUS: "2",
+      BEAM: "0",
+      INIT_BENCHMARK: "3",
+    };
     const run = spawnSync("bash", [CPU_SCRIPT], { cwd: dir, env, encoding: "utf8", timeout: 240_000 });
     assert.equal(run.status, 0, `cpu.sh with GPUS=2 failed:\n${run.stdout.slice(-3000)}\n${run.stderr.slice(-3000)}`);
     const consoleLog = readdirSync(dir).find((f) => /^bert_cpu_\d{8}_4243\.log$/.test(f))!;
     const lines = readFileSync(join(dir, consoleLog), "utf8").split("\n");
     assert.ok(lines.includes('HParam: "GPUS": 2'));
-    const losses = lines.map((l) => parseStepLine(l)).filter((s) => s !== null).map((s) => s!.loss);
+    const losses = lines
+      .map((l) => parseStepLine(l))
+      .filter((s) => s !== null)
+      .map((s) => s!.loss);
     assert.ok(losses.length >= 3 && losses.every(Number.isFinite), `losses ${losses.join(", ")}`);
     const mlperfText = readFileSync(join(dir, "result_bert_4243.log"), "latin1");
     assert.deepEqual(checkCompliance(mlperfText).errors, []);

@@ -19,12 +19,14 @@ export function basedirFromEnv(env: NodeJS.ProcessEnv = process.env): string {
 export const PART_COUNT = 500;
 
 /** `part-00042-of-00500`, the reference's naming of part 42. */
-export const partName = (part: number): string => `part-${String(part).padStart(5, "0")}-of-${String(PART_COUNT).padStart(5, "0")}`;
+export const partName = (part: number): string =>
+  `part-${String(part).padStart(5, "0")}-of-${String(PART_COUNT).padStart(5, "0")}`;
 
 export const vocabPath = (basedir: string): string => join(basedir, "vocab.txt");
 export const trainInputPath = (basedir: string, part: number): string => join(basedir, "results4", partName(part));
 export const evalInputPath = (basedir: string): string => join(basedir, "results4", "eval.txt");
 /** One shard per part: `train/part-00042-of-00500.safetensors`. */
-export const trainShardPath = (basedir: string, part: number): string => join(basedir, "train", `${partName(part)}.safetensors`);
+export const trainShardPath = (basedir: string, part: number): string =>
+  join(basedir, "train", `${partName(part)}.safetensors`);
 /** The 10,000 eval samples. */
 export const evalShardPath = (basedir: string): string => join(basedir, "eval", "eval.safetensors");

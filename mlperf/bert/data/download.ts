@@ -43,16 +43,36 @@ export const INIT_CHECKPOINT = "model.ckpt-28252";
 // Drive ids as in tinygrad's extra/datasets/wikipedia_download.py (from MLCommons'
 // language_model/tensorflow/bert/dataset.md); sizes and MD5s from MLCommons' table.
 export const REFERENCE_FILES: readonly RemoteFile[] = [
-  { name: "bert_config.json", url: driveUrl("1fbGClQMi2CoMv7fwrwTC5YYPooQBdcFW"), size: 314, md5: "7f59165e21b7d566db610ff6756c926b" },
-  { name: "vocab.txt", url: driveUrl("1USK108J6hMM_d27xCHi738qBL8_BT1u1"), size: 231_508, md5: "64800d5d8528ce344256daf115d4965e" },
+  {
+    name: "bert_config.json",
+    url: driveUrl("1fbGClQMi2CoMv7fwrwTC5YYPooQBdcFW"),
+    size: 314,
+    md5: "7f59165e21b7d566db610ff6756c926b",
+  },
+  {
+    name: "vocab.txt",
+    url: driveUrl("1USK108J6hMM_d27xCHi738qBL8_BT1u1"),
+    size: 231_508,
+    md5: "64800d5d8528ce344256daf115d4965e",
+  },
   {
     name: `${INIT_CHECKPOINT}.data-00000-of-00001`,
     url: driveUrl("1chiTBljF0Eh1U5pKs6ureVHgSbtU8OG_"),
     size: 4_034_713_312,
     md5: "50797acd537880bfb5a7ade80d976129",
   },
-  { name: `${INIT_CHECKPOINT}.index`, url: driveUrl("1Q47V3K3jFRkbJ2zGCrKkKk-n0fvMZsa0"), size: 17_371, md5: "f97de3ae180eb8d479555c939d50d048" },
-  { name: `${INIT_CHECKPOINT}.meta`, url: driveUrl("1vAcVmXSLsLeQ1q7gvHnQUSth5W_f_pwv"), size: 24_740_228, md5: "dbd16c731e8a8113bc08eeed0326b8e7" },
+  {
+    name: `${INIT_CHECKPOINT}.index`,
+    url: driveUrl("1Q47V3K3jFRkbJ2zGCrKkKk-n0fvMZsa0"),
+    size: 17_371,
+    md5: "f97de3ae180eb8d479555c939d50d048",
+  },
+  {
+    name: `${INIT_CHECKPOINT}.meta`,
+    url: driveUrl("1vAcVmXSLsLeQ1q7gvHnQUSth5W_f_pwv"),
+    size: 24_740_228,
+    md5: "dbd16c731e8a8113bc08eeed0326b8e7",
+  },
 ];
 
 /** `results_text.tar.gz` unpacks to `results4/` (500 parts, eval.txt, eval.md5). */
@@ -104,7 +124,8 @@ async function fetchFile(file: RemoteFile, options: DownloadBertOptions): Promis
         bar.update(done);
       },
       // On a terminal the bar's line is still open: end it before the note.
-      onRetry: (error, delayMs) => log.write(`${log.isTTY ? "\n" : ""}${file.name}: ${error.message}; retrying in ${delayMs} ms\n`),
+      onRetry: (error, delayMs) =>
+        log.write(`${log.isTTY ? "\n" : ""}${file.name}: ${error.message}; retrying in ${delayMs} ms\n`),
     });
     bar?.finish();
   } else if (file.size !== undefined && have !== file.size) {
@@ -212,7 +233,9 @@ async function main(): Promise<void> {
     process.stdout.write(USAGE);
     return;
   }
-  process.stderr.write(`BASEDIR=${args.basedir} WIKI_TRAIN=${Number(args.wikiTrain)} VERIFY_CHECKSUM=${Number(args.verifyChecksum)}\n`);
+  process.stderr.write(
+    `BASEDIR=${args.basedir} WIKI_TRAIN=${Number(args.wikiTrain)} VERIFY_CHECKSUM=${Number(args.verifyChecksum)}\n`,
+  );
   await downloadBertData(referencePlan(args.wikiTrain), { basedir: args.basedir, verifyChecksum: args.verifyChecksum });
 }
 

@@ -9,7 +9,10 @@ export function driveUrl(fileId: string): string {
 
 /** Drive answered with a page that leads to no file (quota exceeded, not shared, removed). */
 export class DriveError extends Error {
-  constructor(message: string, readonly pageUrl: string) {
+  constructor(
+    message: string,
+    readonly pageUrl: string,
+  ) {
     super(`Google Drive refused ${pageUrl}: ${message}`);
     this.name = "DriveError";
   }
@@ -39,10 +42,7 @@ export function confirmedDownloadUrl(html: string, pageUrl: string): string {
   if (json) return JSON.parse(`"${json[1]}"`) as string;
   const error = /<p class="uc-error-subcaption">([\s\S]*?)<\/p>/.exec(html);
   if (error) throw new DriveError(decodeEntities(error[1]!.replace(/<[^>]*>/g, "")), pageUrl);
-  throw new DriveError(
-    "the page has no download link (is the file shared with 'anyone with the link'?)",
-    pageUrl,
-  );
+  throw new DriveError("the page has no download link (is the file shared with 'anyone with the link'?)", pageUrl);
 }
 
 function attribute(tag: string, name: string): string | undefined {
@@ -55,7 +55,8 @@ const NAMED_ENTITIES: Record<string, string> = { amp: "&", quot: '"', apos: "'",
 function decodeEntities(text: string): string {
   return text.replace(/&(#x[0-9a-f]+|#[0-9]+|[a-z]+);/gi, (whole, entity: string) => {
     if (entity[0] === "#") {
-      const code = entity[1] === "x" || entity[1] === "X" ? parseInt(entity.slice(2), 16) : parseInt(entity.slice(1), 10);
+      const code =
+        entity[1] === "x" || entity[1] === "X" ? parseInt(entity.slice(2), 16) : parseInt(entity.slice(1), 10);
       return String.fromCodePoint(code);
     }
     return NAMED_ENTITIES[entity.toLowerCase()] ?? whole;

@@ -63,7 +63,11 @@ export async function downloadToFile(url: string, dest: string, options: Downloa
       // Bytes arrived: the link, not the server, is failing; keep going from where it stopped.
       if ((await sizeOf(part)) > before) failures = 0;
       if (failures >= retries) {
-        throw new DownloadError(`gave up after ${failures + 1} failed attempts: ${(error as Error).message}`, url, false);
+        throw new DownloadError(
+          `gave up after ${failures + 1} failed attempts: ${(error as Error).message}`,
+          url,
+          false,
+        );
       }
       const wait = Math.min(maxBackoffMs, backoffMs * 2 ** failures);
       options.onRetry?.(error as Error, wait);
@@ -122,7 +126,8 @@ async function attempt(url: string, part: string, options: DownloadOptions): Pro
   const file = await open(part, resumed ? "a" : "w");
   try {
     // the connection may have dropped while the file opened: its events are gone, and with them what it had buffered
-    if (response.destroyed && !response.complete) throw new DownloadError("connection closed before the body was read", finalUrl, true);
+    if (response.destroyed && !response.complete)
+      throw new DownloadError("connection closed before the body was read", finalUrl, true);
     await new Promise<void>((resolve, reject) => {
       let writes = Promise.resolve();
       let queued = 0;
@@ -148,7 +153,17 @@ async function attempt(url: string, part: string, options: DownloadOptions): Pro
       });
       response.on("end", () => void writes.then(resolve, fail));
       // a body cut short without an error event still closes: incomplete is an aborted download
-      response.on("close", () => void writes.then(() => (response.complete ? resolve() : fail(new DownloadError(`connection closed at byte ${done}`, finalUrl, true))), fail));
+      response.on(
+        "close",
+        () =>
+          void writes.then(
+            () =>
+              response.complete
+                ? resolve()
+                : fail(new DownloadError(`connection closed at byte ${done}`, finalUrl, true)),
+            fail,
+          ),
+      );
       response.on("error", (error) => void writes.then(() => fail(error), fail));
     });
   } finally {
@@ -210,8 +225,12 @@ function request(
   if (!client) return Promise.reject(new DownloadError(`unsupported protocol ${url.protocol}`, url.href, false));
   const cookie = cookies.headerFor(url);
   return new Promise((resolve, reject) => {
-    const req = client.get(url, { headers: { "User-Agent": "tsgrad-download", ...headers, ...(cookie ? { Cookie: cookie } : {}) } });
-    req.setTimeout(idleTimeoutMs, () => req.destroy(new DownloadError(`no data for ${idleTimeoutMs} ms`, url.href, true)));
+    const req = client.get(url, {
+      headers: { "User-Agent": "tsgrad-download", ...headers, ...(cookie ? { Cookie: cookie } : {}) },
+    });
+    req.setTimeout(idleTimeoutMs, () =>
+      req.destroy(new DownloadError(`no data for ${idleTimeoutMs} ms`, url.href, true)),
+    );
     req.on("response", resolve);
     req.on("error", reject);
   });

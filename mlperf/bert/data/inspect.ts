@@ -123,7 +123,8 @@ function parseArgs(argv: string[]): { path: string; jsonl: boolean; limit: numbe
     if (arg === "--jsonl") jsonl = true;
     else if (arg === "--limit") {
       const text = argv[++i];
-      if (text === undefined || !/^\d+$/.test(text)) return `--limit needs a non-negative integer, got ${JSON.stringify(text)}`;
+      if (text === undefined || !/^\d+$/.test(text))
+        return `--limit needs a non-negative integer, got ${JSON.stringify(text)}`;
       limit = Number(text);
     } else if (arg.startsWith("-")) return `unknown option ${arg}`;
     else if (path === undefined) path = arg;
@@ -171,4 +172,5 @@ function main(argv: string[]): number {
   return 0;
 }
 
-if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) process.exitCode = main(process.argv.slice(2));
+if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href)
+  process.exitCode = main(process.argv.slice(2));

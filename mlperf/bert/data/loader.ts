@@ -202,7 +202,9 @@ class SampleFiles {
     if (maxSeqLength !== this.widths.maxSeqLength || maxPredictionsPerSeq !== this.widths.maxPredictionsPerSeq) {
       sampleFile.close();
       const expected = `${this.widths.maxSeqLength}/${this.widths.maxPredictionsPerSeq}`;
-      throw new LoaderError(`${path}: max_seq_length/max_predictions_per_seq ${maxSeqLength}/${maxPredictionsPerSeq}, but ${this.widths.path} has ${expected}`);
+      throw new LoaderError(
+        `${path}: max_seq_length/max_predictions_per_seq ${maxSeqLength}/${maxPredictionsPerSeq}, but ${this.widths.path} has ${expected}`,
+      );
     }
   }
 
@@ -224,7 +226,8 @@ class SampleFiles {
 }
 
 function checkPositiveInteger(name: string, value: number): void {
-  if (!(Number.isInteger(value) && value > 0)) throw new LoaderError(`${name} must be a positive integer, got ${value}`);
+  if (!(Number.isInteger(value) && value > 0))
+    throw new LoaderError(`${name} must be a positive integer, got ${value}`);
 }
 
 /** Endless train batches, deterministic for `seed`; starts at batch `startStep`. */
@@ -233,10 +236,17 @@ export function* trainBatches(options: TrainLoaderOptions): Generator<SampleColu
   checkPositiveInteger("batch size", batchSize);
   checkPositiveInteger("shuffle buffer", shuffleBuffer);
   checkPositiveInteger("cycle length", cycleLength);
-  if (!(Number.isInteger(startStep) && startStep >= 0)) throw new LoaderError(`start step must be a non-negative integer, got ${startStep}`);
+  if (!(Number.isInteger(startStep) && startStep >= 0))
+    throw new LoaderError(`start step must be a non-negative integer, got ${startStep}`);
   const sampleFiles = new SampleFiles(files, 2 * cycleLength + 2);
   try {
-    const order = new TrainSampleOrder(files.length, (file) => sampleFiles.count(file), seed, shuffleBuffer, cycleLength);
+    const order = new TrainSampleOrder(
+      files.length,
+      (file) => sampleFiles.count(file),
+      seed,
+      shuffleBuffer,
+      cycleLength,
+    );
     for (let skipped = 0; skipped < startStep * batchSize; skipped++) order.next();
     for (;;) yield sampleFiles.read(Array.from({ length: batchSize }, () => order.next()));
   } finally {
@@ -287,7 +297,13 @@ const FIRST_WORD_ID = 999; // ids below are [PAD], [unusedN] and the special tok
  * A batch of valid-looking samples for warming up kernels: `[CLS] A [SEP] B [SEP]` of random
  * length and ids, about 15% of positions masked (ascending, within the real tokens).
  */
-export function fakeBatch(batchSize: number, maxSeqLength: number, maxPredictionsPerSeq: number, seed: number, vocabSize = 30522): SampleColumns {
+export function fakeBatch(
+  batchSize: number,
+  maxSeqLength: number,
+  maxPredictionsPerSeq: number,
+  seed: number,
+  vocabSize = 30522,
+): SampleColumns {
   if (maxSeqLength < 5) throw new LoaderError(`fake samples need max_seq_length >= 5, got ${maxSeqLength}`);
   const batch = emptySamples(batchSize, { maxSeqLength, maxPredictionsPerSeq });
   const fakeRandom = new CounterRandom(seed, STREAM_FAKE);
@@ -341,7 +357,10 @@ type WorkerReply = { batch: SampleColumns } | { error: string };
 export class PrefetchingLoader implements AsyncIterableIterator<SampleColumns> {
   private readonly worker: Worker;
   private readonly ready: SampleColumns[] = [];
-  private readonly waiting: { resolve: (result: IteratorResult<SampleColumns>) => void; reject: (error: Error) => void }[] = [];
+  private readonly waiting: {
+    resolve: (result: IteratorResult<SampleColumns>) => void;
+    reject: (error: Error) => void;
+  }[] = [];
   private failure: Error | undefined;
   private closed = false;
 
@@ -420,7 +439,10 @@ function runWorker(port: NonNullable<typeof parentPort>, spec: LoaderSpec, depth
       batches ??= batchesOf(spec);
       for (; credit > 0; credit--) {
         const batch = batches.next().value;
-        port.postMessage({ batch }, SAMPLE_FIELDS.map((field) => batch[field].buffer as ArrayBuffer));
+        port.postMessage(
+          { batch },
+          SAMPLE_FIELDS.map((field) => batch[field].buffer as ArrayBuffer),
+        );
       }
     } catch (error) {
       port.postMessage({ error: (error as Error).message });
@@ -443,7 +465,8 @@ if (!isMainThread && parentPort !== null && (workerData as { mark?: string } | n
 export function samplesToTensors(samples: SampleColumns, devices?: readonly string[]): BertBatchTensors {
   const { count, maxSeqLength: seq, maxPredictionsPerSeq: preds } = samples;
   const place = (t: Tensor) => (devices && devices.length > 1 ? t.shard([...devices], 0) : t);
-  const make = (data: Int32Array | Float32Array, shape: number[]) => place(new Tensor(data, { device: devices?.[0] }).reshape(shape));
+  const make = (data: Int32Array | Float32Array, shape: number[]) =>
+    place(new Tensor(data, { device: devices?.[0] }).reshape(shape));
   return [
     make(samples.input_ids, [count, seq]),
     make(samples.segment_ids, [count, seq]),

@@ -8,7 +8,15 @@ import { availableParallelism, freemem } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { isMainThread, parentPort, Worker, workerData } from "node:worker_threads";
-import { basedirFromEnv, evalInputPath, evalShardPath, PART_COUNT, trainInputPath, trainShardPath, vocabPath } from "./basedir.ts";
+import {
+  basedirFromEnv,
+  evalInputPath,
+  evalShardPath,
+  PART_COUNT,
+  trainInputPath,
+  trainShardPath,
+  vocabPath,
+} from "./basedir.ts";
 import { formatDuration } from "./byteProgress.ts";
 import { PyRandom } from "./pyrandom.ts";
 import type { SampleColumns } from "./samples.ts";
@@ -98,7 +106,8 @@ export function readDocuments(text: string, tokenizer: BertTokenizer): Documents
   documentStarts.push(0);
   const lineIds: number[] = [];
   const endDocument = () => {
-    if (segmentStarts.length - 1 > documentStarts.data[documentStarts.length - 1]!) documentStarts.push(segmentStarts.length - 1);
+    if (segmentStarts.length - 1 > documentStarts.data[documentStarts.length - 1]!)
+      documentStarts.push(segmentStarts.length - 1);
   };
   for (let lineStart = 0; lineStart < content.length; ) {
     const newline = content.indexOf("\n", lineStart);
@@ -116,7 +125,11 @@ export function readDocuments(text: string, tokenizer: BertTokenizer): Documents
     segmentStarts.push(tokenIds.length);
   }
   endDocument();
-  return { tokenIds: tokenIds.filled(), segmentStarts: segmentStarts.filled(), documentStarts: documentStarts.filled() };
+  return {
+    tokenIds: tokenIds.filled(),
+    segmentStarts: segmentStarts.filled(),
+    documentStarts: documentStarts.filled(),
+  };
 }
 
 // ---------------------------------------------------------------------------------------
@@ -359,7 +372,8 @@ class SampleMaker {
 
 export function validateSettings(settings: PreprocessSettings): void {
   const integer = (name: string, value: number, min: number) => {
-    if (!Number.isSafeInteger(value) || value < min) throw new PreprocessError(`${name} must be an integer >= ${min}, got ${value}`);
+    if (!Number.isSafeInteger(value) || value < min)
+      throw new PreprocessError(`${name} must be an integer >= ${min}, got ${value}`);
   };
   // [CLS] a [SEP] b [SEP] needs 5 positions; randint(2, MAX_SEQ_LENGTH - 3) needs at least 5 too.
   integer("MAX_SEQ_LENGTH", settings.maxSeqLength, 5);
@@ -377,7 +391,12 @@ export function validateSettings(settings: PreprocessSettings): void {
  * create_training_instances on one input's documents: the document shuffle, DUPE_FACTOR
  * rounds over all documents, and the final shuffle (as `shuffledOrder`).
  */
-export function makeSamples(documents: Documents, tokenizer: BertTokenizer, settings: PreprocessSettings, onProgress?: ProgressCallback): MadeSamples {
+export function makeSamples(
+  documents: Documents,
+  tokenizer: BertTokenizer,
+  settings: PreprocessSettings,
+  onProgress?: ProgressCallback,
+): MadeSamples {
   validateSettings(settings);
   const rng = new PyRandom(settings.randomSeed);
   const documentOrder = Int32Array.from({ length: documents.documentStarts.length - 1 }, (_, d) => d);
@@ -398,7 +417,11 @@ export function makeSamples(documents: Documents, tokenizer: BertTokenizer, sett
 }
 
 /** The padded columns of the made samples at `rows` (indices in made order), in that order. */
-export function toSampleColumns(made: MadeSamples, rows: ArrayLike<number>, settings: PreprocessSettings): SampleColumns {
+export function toSampleColumns(
+  made: MadeSamples,
+  rows: ArrayLike<number>,
+  settings: PreprocessSettings,
+): SampleColumns {
   const { maxSeqLength, maxPredictionsPerSeq } = settings;
   const count = rows.length;
   const columns: SampleColumns = {
@@ -424,7 +447,10 @@ export function toSampleColumns(made: MadeSamples, rows: ArrayLike<number>, sett
     const predictionStart = made.predictionStarts[k]!;
     const predictions = made.predictionStarts[k + 1]! - predictionStart;
     const predictionRow = r * maxPredictionsPerSeq;
-    columns.masked_lm_positions.set(made.maskedLmPositions.subarray(predictionStart, predictionStart + predictions), predictionRow);
+    columns.masked_lm_positions.set(
+      made.maskedLmPositions.subarray(predictionStart, predictionStart + predictions),
+      predictionRow,
+    );
     columns.masked_lm_ids.set(made.maskedLmIds.subarray(predictionStart, predictionStart + predictions), predictionRow);
     columns.masked_lm_weights.fill(1, predictionRow, predictionRow + predictions);
     columns.next_sentence_labels[r] = made.nextSentenceLabels[k]!;
@@ -460,9 +486,12 @@ export function orderedSamplesFromText(
 ): OrderedSamples {
   const source = options.source ?? "input text";
   const documents = readDocuments(text, tokenizer);
-  if (documents.documentStarts.length === 1) throw new PreprocessError(`${source} has no documents (no line gives a token)`);
+  if (documents.documentStarts.length === 1)
+    throw new PreprocessError(`${source} has no documents (no line gives a token)`);
   const made = makeSamples(documents, tokenizer, settings, options.onProgress);
-  const rows = options.evalPick ? Int32Array.from(evalPickRows(made.count), (k) => made.shuffledOrder[k]!) : made.shuffledOrder;
+  const rows = options.evalPick
+    ? Int32Array.from(evalPickRows(made.count), (k) => made.shuffledOrder[k]!)
+    : made.shuffledOrder;
   return { made, rows };
 }
 
@@ -483,7 +512,11 @@ export function samplesFromText(
  * (7 KB a sample at 512/76: 3 GB for a Wikipedia part's 425,000).
  */
 export function writeSamplesShard(path: string, { made, rows }: OrderedSamples, settings: PreprocessSettings): void {
-  const dims = { count: rows.length, maxSeqLength: settings.maxSeqLength, maxPredictionsPerSeq: settings.maxPredictionsPerSeq };
+  const dims = {
+    count: rows.length,
+    maxSeqLength: settings.maxSeqLength,
+    maxPredictionsPerSeq: settings.maxPredictionsPerSeq,
+  };
   // every stored value is a token id, a position, or a 0/1: ids and positions must fit 16 bits
   const tooBig = (field: "input_ids" | "masked_lm_positions" | "masked_lm_ids", values: Int32Array, max: number) => {
     for (let i = 0; i < values.length; i++) if (values[i]! > max) throw unfitValue(path, field, dims, i, values[i]!);
@@ -501,13 +534,27 @@ export function writeSamplesShard(path: string, { made, rows }: OrderedSamples, 
       const predictionStart = made.predictionStarts[k]!;
       const predictions = made.predictionStarts[k + 1]! - predictionStart;
       switch (field) {
-        case "input_ids": out.set(made.tokenIds.subarray(tokenStart, tokenStart + length), at); break;
-        case "input_mask": out.fill(1, at, at + length); break;
-        case "segment_ids": out.fill(1, at + made.segmentALengths[k]!, at + length); break;
-        case "masked_lm_positions": out.set(made.maskedLmPositions.subarray(predictionStart, predictionStart + predictions), at); break;
-        case "masked_lm_ids": out.set(made.maskedLmIds.subarray(predictionStart, predictionStart + predictions), at); break;
-        case "masked_lm_weights": out.fill(1, at, at + predictions); break;
-        case "next_sentence_labels": out[at] = made.nextSentenceLabels[k]!; break;
+        case "input_ids":
+          out.set(made.tokenIds.subarray(tokenStart, tokenStart + length), at);
+          break;
+        case "input_mask":
+          out.fill(1, at, at + length);
+          break;
+        case "segment_ids":
+          out.fill(1, at + made.segmentALengths[k]!, at + length);
+          break;
+        case "masked_lm_positions":
+          out.set(made.maskedLmPositions.subarray(predictionStart, predictionStart + predictions), at);
+          break;
+        case "masked_lm_ids":
+          out.set(made.maskedLmIds.subarray(predictionStart, predictionStart + predictions), at);
+          break;
+        case "masked_lm_weights":
+          out.fill(1, at, at + predictions);
+          break;
+        case "next_sentence_labels":
+          out[at] = made.nextSentenceLabels[k]!;
+          break;
       }
     }
   });
@@ -520,12 +567,16 @@ export function readUtf8File(path: string): string {
     bytes = readFileSync(path);
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
-    throw new PreprocessError(`cannot read input file ${path}${code === "ENOENT" ? ": it does not exist" : `: ${(error as Error).message}`}`);
+    throw new PreprocessError(
+      `cannot read input file ${path}${code === "ENOENT" ? ": it does not exist" : `: ${(error as Error).message}`}`,
+    );
   }
   try {
     return new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(bytes);
   } catch {
-    throw new PreprocessError(`input file ${path} is not valid UTF-8 (first bad byte at offset ${firstInvalidUtf8Offset(bytes)})`);
+    throw new PreprocessError(
+      `input file ${path} is not valid UTF-8 (first bad byte at offset ${firstInvalidUtf8Offset(bytes)})`,
+    );
   }
 }
 
@@ -537,7 +588,8 @@ function firstInvalidUtf8Offset(bytes: Uint8Array): number {
       i++;
       continue;
     }
-    const continuations = lead >= 0xc2 && lead <= 0xdf ? 1 : lead >= 0xe0 && lead <= 0xef ? 2 : lead >= 0xf0 && lead <= 0xf4 ? 3 : 0;
+    const continuations =
+      lead >= 0xc2 && lead <= 0xdf ? 1 : lead >= 0xe0 && lead <= 0xef ? 2 : lead >= 0xf0 && lead <= 0xf4 ? 3 : 0;
     if (continuations === 0) return i;
     let codePoint = lead & (0x3f >> continuations);
     for (let k = 1; k <= continuations; k++) {
@@ -628,7 +680,8 @@ const SETTING_KNOBS: [key: keyof PreprocessSettings, env: string, flag: string][
 
 function parseNumber(name: string, text: string): number {
   const value = Number(text);
-  if (text.trim() === "" || !Number.isFinite(value)) throw new PreprocessError(`${name}: expected a number, got ${JSON.stringify(text)}`);
+  if (text.trim() === "" || !Number.isFinite(value))
+    throw new PreprocessError(`${name}: expected a number, got ${JSON.stringify(text)}`);
   return value;
 }
 
@@ -656,14 +709,23 @@ export function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv = proces
   if (positional[0] === "pre-eval" && positional.length === 1) command = { kind: "pre-eval" };
   else if (positional[0] === "pre-train" && positional.length === 2 && positional[1] === "all") {
     command = { kind: "pre-train", parts: Array.from({ length: PART_COUNT }, (_, part) => part) };
-  } else if (positional[0] === "pre-train" && positional.length === 2 && /^\d+$/.test(positional[1]!) && Number(positional[1]) < PART_COUNT) {
+  } else if (
+    positional[0] === "pre-train" &&
+    positional.length === 2 &&
+    /^\d+$/.test(positional[1]!) &&
+    Number(positional[1]) < PART_COUNT
+  ) {
     command = { kind: "pre-train", parts: [Number(positional[1])] };
-  } else throw new PreprocessError(`expected "pre-train all", "pre-train N" (0..${PART_COUNT - 1}) or "pre-eval", got ${JSON.stringify(positional.join(" "))} (see --help)`);
+  } else
+    throw new PreprocessError(
+      `expected "pre-train all", "pre-train N" (0..${PART_COUNT - 1}) or "pre-eval", got ${JSON.stringify(positional.join(" "))} (see --help)`,
+    );
 
   const settings = { ...DEFAULT_SETTINGS };
   for (const [key, envName, flag] of SETTING_KNOBS) {
     const text = flagValues.get(flag) ?? env[envName];
-    if (text !== undefined && text !== "") settings[key] = parseNumber(flagValues.has(flag) ? `--${flag}` : envName, text);
+    if (text !== undefined && text !== "")
+      settings[key] = parseNumber(flagValues.has(flag) ? `--${flag}` : envName, text);
   }
   validateSettings(settings);
 
@@ -672,7 +734,8 @@ export function parseCommandLine(argv: string[], env: NodeJS.ProcessEnv = proces
     workersText !== undefined && workersText !== ""
       ? parseNumber("NUM_WORKERS", workersText)
       : Math.max(1, Math.min(availableParallelism(), Math.floor(freemem() / WORKER_MEMORY_BYTES)));
-  if (!Number.isSafeInteger(numWorkers) || numWorkers < 1) throw new PreprocessError(`NUM_WORKERS must be an integer >= 1, got ${workersText}`);
+  if (!Number.isSafeInteger(numWorkers) || numWorkers < 1)
+    throw new PreprocessError(`NUM_WORKERS must be an integer >= 1, got ${workersText}`);
 
   const basedirFlag = flagValues.get("basedir");
   return { command, basedir: basedirFlag ? basedirFlag : basedirFromEnv(env), numWorkers, settings };
@@ -690,8 +753,16 @@ type WorkerMessage =
   | { kind: "done"; part: Job["part"]; samples: number; inputBytes: number };
 
 /** Makes one job's shard; `onProgress` sees samples made so far. */
-function runJob(job: Job, tokenizer: BertTokenizer, settings: PreprocessSettings, onProgress: ProgressCallback): number {
-  const samples = orderedSamplesFromFile(job.inputPath, tokenizer, settings, { evalPick: job.part === "eval", onProgress });
+function runJob(
+  job: Job,
+  tokenizer: BertTokenizer,
+  settings: PreprocessSettings,
+  onProgress: ProgressCallback,
+): number {
+  const samples = orderedSamplesFromFile(job.inputPath, tokenizer, settings, {
+    evalPick: job.part === "eval",
+    onProgress,
+  });
   writeSamplesShard(job.shardPath, samples, settings);
   return samples.rows.length;
 }
@@ -723,7 +794,8 @@ class PartProgress {
       this.inputBytesDone += message.inputBytes;
     }
     const now = Date.now();
-    if (message.kind === "done" || (process.stderr.isTTY && now - this.lastDrawMs > 250)) this.draw(now, message.kind === "done");
+    if (message.kind === "done" || (process.stderr.isTTY && now - this.lastDrawMs > 250))
+      this.draw(now, message.kind === "done");
   }
 
   private draw(now: number, partFinished: boolean): void {
@@ -739,7 +811,8 @@ class PartProgress {
       (this.skipped > 0 ? ` (+${this.skipped} already done)` : "") +
       ` | ${samples.toLocaleString("en-US")} samples, ${Math.round(rate).toLocaleString("en-US")}/s` +
       ` | ${(this.inputBytesDone / 1e6 / Math.max(seconds, 1e-3)).toFixed(2)} MB/s of text | ${formatDuration(seconds)} elapsed, ETA ${eta}`;
-    if (process.stderr.isTTY) process.stderr.write(`\r\x1b[K${line}${partFinished && remainingParts === 0 ? "\n" : ""}`);
+    if (process.stderr.isTTY)
+      process.stderr.write(`\r\x1b[K${line}${partFinished && remainingParts === 0 ? "\n" : ""}`);
     else if (partFinished) process.stderr.write(`${line}\n`);
   }
 }
@@ -755,7 +828,13 @@ function startWorker(data: { role: string; vocabPath: string; settings: Preproce
 }
 
 /** Runs the jobs on `numWorkers` threads, each taking the next job when it finishes one. */
-function runJobsOnWorkers(jobs: Job[], numWorkers: number, vocabFile: string, settings: PreprocessSettings, progress: PartProgress): Promise<void> {
+function runJobsOnWorkers(
+  jobs: Job[],
+  numWorkers: number,
+  vocabFile: string,
+  settings: PreprocessSettings,
+  progress: PartProgress,
+): Promise<void> {
   const queue = [...jobs];
   return new Promise((resolve, reject) => {
     const workers: Worker[] = [];
@@ -803,7 +882,9 @@ function workerMain(): void {
       return;
     }
     const post = (message: WorkerMessage) => port.postMessage(message);
-    const samples = runJob(job, tokenizer, settings, (made) => post({ kind: "progress", part: job.part, samples: made }));
+    const samples = runJob(job, tokenizer, settings, (made) =>
+      post({ kind: "progress", part: job.part, samples: made }),
+    );
     post({ kind: "done", part: job.part, samples, inputBytes: statSync(job.inputPath).size });
   });
 }
@@ -816,16 +897,28 @@ export interface ShardsMade {
 }
 
 /** `pre-train` or `pre-eval` under `basedir` (see USAGE); parts whose shard exists are skipped. */
-export async function makeShards({ command, basedir, numWorkers: requestedWorkers, settings }: CliOptions): Promise<ShardsMade> {
+export async function makeShards({
+  command,
+  basedir,
+  numWorkers: requestedWorkers,
+  settings,
+}: CliOptions): Promise<ShardsMade> {
   const vocabFile = vocabPath(basedir);
   const tokenizer = new BertTokenizer(loadVocab(vocabFile)); // fails early on a missing vocab
   const jobs: Job[] =
     command.kind === "pre-eval"
       ? [{ part: "eval", inputPath: evalInputPath(basedir), shardPath: evalShardPath(basedir) }]
-      : command.parts.map((part) => ({ part, inputPath: trainInputPath(basedir, part), shardPath: trainShardPath(basedir, part) }));
+      : command.parts.map((part) => ({
+          part,
+          inputPath: trainInputPath(basedir, part),
+          shardPath: trainShardPath(basedir, part),
+        }));
   const pending = jobs.filter((job) => !existsSync(job.shardPath));
   const missing = pending.find((job) => !existsSync(job.inputPath));
-  if (missing) throw new PreprocessError(`input file ${missing.inputPath} does not exist (download it first: WIKI_TRAIN=1 npx tsx mlperf/bert/data/download.ts)`);
+  if (missing)
+    throw new PreprocessError(
+      `input file ${missing.inputPath} does not exist (download it first: WIKI_TRAIN=1 npx tsx mlperf/bert/data/download.ts)`,
+    );
   process.stderr.write(
     `${command.kind}: ${pending.length} of ${jobs.length} shard(s) to make in ${basedir} (MAX_SEQ_LENGTH=${settings.maxSeqLength} ` +
       `MAX_PREDICTIONS_PER_SEQ=${settings.maxPredictionsPerSeq} DUPE_FACTOR=${settings.dupeFactor} RANDOM_SEED=${settings.randomSeed} ` +
@@ -837,7 +930,9 @@ export async function makeShards({ command, basedir, numWorkers: requestedWorker
   const numWorkers = Math.min(requestedWorkers, pending.length);
   if (numWorkers === 1) {
     for (const job of pending) {
-      const samples = runJob(job, tokenizer, settings, (made) => progress.update({ kind: "progress", part: job.part, samples: made }));
+      const samples = runJob(job, tokenizer, settings, (made) =>
+        progress.update({ kind: "progress", part: job.part, samples: made }),
+      );
       progress.update({ kind: "done", part: job.part, samples, inputBytes: statSync(job.inputPath).size });
     }
   } else {
@@ -854,7 +949,11 @@ async function cliMain(argv: string[]): Promise<void> {
 
 if (!isMainThread && (workerData as { role?: string } | null)?.role === WORKER_ROLE) {
   workerMain();
-} else if (isMainThread && process.argv[1] !== undefined && fileURLToPath(import.meta.url) === resolve(process.argv[1])) {
+} else if (
+  isMainThread &&
+  process.argv[1] !== undefined &&
+  fileURLToPath(import.meta.url) === resolve(process.argv[1])
+) {
   cliMain(process.argv.slice(2)).catch((error: Error) => {
     const expected = error instanceof PreprocessError || error instanceof VocabError || error instanceof ShardError;
     process.stderr.write(`\npreprocess: ${expected ? error.message : error.stack}\n`);

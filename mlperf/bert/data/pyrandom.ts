@@ -146,7 +146,8 @@ export class PyRandom {
 
 /** Python seeds from `abs(seed)` split into 32-bit words, least significant first. */
 function seedWords(seed: number | bigint): Uint32Array {
-  if (typeof seed === "number" && !Number.isSafeInteger(seed)) throw new RangeError(`PyRandom: seed ${seed} is not a safe integer`);
+  if (typeof seed === "number" && !Number.isSafeInteger(seed))
+    throw new RangeError(`PyRandom: seed ${seed} is not a safe integer`);
   let rest = BigInt(seed);
   if (rest < 0n) rest = -rest;
   const words: number[] = [];

@@ -51,13 +51,19 @@ const LAYOUT: Record<SampleField, { dtype: ShardDType; max: number }> = {
 // live here, the lowest of the sample-file modules, until samples.ts takes them.
 
 /** Values per sample of `field`: max_seq_length, max_predictions_per_seq or 1. */
-export function fieldWidth(field: SampleField, dims: Pick<SampleColumns, "maxSeqLength" | "maxPredictionsPerSeq">): number {
+export function fieldWidth(
+  field: SampleField,
+  dims: Pick<SampleColumns, "maxSeqLength" | "maxPredictionsPerSeq">,
+): number {
   if (field === "input_ids" || field === "input_mask" || field === "segment_ids") return dims.maxSeqLength;
   return field === "next_sentence_labels" ? 1 : dims.maxPredictionsPerSeq;
 }
 
 /** `count` zeroed samples of the given widths. */
-export function emptySamples(count: number, { maxSeqLength, maxPredictionsPerSeq }: Pick<SampleColumns, "maxSeqLength" | "maxPredictionsPerSeq">): SampleColumns {
+export function emptySamples(
+  count: number,
+  { maxSeqLength, maxPredictionsPerSeq }: Pick<SampleColumns, "maxSeqLength" | "maxPredictionsPerSeq">,
+): SampleColumns {
   const seq = count * maxSeqLength;
   const pred = count * maxPredictionsPerSeq;
   return {
@@ -74,7 +80,10 @@ export function emptySamples(count: number, { maxSeqLength, maxPredictionsPerSeq
   };
 }
 
-function shapeOf(dims: Pick<SampleColumns, "count" | "maxSeqLength" | "maxPredictionsPerSeq">, field: SampleField): number[] {
+function shapeOf(
+  dims: Pick<SampleColumns, "count" | "maxSeqLength" | "maxPredictionsPerSeq">,
+  field: SampleField,
+): number[] {
   return field === "next_sentence_labels" ? [dims.count] : [dims.count, fieldWidth(field, dims)];
 }
 
@@ -122,17 +131,32 @@ export function writeShardRows(path: string, dims: ShardDims, fill: ShardRowFill
 }
 
 /** The ShardError for `value` at `index` of `field`'s values, which its stored type cannot hold. */
-export function unfitValue(path: string, field: SampleField, dims: Pick<SampleColumns, "maxSeqLength" | "maxPredictionsPerSeq">, index: number, value: number): ShardError {
+export function unfitValue(
+  path: string,
+  field: SampleField,
+  dims: Pick<SampleColumns, "maxSeqLength" | "maxPredictionsPerSeq">,
+  index: number,
+  value: number,
+): ShardError {
   const { dtype, max } = LAYOUT[field];
   const width = fieldWidth(field, dims);
-  return new ShardError(path, field, `sample ${Math.floor(index / width)}, index ${index % width}: ${value} does not fit ${dtype} values 0..${max}`);
+  return new ShardError(
+    path,
+    field,
+    `sample ${Math.floor(index / width)}, index ${index % width}: ${value} does not fit ${dtype} values 0..${max}`,
+  );
 }
 
 /** Writes `samples` as a shard at `path`, atomically (temp file + rename). */
 export function writeShard(path: string, samples: SampleColumns): void {
   for (const field of SAMPLE_FIELDS) {
     const expected = samples.count * fieldWidth(field, samples);
-    if (samples[field].length !== expected) throw new ShardError(path, field, `has ${samples[field].length} values, expected ${expected} for ${samples.count} samples`);
+    if (samples[field].length !== expected)
+      throw new ShardError(
+        path,
+        field,
+        `has ${samples[field].length} values, expected ${expected} for ${samples.count} samples`,
+      );
   }
   writeShardRows(path, samples, (field, start, end, out) => {
     const { max } = LAYOUT[field];
@@ -140,7 +164,8 @@ export function writeShard(path: string, samples: SampleColumns): void {
     const first = start * fieldWidth(field, samples);
     for (let i = 0; i < out.length; i++) {
       const value = values[first + i]!;
-      if (!(Number.isInteger(value) && value >= 0 && value <= max)) throw unfitValue(path, field, samples, first + i, value);
+      if (!(Number.isInteger(value) && value >= 0 && value <= max))
+        throw unfitValue(path, field, samples, first + i, value);
       out[i] = value;
     }
   });
@@ -148,16 +173,31 @@ export function writeShard(path: string, samples: SampleColumns): void {
 
 function metadataInteger(path: string, metadata: Record<string, string>, key: string): number {
   const text = metadata[key];
-  if (text === undefined || !/^\d+$/.test(text)) throw new ShardError(path, `__metadata__.${key}`, `expected a decimal integer, got ${JSON.stringify(text)}`);
+  if (text === undefined || !/^\d+$/.test(text))
+    throw new ShardError(path, `__metadata__.${key}`, `expected a decimal integer, got ${JSON.stringify(text)}`);
   return Number(text);
 }
 
 type ShardDims = Pick<SampleColumns, "count" | "maxSeqLength" | "maxPredictionsPerSeq">;
 
 /** Checks a shard's metadata and each field's dtype and shape; returns its dimensions. */
-function checkShardHeader(path: string, tensors: Record<string, { dtype: string; shape: number[] }>, metadata: Record<string, string>): ShardDims {
-  if (metadata.format !== SHARD_FORMAT) throw new ShardError(path, "__metadata__.format", `expected "${SHARD_FORMAT}", got ${JSON.stringify(metadata.format)}`);
-  if (metadata.version !== SHARD_VERSION) throw new ShardError(path, "__metadata__.version", `expected "${SHARD_VERSION}", got ${JSON.stringify(metadata.version)}`);
+function checkShardHeader(
+  path: string,
+  tensors: Record<string, { dtype: string; shape: number[] }>,
+  metadata: Record<string, string>,
+): ShardDims {
+  if (metadata.format !== SHARD_FORMAT)
+    throw new ShardError(
+      path,
+      "__metadata__.format",
+      `expected "${SHARD_FORMAT}", got ${JSON.stringify(metadata.format)}`,
+    );
+  if (metadata.version !== SHARD_VERSION)
+    throw new ShardError(
+      path,
+      "__metadata__.version",
+      `expected "${SHARD_VERSION}", got ${JSON.stringify(metadata.version)}`,
+    );
   const dims = {
     count: metadataInteger(path, metadata, "count"),
     maxSeqLength: metadataInteger(path, metadata, "max_seq_length"),
@@ -167,9 +207,14 @@ function checkShardHeader(path: string, tensors: Record<string, { dtype: string;
     const tensor = tensors[field];
     if (tensor === undefined) throw new ShardError(path, field, "missing");
     const expectedShape = shapeOf(dims, field);
-    if (tensor.dtype !== LAYOUT[field].dtype) throw new ShardError(path, field, `dtype ${tensor.dtype}, expected ${LAYOUT[field].dtype}`);
+    if (tensor.dtype !== LAYOUT[field].dtype)
+      throw new ShardError(path, field, `dtype ${tensor.dtype}, expected ${LAYOUT[field].dtype}`);
     if (tensor.shape.join() !== expectedShape.join()) {
-      throw new ShardError(path, field, `shape [${tensor.shape.join(", ")}], expected [${expectedShape.join(", ")}] from __metadata__`);
+      throw new ShardError(
+        path,
+        field,
+        `shape [${tensor.shape.join(", ")}], expected [${expectedShape.join(", ")}] from __metadata__`,
+      );
     }
   }
   return dims;
@@ -206,7 +251,8 @@ export class ShardFile {
 
   /** Copies sample `index` into row `row` of `target` (whose widths match this shard's). */
   readInto(index: number, target: SampleColumns, row: number): void {
-    if (!(Number.isInteger(index) && index >= 0 && index < this.count)) throw new ShardError(this.path, "sample", `index ${index} is outside 0..${this.count - 1}`);
+    if (!(Number.isInteger(index) && index >= 0 && index < this.count))
+      throw new ShardError(this.path, "sample", `index ${index} is outside 0..${this.count - 1}`);
     for (const field of SAMPLE_FIELDS) {
       const width = fieldWidth(field, this);
       const entry = this.entries[field]!;

@@ -67,7 +67,8 @@ export function* readTFRecords(path: string): Generator<TFRecord> {
     };
     while (fill(1)) {
       const recordOffset = fileOffset;
-      if (!fill(HEADER_BYTES)) throw new TFRecordError(path, recordOffset, `truncated record header: ${end - start} of ${HEADER_BYTES} bytes`);
+      if (!fill(HEADER_BYTES))
+        throw new TFRecordError(path, recordOffset, `truncated record header: ${end - start} of ${HEADER_BYTES} bytes`);
       const view = new DataView(buffer.buffer, buffer.byteOffset + start, HEADER_BYTES);
       if (io.maskedCrc32c(buffer.subarray(start, start + 8)) !== view.getUint32(8, true)) {
         throw new TFRecordError(path, recordOffset, "bad CRC of the record length");
@@ -79,8 +80,12 @@ export function* readTFRecords(path: string): Generator<TFRecord> {
         throw new TFRecordError(path, recordOffset, `truncated record: ${fileLength - recordOffset} of ${total} bytes`);
       }
       const data = buffer.subarray(start + HEADER_BYTES, start + HEADER_BYTES + length);
-      const stored = new DataView(buffer.buffer, buffer.byteOffset + start + HEADER_BYTES + length, 4).getUint32(0, true);
-      if (io.maskedCrc32c(data) !== stored) throw new TFRecordError(path, recordOffset, `bad CRC of the ${length}-byte record data`);
+      const stored = new DataView(buffer.buffer, buffer.byteOffset + start + HEADER_BYTES + length, 4).getUint32(
+        0,
+        true,
+      );
+      if (io.maskedCrc32c(data) !== stored)
+        throw new TFRecordError(path, recordOffset, `bad CRC of the ${length}-byte record data`);
       start += total;
       fileOffset += total;
       yield { data, byteOffset: recordOffset };
@@ -104,7 +109,10 @@ export function encodeTFRecord(data: Uint8Array): Uint8Array {
 // ---- tf.train.Example ------------------------------------------------------------------
 
 /** An Example's features: int64 and float lists as numbers, bytes lists as raw bytes. */
-export type ExampleFeature = { kind: "int64"; values: number[] } | { kind: "float"; values: number[] } | { kind: "bytes"; values: Uint8Array[] };
+export type ExampleFeature =
+  | { kind: "int64"; values: number[] }
+  | { kind: "float"; values: number[] }
+  | { kind: "bytes"; values: Uint8Array[] };
 
 const UTF8 = new TextDecoder();
 const VARINT = 0;
@@ -153,7 +161,8 @@ class ProtoReader {
       value |= BigInt(byte & 0x7f) << BigInt(shift);
     }
     const signed = BigInt.asIntN(64, value);
-    if (signed > BigInt(Number.MAX_SAFE_INTEGER) || signed < BigInt(Number.MIN_SAFE_INTEGER)) throw new Error(`int64 ${signed} is beyond 2^53`);
+    if (signed > BigInt(Number.MAX_SAFE_INTEGER) || signed < BigInt(Number.MIN_SAFE_INTEGER))
+      throw new Error(`int64 ${signed} is beyond 2^53`);
     return Number(signed);
   }
 
@@ -161,7 +170,8 @@ class ProtoReader {
   delimited(): [number, number] {
     const length = this.varint();
     const start = this.position;
-    if (start + length > this.end) throw new Error(`field of ${length} bytes at ${start} runs past the end of its message at ${this.end}`);
+    if (start + length > this.end)
+      throw new Error(`field of ${length} bytes at ${start} runs past the end of its message at ${this.end}`);
     this.position = start + length;
     return [start, start + length];
   }
@@ -206,7 +216,8 @@ function decodeFeatureEntry(entry: ProtoReader): [string, ExampleFeature] {
   while (!entry.done()) {
     const key = entry.varint();
     if (key === ((1 << 3) | LENGTH_DELIMITED)) name = UTF8.decode(entry.bytes.subarray(...entry.delimited()));
-    else if (key === ((2 << 3) | LENGTH_DELIMITED)) feature = decodeFeature(new ProtoReader(entry.bytes, ...entry.delimited()));
+    else if (key === ((2 << 3) | LENGTH_DELIMITED))
+      feature = decodeFeature(new ProtoReader(entry.bytes, ...entry.delimited()));
     else entry.skip(key & 7);
   }
   return [name, feature];
@@ -256,7 +267,8 @@ function decodeFloatList(list: ProtoReader): number[] {
       list.position += 4;
     } else if (key === ((1 << 3) | LENGTH_DELIMITED)) {
       const [start, end] = list.delimited();
-      if ((end - start) % 4 !== 0) throw new Error(`packed floats of ${end - start} bytes at ${start} are not a multiple of 4`);
+      if ((end - start) % 4 !== 0)
+        throw new Error(`packed floats of ${end - start} bytes at ${start} are not a multiple of 4`);
       for (let at = start; at < end; at += 4) values.push(view.getFloat32(at, true));
     } else {
       list.skip(key & 7);
@@ -291,7 +303,9 @@ export function encodeExample(features: Map<string, ExampleFeature>): Uint8Array
       list = concat(feature.values.map((value) => lengthDelimited(1, [value])));
     }
     const featureBytes = lengthDelimited(feature.kind === "bytes" ? 1 : feature.kind === "float" ? 2 : 3, [list]);
-    entries.push(lengthDelimited(1, [lengthDelimited(1, [new TextEncoder().encode(name)]), lengthDelimited(2, [featureBytes])]));
+    entries.push(
+      lengthDelimited(1, [lengthDelimited(1, [new TextEncoder().encode(name)]), lengthDelimited(2, [featureBytes])]),
+    );
   }
   return lengthDelimited(1, entries);
 }
@@ -338,12 +352,20 @@ function lengthDelimited(field: number, parts: Uint8Array[]): Uint8Array {
 type SampleDims = Pick<SampleColumns, "maxSeqLength" | "maxPredictionsPerSeq">;
 
 /** Decodes one record as a sample and returns its dimensions (from input_ids and masked_lm_ids). */
-function decodeSampleRecord(path: string, record: TFRecord, recordIndex: number): { features: Map<string, ExampleFeature>; dims: SampleDims } {
+function decodeSampleRecord(
+  path: string,
+  record: TFRecord,
+  recordIndex: number,
+): { features: Map<string, ExampleFeature>; dims: SampleDims } {
   let features: Map<string, ExampleFeature>;
   try {
     features = decodeExample(record.data);
   } catch (error) {
-    throw new TFRecordError(path, record.byteOffset, `record ${recordIndex} is not a valid tf.train.Example: ${(error as Error).message}`);
+    throw new TFRecordError(
+      path,
+      record.byteOffset,
+      `record ${recordIndex} is not a valid tf.train.Example: ${(error as Error).message}`,
+    );
   }
   const dims = {
     maxSeqLength: features.get("input_ids")?.values.length ?? 0,
@@ -353,9 +375,17 @@ function decodeSampleRecord(path: string, record: TFRecord, recordIndex: number)
 }
 
 /** Checks a decoded Example against the file's dimensions and copies it into row `row` of `target`. */
-function copySampleInto(path: string, record: TFRecord, recordIndex: number, features: Map<string, ExampleFeature>, target: SampleColumns, row: number): void {
+function copySampleInto(
+  path: string,
+  record: TFRecord,
+  recordIndex: number,
+  features: Map<string, ExampleFeature>,
+  target: SampleColumns,
+  row: number,
+): void {
   for (const field of SAMPLE_FIELDS) {
-    const fail = (detail: string) => new TFRecordError(path, record.byteOffset, `record ${recordIndex}: feature ${field} ${detail}`);
+    const fail = (detail: string) =>
+      new TFRecordError(path, record.byteOffset, `record ${recordIndex}: feature ${field} ${detail}`);
     const feature = features.get(field);
     const expectedKind = field === "masked_lm_weights" ? "float" : "int64";
     if (feature === undefined) throw fail("is missing");
@@ -363,7 +393,8 @@ function copySampleInto(path: string, record: TFRecord, recordIndex: number, fea
     const width = fieldWidth(field, target);
     if (feature.values.length !== width) throw fail(`has ${feature.values.length} values, expected ${width}`);
     if (feature.kind === "int64") {
-      for (const value of feature.values) if (value < 0 || value > 0x7fffffff) throw fail(`value ${value} is outside 0..2^31-1`);
+      for (const value of feature.values)
+        if (value < 0 || value > 0x7fffffff) throw fail(`value ${value} is outside 0..2^31-1`);
     }
     target[field].set(feature.values as number[], row * width);
   }
@@ -413,17 +444,23 @@ export class TFRecordSampleFile {
     const view = new DataView(header.buffer);
     for (let offset = 0; offset < fileLength; ) {
       const read = readSync(this.fd, header, 0, HEADER_BYTES, offset);
-      if (read < HEADER_BYTES) throw new TFRecordError(path, offset, `truncated record header: ${read} of ${HEADER_BYTES} bytes`);
-      if (io.maskedCrc32c(header.subarray(0, 8)) !== view.getUint32(8, true)) throw new TFRecordError(path, offset, "bad CRC of the record length");
+      if (read < HEADER_BYTES)
+        throw new TFRecordError(path, offset, `truncated record header: ${read} of ${HEADER_BYTES} bytes`);
+      if (io.maskedCrc32c(header.subarray(0, 8)) !== view.getUint32(8, true))
+        throw new TFRecordError(path, offset, "bad CRC of the record length");
       const length = Number(view.getBigUint64(0, true));
       const total = HEADER_BYTES + length + FOOTER_BYTES;
-      if (offset + total > fileLength) throw new TFRecordError(path, offset, `truncated record: ${fileLength - offset} of ${total} bytes`);
+      if (offset + total > fileLength)
+        throw new TFRecordError(path, offset, `truncated record: ${fileLength - offset} of ${total} bytes`);
       this.offsets.push(offset);
       this.lengths.push(length);
       offset += total;
     }
     this.count = this.offsets.length;
-    const dims = this.count === 0 ? { maxSeqLength: 0, maxPredictionsPerSeq: 0 } : decodeSampleRecord(path, this.readRecord(0), 0).dims;
+    const dims =
+      this.count === 0
+        ? { maxSeqLength: 0, maxPredictionsPerSeq: 0 }
+        : decodeSampleRecord(path, this.readRecord(0), 0).dims;
     this.maxSeqLength = dims.maxSeqLength;
     this.maxPredictionsPerSeq = dims.maxPredictionsPerSeq;
   }
@@ -442,7 +479,8 @@ export class TFRecordSampleFile {
 
   /** Copies sample `index` into row `row` of `target` (whose widths match this file's). */
   readInto(index: number, target: SampleColumns, row: number): void {
-    if (!(Number.isInteger(index) && index >= 0 && index < this.count)) throw new TFRecordError(this.path, 0, `sample index ${index} is outside 0..${this.count - 1}`);
+    if (!(Number.isInteger(index) && index >= 0 && index < this.count))
+      throw new TFRecordError(this.path, 0, `sample index ${index} is outside 0..${this.count - 1}`);
     const record = this.readRecord(index);
     copySampleInto(this.path, record, index, decodeSampleRecord(this.path, record, index).features, target, row);
   }

@@ -39,7 +39,11 @@ export interface ExtractSummary {
  * Refuses absolute names, `..` components, links and device nodes; a truncated archive is
  * an error naming the archive and the offset where it ended.
  */
-export async function extractTarGz(archive: string, destDir: string, options: ExtractOptions = {}): Promise<ExtractSummary> {
+export async function extractTarGz(
+  archive: string,
+  destDir: string,
+  options: ExtractOptions = {},
+): Promise<ExtractSummary> {
   const counter = new Transform({
     transform(chunk: Buffer, _encoding, callback) {
       options.onArchiveBytes?.(chunk.length);
@@ -78,12 +82,14 @@ async function extractEntries(reader: ByteReader, archive: string, destDir: stri
   for (;;) {
     const offset = reader.offset;
     const block = await reader.exactly(BLOCK);
-    if (block === undefined) throw new TarError(archive, offset, "truncated archive: it ends without the end-of-archive marker");
+    if (block === undefined)
+      throw new TarError(archive, offset, "truncated archive: it ends without the end-of-archive marker");
     if (block.length < BLOCK) throw new TarError(archive, reader.offset, "truncated archive: it ends inside a header");
     if (block.every((byte) => byte === 0)) break;
     const header = parseHeader(block, archive, offset);
     if (header.type === "L" || header.type === "K" || header.type === "x" || header.type === "g") {
-      if (header.size > MAX_META_BYTES) throw new TarError(archive, offset, `${header.size}-byte metadata entry is too large`);
+      if (header.size > MAX_META_BYTES)
+        throw new TarError(archive, offset, `${header.size}-byte metadata entry is too large`);
       const body = await readBody(reader, header.size, archive, "metadata entry");
       if (header.type === "L") longName = cString(body);
       if (header.type === "x") pax = parsePax(body, archive, offset);
@@ -113,7 +119,11 @@ async function extractEntries(reader: ByteReader, archive: string, destDir: stri
         break;
       case "1":
       case "2":
-        throw new TarError(archive, offset, `refusing ${type === "1" ? "hard" : "symbolic"} link ${name} -> ${linkName}`);
+        throw new TarError(
+          archive,
+          offset,
+          `refusing ${type === "1" ? "hard" : "symbolic"} link ${name} -> ${linkName}`,
+        );
       case "3":
       case "4":
       case "6":
@@ -137,7 +147,11 @@ function parseHeader(block: Buffer, archive: string, offset: number): TarHeader 
     signed += byte > 127 ? byte - 256 : byte;
   }
   if (stored !== unsigned && stored !== signed) {
-    throw new TarError(archive, offset, `header checksum ${stored} does not match computed ${unsigned}: not a tar header`);
+    throw new TarError(
+      archive,
+      offset,
+      `header checksum ${stored} does not match computed ${unsigned}: not a tar header`,
+    );
   }
   const magic = block.toString("latin1", 257, 265);
   let name = cString(block.subarray(0, 100));
@@ -159,7 +173,10 @@ function parseNumber(field: Buffer, archive: string, offset: number, what: strin
     for (let i = 1; i < field.length; i++) value = value * 256 + field[i]!;
     return value;
   }
-  const text = field.toString("latin1").replace(/[\0 ]+$/, "").replace(/^[\0 ]+/, "");
+  const text = field
+    .toString("latin1")
+    .replace(/[\0 ]+$/, "")
+    .replace(/^[\0 ]+/, "");
   if (!/^[0-7]*$/.test(text)) throw new TarError(archive, offset, `bad ${what} field ${JSON.stringify(text)}`);
   return text === "" ? 0 : parseInt(text, 8);
 }
@@ -191,7 +208,8 @@ function safeTarget(destDir: string, name: string, archive: string, offset: numb
     throw new TarError(archive, offset, `refusing absolute path ${JSON.stringify(name)}`);
   }
   const parts = name.split(/[\\/]/).filter((part) => part !== "" && part !== ".");
-  if (parts.includes("..")) throw new TarError(archive, offset, `refusing path ${JSON.stringify(name)} that escapes the destination`);
+  if (parts.includes(".."))
+    throw new TarError(archive, offset, `refusing path ${JSON.stringify(name)} that escapes the destination`);
   const target = join(destDir, ...parts);
   if (target !== destDir && !target.startsWith(destDir + sep)) {
     throw new TarError(archive, offset, `refusing path ${JSON.stringify(name)} outside ${destDir}`);
@@ -199,7 +217,13 @@ function safeTarget(destDir: string, name: string, archive: string, offset: numb
   return target;
 }
 
-async function writeFile(reader: ByteReader, target: string, size: number, archive: string, name: string): Promise<void> {
+async function writeFile(
+  reader: ByteReader,
+  target: string,
+  size: number,
+  archive: string,
+  name: string,
+): Promise<void> {
   await mkdir(dirname(target), { recursive: true });
   const temp = join(dirname(target), `.${basename(target)}.${process.pid}.tmp`);
   const handle = await open(temp, "w");
@@ -223,7 +247,8 @@ async function writeFile(reader: ByteReader, target: string, size: number, archi
 
 async function readBody(reader: ByteReader, size: number, archive: string, name: string): Promise<Buffer> {
   const body = await reader.exactly(size);
-  if (size > 0 && (body === undefined || body.length < size)) throw truncatedIn(reader, archive, name, size - (body?.length ?? 0));
+  if (size > 0 && (body === undefined || body.length < size))
+    throw truncatedIn(reader, archive, name, size - (body?.length ?? 0));
   await skipPadding(reader, size, archive, name);
   return body ?? Buffer.alloc(0);
 }
@@ -240,7 +265,8 @@ async function skip(reader: ByteReader, size: number, archive: string, name: str
 async function skipPadding(reader: ByteReader, size: number, archive: string, name: string): Promise<void> {
   const padding = (BLOCK - (size % BLOCK)) % BLOCK;
   const read = await reader.exactly(padding);
-  if (padding > 0 && (read === undefined || read.length < padding)) throw truncatedIn(reader, archive, name, padding - (read?.length ?? 0));
+  if (padding > 0 && (read === undefined || read.length < padding))
+    throw truncatedIn(reader, archive, name, padding - (read?.length ?? 0));
 }
 
 function truncatedIn(reader: ByteReader, archive: string, name: string, missing: number): TarError {

@@ -9,7 +9,22 @@ const here = import.meta.dirname;
 export function buildCudaEmulator(dir: string): string | null {
   const library = join(dir, "libcuda_emu.so");
   const header = join(here, "cuda_emu.h");
-  const run = spawnSync(process.env.TG_EMU_CXX || "g++", ["-std=c++17", "-O1", "-shared", "-fPIC", "-U_FORTIFY_SOURCE", `-DTG_EMU_HEADER="${header}"`, "-o", library, join(here, "libcuda_emu.cc"), "-ldl"], { encoding: "utf8" });
+  const run = spawnSync(
+    process.env.TG_EMU_CXX || "g++",
+    [
+      "-std=c++17",
+      "-O1",
+      "-shared",
+      "-fPIC",
+      "-U_FORTIFY_SOURCE",
+      `-DTG_EMU_HEADER="${header}"`,
+      "-o",
+      library,
+      join(here, "libcuda_emu.cc"),
+      "-ldl",
+    ],
+    { encoding: "utf8" },
+  );
   if (run.error || run.status !== 0) {
     if (run.error) return null;
     throw new Error(`the CUDA emulator does not build:\n${run.stderr}`);
