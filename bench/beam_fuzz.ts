@@ -62,7 +62,10 @@ for (const item of items)
 const chosen = [...unique.values()].slice(0, values.kernels ? Number(values.kernels) : undefined);
 console.error(`beam_fuzz: ${unique.size} distinct kernels in a ${preset} step, checking ${chosen.length}`);
 
-/** Option sets up to `depth` extensions away from `start` (not itself), within BEAM's default upcast limit, at most `perKernel`. */
+/**
+ * Option sets up to `depth` extensions away from `start` (not itself), within BEAM's default upcast limit, at most
+ * `perKernel`.
+ */
 function variants(
   start: KernelOpts,
   spec: NonNullable<ReturnType<typeof kernelSpecOf>>,

@@ -69,7 +69,9 @@ function stepper(r: Run) {
   let seed = 0;
   return {
     config,
-    /** Wall ms of one step, with the kernels it ran and their summed run time (0 where launches do not wait: a GPU's). */
+    /**
+     * Wall ms of one step, with the kernels it ran and their summed run time (0 where launches do not wait: a GPU's).
+     */
     step: (): { ms: number; kernels: number; kernelMs: number } => {
       const batch = samplesToTensors(fakeBatch(r.batch, r.seq, r.predictions, seed++, config.vocabSize));
       GlobalCounters.reset();

@@ -51,7 +51,8 @@ function withGraph<T>(graph: boolean, fn: () => T): T {
   }
 }
 
-// (1) N tiny kernels: per-kernel cost of a replay. Each mode has its own jitted function (a capture's graph is built once).
+// (1) N tiny kernels: per-kernel cost of a replay. Each mode has its own jitted function (a capture's graph is built
+// once).
 const chain = (x: Tensor): Tensor => {
   let y = x;
   for (let i = 0; i < chainLength; i++)

@@ -35,7 +35,10 @@ export function drawShapes(count: number, random: () => number): { images: Float
   return { images, labels };
 }
 
-/** conv 3x3 (1 -> 8) -> relu -> max pool 2 -> conv 3x3 (8 -> 16) -> batch norm -> relu -> max pool 2 -> linear (16*4*4 -> 3). */
+/**
+ * conv 3x3 (1 -> 8) -> relu -> max pool 2 -> conv 3x3 (8 -> 16) -> batch norm -> relu -> max pool 2 -> linear (16*4*4
+ * -> 3).
+ */
 export class ShapesNet {
   readonly conv1: nn.Conv2d;
   readonly conv2: nn.Conv2d;

@@ -56,7 +56,10 @@ export function trainClassifier(
   return losses;
 }
 
-/** Runs an example's `main` when its file is the script run: a bad flag or a missing file prints its message (exit 2), not a stack trace. */
+/**
+ * Runs an example's `main` when its file is the script run: a bad flag or a missing file prints its message (exit 2),
+ * not a stack trace.
+ */
 export async function runExample(url: string, name: string, main: () => Promise<void>): Promise<void> {
   if (process.argv[1] !== new URL(url).pathname) return;
   try {

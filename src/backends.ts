@@ -14,7 +14,10 @@ export function jsBackend(): Backend {
   return { name: "JS", hostForms: true, ...hostMemory, compile: jsProgram };
 }
 
-/** CPU: kernels rendered to C, compiled by the system compiler, called on host memory; jitted calls replay as call tables. */
+/**
+ * CPU: kernels rendered to C, compiled by the system compiler, called on host memory; jitted calls replay as call
+ * tables.
+ */
 export function cpuBackend(): Backend {
   return {
     name: "CPU",
@@ -27,7 +30,10 @@ export function cpuBackend(): Backend {
   };
 }
 
-/** `CUDA:index`: kernels in GPU forms, rendered to CUDA C, compiled by NVRTC or nvcc; jitted calls replay as CUDA graphs. */
+/**
+ * `CUDA:index`: kernels in GPU forms, rendered to CUDA C, compiled by NVRTC or nvcc; jitted calls replay as CUDA
+ * graphs.
+ */
 export function cudaBackend(index: number): Backend {
   const device = cudaDevice(index);
   return {
@@ -39,7 +45,10 @@ export function cudaBackend(index: number): Backend {
   };
 }
 
-/** Registers the device kinds in order of preference: a GPU when one answers, else the native CPU device wherever a C compiler works, else JS. */
+/**
+ * Registers the device kinds in order of preference: a GPU when one answers, else the native CPU device wherever a C
+ * compiler works, else JS.
+ */
 export function registerBackends(): void {
   registerBackend("CUDA", cudaBackend, cudaAvailable);
   registerBackend("CPU", cpuBackend, cpuAvailable);

@@ -28,7 +28,9 @@ export function debugLevel(): number {
   return getenv("DEBUG", 0);
 }
 
-/** `$TSGRAD_CACHE`, else `$XDG_CACHE_HOME/tsgrad`, else `~/.cache/tsgrad`. Read live so tests can point it elsewhere. */
+/**
+ * `$TSGRAD_CACHE`, else `$XDG_CACHE_HOME/tsgrad`, else `~/.cache/tsgrad`. Read live so tests can point it elsewhere.
+ */
 export function cacheDir(): string {
   if (process.env.TSGRAD_CACHE) return process.env.TSGRAD_CACHE;
   return join(process.env.XDG_CACHE_HOME || join(homedir(), ".cache"), "tsgrad");

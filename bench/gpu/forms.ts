@@ -1,11 +1,11 @@
-// Which form each kernel of one BERT train step takes on CUDA (tensor cores, group reduce, plain loops),
-// with its share of the step's FLOPs, without a GPU: the step runs on a NULL device whose kernels do
-// nothing, and every kernel is shaped by the CUDA backend's own choice (cuda_forms.ts). Also the device memory
-// the step's buffers take (footprint_gib: will a batch fit a GPU?). `--devices N` shards the batch over N such
-// devices, the weights replicated (data parallelism: kernels and footprint are then per device). `--source NAME` (or
-// "NAME FORM") prints the CUDA C of the first kernel of that name (and form); `--plain`, its lowering
-// without options. Prints one JSON object (and the sources, to stderr).
-// Usage: npx tsx bench/gpu/forms.ts [--batch 8] [--seq 512] [--preset large] [--layers 24] [--devices 1] [--source r_1024]
+// Which form each kernel of one BERT train step takes on CUDA (tensor cores, group reduce, plain loops), with its share
+// of the step's FLOPs, without a GPU: the step runs on a NULL device whose kernels do nothing, and every kernel is
+// shaped by the CUDA backend's own choice (cuda_forms.ts). Also the device memory the step's buffers take
+// (footprint_gib: will a batch fit a GPU?). `--devices N` shards the batch over N such devices, the weights replicated
+// (data parallelism: kernels and footprint are then per device). `--source NAME` (or "NAME FORM") prints the CUDA C of
+// the first kernel of that name (and form); `--plain`, its lowering without options. Prints one JSON object (and the
+// sources, to stderr). Usage: npx tsx bench/gpu/forms.ts [--batch 8] [--seq 512] [--preset large] [--layers 24]
+// [--devices 1] [--source r_1024]
 import { parseArgs } from "node:util";
 import { Device, Tensor, dtypes } from "../../src/index.ts";
 import type { KernelIR } from "../../src/codegen/ir.ts";

@@ -1,11 +1,10 @@
-// float16 GEMM throughput of tsgrad's CUDA kernels: C = A @ B for each shape, the matmul kernel timed
-// alone with CUDA events (best of --runs launches). First, the tensor-core kernels' results against the JS
-// device on small odd shapes (partial tiles, transposed and computed factors, bfloat16, batches): the op
-// suite runs float32 only, so this is where tensor-core correctness is checked. With --tiles, each shape is
-// timed again at every tile BEAM may choose (block and warp shapes, pipeline depths; on an H100/H200 the
-// wgmma tiles too). `--checks-only` runs the checks alone (gpu-check runs them so under TC_TILE for wgmma
-// tiles). Prints one JSON object.
-// Usage: node gemm.mjs [--shapes 4096x4096x4096,16384x1024x4096] [--runs 20] [--device CUDA] [--tiles] [--no-checks | --checks-only]
+// float16 GEMM throughput of tsgrad's CUDA kernels: C = A @ B for each shape, the matmul kernel timed alone with CUDA
+// events (best of --runs launches). First, the tensor-core kernels' results against the JS device on small odd shapes
+// (partial tiles, transposed and computed factors, bfloat16, batches): the op suite runs float32 only, so this is where
+// tensor-core correctness is checked. With --tiles, each shape is timed again at every tile BEAM may choose (block and
+// warp shapes, pipeline depths; on an H100/H200 the wgmma tiles too). `--checks-only` runs the checks alone (gpu-check
+// runs them so under TC_TILE for wgmma tiles). Prints one JSON object. Usage: node gemm.mjs [--shapes
+// 4096x4096x4096,16384x1024x4096] [--runs 20] [--device CUDA] [--tiles] [--no-checks | --checks-only]
 import { parseArgs } from "node:util";
 import { Tensor, dtypes } from "../../src/index.ts";
 import { recordItems } from "../../src/engine/realize.ts";

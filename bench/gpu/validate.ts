@@ -1,8 +1,8 @@
-// Kernel-by-kernel check of a BERT train step on a device (CUDA) against a reference device (CPU): every
-// kernel's inputs are copied out before it runs, the same kernel runs on the reference with them, and the
-// outputs are compared. Reports the kernels that disagree (with their CUDA source), and the first kernel
-// whose output holds NaN or infinity where the reference's does not. Prints one JSON object.
-// Usage: node validate.mjs [--batch 2] [--seq 128] [--preset large] [--layers 2] [--steps 2] [--device CUDA] [--reference CPU]
+// Kernel-by-kernel check of a BERT train step on a device (CUDA) against a reference device (CPU): every kernel's
+// inputs are copied out before it runs, the same kernel runs on the reference with them, and the outputs are compared.
+// Reports the kernels that disagree (with their CUDA source), and the first kernel whose output holds NaN or infinity
+// where the reference's does not. Prints one JSON object. Usage: node validate.mjs [--batch 2] [--seq 128] [--preset
+// large] [--layers 2] [--steps 2] [--device CUDA] [--reference CPU]
 import { parseArgs } from "node:util";
 import { Device, Tensor, dtypes } from "../../src/index.ts";
 import { Buffer } from "../../src/device.ts";

@@ -7,16 +7,16 @@
 // - `:::MLLOG {json}` records (mllog.ts): hyper-parameters, init/run start and stop,
 //   eval_accuracy with its epoch_num (= samples trained), the seed;
 // - the trainer's per-step line, written by formatStepLine:
-//     step 12 | 792 samples | 345.6 ms (host 1.2 ms, data 0.4 ms, device 344.0 ms) | loss 7.1234 | lr 1.20e-4 | 0.52 GB | 123.4 GFLOP/s
+//     step 12 | 792 samples | 345.6 ms (host 1.2 ms, data 0.4 ms, device 344.0 ms) | loss 7.1234 | lr 1.20e-4 | 0.52 GB
+//     | 123.4 GFLOP/s
 //   `samples` counts every sample trained so far, this step's included; `ms` is the wall time
 //   of the step, split into host overhead, waiting for data and device time; GB is device
 //   memory in use; throughput (samples/s) is derived from samples per step and ms;
 // - the trainer's eval line, written by formatEvalLine (used when the log has no MLLOG
 //   eval_accuracy, e.g. LOGMLPERF=0):
 //     eval step 2272 | 149952 samples | masked-LM accuracy 0.720385 | loss 1.4567 | 9.6 s
-// - the trainer's knob lines: `HParam: "BS": 66`.
-// Lines may carry a prefix (a timestamp, a progress bar ended by \r): the patterns are found
-// anywhere in a line.
+// - the trainer's knob lines: `HParam: "BS": 66`. Lines may carry a prefix (a timestamp, a progress bar ended by \r):
+// the patterns are found anywhere in a line.
 import { readFileSync, renameSync, writeFileSync, rmSync } from "node:fs";
 import path from "node:path";
 import { pathToFileURL } from "node:url";

@@ -170,7 +170,10 @@ interface Evaluation {
   print: (line: string) => void;
 }
 
-/** One evaluation over `limit` batches (MAX_EVAL_STEPS, fewer in a BENCHMARK run): accuracy and loss over all predictions. */
+/**
+ * One evaluation over `limit` batches (MAX_EVAL_STEPS, fewer in a BENCHMARK run): accuracy and loss over all
+ * predictions.
+ */
 function evaluate(
   { knobs, devices, evalStep, evalFiles, vocabSize, print }: Evaluation,
   step: number,

@@ -124,7 +124,10 @@ function gpuUpcasts(plain: KernelIR, unmerged: KernelIR): Upcast[] {
   return upcast;
 }
 
-/** Renders a form as the kernel `fnName`; tensor cores take the form's tile, else `tile` (the device's), else the default. */
+/**
+ * Renders a form as the kernel `fnName`; tensor cores take the form's tile, else `tile` (the device's), else the
+ * default.
+ */
 export function renderCudaForm(
   form: CudaForm,
   fnName: string,

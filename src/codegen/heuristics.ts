@@ -33,7 +33,10 @@ export interface AxisFacts {
   readonly size: number;
   /** Loads whose index does not use the axis: shared by all its lanes when upcast. */
   readonly reuse: number;
-  /** Loads that step by one element along the axis (or within runs of 16: packed panels): upcast lanes read neighbours (vectorisable). */
+  /**
+   * Loads that step by one element along the axis (or within runs of 16: packed panels): upcast lanes read neighbours
+   * (vectorisable).
+   */
   readonly contiguous: number;
 }
 
@@ -100,7 +103,9 @@ function parallelLoops(loopTrips: readonly number[], work: number): number {
 export const tileTrips = (shape: readonly number[], upcast: readonly Upcast[], d: number): number =>
   Math.floor(upcast.filter((u) => u.axis === d).reduce((n, u) => n / u.amount, shape[d]!));
 
-/** The output loops' trip counts, outermost first, under some upcasts, loop order and chunks (loops of one trip vanish). */
+/**
+ * The output loops' trip counts, outermost first, under some upcasts, loop order and chunks (loops of one trip vanish).
+ */
 export function loopTrips(
   shape: readonly number[],
   upcast: readonly Upcast[],

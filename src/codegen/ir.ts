@@ -22,7 +22,10 @@ export type Expr =
 
 export type Stmt =
   | { readonly kind: "def"; readonly name: string; readonly dtype: DType; readonly expr: Expr }
-  /** `serial`: a top-level loop whose trips run in order, each splitting the kernel's parallel loops inside it across threads */
+  /**
+   * `serial`: a top-level loop whose trips run in order, each splitting the kernel's parallel loops inside it across
+   * threads
+   */
   | {
       readonly kind: "loop";
       readonly var: string;

@@ -10,7 +10,10 @@ export interface KernelSpec {
   /** Slot of each input node: its data is stored contiguously in its own shape. */
   readonly inputs: ReadonlyMap<UOp, number>;
   readonly buffers: readonly KernelBuffer[];
-  /** Lower in the host backends' forms (the device's `Backend.hostForms`): scatters, K-blocks, ragged tiles, merged axes. */
+  /**
+   * Lower in the host backends' forms (the device's `Backend.hostForms`): scatters, K-blocks, ragged tiles, merged
+   * axes.
+   */
   readonly host?: boolean;
 }
 

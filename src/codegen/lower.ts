@@ -211,7 +211,10 @@ class Lowerer {
   private hasReduce = false;
   /** While collecting (a dry run), the reduces met, instead of emitting their loops. */
   private collecting: Request[] | null = null;
-  /** A K-blocked kernel's sum while its blocks are lowered: its loop covers `size` steps from `start`, on the partial sums. */
+  /**
+   * A K-blocked kernel's sum while its blocks are lowered: its loop covers `size` steps from `start`, on the partial
+   * sums.
+   */
   private block: { node: UOp; start: Idx; size: number } | undefined;
   /** A K-blocked kernel's sum while its epilogue is lowered: read back from the output. */
   private partials: UOp | undefined;

@@ -134,7 +134,10 @@ export function dtypeRange(d: DType): [number, number] {
 
 export type Inputs = ReadonlyMap<UOp, number>;
 
-/** Follows movement ops (not PAD) down to the node that computes the value or is loaded; undefined when a PAD is in the way. */
+/**
+ * Follows movement ops (not PAD) down to the node that computes the value or is loaded; undefined when a PAD is in the
+ * way.
+ */
 function throughMoves(node: UOp, idx: readonly Idx[], inputs: Inputs): { node: UOp; idx: readonly Idx[] } | undefined {
   while (isMovement(node.op) && !inputs.has(node)) {
     if (node.op === "PAD") return undefined;
@@ -258,7 +261,10 @@ function dependsOn(node: UOp, idx: readonly Idx[], name: string, inputs: Inputs)
   return true;
 }
 
-/** A one-hot sum to lower as a scatter: `reduce` sums over its axes WHERE(x == row + offset, value, 0), row along `axis`. */
+/**
+ * A one-hot sum to lower as a scatter: `reduce` sums over its axes WHERE(x == row + offset, value, 0), row along
+ * `axis`.
+ */
 export interface ScatterPlan {
   readonly reduce: UOp;
   readonly axis: number;
@@ -346,7 +352,8 @@ function planFor(
   for (const axis of kept) {
     if (src.shape[axis]! < MIN_SCATTER_ROWS) continue;
     const columns = kept.filter((d) => d !== axis);
-    // lanes along the column axis the output stores contiguously; two blocks of them at least, unless other columns split the work
+    // lanes along the column axis the output stores contiguously; two blocks of them at least, unless other columns
+    // split the work
     const laneAxis = columns.find((d) => hasUnitTerm(placed, `o${d}`)) ?? -1;
     const size = laneAxis < 0 ? 1 : src.shape[laneAxis]!;
     const lanes = [32, 16, 8, 4, 2].find((w) => size % w === 0 && (columns.length > 1 || size / w >= 2)) ?? 1;
@@ -363,7 +370,10 @@ function planFor(
   return undefined;
 }
 
-/** Whether some path from the stored value reaches `reduce` through anything but elementwise ops and reshapes (keepsElements). */
+/**
+ * Whether some path from the stored value reaches `reduce` through anything but elementwise ops and reshapes
+ * (keepsElements).
+ */
 function readsElsewhere(spec: KernelSpec, reduce: UOp): boolean {
   const reaches = new Map<UOp, boolean>();
   const reach = (n: UOp): boolean => {

@@ -8,9 +8,14 @@ import type { KernelIR } from "../codegen/ir.ts";
 /** A compiled kernel: call it with buffers (outputs first, as the kernel's signature says). */
 export interface Program {
   run(buffers: Buffer[], opts?: { wait?: boolean }): number | undefined;
-  /** The kernel it runs, where that is not the one it was made for: BEAM's choice, once searched (DEBUG prints its options). */
+  /**
+   * The kernel it runs, where that is not the one it was made for: BEAM's choice, once searched (DEBUG prints its
+   * options).
+   */
   ranKernel?(): KernelIR;
-  /** Told before a schedule runs it on `buffers`: a backend that compiles lazily builds what those runs need together. */
+  /**
+   * Told before a schedule runs it on `buffers`: a backend that compiles lazily builds what those runs need together.
+   */
   expect?(buffers: Buffer[]): void;
 }
 
@@ -42,7 +47,9 @@ export interface Backend extends Allocator {
    * buffers the graph owns (CUDA graphs hold fixed pointers).
    */
   readonly graphsSwapBuffers?: boolean;
-  /** While `captureGraph` records: takes a copy between two devices of this kind into the graph (true), or not (false). */
+  /**
+   * While `captureGraph` records: takes a copy between two devices of this kind into the graph (true), or not (false).
+   */
   recordCopy?(dst: Buffer, src: Buffer): boolean;
 }
 

@@ -52,7 +52,10 @@ import { beamSearch, searchChoice, searchLimits } from "./search.ts";
 
 const tiles = new WeakMap<CudaDevice, TensorCoreTile>();
 
-/** The tile tensor-core kernels take on `device` unless BEAM chose another: TC_TILE's or the default, at the GPU's depth. */
+/**
+ * The tile tensor-core kernels take on `device` unless BEAM chose another: TC_TILE's or the default, at the GPU's
+ * depth.
+ */
 export function deviceTile(device: CudaDevice): TensorCoreTile {
   let tile = tiles.get(device);
   if (!tile) tiles.set(device, (tile = tensorCoreTile(device.sharedPerMultiprocessor, undefined, device.arch)));
@@ -164,7 +167,9 @@ export function compileArch(arch: string, source: string): string {
   return arch === WGMMA_ARCH && /\btg_wgmma_/.test(kernels) ? `${arch}a` : arch;
 }
 
-/** Times BEAM's candidates on scratch buffers of the kernel's sizes (Infinity for those that fail to compile or launch). */
+/**
+ * Times BEAM's candidates on scratch buffers of the kernel's sizes (Infinity for those that fail to compile or launch).
+ */
 function timeCandidates(device: CudaDevice, kernels: readonly KernelIR[]): number[] {
   if (kernels.length === 0) return [];
   return timeSources(

@@ -79,7 +79,10 @@ const folder = (): string => join(cacheDir(), "lowered", sourceVersion());
 const pathOf = (key: string, extension = "json"): string =>
   join(folder(), `${createHash("sha256").update(key).digest("hex").slice(0, 32)}.${extension}`);
 
-/** Makes this version's folder; the first time, deletes the others (a source edit would otherwise leave megabytes each time). */
+/**
+ * Makes this version's folder; the first time, deletes the others (a source edit would otherwise leave megabytes each
+ * time).
+ */
 function makeFolder(): void {
   const dir = folder();
   if (existsSync(dir)) return;
@@ -170,7 +173,10 @@ function readIfThere(path: string): string | undefined {
   }
 }
 
-/** Writes a cache entry; a cache that cannot be written (a full disk, a read-only home) only costs the next process time. */
+/**
+ * Writes a cache entry; a cache that cannot be written (a full disk, a read-only home) only costs the next process
+ * time.
+ */
 function keep(path: string, text: () => string): void {
   try {
     makeFolder();

@@ -37,7 +37,9 @@ export function recordItems<T>(fn: () => T): { result: T; items: ExecItem[] } {
   }
 }
 
-/** Profilers and checkers: while one is set, every kernel is waited for, then reported with its seconds on the device. */
+/**
+ * Profilers and checkers: while one is set, every kernel is waited for, then reported with its seconds on the device.
+ */
 export const kernelTimers = new Set<(item: ExecItem & { kind: "kernel" }, seconds: number) => void>();
 
 function programFor(item: ExecItem & { kind: "kernel" }): Program {

@@ -280,7 +280,10 @@ function storeSharedChains(stored: Set<UOp>): void {
   }
 }
 
-/** Inline cost (ALU operations an element) of the elementwise work after a matmul above which a host backend stores the matmul first. */
+/**
+ * Inline cost (ALU operations an element) of the elementwise work after a matmul above which a host backend stores the
+ * matmul first.
+ */
 const HEAVY_EPILOGUE = 16;
 
 /**

@@ -34,7 +34,10 @@ export function searchLimits() {
     upcastMax: getenv("BEAM_UPCAST_MAX", 256),
     /** Most threads' worth of local work: the CPU has no local memory, so this only caps parallel loops' depth. */
     localMax: getenv("BEAM_LOCAL_MAX", 1024),
-    /** Microseconds a round must gain to go on (tinygrad's BEAM_MIN_PROGRESS); a kernel faster than this is not searched. */
+    /**
+     * Microseconds a round must gain to go on (tinygrad's BEAM_MIN_PROGRESS); a kernel faster than this is not
+     * searched.
+     */
     minProgressUs: getenv("BEAM_MIN_PROGRESS", 0.01),
   };
 }
@@ -79,7 +82,8 @@ function reportProgress(searching: string, seconds?: number): void {
 /** The searched kernel for `kernel` on `device` (the kernel itself when it cannot be searched). */
 export function beamSearch(kernel: KernelIR, device: string, time: TimeKernels): KernelIR {
   const limits = searchLimits();
-  // a scatter has no options to choose (and the spec of a kernel read back from the disk is made again: only when searched)
+  // a scatter has no options to choose (and the spec of a kernel read back from the disk is made again: only when
+  // searched)
   if (limits.beam <= 0 || kernel.opts === "scatter") return kernel;
   const spec = kernelSpecOf(kernel);
   if (!spec) return kernel;
@@ -125,7 +129,8 @@ function search(spec: KernelSpec, limits: ReturnType<typeof searchLimits>, time:
     const seconds = time(fresh.map((c) => c.kernel));
     return fresh.map((c, i) => ({ ...c, seconds: seconds[i]! }));
   };
-  // the search starts from the heuristics' choice: the plain kernel can be slower by orders of magnitude, and timing it costs that much
+  // the search starts from the heuristics' choice: the plain kernel can be slower by orders of magnitude, and timing it
+  // costs that much
   let beam = evaluate([heuristicOpts(spec, plain)]);
   if (beam.length === 0) return { opts: NO_OPTS, kernel: plain, seconds: Infinity };
   const start = beam[0]!;
@@ -143,7 +148,10 @@ function search(spec: KernelSpec, limits: ReturnType<typeof searchLimits>, time:
   return confirm(beam[0]!, start, time);
 }
 
-/** Times the winner and the starting point once more, side by side: the winner must still be faster (noise picks winners too). */
+/**
+ * Times the winner and the starting point once more, side by side: the winner must still be faster (noise picks winners
+ * too).
+ */
 function confirm(winner: Candidate, start: Candidate, time: TimeKernels): Candidate {
   if (winner === start) return winner;
   const [winnerSeconds, startSeconds] = time([winner.kernel, start.kernel]);
@@ -162,7 +170,9 @@ function fits(kernel: KernelIR, opts: KernelOpts, limits: ReturnType<typeof sear
   );
 }
 
-/** Every option set one step beyond `opts`: one more upcast, a different unroll or split, more or fewer parallel loops. */
+/**
+ * Every option set one step beyond `opts`: one more upcast, a different unroll or split, more or fewer parallel loops.
+ */
 export function extensions(opts: KernelOpts, spec: KernelSpec, plain: KernelIR): KernelOpts[] {
   const out: KernelOpts[] = [];
   const shape = spec.value.shape;

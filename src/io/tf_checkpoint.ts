@@ -89,7 +89,10 @@ export interface TfCheckpointIndex {
   entries: TfCheckpointEntry[];
 }
 
-/** Element storage: a typed array for numbers (16-bit floats as raw bits, complex as interleaved pairs), one Uint8Array per string. */
+/**
+ * Element storage: a typed array for numbers (16-bit floats as raw bits, complex as interleaved pairs), one Uint8Array
+ * per string.
+ */
 export type TfTensorData =
   | Float32Array
   | Float64Array
@@ -191,7 +194,10 @@ export interface TfTensorCheck {
   file: string;
   offset: number;
   size: number;
-  /** "absent": the data shard does not exist; "unreadable": it exists but the bytes cannot be had (truncated, partitioned). */
+  /**
+   * "absent": the data shard does not exist; "unreadable": it exists but the bytes cannot be had (truncated,
+   * partitioned).
+   */
   status: "ok" | "mismatch" | "unreadable" | "absent";
   /** Why the status is not "ok", naming the file, tensor and byte offset. */
   problem?: string;

@@ -130,7 +130,10 @@ export class Conv2d {
   }
 }
 
-/** A transposed convolution over 2 spatial axes (PyTorch's ConvTranspose2d: weight [in, out / groups, kh, kw], its initialisation). */
+/**
+ * A transposed convolution over 2 spatial axes (PyTorch's ConvTranspose2d: weight [in, out / groups, kh, kw], its
+ * initialisation).
+ */
 export class ConvTranspose2d {
   weight: Tensor;
   bias?: Tensor;

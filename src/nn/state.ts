@@ -44,7 +44,10 @@ export function getStateDict(root: unknown, prefix = ""): StateDict {
   return out;
 }
 
-/** The trainable tensors (requiresGrad) of `getStateDict(root)`, in the same order: what an optimizer takes. State such as a batch norm's running statistics or a frozen weight is left out. */
+/**
+ * The trainable tensors (requiresGrad) of `getStateDict(root)`, in the same order: what an optimizer takes. State such
+ * as a batch norm's running statistics or a frozen weight is left out.
+ */
 export function getParameters(root: unknown): Tensor[] {
   return Object.values(getStateDict(root)).filter((t) => t.requiresGrad);
 }
@@ -167,7 +170,9 @@ export function saveTrainingState(
   safeSave(getStateDict(parts), path, { ...metadata, format: TRAINING_STATE_FORMAT });
 }
 
-/** Restores what `saveTrainingState` wrote into the same parts (strictly: every name must match); returns its metadata. */
+/**
+ * Restores what `saveTrainingState` wrote into the same parts (strictly: every name must match); returns its metadata.
+ */
 export function loadTrainingState(path: string, parts: Record<string, unknown>): Record<string, string> {
   const { state, metadata } = safeLoad(path);
   if (metadata.format !== TRAINING_STATE_FORMAT)

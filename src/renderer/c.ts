@@ -15,11 +15,17 @@ export interface CRenderOptions {
    * `restrict`. Every other slot is, so loads of the rest (an optimizer's scalars) stay hoisted out of loops.
    */
   readonly aliased?: ReadonlySet<number>;
-  /** Lane counts a register tile's runs are rendered as C vectors at (c_lanes.ts; the target's: `vectorLaneWidths`). None by default. */
+  /**
+   * Lane counts a register tile's runs are rendered as C vectors at (c_lanes.ts; the target's: `vectorLaneWidths`).
+   * None by default.
+   */
   readonly vectorLanes?: readonly number[];
 }
 
-/** C: bools are computed as 32-bit 0/1 (as wide as the floats beside them, so that loops mixing them vectorise) and stored in a byte. */
+/**
+ * C: bools are computed as 32-bit 0/1 (as wide as the floats beside them, so that loops mixing them vectorise) and
+ * stored in a byte.
+ */
 const C = cStyle({
   types: {
     bool: "int32_t",
@@ -42,7 +48,8 @@ const C = cStyle({
   nan: () => "NAN",
   minLiteral: (d) => (d.name === "int32" ? "INT32_MIN" : undefined),
   lowest: (d) => `INT${d.itemsize * 8}_MIN`,
-  // computed in double and rounded, as JavaScript's Math does; exp2 by arithmetic alone, so that loops around it vectorise
+  // computed in double and rounded, as JavaScript's Math does; exp2 by arithmetic alone, so that loops around it
+  // vectorise
   narrowMath: (fn, a) => (fn === "exp2" ? `(float)tg_exp2_narrow((double)${a})` : `(float)${fn}((double)${a})`),
   bitcast: (bits, fromType, toType, to) =>
     `({ ${fromType} in_ = ${bits}; ${toType} out_; memcpy(&out_, &in_, sizeof out_); ${fromStorage("out_", to)}; })`,

@@ -43,7 +43,9 @@ export interface CudaRenderOptions {
 
 const INT64_MIN = "(-9223372036854775807LL - 1)";
 
-/** CUDA C: bools computed in a byte as they are stored, float math in CUDA's float functions, limits without headers. */
+/**
+ * CUDA C: bools computed in a byte as they are stored, float math in CUDA's float functions, limits without headers.
+ */
 export const CUDA = cStyle({
   types: {
     bool: "unsigned char",
@@ -445,7 +447,10 @@ const vectorTypes: Record<string, string> = {
 };
 const fields = ["x", "y", "z", "w"];
 
-/** The constant term of an index and the rest, and whether the rest is a multiple of `n` for every value of its variables. */
+/**
+ * The constant term of an index and the rest, and whether the rest is a multiple of `n` for every value of its
+ * variables.
+ */
 function splitConstant(e: Idx): { rest: string; offset: number; restAligned: (n: number) => boolean } {
   const terms = e.kind === "sum" ? e.terms : [e];
   const constant = terms.find((t) => t.kind === "const");

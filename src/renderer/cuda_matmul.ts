@@ -41,7 +41,10 @@ interface Affine {
 
 type Def = Stmt & { kind: "def" };
 
-/** One factor of the product: the reduce loop's statements that compute it (one 16-bit load, or elementwise ops on loads). */
+/**
+ * One factor of the product: the reduce loop's statements that compute it (one 16-bit load, or elementwise ops on
+ * loads).
+ */
 interface Operand {
   /** Its statements in loop order, the factor last. */
   readonly defs: readonly Def[];
@@ -174,7 +177,10 @@ function productFactors(d: Def): readonly Value[] | undefined {
   return undefined;
 }
 
-/** The statements computing `factor` inside the loop, when all are defined there and their loads read known loops (or their own values). */
+/**
+ * The statements computing `factor` inside the loop, when all are defined there and their loads read known loops (or
+ * their own values).
+ */
 function operand(factor: Def, defs: ReadonlyMap<string, Def>, known: ReadonlySet<string>): Operand | undefined {
   const chain = new Set<Def>();
   const visit = (d: Def): boolean => {
@@ -360,7 +366,9 @@ export function tileCandidates(sharedPerMultiprocessor: number, p?: MatmulPatter
  * 8 different 16-byte bank groups (pitches of 80, 144, 272 and 528 bytes), so fragment loads are conflict-free.
  */
 const PAD = 8;
-/** Bytes of one pipeline stage at most: both factors' tiles, row-major (k-major tiles take less; wgmma's are unpadded). */
+/**
+ * Bytes of one pipeline stage at most: both factors' tiles, row-major (k-major tiles take less; wgmma's are unpadded).
+ */
 const stageBytes = (t: TileShape): number => (t.bm + t.bn) * (t.bk + (t.wgmma ? 0 : PAD)) * 2;
 
 /** Whether 8 neighbours along `along` (unit stride) always start 16-byte aligned: one vector load reads them. */
@@ -393,7 +401,10 @@ export function tensorCoreStages(sharedPerMultiprocessor: number, shape: TileSha
   return deepest(sharedPerMultiprocessor, shape, accumulators(shape) <= 64 ? 2 : 1);
 }
 
-/** The most stages (within the tile kind's range) with which `blocks` blocks of `shape` fit a multiprocessor's shared memory. */
+/**
+ * The most stages (within the tile kind's range) with which `blocks` blocks of `shape` fit a multiprocessor's shared
+ * memory.
+ */
 function deepest(sharedPerMultiprocessor: number, shape: TileShape, blocks: number): number {
   const [fewest, most] = shape.wgmma ? [MIN_WGMMA_STAGES, MAX_WGMMA_STAGES] : [2, MAX_STAGES];
   if (sharedPerMultiprocessor <= 0) return most;
@@ -686,7 +697,10 @@ function wgmmaProducts(
   ];
 }
 
-/** After the last products: every group waited for, and a fence on every accumulator keeps the epilogue's reads behind it. */
+/**
+ * After the last products: every group waited for, and a fence on every accumulator keeps the epilogue's reads behind
+ * it.
+ */
 const accumulatorFences = ({ bn }: TensorCoreTile): string[] => [
   `  tg_wgmma_wait<0>();`,
   `  #pragma unroll`,
@@ -999,7 +1013,10 @@ function wgmmaTileCopy(
 /** Work below which the tiled kernel's fixed costs are not worth it. */
 const MIN_FLOPS = 2 ** 22;
 
-/** Whether a pattern is big enough for tensor cores (every dimension at least one mma tile) and fits the grid's y and z limits. */
+/**
+ * Whether a pattern is big enough for tensor cores (every dimension at least one mma tile) and fits the grid's y and z
+ * limits.
+ */
 export function worthTensorCores(p: MatmulPattern): boolean {
   const batches = p.batch.reduce((s, l) => s * l.size, 1);
   // 32-bit indices throughout, and the batch and row tiles within the grid's z and y limits

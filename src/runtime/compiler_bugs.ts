@@ -1,12 +1,12 @@
-// Wrong code from the C compiler, found by running probe programs and stepped around as narrowly as works.
-// gcc 12.2 (Debian 12's) vectorises some loops wrongly at -O2 and above, found by the differential fuzzer
-// (test/fuzz/): loops that read one buffer at several places an iteration, which it groups, and then puts a
-// group read backwards in the wrong lane order (the sum of a flipped [5, 2] array counted one element twice; guarded loads
-// if-converted to masked loads: a padded column sum gave [33, 30, 27, 40] for [28, 32, 36, 40], a padded copy
-// dropped elements), and sums through wrapping integer casts (column sums of a [4, 2] int32 array came out
-// [8, 3]). The C renderer marks kernels with such loops (renderer/c.ts hasFragileLoops); where a probe shows a
-// bug, the compiler defines the marker as an attribute that turns loop vectorisation off for those kernels
-// alone, and where the attribute does not cure the probe, everywhere.
+// Wrong code from the C compiler, found by running probe programs and stepped around as narrowly as works. gcc 12.2
+// (Debian 12's) vectorises some loops wrongly at -O2 and above, found by the differential fuzzer (test/fuzz/): loops
+// that read one buffer at several places an iteration, which it groups, and then puts a group read backwards in the
+// wrong lane order (the sum of a flipped [5, 2] array counted one element twice; guarded loads if-converted to masked
+// loads: a padded column sum gave [33, 30, 27, 40] for [28, 32, 36, 40], a padded copy dropped elements), and sums
+// through wrapping integer casts (column sums of a [4, 2] int32 array came out [8, 3]). The C renderer marks kernels
+// with such loops (renderer/c.ts hasFragileLoops); where a probe shows a bug, the compiler defines the marker as an
+// attribute that turns loop vectorisation off for those kernels alone, and where the attribute does not cure the probe,
+// everywhere.
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";

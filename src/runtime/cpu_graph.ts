@@ -10,7 +10,10 @@ import { type CompiledFunction, compileLibraries, findCompiler } from "./compile
 /** The most buffers a recorded kernel may take (the scheduler caps kernels at 48 inputs and one output). */
 export const GRAPH_MAX_BUFFERS = 64;
 
-/** One recorded call: a kernel (where its function lives, the buffers it runs on in slot order), or a copy between two CPU devices' buffers. */
+/**
+ * One recorded call: a kernel (where its function lives, the buffers it runs on in slot order), or a copy between two
+ * CPU devices' buffers.
+ */
 export type GraphCall =
   | { readonly fn: CompiledFunction; readonly buffers: readonly Buffer[] }
   | { readonly copy: { readonly dst: Buffer; readonly src: Buffer } };

@@ -267,7 +267,10 @@ function launchKernel(
   return out<number>(d, "cuEventElapsedTime", events[0], events[1]) / 1000;
 }
 
-/** A loaded kernel function with its launch sizes, launched on `bufferCount` buffers (and the workspace where it takes one). */
+/**
+ * A loaded kernel function with its launch sizes, launched on `bufferCount` buffers (and the workspace where it takes
+ * one).
+ */
 export class CudaKernel {
   /** The buffers' pointers, then a workspace pointer for kernels that take one. */
   private readonly params: globalThis.Buffer[];

@@ -5,7 +5,9 @@
 /** Sizes are rounded up to this many bytes, so that nearby sizes share free lists. */
 const GRANULE = 512;
 
-/** Whether an error from the underlying allocation is "out of memory" (then the cache is emptied and it is tried again). */
+/**
+ * Whether an error from the underlying allocation is "out of memory" (then the cache is emptied and it is tried again).
+ */
 export type IsOutOfMemory = (error: unknown) => boolean;
 
 export class CachingAllocator {

@@ -153,7 +153,10 @@ function compileNvcc(nvcc: string, source: string, arch: string, what: string): 
   }
 }
 
-/** nvcc's flags for device code of `archs` (one -gencode each; with `ptx`, the first arch's PTX), the semantics NVRTC is given. */
+/**
+ * nvcc's flags for device code of `archs` (one -gencode each; with `ptx`, the first arch's PTX), the semantics NVRTC is
+ * given.
+ */
 export const nvccFlags = (archs: readonly string[], { ptx = false } = {}): string[] => [
   ...(ptx ? ["-arch", archs[0]!] : archs.flatMap((a) => ["-gencode", `arch=compute_${a.slice(3)},code=${a}`])),
   "--fmad=false",

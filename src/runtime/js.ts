@@ -98,7 +98,10 @@ export class JsKernel {
   }
 }
 
-/** The kernel a function body defines (`bufs`: the buffers' views in slot order, `H`: jsKernelHelpers), made once per text. */
+/**
+ * The kernel a function body defines (`bufs`: the buffers' views in slot order, `H`: jsKernelHelpers), made once per
+ * text.
+ */
 export function jsKernel(source: string): JsKernel {
   let fn = compiled.get(source);
   if (!fn) {

@@ -235,7 +235,9 @@ function segmentGraphs(items: readonly ExecItem[]): (() => void) | null {
   return graphs > 0 ? () => steps.forEach((step) => step()) : null;
 }
 
-/** The items regrouped as runs of one device's kernels (arrays) between the copies (items) each device takes part in. */
+/**
+ * The items regrouped as runs of one device's kernels (arrays) between the copies (items) each device takes part in.
+ */
 export function deviceRuns(items: readonly ExecItem[]): (ExecItem | ExecItem[])[] {
   const parts: (ExecItem | ExecItem[])[] = [];
   const pending = new Map<string, ExecItem[]>();

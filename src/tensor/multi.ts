@@ -273,7 +273,10 @@ export function allReduce(op: ReduceKind, shards: readonly UOp[]): UOp[] {
 
 /** Gradient buckets: tensors all-reduced together through flat buffers of up to this many bytes (DDP's idea). */
 export const ALL_REDUCE_BUCKET_BYTES = 128 * 2 ** 20;
-/** At most this many tensors a bucket (the kernel that lays them side by side reads each: the scheduler caps inputs at 48). */
+/**
+ * At most this many tensors a bucket (the kernel that lays them side by side reads each: the scheduler caps inputs at
+ * 48).
+ */
 const BUCKET_MAX_TENSORS = 32;
 
 /**

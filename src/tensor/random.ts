@@ -17,7 +17,9 @@ function rotl(x: UOp, r: number): UOp {
   return x.alu("SHL", u32(r, x)).alu("OR", x.alu("SHR", u32(32 - r, x)));
 }
 
-/** Threefry-2x32 of counter words (x0, x1) under key (k0, k1) (uint32, shaped like x0): two uint32 outputs per element. */
+/**
+ * Threefry-2x32 of counter words (x0, x1) under key (k0, k1) (uint32, shaped like x0): two uint32 outputs per element.
+ */
 export function threefry2x32(x0: UOp, x1: UOp, k0: UOp, k1: UOp): [UOp, UOp] {
   const keys = [k0, k1, k0.alu("XOR", k1).alu("XOR", u32(PARITY, k0))];
   let a = x0.alu("ADD", keys[0]!);

@@ -17,7 +17,10 @@ const SPLIT_COLUMN_MIN = 1 << 11;
 /** ... unless there are this many outputs: then the outputs alone keep every core busy. */
 const SPLIT_REDUCE_MAX_OUTPUTS = 1 << 14;
 
-/** Where to cut a long reduce to few outputs: the reduced axis with the largest factor in 8..256 (the outermost on ties). */
+/**
+ * Where to cut a long reduce to few outputs: the reduced axis with the largest factor in 8..256 (the outermost on
+ * ties).
+ */
 export function splitReduce(
   shape: readonly number[],
   axes: readonly number[],

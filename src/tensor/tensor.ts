@@ -39,7 +39,9 @@ export interface ReduceOptions {
   axis?: number | number[] | null;
   keepdim?: boolean;
 }
-/** One entry per axis: a number picks (and drops the axis), [start, stop, step] slices, null adds an axis, "..." fills. */
+/**
+ * One entry per axis: a number picks (and drops the axis), [start, stop, step] slices, null adds an axis, "..." fills.
+ */
 export type IndexSpec = number | [(number | null)?, (number | null)?, (number | null)?] | null | "...";
 
 const toDtype = (d: DType | DTypeName | undefined, fallback: DType): DType =>
@@ -51,7 +53,10 @@ const requiringGrad = new Set<WeakRef<Tensor>>();
 const pendingAssigns = new Set<Tensor>();
 
 export class Tensor {
-  /** The node this tensor currently stands for (replaced by a buffer view once realized); one per device when spread over several. */
+  /**
+   * The node this tensor currently stands for (replaced by a buffer view once realized); one per device when spread
+   * over several.
+   */
   node: Lazy;
   grad: Tensor | null = null;
   private _requiresGrad = false;
@@ -293,7 +298,9 @@ export class Tensor {
       .cast(dtype)
       .withGrad(opts);
   }
-  /** Normal(mean, std) truncated to [mean + a*std, mean + b*std], by inverting the CDF (as TensorFlow and tinygrad do). */
+  /**
+   * Normal(mean, std) truncated to [mean + a*std, mean + b*std], by inverting the CDF (as TensorFlow and tinygrad do).
+   */
   static truncNormal(
     shape: readonly number[],
     { mean = 0, std = 1, a = -2, b = 2 } = {},
@@ -1267,7 +1274,10 @@ export class Tensor {
     const out = this.matmul(weight.T);
     return bias ? out.add(bias) : out;
   }
-  /** Zeros above the `diagonal`-th diagonal of the last two axes (0: the main one; 1: one above it). A causal mask: `Tensor.ones([t, t]).tril()`. */
+  /**
+   * Zeros above the `diagonal`-th diagonal of the last two axes (0: the main one; 1: one above it). A causal mask:
+   * `Tensor.ones([t, t]).tril()`.
+   */
   tril(diagonal = 0): Tensor {
     return this.triangle(diagonal, true);
   }

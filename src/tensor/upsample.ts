@@ -17,7 +17,9 @@ export interface ConvTransposeOptions {
   groups?: number;
 }
 
-/** stride-1 zeros between the elements of `axis`: a view (each element gets a zero-padded axis of `stride`, merged in). */
+/**
+ * stride-1 zeros between the elements of `axis`: a view (each element gets a zero-padded axis of `stride`, merged in).
+ */
 function insertZeros(x: Tensor, axis: number, stride: number): Tensor {
   if (stride === 1) return x;
   const length = x.shape[axis]!;
@@ -80,7 +82,8 @@ export function convTranspose(
       null,
       ...edges.map(([b, a], d) => [Math.max(-b, 0), stuffed.shape[2 + d]! + Math.max(b, 0) + a] as [number, number]),
     ]);
-  // [in, out/groups, ...kernel] -> [out, in/groups, ...kernel], flipped: a correlation with the flipped kernel is the scatter
+  // [in, out/groups, ...kernel] -> [out, in/groups, ...kernel], flipped: a correlation with the flipped kernel is the
+  // scatter
   const filtersFlipped = weight
     .reshape([groups, channels / groups, perGroup, ...kernel])
     .transpose(1, 2)
@@ -105,8 +108,8 @@ export interface InterpolateOptions {
 const linearAxes: Record<InterpolateMode, number | null> = { nearest: null, linear: 1, bilinear: 2, trilinear: 3 };
 
 /**
- * PyTorch's F.interpolate over the spatial axes of x [batch, channels, ...spatial]:
- * `interpolate(x, { scaleFactor: 2, mode: "bilinear" })`. Nearest is PyTorch's legacy "nearest" (floor of the source index).
+ * PyTorch's F.interpolate over the spatial axes of x [batch, channels, ...spatial]: `interpolate(x, { scaleFactor: 2,
+ * mode: "bilinear" })`. Nearest is PyTorch's legacy "nearest" (floor of the source index).
  */
 export function interpolate(
   x: Tensor,
@@ -234,7 +237,10 @@ declare module "./tensor.ts" {
      * over the input with zeros between its elements, a view.
      */
     convTranspose2d(weight: Tensor, options?: ConvTransposeOptions): Tensor;
-    /** Resizes the spatial axes of [batch, channels, ...spatial]: nearest, linear, bilinear, trilinear (PyTorch's F.interpolate). */
+    /**
+     * Resizes the spatial axes of [batch, channels, ...spatial]: nearest, linear, bilinear, trilinear (PyTorch's
+     * F.interpolate).
+     */
     interpolate(options: InterpolateOptions): Tensor;
   }
 }

@@ -5,7 +5,10 @@ import { Device, Tensor, UOp } from "../../src/index.ts";
 import { createSchedule } from "../../src/engine/schedule.ts";
 import type { KernelIR } from "../../src/codegen/ir.ts";
 
-/** The kernels that would compute `t`, lowered with the default options (the last one stores `t`; before it, any packed copies of a matmul's operands). */
+/**
+ * The kernels that would compute `t`, lowered with the default options (the last one stores `t`; before it, any packed
+ * copies of a matmul's operands).
+ */
 function kernelsFor(t: Tensor): KernelIR[] {
   assert.ok(t.node instanceof UOp);
   return createSchedule([t.node]).items.flatMap((item) => (item.kind === "kernel" ? [item.kernel] : []));

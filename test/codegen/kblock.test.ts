@@ -20,7 +20,10 @@ function ranKernels(t: Tensor): KernelItem[] {
   return recordItems(() => t.realize()).items.filter((i): i is KernelItem => i.kind === "kernel");
 }
 
-/** The output of `item`'s kernel lowered again with the heuristics' options but without blocking, run on the same buffers. */
+/**
+ * The output of `item`'s kernel lowered again with the heuristics' options but without blocking, run on the same
+ * buffers.
+ */
 function wholeSum(item: KernelItem): Float32Array {
   const spec = kernelSpecOf(item.kernel)!;
   const opts = heuristicOpts(spec, lowerKernel(spec, NO_OPTS));

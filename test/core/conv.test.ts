@@ -297,7 +297,8 @@ test("a convolution's input gradient reads the windows' gradient at affine indic
     loads.filter(divides).map((e) => e.key),
     [],
   );
-  // and the numbers of the definition: dx[n, c, y, x] = sum over f, i, j of g[n, f, y - i + 1, x - j + 1] * w[f, c, i, j]
+  // and the numbers of the definition: dx[n, c, y, x] = sum over f, i, j of g[n, f, y - i + 1, x - j + 1] * w[f, c, i,
+  // j]
   const [gv, wv, dx] = [values(g), values(w), values(result)];
   for (const [n, c, yy, xx] of [
     [0, 0, 0, 0],

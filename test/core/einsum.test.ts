@@ -1,5 +1,6 @@
-// einsum (src/tensor/einsum.ts) against a float64 einsum by its definition (a loop over every assignment of the letters),
-// forward and gradients, on every test device; that a contraction of two operands is a matmul; and its errors.
+// einsum (src/tensor/einsum.ts) against a float64 einsum by its definition (a loop over every assignment of the
+// letters), forward and gradients, on every test device; that a contraction of two operands is a matmul; and its
+// errors.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { Tensor, TsgradError, UOp } from "../../src/index.ts";

@@ -180,7 +180,10 @@ test("a random draw over several devices copies nothing: the others key it by mi
   }
 });
 
-/** The gradients of a replicated weight [inner, outer] and bias from a batch sharded over `n` devices: ops counted, items recorded. */
+/**
+ * The gradients of a replicated weight [inner, outer] and bias from a batch sharded over `n` devices: ops counted,
+ * items recorded.
+ */
 function gradientWork(n: number, inner = 16, outer = 16) {
   Tensor.manualSeed(1);
   const x = Tensor.randn([8, 4, inner], { device: "JS" }).realize();

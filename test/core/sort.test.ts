@@ -1,6 +1,6 @@
 // sort and argsort (src/tensor/sort.ts) against a stable sort of plain numbers, on every test device: any axis, lengths
-// that are and are not powers of two, descending, ties, ±inf, NaN, int32 and int64 extremes, float16, the values' gradient; what
-// a sort costs in kernels; and the errors.
+// that are and are not powers of two, descending, ties, ±inf, NaN, int32 and int64 extremes, float16, the values'
+// gradient; what a sort costs in kernels; and the errors.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { GlobalCounters, Tensor, TsgradError, dtypes } from "../../src/index.ts";

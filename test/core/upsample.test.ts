@@ -228,8 +228,9 @@ for (const device of devices) {
 
   test(`interpolate bilinear 2x2 -> 4x4 gives PyTorch's documented values, alignCorners false and true (${device})`, () => {
     const x = new Tensor([1, 2, 3, 4], { device, dtype: "float32" }).reshape([1, 1, 2, 2]);
-    // alignCorners false: source (o + 0.5) * 2/4 - 0.5 = -0.25 (clamped to 0), 0.25, 0.75, 1.25 (past the last: 1),
-    // so the row [1, 2] becomes [1, 0.75*1 + 0.25*2, 0.25*1 + 0.75*2, 2] = [1, 1.25, 1.75, 2], the column [1, 3] [1, 1.5, 2.5, 3]
+    // alignCorners false: source (o + 0.5) * 2/4 - 0.5 = -0.25 (clamped to 0), 0.25, 0.75, 1.25 (past the last: 1), so
+    // the row [1, 2] becomes [1, 0.75*1 + 0.25*2, 0.25*1 + 0.75*2, 2] = [1, 1.25, 1.75, 2], the column [1, 3] [1, 1.5,
+    // 2.5, 3]
     const halfPixel = [
       [1, 1.25, 1.75, 2],
       [1.5, 1.75, 2.25, 2.5],
@@ -276,7 +277,10 @@ function sourceOf(o: number, from: number, to: number, alignCorners: boolean, st
   return Math.max((o + 0.5) * step - 0.5, 0);
 }
 
-/** Bilinear interpolation of the last two axes by its formula: the four neighbours of each source point, weighted by distance. */
+/**
+ * Bilinear interpolation of the last two axes by its formula: the four neighbours of each source point, weighted by
+ * distance.
+ */
 function bilinearRef(x: Nd, [outH, outW]: number[], alignCorners: boolean): Nd {
   const [batch, channels, inH, inW] = x.shape as [number, number, number, number];
   const shape = [batch, channels, outH!, outW!];

@@ -20,7 +20,9 @@ function withEnv<T>(key: string, value: string, fn: () => T): T {
   }
 }
 
-/** A small training step (matmul, GELU, softmax cross-entropy-like sum, in-place updates): many kernels, one aliased. */
+/**
+ * A small training step (matmul, GELU, softmax cross-entropy-like sum, in-place updates): many kernels, one aliased.
+ */
 function makeStep(seed: number) {
   Tensor.manualSeed(seed);
   const w1 = Tensor.randn([16, 32], { device: "CPU", requiresGrad: true }).realize();

@@ -14,7 +14,10 @@ const hasCpu = Device.isAvailable("CPU");
 const cc = process.env.CC || "cc";
 const hasCc = spawnSync(cc, ["--version"]).status === 0;
 
-/** float32 bits whose float16 rounding is delicate: every half, the midpoints to its neighbour and one ulp either side, and pseudo-random patterns. */
+/**
+ * float32 bits whose float16 rounding is delicate: every half, the midpoints to its neighbour and one ulp either side,
+ * and pseudo-random patterns.
+ */
 function float32Inputs(): Uint32Array {
   const f = new Float32Array(1),
     u = new Uint32Array(f.buffer);

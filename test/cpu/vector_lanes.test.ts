@@ -122,7 +122,8 @@ test("a weight gradient (sum over batch and sequence) takes vector lanes too", {
   assert.deepEqual(Array.from(values), Array.from(fmaMatmul(xT, gs, i, b * s, o)));
 });
 
-// hand-made kernels: for i0 { acc0..acc15; for r0 { x = b1[i0*K + r0]; w_j = b2[r0*16 + j]; acc_j += x * w_j }; b0[i0*16 + j] = acc_j }
+// hand-made kernels: for i0 { acc0..acc15; for r0 { x = b1[i0*K + r0]; w_j = b2[r0*16 + j]; acc_j += x * w_j };
+// b0[i0*16 + j] = acc_j }
 const K = 8;
 const val = (name: string) => ({ kind: "val" as const, name, dtype: f32 });
 const def = (name: string, expr: Expr): Stmt => ({ kind: "def", name, dtype: f32, expr });
@@ -228,7 +229,8 @@ test("products that must not fuse are a vector sum of separately rounded product
   assert.doesNotMatch(code, /fma/);
 });
 
-// a split sum's kernel: for i0 { acc0..acc15; for r0 { t_j = term(b1[i0*256 + r0*16 + j], b2[...]) ; acc_j += t_j }; b0[i0*16 + j] = acc_j }
+// a split sum's kernel: for i0 { acc0..acc15; for r0 { t_j = term(b1[i0*256 + r0*16 + j], b2[...]) ; acc_j += t_j };
+// b0[i0*16 + j] = acc_j }
 type Term = (x: string, y: string, j: number, out: Stmt[], hoisted: Stmt[]) => string;
 function splitSum(term: Term, opts: { guarded?: boolean } = {}): KernelIR {
   const lanes = Array.from({ length: 16 }, (_, j) => j);
@@ -415,7 +417,8 @@ function compileAndRun(sources: readonly string[]): string {
   }
 }
 
-// a softmax's row max over masked scores: for i0 { acc_j = -inf; for r0 { acc_j = max(acc_j, x_j * 0.125 + (1 - (float)m_j) * -10000) } }
+// a softmax's row max over masked scores: for i0 { acc_j = -inf; for r0 { acc_j = max(acc_j, x_j * 0.125 + (1 -
+// (float)m_j) * -10000) } }
 function splitMax(): KernelIR {
   const lanes = Array.from({ length: 16 }, (_, j) => j);
   const at = (j: number): Idx => iadd(iadd(imul(i0, 256), imul(ivar("r0", 16), 16)), iconst(j));

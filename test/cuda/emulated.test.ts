@@ -27,7 +27,10 @@ type T = InstanceType<typeof Tensor>;
 const vectorStores = (kernel: Parameters<typeof cudaForm>[0]): boolean =>
   renderCudaForm(cudaForm(kernel), "k", true).code.includes("tg_st;");
 
-/** Runs `build` on CUDA and on JS from the same random inputs: the largest |cuda - js| / (1 + |js|), and the forms of the CUDA kernels. */
+/**
+ * Runs `build` on CUDA and on JS from the same random inputs: the largest |cuda - js| / (1 + |js|), and the forms of
+ * the CUDA kernels.
+ */
 function compare(
   shapes: number[][],
   dtype: (typeof dtypes)[keyof typeof dtypes],

@@ -24,7 +24,10 @@ export interface CompileReport {
   readonly logs: string[];
 }
 
-/** Compiles `kernels` for `archs` in `files` parallel nvcc runs; `mode` is -fatbin (every arch), -ptx or -cubin (one arch). */
+/**
+ * Compiles `kernels` for `archs` in `files` parallel nvcc runs; `mode` is -fatbin (every arch), -ptx or -cubin (one
+ * arch).
+ */
 export async function compileKernels(
   nvcc: string,
   kernels: readonly NamedKernel[],

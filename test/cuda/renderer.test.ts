@@ -178,7 +178,8 @@ test("wgmma tiles (Hopper): TC_TILE's form and checks, offered on sm_90 only, th
   );
   assert.ok(!tileCandidates(233472, undefined, "sm_89").some((t) => t.wgmma));
   const hopper = tileCandidates(233472, undefined, "sm_90").filter((t) => t.wgmma);
-  // 64 accumulators a thread: two blocks a multiprocessor, or one block as deep as it fits; else the deepest and one shallower
+  // 64 accumulators a thread: two blocks a multiprocessor, or one block as deep as it fits; else the deepest and one
+  // shallower
   assert.deepEqual(hopper.map(tileName), [
     "128x128x32:wgmma:s6",
     "128x128x32:wgmma:s5",
@@ -200,7 +201,8 @@ test("wgmma tiles (Hopper): TC_TILE's form and checks, offered on sm_90 only, th
     assert.deepEqual(launch.grid.slice(0, 2), [Math.ceil(384 / tile.bn), Math.ceil(256 / tile.bm)], tileName(tile));
     assert.equal(launch.sharedBytes, tile.stages * (tile.bm + tile.bn) * tile.bk * 2, tileName(tile));
     assert.match(code, new RegExp(`float c\\[1\\]\\[${tile.bn / 8}\\]\\[4\\]`), tileName(tile));
-    // A is k-contiguous (K-major), B rows-contiguous (MN-major, transposed by wgmma); core matrices along k 128 bytes apart, along rows bk * 16
+    // A is k-contiguous (K-major), B rows-contiguous (MN-major, transposed by wgmma); core matrices along k 128 bytes
+    // apart, along rows bk * 16
     assert.ok(
       code.includes(
         `tg_wgmma_f16_n${tile.bn}<0, 1>(&c[0][0][0], tg_wgmma_desc(&As[stage][(warp >> 2) * ${64 * tile.bk} + kk * 8], 128, ${tile.bk * 16})`,
@@ -400,7 +402,8 @@ test("tensor-core outputs go out two neighbouring columns a store", { skip }, ()
 test("every tensor-core tile shape BEAM may choose assembles for sm_90 without spilling registers", {
   skip,
 }, async () => {
-  // a split-k weight gradient (k-major tiles, and the most registers: the splits' combine), each shape at an H100's depth
+  // a split-k weight gradient (k-major tiles, and the most registers: the splits' combine), each shape at an H100's
+  // depth
   const kernels = TILE_SHAPES.map((shape) => tensorCoreTile(233472, shape)).map((tile, t) => ({
     name: `k${t}`,
     tile,

@@ -18,7 +18,10 @@ const WORKER_TIMEOUT_MS = 10 * 60 * 1000;
 /** What numpy_ref.py answers for one program (numbers that are not finite come as "NaN", "Infinity", "-Infinity"). */
 export interface Reference {
   out?: (number | string)[];
-  /** The output in float64: |out - out64| is how far float32 rounding alone moves an element (each gets 4x that as slack). */
+  /**
+   * The output in float64: |out - out64| is how far float32 rounding alone moves an element (each gets 4x that as
+   * slack).
+   */
   out64?: (number | string)[];
   /**
    * The output with every float16 node rounded (programs with float16 nodes): tsgrad rounds where it stores, which
@@ -286,7 +289,10 @@ export interface BatchReport {
   failing: Map<number, { program: Program; mismatches: Mismatch[] }>;
 }
 
-/** Runs `programs` in numpy (one process for all; programs whose result is undefined are skipped) and on `devices`, and compares. */
+/**
+ * Runs `programs` in numpy (one process for all; programs whose result is undefined are skipped) and on `devices`, and
+ * compares.
+ */
 export function checkPrograms(programs: readonly Program[], devices: readonly string[]): BatchReport {
   const refs = runReference(programs);
   const report: BatchReport = { ran: 0, skipped: 0, mismatches: [], failing: new Map() };

@@ -2,7 +2,8 @@
 // numpy (numpy_ref.py), results compared; in gradient mode also backward() on both devices against float64 central
 // differences. Every mismatch prints the seed, the program as TypeScript and the first differing element.
 //
-//   npx tsx test/fuzz/graph_fuzz.ts --seed 1 --count 300 [--grad] [--batch 50] [--devices JS,CPU] [--minimize] [--include-known] [--max-size 7] [--classic]
+//   npx tsx test/fuzz/graph_fuzz.ts --seed 1 --count 300 [--grad] [--batch 50] [--devices JS,CPU] [--minimize]
+//   [--include-known] [--max-size 7] [--classic]
 //
 // Program seeds are seed, seed+1, ...: `--seed S --count 1` reruns one. Exits 1 on any mismatch. The generator
 // steers around the bugs listed in program.ts's KNOWN_BUGS unless --include-known. --classic generates from the

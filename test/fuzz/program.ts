@@ -132,12 +132,18 @@ export const promote = (...ds: DT[]): DT => ds.reduce((a, b) => (ORDER.indexOf(a
 export const floatOf = (d: DT): DT => (isFloatDT(d) ? d : "float32");
 /** What `sum` (and cumsum, matmul) give: bool and ints accumulate in int32, 16-bit floats come back as themselves. */
 export const sumOf = (d: DT): DT => (d === "bool" ? "int32" : d);
-/** A JS number beside a tensor: the tensor's dtype, unless an integer tensor needs a float (bool beside a number: int32). */
+/**
+ * A JS number beside a tensor: the tensor's dtype, unless an integer tensor needs a float (bool beside a number:
+ * int32).
+ */
 export function scalarDtype(tensor: DT, value: number): DT {
   if (!isFloatDT(tensor) && !Number.isInteger(value)) return "float32";
   return tensor === "bool" ? "int32" : tensor;
 }
-/** `where(cond, a, b)` with one branch a number: the tensor branch's dtype, or float32 for an integer tensor and a fraction. */
+/**
+ * `where(cond, a, b)` with one branch a number: the tensor branch's dtype, or float32 for an integer tensor and a
+ * fraction.
+ */
 export const whereScalarDtype = (tensor: DT, value: number): DT =>
   !isFloatDT(tensor) && !Number.isInteger(value) ? "float32" : tensor;
 
@@ -239,7 +245,10 @@ export interface GenerateOptions {
   classic?: boolean;
 }
 
-/** Largest node the generator builds, and largest input (finite differences cost four runs an input element), at axes up to 7. */
+/**
+ * Largest node the generator builds, and largest input (finite differences cost four runs an input element), at axes up
+ * to 7.
+ */
 const MAX_NUMEL = 512;
 const MAX_INPUT = { forward: 128, grad: 48 };
 const DEFAULT_MAX_SIZE = 7;
@@ -292,7 +301,9 @@ const CLASSIC_STEPS: readonly (readonly [Maker, number])[] = [
   [(g) => g.realize(), 3],
 ];
 
-/** The classic families and the newer composite ops (src/tensor/scan.ts, sort.ts, einsum.ts, upsample.ts, windows.ts). */
+/**
+ * The classic families and the newer composite ops (src/tensor/scan.ts, sort.ts, einsum.ts, upsample.ts, windows.ts).
+ */
 const STEPS: readonly (readonly [Maker, number])[] = [
   ...CLASSIC_STEPS,
   [(g) => g.padMode(), 4],
@@ -318,7 +329,8 @@ class ProgramBuilder {
   /**
    * Float nodes whose values carry rounding that depends on the order of operations (a transcendental, a division, a
    * softmax; in gradient mode every float, its inputs being off the grid): values equal in exact arithmetic may differ
-   * by an ulp, differently in tsgrad and numpy, so sort and topk indices (which order ties by position) never read them.
+   * by an ulp, differently in tsgrad and numpy, so sort and topk indices (which order ties by position) never read
+   * them.
    */
   readonly inexact = new Set<number>();
   cur = 0;
@@ -865,7 +877,9 @@ class ProgramBuilder {
     return this.rng.chance(0.3) ? a - r : a;
   }
 
-  /** Pad by mode: reflect at most size - 1 a side, circular at most size, replicate any (tsgrad's documented limits). */
+  /**
+   * Pad by mode: reflect at most size - 1 a side, circular at most size, replicate any (tsgrad's documented limits).
+   */
   padMode(): number | null {
     const an = this.node;
     if (an.shape.length === 0) return null;
@@ -988,7 +1002,10 @@ class ProgramBuilder {
       size.set(l, s);
       return l;
     };
-    /** A term's letters for `shape`: a letter of `from` of the same size (chance `share`), one of its own repeated, or new. */
+    /**
+     * A term's letters for `shape`: a letter of `from` of the same size (chance `share`), one of its own repeated, or
+     * new.
+     */
     const letters = (shape: readonly number[], from: readonly string[], share: number): string[] => {
       const term: string[] = [];
       for (const s of shape) {

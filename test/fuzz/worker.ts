@@ -3,7 +3,8 @@
 // fails to compile leaves the CPU device unable to compile anything after it (the failed program stays pending and
 // every later batch retries it), so this process stops after a compile error and the parent starts a fresh one.
 //
-// stdin: {"programs": [...], "devices": [...]}; stdout: {"start": i} before program i, then {"index": i, "results": {device: ...}}.
+// stdin: {"programs": [...], "devices": [...]}; stdout: {"start": i} before program i, then {"index": i, "results":
+// {device: ...}}.
 import { readFileSync } from "node:fs";
 import type { Program } from "./program.ts";
 import { runOnDevice } from "./runner.ts";

@@ -461,7 +461,10 @@ if (!isMainThread && parentPort !== null && (workerData as { mark?: string } | n
   runWorker(parentPort, spec, depth);
 }
 
-/** A batch's columns as the seven input tensors of a train or eval step, on `devices` (sharded on the batch axis over several). */
+/**
+ * A batch's columns as the seven input tensors of a train or eval step, on `devices` (sharded on the batch axis over
+ * several).
+ */
 export function samplesToTensors(samples: SampleColumns, devices?: readonly string[]): BertBatchTensors {
   const { count, maxSeqLength: seq, maxPredictionsPerSeq: preds } = samples;
   const place = (t: Tensor) => (devices && devices.length > 1 ? t.shard([...devices], 0) : t);

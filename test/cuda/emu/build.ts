@@ -40,7 +40,8 @@ export const emulatorEnv = (library: string, dir: string): Record<string, string
   TG_EMU_CACHE: join(dir, "modules"),
 });
 
-// CLI (bench/gpu-check.sh --emulate): `npx tsx test/cuda/emu/build.ts DIR` builds into DIR and prints the library's path.
+// CLI (bench/gpu-check.sh --emulate): `npx tsx test/cuda/emu/build.ts DIR` builds into DIR and prints the library's
+// path.
 if (process.argv[1] === import.meta.filename) {
   const dir = process.argv[2];
   if (!dir) {
