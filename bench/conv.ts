@@ -23,7 +23,7 @@ const CASES: readonly Case[] = [
   { name: "5x5 3->32 at 64x64 (a first layer)", batch: 8, channels: 3, filters: 32, size: 64, kernel: 5, padding: 2 },
 ];
 
-const NUMPY_SCRIPT = String.raw`
+const NUMPY_SCRIPT = `
 import json, sys, time
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view

@@ -45,7 +45,7 @@ function partText(bytes: number, seed: number): string {
   const chunks: string[] = [];
   let size = 0;
   while (size < bytes) {
-    const document = documents[rng.randbelow(documents.length)]! + "\n\n";
+    const document = `${documents[rng.randbelow(documents.length)]!}\n\n`;
     chunks.push(document);
     size += Buffer.byteLength(document);
   }
@@ -92,7 +92,7 @@ try {
     settings,
     results,
   };
-  process.stdout.write(JSON.stringify(report, null, 2) + "\n");
+  process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
 } finally {
   rmSync(basedir, { recursive: true, force: true });
 }

@@ -100,6 +100,7 @@ const freed = new FinalizationRegistry<{ device: string; raw: unknown; nbytes: n
 type AllocatorFactory = (index: number) => Allocator;
 
 /** The registry of device kinds, and the default device. */
+// biome-ignore lint/complexity/noStaticOnlyClass: `Device.DEFAULT` and `Device.register` are the API users know from tinygrad
 export class Device {
   private static factories = new Map<string, { factory: AllocatorFactory; available: () => boolean }>();
   private static instances = new Map<string, Allocator>();
@@ -129,7 +130,7 @@ export class Device {
   /** Whether a device kind ("JS", "CPU", ...) works on this machine. */
   static isAvailable(kind: string): boolean {
     const entry = Device.factories.get(kind.toUpperCase());
-    return entry !== undefined && entry.available();
+    return entry?.available() === true;
   }
 
   /** The memory of device `name`, opening the device the first time. */

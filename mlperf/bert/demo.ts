@@ -93,7 +93,7 @@ export function prepareDemoData(
   const { model, preprocess, trainParts } = settings;
   writeFileSync(
     join(basedir, "bert_config.json"),
-    JSON.stringify(
+    `${JSON.stringify(
       {
         vocab_size: vocabSize,
         hidden_size: model.hiddenSize,
@@ -109,7 +109,7 @@ export function prepareDemoData(
       },
       null,
       2,
-    ) + "\n",
+    )}\n`,
   );
 
   // documents are separated by blank lines: split the text into parts at document boundaries

@@ -79,7 +79,7 @@ function makeDocument(rng: PyRandom, cycles: string[][]): string {
     const length = rng.randint(...WORDS_PER_SENTENCE);
     sentences.push(Array.from({ length }, (_, i) => cycle[(start + i) % cycle.length]).join(" "));
   }
-  return sentences.join("\n") + "\n";
+  return `${sentences.join("\n")}\n`;
 }
 
 /** The corpus and vocab for `options`; deterministic. */
@@ -102,6 +102,6 @@ export function generateDemoCorpus(options: DemoCorpusOptions = DEMO_CORPUS_DEFA
   const documents = (count: number) => Array.from({ length: count }, () => makeDocument(rng, cycles)).join("\n");
   const trainText = documents(options.trainDocuments);
   const evalText = documents(options.evalDocuments);
-  const vocabText = [...DEMO_SPECIAL_TOKENS, ...flat].join("\n") + "\n";
+  const vocabText = `${[...DEMO_SPECIAL_TOKENS, ...flat].join("\n")}\n`;
   return { trainText, evalText, vocabText, cycles };
 }

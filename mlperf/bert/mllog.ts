@@ -214,7 +214,7 @@ export class MlperfLogger {
       value,
       metadata: { ...callerLocation(), ...metadata },
     };
-    const line = formatMllogLine(record) + "\n";
+    const line = `${formatMllogLine(record)}\n`;
     if (this.path !== undefined) appendFileSync(this.path, line);
     if (this.echo) process.stdout.write(line);
     return record;

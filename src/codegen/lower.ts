@@ -622,7 +622,7 @@ class Lowerer {
       const { expr, lo, hi } = bounds[b]!;
       const terms = expr.kind === "sum" ? expr.terms : [expr];
       const m = terms.find((t) => t.kind === "mod");
-      if (!m || m.kind !== "mod" || terms.some((t) => t !== m && t.kind !== "const")) continue;
+      if (m?.kind !== "mod" || terms.some((t) => t !== m && t.kind !== "const")) continue;
       const k = terms.reduce((sum, t) => sum + (t.kind === "const" ? t.value : 0), 0);
       const [low, high] = [Math.max(lo - k, 0), Math.min(hi - k, m.c)];
       const { q, r } = splitAtMultiple(m.a, m.c);

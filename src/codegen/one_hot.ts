@@ -181,13 +181,13 @@ export function matchOneHot(src: UOp, idx: readonly Idx[], r: Idx, inputs: Input
     else break;
     where = computed(n.src[0]!, where.idx);
   }
-  if (!where || where.node.op !== "WHERE") return undefined;
+  if (where?.node.op !== "WHERE") return undefined;
   const zero = computed(where.node.src[2]!, where.idx);
-  if (!zero || zero.node.op !== "CONST" || zero.node.arg !== 0) return undefined;
+  if (zero?.node.op !== "CONST" || zero.node.arg !== 0) return undefined;
   const not = computed(where.node.src[0]!, where.idx);
-  if (!not || not.node.op !== "NEG" || not.node.dtype !== dtypes.bool) return undefined;
+  if (not?.node.op !== "NEG" || not.node.dtype !== dtypes.bool) return undefined;
   const ne = computed(not.node.src[0]!, not.idx);
-  if (!ne || ne.node.op !== "CMPNE") return undefined;
+  if (ne?.node.op !== "CMPNE") return undefined;
   const rName = (r as { name: string }).name;
   for (const [a, b] of [
     [0, 1],

@@ -40,6 +40,7 @@ export interface Backend extends Allocator {
   captureGraph?(
     run: () => void,
     span: { readonly devices: readonly string[]; readonly copies: boolean },
+    // biome-ignore lint/suspicious/noConfusingVoidType: a replay on a device that does not wait returns nothing
   ): ((swap?: ReadonlyMap<Buffer, Buffer>) => number | void) | undefined;
   /**
    * Whether this backend's graph replays take `swap` (recorded buffer -> buffer to use this time) and read the

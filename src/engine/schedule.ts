@@ -195,7 +195,10 @@ function markRecomputedWork(stored: Set<UOp>, users: ReadonlyMap<UOp, number>): 
       seen.add(key);
       // a reduce, or a narrowing cast that is all its reduce's readers see (then stored in its place)
       const reduce = n.op === "REDUCE" ? n : isNarrowingFloatCast(n) ? soleReduceUnder(n, users, stored) : undefined;
-      if (reduce && n !== root && (underExpand || inReduce || concatenation)) return mark(n);
+      if (reduce && n !== root && (underExpand || inReduce || concatenation)) {
+        mark(n);
+        return;
+      }
       // one matmul a kernel: a second one beside it (a gelu's input recomputed in its backward; on a GPU, a
       // tied embedding's two gradients summed: its one-hot product runs on tensor cores too) is stored, so
       // that each can be tiled as a matmul instead of both running as plain loops. (Host backends lower a
@@ -206,15 +209,24 @@ function markRecomputedWork(stored: Set<UOp>, users: ReadonlyMap<UOp, number>): 
         !underExpand &&
         (isMatmul(reduce) || (backendOf(reduce.device).hostForms !== true && isOneHotProduct(reduce)))
       ) {
-        if (matmuls > 0 && n !== root) return mark(n);
+        if (matmuls > 0 && n !== root) {
+          mark(n);
+          return;
+        }
         if (n === reduce) matmuls++;
       }
       if (n.op === "EXPAND") {
         const chain = narrowerSource(skipMovement(n.src[0]!));
         if (!stored.has(chain) && !isLeaf(chain)) {
           // a reduce under a broadcast is stored when the walk reaches it: here that is before a cast over it is
-          if (chain.op === "REDUCE") return mark(chain);
-          if (isElementwise(chain.op) && inlineCost(chain, stored) > EXPENSIVE) return mark(chain);
+          if (chain.op === "REDUCE") {
+            mark(chain);
+            return;
+          }
+          if (isElementwise(chain.op) && inlineCost(chain, stored) > EXPENSIVE) {
+            mark(chain);
+            return;
+          }
         }
       }
       if (n.op === "REDUCE") inReduce = true;

@@ -120,7 +120,10 @@ function layoutSafetensors(
       throw new SafetensorsError(source, name, dataLength, `invalid shape ${JSON.stringify(shape)}`);
     // (a tensor given whole: its array must be its dtype's and hold its shape)
     const arrayClass = ARRAY_CLASSES[dtype];
-    if (data !== undefined && !(data instanceof (arrayClass as unknown as Function))) {
+    if (
+      data !== undefined &&
+      !(data instanceof (arrayClass as unknown as abstract new (...args: never[]) => unknown))
+    ) {
       throw new SafetensorsError(
         source,
         name,

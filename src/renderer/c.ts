@@ -396,7 +396,7 @@ function renderBlock(
             `${indent}#pragma omp parallel for schedule(static) num_threads(threads)${parallel > 1 ? ` collapse(${parallel})` : ""}`,
           );
         out.push(indent + forLoop(ctx.indexType, s.var, s.size));
-        renderBlock(s.body, out, indent + "  ", ctx, s.serial ? parallel : 0);
+        renderBlock(s.body, out, `${indent}  `, ctx, s.serial ? parallel : 0);
         out.push(`${indent}}`);
         for (const group of lanes.groups.get(s) ?? [])
           out.push(

@@ -303,7 +303,7 @@ function laneTerm(operands: readonly Operand[], defs: Defs): LaneTerm | undefine
     return hoisted && { kind: "load", ...hoisted };
   }
   const found = operands.map((o) => (o.kind === "val" ? defs.loop.get(o.name) : undefined));
-  if (found.some((d) => !d || d.dtype.name !== "float32" || d.expr.op !== found[0]!.expr.op)) return undefined;
+  if (found.some((d) => d?.dtype.name !== "float32" || d.expr.op !== found[0]!.expr.op)) return undefined;
   const exprs = found.map((d) => d!.expr);
   const base = exprs[0]!;
   if (base.op === "LOAD") {

@@ -101,7 +101,7 @@ export function cStyle(dialect: CDialect): CStyle {
       if (!Number.isFinite(value)) return `${value > 0 ? "" : "-"}${dialect.infinity(d)}`;
       // -0 kept
       const text = Object.is(value, -0) ? "-0.0" : value.toPrecision(17);
-      return `${text.includes(".") || text.includes("e") ? text : text + ".0"}${d.name === "float64" ? "" : "f"}`;
+      return `${text.includes(".") || text.includes("e") ? text : `${text}.0`}${d.name === "float64" ? "" : "f"}`;
     }
     const lowest =
       (d.name === "int32" && value === -(2 ** 31)) || (d.name === "int64" && value === -(2 ** 63))

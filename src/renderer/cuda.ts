@@ -362,7 +362,7 @@ export function renderBlock(
           out.push(
             `${indent}for (${index} ${s.var} = ${ctx.member ?? "threadIdx.x"}; ${s.var} < ${s.size}; ${s.var} += ${ctx.group}) {`,
           );
-          renderBlock(s.body, out, indent + "  ", ctx);
+          renderBlock(s.body, out, `${indent}  `, ctx);
           out.push(`${indent}}`);
           // accumulators of this level (not those of reduces nested in the loop) hold per-thread parts
           const declared = new Set(stmts.flatMap((t) => (t.kind === "acc" ? [t.name] : [])));
@@ -370,7 +370,7 @@ export function renderBlock(
             if (declared.has(acc[0])) out.push(...groupCombine(acc, ctx.group, indent));
         } else {
           out.push(indent + forLoop(index, s.var, s.size));
-          renderBlock(s.body, out, indent + "  ", ctx);
+          renderBlock(s.body, out, `${indent}  `, ctx);
           out.push(`${indent}}`);
         }
         break;

@@ -16,7 +16,7 @@ function renderBlock(stmts: readonly Stmt[], out: string[], indent: string, kern
     switch (s.kind) {
       case "loop":
         out.push(`${indent}for (let ${s.var} = 0; ${s.var} < ${s.size}; ${s.var}++) {`);
-        renderBlock(s.body, out, indent + "  ", kernel);
+        renderBlock(s.body, out, `${indent}  `, kernel);
         out.push(`${indent}}`);
         break;
       case "def":

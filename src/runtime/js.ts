@@ -15,13 +15,7 @@ import type { Buffer } from "../device.ts";
  * INT64_MAX reads as the double 2^63, which BigInt64Array would wrap to INT64_MIN (and BigInt(NaN) throws).
  */
 const toInt64 = (x: number): bigint =>
-  x !== x
-    ? 0n
-    : x >= 9223372036854775807
-      ? 9223372036854775807n
-      : x <= -9223372036854775808
-        ? -9223372036854775808n
-        : BigInt(x);
+  Number.isNaN(x) ? 0n : x >= 2 ** 63 ? 9223372036854775807n : x <= -(2 ** 63) ? -9223372036854775808n : BigInt(x);
 
 const scratch = new DataView(new ArrayBuffer(8));
 const bitcasts: Record<string, (x: number) => number> = {};

@@ -20,6 +20,7 @@ import { jitFirstCall } from "../engine/search.ts";
 import { backendOf } from "../engine/backend.ts";
 
 /** What a jitted function may return: tensors, arrays of them, records of them, or nothing. */
+// biome-ignore lint/suspicious/noConfusingVoidType: a jitted function may return nothing, typed void
 export type JitOutput = Tensor | readonly JitOutput[] | { readonly [key: string]: JitOutput } | undefined | void;
 
 interface InputSignature {
@@ -120,10 +121,8 @@ class Capture<R extends JitOutput> {
    * The captured items as the devices' graph(s), with the buffers it reads inputs from (null where the replay
    * takes the call's buffers instead: CPU tables); null: no graph.
    */
-  private graph:
-    | { replay: (swap?: ReadonlyMap<Buffer, Buffer>) => number | void; inputs: Buffer[][] | null }
-    | null
-    | undefined;
+  private graph: // biome-ignore lint/suspicious/noConfusingVoidType: the backend's replay type
+  { replay: (swap?: ReadonlyMap<Buffer, Buffer>) => number | void; inputs: Buffer[][] | null } | null | undefined;
 
   constructor(readonly signature: readonly InputSignature[]) {}
 
@@ -171,6 +170,7 @@ class Capture<R extends JitOutput> {
    * devices of several kinds, or a backend that has no graphs or cannot record these items.
    */
   private captureGraph(): {
+    // biome-ignore lint/suspicious/noConfusingVoidType: the backend's replay type
     replay: (swap?: ReadonlyMap<Buffer, Buffer>) => number | void;
     inputs: Buffer[][] | null;
   } | null {

@@ -109,7 +109,7 @@ export function topk(
   // a computed 16-bit float differs from its stored max (see Tensor.maxSource): store it so equality finds the max
   if (key.dtype === dtypes.float16 || key.dtype === dtypes.bfloat16) key = key.contiguous();
   const position = Tensor.arange(n, undefined, 1, { device: x.device }).reshape(
-    x.shape.map((s, i) => (i === a ? n : 1)),
+    x.shape.map((_s, i) => (i === a ? n : 1)),
   );
   // Round r takes the best element strictly after round r-1's pick in the order (key descending, index
   // ascending): it depends on that pick alone (two numbers a row), not on a mask of all the picks before.

@@ -943,7 +943,7 @@ export class Tensor {
     const equal = src.eq(src.max({ axis, keepdim: true }));
     const isMax = isFloat(src.dtype) ? equal.logicalOr(src.ne(src)) : equal;
     const countdown = Tensor.arange(n, 0, -1, { device: this.device }).reshape(
-      this.shape.map((s, i) => (i === axis ? n : 1)),
+      this.shape.map((_s, i) => (i === axis ? n : 1)),
     );
     const first = isMax.where(countdown, 0).max({ axis, keepdim: opts.keepdim });
     return first.neg().add(n).cast(dtypes.int32);

@@ -27,7 +27,7 @@ function withoutVectorUpcast(item: KernelItem, vectorAxis: number): Float32Array
     .map((m) => ({ axis: Number(m[1]), amount: Number(m[2]) }))
     .filter((u) => u.axis !== vectorAxis);
   const parallel = Number(/\|p(\d+)/.exec(optsKey)![1]);
-  const outer = /\|o([\d,]+)/.exec(optsKey)?.[1]!.split(",").map(Number) ?? [];
+  const outer = /\|o([\d,]+)/.exec(optsKey)?.[1]?.split(",").map(Number) ?? [];
   const kblock = Number(/\|k(\d+)/.exec(optsKey)?.[1] ?? 0);
   const plain = lowerKernel(spec, { upcast, unroll: 1, parallel, outer, kblock });
   runItem({ ...item, kernel: plain });

@@ -82,7 +82,7 @@ for (const device of testDevices()) {
         [a, b],
         (p, q) => cond.where(p, q),
         (p, q) =>
-          zip(p, q, (u, v) => u).data.length
+          zip(p, q, (u, _v) => u).data.length
             ? {
                 shape: [2, 3],
                 data: [0, 1, 2, 3, 4, 5].map((i) =>

@@ -46,6 +46,6 @@ if (dir) {
   execObservers.add((item) => {
     if (item.kind !== "kernel" || seen.has(item.kernel)) return;
     seen.add(item.kernel);
-    appendFileSync(file, JSON.stringify(capture(item.kernel)) + "\n");
+    appendFileSync(file, `${JSON.stringify(capture(item.kernel))}\n`);
   });
 }

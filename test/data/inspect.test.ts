@@ -67,13 +67,13 @@ test("sampleJson writes the reference keys in the reference order, weights as 1/
 });
 
 test("inspect --jsonl prints every sample of a shard as the reference fixture has it", () => {
-  const expected = FIXTURE_LINES.map((line) => JSON.stringify(JSON.parse(line)) + "\n").join("");
+  const expected = FIXTURE_LINES.map((line) => `${JSON.stringify(JSON.parse(line))}\n`).join("");
   assert.equal(inspect(shardPath, "--jsonl"), expected);
 });
 
 test("inspect --jsonl --limit prints the first samples of a TFRecord", () => {
   const expected = FIXTURE_LINES.slice(0, 2)
-    .map((line) => JSON.stringify(JSON.parse(line)) + "\n")
+    .map((line) => `${JSON.stringify(JSON.parse(line))}\n`)
     .join("");
   assert.equal(inspect(tfrecordPath, "--jsonl", "--limit", "2"), expected);
 });

@@ -109,7 +109,7 @@ test("the eval set of 10,000 picked samples is byte-identical to the references'
     const row = sampleRow(columns, i);
     // Python's json writes the float weights as 1.0 and 0.0.
     const weights = `[${row.masked_lm_weights!.map((weight) => weight.toFixed(1)).join(",")}]`;
-    hash.update(JSON.stringify({ ...row, masked_lm_weights: "W" }).replace('"W"', weights) + "\n");
+    hash.update(`${JSON.stringify({ ...row, masked_lm_weights: "W" }).replace('"W"', weights)}\n`);
   }
   assert.equal(hash.digest("hex"), EVAL_REFERENCE_SHA256);
 });

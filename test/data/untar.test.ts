@@ -10,7 +10,7 @@ import { extractTarGz, TarError } from "../../mlperf/bert/data/untar.ts";
 import { scratchDir } from "../scratch.ts";
 
 const FIXTURES = new URL("../fixtures/download/", import.meta.url).pathname;
-const LONG_NAME = "a-file-name-longer-than-the-hundred-bytes-of-a-ustar-name-field-".repeat(2) + "end.txt";
+const LONG_NAME = `${"a-file-name-longer-than-the-hundred-bytes-of-a-ustar-name-field-".repeat(2)}end.txt`;
 
 const tempDir = () => scratchDir("untar-");
 
@@ -47,7 +47,7 @@ test("extracts a GNU-format tarfile archive, GNU long name included", async () =
 test("takes a pax header's path over the truncated ustar name", async () => {
   const dest = tempDir();
   await extractTarGz(join(FIXTURES, "pax.tar.gz"), dest);
-  const name = "deep/" + "sub-folder-with-a-long-name/".repeat(10) + "caf\u00e9.txt";
+  const name = `deep/${"sub-folder-with-a-long-name/".repeat(10)}caf\u00e9.txt`;
   assert.deepEqual(await listFiles(dest), [name]);
   assert.equal(await readFile(join(dest, name), "utf8"), "pax path\n");
 });
@@ -55,14 +55,14 @@ test("takes a pax header's path over the truncated ustar name", async () => {
 test("joins a ustar prefix and name", async () => {
   const dest = tempDir();
   await extractTarGz(join(FIXTURES, "ustar.tar.gz"), dest);
-  const name = "prefix-part/".repeat(10) + "ustar-name.txt";
+  const name = `${"prefix-part/".repeat(10)}ustar-name.txt`;
   assert.equal(await readFile(join(dest, name), "utf8"), "ustar prefix\n");
 });
 
 test("extracts an archive written by GNU tar with a long name", async () => {
   const dest = tempDir();
   await extractTarGz(join(FIXTURES, "gnutar.tar.gz"), dest);
-  assert.equal(await readFile(join(dest, "gnu", "x".repeat(150) + ".txt"), "utf8"), "written by GNU tar\n");
+  assert.equal(await readFile(join(dest, "gnu", `${"x".repeat(150)}.txt`), "utf8"), "written by GNU tar\n");
 });
 
 test("refuses a path that climbs out of the destination with ..", async () => {
@@ -151,7 +151,7 @@ test("a type-NUL entry whose name ends in / is a directory, as pre-POSIX tars wr
   tar[156] = 0; // typeflag '5' -> NUL; then the checksum again, as octal with NUL and space
   tar.fill(0x20, 148, 156);
   const sum = tar.subarray(0, 512).reduce((a, b) => a + b, 0);
-  tar.write(sum.toString(8).padStart(6, "0") + "\0 ", 148, "latin1");
+  tar.write(`${sum.toString(8).padStart(6, "0")}\0 `, 148, "latin1");
   const archive = join(tempDir(), "v7-dir.tar.gz");
   await writeFile(archive, gzipSync(tar));
   const dest = tempDir();

@@ -29,11 +29,9 @@ function editedV41(edit: (records: Fields[]) => Fields[]): string {
     .split("\n")
     .filter((l) => l.startsWith(PREFIX))
     .map((l) => JSON.parse(l.slice(PREFIX.length)) as Fields);
-  return (
-    edit(records)
-      .map((r) => PREFIX + JSON.stringify(r))
-      .join("\n") + "\n"
-  );
+  return `${edit(records)
+    .map((r) => PREFIX + JSON.stringify(r))
+    .join("\n")}\n`;
 }
 
 const without =

@@ -52,7 +52,7 @@ function consoleLog(steps: number, evalEvery = 0): string {
       );
     }
   }
-  return lines.join("\n") + "\n";
+  return `${lines.join("\n")}\n`;
 }
 
 /** Checks tags nest and close, attributes are quoted, and text holds no raw '<' or bare '&'. */

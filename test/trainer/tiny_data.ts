@@ -14,7 +14,7 @@ export function skewedCorpus(documents: number) {
         .join(" "),
     ).join("\n");
   const text = (from: number, count: number) =>
-    Array.from({ length: count }, (_, i) => doc(from + i)).join("\n\n") + "\n";
+    `${Array.from({ length: count }, (_, i) => doc(from + i)).join("\n\n")}\n`;
   return {
     trainText: text(0, documents),
     evalText: text(documents, 20),

@@ -93,7 +93,7 @@ export class ByteProgress {
   private draw(t: number): void {
     const line = this.describe(t);
     if (!this.sink.isTTY) {
-      this.sink.write(line + "\n");
+      this.sink.write(`${line}\n`);
       return;
     }
     // Leave the last column free so that the terminal does not wrap; ESC[K clears leftovers.

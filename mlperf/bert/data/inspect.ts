@@ -137,7 +137,7 @@ function parseArgs(argv: string[]): { path: string; jsonl: boolean; limit: numbe
 function printJsonl(path: string, limit: number): void {
   let lines: string[] = [];
   const flush = () => {
-    if (lines.length > 0) process.stdout.write(lines.join("\n") + "\n");
+    if (lines.length > 0) process.stdout.write(`${lines.join("\n")}\n`);
     lines = [];
   };
   forEachSample(path, limit, (sample) => {

@@ -158,7 +158,7 @@ export function writeShard(path: string, samples: SampleColumns): void {
         `has ${samples[field].length} values, expected ${expected} for ${samples.count} samples`,
       );
   }
-  writeShardRows(path, samples, (field, start, end, out) => {
+  writeShardRows(path, samples, (field, start, _end, out) => {
     const { max } = LAYOUT[field];
     const values = samples[field];
     const first = start * fieldWidth(field, samples);
