@@ -33,7 +33,7 @@ export interface DemoSettings {
   knobs: Record<string, string | number>;
   /**
    * Fake steps of the init phase (BENCHMARK): two capture the jitted steps, the rest replay them; the estimate
-   * is their median (the first replay also builds the step's graph: 5-30x a later one).
+   * is their median (the first replay also builds the step's graph, and takes many times as long as a later one).
    */
   initSteps: number;
 }

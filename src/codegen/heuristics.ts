@@ -144,12 +144,12 @@ export function heuristicOpts(spec: KernelSpec, plain: KernelIR): KernelOpts {
     for (const f of strip ? [] : ranked.slice(0, 2)) {
       // the first (vector) axis gets the wide upcast, the second the rows of the register tile. Sizes with
       // few factors of two (a vocabulary of 30522 = 2 x 3 x 5087) take 6 or 3 rather than 2: each load then
-      // feeds three times the products (BERT-tiny's MLM-head matmuls ~20% faster)
+      // feeds three times the products (BERT-tiny's MLM-head matmuls ran faster)
       let amount = (upcast.length === 0 ? [16, 8, 4, 6, 2] : [8, 6, 4, 3, 2]).find(
         (n) => f.size % n === 0 && lanes * n <= maxLanes,
       );
       // a long vector axis without a factor of 8 (30522 words) takes 16 lanes anyway, its last tile narrower:
-      // 16-wide tiles of the logits h @ W^T ran ~40% faster than 6-wide ones (a host backend's lowering)
+      // 16-wide tiles of the logits h @ W^T ran faster than 6-wide ones (a host backend's lowering)
       if (upcast.length === 0 && spec.host && (amount ?? 1) < 8 && f.size >= RAGGED_MIN && lanes * 16 <= maxLanes)
         amount = 16;
       if (!amount) continue;
@@ -190,10 +190,8 @@ export function heuristicOpts(spec: KernelSpec, plain: KernelIR): KernelOpts {
  * step along the one output axis that tiles, the sum walks rows): each trip of the output loop reads a strip of
  * lanes from every row, rows a row's length apart. With 16 lanes a strip is one cache line a row, and a row of
  * 4 KB or more puts every line on a page of its own, which the prefetchers do not follow; 128 lanes read eight
- * neighbouring lines a row (eight vector accumulators). Column sums on this 2-core machine (rendered kernels, in
- * cache / from memory), 16 -> 128 lanes: [1024, 1024] 162/124 -> 43/50 us, [512, 4096] 308/207 -> 81/118 us,
- * [1024, 768] 48/86 -> 23/30 us; [1024, 256] at 64 lanes 16/48 -> 12/21 us. Undefined (the usual choice) where
- * the axis has no such width with 4 strips or more for the threads.
+ * neighbouring lines a row (eight vector accumulators), and ran column sums much faster, in cache and
+ * from memory. Undefined (the usual choice) where the axis has no such width with 4 strips or more for the threads.
  */
 function stripLanes(axis: AxisFacts, maxLanes: number): Upcast | undefined {
   if (axis.contiguous === 0) return undefined;
@@ -223,7 +221,7 @@ function splitWidth(plain: KernelIR): { width: number; upcast: Upcast[] } | unde
   // a load the same for every output (the bias of the logits over a vocabulary) is shared by any order alike;
   // one that some outputs share (a matmul's operand, an attention mask shared by the heads and queries) is
   // what a register tile serves: there the mask's arithmetic done once for 32 rows beat 16 split lanes (BERT-mini's
-  // softmax max over 128 keys: 0.17 ms tiled, 0.6 ms split)
+  // softmax max over 128 keys)
   const attempt = (whole: readonly number[]): { width: number; upcast: Upcast[] } | undefined => {
     const axes = dims.filter((d) => !whole.includes(d)).map((d) => `i${d}`);
     if (axes.length === 0) return undefined;
@@ -257,8 +255,8 @@ function innermostReduceLoop(body: readonly Stmt[]): { var: string; size: number
  * An elementwise kernel whose loads all step by one along some output axis but none along the innermost one
  * (a transposing copy such as W^T's) reads a new cache line for every element it writes. A tile of 8 lanes
  * along the axis the loads step along, by 8 along the innermost, reads 8 runs of 8 neighbours and writes 8
- * runs of 8: W^T of a [4096, 1024] W 23.5 -> 8-9 ms, of [3072, 768] 8.3 -> 4-5 ms on this 2-core machine, as
- * fast as 16 by 8 and a quarter of its compile time (gcc spends ~1 s on each 16 x 8 transpose).
+ * runs of 8: much faster than element by element, as fast as 16 by 8 and much quicker to compile (gcc
+ * is slow on each 16 x 8 transpose).
  */
 function transposeTile(plain: KernelIR): Upcast[] {
   // every load (counted as inside a reduce from the top)
@@ -339,7 +337,7 @@ function blockLength(spec: KernelSpec, plain: KernelIR, upcast: readonly Upcast[
   if (!reduce) return 0;
   // only where tiles share the sum's loads (a product's factors): otherwise each tile reads its own part of the
   // operands and blocking adds a parallel region per block for nothing (LAMB's norm partials, [2, 256] sums
-  // of 2304: 144 blocks of 32 tiles, 4.7 ms where 1 would do). A scalar every tile reads is not a share.
+  // of 2304: 144 blocks of 32 tiles where 1 would do). A scalar every tile reads is not a share.
   const tiles = (d: number): number =>
     upcast.filter((u) => u.axis === d).reduce((n, u) => n / u.amount, plain.outputShape[d]!);
   const shared = reduceLoads(plain.body).some((l) => {
@@ -370,8 +368,8 @@ function blockLength(spec: KernelSpec, plain: KernelIR, upcast: readonly Upcast[
  * other axis once per tile of a, unless that operand fits in cache (BERT's tied-weight gradient g^T @ h: the
  * vector axis outermost read the 19.5 MB g eight times; the rows outermost read it once and the 80 KB h from
  * cache). An inner operand beyond the cache goes in chunks that fit, the chunk loop outermost, and the outer
- * operand streams once per chunk (BERT-base's 30522 x 768 gradient, h 480 KB: g read 48 times took 95 ms, twice
- * in chunks of 24 tiles 38 ms). Ties keep the vector axis (upcast[0]) outermost, unchunked.
+ * operand streams once per chunk (BERT-base's 30522 x 768 gradient, h 480 KB: g read twice in chunks of 24
+ * tiles instead of 48 times, and much faster). Ties keep the vector axis (upcast[0]) outermost, unchunked.
  */
 function tileOrder(plain: KernelIR, upcast: readonly Upcast[], host: boolean): { outer: number; chunk?: Chunk } {
   const [vector, rows] = [upcast[0]!, upcast[1]!];

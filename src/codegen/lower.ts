@@ -290,7 +290,7 @@ class Lowerer {
       }
       // a last tile with no output loop of its own (a 1-D output) gets one of one trip: the loops split across
       // threads must be output loops, and without one here the whole kernel ran on one thread (the vocabulary
-      // bias's gradient, a sum over 160 rows of 30522 columns, 2.3 ms)
+      // bias's gradient, a sum over 160 rows of 30522 columns)
       if (oneLoop && loops === 0) this.openLoop(`i${ragged}`, 1);
       fill(lanesOf(widths, outer, base));
       this.scopes.length = depth;

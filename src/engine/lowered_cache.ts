@@ -1,5 +1,5 @@
 // Lowered host kernels on disk, so that a process whose kernels an earlier one lowered skips lowering them:
-// a warm start spent about a third of its time there (BERT-tiny's first step, 0.85 of 2.6 s). The key is the
+// lowering was a large share of a warm start's time. The key is the
 // scheduler's structure key (everything the lowering reads: the inlined graph's ops, dtypes, shapes and
 // arguments, the buffers, the host forms) and a hash of tsgrad's own source files, so a changed lowering
 // never meets kernels an older one made. Only host devices: a GPU's lowering also depends on the GPU.
@@ -105,7 +105,7 @@ const encode = (_: string, value: unknown): unknown => {
     return { $dtype: (value as DType).name };
   return value;
 };
-/** The tagged objects of a parsed entry replaced in place (a JSON.parse reviver costs a call per value: 3x slower). */
+/** The tagged objects of a parsed entry replaced in place (a JSON.parse reviver costs a call per value). */
 function untag(value: unknown): unknown {
   if (value === null || typeof value !== "object") return value;
   if (Array.isArray(value)) {
@@ -146,7 +146,7 @@ export function storeLowered(key: string, kernel: KernelIR): void {
 /**
  * A kernel's source text as `render` writes it for `variant` (what else the text depends on: buffers sharing
  * memory, the target's vector widths), kept beside the kernel when it came from or went to this cache: a warm
- * start then renders nothing (rendering C only to look up the compiled library took 0.4 s of BERT-tiny's 2 s).
+ * start then renders nothing (rendering C only to look up the compiled library was a large share of one).
  */
 export function renderedSource(kernel: KernelIR, variant: string, render: () => string): string {
   const key = keys.get(kernel);

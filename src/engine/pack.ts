@@ -81,9 +81,9 @@ export function packOperands(
     if (lane === undefined || length < PACK_MIN_LENGTH) continue;
     // an output that stays in cache with a long sum runs K-blocked (heuristics' blockLength), each block of
     // both operands read from cache by every tile already: a copy adds only its cost (jitted g @ W over the
-    // vocabulary, 160x30522x128: 15.1-17.6 ms as is, 16.5-18.1 ms with W packed)
-    // (unless an operand's index divides: a convolution's weight gradient read its windows in place at 14
-    // GFLOP/s, one division a load; its panel copies them once)
+    // vocabulary ran slower with W packed)
+    // (unless an operand's index divides: a convolution's weight gradient read its windows in place slowly,
+    // one division a load; its panel copies them once)
     const operands = product.src.map((src) => operandOf(skipCasts(src), stored, isLeaf));
     if (
       reduce.numel * reduce.dtype.itemsize <= CACHED_BYTES &&
@@ -100,15 +100,14 @@ export function packOperands(
       if (operand.used.has(lane)) {
         if (other.used.has(lane)) continue;
         // lanes read in place walk a row of the operand a step (x @ W: rows a page or more apart) or 16 rows
-        // at once (x @ W^T: 16 streams, which alias in L1 for some widths); a panel is one sequential stream
-        // (jitted, copy included: 1024x768x768 x @ W^T 67 -> 91 GFLOP/s, 1024x128x512 58 -> 88). Lanes 16 does
-        // not divide take a padded panel (x @ W^T over BERT's vocabulary, 160x128x30522: 0.45 -> 0.67 of numpy;
-        // 160x1024x30522, rows 4 KB apart, 0.55 -> 1.05; 1024x768x1000 x @ W 0.5 -> 0.75-0.9)
+        // at once (x @ W^T: 16 streams, which alias in L1 for some widths); a panel is one sequential stream,
+        // faster even with the copy included. Lanes 16 does not divide take a padded panel (x @ W^T over BERT's
+        // vocabulary, x @ W onto a classifier's 1000 outputs)
         found.push(panelOf(operand, lane, PANEL_LANES, axes));
       } else {
         // rows read along the sum (x in x @ W) are 8 sequential streams already; rows read across it (g in the
         // weight gradient g^T @ x: 8 neighbours, then a row further on) take a panel, where 8 divides them
-        // (padded, the tied-weight gradient 30522x160x128 fell from 1.2 to 0.85 of numpy)
+        // (padded, the tied-weight gradient 30522x160x128 ran slower)
         const { node, idx } = operand.bottom;
         if (coefficientOf(flatIndex(idx, node.shape), `a${axes[axes.length - 1]!}`) === 1 && !operand.divides) continue;
         // the rows: the last output axis this operand reads and the other does not (where the heuristics put them)

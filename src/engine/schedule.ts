@@ -244,8 +244,8 @@ function markRecomputedWork(stored: Set<UOp>, users: ReadonlyMap<UOp, number>): 
  * every kernel that read it: a layer norm's gamma gradient, its backward sums, the next layer's kernels (one
  * of BERT-mini's read 46 buffers). The topmost such node of a chain is stored (its users are not equally
  * shared); passes repeat while the stores change what the rest share. Host backends only: stored values live
- * from the forward pass to the backward, and a GPU's memory is the tighter bound (BERT-large float16, batch
- * 11 at 512: 15.1 -> 21.3 GiB; it must fit 24).
+ * from the forward pass to the backward, and a GPU's memory is the tighter bound (BERT-large float16 would take
+ * much more of it a step).
  */
 function storeSharedChains(stored: Set<UOp>): void {
   if (![...stored].some((n) => backendOf(n.device).hostForms === true)) return;
@@ -301,7 +301,7 @@ const HEAVY_EPILOGUE = 16;
 /**
  * On host backends a matmul's register tile copies its kernel's epilogue once per lane, and the heuristics
  * narrow the tile to keep the code small: a GELU's gradient after dY @ W (~90 operations an element) left
- * 2 rows of 16 lanes, 16 GFLOP/s. Such a matmul is stored first (full tile), and the epilogue reads it.
+ * 2 rows of 16 lanes, a slow tile. Such a matmul is stored first (full tile), and the epilogue reads it.
  */
 function storeBeforeHeavyEpilogues(stored: Set<UOp>, users: ReadonlyMap<UOp, number>): void {
   for (const root of [...stored]) {

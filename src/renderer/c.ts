@@ -216,13 +216,13 @@ const UNROLLED_TRIPS = 16;
  * the wrong lane order), guarded loads or stores (if-converted to masked accesses), and integer sums (a
  * reduction through wrapping casts). Such a kernel carries the marker TG_FRAGILE_LOOPS, which the compiler
  * defines as an attribute that turns loop vectorisation off where the probes show the bug. Groups that walk
- * forwards (a split sum's lanes, a tile's rows, a transposing copy) keep it: over 11,395 kernels of fuzzer
- * programs and BERT steps gcc got none of those wrong (test/fuzz/kernel_diff.py; the wrong ones were all guarded),
- * and marked, a split sum ran 2.5x slower (a layer norm's row sums over [1024, 256]: 0.21 vs 0.08 ms).
+ * forwards (a split sum's lanes, a tile's rows, a transposing copy) keep it: over the kernels of fuzzer programs
+ * and BERT steps gcc got none of those wrong (test/fuzz/kernel_diff.py; the wrong ones were all guarded), and
+ * marked, a split sum (a layer norm's row sums) ran much slower.
  * Marked too, where no vectorisation can pay: a kernel whose reduce loops of sums each add terms read along the
  * loop itself (unit steps), several in one loop. Vectorising those along the loop would reorder the additions,
- * which gcc may not do; it tries to group the sums instead, which for sums whose lanes lie apart took 2 s to
- * compile (a [32, 2, 32] kernel of 32 such sums) and ran slower (38 vs 24 us).
+ * which gcc may not do; it tries to group the sums instead, which for sums whose lanes lie apart is slow to
+ * compile (a [32, 2, 32] kernel of 32 such sums) and runs slower than the loop left scalar.
  */
 function hasFragileLoops(kernel: KernelIR, loopVars: ReadonlySet<string>): boolean {
   let fragile = false;

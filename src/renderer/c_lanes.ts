@@ -1,16 +1,16 @@
 // Register-tile lanes as C vectors. A host matmul's tile is 8 rows x 16 lanes of scalar accumulators, each
 // step `acc = fmaf(x_row, w_lane, acc)` with the lanes' w read from one contiguous run of a packed panel.
 // gcc 12 vectorises those scalars itself (SLP), but builds each row's broadcast from a 64-byte load and a
-// shuffle instead of a broadcasting operand: a 1024x256 @ 256x1024 tile ran at 110 GFLOP/s where the same
-// loop written with vectors runs at 200-220 on this machine. So such runs are rendered as one vector
+// shuffle instead of a broadcasting operand, well below the speed of the same loop written with vectors.
+// So such runs are rendered as one vector
 // accumulator a row (`tg_f32x16`) for the length of their loop: packed from the scalar accumulators before it,
 // updated by `tg_fma16` (c.ts's C_VECTOR_PRELUDE: the AVX-512 or AVX2 multiply-add, at the widths the target
 // has), unpacked after it. Each lane still computes fmaf(x, w, acc) in the same order, so the results are bit
 // for bit those of the scalar form.
 // Split sums take the same vectors: 16 accumulators each summing one lane of a run of neighbours (a norm's
 // squares, a bias gradient's column sums, s16 kernels) are one vector updated by the lanes' terms written as
-// vector expressions (loads, sums, products, negations). gcc's own vectorisation of such scalars ran a 4M-element
-// sum of squares at 11-14 GB/s; the vector form at 24-37 GB/s.
+// vector expressions (loads, sums, products, negations). gcc's own vectorisation of such scalars
+// streams a long sum of squares well below the vector form's speed.
 import type { Operand, Stmt } from "../codegen/ir.ts";
 import { iadd, iconst, type Idx } from "../shape/symbolic.ts";
 
@@ -89,7 +89,7 @@ export function planLanes(source: readonly Stmt[], widths: readonly number[]): {
  * Moves `loop`'s vector accumulators out through the reduce loops around it whose bodies touch them nowhere
  * else (a sum over two axes, r0 { r1 { ... } }): packed once for the whole nest, not once per trip of the
  * outer loop. Packing 6 vectors from 96 scalars and back every 20 steps of a tied weight's gradient (160
- * terms as 8 x 20) had made it a third slower than the scalar form.
+ * terms as 8 x 20) had made it slower than the scalar form.
  */
 function hoistGroups(
   loop: Stmt & { kind: "loop" },

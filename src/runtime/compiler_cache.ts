@@ -31,7 +31,7 @@ export function findCompiler(): Compiler | null {
   // No trapping math: kernels never read floating-point exceptions, and without it gcc keeps the branches of
   // every float select and compare, so loops holding one (a GELU, a clamp) do not vectorise; results are the same.
   // No errno from math functions: kernels never read it, and a sqrtf that may set it is a call with a branch
-  // around it, so no loop holding one vectorised (layer norms, LAMB: its [30522, 256] update 17 ms); the
+  // around it, so no loop holding one vectorised (layer norms, LAMB's update); the
   // square root itself is the same correctly rounded instruction either way.
   const base = [
     "-O3",
@@ -45,7 +45,7 @@ export function findCompiler(): Compiler | null {
   ];
   // -z nodelete (GNU and LLVM linkers): a kernel library, and the OpenMP runtime it pulls in, stays mapped until
   // the process ends; unloaded at exit while OpenMP's idle worker threads still ran its code, node crashed
-  // (SIGSEGV) on about 4 exits in 10. Linkers without it (macOS) get the flags without.
+  // (SIGSEGV) on some exits. Linkers without it (macOS) get the flags without.
   const nodelete = "-Wl,-z,nodelete";
   const identity = (flags: readonly string[]) =>
     `${version.stdout.split("\n")[0]}|${flags.join(" ")}|${cpus()[0]?.model ?? ""}`;
@@ -77,7 +77,7 @@ let widths: readonly number[] | undefined;
 /**
  * The register-tile lane runs the target takes as C vectors (renderer/c_lanes.ts), from the compiler's own
  * macros for its flags: 16 and 8 floats with AVX-512, 8 with AVX and FMA (a 16-lane run as two: a 64-byte
- * vector without AVX-512 goes through memory, 12-20 GFLOP/s where the scalar form ran 80-100), none elsewhere.
+ * vector without AVX-512 goes through memory, several times slower than the scalar form), none elsewhere.
  * Then `prelude`'s vector helpers must compile for them with this compiler (they call x86 builtins that gcc
  * and clang name alike; another compiler gets the scalar form rather than kernels that do not build).
  */
@@ -85,7 +85,7 @@ export function vectorLaneWidths(prelude: string): readonly number[] {
   if (widths) return widths;
   const compiler = findCompiler();
   if (!compiler) return (widths = []);
-  // the answer is kept by compiler (command and identity) and prelude: asking costs two compiler runs (45 ms a start)
+  // the answer is kept by compiler (command and identity) and prelude: asking costs two compiler runs a start
   const key = createHash("sha256")
     .update(compiler.command)
     .update("\0")

@@ -1,7 +1,7 @@
 // The CPU device's graphs: a jitted function's kernel calls (and copies between virtual CPU devices), recorded
 // once into a table of (function pointer, buffer addresses), replayed by one native call whose C loop calls
 // each kernel in turn. Kernel by kernel, a replay costs a koffi call, an argument array and two clock reads
-// per kernel (~5 us: 2-3 ms of a BERT-tiny step's 13); a graph costs one call for the whole step.
+// per kernel, a fair share of a small model's step; a graph costs one call for the whole step.
 import koffi from "koffi";
 import type { Buffer } from "../device.ts";
 import { debugLevel } from "../helpers.ts";

@@ -1,7 +1,6 @@
 // Memory of the host backends (JS, CPU): a buffer is a Uint8Array over an ArrayBuffer, started at a 64-byte
 // boundary. Node's ArrayBuffers start 16 bytes past one (malloc's header), so every 64-byte vector load or
-// store of a kernel would straddle two cache lines: packing a [1024, 1024] matmul operand took 0.10 ms
-// instead of 0.07 (a C loop timed both ways); a BERT-mini train step runs 2-11% faster aligned
+// store of a kernel would straddle two cache lines, which slows a packing copy and a whole train step alike
 // (bench/host-alignment.ts).
 import koffi from "koffi";
 import type { Allocator } from "../device.ts";

@@ -199,7 +199,7 @@ function contract(
   const [x, y] = [align(a, aLabels), align(b, bLabels)];
   const k = kept.length;
   // several contracted labels become one axis, as a matmul's K: the kernels tile, pack and block a single
-  // sum axis (two sums over the same K run ~6x apart); not where a size-1 axis broadcasts against a longer one
+  // sum axis (two sums over the same K run far apart); not where a size-1 axis broadcasts against a longer one
   if (all.length - k > 1 && x.shape.slice(k).every((size, i) => size === y.shape[k + i])) {
     const merge = (t: Tensor): Tensor =>
       t.reshape([...t.shape.slice(0, k), t.shape.slice(k).reduce((p, s) => p * s, 1)]);

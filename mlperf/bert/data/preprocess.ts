@@ -653,9 +653,8 @@ Options (each also read from the environment variable shown; flags win):
 `;
 
 /**
- * A worker's peak memory on a full Wikipedia part at MLPerf settings, with room to spare: a process making one
- * 27 MB part peaked at 0.88 GB (bench/preprocess.ts, 2026-12-02; 5.2 GB before shards were written straight
- * from the made samples).
+ * A worker's peak memory on a full Wikipedia part at MLPerf settings, with room to spare over the peak that
+ * bench/preprocess.ts measures for one part (docs/performance.md).
  */
 const WORKER_MEMORY_BYTES = 1.5 * 2 ** 30;
 
