@@ -53,11 +53,8 @@ test("records carry the caller's file, relative to the project root, and line", 
 test("helpers attribute their records to the line that called the helper", () => {
   withTempDir((dir) => {
     const logger = new MlperfLogger({ path: path.join(dir, "result.log") });
-    logSubmissionInfo(
-      logger,
-      { submitter: "tsgrad", division: "closed", status: "Available on-premise", system_name: "cpu" },
-      "cpu",
-    ); // helper-marker
+    const system = { submitter: "tsgrad", division: "closed", status: "Available on-premise", system_name: "cpu" };
+    logSubmissionInfo(logger, system, "cpu"); // helper-marker
     const linenos = new Set(recordsOf(path.join(dir, "result.log")).map((r) => r.metadata.lineno));
     assert.deepEqual([...linenos], [lineEndingWith("// helper-marker")]);
   });
