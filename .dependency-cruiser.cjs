@@ -38,6 +38,11 @@ module.exports = {
     layer("tensor/", ["^src/engine/"], "The frontend builds graphs and asks the engine to realize them."),
     layer("nn/", ["^src/tensor/", "^src/io/"], "Layers and optimizers are compositions of Tensor ops."),
     layer("io/", [], "File formats read and write bytes; they know nothing of tensors."),
+    layer(
+      "dist/",
+      ["^src/tensor/index\\.ts$"],
+      "Processes talk through host arrays (and Tensors, through src/tensor/index.ts); nothing below the engine.",
+    ),
     {
       name: "tensor-through-index",
       comment:

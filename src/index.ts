@@ -14,3 +14,4 @@ export { jit, TinyJit } from "./tensor/index.ts";
 export { clearKernelCache } from "./engine/search.ts";
 export * as nn from "./nn/index.ts";
 export * as io from "./io/index.ts";
+export * as dist from "./dist/index.ts";

@@ -63,7 +63,7 @@ test("the built package imports in plain Node and trains a layer with a jitted s
 const words = (text: string): string[] => text.trim().split(/\s+/).sort();
 const PUBLIC_NAMES = {
   tsgrad: words(`
-    Buffer Device GlobalCounters Tensor TinyJit TsgradError UOp broadcastShapes clearKernelCache dtypes
+    Buffer Device GlobalCounters Tensor TinyJit TsgradError UOp broadcastShapes clearKernelCache dist dtypes
     fmtShape getenv io jit nn prod promote
   `),
   nn: words(`
@@ -78,12 +78,13 @@ const PUBLIC_NAMES = {
     encodeSafetensors listTfCheckpoint maskedCrc32c readSafetensorsFile readSafetensorsHeader
     readTfCheckpoint writeFileAtomic writeFileAtomicFrom writeSafetensorsFile writeSafetensorsStream
   `),
+  dist: words("MpiError init worldFromEnv"),
 };
 
-test("the built package exports exactly its public names, nn and io as namespaces", { timeout: 60_000 }, () => {
+test("the built package exports exactly its public names, nn, io and dist as namespaces", { timeout: 60_000 }, () => {
   const names = runWithBuild(`
     const keys = (namespace) => Object.keys(namespace).sort();
-    console.log(JSON.stringify({ tsgrad: keys(tsgrad), nn: keys(tsgrad.nn), io: keys(tsgrad.io) }));
+    console.log(JSON.stringify({ tsgrad: keys(tsgrad), nn: keys(tsgrad.nn), io: keys(tsgrad.io), dist: keys(tsgrad.dist) }));
   `);
   assert.deepEqual(names, PUBLIC_NAMES);
 });
