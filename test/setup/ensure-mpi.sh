@@ -5,7 +5,7 @@
 if command -v mpirun >/dev/null 2>&1; then
   exit 0
 fi
-if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+if [ "$(id -u 2>/dev/null)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
   echo "ensure-mpi: mpirun not found, installing Open MPI (openmpi-bin libopenmpi-dev)"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
     openmpi-bin libopenmpi-dev >/dev/null && exit 0
