@@ -15,10 +15,10 @@ export function getenv(key: string, fallback: number | string): number | string 
   const raw = process.env[key];
   if (raw === undefined || raw === "") return fallback;
   if (typeof fallback === "number") {
-    const value = Number(raw);
-    if (Number.isNaN(value))
-      throw new TsgradError(`environment variable ${key}=${JSON.stringify(raw)} is not a number`);
-    return value;
+    // decimal only: Number() would also read "0x20", " 2 " and "Infinity"
+    if (!/^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/.test(raw))
+      throw new TsgradError(`environment variable ${key}=${JSON.stringify(raw)} is not a decimal number`);
+    return Number(raw);
   }
   return raw;
 }

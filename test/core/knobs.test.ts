@@ -36,3 +36,25 @@ test("a bad DEFAULT_FLOAT names the value", () => {
   assert.notEqual(r.status, 0);
   assert.match(r.stderr, /QUARTER/);
 });
+
+test("a numeric knob that is not a decimal number is refused by name", async () => {
+  const { getenv, TsgradError } = await import("../../src/index.ts");
+  const saved = process.env.BEAM;
+  try {
+    for (const raw of ["0x2", " 2", "Infinity", "two"]) {
+      process.env.BEAM = raw;
+      assert.throws(
+        () => getenv("BEAM", 0),
+        (e: unknown) =>
+          e instanceof TsgradError && e.message.includes(`BEAM=${JSON.stringify(raw)} is not a decimal number`),
+      );
+    }
+    process.env.BEAM = "2";
+    assert.equal(getenv("BEAM", 0), 2);
+    process.env.BEAM = "0.01";
+    assert.equal(getenv("BEAM", 0), 0.01);
+  } finally {
+    if (saved === undefined) delete process.env.BEAM;
+    else process.env.BEAM = saved;
+  }
+});
