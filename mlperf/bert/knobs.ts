@@ -193,13 +193,54 @@ export interface Knobs {
 /** `--eval-bs` for EVAL_BS. */
 export const flagOf = (name: string): string => `--${name.toLowerCase().replaceAll("_", "-")}`;
 
+// Decimal only: Number() would also take "0x20", "1e3" for an integer, " 8 ", "Infinity"
+const INTEGER = /^[+-]?\d+$/;
+const DECIMAL = /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/;
+
 function parseValue(spec: KnobSpec, raw: string, from: string): number | string {
   if (spec.kind === "string") return raw;
-  const value = Number(raw);
   const bad = (want: string) => new KnobError(`${from}: ${spec.name}=${JSON.stringify(raw)} is not ${want}`);
-  if (raw.trim() === "" || !Number.isFinite(value)) throw bad(spec.kind === "float" ? "a number" : "an integer");
-  if (spec.kind !== "float" && !Number.isInteger(value)) throw bad("an integer");
-  return value;
+  if (spec.kind === "float") {
+    if (!DECIMAL.test(raw)) throw bad("a decimal number");
+  } else if (!INTEGER.test(raw)) {
+    throw bad("a decimal integer");
+  }
+  return Number(raw);
+}
+
+/** Levenshtein distance, for suggesting the knob a misspelt variable meant. */
+function editDistance(a: string, b: string): number {
+  let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const current = [i];
+    for (let j = 1; j <= b.length; j++) {
+      current[j] = Math.min(previous[j]! + 1, current[j - 1]! + 1, previous[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+    }
+    previous = current;
+  }
+  return previous[b.length]!;
+}
+
+/**
+ * Environment variables that are not knobs but one or two edits from one (`MAX_STPES`), each with the knob it
+ * probably meant: the trainer would otherwise run on the default without a word. Short names allow one edit only,
+ * and a typo keeps the first letter, so that unrelated variables (`PS1`, npm's `NODE`) are not taken for knobs.
+ */
+export function misspeltKnobs(env: NodeJS.ProcessEnv): { variable: string; knob: string }[] {
+  const names = new Set(KNOB_SPECS.map((s) => s.name));
+  const found: { variable: string; knob: string }[] = [];
+  for (const variable of Object.keys(env)) {
+    if (names.has(variable) || !/^[A-Z][A-Z0-9_]*$/.test(variable)) continue;
+    let best: { knob: string; distance: number } | undefined;
+    for (const knob of names) {
+      const allowed = knob.length <= 4 ? 1 : 2;
+      if (knob[0] !== variable[0] || Math.abs(knob.length - variable.length) > allowed) continue;
+      const distance = editDistance(variable, knob);
+      if (distance <= allowed && (best === undefined || distance < best.distance)) best = { knob, distance };
+    }
+    if (best) found.push({ variable, knob: best.knob });
+  }
+  return found;
 }
 
 /** Flag values by knob name; `help` when --help was asked. */
@@ -238,6 +279,9 @@ function parseArgv(argv: readonly string[]): { values: Map<string, string>; help
 export function parseKnobs(argv: readonly string[], env: NodeJS.ProcessEnv = process.env): Knobs | null {
   const { values, help } = parseArgv(argv);
   if (help) return null;
+  for (const { variable, knob } of misspeltKnobs(env)) {
+    console.error(`warning: ${variable} is not a knob of the trainer and is ignored; did you mean ${knob}?`);
+  }
   const resolved: Resolved = {};
   for (const spec of KNOB_SPECS) {
     const flagValue = values.get(spec.name);

@@ -11,6 +11,7 @@ import {
   flagOf,
   hparamLines,
   knobsHelp,
+  misspeltKnobs,
   parseKnobs,
   validateKnobs,
   type Knobs,
@@ -91,6 +92,49 @@ test("a value that is not a number names the knob and where it came from", () =>
       e.message.includes("--gpus") &&
       e.message.includes("integer"),
   );
+});
+
+test("numbers are read as decimals only: hex, exponents for integers, spaces and infinities are refused", () => {
+  for (const [env, want] of [
+    [{ BS: "0x20" }, 'BS="0x20" is not a decimal integer'],
+    [{ BS: "1e3" }, 'BS="1e3" is not a decimal integer'],
+    [{ BS: " 8" }, 'BS=" 8" is not a decimal integer'],
+    [{ OPT_BASE_LEARNING_RATE: "Infinity" }, 'OPT_BASE_LEARNING_RATE="Infinity" is not a decimal number'],
+    [{ OPT_BASE_LEARNING_RATE: "0x1" }, 'OPT_BASE_LEARNING_RATE="0x1" is not a decimal number'],
+  ] as const) {
+    assert.throws(
+      () => knobs(env),
+      (e: unknown) => e instanceof KnobError && e.message.includes(want),
+    );
+  }
+  assert.equal(knobs({ BS: "+16" }).BS, 16);
+  assert.equal(knobs({ OPT_BASE_LEARNING_RATE: "1.5e-4" }).OPT_BASE_LEARNING_RATE, 1.5e-4);
+  assert.equal(knobs({ OPT_BASE_LEARNING_RATE: ".5" }).OPT_BASE_LEARNING_RATE, 0.5);
+});
+
+test("a variable one or two edits from a knob gets a did-you-mean warning; unrelated ones do not", (t) => {
+  const env = {
+    TRAIN_STPES: "5",
+    SEEDS: "1",
+    EVALBS: "2",
+    GPU: "2",
+    NODE: "/usr/bin/node",
+    PS1: "$",
+    PATH: "/bin",
+    BS: "8",
+  };
+  assert.deepEqual(misspeltKnobs(env), [
+    { variable: "TRAIN_STPES", knob: "TRAIN_STEPS" },
+    { variable: "SEEDS", knob: "SEED" },
+    { variable: "EVALBS", knob: "EVAL_BS" },
+    { variable: "GPU", knob: "GPUS" },
+  ]);
+  const warnings: string[] = [];
+  t.mock.method(console, "error", (line: string) => void warnings.push(line));
+  knobs({ TRAIN_STPES: "5" });
+  assert.deepEqual(warnings, [
+    "warning: TRAIN_STPES is not a knob of the trainer and is ignored; did you mean TRAIN_STEPS?",
+  ]);
 });
 
 test("an unknown option and a missing value are errors", () => {
