@@ -100,3 +100,17 @@ test("ranks started by hand (torchrun's variables, no mpirun): MPI sees one proc
     /MpiError: the torchrun launcher announced rank 1 of 2, MPI sees rank 0 of 1: start every rank with mpirun/,
   );
 });
+
+test("a rank that throws ends the job: the rank waiting in a collective is stopped, mpirun names the rank", {
+  timeout: 120_000,
+}, () => {
+  const start = performance.now();
+  const run = mpirun(2, "test/dist/mpi_rank_fails.ts");
+  const output = `${run.stdout}\n${run.stderr}`;
+  assert.notEqual(run.status, 0, `mpirun must fail:\n${output}`);
+  assert.equal(run.signal, null, `mpirun hung until the timeout killed it:\n${output}`);
+  assert.match(run.stderr, /rank 1 fails on purpose/);
+  assert.match(run.stderr, /Process name: \[\[\d+,1\],1\]/);
+  assert.doesNotMatch(run.stdout, /rank 0 finished/);
+  assert.ok(performance.now() - start < 60_000, "the job took a minute to stop");
+});
