@@ -143,8 +143,32 @@ test("VERIFY_CHECKSUM: a published md5 that does not match names the file, expec
       assert.equal(error.file, join(basedir, "vocab.txt"));
       assert.equal(error.expected, "64800d5d8528ce344256daf115d4965e");
       assert.equal(error.actual, md5(VOCAB));
+      assert.equal(error.movedTo, join(basedir, "vocab.txt.bad-md5"));
+      assert.match(error.message, /the file is now .*vocab\.txt\.bad-md5/);
       return true;
     },
+  );
+  // fetched twice, and the bad copy is not left under its own name for a rerun to take as done
+  assert.equal(existsSync(join(basedir, "vocab.txt")), false);
+  assert.deepEqual(new Uint8Array(await readFile(join(basedir, "vocab.txt.bad-md5"))), VOCAB);
+});
+
+test("VERIFY_CHECKSUM: a copy in BASEDIR whose md5 is wrong is moved aside and fetched again", async (t) => {
+  const server = await serveSmallPlan(t);
+  const basedir = tempDir();
+  const damaged = new Uint8Array(VOCAB);
+  damaged[3] ^= 0x20; // one flipped bit, same size: only the md5 can tell
+  await writeFile(join(basedir, "vocab.txt"), damaged);
+  const lines: string[] = [];
+  const log = { write: (line: string) => void lines.push(line), isTTY: false } as unknown as NodeJS.WriteStream;
+  await downloadBertData(smallPlan(server.origin), { basedir, verifyChecksum: true, log, http: fast });
+  assert.deepEqual(new Uint8Array(await readFile(join(basedir, "vocab.txt"))), VOCAB);
+  assert.deepEqual(new Uint8Array(await readFile(join(basedir, "vocab.txt.bad-md5"))), damaged);
+  assert.ok(
+    lines.some((l) =>
+      /vocab\.txt: md5 [0-9a-f]{32} is not the published [0-9a-f]{32}; moved to .*fetching again/.test(l),
+    ),
+    lines.join(""),
   );
 });
 

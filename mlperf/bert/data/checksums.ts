@@ -10,8 +10,12 @@ export class ChecksumError extends Error {
     readonly file: string,
     readonly expected: string,
     readonly actual: string,
+    /** Where the mismatching file was moved, so that a rerun does not take it for a good copy. */
+    readonly movedTo?: string,
   ) {
-    super(`md5 mismatch for ${file}: expected ${expected}, got ${actual}`);
+    super(
+      `md5 mismatch for ${file}: expected ${expected}, got ${actual}${movedTo ? `; the file is now ${movedTo}` : ""}`,
+    );
     this.name = "ChecksumError";
   }
 }

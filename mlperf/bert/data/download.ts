@@ -10,7 +10,7 @@ import { pathToFileURL } from "node:url";
 import { getenv } from "../../../src/index.ts";
 import { basedirFromEnv, defaultBasedir } from "./basedir.ts";
 import { ByteProgress, type ProgressSink } from "./byteProgress.ts";
-import { parseMd5List, verifyMd5, verifyMd5List } from "./checksums.ts";
+import { ChecksumError, parseMd5List, verifyMd5, verifyMd5List } from "./checksums.ts";
 import { confirmedDownloadUrl, driveUrl } from "./googleDrive.ts";
 import { downloadToFile, type DownloadOptions } from "./http.ts";
 import { extractTarGz } from "./untar.ts";
@@ -107,8 +107,12 @@ export async function downloadBertData(plan: DownloadPlan, options: DownloadBert
   log.write(`done: ${options.basedir}\n`);
 }
 
-/** Downloads `file` unless a complete copy is there; checks its MD5 when asked. */
-async function fetchFile(file: RemoteFile, options: DownloadBertOptions): Promise<string> {
+/**
+ * Downloads `file` unless a complete copy is there; checks its MD5 when asked. A copy whose MD5 is wrong is moved
+ * aside (`<name>.bad-md5`) and fetched once more; a second mismatch is an error, the file again aside, never under
+ * its own name, where a rerun would take it for done.
+ */
+async function fetchFile(file: RemoteFile, options: DownloadBertOptions, retry = true): Promise<string> {
   const log = options.log ?? process.stderr;
   const dest = join(options.basedir, file.name);
   const have = await sizeIfExists(dest);
@@ -135,7 +139,19 @@ async function fetchFile(file: RemoteFile, options: DownloadBertOptions): Promis
   }
   if (options.verifyChecksum && file.md5) {
     const bar = new ByteProgress(`md5 ${file.name}`, file.size ?? have, log);
-    await verifyMd5(dest, file.md5, (n) => bar.add(n));
+    try {
+      await verifyMd5(dest, file.md5, (n) => bar.add(n));
+    } catch (error) {
+      if (!(error instanceof ChecksumError)) throw error;
+      bar.finish();
+      const aside = `${dest}.bad-md5`;
+      await rename(dest, aside);
+      if (!retry) throw new ChecksumError(error.file, error.expected, error.actual, aside);
+      log.write(
+        `${file.name}: md5 ${error.actual} is not the published ${error.expected}; moved to ${aside}, fetching again\n`,
+      );
+      return fetchFile(file, options, false);
+    }
     bar.finish();
   }
   return dest;
