@@ -7,12 +7,22 @@
 import { Buffer } from "../device.ts";
 import { backendOf } from "./backend.ts";
 import { TsgradError, fmtShape } from "../helpers.ts";
-import type { KernelBuffer, KernelIR } from "../codegen/ir.ts";
+import { type KernelBuffer, type KernelIR, reduceIdentity } from "../codegen/ir.ts";
+import { type DType, isFloat } from "../dtype.ts";
 import type { KernelSpec } from "../codegen/kernel_spec.ts";
 import { adoptLowered, catPieces, lowerKernel } from "../codegen/lower.ts";
 import { loadLowered, storeLowered } from "./lowered_cache.ts";
 import { type PackedOperand, packOperands } from "./pack.ts";
-import { MOVEMENT_OPS, UOp, isElementwise, isMatmul, isNarrowingFloatCast, isWideningFloatCast } from "../uop.ts";
+import {
+  MOVEMENT_OPS,
+  type ReduceArg,
+  type ReduceKind,
+  UOp,
+  isElementwise,
+  isMatmul,
+  isNarrowingFloatCast,
+  isWideningFloatCast,
+} from "../uop.ts";
 import { isOneHotProduct } from "../codegen/one_hot.ts";
 
 export type ExecItem =
@@ -443,7 +453,11 @@ function kernelsFor(
 ): { items: ExecItem[]; inputs: UOp[] } {
   const top = node.op === "ASSIGN" ? node.src[1]! : node;
   const isTop = top === node;
-  const value = packs.size === 0 ? top : withPackedOperands(top, isTop, stored, packs);
+  const value = withEmptyReducesFolded(
+    packs.size === 0 ? top : withPackedOperands(top, isTop, stored, packs),
+    isTop,
+    stored,
+  );
   const inputs = new Map<UOp, number>();
   const buffers: Buffer[] = [out];
   const seen = new Set<UOp>();
@@ -508,6 +522,33 @@ function withPackedOperands(
   find(value, isTop);
   // (with readers found, `value` is computed here, stored or not: its own node is rebuilt)
   return readers.size === 0 ? value : value.replaceNodes(readers, (n) => stored.has(n) || isLeaf(n));
+}
+
+/**
+ * `value` with each reduce over zero elements replaced by its identity (a sum of nothing is 0), broadcast: a
+ * kernel's reduce loop of no iterations would have no loop variable for its body to index with.
+ */
+function withEmptyReducesFolded(value: UOp, isTop: boolean, stored: ReadonlySet<UOp>): UOp {
+  const folded = new Map<UOp, UOp>();
+  const seen = new Set<UOp>();
+  const find = (n: UOp, first: boolean): void => {
+    if (seen.has(n) || (!first && (stored.has(n) || isLeaf(n)))) return;
+    seen.add(n);
+    if (n.op === "REDUCE" && n.src[0]!.numel === 0) {
+      const identity = UOp.const(reduceIdentityOf((n.arg as ReduceArg).op, n.dtype), n.dtype, n.device);
+      folded.set(n, identity.reshape(n.shape.map(() => 1)).expand(n.shape));
+      return;
+    }
+    for (const s of n.src) find(s, false);
+  };
+  find(value, isTop);
+  return folded.size === 0 ? value : value.replaceNodes(folded, (n) => stored.has(n) || isLeaf(n));
+}
+
+/** A reduce's starting value in `dtype`: 0 for a sum, the lowest value for a max. */
+function reduceIdentityOf(op: ReduceKind, dtype: DType): number {
+  if (op === "ADD" || isFloat(dtype)) return reduceIdentity(op);
+  return dtype.kind === "int" ? -(2 ** (dtype.itemsize * 8 - 1)) : 0;
 }
 
 /** Kernels lowered before, by structure: a training loop schedules the same kernels over new buffers every step. */

@@ -888,10 +888,6 @@ export class Tensor {
 
   private reduceNode(op: "ADD" | "MAX", { axis, keepdim = false }: ReduceOptions): Tensor {
     const axes = this.axes(axis);
-    // a sum of nothing is 0; a max of nothing has no value (numpy and PyTorch refuse it too)
-    const empty = op === "MAX" ? axes.find((a) => this.shape[a] === 0) : undefined;
-    if (empty !== undefined)
-      throw new TsgradError(`max/min over an empty axis: axis ${empty} of ${fmtShape(this.shape)} has no elements`);
     const sharded = this.node instanceof MultiLazy && this.node.axis !== null;
     // a long reduce to few outputs: two kernels (split_reduce.ts)
     const out = new Tensor(sharded ? this.node.reduce(op, axes) : reduceInTwo(this.node, op, axes));
@@ -911,11 +907,40 @@ export class Tensor {
     const out = this.cast(acc).reduce("ADD", opts);
     return isFloat(this.dtype) ? out.cast(this.dtype) : out;
   }
+  /** Product of the elements (1 over an empty axis), exact: pairs multiplied level by level, as views. */
+  prod(opts: ReduceOptions = {}): Tensor {
+    const axes = this.axes(opts.axis);
+    const rest = range(this.ndim).filter((a) => !axes.includes(a));
+    const restShape = rest.map((a) => this.shape[a]!);
+    const n = axes.reduce((p, a) => p * this.shape[a]!, 1);
+    const whole = restShape.map(() => null);
+    // the reduced axes flattened last, then halved until one element is left (an odd length padded with 1)
+    let x: Tensor = this.permute([...rest, ...axes]).reshape([...restShape, n]);
+    if (n % 2 === 1 || n === 0) x = x.pad([...whole, [0, 1]], 1);
+    for (let level = 1; x.shape.at(-1)! > 1; level++) {
+      const half = x.shape.at(-1)! / 2;
+      x = x.shrink([...whole, [0, half]]).mul(x.shrink([...whole, [half, 2 * half]]));
+      if (half > 1 && half % 2 === 1) x = x.pad([...whole, [0, 1]], 1);
+      // stored every 4 levels: inlined, level k reads 2^k elements for each output
+      if (level % 4 === 0 && half > 1) x = x.contiguous();
+    }
+    return x.reshape(opts.keepdim ? this.shape.map((s, i) => (axes.includes(i) ? 1 : s)) : restShape);
+  }
   max(opts: ReduceOptions = {}): Tensor {
+    this.refuseEmptyAxis("max", opts.axis);
     return this.reduce("MAX", opts);
   }
   min(opts: ReduceOptions = {}): Tensor {
+    this.refuseEmptyAxis("min", opts.axis);
     return this.neg().max(opts).neg();
+  }
+  /** A max of nothing has no value (as in PyTorch and NumPy); a sum, a product or `any` of nothing does. */
+  private refuseEmptyAxis(op: string, axis: ReduceOptions["axis"]): void {
+    const empty = this.axes(axis).find((a) => this.shape[a] === 0);
+    if (empty !== undefined)
+      throw new TsgradError(
+        `${op}(): axis ${empty} of ${fmtShape(this.shape)} has no elements, and the ${op} of none is undefined`,
+      );
   }
   mean(opts: ReduceOptions = {}): Tensor {
     const n = this.axes(opts.axis).reduce((p, a) => p * this.shape[a]!, 1);
@@ -937,6 +962,7 @@ export class Tensor {
   argmax(opts: { axis?: number; keepdim?: boolean } = {}): Tensor {
     if (opts.axis === undefined) return this.flatten().argmax({ axis: 0 });
     const axis = this.normalizeAxis(opts.axis);
+    this.refuseEmptyAxis("argmax", axis);
     const n = this.shape[axis]!;
     const src = this.maxSource();
     // the max of a row holding NaN is NaN, which equals nothing: the first NaN is the answer then (as in PyTorch)
@@ -949,6 +975,7 @@ export class Tensor {
     return first.neg().add(n).cast(dtypes.int32);
   }
   argmin(opts: { axis?: number; keepdim?: boolean } = {}): Tensor {
+    this.refuseEmptyAxis("argmin", opts.axis);
     return this.neg().argmax(opts);
   }
   /** log(sum(exp(x))) without overflow: the max is taken out first (a row of -inf gives -inf). */
@@ -969,7 +996,8 @@ export class Tensor {
   }
   /** Whether any element is nonzero (true), as bool. */
   any(opts: ReduceOptions = {}): Tensor {
-    return this.ne(0).cast(dtypes.int32).max(opts).cast(dtypes.bool);
+    // unsigned, so that a max over nothing starts from 0, false
+    return this.ne(0).cast(dtypes.uint8).reduce("MAX", opts).cast(dtypes.bool);
   }
   /** Whether every element is nonzero (true), as bool. */
   all(opts: ReduceOptions = {}): Tensor {

@@ -66,9 +66,7 @@ for (const device of testDevices()) {
       const e = Tensor.zeros([3, 0], { device });
       assert.throws(
         () => e.max({ axis: 1 }),
-        (err: Error) =>
-          err instanceof TsgradError &&
-          /max\/min over an empty axis: axis 1 of \[3, 0\] has no elements/.test(err.message),
+        (err: Error) => err instanceof TsgradError && /max\(\): axis 1 of \[3, 0\] has no elements/.test(err.message),
       );
       assert.throws(() => e.argmax({ axis: 1 }), TsgradError);
       assert.deepEqual(e.max({ axis: 0 }).tolist(), []);

@@ -1,0 +1,128 @@
+// Op semantics at the edges (issue 36), each against what PyTorch and NumPy give, written beside it.
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { Tensor, TsgradError } from "../../src/index.ts";
+import { testDevices } from "../devices.ts";
+
+for (const device of testDevices()) {
+  describe(`reductions over an empty axis on ${device}`, () => {
+    // computed (not a constant), so that the reduce reads a kernel's input rather than folding away
+    const empty = (shape: number[]): Tensor => Tensor.rand(shape, { device });
+
+    test("sum over an empty axis is 0", () => {
+      // torch.rand(3, 0).sum(1) -> tensor([0., 0., 0.])
+      assert.deepEqual(empty([3, 0]).sum({ axis: 1 }).tolist(), [0, 0, 0]);
+      assert.deepEqual(empty([2, 0, 3]).exp().sum({ axis: 1 }).tolist(), [
+        [0, 0, 0],
+        [0, 0, 0],
+      ]);
+      // torch.rand(0).sum() -> tensor(0.)
+      assert.equal(empty([0]).sum().item(), 0);
+      assert.equal(empty([0, 4096]).sum({ axis: 0 }).sum().item(), 0);
+    });
+
+    test("prod over an empty axis is 1", () => {
+      // torch.rand(3, 0).prod(1) -> tensor([1., 1., 1.])
+      assert.deepEqual(empty([3, 0]).prod({ axis: 1 }).tolist(), [1, 1, 1]);
+      assert.equal(empty([0]).prod().item(), 1);
+    });
+
+    test("prod multiplies the elements exactly", () => {
+      // torch.tensor([[2., -3., 4.], [0.5, 5., -1.]]).prod(1) -> tensor([-24., -2.5])
+      const x = new Tensor(
+        [
+          [2, -3, 4],
+          [0.5, 5, -1],
+        ],
+        { device },
+      );
+      assert.deepEqual(x.prod({ axis: 1 }).tolist(), [-24, -2.5]);
+      assert.deepEqual(x.prod({ axis: 0, keepdim: true }).tolist(), [[1, -15, -4]]);
+      // torch.arange(1, 11).prod() -> tensor(3628800), an integer
+      const ints = Tensor.arange(1, 11, 1, { device });
+      assert.equal(ints.prod().item(), 3628800);
+      assert.equal(ints.prod().dtype.name, "int32");
+      // the product rule: d/dx_i prod(x) = prod of the others, zeros included
+      const y = new Tensor([2, 0, 3, 5], { device, dtype: "float32", requiresGrad: true });
+      y.prod().backward();
+      assert.deepEqual(y.grad!.tolist(), [0, 30, 0, 0]);
+    });
+
+    test("mean over an empty axis is NaN", () => {
+      // torch.rand(3, 0).mean(1) -> tensor([nan, nan, nan])
+      assert.ok((empty([3, 0]).mean({ axis: 1 }).tolist() as number[]).every(Number.isNaN), "mean of nothing is NaN");
+      assert.ok(Number.isNaN(empty([0]).mean().item()));
+    });
+
+    test("max and min over an empty axis are refused, naming the op and the axis", () => {
+      // torch.rand(3, 0).max(1) -> IndexError: max(): Expected reduction dim 1 to have non-zero size
+      for (const op of ["max", "min"] as const) {
+        assert.throws(
+          () => empty([3, 0])[op]({ axis: 1 }),
+          (err: Error) =>
+            err instanceof TsgradError && err.message.startsWith(`${op}(): axis 1 of [3, 0] has no elements`),
+        );
+      }
+      assert.throws(
+        () => empty([3, 0]).argmax({ axis: 1 }),
+        (err: Error) => err instanceof TsgradError && err.message.startsWith("argmax(): axis 1 of [3, 0]"),
+      );
+      // over the other axis there is nothing to refuse: torch.rand(3, 0).max(0) -> an empty tensor
+      assert.deepEqual(empty([3, 0]).max({ axis: 0 }).tolist(), []);
+    });
+
+    test("any over an empty axis is false and all is true", () => {
+      // torch.rand(3, 0).any(1) -> tensor([False, False, False]); .all(1) -> tensor([True, True, True])
+      assert.deepEqual(empty([3, 0]).any({ axis: 1 }).tolist(), [false, false, false]);
+      assert.deepEqual(empty([3, 0]).all({ axis: 1 }).tolist(), [true, true, true]);
+      assert.equal(empty([0]).any().tolist(), false);
+      assert.equal(empty([0]).all().tolist(), true);
+    });
+
+    test("a matmul with inner size 0 is all zeros", () => {
+      // torch.rand(64, 0) @ torch.rand(0, 64) -> torch.zeros(64, 64)
+      const out = empty([64, 0]).matmul(empty([0, 64]));
+      assert.deepEqual(out.shape, [64, 64]);
+      assert.ok(Array.from(out.toArray() as Float32Array).every((v) => v === 0));
+      assert.deepEqual(
+        empty([2, 3, 0])
+          .matmul(empty([2, 0, 2]))
+          .tolist(),
+        [
+          [
+            [0, 0],
+            [0, 0],
+            [0, 0],
+          ],
+          [
+            [0, 0],
+            [0, 0],
+            [0, 0],
+          ],
+        ],
+      );
+      assert.equal(
+        empty([128, 0])
+          .cast("float16")
+          .matmul(empty([0, 128]).cast("float16"))
+          .sum()
+          .item(),
+        0,
+      );
+    });
+
+    test("gradients through a sum over an empty axis", () => {
+      // x = torch.rand(5, 0, requires_grad=True); w = torch.rand(5, requires_grad=True)
+      // (x.sum(1) * w).sum().backward(): x.grad is [5, 0], w.grad is zeros (the sums are 0)
+      const x = Tensor.rand([5, 0], { device, requiresGrad: true });
+      const w = Tensor.rand([5], { device, requiresGrad: true });
+      x.sum({ axis: 1 }).mul(w).sum().backward();
+      assert.deepEqual(x.grad!.shape, [5, 0]);
+      assert.deepEqual(w.grad!.tolist(), [0, 0, 0, 0, 0]);
+      // a [1] broadcast to [0]: its gradient sums nothing, 0
+      const b = Tensor.rand([1], { device, requiresGrad: true });
+      b.expand([0]).sum().backward();
+      assert.deepEqual(b.grad!.tolist(), [0]);
+    });
+  });
+}
