@@ -10,7 +10,7 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { Device, GlobalCounters, Tensor, clearKernelCache, dtypes, jit, nn } from "../../src/index.ts";
+import { Device, GlobalCounters, Tensor, clearKernelCache, dtypes, io, jit, nn } from "../../src/index.ts";
 import {
   BERT_PRESETS,
   BertForPretraining,
@@ -229,6 +229,7 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
   validateKnobs(knobs);
   const shards = knobs.RUNMLPERF ? findShards(knobs.BASEDIR) : null;
   const system = knobs.LOGMLPERF ? readSystem(knobs.SUBMISSION_PLATFORM) : null;
+  for (const name of io.removeStaleTemps(knobs.SAVE_CKPT_DIR)) print(`removed ${name}, left by a run that was killed`);
 
   Device.DEFAULT = knobs.DEVICE;
   const devices = Array.from({ length: knobs.GPUS }, (_, i) =>

@@ -1,7 +1,7 @@
 // Files written all or nothing: a reader sees the old file or the complete new one, never a torn write
 // (a crash mid-checkpoint must not leave a file that loads half a model).
 
-import { closeSync, fsyncSync, openSync, renameSync, unlinkSync, writeSync } from "node:fs";
+import { closeSync, fsyncSync, openSync, readdirSync, renameSync, rmSync, unlinkSync, writeSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 
 /** Writes `bytes` to `path` all or nothing: a temp file in the same folder, fsync, rename. */
@@ -34,4 +34,36 @@ export function writeFileAtomicFrom(path: string, produce: (write: (bytes: Uint8
     }
     throw error;
   }
+}
+
+/** The temp files writers leave while they write: `.<name>.<pid>.tmp` or `.<name>.<pid>.<random>.tmp`. */
+const TEMP_FILE = /^\..+\.(\d+)(\.[a-z0-9]+)?\.tmp$/;
+
+/** Whether the process `pid` still runs on this machine (one that is gone cannot finish its temp file). */
+function isRunning(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
+/**
+ * Deletes the temp files in `folder` that a process killed mid-write left behind (its pid no longer runs), and
+ * returns their names. A folder that does not exist has none.
+ */
+export function removeStaleTemps(folder: string): string[] {
+  let names: string[];
+  try {
+    names = readdirSync(folder);
+  } catch {
+    return [];
+  }
+  const stale = names.filter((name) => {
+    const match = TEMP_FILE.exec(name);
+    return match !== null && Number(match[1]) !== process.pid && !isRunning(Number(match[1]));
+  });
+  for (const name of stale) rmSync(join(folder, name), { force: true });
+  return stale;
 }

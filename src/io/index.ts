@@ -28,4 +28,4 @@ export {
   type ReadTfCheckpointOptions,
 } from "./tf_checkpoint.ts";
 export { crc32c, maskedCrc32c } from "./crc32c.ts";
-export { writeFileAtomic, writeFileAtomicFrom } from "./atomic_file.ts";
+export { removeStaleTemps, writeFileAtomic, writeFileAtomicFrom } from "./atomic_file.ts";

@@ -2,7 +2,7 @@
 // real ids and URLs cannot be reached from tests (or this machine) and are not exercised.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
+import { execFile, spawnSync } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import { readFile, readdir, writeFile } from "node:fs/promises";
@@ -159,11 +159,16 @@ test("VERIFY_CHECKSUM: a copy in BASEDIR whose md5 is wrong is moved aside and f
   const damaged = new Uint8Array(VOCAB);
   damaged[3] ^= 0x20; // one flipped bit, same size: only the md5 can tell
   await writeFile(join(basedir, "vocab.txt"), damaged);
+  // and a temp file that a killed download left behind
+  const gone = spawnSync(process.execPath, ["-e", ""]).pid!;
+  await writeFile(join(basedir, `.vocab.txt.${gone}.tmp`), "half");
   const lines: string[] = [];
   const log = { write: (line: string) => void lines.push(line), isTTY: false } as unknown as NodeJS.WriteStream;
   await downloadBertData(smallPlan(server.origin), { basedir, verifyChecksum: true, log, http: fast });
   assert.deepEqual(new Uint8Array(await readFile(join(basedir, "vocab.txt"))), VOCAB);
   assert.deepEqual(new Uint8Array(await readFile(join(basedir, "vocab.txt.bad-md5"))), damaged);
+  assert.equal(existsSync(join(basedir, `.vocab.txt.${gone}.tmp`)), false);
+  assert.ok(lines.includes(`removed .vocab.txt.${gone}.tmp, left by a download that was killed\n`), lines.join(""));
   assert.ok(
     lines.some((l) =>
       /vocab\.txt: md5 [0-9a-f]{32} is not the published [0-9a-f]{32}; moved to .*fetching again/.test(l),

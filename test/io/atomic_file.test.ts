@@ -1,8 +1,9 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
 import { join } from "node:path";
-import { writeFileAtomic, writeFileAtomicFrom } from "../../src/io/atomic_file.ts";
+import { removeStaleTemps, writeFileAtomic, writeFileAtomicFrom } from "../../src/io/atomic_file.ts";
 import { scratchDir } from "../scratch.ts";
 
 test("writeFileAtomic replaces a file's bytes and leaves no temp file", () => {
@@ -34,4 +35,29 @@ test("a write that fails part way leaves the old file whole and no temp file", (
   );
   assert.equal(readFileSync(path, "utf8"), "old");
   assert.deepEqual(readdirSync(dir), ["data.bin"]);
+});
+
+test("removeStaleTemps deletes temp files of processes that are gone, and nothing else", () => {
+  const dir = scratchDir("atomic-");
+  // a pid that certainly ran and ended: a child that has exited
+  const gone = spawnSync(process.execPath, ["-e", ""]).pid!;
+  const live = process.ppid;
+  const names = [
+    `.step_0000100.safe.${gone}.k3x9.tmp`,
+    `.part-00007.shard.${gone}.tmp`,
+    `.report.html.${live}.tmp`,
+    `.mine.${process.pid}.ab.tmp`,
+    "step_0000100.safe",
+    "notes.tmp",
+  ];
+  for (const name of names) writeFileSync(join(dir, name), "x");
+  assert.deepEqual(removeStaleTemps(dir).sort(), [
+    `.part-00007.shard.${gone}.tmp`,
+    `.step_0000100.safe.${gone}.k3x9.tmp`,
+  ]);
+  assert.deepEqual(
+    readdirSync(dir).sort(),
+    [`.mine.${process.pid}.ab.tmp`, `.report.html.${live}.tmp`, "notes.tmp", "step_0000100.safe"].sort(),
+  );
+  assert.deepEqual(removeStaleTemps(join(dir, "absent")), []);
 });

@@ -4,10 +4,10 @@
 //
 //   npx tsx mlperf/bert/data/download.ts [--help]
 import { existsSync } from "node:fs";
-import { mkdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { mkdir, readFile, rename, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
-import { getenv } from "../../../src/index.ts";
+import { getenv, io } from "../../../src/index.ts";
 import { basedirFromEnv, defaultBasedir } from "./basedir.ts";
 import { ByteProgress, type ProgressSink } from "./byteProgress.ts";
 import { ChecksumError, parseMd5List, verifyMd5, verifyMd5List } from "./checksums.ts";
@@ -101,6 +101,8 @@ export interface DownloadBertOptions {
 export async function downloadBertData(plan: DownloadPlan, options: DownloadBertOptions): Promise<void> {
   const log = options.log ?? process.stderr;
   await mkdir(options.basedir, { recursive: true });
+  for (const name of io.removeStaleTemps(options.basedir))
+    log.write(`removed ${name}, left by a download that was killed\n`);
   for (const file of plan.files) await fetchFile(file, options);
   if (plan.checkpoint) await writeCheckpointState(options.basedir, plan.checkpoint);
   if (plan.text) await fetchText(plan.text, options);
@@ -160,7 +162,7 @@ async function fetchFile(file: RemoteFile, options: DownloadBertOptions, retry =
 /** The TF `checkpoint` state file that names the init checkpoint, as the reference writes it. */
 async function writeCheckpointState(basedir: string, name: string): Promise<void> {
   const text = `model_checkpoint_path: "${name}"\nall_model_checkpoint_paths: "${name}"\n`;
-  await writeAtomically(join(basedir, "checkpoint"), text);
+  io.writeFileAtomic(join(basedir, "checkpoint"), new TextEncoder().encode(text));
 }
 
 /**
@@ -191,15 +193,9 @@ async function fetchText(text: WikiText, options: DownloadBertOptions): Promise<
     bar.finish();
   }
   if (!extracted) {
-    await writeAtomically(marker, `${new Date().toISOString()}\n`);
+    io.writeFileAtomic(marker, new TextEncoder().encode(`${new Date().toISOString()}\n`));
     await rm(join(options.basedir, text.archive.name), { force: true });
   }
-}
-
-async function writeAtomically(path: string, text: string): Promise<void> {
-  const temp = `${path}.${process.pid}.tmp`;
-  await writeFile(temp, text);
-  await rename(temp, path);
 }
 
 async function sizeIfExists(path: string): Promise<number | undefined> {

@@ -17,6 +17,7 @@ import {
   trainShardPath,
   vocabPath,
 } from "./basedir.ts";
+import { io } from "../../../src/index.ts";
 import { formatDuration } from "./byteProgress.ts";
 import { PyRandom } from "./pyrandom.ts";
 import type { SampleColumns } from "./samples.ts";
@@ -924,7 +925,11 @@ export async function makeShards({
       `MASKED_LM_PROB=${settings.maskedLmProb} SHORT_SEQ_PROB=${settings.shortSeqProb})\n`,
   );
   if (pending.length === 0) return { shards: 0, samples: 0, inputBytes: 0 };
-  for (const job of pending) mkdirSync(join(job.shardPath, ".."), { recursive: true });
+  for (const folder of new Set(pending.map((job) => join(job.shardPath, "..")))) {
+    mkdirSync(folder, { recursive: true });
+    for (const name of io.removeStaleTemps(folder))
+      process.stderr.write(`removed ${name}, left by a run that was killed\n`);
+  }
   const progress = new PartProgress(pending.length, jobs.length - pending.length);
   const numWorkers = Math.min(requestedWorkers, pending.length);
   if (numWorkers === 1) {
