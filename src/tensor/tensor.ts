@@ -860,7 +860,13 @@ export class Tensor {
 
   private axes(axis: number | number[] | null | undefined): number[] {
     if (axis === null || axis === undefined) return range(this.ndim);
-    return (Array.isArray(axis) ? axis : [axis]).map((a) => this.normalizeAxis(a));
+    const given = Array.isArray(axis) ? axis : [axis];
+    // a 0-d tensor reduces over 0 or -1 as over an axis of size 1 (PyTorch, NumPy): nothing to reduce
+    if (this.ndim === 0) {
+      for (const a of given) this.normalizeAxis(a, 1);
+      return [];
+    }
+    return given.map((a) => this.normalizeAxis(a));
   }
 
   normalizeAxis(axis: number, ndim = this.ndim): number {
@@ -961,6 +967,10 @@ export class Tensor {
   /** Index of the first maximum along `axis` (of the flattened tensor when axis is omitted). */
   argmax(opts: { axis?: number; keepdim?: boolean } = {}): Tensor {
     if (opts.axis === undefined) return this.flatten().argmax({ axis: 0 });
+    if (this.ndim === 0) {
+      this.axes(opts.axis); // 0 or -1: the one element's index, 0
+      return Tensor.zeros([], { dtype: dtypes.int32, device: this.device });
+    }
     const axis = this.normalizeAxis(opts.axis);
     this.refuseEmptyAxis("argmax", axis);
     const n = this.shape[axis]!;

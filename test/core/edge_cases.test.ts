@@ -126,3 +126,32 @@ for (const device of testDevices()) {
     });
   });
 }
+
+for (const device of testDevices()) {
+  describe(`0-d tensors on ${device}`, () => {
+    const scalar = (): Tensor => new Tensor(3.5, { device });
+
+    test("reductions over axis 0 or -1 of a 0-d tensor give the tensor itself", () => {
+      // torch.tensor(3.5).sum(0) -> tensor(3.5); np.sum(np.float32(3.5), axis=-1) -> 3.5
+      for (const axis of [0, -1]) {
+        for (const op of ["sum", "max", "min", "mean", "prod"] as const) {
+          const out = scalar()[op]({ axis });
+          assert.deepEqual(out.shape, [], `${op} over axis ${axis}`);
+          assert.equal(out.item(), 3.5, `${op} over axis ${axis}`);
+        }
+        // torch.tensor(3.5).sum(0, keepdim=True) -> tensor(3.5), still 0-d
+        assert.deepEqual(scalar().sum({ axis, keepdim: true }).shape, []);
+        assert.equal(scalar().any({ axis }).tolist(), true);
+        // torch.tensor(3.5).argmax(0) -> tensor(0)
+        assert.equal(scalar().argmax({ axis }).item(), 0);
+        assert.equal(scalar().softmax(axis).item(), 1);
+      }
+    });
+
+    test("a 0-d tensor refuses axes other than 0 and -1", () => {
+      // torch.tensor(3.5).sum(1) -> IndexError: Dimension out of range (expected to be in range of [-1, 0], but got 1)
+      assert.throws(() => scalar().sum({ axis: 1 }), /axis 1 is out of range for a tensor of shape \[\]/);
+      assert.throws(() => scalar().max({ axis: -2 }), TsgradError);
+    });
+  });
+}
