@@ -742,21 +742,38 @@ export class Tensor {
     const near = exact.where(xs, u.sub(1).mul(xs).div(exact.where(1, l)));
     return small.where(near, small.where(0, x).exp().sub(1));
   }
+  /**
+   * this ** x with PyTorch's values at the edges: a negative base with a non-integer exponent is NaN, x ** 0 and
+   * 1 ** x are 1, 0 ** x is 0 or inf by the sign of x; the base's gradient is x * this^(x-1) there too.
+   */
   pow(x: Tensor | number): Tensor {
-    if (typeof x === "number" && Number.isInteger(x) && x >= 0 && x <= 4) {
-      let out: Tensor = Tensor.onesLike(this);
-      for (let i = 0; i < x; i++) out = out.mul(this);
+    // whole powers up to 4 as products: exact, in the tensor's dtype, with the product rule's gradient
+    if (typeof x === "number" && Number.isInteger(x) && x >= 1 && x <= 4) {
+      let out: Tensor = this;
+      for (let i = 1; i < x; i++) out = out.mul(this);
       return out;
     }
-    const [a, b] = this.broadcastWith(x);
-    // sign of a negative base with an integer exponent: (-1)^b
-    const magnitude = a.abs().log().mul(b).exp();
-    const odd = b.float().abs().mod(2).eq(1);
-    return a
-      .lt(0)
-      .logicalAnd(odd)
-      .where(magnitude.neg(), magnitude)
-      .mul(a.eq(0).logicalAnd(b.eq(0)).where(1, 1));
+    if (x === 0 && !isFloat(this.dtype)) return Tensor.onesLike(this);
+    const [base, exponent] = this.float().broadcastWith(x);
+    const zero = base.eq(0);
+    // |base|^x as 2^(x log2|base|), with 1 in a zero base's place: the branch `where` drops must keep a finite
+    // gradient, or its 0 * inf is NaN
+    const magnitude = zero.where(1, base).abs().log2().mul(exponent).exp2();
+    const whole = exponent.eq(exponent.trunc());
+    const odd = exponent.abs().mod(2).eq(1);
+    const signed = base.lt(0).where(whole.where(odd.where(magnitude.neg(), magnitude), Number.NaN), magnitude);
+    const atZero = exponent.gt(0).where(0, Infinity).add(this.zeroBaseSlope(base, exponent));
+    return exponent.eq(0).logicalOr(base.eq(1)).where(1, zero.where(atZero, signed));
+  }
+  /**
+   * A term worth 0 at a zero base whose gradient there is x * 0^(x-1): 1 for x = 1 (the base itself), 0 above;
+   * +inf for 0 < x < 1 and -inf below 0, as the square root's slope at 0 (1 where it is not read, for a finite 0).
+   */
+  private zeroBaseSlope(base: Tensor, exponent: Tensor): Tensor {
+    const steep = base.eq(0).logicalAnd(exponent.lt(1)).logicalAnd(exponent.ne(0));
+    const root = steep.where(base, 1).sqrt();
+    const infinite = steep.where(exponent.gt(0).where(root, root.neg()), 0);
+    return exponent.eq(1).where(base, infinite);
   }
   maximum(x: Tensor | number): Tensor {
     return this.binary("MAX", x);

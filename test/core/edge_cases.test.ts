@@ -155,3 +155,69 @@ for (const device of testDevices()) {
     });
   });
 }
+
+for (const device of testDevices()) {
+  describe(`pow at the edges on ${device}`, () => {
+    const f32 = (data: number[], requiresGrad = false): Tensor =>
+      new Tensor(data, { device, dtype: "float32", requiresGrad });
+
+    test("a negative base with a non-integer exponent is NaN", () => {
+      // torch.tensor([-2., -0.5, 2.]) ** 0.5 -> tensor([nan, nan, 1.4142])
+      const out = f32([-2, -0.5, 2]).pow(0.5).tolist() as number[];
+      assert.ok(Number.isNaN(out[0]!) && Number.isNaN(out[1]!), `got ${out}`);
+      assert.ok(Math.abs(out[2]! - Math.SQRT2) < 1e-6);
+      // a whole exponent keeps the sign: torch.tensor([-2.]) ** torch.tensor([3., 2., -1.]) -> [-8., 4., -0.5]
+      assert.deepEqual(
+        f32([-2, -2, -2])
+          .pow(f32([3, 2, -1]))
+          .tolist(),
+        [-8, 4, -0.5],
+      );
+    });
+
+    test("0 ** 0 is 1, and anything ** 0 is 1", () => {
+      // torch.tensor([0., 0., 0., nan, inf]) ** torch.tensor([0., 2., -1., 0., 0.]) -> [1., 0., inf, 1., 1.]
+      assert.deepEqual(
+        f32([0, 0, 0, Number.NaN, Infinity])
+          .pow(f32([0, 2, -1, 0, 0]))
+          .tolist(),
+        [1, 0, Infinity, 1, 1],
+      );
+      assert.deepEqual(f32([0, -3, Number.NaN]).pow(0).tolist(), [1, 1, 1]);
+      // torch.tensor(1.) ** nan -> 1.
+      assert.equal(f32([1]).pow(Number.NaN).item(), 1);
+    });
+
+    test("pow(x, 0) backpropagates zeros", () => {
+      // x = torch.tensor([0., 2., -1.], requires_grad=True); (x ** 0).sum().backward(); x.grad -> [0., 0., 0.]
+      const x = f32([0, 2, -1], true);
+      x.pow(0).sum().backward();
+      assert.deepEqual(x.grad!.tolist(), [0, 0, 0]);
+    });
+
+    test("the gradient at base 0 is b * 0^(b-1): 1 for b = 1, 0 above, inf below", () => {
+      // for b in [1., 1.5, 2., 3., 5., 0.5, -1.]: x = torch.zeros(1, requires_grad=True); (x ** b).backward()
+      // -> 1, 0, 0, 0, 0, inf, -inf
+      const expected: [number, number][] = [
+        [1, 1],
+        [1.5, 0],
+        [2, 0],
+        [3, 0],
+        [5, 0],
+        [0.5, Infinity],
+        [-1, -Infinity],
+      ];
+      for (const [b, grad] of expected) {
+        const x = f32([0], true);
+        x.pow(b).sum().backward();
+        assert.deepEqual(x.grad!.tolist(), [grad], `d/dx x^${b} at 0`);
+      }
+      // a tensor exponent too: torch.tensor([0., 0.]) ** torch.tensor([1., 2.5]) -> grads [1., 0.], exponent grads [0., 0.]
+      const base = f32([0, 0], true);
+      const exponent = f32([1, 2.5], true);
+      base.pow(exponent).sum().backward();
+      assert.deepEqual(base.grad!.tolist(), [1, 0]);
+      assert.deepEqual(exponent.grad!.tolist(), [0, 0]);
+    });
+  });
+}
