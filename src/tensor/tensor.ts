@@ -598,7 +598,8 @@ export class Tensor {
     return this.add(0.5).floor();
   }
   relu(): Tensor {
-    return this.maximum(0);
+    // max(x, 0) with PyTorch's gradient at the kink, 0 at x = 0 (MAX would give x half of it, a tie)
+    return this.gt(0).where(this, this.maximum(0).detach());
   }
   /**
    * 1 / (1 + exp(-x)) for x >= 0, exp(x) / (1 + exp(x)) below: no exp overflows, in the value or in the gradient
@@ -617,8 +618,10 @@ export class Tensor {
   abs(): Tensor {
     return this.dtype === dtypes.bool || this.dtype.kind === "uint" ? this : this.relu().add(this.neg().relu());
   }
+  /** -1, 0 or 1 (0 for NaN, as PyTorch); its gradient is 0, through x * 0 where x is 0. */
   sign(): Tensor {
-    return this.gt(0).cast(this.dtype).sub(this.lt(0).cast(this.dtype));
+    if (this.dtype === dtypes.bool) return this;
+    return this.gt(0).where(1, this.lt(0).where(-1, this.eq(0).where(this.mul(0), 0)));
   }
   /** Error function, Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7, below float32 resolution near 1). */
   erf(): Tensor {

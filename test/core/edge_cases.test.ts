@@ -221,3 +221,55 @@ for (const device of testDevices()) {
     });
   });
 }
+
+for (const device of testDevices()) {
+  describe(`gradients at kinks on ${device}`, () => {
+    const gradOf = (op: (x: Tensor) => Tensor, data: number[]): number[] => {
+      const x = new Tensor(data, { device, dtype: "float32", requiresGrad: true });
+      op(x).sum().backward();
+      return x.grad!.tolist() as number[];
+    };
+
+    test("relu's gradient at 0 is 0", () => {
+      // x = torch.tensor([-1., 0., 2.], requires_grad=True); x.relu().sum().backward(); x.grad -> [0., 0., 1.]
+      assert.deepEqual(
+        gradOf((x) => x.relu(), [-1, 0, 2]),
+        [0, 0, 1],
+      );
+    });
+
+    test("relu keeps NaN and clamps -inf to 0", () => {
+      // torch.tensor([nan, -inf, -0., inf]).relu() -> [nan, 0., 0., inf]
+      const out = new Tensor([Number.NaN, -Infinity, -0, Infinity], { device, dtype: "float32" }).relu().tolist();
+      assert.deepEqual(out, [Number.NaN, 0, 0, Infinity]);
+    });
+
+    test("sign's gradient is 0", () => {
+      // x.sign().sum().backward() -> x.grad == [0., 0., 0.]
+      assert.deepEqual(
+        gradOf((x) => x.sign(), [-1, 0, 2]),
+        [0, 0, 0],
+      );
+    });
+
+    test("sign is -1, 0 or 1, and keeps bool and integer dtypes", () => {
+      // torch.tensor([-inf, -2., -0., 0., 3., inf]).sign() -> [-1., -1., 0., 0., 1., 1.]; torch.sign(nan) -> 0.
+      const out = new Tensor([-Infinity, -2, -0, 0, 3, Infinity, Number.NaN], { device, dtype: "float32" }).sign();
+      assert.deepEqual(
+        (out.tolist() as number[]).map((v) => v + 0),
+        [-1, -1, 0, 0, 1, 1, 0],
+      );
+      assert.deepEqual(new Tensor([-3, 0, 2], { device }).sign().tolist(), [-1, 0, 1]);
+      // torch.tensor([True, False]).sign() -> tensor([True, False])
+      assert.deepEqual(new Tensor([true, false], { device }).sign().tolist(), [true, false]);
+    });
+
+    test("abs's gradient at 0 is 0", () => {
+      // x.abs().sum().backward() -> x.grad == [-1., 0., 1.]
+      assert.deepEqual(
+        gradOf((x) => x.abs(), [-1, 0, 2]),
+        [-1, 0, 1],
+      );
+    });
+  });
+}
