@@ -594,8 +594,14 @@ export class Tensor {
     const t = this.trunc();
     return t.lt(this).where(t.add(1), t);
   }
+  /** To the nearest integer, halves to the even one (2.5 -> 2, 3.5 -> 4), as PyTorch and NumPy. */
   round(): Tensor {
-    return this.add(0.5).floor();
+    if (!isFloat(this.dtype)) return this;
+    const down = this.floor();
+    // x - floor(x) is exact, where x + 0.5 can round up (0.49999997 + 0.5 is 1 in float32)
+    const fraction = this.sub(down);
+    const up = fraction.gt(0.5).logicalOr(fraction.eq(0.5).logicalAnd(down.mod(2).ne(0)));
+    return up.where(down.add(1), down);
   }
   relu(): Tensor {
     // max(x, 0) with PyTorch's gradient at the kink, 0 at x = 0 (MAX would give x half of it, a tie)

@@ -273,3 +273,28 @@ for (const device of testDevices()) {
     });
   });
 }
+
+for (const device of testDevices()) {
+  describe(`round on ${device}`, () => {
+    test("round takes halves to the even neighbour", () => {
+      // torch.tensor([2.5, 3.5, -2.5, 0.5, -0.5, 1.5, -1.5]).round() -> [2., 4., -2., 0., -0., 2., -2.]
+      const out = new Tensor([2.5, 3.5, -2.5, 0.5, -0.5, 1.5, -1.5], { device, dtype: "float32" }).round();
+      assert.deepEqual(
+        (out.tolist() as number[]).map((v) => v + 0),
+        [2, 4, -2, 0, 0, 2, -2],
+      );
+    });
+
+    test("round takes other values to the nearest integer, exactly", () => {
+      // np.round(np.float32([0.49999997, 1.4, -1.6, 2.51, 16777215., 1e10])) -> [0., 1., -2., 3., 16777215., 1e10]
+      const x = new Tensor([0.49999997, 1.4, -1.6, 2.51, 16777215, 1e10], { device, dtype: "float32" });
+      assert.deepEqual(
+        (x.round().tolist() as number[]).map((v) => v + 0),
+        [0, 1, -2, 3, 16777215, 1e10],
+      );
+      // np.round([inf, -inf, nan]) -> [inf, -inf, nan]
+      const special = new Tensor([Infinity, -Infinity, Number.NaN], { device, dtype: "float32" });
+      assert.deepEqual(special.round().tolist(), [Infinity, -Infinity, Number.NaN]);
+    });
+  });
+}
