@@ -127,27 +127,25 @@ export class Tensor {
 
   // ---------------------------------------------------------------- creation
 
-  static full(shape: readonly number[], value: number, opts: TensorOptions = {}): Tensor {
+  /** `shape` filled with `value`: int32 for a whole number (as arange), bool for a boolean, else a float. */
+  static full(shape: readonly number[], value: number | boolean, opts: TensorOptions = {}): Tensor {
     const multi = onEachDevice(opts, (o) => Tensor.full(shape, value, o));
     if (multi) return multi;
-    const dtype = toDtype(
-      opts.dtype,
-      Number.isInteger(value) && opts.dtype === undefined && typeof value === "number"
-        ? Tensor.defaultFloat
-        : Tensor.defaultFloat,
-    );
+    const inferred =
+      typeof value === "boolean" ? dtypes.bool : Number.isInteger(value) ? dtypes.int32 : Tensor.defaultFloat;
+    const dtype = toDtype(opts.dtype, inferred);
     const device = Device.canonicalize(opts.device ?? Device.DEFAULT);
     checkShape(shape);
-    const node = UOp.const(castScalar(value, dtype), dtype, device)
+    const node = UOp.const(castScalar(Number(value), dtype), dtype, device)
       .reshape(shape.map(() => 1))
       .expand(shape);
     return new Tensor(node, opts);
   }
   static zeros(shape: readonly number[], opts: TensorOptions = {}): Tensor {
-    return Tensor.full(shape, 0, opts);
+    return Tensor.full(shape, 0, { ...opts, dtype: opts.dtype ?? Tensor.defaultFloat });
   }
   static ones(shape: readonly number[], opts: TensorOptions = {}): Tensor {
-    return Tensor.full(shape, 1, opts);
+    return Tensor.full(shape, 1, { ...opts, dtype: opts.dtype ?? Tensor.defaultFloat });
   }
   /** Uninitialised storage (zeros on the host backends). */
   static empty(shape: readonly number[], opts: TensorOptions = {}): Tensor {

@@ -298,3 +298,37 @@ for (const device of testDevices()) {
     });
   });
 }
+
+for (const device of testDevices()) {
+  describe(`full's dtype on ${device}`, () => {
+    test("an integer fill value gives int32, as arange does", () => {
+      // torch.full((2,), 3).dtype -> torch.int64 (int32 here, the default integer of arange too)
+      const t = Tensor.full([2], 3, { device });
+      assert.equal(t.dtype.name, "int32");
+      assert.deepEqual(t.tolist(), [3, 3]);
+      assert.equal(Tensor.full([2], -7, { device }).dtype.name, Tensor.arange(3, undefined, 1, { device }).dtype.name);
+    });
+
+    test("a non-integer fill value gives the default float", () => {
+      // torch.full((2,), 2.5).dtype -> torch.float32
+      assert.equal(Tensor.full([2], 2.5, { device }).dtype.name, "float32");
+      assert.equal(Tensor.full([2], Number.NaN, { device }).dtype.name, "float32");
+      assert.equal(Tensor.full([2], Infinity, { device }).dtype.name, "float32");
+    });
+
+    test("a bool fill value gives bool", () => {
+      // torch.full((2,), True) -> tensor([True, True])
+      const t = Tensor.full([2], true, { device });
+      assert.equal(t.dtype.name, "bool");
+      assert.deepEqual(t.tolist(), [true, true]);
+    });
+
+    test("a given dtype wins, and zeros and ones stay float", () => {
+      // torch.full((2,), 3, dtype=torch.float32) -> tensor([3., 3.]); torch.zeros(2).dtype -> torch.float32
+      assert.equal(Tensor.full([2], 3, { device, dtype: "float32" }).dtype.name, "float32");
+      assert.equal(Tensor.zeros([2], { device }).dtype.name, "float32");
+      assert.equal(Tensor.ones([2], { device }).dtype.name, "float32");
+      assert.equal(Tensor.ones([2], { device, dtype: "int32" }).dtype.name, "int32");
+    });
+  });
+}
