@@ -620,7 +620,10 @@ export class Tensor {
     return this.mul(2).sigmoid().mul(2).sub(1);
   }
   abs(): Tensor {
-    return this.dtype === dtypes.bool || this.dtype.kind === "uint" ? this : this.relu().add(this.neg().relu());
+    if (this.dtype === dtypes.bool || this.dtype.kind === "uint") return this;
+    // max(x, -x): at 0 the tie splits the gradient into halves of opposite signs, 0 in all (as PyTorch);
+    // + 0 makes a -0 that max may pick +0 (1 / abs(0) is inf, not -inf)
+    return this.maximum(this.neg()).add(0);
   }
   /** -1, 0 or 1 (0 for NaN, as PyTorch); its gradient is 0, through x * 0 where x is 0. */
   sign(): Tensor {

@@ -264,6 +264,12 @@ for (const device of testDevices()) {
       assert.deepEqual(new Tensor([true, false], { device }).sign().tolist(), [true, false]);
     });
 
+    test("abs of -0 and +0 is +0", () => {
+      // 1 / torch.tensor([-0., 0.]).abs() -> tensor([inf, inf])
+      const out = new Tensor([-0, 0], { device, dtype: "float32" }).abs().reciprocal();
+      assert.deepEqual(out.tolist(), [Infinity, Infinity]);
+    });
+
     test("abs's gradient at 0 is 0", () => {
       // x.abs().sum().backward() -> x.grad == [-1., 0., 1.]
       assert.deepEqual(
