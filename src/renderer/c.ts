@@ -46,7 +46,7 @@ const C = cStyle({
   restrict: "restrict",
   infinity: () => "INFINITY",
   nan: () => "NAN",
-  minLiteral: (d) => (d.name === "int32" ? "INT32_MIN" : undefined),
+  minLiteral: (d) => (d.name === "int32" ? "INT32_MIN" : "INT64_MIN"),
   lowest: (d) => `INT${d.itemsize * 8}_MIN`,
   // computed in double and rounded, as JavaScript's Math does; exp2 by arithmetic alone, so that loops around it
   // vectorise

@@ -18,8 +18,8 @@ export interface CDialect {
   /** Positive infinity and NaN in a float dtype's compute type. */
   readonly infinity: (d: DType) => string;
   readonly nan: (d: DType) => string;
-  /** The literal of an int32's or int64's most negative value where its digits would not do (undefined: digits). */
-  readonly minLiteral: (d: DType) => string | undefined;
+  /** The literal of an int32's or int64's most negative value (its digits would be a positive overflowing constant). */
+  readonly minLiteral: (d: DType) => string;
   /** A signed integer dtype's most negative value as a maximum's starting point. */
   readonly lowest: (d: DType) => string;
   /** exp2, log2 or sin of a float32 (or 16-bit float) value. */
@@ -103,12 +103,10 @@ export function cStyle(dialect: CDialect): CStyle {
       const text = Object.is(value, -0) ? "-0.0" : value.toPrecision(17);
       return `${text.includes(".") || text.includes("e") ? text : `${text}.0`}${d.name === "float64" ? "" : "f"}`;
     }
-    const lowest =
-      (d.name === "int32" && value === -(2 ** 31)) || (d.name === "int64" && value === -(2 ** 63))
-        ? dialect.minLiteral(d)
-        : undefined;
-    if (lowest !== undefined) return lowest;
-    if (d.name === "int64") return `${value}LL`;
+    if ((d.name === "int32" && value === -(2 ** 31)) || (d.name === "int64" && value <= -(2 ** 63)))
+      return dialect.minLiteral(d);
+    // a double at or past 2^63 is no int64: it saturates, as the JS reference stores it (its digits would overflow)
+    if (d.name === "int64") return value >= 2 ** 63 ? "9223372036854775807LL" : `${value}LL`;
     if (d.name === "uint32") return `${value}u`;
     return String(value);
   }

@@ -338,3 +338,17 @@ for (const device of testDevices()) {
     });
   });
 }
+
+for (const device of testDevices()) {
+  test(`int64 constants at -2^63 and 2^63 keep their sign in kernels on ${device}`, () => {
+    // int64 min is exact; a double at 2^63 saturates to int64 max (read back as the double 2^63)
+    const low = Tensor.full([2], -(2 ** 63), { device, dtype: "int64" }).add(
+      new Tensor([0, 1], { device, dtype: "int64" }),
+    );
+    const high = Tensor.full([2], 2 ** 63, { device, dtype: "int64" }).add(
+      new Tensor([0, -1], { device, dtype: "int64" }),
+    );
+    assert.deepEqual(low.tolist(), [-(2 ** 63), -(2 ** 63)]);
+    assert.deepEqual(high.tolist(), [2 ** 63, 2 ** 63]);
+  });
+}
