@@ -76,7 +76,8 @@ const PUBLIC_NAMES = {
   io: words(`
     SafetensorsError TfCheckpointError TfChecksumError checkTfCheckpoint crc32c decodeSafetensors
     encodeSafetensors listTfCheckpoint maskedCrc32c readSafetensorsFile readSafetensorsHeader removeStaleTemps
-    readTfCheckpoint writeFileAtomic writeFileAtomicFrom writeSafetensorsFile writeSafetensorsStream
+    readTfCheckpoint verifySafetensorsFile writeFileAtomic writeFileAtomicFrom writeSafetensorsFile
+    writeSafetensorsStream
   `),
   dist: words("MpiError init worldFromEnv"),
 };

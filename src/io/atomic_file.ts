@@ -11,16 +11,30 @@ export function writeFileAtomic(path: string, bytes: Uint8Array): void {
 
 /**
  * Writes what `produce` hands its `write`, in order, to `path` all or nothing: a temp file in the same folder,
- * fsync, rename. Nothing is gathered in memory first (a shard or a checkpoint may be gigabytes).
+ * fsync, rename. Nothing is gathered in memory first (a shard or a checkpoint may be gigabytes). `writeAt`
+ * overwrites bytes already written (a header whose checksums are known only at the end).
  */
-export function writeFileAtomicFrom(path: string, produce: (write: (bytes: Uint8Array) => void) => void): void {
+export function writeFileAtomicFrom(
+  path: string,
+  produce: (write: (bytes: Uint8Array) => void, writeAt: (bytes: Uint8Array, position: number) => void) => void,
+): void {
   const temp = join(dirname(path), `.${basename(path)}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`);
   try {
     const fd = openSync(temp, "w");
     try {
+      let end = 0;
+      const writeAt = (bytes: Uint8Array, position: number) => {
+        if (position + bytes.length > end)
+          throw new RangeError(
+            `${temp}: writeAt ${position}..${position + bytes.length} past the ${end} bytes written`,
+          );
+        for (let written = 0; written < bytes.length; )
+          written += writeSync(fd, bytes, written, bytes.length - written, position + written);
+      };
       produce((bytes) => {
         for (let written = 0; written < bytes.length; ) written += writeSync(fd, bytes, written);
-      });
+        end += bytes.length;
+      }, writeAt);
       fsyncSync(fd);
     } finally {
       closeSync(fd);

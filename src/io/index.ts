@@ -5,6 +5,7 @@ export {
   decodeSafetensors,
   readSafetensorsFile,
   readSafetensorsHeader,
+  verifySafetensorsFile,
   writeSafetensorsFile,
   writeSafetensorsStream,
   SafetensorsError,
@@ -14,6 +15,7 @@ export {
   type SafetensorsEntry,
   type SafetensorsHeader,
   type SafetensorsStreamedTensor,
+  type SafetensorsWriteOptions,
 } from "./safetensors.ts";
 export {
   listTfCheckpoint,

@@ -11,7 +11,8 @@
 // one tensor in memory at a time, and reported per tensor; a mismatch makes the exit
 // status 1 and names the file, tensor and byte offset. Tensors whose shard is absent are
 // listed all the same (an index alone is enough to see what a checkpoint holds).
-// Safetensors files carry no checksums: their header is validated against the file size.
+// A safetensors header is validated against the file size, and against its CRC-32C where
+// tsgrad wrote checksums (the data's are checked by `verifySafetensorsFile`, not here).
 
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import { pathToFileURL } from "node:url";

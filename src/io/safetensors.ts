@@ -2,9 +2,16 @@
 // little-endian header length N, N bytes of JSON (`{name: {dtype, shape, data_offsets}}`
 // plus an optional `__metadata__` string map, padded with spaces to 8-byte alignment),
 // then the tensors' bytes, little-endian, row-major, back to back without holes.
+//
+// Checksums (tsgrad's, within the format: other readers see two more kinds of metadata):
+// `__metadata__["crc32c.<name>"]` is the CRC-32C of tensor <name>'s bytes and
+// `__metadata__.crc32c` that of the header JSON as written with this value "00000000"
+// (8 lowercase hex digits each). Files tsgrad writes carry them unless told not to; a file
+// that carries them is verified when read, one without them (another writer's) is read as is.
 
 import { closeSync, fstatSync, openSync, readFileSync, readSync } from "node:fs";
 import { writeFileAtomicFrom } from "./atomic_file.ts";
+import { crc32c } from "./crc32c.ts";
 
 /** The typed array that holds each dtype's elements (16-bit floats as raw bits). */
 export interface SafetensorsArrays {
@@ -30,7 +37,16 @@ export type SafetensorsTensor = {
 
 export interface SafetensorsContents {
   tensors: Record<string, SafetensorsTensor>;
+  /** The metadata as written, without the checksums. */
   metadata: Record<string, string>;
+  /** Whether the file carried checksums (and so was verified). */
+  checksummed: boolean;
+}
+
+/** Options of the writers. */
+export interface SafetensorsWriteOptions {
+  /** Write each tensor's and the header's CRC-32C into the metadata (default true). */
+  checksums?: boolean;
 }
 
 type TypedArrayClass = {
@@ -71,6 +87,13 @@ export class SafetensorsError extends Error {
   }
 }
 
+const HEADER_CRC_KEY = "crc32c";
+const tensorCrcKey = (name: string): string => `${HEADER_CRC_KEY}.${name}`;
+const isChecksumKey = (key: string): boolean => key === HEADER_CRC_KEY || key.startsWith(`${HEADER_CRC_KEY}.`);
+const hex32 = (value: number): string => value.toString(16).padStart(8, "0");
+const UNKNOWN_CRC = "00000000";
+const utf8 = new TextEncoder();
+
 function isDType(name: unknown): name is SafetensorsDType {
   return typeof name === "string" && Object.hasOwn(ARRAY_CLASSES, name);
 }
@@ -90,26 +113,33 @@ export interface SafetensorsStreamedTensor {
   write(emit: (piece: ArrayBufferView) => void): void;
 }
 
+/** A header as JSON: the metadata, then each tensor's entry in the order of its data. */
+interface HeaderJson {
+  __metadata__: Record<string, string>;
+  entries: Record<string, { dtype: SafetensorsDType; shape: number[]; data_offsets: [number, number] }>;
+}
+
 /**
- * The header bytes (length, JSON, padding) for tensors of these dtypes and shapes, and the order their data
- * follows in: widest elements first, so that every tensor's data starts aligned to its element size.
+ * The header for tensors of these dtypes and shapes, and the order their data follows in: widest elements first,
+ * so that every tensor's data starts aligned to its element size.
  */
 function layoutSafetensors(
   tensors: Record<string, { dtype: unknown; shape: unknown; data?: ArrayBufferView & { length: number } }>,
   metadata: Record<string, string>,
-): { header: Uint8Array; names: string[]; bytes: Map<string, number> } {
+): { json: HeaderJson; names: string[]; bytes: Map<string, number> } {
   const source = "<encode>";
   for (const [name, value] of Object.entries(metadata)) {
     if (typeof value !== "string")
       throw new SafetensorsError(source, undefined, 0, `__metadata__.${name} is ${typeof value}, not a string`);
+    if (isChecksumKey(name))
+      throw new SafetensorsError(source, undefined, 0, `__metadata__.${name}: the crc32c keys are the writer's`);
   }
   const width = (name: string) => {
     const { dtype } = tensors[name]!;
     return isDType(dtype) ? ARRAY_CLASSES[dtype].BYTES_PER_ELEMENT : 0;
   };
   const names = Object.keys(tensors).sort((a, b) => width(b) - width(a));
-  const json: Record<string, unknown> = {};
-  if (Object.keys(metadata).length > 0) json.__metadata__ = metadata;
+  const json: HeaderJson = { __metadata__: { ...metadata }, entries: {} };
   const bytes = new Map<string, number>();
   let dataLength = 0;
   for (const name of names) {
@@ -140,17 +170,36 @@ function layoutSafetensors(
       );
     }
     const byteLength = elementCount(shape) * ARRAY_CLASSES[dtype].BYTES_PER_ELEMENT;
-    json[name] = { dtype, shape, data_offsets: [dataLength, dataLength + byteLength] };
+    json.entries[name] = { dtype, shape, data_offsets: [dataLength, dataLength + byteLength] };
     bytes.set(name, byteLength);
     dataLength += byteLength;
   }
-  const text = new TextEncoder().encode(JSON.stringify(json));
-  const headerLength = Math.ceil(text.length / 8) * 8;
+  return { json, names, bytes };
+}
+
+/**
+ * The header bytes (length, JSON, padding). With `crcs` (each tensor's CRC-32C, in the data's order) the metadata
+ * also holds them and the header's own; a header rendered with placeholder CRCs has the length of the final one.
+ */
+function renderHeader({ __metadata__, entries }: HeaderJson, crcs: Map<string, number> | undefined): Uint8Array {
+  let text: string;
+  if (crcs === undefined) {
+    text = JSON.stringify(Object.keys(__metadata__).length > 0 ? { __metadata__, ...entries } : entries);
+  } else {
+    const metadata: Record<string, string> = { ...__metadata__ };
+    for (const [name, crc] of crcs) metadata[tensorCrcKey(name)] = hex32(crc);
+    metadata[HEADER_CRC_KEY] = UNKNOWN_CRC;
+    const json = { __metadata__: metadata, ...entries };
+    metadata[HEADER_CRC_KEY] = hex32(crc32c(utf8.encode(JSON.stringify(json))));
+    text = JSON.stringify(json);
+  }
+  const bytes = utf8.encode(text);
+  const headerLength = Math.ceil(bytes.length / 8) * 8;
   const header = new Uint8Array(8 + headerLength);
   new DataView(header.buffer).setBigUint64(0, BigInt(headerLength), true);
   header.fill(0x20, 8);
-  header.set(text, 8);
-  return { header, names, bytes };
+  header.set(bytes, 8);
+  return header;
 }
 
 const bytesOf = (view: ArrayBufferView): Uint8Array => new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
@@ -159,8 +208,11 @@ const bytesOf = (view: ArrayBufferView): Uint8Array => new Uint8Array(view.buffe
 export function encodeSafetensors(
   tensors: Record<string, SafetensorsTensor>,
   metadata: Record<string, string> = {},
+  { checksums = true }: SafetensorsWriteOptions = {},
 ): Uint8Array {
-  const { header, names, bytes: sizes } = layoutSafetensors(tensors, metadata);
+  const { json, names, bytes: sizes } = layoutSafetensors(tensors, metadata);
+  const crcs = checksums ? new Map(names.map((name) => [name, crc32c(bytesOf(tensors[name]!.data))])) : undefined;
+  const header = renderHeader(json, crcs);
   const bytes = new Uint8Array(header.length + names.reduce((n, name) => n + sizes.get(name)!, 0));
   bytes.set(header);
   let offset = header.length;
@@ -178,11 +230,16 @@ export interface SafetensorsEntry {
   /** Offset of the tensor's first byte from the start of the file. */
   byteOffset: number;
   byteLength: number;
+  /** The CRC-32C of its bytes, in a file that carries checksums. */
+  crc32c?: number;
 }
 
 export interface SafetensorsHeader {
   entries: Record<string, SafetensorsEntry>;
+  /** The metadata as written, without the checksums. */
   metadata: Record<string, string>;
+  /** Whether the file carries checksums: the header's was verified, each entry has its `crc32c`. */
+  checksummed: boolean;
 }
 
 /**
@@ -211,7 +268,9 @@ function parseHeader(prefix: Uint8Array, fileLength: number, source: string): Sa
   if (typeof header !== "object" || header === null || Array.isArray(header)) {
     throw new SafetensorsError(source, undefined, 8, "header is not a JSON object");
   }
-  const metadata = parseMetadata(source, (header as Record<string, unknown>).__metadata__);
+  const written = parseMetadata(source, (header as Record<string, unknown>).__metadata__);
+  const crcs = checkHeaderCrc(source, header as Record<string, unknown>, written);
+  const metadata = Object.fromEntries(Object.entries(written).filter(([key]) => !isChecksumKey(key)));
   const parsed = Object.entries(header)
     .filter(([name]) => name !== "__metadata__")
     .map(([name, entry]) => parseEntry(source, name, entry, dataStart));
@@ -242,7 +301,13 @@ function parseHeader(prefix: Uint8Array, fileLength: number, source: string): Sa
         `data ends at byte offset ${dataStart + end}, past the end of the file (${fileLength} bytes)`,
       );
     entries[name] = { dtype, shape, byteOffset: dataStart + begin, byteLength: end - begin };
+    if (crcs !== undefined) entries[name].crc32c = tensorCrc(source, name, crcs, dataStart + begin);
     expectedBegin = end;
+  }
+  if (crcs !== undefined) {
+    const orphan = [...crcs.keys()].find((name) => !Object.hasOwn(entries, name));
+    if (orphan !== undefined)
+      throw new SafetensorsError(source, undefined, 8, `__metadata__ has ${tensorCrcKey(orphan)}, but no such tensor`);
   }
   if (expectedBegin !== dataLength) {
     throw new SafetensorsError(
@@ -252,7 +317,66 @@ function parseHeader(prefix: Uint8Array, fileLength: number, source: string): Sa
       `${dataLength - expectedBegin} trailing bytes belong to no tensor`,
     );
   }
-  return { entries, metadata };
+  return { entries, metadata, checksummed: crcs !== undefined };
+}
+
+/** A metadata CRC as a number: 8 hex digits. */
+function parseCrc(source: string, key: string, text: string): number {
+  if (!/^[0-9a-f]{8}$/.test(text))
+    throw new SafetensorsError(
+      source,
+      undefined,
+      8,
+      `__metadata__.${key} is ${JSON.stringify(text)}, not 8 hex digits`,
+    );
+  return Number.parseInt(text, 16);
+}
+
+/**
+ * For a header that carries checksums, verifies the header's own and returns the tensors' CRCs by tensor name;
+ * undefined for a header without any.
+ */
+function checkHeaderCrc(
+  source: string,
+  header: Record<string, unknown>,
+  metadata: Record<string, string>,
+): Map<string, string> | undefined {
+  const keys = Object.keys(metadata).filter(isChecksumKey);
+  if (keys.length === 0) return undefined;
+  const stored = metadata[HEADER_CRC_KEY];
+  if (stored === undefined)
+    throw new SafetensorsError(source, undefined, 8, `__metadata__ has tensor checksums but no ${HEADER_CRC_KEY}`);
+  // The writer's JSON.stringify of the same object: parsing keeps the keys' order.
+  const asWritten = { ...header, __metadata__: { ...metadata, [HEADER_CRC_KEY]: UNKNOWN_CRC } };
+  const actual = crc32c(utf8.encode(JSON.stringify(asWritten)));
+  if (actual !== parseCrc(source, HEADER_CRC_KEY, stored))
+    throw new SafetensorsError(
+      source,
+      undefined,
+      8,
+      `the header's CRC-32C is ${hex32(actual)}, __metadata__.${HEADER_CRC_KEY} says ${stored}: the header is corrupt`,
+    );
+  return new Map(
+    keys.filter((key) => key !== HEADER_CRC_KEY).map((key) => [key.slice(HEADER_CRC_KEY.length + 1), metadata[key]!]),
+  );
+}
+
+function tensorCrc(source: string, name: string, crcs: Map<string, string>, byteOffset: number): number {
+  const text = crcs.get(name);
+  if (text === undefined)
+    throw new SafetensorsError(source, name, byteOffset, `no ${tensorCrcKey(name)} in __metadata__ beside the others`);
+  return parseCrc(source, tensorCrcKey(name), text);
+}
+
+/** Throws unless `crc` is the entry's stored CRC-32C (when it has one). */
+function checkDataCrc(source: string, name: string, entry: SafetensorsEntry, crc: number): void {
+  if (entry.crc32c === undefined || crc === entry.crc32c) return;
+  throw new SafetensorsError(
+    source,
+    name,
+    entry.byteOffset,
+    `the CRC-32C of its ${entry.byteLength} bytes is ${hex32(crc)}, the header says ${hex32(entry.crc32c)}: the data is corrupt`,
+  );
 }
 
 /**
@@ -260,12 +384,14 @@ function parseHeader(prefix: Uint8Array, fileLength: number, source: string): Sa
  * (copies otherwise), so they share memory with it. `source` names the bytes in errors.
  */
 export function decodeSafetensors(bytes: Uint8Array, source = "<bytes>"): SafetensorsContents {
-  const { entries, metadata } = parseHeader(bytes, bytes.length, source);
+  const { entries, metadata, checksummed } = parseHeader(bytes, bytes.length, source);
   const tensors: Record<string, SafetensorsTensor> = {};
-  for (const [name, { dtype, shape, byteOffset, byteLength }] of Object.entries(entries)) {
+  for (const [name, entry] of Object.entries(entries)) {
+    const { dtype, shape, byteOffset, byteLength } = entry;
+    if (checksummed) checkDataCrc(source, name, entry, crc32c(bytes.subarray(byteOffset, byteOffset + byteLength)));
     tensors[name] = { dtype, shape, data: typedView(bytes, dtype, byteOffset, byteLength) } as SafetensorsTensor;
   }
-  return { tensors, metadata };
+  return { tensors, metadata, checksummed };
 }
 
 /** Reads and validates only the header of a safetensors file, for reading its data in parts. */
@@ -282,6 +408,36 @@ export function readSafetensorsHeader(path: string): SafetensorsHeader {
   } finally {
     closeSync(fd);
   }
+}
+
+const VERIFY_CHUNK_BYTES = 8 << 20;
+
+/**
+ * Reads a safetensors file's header and, where it carries checksums, verifies every tensor's data against them, a
+ * chunk at a time (little memory for any size); returns the header. A mismatch names the file and the tensor.
+ */
+export function verifySafetensorsFile(path: string): SafetensorsHeader {
+  const header = readSafetensorsHeader(path);
+  if (!header.checksummed) return header;
+  const fd = openSync(path, "r");
+  try {
+    const chunk = new Uint8Array(VERIFY_CHUNK_BYTES);
+    for (const [name, entry] of Object.entries(header.entries)) {
+      let crc = 0;
+      for (let done = 0; done < entry.byteLength; ) {
+        const want = Math.min(chunk.length, entry.byteLength - done);
+        const read = readSync(fd, chunk, 0, want, entry.byteOffset + done);
+        if (read === 0)
+          throw new SafetensorsError(path, name, entry.byteOffset + done, "the file ended while it was read");
+        crc = crc32c(chunk.subarray(0, read), crc);
+        done += read;
+      }
+      checkDataCrc(path, name, entry, crc);
+    }
+  } finally {
+    closeSync(fd);
+  }
+  return header;
 }
 
 function parseMetadata(source: string, metadata: unknown): Record<string, string> {
@@ -349,6 +505,7 @@ export function writeSafetensorsFile(
   path: string,
   tensors: Record<string, SafetensorsTensor>,
   metadata: Record<string, string> = {},
+  options: SafetensorsWriteOptions = {},
 ): void {
   // (`data` rides along for the layout to check it, before any file is opened)
   const streamed = Object.fromEntries(
@@ -357,21 +514,25 @@ export function writeSafetensorsFile(
       { dtype, shape, data, write: (emit: (piece: ArrayBufferView) => void) => emit(data) },
     ]),
   );
-  writeSafetensorsStream(path, streamed, metadata);
+  writeSafetensorsStream(path, streamed, metadata, options);
 }
 
 /**
  * Writes a safetensors file atomically whose tensors hand over their data in pieces (in the file's order:
  * widest elements first), so that a file need not be held in memory whole. A tensor that hands over more or
- * fewer bytes than its shape holds fails the write, naming it; nothing is left at `path` then.
+ * fewer bytes than its shape holds fails the write, naming it; nothing is left at `path` then. The checksums are
+ * taken as the data passes and written into the header at the end.
  */
 export function writeSafetensorsStream(
   path: string,
   tensors: Record<string, SafetensorsStreamedTensor>,
   metadata: Record<string, string> = {},
+  { checksums = true }: SafetensorsWriteOptions = {},
 ): void {
-  const { header, names, bytes } = layoutSafetensors(tensors, metadata);
-  writeFileAtomicFrom(path, (write) => {
+  const { json, names, bytes } = layoutSafetensors(tensors, metadata);
+  const crcs = checksums ? new Map(names.map((name) => [name, 0])) : undefined;
+  const header = renderHeader(json, crcs);
+  writeFileAtomicFrom(path, (write, writeAt) => {
     write(header);
     let offset = header.length;
     for (const name of names) {
@@ -381,12 +542,15 @@ export function writeSafetensorsStream(
         if (given + piece.byteLength > expected)
           throw new SafetensorsError(path, name, offset + given, `more data than its shape holds (${expected} bytes)`);
         given += piece.byteLength;
-        write(bytesOf(piece));
+        const pieceBytes = bytesOf(piece);
+        if (crcs !== undefined) crcs.set(name, crc32c(pieceBytes, crcs.get(name)));
+        write(pieceBytes);
       });
       if (given !== expected)
         throw new SafetensorsError(path, name, offset + given, `${given} bytes of data, its shape holds ${expected}`);
       offset += expected;
     }
+    if (crcs !== undefined) writeAt(renderHeader(json, crcs), 0); // the same length: 8 hex digits a CRC
   });
 }
 

@@ -21,6 +21,23 @@ test("writeFileAtomicFrom writes the pieces in order", () => {
   assert.deepEqual([...readFileSync(path)], [1, 2, 3, 4]);
 });
 
+test("writeAt overwrites bytes already written, and refuses bytes past them", () => {
+  const path = join(scratchDir("atomic-"), "patched.bin");
+  writeFileAtomicFrom(path, (write, writeAt) => {
+    write(new Uint8Array([0, 0, 0, 4]));
+    writeAt(new Uint8Array([1, 2]), 1);
+  });
+  assert.deepEqual([...readFileSync(path)], [0, 1, 2, 4]);
+  assert.throws(
+    () =>
+      writeFileAtomicFrom(path, (write, writeAt) => {
+        write(new Uint8Array(2));
+        writeAt(new Uint8Array(2), 1);
+      }),
+    /writeAt 1\.\.3 past the 2 bytes written/,
+  );
+});
+
 test("a write that fails part way leaves the old file whole and no temp file", () => {
   const dir = scratchDir("atomic-");
   const path = join(dir, "data.bin");

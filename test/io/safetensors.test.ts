@@ -8,9 +8,12 @@ import {
   readSafetensorsFile,
   readSafetensorsHeader,
   SafetensorsError,
+  verifySafetensorsFile,
   writeSafetensorsFile,
+  writeSafetensorsStream,
   type SafetensorsTensor,
 } from "../../src/io/safetensors.ts";
+import { crc32c } from "../../src/io/crc32c.ts";
 import { scratchDir } from "../scratch.ts";
 
 // Written by test/fixtures/data/generate.py by hand from the spec, data in alphabetical order.
@@ -53,12 +56,17 @@ test("reads a file written by an independent Python writer, every dtype", () => 
 });
 
 test("re-encoding the reference file's tensors decodes to the same tensors", () => {
-  const { tensors, metadata } = readSafetensorsFile(REFERENCE);
-  assert.deepEqual(decodeSafetensors(encodeSafetensors(tensors, metadata)), { tensors, metadata });
+  const { tensors, metadata, checksummed } = readSafetensorsFile(REFERENCE);
+  assert.equal(checksummed, false, "another writer's file has no checksums");
+  assert.deepEqual(decodeSafetensors(encodeSafetensors(tensors, metadata)), { tensors, metadata, checksummed: true });
 });
 
 test("encoding pads the header with spaces to 8-byte alignment and writes the length little-endian", () => {
-  const bytes = encodeSafetensors({ x: { dtype: "U8", shape: [3], data: new Uint8Array([7, 8, 9]) } });
+  const bytes = encodeSafetensors(
+    { x: { dtype: "U8", shape: [3], data: new Uint8Array([7, 8, 9]) } },
+    {},
+    { checksums: false },
+  );
   const headerLength = Number(new DataView(bytes.buffer).getBigUint64(0, true));
   assert.equal(headerLength % 8, 0);
   const header = new TextDecoder().decode(bytes.subarray(8, 8 + headerLength));
@@ -86,7 +94,7 @@ test("writeSafetensorsFile round-trips through a file and leaves no temp file", 
     w: { dtype: "F32", shape: [2, 2], data: new Float32Array([1, 2, 3, 4]) },
   };
   writeSafetensorsFile(path, tensors, { step: "3" });
-  assert.deepEqual(readSafetensorsFile(path), { tensors, metadata: { step: "3" } });
+  assert.deepEqual(readSafetensorsFile(path), { tensors, metadata: { step: "3" }, checksummed: true });
   assert.deepEqual(readdirSync(dir), ["model.safetensors"]);
 });
 
@@ -218,5 +226,114 @@ test("readSafetensorsHeader validates offsets against the file size", () => {
     new RegExp(
       `^${path}: tensor "weight", byte offset \\d+: data ends at byte offset ${bytes.length}, past the end of the file \\(${bytes.length - 1} bytes\\)`,
     ),
+  );
+});
+
+// ---- checksums ---------------------------------------------------------------------------
+
+const SMALL: Record<string, SafetensorsTensor> = {
+  w: { dtype: "F32", shape: [2], data: new Float32Array([1.5, -2]) },
+  ids: { dtype: "U16", shape: [3], data: new Uint16Array([7, 30521, 0]) },
+};
+
+/** The JSON of a safetensors file's header. */
+function headerJson(bytes: Uint8Array): Record<string, Record<string, unknown>> {
+  const length = Number(new DataView(bytes.buffer, bytes.byteOffset).getBigUint64(0, true));
+  return JSON.parse(new TextDecoder().decode(bytes.subarray(8, 8 + length)));
+}
+
+test("a written file's metadata holds each tensor's CRC-32C and the header's; reading verifies and drops them", () => {
+  const bytes = encodeSafetensors(SMALL, { step: "3" });
+  const metadata = headerJson(bytes).__metadata__!;
+  assert.deepEqual(Object.keys(metadata), ["step", "crc32c.w", "crc32c.ids", "crc32c"]);
+  const dataCrc = (name: string) => crc32c(new Uint8Array(SMALL[name]!.data.buffer)).toString(16).padStart(8, "0");
+  assert.equal(metadata["crc32c.w"], dataCrc("w"));
+  assert.equal(metadata["crc32c.ids"], dataCrc("ids"));
+  const { metadata: read, checksummed } = decodeSafetensors(bytes);
+  assert.deepEqual([read, checksummed], [{ step: "3" }, true]);
+});
+
+test("a streamed file is the encoded file byte for byte, checksums included", () => {
+  const path = join(scratchDir("st-"), "streamed.safetensors");
+  writeSafetensorsStream(
+    path,
+    {
+      w: { dtype: "F32", shape: [2], write: (emit) => [[1.5], [-2]].forEach((x) => emit(new Float32Array(x))) },
+      ids: { dtype: "U16", shape: [3], write: (emit) => emit(new Uint16Array([7, 30521, 0])) },
+    },
+    { step: "3" },
+  );
+  assert.ok(readFileSync(path).equals(encodeSafetensors(SMALL, { step: "3" })));
+});
+
+test("flipping any bit of a checksummed file makes reading it an error", () => {
+  const bytes = encodeSafetensors(SMALL, { step: "3" });
+  for (let at = 0; at < bytes.length; at++) {
+    for (let bit = 0; bit < 8; bit++) {
+      const flipped = bytes.slice();
+      flipped[at]! ^= 1 << bit;
+      assert.throws(() => decodeSafetensors(flipped, "f.st"), SafetensorsError, `byte ${at}, bit ${bit}`);
+    }
+  }
+});
+
+test("a flipped data byte is an error naming the file, the tensor and its byte offset", () => {
+  const path = join(scratchDir("st-"), "model.safetensors");
+  writeSafetensorsFile(path, SMALL);
+  const { entries } = readSafetensorsHeader(path);
+  const bytes = readFileSync(path);
+  bytes[entries.ids!.byteOffset + 1]! ^= 0x10;
+  writeFileSync(path, bytes);
+  const expected = new RegExp(
+    `^${path}: tensor "ids", byte offset ${entries.ids!.byteOffset}: the CRC-32C of its 6 bytes is [0-9a-f]{8}, the header says [0-9a-f]{8}: the data is corrupt`,
+  );
+  throwsSafetensors(() => readSafetensorsFile(path), expected);
+  throwsSafetensors(() => verifySafetensorsFile(path), expected);
+});
+
+test("a flipped byte in the metadata is an error: the header's own CRC-32C", () => {
+  const bytes = encodeSafetensors(SMALL, { step: "3" });
+  bytes[bytes.indexOf(0x33 /* "3" */, 8)] = 0x34;
+  throwsSafetensors(
+    () => decodeSafetensors(bytes, "f.st"),
+    /^f\.st: byte offset 8: the header's CRC-32C is [0-9a-f]{8}/,
+  );
+});
+
+test("verifySafetensorsFile checks data larger than its read chunk, a chunk at a time", () => {
+  const path = join(scratchDir("st-"), "big.safetensors");
+  const big = new Uint8Array(9 << 20).map((_, i) => (i * 2654435761) >>> 24);
+  writeSafetensorsFile(path, { big: { dtype: "U8", shape: [big.length], data: big } });
+  assert.equal(verifySafetensorsFile(path).entries.big!.crc32c, crc32c(big));
+  const bytes = readFileSync(path);
+  bytes[bytes.length - 1]! ^= 1;
+  writeFileSync(path, bytes);
+  throwsSafetensors(() => verifySafetensorsFile(path), /tensor "big".*the data is corrupt/);
+});
+
+test("a file without checksums reads unverified, as another writer's would", () => {
+  const bytes = encodeSafetensors(SMALL, {}, { checksums: false });
+  assert.deepEqual(Object.keys(headerJson(bytes)), ["w", "ids"]);
+  bytes[bytes.length - 1]! ^= 1;
+  assert.equal(decodeSafetensors(bytes).checksummed, false);
+});
+
+test("the crc32c metadata keys are the writer's: given ones are refused", () => {
+  throwsSafetensors(() => encodeSafetensors(SMALL, { crc32c: "00000000" }), /__metadata__\.crc32c: the crc32c keys/);
+  throwsSafetensors(() => encodeSafetensors(SMALL, { "crc32c.w": "0" }), /__metadata__\.crc32c\.w: the crc32c keys/);
+});
+
+test("a header with tensor checksums but one missing is an error naming the tensor", () => {
+  const bytes = encodeSafetensors(SMALL);
+  const json = headerJson(bytes);
+  delete json.__metadata__!["crc32c.w"];
+  const text = JSON.stringify({ ...json, __metadata__: { ...json.__metadata__, crc32c: "00000000" } });
+  json.__metadata__!.crc32c = crc32c(new TextEncoder().encode(text)).toString(16).padStart(8, "0");
+  const data = bytes.subarray(8 + Number(new DataView(bytes.buffer).getBigUint64(0, true)));
+  const rebuilt = rawFile(json, data.length);
+  rebuilt.set(data, rebuilt.length - data.length);
+  throwsSafetensors(
+    () => decodeSafetensors(rebuilt, "f.st"),
+    /^f\.st: tensor "w", byte offset \d+: no crc32c\.w in __metadata__/,
   );
 });
