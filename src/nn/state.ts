@@ -133,26 +133,29 @@ export function toSafetensorsTensor(t: Tensor): SafetensorsTensor {
   return { dtype: SAFETENSORS_DTYPES[t.dtype.name], shape: t.shape, data: storageOf(t) } as SafetensorsTensor;
 }
 
-/** Writes `state` to a safetensors file, all or nothing (temp file, then rename). */
+/** Writes `state` to a safetensors file, all or nothing (temp file, then rename), with each tensor's checksum. */
 export function safeSave(state: StateDict, path: string, metadata: Record<string, string> = {}): void {
   const tensors: Record<string, SafetensorsTensor> = {};
   for (const [name, t] of Object.entries(state)) tensors[name] = toSafetensorsTensor(t);
   writeSafetensorsFile(path, tensors, metadata);
 }
 
-/** Reads a safetensors file into tensors on `device` (the default device unless given). */
+/**
+ * Reads a safetensors file into tensors on `device` (the default device unless given). A file that carries checksums
+ * (`checksummed`: all that tsgrad writes) is verified first: a corrupt one is an error naming the file and tensor.
+ */
 export function safeLoad(
   path: string,
   { device }: { device?: string } = {},
-): { state: StateDict; metadata: Record<string, string> } {
-  const { tensors, metadata } = readSafetensorsFile(path);
+): { state: StateDict; metadata: Record<string, string>; checksummed: boolean } {
+  const { tensors, metadata, checksummed } = readSafetensorsFile(path);
   const state: StateDict = {};
   for (const [name, { dtype, shape, data }] of Object.entries(tensors)) {
     const tsgradDtype = TSGRAD_DTYPES.get(dtype);
     if (!tsgradDtype) throw new TsgradError(`${path}: tensor "${name}" is ${dtype}, which tsgrad has no dtype for`);
     state[name] = tensorFromStorage(data as TypedArray, shape, tsgradDtype, device);
   }
-  return { state, metadata };
+  return { state, metadata, checksummed };
 }
 
 const TRAINING_STATE_FORMAT = "tsgrad-training-state";
@@ -171,14 +174,17 @@ export function saveTrainingState(
 }
 
 /**
- * Restores what `saveTrainingState` wrote into the same parts (strictly: every name must match); returns its metadata.
+ * Restores what `saveTrainingState` wrote into the same parts (strictly: every name must match), verified against its
+ * checksums; returns its metadata. A state written before checksums loads with a warning.
  */
 export function loadTrainingState(path: string, parts: Record<string, unknown>): Record<string, string> {
-  const { state, metadata } = safeLoad(path);
+  const { state, metadata, checksummed } = safeLoad(path);
   if (metadata.format !== TRAINING_STATE_FORMAT)
     throw new TsgradError(
       `${path}: not a tsgrad training state (metadata format is ${JSON.stringify(metadata.format)})`,
     );
+  if (!checksummed)
+    console.error(`warning: ${path} was written without checksums (before tsgrad had them); it loads unverified`);
   loadStateDict(parts, state, { source: path });
   return metadata;
 }

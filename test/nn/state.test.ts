@@ -1,12 +1,17 @@
 import assert from "node:assert/strict";
-import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { after, test } from "node:test";
+import { after, mock, test } from "node:test";
 import { Device, Tensor, dtypes, type DTypeName } from "../../src/index.ts";
 import { LayerNorm, Linear } from "../../src/nn/layers.ts";
 import { LAMB, OptimizerGroup } from "../../src/nn/optim.ts";
-import { readSafetensorsFile, writeSafetensorsFile } from "../../src/io/safetensors.ts";
+import {
+  readSafetensorsFile,
+  readSafetensorsHeader,
+  SafetensorsError,
+  writeSafetensorsFile,
+} from "../../src/io/safetensors.ts";
 import { LRSchedulerGroup, PolynomialDecayWithWarmup } from "../../src/nn/schedules.ts";
 import {
   StateDictError,
@@ -273,4 +278,40 @@ test("loading a plain safetensors file as a training state is refused", () => {
   safeSave({ t: Tensor.ones([1]) }, path);
   const { model, optimizer, scheduler } = trainingSetup();
   assert.throws(() => loadTrainingState(path, { model, optimizer, scheduler }), /not a tsgrad training state/);
+});
+
+test("a training state with a flipped byte is refused, naming the file and the tensor", () => {
+  const path = join(scratch, "flipped.safetensors");
+  const { model, optimizer, scheduler, step } = trainingSetup();
+  step();
+  saveTrainingState(path, { model, optimizer, scheduler }, { step: "1" });
+  const { byteOffset } = readSafetensorsHeader(path).entries["optimizer.0.v.0"]!;
+  const bytes = readFileSync(path);
+  bytes[byteOffset + 5]! ^= 0x01;
+  writeFileSync(path, bytes);
+  assert.throws(
+    () => loadTrainingState(path, { model, optimizer, scheduler }),
+    (error: unknown) =>
+      error instanceof SafetensorsError &&
+      error.message.startsWith(`${path}: tensor "optimizer.0.v.0", byte offset ${byteOffset}: the CRC-32C`),
+  );
+});
+
+test("a training state written before checksums loads, with a warning naming it", () => {
+  const path = join(scratch, "unchecked.safetensors");
+  const saved = trainingSetup();
+  saved.step();
+  saveTrainingState(path, { model: saved.model, optimizer: saved.optimizer, scheduler: saved.scheduler });
+  const { tensors, metadata } = readSafetensorsFile(path);
+  writeSafetensorsFile(path, tensors, metadata, { checksums: false });
+  const { model, optimizer, scheduler } = trainingSetup();
+  const warn = mock.method(console, "error", () => {});
+  try {
+    loadTrainingState(path, { model, optimizer, scheduler });
+  } finally {
+    warn.mock.restore();
+  }
+  assert.deepEqual(model.weight.tolist(), saved.model.weight.tolist());
+  assert.equal(warn.mock.callCount(), 1);
+  assert.match(String(warn.mock.calls[0]!.arguments[0]), new RegExp(`^warning: ${path} was written without checksums`));
 });
