@@ -3,8 +3,8 @@ import { TsgradError } from "../helpers.ts";
 import type { Launcher } from "./launcher.ts";
 
 export type ReduceOp = "sum" | "mean" | "max";
-/** The host arrays the collectives take. */
-export type HostArray = Float32Array | Float64Array | Int32Array;
+/** The host arrays the collectives take; bytes (Uint8Array) only move (broadcast, allGather), they do not add up. */
+export type HostArray = Float32Array | Float64Array | Int32Array | Uint8Array;
 
 export interface Communicator {
   readonly backend: "single" | "mpi";
@@ -29,6 +29,10 @@ export interface Communicator {
 export function checkReduceOp(data: HostArray, op: ReduceOp): void {
   if (op !== "sum" && op !== "mean" && op !== "max")
     throw new TsgradError(`allReduce: unknown op ${JSON.stringify(op)} (sum, mean or max)`);
+  if (data instanceof Uint8Array)
+    throw new TsgradError(
+      "allReduce: bytes (Uint8Array) do not add up; reduce a Float32Array, Float64Array or Int32Array",
+    );
   if (op === "mean" && data instanceof Int32Array)
     throw new TsgradError("allReduce: the mean of an Int32Array is not an integer; reduce a float array");
 }

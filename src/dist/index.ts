@@ -7,6 +7,7 @@ export type { Communicator, HostArray, ReduceOp } from "./communicator.ts";
 export type { Launcher, World } from "./launcher.ts";
 export { worldFromEnv } from "./launcher.ts";
 export { MpiError } from "./mpi_library.ts";
+export { DEFAULT_BUCKET_MB, allReduceTensors, broadcastTensors } from "./tensors.ts";
 
 /**
  * The communicator for this process: one process (world size 1) needs no library; a job started by a

@@ -111,11 +111,14 @@ export class MpiCommunicator implements Communicator {
   }
 
   private datatype(data: HostArray): Handle {
-    const { float32, float64, int32 } = this.mpi.handles;
+    const { float32, float64, int32, byte } = this.mpi.handles;
     if (data instanceof Float32Array) return float32;
     if (data instanceof Float64Array) return float64;
     if (data instanceof Int32Array) return int32;
-    throw new TsgradError(`MPI collectives take a Float32Array, Float64Array or Int32Array, not ${typeOf(data)}`);
+    if (data instanceof Uint8Array) return byte;
+    throw new TsgradError(
+      `MPI collectives take a Float32Array, Float64Array, Int32Array or Uint8Array, not ${typeOf(data)}`,
+    );
   }
 }
 

@@ -23,6 +23,7 @@ export interface MpiHandles {
   float32: Handle;
   float64: Handle;
   int32: Handle;
+  byte: Handle;
   sum: Handle;
   max: Handle;
 }
@@ -69,6 +70,7 @@ function openMpiHandles(lib: Library): MpiHandles | null {
     float32: address("float"),
     float64: address("double"),
     int32: address("int"),
+    byte: address("byte"),
     sum: address("op_sum"),
     max: address("op_max"),
   };

@@ -17,6 +17,7 @@ import {
 } from "../engine/realize.ts";
 import { type ExecItem, storedBuffer } from "../engine/schedule.ts";
 import { jitFirstCall } from "../engine/search.ts";
+import { buffersOf } from "./buffers.ts";
 import { backendOf } from "../engine/backend.ts";
 
 /** What a jitted function may return: tensors, arrays of them, records of them, or nothing. */
@@ -271,13 +272,6 @@ export function jit<A extends Tensor[], R extends JitOutput>(
 }
 
 const signatureOf = (t: Tensor): InputSignature => ({ shape: t.shape, dtype: t.dtype.name, device: t.device });
-
-/** The buffers holding a realized tensor (one per device), or undefined while it is lazy. */
-function buffersOf(t: Tensor): Buffer[] | undefined {
-  const shards = t.node instanceof MultiLazy ? t.node.shards : [t.node];
-  const buffers = shards.map((u) => storedBuffer(u));
-  return buffers.every((b) => b !== undefined) ? (buffers as Buffer[]) : undefined;
-}
 
 function swapBuffers(item: ExecItem, swap: ReadonlyMap<Buffer, Buffer>): ExecItem {
   if (swap.size === 0) return item;
