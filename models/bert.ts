@@ -337,14 +337,22 @@ export class BertForPretraining {
 /** 16-bit logits go to float32 for the softmax; wider ones stay as they are. */
 const atLeastFloat32 = (t: Tensor): Tensor => (t.dtype.itemsize < 4 ? t.cast(dtypes.float32) : t);
 
-/** Masked-LM cross-entropy (weighted mean over `masked_lm_weights`) + NSP cross-entropy, in float32 or wider. */
+/**
+ * Masked-LM cross-entropy (weighted mean over `masked_lm_weights`, or the weighted sum divided by
+ * `maskedLmDenominator` where given) + NSP cross-entropy, in float32 or wider.
+ */
 export function bertPretrainingLosses(
   { maskedLmLogits, nextSentenceLogits }: BertOutputs,
   { maskedLmIds, maskedLmWeights, nextSentenceLabels }: BertLabels,
+  { maskedLmDenominator }: { maskedLmDenominator?: Tensor } = {},
 ): BertLosses {
-  const maskedLmLoss = atLeastFloat32(maskedLmLogits).sparseCategoricalCrossentropy(maskedLmIds, {
-    weights: maskedLmWeights,
-  });
+  // data-parallel ranks divide by the whole batch's weight (shared out among them), not their own part's
+  const lmLogits = atLeastFloat32(maskedLmLogits);
+  const maskedLmLoss = maskedLmDenominator
+    ? lmLogits
+        .sparseCategoricalCrossentropy(maskedLmIds, { weights: maskedLmWeights, reduction: "sum" })
+        .div(maskedLmDenominator)
+    : lmLogits.sparseCategoricalCrossentropy(maskedLmIds, { weights: maskedLmWeights });
   const nextSentenceLoss = atLeastFloat32(nextSentenceLogits).sparseCategoricalCrossentropy(
     nextSentenceLabels.reshape([-1]),
   );

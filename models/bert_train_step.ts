@@ -1,7 +1,7 @@
 // One BERT training step and one eval step as plain functions of tensors, so that a JIT can wrap
 // them: the train step is forward, backward of loss*scale, unscale, clip by global norm 1.0,
 // LAMB step and LR schedule step; the eval step gives the four MLPerf metrics.
-import { Tensor, TsgradError, dtypes, fmtShape, getenv, nn, type DType } from "../src/index.ts";
+import { Tensor, TsgradError, dist, dtypes, fmtShape, getenv, jit, nn, type DType } from "../src/index.ts";
 import {
   type BertBatch,
   type BertForPretraining,
@@ -91,27 +91,94 @@ function withTraining<T>(on: boolean, fn: () => T): T {
 }
 
 /** One optimisation step on `batch`; returns the (realized) mean training loss. */
-export function bertTrainStep(
-  { model, optimizer, scheduler }: BertTrainState,
+export function bertTrainStep(state: BertTrainState, batch: BertBatch, options: TrainStepOptions): Tensor {
+  return withTraining(true, () => {
+    const loss = bertGradients(state, batch, options);
+    // the loss and the update in one schedule
+    Tensor.realizeAll([loss, ...bertUpdate(state, options)]);
+    state.scheduler.step();
+    return loss;
+  });
+}
+
+/**
+ * Forward and backward of loss * lossScale on `batch` (in GRADIENT_ACC_STEPS micro-batches): every
+ * parameter's `grad` set (still scaled), the mean loss returned lazily. With `maskedLmDenominator` the
+ * masked-LM loss is the batch's weighted sum divided by it (data-parallel ranks pass the whole global
+ * batch's weight over the rank count, so that the ranks' mean is the global batch's loss and gradient).
+ */
+export function bertGradients(
+  { model, optimizer }: BertTrainState,
   batch: BertBatch,
-  { lossScale, gradientAccSteps, maxGradNorm }: TrainStepOptions,
+  { lossScale, gradientAccSteps }: TrainStepOptions,
+  maskedLmDenominator?: Tensor,
 ): Tensor {
   return withTraining(true, () => {
     optimizer.zeroGrad();
     const params = optimizer.params;
     let loss: Tensor | undefined;
     for (const micro of splitBatch(batch, gradientAccSteps)) {
-      const microLoss = bertPretrainingLosses(model.forward(micro), micro).loss.div(gradientAccSteps);
+      const losses = bertPretrainingLosses(model.forward(micro), micro, { maskedLmDenominator });
+      // a given denominator is the whole step's already: only the NSP mean is per micro-batch
+      const microLoss = maskedLmDenominator
+        ? losses.maskedLmLoss.add(losses.nextSentenceLoss.div(gradientAccSteps))
+        : losses.loss.div(gradientAccSteps);
       microLoss.mul(lossScale).backward();
       loss = loss ? loss.add(microLoss) : microLoss;
       // with several micro-batches, keep only the summed gradients between them
       if (gradientAccSteps > 1) Tensor.realizeAll([loss, ...params.map((p) => p.grad!)]);
     }
-    clipGradients(params, lossScale, maxGradNorm);
-    Tensor.realizeAll([loss!, ...optimizer.scheduleStep()]);
-    scheduler.step();
     return loss!;
   });
+}
+
+/** The update from the parameters' (scaled) gradients: unscale, clip, LAMB; the tensors to realize. */
+export function bertUpdate(
+  { optimizer }: BertTrainState,
+  { lossScale, maxGradNorm }: Pick<TrainStepOptions, "lossScale" | "maxGradNorm">,
+): Tensor[] {
+  clipGradients(optimizer.params, lossScale, maxGradNorm);
+  return optimizer.scheduleStep();
+}
+
+/** A data-parallel train step: the batch is this rank's part of the global batch. */
+export type BertDataParallelStep = (batch: BertBatchTensors, maskedLmWeightSum: number) => { loss: Tensor; lr: Tensor };
+
+/**
+ * The train step of one rank among `comm.size`: a jitted forward and backward on this rank's part of the
+ * global batch, the gradients (and the loss) averaged across ranks through `comm`, then a jitted update,
+ * the same on every rank. `maskedLmWeightSum` is this part's sum of masked_lm_weights: the ranks add theirs
+ * up first, so that every rank's masked-LM loss is divided by the global batch's weight. With one rank (or
+ * in-process devices alone) this is the plain step split in two; the sum over ranks is exact where the
+ * in-process one adds in the same order, so N ranks give the weights N devices in one process give.
+ */
+export function makeBertDataParallelStep(
+  state: BertTrainState,
+  options: TrainStepOptions,
+  comm: dist.Communicator,
+): BertDataParallelStep {
+  const gradients = jit((...t: [...BertBatchTensors, Tensor]) => {
+    const loss = bertGradients(state, bertBatchOf(t.slice(0, 7) as BertBatchTensors), options, t[7]);
+    return { loss, grads: state.optimizer.params.map((p) => p.grad!) };
+  });
+  const update = jit((...grads: Tensor[]) => {
+    state.optimizer.params.forEach((p, i) => (p.grad = grads[i]!));
+    withTraining(true, () => Tensor.realizeAll(bertUpdate(state, options)));
+    state.scheduler.step();
+    return { lr: state.optimizer.optimizers[0]!.lr };
+  });
+  return (batch, maskedLmWeightSum) => {
+    const [weightSum] = comm.allReduce(Float64Array.of(maskedLmWeightSum), "sum");
+    const devices = batch[0].device.split(",");
+    let denominator = new Tensor(Math.max(weightSum! / comm.size, 1e-12), {
+      dtype: dtypes.float32,
+      device: devices[0],
+    });
+    if (devices.length > 1) denominator = denominator.to(devices);
+    const { loss, grads } = gradients(...batch, denominator);
+    dist.allReduceTensors(comm, [...grads, loss], "mean");
+    return { loss, ...update(...grads) };
+  };
 }
 
 /** Unscales every gradient and divides them all by max(1, globalNorm / maxNorm); the norm is taken in float32. */

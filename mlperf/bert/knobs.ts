@@ -4,7 +4,7 @@
 // other knobs (BS on GPUS and DEFAULT_FLOAT, TRAIN_STEPS on BS, ...) are resolved in order.
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { Device, getenv } from "../../src/index.ts";
+import { Device, dist, getenv } from "../../src/index.ts";
 import { basedirFromEnv } from "./data/basedir.ts";
 import { bertEvalIntervalSamples } from "./compliance.ts";
 
@@ -34,6 +34,8 @@ const knob = (
 ): KnobSpec => ({ name, kind, fallback, fallbackText, help });
 const num = (k: Resolved, name: string): number => k[name] as number;
 const isHalf = (k: Resolved): boolean => k.DEFAULT_FLOAT === "HALF";
+/** Processes of this job, as its launcher (mpirun, srun) announces them: the default batch grows with them. */
+const ranks = (): number => dist.worldFromEnv().size;
 
 /** Samples in the MLPerf eval set, which every evaluation must cover. */
 export const MLPERF_EVAL_SAMPLES = 10_000;
@@ -53,11 +55,11 @@ export const KNOB_SPECS: readonly KnobSpec[] = [
   knob(
     "BS",
     "int",
-    (k) => (isHalf(k) ? 11 : 8) * num(k, "GPUS"),
-    "11*GPUS with HALF, else 8*GPUS",
-    "global train batch size",
+    (k) => (isHalf(k) ? 11 : 8) * num(k, "GPUS") * ranks(),
+    "11*GPUS*ranks with HALF, else 8*GPUS*ranks",
+    "global train batch size (over all ranks of an mpirun/srun job)",
   ),
-  knob("EVAL_BS", "int", (k) => num(k, "GPUS"), "1*GPUS", "global eval batch size"),
+  knob("EVAL_BS", "int", (k) => num(k, "GPUS"), "1*GPUS", "eval batch size (each rank evaluates whole batches)"),
   knob("GRADIENT_ACC_STEPS", "int", () => 1, "1", "micro-batches per step (BS is split into them)"),
   knob(
     "OPT_BASE_LEARNING_RATE",
@@ -293,8 +295,8 @@ export function parseKnobs(argv: readonly string[], env: NodeJS.ProcessEnv = pro
   return resolved as unknown as Knobs;
 }
 
-/** Rejects values the trainer cannot run with, naming the knob. */
-export function validateKnobs(k: Knobs): void {
+/** Rejects values the trainer cannot run with, naming the knob; `world`: this rank among the job's processes. */
+export function validateKnobs(k: Knobs, world: { rank: number; size: number } = { rank: 0, size: 1 }): void {
   if (k.MODEL !== "bert") throw new KnobError(`MODEL=${JSON.stringify(k.MODEL)}: this trainer trains bert only`);
   const kind = k.DEVICE.split(":")[0]!;
   try {
@@ -339,11 +341,17 @@ export function validateKnobs(k: Knobs): void {
     if (!((k[name] as number) >= 0)) throw new KnobError(`${name}=${k[name]} must not be negative`);
   if (!(k.TARGET > 0 && k.TARGET <= 1))
     throw new KnobError(`TARGET=${k.TARGET} is a masked-LM accuracy, a fraction in (0, 1]`);
-  if (k.BS % k.GRADIENT_ACC_STEPS !== 0)
-    throw new KnobError(`BS=${k.BS} is not a multiple of GRADIENT_ACC_STEPS=${k.GRADIENT_ACC_STEPS}`);
-  if (k.GPUS > 1 && (k.BS / k.GRADIENT_ACC_STEPS) % k.GPUS !== 0)
+  if (k.BS % world.size !== 0)
+    throw new KnobError(`BS=${k.BS} does not split over the job's ${world.size} ranks (one part of the batch each)`);
+  const rankBatch = k.BS / world.size;
+  const onRank = world.size > 1 ? ` (a rank's part of BS=${k.BS} over ${world.size} ranks)` : "";
+  if (rankBatch % k.GRADIENT_ACC_STEPS !== 0)
     throw new KnobError(
-      `the micro-batch BS/GRADIENT_ACC_STEPS=${k.BS / k.GRADIENT_ACC_STEPS} does not split over GPUS=${k.GPUS} devices`,
+      `BS=${world.size > 1 ? `${rankBatch}${onRank}` : k.BS} is not a multiple of GRADIENT_ACC_STEPS=${k.GRADIENT_ACC_STEPS}`,
+    );
+  if (k.GPUS > 1 && (rankBatch / k.GRADIENT_ACC_STEPS) % k.GPUS !== 0)
+    throw new KnobError(
+      `the micro-batch BS/GRADIENT_ACC_STEPS=${rankBatch / k.GRADIENT_ACC_STEPS}${onRank} does not split over GPUS=${k.GPUS} devices`,
     );
   if (k.GPUS > 1 && k.EVAL_BS % k.GPUS !== 0)
     throw new KnobError(`EVAL_BS=${k.EVAL_BS} does not split over GPUS=${k.GPUS} devices`);
@@ -356,7 +364,9 @@ export function validateKnobs(k: Knobs): void {
       `EVAL_BS*MAX_EVAL_STEPS=${k.EVAL_BS}*${k.MAX_EVAL_STEPS}=${k.EVAL_BS * k.MAX_EVAL_STEPS} does not cover the ${k.EVAL_SET_SIZE}-sample eval set (EVAL_SET_SIZE): raise MAX_EVAL_STEPS to ${Math.ceil(k.EVAL_SET_SIZE / k.EVAL_BS)}`,
     );
   }
-  if (k.RESUME !== "" && !existsSync(k.RESUME)) throw new KnobError(`RESUME=${k.RESUME}: no such checkpoint file`);
+  // rank 0 reads the checkpoint and sends it to the others, whose machines need not have it
+  if (k.RESUME !== "" && world.rank === 0 && !existsSync(k.RESUME))
+    throw new KnobError(`RESUME=${k.RESUME}: no such checkpoint file`);
 }
 
 /** --help text: every knob with its flag and default. */

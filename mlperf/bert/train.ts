@@ -10,7 +10,7 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { Device, GlobalCounters, Tensor, clearKernelCache, dtypes, io, jit, nn } from "../../src/index.ts";
+import { Device, GlobalCounters, Tensor, clearKernelCache, dist, dtypes, io, jit, nn } from "../../src/index.ts";
 import {
   BERT_PRESETS,
   BertForPretraining,
@@ -23,6 +23,7 @@ import {
   bertEvalStep,
   bertTrainStep,
   createBertOptimizer,
+  makeBertDataParallelStep,
   type BertBatchTensors,
   type BertTrainState,
 } from "../../models/bert_train_step.ts";
@@ -54,6 +55,10 @@ export interface TrainOptions {
   print?: (line: string) => void;
   /** Where the MLPerf log is written (the working folder by default, as the reference does). */
   logDir?: string;
+  /** This process's place in a multi-process job (dist.init() by default: one process, or mpirun's ranks). */
+  comm?: dist.Communicator;
+  /** The data-parallel step (gradients reduced between a jitted backward and a jitted update) even with one rank. */
+  splitStep?: boolean;
 }
 
 export interface TrainResult {
@@ -163,6 +168,7 @@ function withBeam<T>(beam: number, fn: () => T): T {
 /** What an evaluation needs: the jitted eval step, and the eval shards (fake batches when null). */
 interface Evaluation {
   knobs: Knobs;
+  comm: dist.Communicator;
   devices: string[];
   evalStep: (...t: BertBatchTensors) => BertMetrics;
   evalFiles: string[] | null;
@@ -175,21 +181,23 @@ interface Evaluation {
  * predictions.
  */
 function evaluate(
-  { knobs, devices, evalStep, evalFiles, vocabSize, print }: Evaluation,
+  { knobs, comm, devices, evalStep, evalFiles, vocabSize, print }: Evaluation,
   step: number,
   limit: number,
 ): { accuracy: number; loss: number } {
-  const batches = evalFiles ? evalBatches({ files: evalFiles, batchSize: knobs.EVAL_BS }) : null;
-  const progress = knobs.BENCHMARK ? null : new CountProgress("eval", limit);
+  // each rank evaluates its own run of whole batches; the sums are added up across ranks at the end
+  const [first, end] = [comm.rank, comm.rank + 1].map((r) => Math.floor((r * limit) / comm.size)) as [number, number];
+  const batches = evalFiles ? evalBatches({ files: evalFiles, batchSize: knobs.EVAL_BS, startStep: first }) : null;
+  const progress = knobs.BENCHMARK || comm.rank !== 0 ? null : new CountProgress("eval", end - first);
   let correct = 0,
     predictions = 0,
     lossSum = 0;
   const start = performance.now();
-  for (let j = 0; j < limit; j++) {
+  for (let j = first; j < end; j++) {
     const samples = batches
       ? batches.next().value
       : fakeSamples(knobs.EVAL_BS, knobs, vocabSize, knobs.SEED + 1_000_000 + j);
-    if (batches && j === 0) checkWidths(samples, knobs, `the eval shards in ${shardFolders(knobs.BASEDIR).eval}`);
+    if (batches && j === first) checkWidths(samples, knobs, `the eval shards in ${shardFolders(knobs.BASEDIR).eval}`);
     // the last batch wraps around to the set's first samples: weight 0 on those, so each sample counts once
     const beyondSet = (j + 1) * knobs.EVAL_BS - knobs.EVAL_SET_SIZE;
     if (batches && beyondSet > 0)
@@ -203,6 +211,7 @@ function evaluate(
   }
   progress?.finish();
   batches?.return(undefined as never);
+  [correct, lossSum, predictions] = comm.allReduce(Float64Array.of(correct, lossSum, predictions), "sum");
   const accuracy = predictions > 0 ? correct / predictions : 0;
   const loss = predictions > 0 ? lossSum / predictions : 0;
   print(
@@ -224,26 +233,39 @@ const JIT_WARMUP_STEPS = 2;
 
 /** Runs the phase the knobs select; see the header. */
 export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promise<TrainResult> {
-  const print = options.print ?? ((line: string) => console.log(line));
+  const comm = options.comm ?? dist.init();
+  // rank 0 speaks for the job: console, MLPerf log, checkpoints; the others only fail loudly
+  const lead = comm.rank === 0;
+  const print = lead ? (options.print ?? ((line: string) => console.log(line))) : () => {};
   const phase = knobs.INITMLPERF ? "init" : knobs.RUNMLPERF ? "run" : "benchmark";
-  validateKnobs(knobs);
+  validateKnobs(knobs, comm);
   const shards = knobs.RUNMLPERF ? findShards(knobs.BASEDIR) : null;
-  const system = knobs.LOGMLPERF ? readSystem(knobs.SUBMISSION_PLATFORM) : null;
-  for (const name of io.removeStaleTemps(knobs.SAVE_CKPT_DIR)) print(`removed ${name}, left by a run that was killed`);
+  const system = knobs.LOGMLPERF && lead ? readSystem(knobs.SUBMISSION_PLATFORM) : null;
+  if (lead)
+    for (const name of io.removeStaleTemps(knobs.SAVE_CKPT_DIR))
+      print(`removed ${name}, left by a run that was killed`);
 
   Device.DEFAULT = knobs.DEVICE;
-  const devices = Array.from({ length: knobs.GPUS }, (_, i) =>
-    Device.canonicalize(`${knobs.DEVICE.split(":")[0]}:${i}`),
-  );
+  // GPU ranks on one machine take the next GPUS devices each; CPU ranks each have the virtual devices 0..GPUS-1
+  const kind = knobs.DEVICE.split(":")[0]!;
+  const firstDevice = kind === "CPU" || kind === "JS" ? 0 : comm.localRank * knobs.GPUS;
+  const devices = Array.from({ length: knobs.GPUS }, (_, i) => Device.canonicalize(`${kind}:${firstDevice + i}`));
   if (knobs.DEFAULT_FLOAT === "HALF") Tensor.defaultFloat = dtypes.float16;
-  print(`training on ${devices.join(", ")}`);
+  print(
+    comm.size > 1
+      ? `training on ${comm.size} ranks (${comm.backend}, launched by ${comm.launcher}) x ${devices.join(", ")}`
+      : `training on ${devices.join(", ")}`,
+  );
 
   const mlperfLogPath = system ? join(options.logDir ?? ".", `result_bert_${knobs.SEED}.log`) : null;
   const mllog = mlperfLogPath ? new MlperfLogger({ path: mlperfLogPath, echo: true }) : null;
   if (mllog && knobs.INITMLPERF) logSubmissionInfo(mllog, system!, knobs.SUBMISSION_PLATFORM);
   if (knobs.INITMLPERF) {
-    // compiled kernels and BEAM choices of earlier runs must not shorten this one
-    clearKernelCache({ onDisk: true });
+    // compiled kernels and BEAM choices of earlier runs must not shorten this one; one rank per machine
+    // clears the machine's cache before any rank compiles into it
+    if (comm.localRank === 0) clearKernelCache({ onDisk: true });
+    else clearKernelCache();
+    comm.barrier();
     mllog?.event(K.CACHE_CLEAR, true);
     mllog?.start(K.INIT_START);
   }
@@ -257,7 +279,7 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
   Tensor.manualSeed(knobs.SEED);
   const model = new BertForPretraining(config, { disableDropout: knobs.DISABLE_DROPOUT !== 0 });
   const initPrefix = join(knobs.INIT_CKPT_DIR, INIT_CHECKPOINT);
-  if (knobs.RUNMLPERF && existsSync(`${initPrefix}.index`)) {
+  if (knobs.RUNMLPERF && lead && existsSync(`${initPrefix}.index`)) {
     let progress: ByteProgress | undefined;
     await model.loadFromTfCheckpoint(initPrefix, {
       onProgress: (read, total) => {
@@ -294,34 +316,69 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
   }
 
   let startStep = 0;
-  if (knobs.RESUME !== "") {
+  if (knobs.RESUME !== "" && lead) {
     const metadata = nn.loadTrainingState(knobs.RESUME, { ...state });
     startStep = Number(metadata.step ?? scheduler.schedulers[0]!.stepCount.item());
     print(`resuming from ${knobs.RESUME} at step ${startStep}`);
   }
-  print(`training with global batch size ${knobs.BS} for ${knobs.TRAIN_STEPS} steps`);
+  if (comm.size > 1) {
+    // every rank starts from rank 0's weights, optimizer state and step (a checkpoint of any rank count resumes)
+    dist.broadcastTensors(comm, [...new Set(Object.values(nn.getStateDict({ ...state })))]);
+    startStep = comm.broadcast(Float64Array.of(startStep))[0]!;
+  }
+  print(
+    comm.size > 1
+      ? `training with global batch size ${knobs.BS} (${knobs.BS / comm.size} a rank) for ${knobs.TRAIN_STEPS} steps`
+      : `training with global batch size ${knobs.BS} for ${knobs.TRAIN_STEPS} steps`,
+  );
 
   // ** jitted steps **
   const stepOptions = { lossScale: knobs.LOSS_SCALER, gradientAccSteps: knobs.GRADIENT_ACC_STEPS, maxGradNorm: 1.0 };
-  const trainStep = jit((...t: BertBatchTensors) => ({
+  const fusedStep = jit((...t: BertBatchTensors) => ({
     loss: bertTrainStep(state, bertBatchOf(t), stepOptions),
     lr: optimizer.optimizers[0]!.lr,
   }));
+  // several ranks: the gradients are averaged across them between the backward and the update
+  const dataParallelStep =
+    comm.size > 1 || options.splitStep ? makeBertDataParallelStep(state, stepOptions, comm) : null;
+  const trainStep = (samples: SampleColumns) => {
+    const tensors = samplesToTensors(samples, devices);
+    if (!dataParallelStep) return fusedStep(...tensors);
+    return dataParallelStep(
+      tensors,
+      samples.masked_lm_weights.reduce((a, b) => a + b, 0),
+    );
+  };
   const evalStep = jit((...t: BertBatchTensors) => ({ ...bertEvalStep(model, bertBatchOf(t)) }));
 
   // ** data: the shards only in the run phase (after run_start), fake batches otherwise **
   const train = shards
-    ? prefetchBatches({ kind: "train", files: shards.train, batchSize: knobs.BS, seed: knobs.SEED, startStep })
+    ? prefetchBatches({
+        kind: "train",
+        files: shards.train,
+        batchSize: knobs.BS,
+        seed: knobs.SEED,
+        startStep,
+        part: { index: comm.rank, count: comm.size },
+      })
     : null;
   let fakeCounter = 0;
   const nextTrain = async (): Promise<SampleColumns> => {
-    if (!train) return fakeSamples(knobs.BS, knobs, config.vocabSize, knobs.SEED + fakeCounter++);
+    // fake batches differ per rank, as real parts of one global batch do
+    if (!train)
+      return fakeSamples(
+        knobs.BS / comm.size,
+        knobs,
+        config.vocabSize,
+        knobs.SEED + comm.rank * 1_000_003 + fakeCounter++,
+      );
     const next = await train.next();
     if (next.done) throw new TrainerError("the train loader stopped");
     return next.value;
   };
   const evaluation: Evaluation = {
     knobs,
+    comm,
     devices,
     evalStep,
     evalFiles: shards?.eval ?? null,
@@ -348,8 +405,10 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
     checkpoints: [],
   };
   const saveCheckpoint = (step: number): string => {
-    mkdirSync(knobs.SAVE_CKPT_DIR, { recursive: true });
     const path = join(knobs.SAVE_CKPT_DIR, `step_${String(step).padStart(7, "0")}.safe`);
+    // the state is the same on every rank: rank 0 writes it
+    if (!lead) return path;
+    mkdirSync(knobs.SAVE_CKPT_DIR, { recursive: true });
     nn.saveTrainingState(path, { ...state }, { step: String(step), seed: String(knobs.SEED) });
     result.checkpoints.push(path);
     print(`saved checkpoint ${path}`);
@@ -363,14 +422,14 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
   let step = startStep;
   if (mllog && knobs.RUNMLPERF) mllog.start(K.EPOCH_START, step * knobs.BS, { epoch_num: step * knobs.BS });
   const lastStep = knobs.BENCHMARK ? Math.min(knobs.TRAIN_STEPS, startStep + knobs.BENCHMARK) : knobs.TRAIN_STEPS;
-  const progress = knobs.BENCHMARK ? null : new CountProgress("train", knobs.TRAIN_STEPS, startStep);
+  const progress = knobs.BENCHMARK || !lead ? null : new CountProgress("train", knobs.TRAIN_STEPS, startStep);
   try {
     let samples = await nextTrain();
     if (train) checkWidths(samples, knobs, `the train shards in ${shardFolders(knobs.BASEDIR).train}`);
     while (step < lastStep && !result.converged) {
       const st = performance.now();
       GlobalCounters.reset();
-      const out = withBeam(knobs.TRAIN_BEAM, () => trainStep(...samplesToTensors(samples, devices)));
+      const out = withBeam(knobs.TRAIN_BEAM, () => trainStep(samples));
       const pt = performance.now();
       // kernels a host backend (CPU, JS) ran inside the call: time on the device, not host overhead
       const kernelMs = Math.min(GlobalCounters.timeSumS * 1000, pt - st);
@@ -441,17 +500,21 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
             mllog.end(K.EPOCH_STOP, step * knobs.BS, { epoch_num: step * knobs.BS });
             mllog.end(K.RUN_STOP, null, { status: "success" });
           }
-          mkdirSync(knobs.SAVE_CKPT_DIR, { recursive: true });
           result.finalModelPath = join(knobs.SAVE_CKPT_DIR, "bert_final.safe");
-          nn.safeSave(nn.getStateDict(model), result.finalModelPath, {
-            step: String(step),
-            masked_lm_accuracy: String(accuracy),
-          });
+          if (lead) {
+            mkdirSync(knobs.SAVE_CKPT_DIR, { recursive: true });
+            nn.safeSave(nn.getStateDict(model), result.finalModelPath, {
+              step: String(step),
+              masked_lm_accuracy: String(accuracy),
+            });
+          }
           print(` *** Model saved to ${result.finalModelPath} ***`);
         }
       }
 
       if (knobs.CKPT && step % knobs.SAVE_CKPT_FREQ === 0 && !result.converged) saveCheckpoint(step);
+      // the ranks stop together: an interrupt seen by any of them counts for all
+      if (comm.size > 1) interruptRequested = comm.allReduce(Int32Array.of(interruptRequested ? 1 : 0), "max")[0] === 1;
       if (interruptRequested && !result.converged && step < lastStep) {
         result.interrupted = true;
         const path =
@@ -494,9 +557,16 @@ export async function main(argv: string[]): Promise<number> {
     if (result.mlperfLogPath) console.log(`MLPerf log: ${result.mlperfLogPath}`);
     return result.interrupted ? 130 : 0;
   } catch (error) {
+    // in a job of several ranks, each says which it is: mpirun shows every rank's words mixed together
+    const world = dist.worldFromEnv();
+    const who = world.size > 1 ? `rank ${world.rank} of ${world.size}: ` : "";
     if (error instanceof KnobError || error instanceof TrainerError) {
-      console.error(`train: ${error.message}`);
+      console.error(`train: ${who}${error.message}`);
       return 2;
+    }
+    if (who) {
+      console.error(`train: ${who}${(error as Error).stack ?? error}`);
+      return 1;
     }
     throw error;
   }

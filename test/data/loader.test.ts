@@ -248,3 +248,23 @@ test("a loader error on the worker rejects next() with the file named", async ()
   await assert.rejects(loader.next(), (error: unknown) => error instanceof Error && error.message.includes(missing));
   await loader.close();
 });
+
+test("the parts of a data-parallel job's batches, side by side, are the whole batches in order", () => {
+  const whole = takeIds(trainBatches({ ...OPTIONS, batchSize: 6, startStep: 3 }), 5);
+  for (const count of [2, 3]) {
+    const parts = Array.from({ length: count }, (_, index) =>
+      takeIds(trainBatches({ ...OPTIONS, batchSize: 6, startStep: 3, part: { index, count } }), 5),
+    );
+    for (let step = 0; step < 5; step++)
+      assert.deepEqual(
+        parts.flatMap((part) => part[step]!),
+        whole[step],
+        `batch ${step + 3} split in ${count}`,
+      );
+  }
+  assert.throws(
+    () => trainBatches({ ...OPTIONS, batchSize: 6, part: { index: 0, count: 4 } }).next(),
+    /6 does not split into 4/,
+  );
+  assert.throws(() => trainBatches({ ...OPTIONS, part: { index: 2, count: 2 } }).next(), /part 2 of 2/);
+});

@@ -33,6 +33,11 @@ export interface TrainLoaderOptions {
   cycleLength?: number;
   /** First batch to yield: batch k of an uninterrupted run. */
   startStep?: number;
+  /**
+   * This rank's rows of each global batch (data-parallel training): part `index` of `count` equal parts.
+   * The sample order is the global batch's, so any count of ranks trains on the same samples.
+   */
+  part?: { index: number; count: number };
 }
 
 export interface EvalLoaderOptions {
@@ -233,7 +238,14 @@ function checkPositiveInteger(name: string, value: number): void {
 /** Endless train batches, deterministic for `seed`; starts at batch `startStep`. */
 export function* trainBatches(options: TrainLoaderOptions): Generator<SampleColumns, never> {
   const { files, batchSize, seed, shuffleBuffer = 1000, cycleLength = 4, startStep = 0 } = options;
+  const { index, count } = options.part ?? { index: 0, count: 1 };
   checkPositiveInteger("batch size", batchSize);
+  checkPositiveInteger("part count", count);
+  if (!(Number.isInteger(index) && index >= 0 && index < count))
+    throw new LoaderError(`part ${index} of ${count}: the index must be an integer from 0 to ${count - 1}`);
+  if (batchSize % count !== 0)
+    throw new LoaderError(`a batch of ${batchSize} does not split into ${count} equal parts`);
+  const [first, end] = [(index * batchSize) / count, ((index + 1) * batchSize) / count];
   checkPositiveInteger("shuffle buffer", shuffleBuffer);
   checkPositiveInteger("cycle length", cycleLength);
   if (!(Number.isInteger(startStep) && startStep >= 0))
@@ -248,7 +260,10 @@ export function* trainBatches(options: TrainLoaderOptions): Generator<SampleColu
       cycleLength,
     );
     for (let skipped = 0; skipped < startStep * batchSize; skipped++) order.next();
-    for (;;) yield sampleFiles.read(Array.from({ length: batchSize }, () => order.next()));
+    for (;;) {
+      const batch = Array.from({ length: batchSize }, () => order.next());
+      yield sampleFiles.read(count === 1 ? batch : batch.slice(first, end));
+    }
   } finally {
     sampleFiles.close();
   }
