@@ -17,6 +17,7 @@ import {
   roundHalfEven,
   samplesFromFile,
   samplesFromText,
+  shardSettings,
   toSampleColumns,
   writeSamplesShard,
   type PreprocessSettings,
@@ -246,8 +247,13 @@ test("a shard written straight from the made samples is the file their padded co
   const dir = tempDir();
   for (const evalPick of [false, true]) {
     const ordered = orderedSamplesFromFile(INPUT, tokenizer, settings(128, 20, 2), { evalPick });
-    writeSamplesShard(join(dir, "direct.safetensors"), ordered, settings(128, 20, 2));
-    writeShard(join(dir, "columns.safetensors"), toSampleColumns(ordered.made, ordered.rows, settings(128, 20, 2)));
+    const vocabSize = tokenizer.vocab.tokens.length;
+    writeSamplesShard(join(dir, "direct.safetensors"), ordered, settings(128, 20, 2), vocabSize);
+    writeShard(
+      join(dir, "columns.safetensors"),
+      toSampleColumns(ordered.made, ordered.rows, settings(128, 20, 2)),
+      shardSettings(settings(128, 20, 2), vocabSize),
+    );
     assert.ok(
       readFileSync(join(dir, "direct.safetensors")).equals(readFileSync(join(dir, "columns.safetensors"))),
       `evalPick ${evalPick}`,

@@ -21,7 +21,7 @@ import { io } from "../../../src/index.ts";
 import { formatDuration } from "./byteProgress.ts";
 import { PyRandom } from "./pyrandom.ts";
 import type { SampleColumns } from "./samples.ts";
-import { ShardError, fieldWidth, unfitValue, writeShardRows } from "./shard.ts";
+import { ShardError, type ShardSettings, fieldWidth, unfitValue, writeShardRows } from "./shard.ts";
 import { BertTokenizer, loadVocab, pythonStrip, VocabError } from "./tokenizer.ts";
 
 /** The reference's knobs (env vars MAX_SEQ_LENGTH, MAX_PREDICTIONS_PER_SEQ, ...). */
@@ -507,12 +507,28 @@ export function samplesFromText(
   return toSampleColumns(made, rows, settings);
 }
 
+/** What a shard records of how it was made: the vocab's size (bounding its token ids) and the reference's knobs. */
+export function shardSettings(settings: PreprocessSettings, vocabSize: number): ShardSettings {
+  return {
+    vocab_size: String(vocabSize),
+    random_seed: String(settings.randomSeed),
+    dupe_factor: String(settings.dupeFactor),
+    masked_lm_prob: String(settings.maskedLmProb),
+    short_seq_prob: String(settings.shortSeqProb),
+  };
+}
+
 /**
  * Writes the made samples at `rows` as a shard at `path`, each field filled a block of rows at a time straight
- * from `made`: the same file as writeShard(toSampleColumns(...)) without the padded int32 copy of every sample
- * (7 KB a sample at 512/76: 3 GB for a Wikipedia part's 425,000).
+ * from `made`: the same file as writeShard(toSampleColumns(...), shardSettings(...)) without the padded int32 copy
+ * of every sample (7 KB a sample at 512/76: 3 GB for a Wikipedia part's 425,000).
  */
-export function writeSamplesShard(path: string, { made, rows }: OrderedSamples, settings: PreprocessSettings): void {
+export function writeSamplesShard(
+  path: string,
+  { made, rows }: OrderedSamples,
+  settings: PreprocessSettings,
+  vocabSize: number,
+): void {
   const dims = {
     count: rows.length,
     maxSeqLength: settings.maxSeqLength,
@@ -525,40 +541,45 @@ export function writeSamplesShard(path: string, { made, rows }: OrderedSamples, 
   tooBig("input_ids", made.tokenIds, 0xffff);
   tooBig("masked_lm_ids", made.maskedLmIds, 0xffff);
   if (settings.maxSeqLength > 0x10000) tooBig("masked_lm_positions", made.maskedLmPositions, 0xffff);
-  writeShardRows(path, dims, (field, start, end, out) => {
-    const width = fieldWidth(field, dims);
-    for (let r = start; r < end; r++) {
-      const k = rows[r]!;
-      const at = (r - start) * width;
-      const tokenStart = made.tokenStarts[k]!;
-      const length = made.tokenStarts[k + 1]! - tokenStart;
-      const predictionStart = made.predictionStarts[k]!;
-      const predictions = made.predictionStarts[k + 1]! - predictionStart;
-      switch (field) {
-        case "input_ids":
-          out.set(made.tokenIds.subarray(tokenStart, tokenStart + length), at);
-          break;
-        case "input_mask":
-          out.fill(1, at, at + length);
-          break;
-        case "segment_ids":
-          out.fill(1, at + made.segmentALengths[k]!, at + length);
-          break;
-        case "masked_lm_positions":
-          out.set(made.maskedLmPositions.subarray(predictionStart, predictionStart + predictions), at);
-          break;
-        case "masked_lm_ids":
-          out.set(made.maskedLmIds.subarray(predictionStart, predictionStart + predictions), at);
-          break;
-        case "masked_lm_weights":
-          out.fill(1, at, at + predictions);
-          break;
-        case "next_sentence_labels":
-          out[at] = made.nextSentenceLabels[k]!;
-          break;
+  writeShardRows(
+    path,
+    dims,
+    (field, start, end, out) => {
+      const width = fieldWidth(field, dims);
+      for (let r = start; r < end; r++) {
+        const k = rows[r]!;
+        const at = (r - start) * width;
+        const tokenStart = made.tokenStarts[k]!;
+        const length = made.tokenStarts[k + 1]! - tokenStart;
+        const predictionStart = made.predictionStarts[k]!;
+        const predictions = made.predictionStarts[k + 1]! - predictionStart;
+        switch (field) {
+          case "input_ids":
+            out.set(made.tokenIds.subarray(tokenStart, tokenStart + length), at);
+            break;
+          case "input_mask":
+            out.fill(1, at, at + length);
+            break;
+          case "segment_ids":
+            out.fill(1, at + made.segmentALengths[k]!, at + length);
+            break;
+          case "masked_lm_positions":
+            out.set(made.maskedLmPositions.subarray(predictionStart, predictionStart + predictions), at);
+            break;
+          case "masked_lm_ids":
+            out.set(made.maskedLmIds.subarray(predictionStart, predictionStart + predictions), at);
+            break;
+          case "masked_lm_weights":
+            out.fill(1, at, at + predictions);
+            break;
+          case "next_sentence_labels":
+            out[at] = made.nextSentenceLabels[k]!;
+            break;
+        }
       }
-    }
-  });
+    },
+    shardSettings(settings, vocabSize),
+  );
 }
 
 /** Decodes a file as strict UTF-8 (Python would raise), keeping a leading U+FEFF as Python does. */
@@ -763,7 +784,7 @@ function runJob(
     evalPick: job.part === "eval",
     onProgress,
   });
-  writeSamplesShard(job.shardPath, samples, settings);
+  writeSamplesShard(job.shardPath, samples, settings, tokenizer.vocab.tokens.length);
   return samples.rows.length;
 }
 

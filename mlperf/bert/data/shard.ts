@@ -9,18 +9,27 @@
 //   masked_lm_weights      U8     [count, max_predictions_per_seq]   1 real prediction, 0 padding
 //   next_sentence_labels   U8     [count]                            1 random next, 0 true next
 //
-//   __metadata__: format "tsgrad-bert-samples", version "1", max_seq_length,
-//                 max_predictions_per_seq, count (decimal strings).
+//   __metadata__: format "tsgrad-bert-samples", version "2", max_seq_length,
+//                 max_predictions_per_seq, count (decimal strings); what made the shard, as
+//                 preprocess.ts records it: vocab_size, random_seed, dupe_factor, masked_lm_prob,
+//                 short_seq_prob; and the safetensors checksums (src/io/safetensors.ts): each
+//                 field's CRC-32C and the header's.
 //
 // Samples are rows in the order they were written. Reading widens to SampleColumns
 // (Int32Array, Float32Array weights); writing refuses values the narrow types cannot hold.
+// Reading verifies the checksums (ShardFile: the whole file when it is opened) and each
+// sample's values: token ids below vocab_size (where recorded), positions below
+// max_seq_length, masks, segments, weights and labels 0 or 1. Version 1 shards (no
+// checksums, no settings) are read with a warning, their values still checked.
 
 import { closeSync, openSync, readSync } from "node:fs";
 import { io } from "../../../src/index.ts";
 import { SAMPLE_FIELDS, type SampleColumns, type SampleField } from "./samples.ts";
 
 export const SHARD_FORMAT = "tsgrad-bert-samples";
-export const SHARD_VERSION = "1";
+export const SHARD_VERSION = "2";
+/** Shards without checksums or settings, from before version 2: read, unverified, with a warning. */
+const UNCHECKED_VERSION = "1";
 
 /** A shard whose contents do not fit the format; names the file and the field. */
 export class ShardError extends Error {
@@ -97,10 +106,27 @@ export type ShardRowFiller = (field: SampleField, start: number, end: number, ou
 const BLOCK_ROWS = 4096;
 
 /**
+ * What made a shard, beside its widths, kept in its metadata by the names of the reference's flags: `vocab_size`
+ * (which bounds token ids when the shard is read), `random_seed`, `dupe_factor`, ... (decimal strings).
+ */
+export type ShardSettings = Record<string, string>;
+
+/** Metadata keys the shard format itself writes. */
+const FORMAT_KEYS = ["format", "version", "max_seq_length", "max_predictions_per_seq", "count"];
+
+/**
  * Writes a shard of `dims.count` samples at `path`, atomically (temp file + rename), asking `fill` for each
  * field's rows a block at a time: no copy of the whole shard is held (a Wikipedia part's is about 1 GB).
  */
-export function writeShardRows(path: string, dims: ShardDims, fill: ShardRowFiller): void {
+export function writeShardRows(
+  path: string,
+  dims: ShardDims,
+  fill: ShardRowFiller,
+  settings: ShardSettings = {},
+): void {
+  const clash = Object.keys(settings).find((key) => FORMAT_KEYS.includes(key));
+  if (clash !== undefined) throw new ShardError(path, `__metadata__.${clash}`, "is the format's, not a setting");
+  if (settings.vocab_size !== undefined) metadataInteger(path, settings, "vocab_size");
   const tensors: Record<string, io.SafetensorsStreamedTensor> = {};
   for (const field of SAMPLE_FIELDS) {
     const { dtype } = LAYOUT[field];
@@ -122,6 +148,7 @@ export function writeShardRows(path: string, dims: ShardDims, fill: ShardRowFill
     };
   }
   io.writeSafetensorsStream(path, tensors, {
+    ...settings,
     format: SHARD_FORMAT,
     version: SHARD_VERSION,
     max_seq_length: String(dims.maxSeqLength),
@@ -147,8 +174,8 @@ export function unfitValue(
   );
 }
 
-/** Writes `samples` as a shard at `path`, atomically (temp file + rename). */
-export function writeShard(path: string, samples: SampleColumns): void {
+/** Writes `samples` as a shard at `path`, atomically (temp file + rename), recording `settings`. */
+export function writeShard(path: string, samples: SampleColumns, settings: ShardSettings = {}): void {
   for (const field of SAMPLE_FIELDS) {
     const expected = samples.count * fieldWidth(field, samples);
     if (samples[field].length !== expected)
@@ -158,17 +185,22 @@ export function writeShard(path: string, samples: SampleColumns): void {
         `has ${samples[field].length} values, expected ${expected} for ${samples.count} samples`,
       );
   }
-  writeShardRows(path, samples, (field, start, _end, out) => {
-    const { max } = LAYOUT[field];
-    const values = samples[field];
-    const first = start * fieldWidth(field, samples);
-    for (let i = 0; i < out.length; i++) {
-      const value = values[first + i]!;
-      if (!(Number.isInteger(value) && value >= 0 && value <= max))
-        throw unfitValue(path, field, samples, first + i, value);
-      out[i] = value;
-    }
-  });
+  writeShardRows(
+    path,
+    samples,
+    (field, start, _end, out) => {
+      const { max } = LAYOUT[field];
+      const values = samples[field];
+      const first = start * fieldWidth(field, samples);
+      for (let i = 0; i < out.length; i++) {
+        const value = values[first + i]!;
+        if (!(Number.isInteger(value) && value >= 0 && value <= max))
+          throw unfitValue(path, field, samples, first + i, value);
+        out[i] = value;
+      }
+    },
+    settings,
+  );
 }
 
 function metadataInteger(path: string, metadata: Record<string, string>, key: string): number {
@@ -180,28 +212,49 @@ function metadataInteger(path: string, metadata: Record<string, string>, key: st
 
 type ShardDims = Pick<SampleColumns, "count" | "maxSeqLength" | "maxPredictionsPerSeq">;
 
-/** Checks a shard's metadata and each field's dtype and shape; returns its dimensions. */
+/** A shard's dimensions and the vocab size its token ids must stay below, where it records one. */
+interface ShardLimits extends ShardDims {
+  vocabSize: number | undefined;
+}
+
+let warnedUnchecked = false;
+
+/** The first version 1 shard read in a process gets a warning; it would be one per shard otherwise. */
+function warnUnchecked(path: string): void {
+  if (warnedUnchecked) return;
+  warnedUnchecked = true;
+  console.error(
+    `warning: ${path} is a version ${UNCHECKED_VERSION} sample shard, without checksums: its bytes are not verified, only its values' ranges (preprocess again for version ${SHARD_VERSION} shards; further such shards are not named)`,
+  );
+}
+
+/** Checks a shard's metadata and each field's dtype and shape; returns its dimensions and token id bound. */
 function checkShardHeader(
   path: string,
   tensors: Record<string, { dtype: string; shape: number[] }>,
   metadata: Record<string, string>,
-): ShardDims {
+  checksummed: boolean,
+): ShardLimits {
   if (metadata.format !== SHARD_FORMAT)
     throw new ShardError(
       path,
       "__metadata__.format",
       `expected "${SHARD_FORMAT}", got ${JSON.stringify(metadata.format)}`,
     );
-  if (metadata.version !== SHARD_VERSION)
+  if (metadata.version === UNCHECKED_VERSION) warnUnchecked(path);
+  else if (metadata.version !== SHARD_VERSION)
     throw new ShardError(
       path,
       "__metadata__.version",
-      `expected "${SHARD_VERSION}", got ${JSON.stringify(metadata.version)}`,
+      `expected "${SHARD_VERSION}" (or "${UNCHECKED_VERSION}"), got ${JSON.stringify(metadata.version)}`,
     );
+  else if (!checksummed)
+    throw new ShardError(path, "__metadata__", `a version ${SHARD_VERSION} shard without checksums`);
   const dims = {
     count: metadataInteger(path, metadata, "count"),
     maxSeqLength: metadataInteger(path, metadata, "max_seq_length"),
     maxPredictionsPerSeq: metadataInteger(path, metadata, "max_predictions_per_seq"),
+    vocabSize: metadata.vocab_size === undefined ? undefined : metadataInteger(path, metadata, "vocab_size"),
   };
   for (const field of SAMPLE_FIELDS) {
     const tensor = tensors[field];
@@ -220,13 +273,83 @@ function checkShardHeader(
   return dims;
 }
 
-/** Reads a shard written by `writeShard`, checking format, dtypes and shapes. */
+/**
+ * The first value of sample `row` of `samples` outside its field's range: token ids at or above `vocabSize` (when
+ * known), positions at or above max_seq_length, masks, segments, weights and labels other than 0 and 1. `index` is
+ * the value's place in the sample's row of the field.
+ */
+export function findValueOutOfRange(
+  samples: SampleColumns,
+  row: number,
+  vocabSize: number | undefined,
+): { field: SampleField; index: number; value: number; expected: string } | undefined {
+  for (const field of SAMPLE_FIELDS) {
+    const width = fieldWidth(field, samples);
+    const values = samples[field].subarray(row * width, (row + 1) * width);
+    const limit =
+      field === "masked_lm_positions"
+        ? samples.maxSeqLength
+        : field === "input_ids" || field === "masked_lm_ids"
+          ? (vocabSize ?? Number.POSITIVE_INFINITY)
+          : 2;
+    for (let index = 0; index < width; index++) {
+      const value = values[index]!;
+      if (value >= 0 && value < limit && (limit !== 2 || value === 0 || value === 1)) continue;
+      const expected =
+        limit === 2
+          ? "0 or 1"
+          : field === "masked_lm_positions"
+            ? `a position below max_seq_length ${limit}`
+            : `a token id below the vocab size ${limit}`;
+      return { field, index, value, expected };
+    }
+  }
+  return undefined;
+}
+
+/**
+ * Throws a ShardError naming the record and the byte offset of the first value of sample `row` out of range;
+ * `fieldOffset` gives where a field's data starts in the file.
+ */
+function checkRanges(
+  path: string,
+  fieldOffset: (field: SampleField) => number,
+  samples: SampleColumns,
+  row: number,
+  record: number,
+  vocabSize: number | undefined,
+): void {
+  const bad = findValueOutOfRange(samples, row, vocabSize);
+  if (bad === undefined) return;
+  const { field, index, value, expected } = bad;
+  const itemBytes = LAYOUT[field].dtype === "U16" ? 2 : 1;
+  const byteOffset = fieldOffset(field) + (record * fieldWidth(field, samples) + index) * itemBytes;
+  throw new ShardError(
+    path,
+    field,
+    `record ${record}, value ${index}, byte offset ${byteOffset}: ${value} is not ${expected}`,
+  );
+}
+
+/** Reads a shard written by `writeShard`, checking format, dtypes, shapes, checksums and every sample's values. */
 export function readShard(path: string): SampleColumns {
-  const { tensors, metadata } = io.readSafetensorsFile(path);
-  const dims = checkShardHeader(path, tensors, metadata);
-  const samples = emptySamples(dims.count, dims);
+  const { tensors, metadata, checksummed } = io.readSafetensorsFile(path);
+  const limits = checkShardHeader(path, tensors, metadata, checksummed);
+  const samples = emptySamples(limits.count, limits);
   for (const field of SAMPLE_FIELDS) samples[field].set(tensors[field]!.data as Uint8Array | Uint16Array);
+  const fieldOffset = (field: SampleField) => io.readSafetensorsHeader(path).entries[field]!.byteOffset;
+  for (let record = 0; record < samples.count; record++)
+    checkRanges(path, fieldOffset, samples, record, record, limits.vocabSize);
   return samples;
+}
+
+/** Options of opening a shard. */
+export interface ShardOpenOptions {
+  /**
+   * Verify the data against the checksums as the shard opens, reading it whole (default true); false where this
+   * process verified the file already. The header and every sample's values are checked either way.
+   */
+  verify?: boolean;
 }
 
 /** A shard open for reading single samples by index, a few small reads each, without loading it all. */
@@ -234,16 +357,22 @@ export class ShardFile {
   readonly count: number;
   readonly maxSeqLength: number;
   readonly maxPredictionsPerSeq: number;
+  /** The bound on token ids the shard records (its vocab's size), if any. */
+  readonly vocabSize: number | undefined;
   private readonly fd: number;
   private readonly entries: Record<string, io.SafetensorsEntry>;
   private readonly scratch: ArrayBuffer;
 
-  constructor(readonly path: string) {
-    const { entries, metadata } = io.readSafetensorsHeader(path);
-    const dims = checkShardHeader(path, entries, metadata);
-    this.count = dims.count;
-    this.maxSeqLength = dims.maxSeqLength;
-    this.maxPredictionsPerSeq = dims.maxPredictionsPerSeq;
+  constructor(
+    readonly path: string,
+    { verify = true }: ShardOpenOptions = {},
+  ) {
+    const { entries, metadata, checksummed } = verify ? io.verifySafetensorsFile(path) : io.readSafetensorsHeader(path);
+    const limits = checkShardHeader(path, entries, metadata, checksummed);
+    this.count = limits.count;
+    this.maxSeqLength = limits.maxSeqLength;
+    this.maxPredictionsPerSeq = limits.maxPredictionsPerSeq;
+    this.vocabSize = limits.vocabSize;
     this.entries = entries;
     this.scratch = new ArrayBuffer(2 * Math.max(this.maxSeqLength, this.maxPredictionsPerSeq, 1));
     this.fd = openSync(path, "r");
@@ -265,6 +394,7 @@ export class ShardFile {
       const narrow = itemBytes === 2 ? new Uint16Array(this.scratch, 0, width) : bytes;
       target[field].set(narrow, row * width);
     }
+    checkRanges(this.path, (field) => this.entries[field]!.byteOffset, target, row, index, this.vocabSize);
   }
 
   close(): void {

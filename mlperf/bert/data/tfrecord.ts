@@ -9,7 +9,7 @@
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import { io } from "../../../src/index.ts";
 import { SAMPLE_FIELDS, type SampleColumns } from "./samples.ts";
-import { emptySamples, fieldWidth } from "./shard.ts";
+import { emptySamples, fieldWidth, findValueOutOfRange } from "./shard.ts";
 
 /** A corrupt or unexpected TFRecord file; names the file and the byte offset of the record. */
 export class TFRecordError extends Error {
@@ -397,6 +397,15 @@ function copySampleInto(
         if (value < 0 || value > 0x7fffffff) throw fail(`value ${value} is outside 0..2^31-1`);
     }
     target[field].set(feature.values as number[], row * width);
+  }
+  const bad = findValueOutOfRange(target, row, undefined); // the vocab is not in the file
+  if (bad !== undefined) {
+    const { field, index, value, expected } = bad;
+    throw new TFRecordError(
+      path,
+      record.byteOffset,
+      `record ${recordIndex}: feature ${field} value ${index}: ${value} is not ${expected}`,
+    );
   }
 }
 
