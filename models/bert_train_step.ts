@@ -142,7 +142,10 @@ export function bertUpdate(
 }
 
 /** A data-parallel train step: the batch is this rank's part of the global batch. */
-export type BertDataParallelStep = (batch: BertBatchTensors, maskedLmWeightSum: number) => { loss: Tensor; lr: Tensor };
+export type BertDataParallelStep = (
+  batch: BertBatchTensors,
+  maskedLmWeightSum: number,
+) => { loss: Tensor; lr: Tensor; reduceMs: number };
 
 /**
  * The train step of one rank among `comm.size`: a jitted forward and backward on this rank's part of the
@@ -176,8 +179,10 @@ export function makeBertDataParallelStep(
     });
     if (devices.length > 1) denominator = denominator.to(devices);
     const { loss, grads } = gradients(...batch, denominator);
+    const start = performance.now();
     dist.allReduceTensors(comm, [...grads, loss], "mean");
-    return { loss, ...update(...grads) };
+    const reduceMs = performance.now() - start;
+    return { loss, ...update(...grads), reduceMs };
   };
 }
 

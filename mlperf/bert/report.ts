@@ -38,6 +38,8 @@ export interface StepStats {
   learningRate: number;
   memoryGB: number;
   gflops: number;
+  /** Time in the gradient all-reduce between ranks (data-parallel runs only; not in host or device). */
+  reduceMs?: number;
 }
 
 /** One evaluation over the eval set. */
@@ -54,7 +56,8 @@ export function formatStepLine(s: StepStats): string {
   const ms = (value: number) => `${value.toFixed(1)} ms`;
   return (
     `step ${s.step} | ${s.samples} samples | ${ms(s.totalMs)} (host ${ms(s.hostMs)}, data ${ms(s.dataMs)}, device ${ms(s.deviceMs)})` +
-    ` | loss ${s.loss.toFixed(4)} | lr ${s.learningRate.toExponential(2)} | ${s.memoryGB.toFixed(2)} GB | ${s.gflops.toFixed(1)} GFLOP/s`
+    ` | loss ${s.loss.toFixed(4)} | lr ${s.learningRate.toExponential(2)} | ${s.memoryGB.toFixed(2)} GB | ${s.gflops.toFixed(1)} GFLOP/s` +
+    (s.reduceMs === undefined ? "" : ` | all-reduce ${ms(s.reduceMs)}`)
   );
 }
 
@@ -66,7 +69,7 @@ export function formatEvalLine(e: EvalStats): string {
 const NUMBER = String.raw`(-?(?:\d+(?:\.\d*)?(?:e[-+]?\d+)?|NaN|Infinity))`;
 const STEP_LINE = new RegExp(
   String.raw`\bstep (\d+) \| (\d+) samples \| ${NUMBER} ms \(host ${NUMBER} ms, data ${NUMBER} ms, device ${NUMBER} ms\)` +
-    String.raw` \| loss ${NUMBER} \| lr ${NUMBER} \| ${NUMBER} GB \| ${NUMBER} GFLOP/s`,
+    String.raw` \| loss ${NUMBER} \| lr ${NUMBER} \| ${NUMBER} GB \| ${NUMBER} GFLOP/s(?: \| all-reduce ${NUMBER} ms)?`,
 );
 const EVAL_LINE = new RegExp(
   String.raw`\beval step (\d+) \| (\d+) samples \| masked-LM accuracy ${NUMBER} \| loss ${NUMBER} \| ${NUMBER} s\b`,
@@ -76,10 +79,11 @@ const HPARAM_LINE = /\bHParam: "([^"]+)": (.*)$/;
 export function parseStepLine(line: string): StepStats | null {
   const m = STEP_LINE.exec(line);
   if (m === null) return null;
-  const [step, samples, totalMs, hostMs, dataMs, deviceMs, loss, learningRate, memoryGB, gflops] = m
+  const [step, samples, totalMs, hostMs, dataMs, deviceMs, loss, learningRate, memoryGB, gflops, reduceMs] = m
     .slice(1)
-    .map(Number) as number[];
+    .map((v) => (v === undefined ? undefined : Number(v))) as number[];
   return {
+    ...(reduceMs === undefined ? {} : { reduceMs }),
     step: step!,
     samples: samples!,
     totalMs: totalMs!,

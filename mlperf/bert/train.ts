@@ -341,7 +341,7 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
   // several ranks: the gradients are averaged across them between the backward and the update
   const dataParallelStep =
     comm.size > 1 || options.splitStep ? makeBertDataParallelStep(state, stepOptions, comm) : null;
-  const trainStep = (samples: SampleColumns) => {
+  const trainStep = (samples: SampleColumns): { loss: Tensor; lr: Tensor; reduceMs?: number } => {
     const tensors = samplesToTensors(samples, devices);
     if (!dataParallelStep) return fusedStep(...tensors);
     return dataParallelStep(
@@ -432,7 +432,8 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
       const out = withBeam(knobs.TRAIN_BEAM, () => trainStep(samples));
       const pt = performance.now();
       // kernels a host backend (CPU, JS) ran inside the call: time on the device, not host overhead
-      const kernelMs = Math.min(GlobalCounters.timeSumS * 1000, pt - st);
+      const reduceMs = out.reduceMs;
+      const kernelMs = Math.min(GlobalCounters.timeSumS * 1000, pt - st - (reduceMs ?? 0));
       const next = step + 1 < lastStep ? await nextTrain() : null;
       const dt = performance.now();
       const loss = out.loss.item();
@@ -447,13 +448,14 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
           step,
           samples: step * knobs.BS,
           totalMs: cl - st,
-          hostMs: pt - st - kernelMs,
+          hostMs: pt - st - kernelMs - (reduceMs ?? 0),
           dataMs: dt - pt,
           deviceMs: cl - dt + kernelMs,
           loss,
           learningRate: lr,
           memoryGB: GlobalCounters.memUsed / 1e9,
           gflops: GlobalCounters.globalOps / ((cl - st) / 1000) / 1e9,
+          ...(reduceMs === undefined ? {} : { reduceMs }),
         }),
       );
       progress?.advance();

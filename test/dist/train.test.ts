@@ -128,6 +128,13 @@ test("mpirun -np 2 trains bit for bit as 2 devices in one process, and as 1 devi
   assert.doesNotMatch(ranks.outputs.get(1) ?? "", /^step \d|saved checkpoint/m);
   assert.match(ranks.outputs.get(0)!, /training on 2 ranks \(mpi, launched by openmpi\)/);
   assert.match(ranks.outputs.get(0)!, /global batch size 8 \(4 a rank\)/);
+  // the step line says how long the gradient all-reduce took, and reads back
+  const stepLine = ranks.outputs
+    .get(0)!
+    .split("\n")
+    .find((line) => line.startsWith("step 3 "))!;
+  assert.match(stepLine, /\| all-reduce \d+\.\d ms$/);
+  assert.ok(parseStepLine(stepLine)!.reduceMs! >= 0);
   assert.deepEqual(readdirSync(join(dir, "ranks")), ["step_0000006.safe"]);
 
   // one process, the batch sharded over 2 devices, the same split step: the same additions in the same order
