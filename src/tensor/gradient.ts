@@ -29,8 +29,11 @@ function rule(node: UOp, g: UOp): (UOp | undefined)[] {
       return [g.alu("MUL", node.alu("MUL", full(node, Math.LN2)))];
     case "LOG2":
       return [g.alu("MUL", a.alu("MUL", full(a, Math.LN2)).alu("RECIP"))];
-    case "SIN":
-      return [g.alu("MUL", a.alu("ADD", full(a, Math.PI / 2)).alu("SIN"))];
+    case "SIN": {
+      // cos(a) as 1 - 2 sin²(a / 2), as Tensor.cos: sin(a + π/2) loses a large a's low bits to the rounding of the sum
+      const half = a.alu("MUL", full(a, 0.5)).alu("SIN");
+      return [g.alu("MUL", half.alu("MUL", half).alu("MUL", full(a, -2)).alu("ADD", full(a, 1)))];
+    }
     case "MAX": {
       // ties split the gradient evenly, as tinygrad does
       const toA = b
