@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
@@ -15,6 +15,7 @@ import {
 } from "../../mlperf/bert/data/loader.ts";
 import { writeShard } from "../../mlperf/bert/data/shard.ts";
 import { writeTFRecordSamples } from "../../mlperf/bert/data/tfrecord.ts";
+import { readSafetensorsHeader } from "../../src/io/safetensors.ts";
 import type { SampleColumns } from "../../mlperf/bert/data/samples.ts";
 import { scratchDir } from "../scratch.ts";
 
@@ -219,9 +220,71 @@ test("fake batches are deterministic for a seed", () => {
 
 test("listSampleFiles lists a folder's files sorted, without temp or hidden files", () => {
   const dir = scratchDir("loader-");
-  for (const name of ["part-00002", "part-00000", ".part-00001.123.abc.tmp", "part-00003.tmp"])
-    writeFileSync(join(dir, name), "");
+  for (const name of ["part-00002", "part-00000"]) writeShard(join(dir, name), fakeBatch(2, SEQ, PRED, 0));
+  for (const name of [".part-00001.123.abc.tmp", "part-00003.tmp"]) writeFileSync(join(dir, name), "");
   assert.deepEqual(listSampleFiles(dir), [join(dir, "part-00000"), join(dir, "part-00002")]);
+});
+
+/** A folder of three small shards, as preprocessing leaves train/. */
+function shardFolder(): { dir: string; paths: string[] } {
+  const dir = scratchDir("loader-");
+  const paths = [0, 1, 2].map((part) => join(dir, `part-0000${part}`));
+  paths.forEach((path, part) => writeShard(path, fakeBatch(4, SEQ, PRED, part)));
+  return { dir, paths };
+}
+
+test("an empty file among the sample files fails the listing, naming it", () => {
+  const { dir, paths } = shardFolder();
+  writeFileSync(paths[1]!, "");
+  assert.throws(() => listSampleFiles(dir), {
+    name: "LoaderError",
+    message: `${paths[1]}: an empty file among the sample files of ${dir}`,
+  });
+});
+
+test("a truncated shard fails the listing (before any training), naming it", () => {
+  const { dir, paths } = shardFolder();
+  const bytes = readFileSync(paths[2]!);
+  writeFileSync(paths[2]!, bytes.subarray(0, bytes.length - 10));
+  assert.throws(() => listSampleFiles(dir), {
+    message: new RegExp(
+      `^${paths[2]}: tensor "\\w+", byte offset \\d+: data ends at byte offset \\d+, past the end of the file`,
+    ),
+  });
+});
+
+test("a shard of other widths than the first fails the listing, naming both", () => {
+  const { dir, paths } = shardFolder();
+  writeShard(paths[1]!, fakeBatch(4, SEQ * 2, PRED, 1));
+  assert.throws(() => listSampleFiles(dir), {
+    name: "LoaderError",
+    message: `${paths[1]}: max_seq_length/max_predictions_per_seq 32/3, but ${paths[0]} has 16/3`,
+  });
+});
+
+test("a flipped byte in a train shard fails the batch that opens it, naming the file and field", () => {
+  const { paths } = shardFolder();
+  const { byteOffset } = readSafetensorsHeader(paths[1]!).entries.input_mask!;
+  const bytes = readFileSync(paths[1]!);
+  bytes[byteOffset + 3]! ^= 1;
+  writeFileSync(paths[1]!, bytes);
+  assert.throws(() => takeIds(trainBatches({ ...OPTIONS, files: paths }), 3), {
+    message: new RegExp(`^${paths[1]}: tensor "input_mask", byte offset ${byteOffset}: the CRC-32C`),
+  });
+});
+
+test("an eval sample with a token id outside the vocab fails its batch, naming file, record and offset", () => {
+  const { paths } = shardFolder();
+  const samples = fakeBatch(4, SEQ, PRED, 2);
+  samples.input_ids[SEQ * 2 + 1] = 40000;
+  writeShard(paths[2]!, samples, { vocab_size: "30522" });
+  const batches = evalBatches({ files: paths, batchSize: 4 });
+  takeIds(batches, 2);
+  assert.throws(() => batches.next(), {
+    message: new RegExp(
+      `^${paths[2]}: input_ids: record 2, value 1, byte offset \\d+: 40000 is not a token id below the vocab size 30522`,
+    ),
+  });
 });
 
 test("prefetchBatches on a worker yields the same train batches as trainBatches", async () => {

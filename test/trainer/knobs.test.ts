@@ -1,7 +1,7 @@
 // The trainer's knobs: the reference's defaults, flags over environment, and clear errors.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, mkdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import "../../src/index.ts";
@@ -18,6 +18,8 @@ import {
 } from "../../mlperf/bert/knobs.ts";
 import { TrainerError, findShards } from "../../mlperf/bert/train.ts";
 import { parseRunLog } from "../../mlperf/bert/report.ts";
+import { fakeBatch } from "../../mlperf/bert/data/loader.ts";
+import { writeShard } from "../../mlperf/bert/data/shard.ts";
 
 const knobs = (env: NodeJS.ProcessEnv, argv: string[] = []): Knobs => parseKnobs(argv, { DEVICE: "JS", ...env })!;
 const rejects = (k: Knobs, ...parts: string[]) =>
@@ -212,7 +214,7 @@ test("a missing data folder names the folder and the command that makes it", () 
       (e: unknown) => says("preprocess.ts pre-train all")(e) && !(e as Error).message.includes("download.ts"),
     );
     mkdirSync(join(basedir, "train"));
-    writeFileSync(join(basedir, "train", "part-00000-of-00500.safetensors"), "");
+    writeShard(join(basedir, "train", "part-00000-of-00500.safetensors"), fakeBatch(1, 8, 2, 0));
     assert.throws(() => findShards(basedir), says(join(basedir, "eval"), "preprocess.ts pre-eval"));
   } finally {
     rmSync(basedir, { recursive: true, force: true });

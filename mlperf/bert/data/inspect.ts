@@ -6,7 +6,7 @@ import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 import { io } from "../../../src/index.ts";
 import { SAMPLE_FIELDS, type SampleColumns } from "./samples.ts";
-import { emptySamples, fieldWidth, readShard, ShardFile } from "./shard.ts";
+import { emptySamples, fieldWidth, readShard, ShardFile, type ShardOpenOptions } from "./shard.ts";
 import { readTFRecordSamples, TFRecordSampleFile } from "./tfrecord.ts";
 
 export type SampleFormat = "shard" | "tfrecord";
@@ -44,9 +44,12 @@ export function readSamples(path: string): SampleColumns {
   return detectSampleFormat(path) === "shard" ? readShard(path) : readTFRecordSamples(path);
 }
 
-/** Opens a shard or TFRecord file for reading samples by index. */
-export function openSampleFile(path: string): SampleFile {
-  return detectSampleFormat(path) === "shard" ? new ShardFile(path) : new TFRecordSampleFile(path);
+/**
+ * Opens a shard or TFRecord file for reading samples by index. A shard's data is verified against its checksums
+ * unless `verify` is false; a TFRecord's records are each checked against their CRCs as they are read.
+ */
+export function openSampleFile(path: string, options: ShardOpenOptions = {}): SampleFile {
+  return detectSampleFormat(path) === "shard" ? new ShardFile(path, options) : new TFRecordSampleFile(path);
 }
 
 /** Sample `index` as one JSON line: the reference keys in the reference order, padded rows. */

@@ -11,8 +11,8 @@
 import { readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { isMainThread, parentPort, Worker, workerData } from "node:worker_threads";
-import { openSampleFile, type SampleFile } from "./inspect.ts";
-import { emptySamples } from "./shard.ts";
+import { detectSampleFormat, openSampleFile, type SampleFile } from "./inspect.ts";
+import { emptySamples, ShardFile } from "./shard.ts";
 import { SAMPLE_FIELDS, type SampleColumns } from "./samples.ts";
 import { Tensor } from "../../../src/index.ts";
 import type { BertBatchTensors } from "../../../models/bert_train_step.ts";
@@ -169,10 +169,25 @@ export class TrainSampleOrder {
 
 // ---- reading ---------------------------------------------------------------------------
 
-/** Opens sample files on demand, keeps the most recently used open, checks equal widths. */
+type Widths = Pick<SampleFile, "path" | "maxSeqLength" | "maxPredictionsPerSeq">;
+
+/** Throws unless `file` has the widths of `first`, naming both. */
+function checkSameWidths(file: Widths, first: Widths): void {
+  if (file.maxSeqLength === first.maxSeqLength && file.maxPredictionsPerSeq === first.maxPredictionsPerSeq) return;
+  throw new LoaderError(
+    `${file.path}: max_seq_length/max_predictions_per_seq ${file.maxSeqLength}/${file.maxPredictionsPerSeq}, but ${first.path} has ${first.maxSeqLength}/${first.maxPredictionsPerSeq}`,
+  );
+}
+
+/**
+ * Opens sample files on demand, keeps the most recently used open, checks equal widths. A file's data is verified
+ * against its checksums the first time it is opened for reading (a shard: the whole file, at about 1 GB/s), not when
+ * reopened; counting its samples reads its header alone.
+ */
 class SampleFiles {
   private readonly open = new Map<number, SampleFile>();
   private readonly counts = new Map<number, number>();
+  private readonly verified = new Set<number>();
   /** The widths of the first file with samples (an empty TFRecord has none to tell). */
   private widths: { path: string; maxSeqLength: number; maxPredictionsPerSeq: number } | undefined;
 
@@ -188,7 +203,8 @@ class SampleFiles {
     if (sampleFile !== undefined) {
       this.open.delete(file);
     } else {
-      sampleFile = openSampleFile(this.paths[file]!);
+      sampleFile = openSampleFile(this.paths[file]!, { verify: !this.verified.has(file) });
+      this.verified.add(file);
       if (sampleFile.count > 0) this.checkWidths(sampleFile);
       this.counts.set(file, sampleFile.count);
     }
@@ -204,21 +220,28 @@ class SampleFiles {
   private checkWidths(sampleFile: SampleFile): void {
     const { path, maxSeqLength, maxPredictionsPerSeq } = sampleFile;
     this.widths ??= { path, maxSeqLength, maxPredictionsPerSeq };
-    if (maxSeqLength !== this.widths.maxSeqLength || maxPredictionsPerSeq !== this.widths.maxPredictionsPerSeq) {
+    try {
+      checkSameWidths(sampleFile, this.widths);
+    } catch (error) {
       sampleFile.close();
-      const expected = `${this.widths.maxSeqLength}/${this.widths.maxPredictionsPerSeq}`;
-      throw new LoaderError(
-        `${path}: max_seq_length/max_predictions_per_seq ${maxSeqLength}/${maxPredictionsPerSeq}, but ${this.widths.path} has ${expected}`,
-      );
+      throw error;
     }
   }
 
   count(file: number): number {
-    return this.counts.get(file) ?? this.get(file).count;
+    let count = this.counts.get(file);
+    if (count === undefined) {
+      const header = openSampleFile(this.paths[file]!, { verify: false });
+      header.close();
+      count = header.count;
+      this.counts.set(file, count);
+    }
+    return count;
   }
 
   /** A batch holding the given samples, in order. */
   read(refs: SampleRef[]): SampleColumns {
+    if (this.widths === undefined && refs.length > 0) this.get(Math.floor(refs[0]! / REF_BASE));
     const batch = emptySamples(refs.length, this.widths!); // set: refs only name files with samples
     refs.forEach((ref, row) => this.get(Math.floor(ref / REF_BASE)).readInto(ref % REF_BASE, batch, row));
     return batch;
@@ -292,13 +315,27 @@ export function* evalBatches(options: EvalLoaderOptions): Generator<SampleColumn
   }
 }
 
-/** The sample files in a folder (as preprocessing writes them), sorted; temp and hidden files skipped. */
+/**
+ * The sample files in a folder (as preprocessing writes them), sorted; temp and hidden files skipped. Each is checked
+ * as far as its header goes, so that a bad folder fails before training starts: an empty file, a shard shorter or
+ * longer than its header says (a truncated copy), a shard of other widths than the first are errors naming the file.
+ */
 export function listSampleFiles(dir: string): string[] {
-  return readdirSync(dir)
+  const paths = readdirSync(dir)
     .filter((name) => !name.startsWith(".") && !name.endsWith(".tmp"))
     .sort()
     .map((name) => join(dir, name))
     .filter((path) => statSync(path).isFile());
+  let first: ShardFile | undefined;
+  for (const path of paths) {
+    if (statSync(path).size === 0) throw new LoaderError(`${path}: an empty file among the sample files of ${dir}`);
+    if (detectSampleFormat(path) !== "shard") continue; // a TFRecord's records are found only by walking them
+    const shard = new ShardFile(path, { verify: false });
+    shard.close();
+    first ??= shard;
+    checkSameWidths(shard, first);
+  }
+  return paths;
 }
 
 // ---- fake data -------------------------------------------------------------------------
