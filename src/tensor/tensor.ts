@@ -697,10 +697,11 @@ export class Tensor {
     return this.gt(0).where(this, this.mul(slope));
   }
   relu6(): Tensor {
-    return this.relu().minimum(6);
+    return this.hardtanh(0, 6);
   }
+  /** clip's values, with PyTorch's gradient: 0 at the bounds as beyond them (clip's is 1 at the bounds). */
   hardtanh(min = -1, max = 1): Tensor {
-    return this.clip(min, max);
+    return this.gt(min).logicalAnd(this.lt(max)).where(this, this.clip(min, max).detach());
   }
   hardsigmoid(): Tensor {
     return this.add(3).relu6().div(6);
@@ -792,8 +793,13 @@ export class Tensor {
     const [a, b] = this.broadcastWith(x);
     return a.neg().maximum(b.neg()).neg();
   }
+  /**
+   * Each element limited to [min, max] (max where min > max; NaN stays NaN), with PyTorch's clamp gradient: 1 at
+   * the bounds, where a max and a min would split it at the tie.
+   */
   clip(min: number, max: number): Tensor {
-    return this.maximum(min).minimum(max);
+    const low = this.lt(min).where(min, this);
+    return low.gt(max).where(max, low);
   }
 
   lt(x: Tensor | number): Tensor {

@@ -1,6 +1,7 @@
 // Op semantics the PyTorch conformance suite (test/conformance) found different from PyTorch, each fixed, with
 // PyTorch's value beside it.
 import { describe, test } from "node:test";
+import assert from "node:assert/strict";
 import { Tensor } from "../../src/index.ts";
 import { assertClose } from "../close.ts";
 import { testDevices } from "../devices.ts";
@@ -33,6 +34,37 @@ for (const device of testDevices()) {
         gradientOf((x) => x.cos(), large, device),
         large.map((v) => -Math.sin(v)),
         { atol: 1e-6, rtol: 0 },
+      );
+    });
+  });
+
+  describe(`gradients at clip's bounds on ${device}`, () => {
+    test("clip's gradient is 1 at a bound and 0 beyond it", () => {
+      // x = torch.tensor([-2., -1., 0., 1., 2.], requires_grad=True); x.clamp(-1, 1).sum().backward()
+      // x.grad -> tensor([0., 1., 1., 1., 0.])
+      assert.deepEqual(
+        gradientOf((x) => x.clip(-1, 1), [-2, -1, 0, 1, 2], device),
+        [0, 1, 1, 1, 0],
+      );
+    });
+
+    test("clip keeps NaN, and gives max everywhere when min > max", () => {
+      // torch.tensor([nan, 0., 5.]).clamp(-1, 1) -> tensor([nan, 0., 1.]); .clamp(2, 1) -> tensor([nan, 1., 1.])
+      const x = new Tensor([Number.NaN, 0, 5], { device });
+      assert.deepEqual(x.clip(-1, 1).tolist(), [Number.NaN, 0, 1]);
+      assert.deepEqual(x.clip(2, 1).tolist(), [Number.NaN, 1, 1]);
+    });
+
+    test("hardtanh's and relu6's gradients are 0 at their bounds", () => {
+      // F.hardtanh(x, -1, 1) on [-2, -1, 0, 1, 2]: x.grad -> tensor([0., 0., 1., 0., 0.])
+      assert.deepEqual(
+        gradientOf((x) => x.hardtanh(), [-2, -1, 0, 1, 2], device),
+        [0, 0, 1, 0, 0],
+      );
+      // F.relu6 on [-1, 0, 3, 6, 7]: x.grad -> tensor([0., 0., 1., 0., 0.])
+      assert.deepEqual(
+        gradientOf((x) => x.relu6(), [-1, 0, 3, 6, 7], device),
+        [0, 0, 1, 0, 0],
       );
     });
   });
