@@ -994,8 +994,14 @@ export class Tensor {
       .sum(opts)
       .div(Math.max(0, n - (opts.correction ?? 1)));
   }
+  /** The square root of `var`; at zero spread its gradient is 0, as PyTorch's (not inf * 0, NaN). */
   std(opts: ReduceOptions & { correction?: number } = {}): Tensor {
-    return this.var(opts).sqrt();
+    return this.var(opts).sqrtFlatAtZero();
+  }
+  /** sqrt, with gradient 0 where the argument is 0: the root of a sum of squares, whose own gradient is 0 there. */
+  private sqrtFlatAtZero(): Tensor {
+    const zero = this.eq(0);
+    return zero.where(0, zero.where(1, this).sqrt());
   }
   /** Index of the first maximum along `axis` (of the flattened tensor when axis is omitted). */
   argmax(opts: { axis?: number; keepdim?: boolean } = {}): Tensor {
@@ -1031,10 +1037,13 @@ export class Tensor {
     const reduced = this.axes(opts.axis);
     return out.reshape(out.shape.filter((_, i) => !reduced.includes(i)));
   }
-  /** The L2 norm (sqrt of the sum of squares) over `axis` (all elements by default); `ord: 1` for the L1 norm. */
+  /**
+   * The L2 norm (sqrt of the sum of squares) over `axis` (all elements by default), gradient 0 at a zero vector as
+   * PyTorch's; `ord: 1` for the L1 norm.
+   */
   norm({ ord = 2, ...opts }: ReduceOptions & { ord?: 1 | 2 } = {}): Tensor {
     if (ord === 1) return this.abs().sum(opts);
-    if (ord === 2) return this.float().square().sum(opts).sqrt();
+    if (ord === 2) return this.float().square().sum(opts).sqrtFlatAtZero();
     throw new TsgradError(`norm: ord must be 1 or 2, got ${ord}`);
   }
   /** Whether any element is nonzero (true), as bool. */

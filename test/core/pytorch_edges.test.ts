@@ -68,4 +68,37 @@ for (const device of testDevices()) {
       );
     });
   });
+
+  describe(`gradients at zero spread on ${device}`, () => {
+    test("std's gradient is 0 where every element is equal", () => {
+      // x = torch.tensor([[1.5, 1.5, 1.5], [1., 2., 3.]], requires_grad=True); x.std(1).sum().backward()
+      // x.grad -> tensor([[0., 0., 0.], [-0.5, 0., 0.5]])
+      const x = new Tensor(
+        [
+          [1.5, 1.5, 1.5],
+          [1, 2, 3],
+        ],
+        { device, requiresGrad: true },
+      );
+      x.std({ axis: 1 }).sum().backward();
+      assertClose(x.grad!.tolist() as number[][], [
+        [0, 0, 0],
+        [-0.5, 0, 0.5],
+      ]);
+      // and the value is still the square root of the variance: torch.zeros(3).std() -> tensor(0.)
+      assert.equal(Tensor.zeros([3], { device }).std().item(), 0);
+    });
+
+    test("the L2 norm's gradient is 0 at a zero vector", () => {
+      // x = torch.zeros(3, requires_grad=True); x.norm().backward(); x.grad -> tensor([0., 0., 0.])
+      assert.deepEqual(
+        gradientOf((x) => x.norm(), [0, 0, 0], device),
+        [0, 0, 0],
+      );
+      assertClose(
+        gradientOf((x) => x.norm(), [3, 4], device),
+        [0.6, 0.8],
+      );
+    });
+  });
 }
