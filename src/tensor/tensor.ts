@@ -814,11 +814,16 @@ export class Tensor {
   eq(x: Tensor | number): Tensor {
     return this.ne(x).logicalNot();
   }
+  /** this >= x: false where either is NaN (not lt's negation, for floats). */
   ge(x: Tensor | number): Tensor {
-    return this.lt(x).logicalNot();
+    return this.mayBeNaN(x) ? this.gt(x).logicalOr(this.eq(x)) : this.lt(x).logicalNot();
   }
+  /** this <= x: false where either is NaN. */
   le(x: Tensor | number): Tensor {
-    return this.gt(x).logicalNot();
+    return this.mayBeNaN(x) ? this.lt(x).logicalOr(this.eq(x)) : this.gt(x).logicalNot();
+  }
+  private mayBeNaN(x: Tensor | number): boolean {
+    return isFloat(this.dtype) || (x instanceof Tensor ? isFloat(x.dtype) : Number.isNaN(x));
   }
   logicalNot(): Tensor {
     return new Tensor(alu(this.cast(dtypes.bool).node, "NEG"));

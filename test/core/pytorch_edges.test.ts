@@ -101,4 +101,16 @@ for (const device of testDevices()) {
       );
     });
   });
+
+  test(`le and ge are false where an operand is NaN on ${device}`, () => {
+    // a = torch.tensor([nan, 1., nan, 2.]); b = torch.tensor([nan, nan, 1., 2.])
+    // a <= b -> tensor([False, False, False, True]); a >= b -> the same
+    const a = new Tensor([Number.NaN, 1, Number.NaN, 2], { device });
+    const b = new Tensor([Number.NaN, Number.NaN, 1, 2], { device });
+    assert.deepEqual(a.le(b).tolist(), [false, false, false, true]);
+    assert.deepEqual(a.ge(b).tolist(), [false, false, false, true]);
+    assert.deepEqual(a.le(Number.NaN).tolist(), [false, false, false, false]);
+    // integers compare as before: torch.tensor([1, 2, 3]) >= 2 -> tensor([False, True, True])
+    assert.deepEqual(new Tensor([1, 2, 3], { device }).ge(2).tolist(), [false, true, true]);
+  });
 }
