@@ -34,6 +34,9 @@ function rule(node: UOp, g: UOp): (UOp | undefined)[] {
       const half = a.alu("MUL", full(a, 0.5)).alu("SIN");
       return [g.alu("MUL", half.alu("MUL", half).alu("MUL", full(a, -2)).alu("ADD", full(a, 1)))];
     }
+    case "TRUNC":
+      // a step function: 0 almost everywhere, as PyTorch gives for trunc, floor, ceil and round
+      return [full(g, 0)];
     case "MAX": {
       // ties split the gradient evenly, as tinygrad does
       const toA = b

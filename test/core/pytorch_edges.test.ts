@@ -113,4 +113,19 @@ for (const device of testDevices()) {
     // integers compare as before: torch.tensor([1, 2, 3]) >= 2 -> tensor([False, True, True])
     assert.deepEqual(new Tensor([1, 2, 3], { device }).ge(2).tolist(), [false, true, true]);
   });
+
+  test(`trunc, floor, ceil and round backpropagate zeros on ${device}`, () => {
+    // x = torch.tensor([-1.5, 0.2, 2.5], requires_grad=True); x.floor().sum().backward(); x.grad -> tensor([0., 0., 0.])
+    for (const op of ["trunc", "floor", "ceil", "round"] as const)
+      assert.deepEqual(
+        gradientOf((x) => x[op](), [-1.5, 0.2, 2.5], device),
+        [0, 0, 0],
+        op,
+      );
+    // beside another path, only that one counts: d/dx (x + floor(x)) = 1
+    assert.deepEqual(
+      gradientOf((x) => x.add(x.floor()), [-1.5, 0.2], device),
+      [1, 1],
+    );
+  });
 }
