@@ -285,24 +285,22 @@ export function findValueOutOfRange(
 ): { field: SampleField; index: number; value: number; expected: string } | undefined {
   for (const field of SAMPLE_FIELDS) {
     const width = fieldWidth(field, samples);
-    const values = samples[field].subarray(row * width, (row + 1) * width);
-    const limit =
-      field === "masked_lm_positions"
-        ? samples.maxSeqLength
-        : field === "input_ids" || field === "masked_lm_ids"
-          ? (vocabSize ?? Number.POSITIVE_INFINITY)
-          : 2;
-    for (let index = 0; index < width; index++) {
-      const value = values[index]!;
-      if (value >= 0 && value < limit && (limit !== 2 || value === 0 || value === 1)) continue;
+    const values = samples[field];
+    const start = row * width;
+    const end = start + width;
+    let bad = -1;
+    if (field === "input_ids" || field === "masked_lm_ids" || field === "masked_lm_positions") {
+      const limit = field === "masked_lm_positions" ? samples.maxSeqLength : (vocabSize ?? Number.POSITIVE_INFINITY);
+      for (let i = start; i < end && bad < 0; i++) if (!(values[i]! >= 0 && values[i]! < limit)) bad = i;
+      if (bad < 0) continue;
       const expected =
-        limit === 2
-          ? "0 or 1"
-          : field === "masked_lm_positions"
-            ? `a position below max_seq_length ${limit}`
-            : `a token id below the vocab size ${limit}`;
-      return { field, index, value, expected };
+        field === "masked_lm_positions"
+          ? `a position below max_seq_length ${limit}`
+          : `a token id below the vocab size ${limit}`;
+      return { field, index: bad - start, value: values[bad]!, expected };
     }
+    for (let i = start; i < end && bad < 0; i++) if (values[i] !== 0 && values[i] !== 1) bad = i;
+    if (bad >= 0) return { field, index: bad - start, value: values[bad]!, expected: "0 or 1" };
   }
   return undefined;
 }
