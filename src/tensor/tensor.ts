@@ -630,9 +630,22 @@ export class Tensor {
     if (this.dtype === dtypes.bool) return this;
     return this.gt(0).where(1, this.lt(0).where(-1, this.eq(0).where(this.mul(0), 0)));
   }
-  /** Error function, Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7, below float32 resolution near 1). */
+  /**
+   * Error function, Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7, below float32 resolution near 1), with its
+   * gradient 2/√π exp(-x²) as such: the polynomial's own is 0 at x = 0 (through sign), where erf's is 2/√π.
+   */
   erf(): Tensor {
-    return this.erfAndGaussian()[0];
+    const x = this.float();
+    const [erf, gaussian] = x.erfAndGaussian();
+    return erf.detach().add(x.zeroWithSlope(gaussian.mul(2 / Math.sqrt(Math.PI))));
+  }
+  /**
+   * A term worth 0 whose gradient with respect to this tensor is `slope` (held constant): an op whose derivative is
+   * known in closed form adds it to its detached value. x - x is NaN at ±inf, where the term is 0 (so is its gradient).
+   */
+  private zeroWithSlope(slope: Tensor): Tensor {
+    const zero = this.sub(this.detach());
+    return zero.eq(0).where(zero.mul(slope.detach()), 0);
   }
   /** erf(x) and the exp(-x^2) it is made from (GELU's gradient reads the second too), in float32. */
   private erfAndGaussian(): [Tensor, Tensor] {
@@ -684,10 +697,8 @@ export class Tensor {
     const [erf, gaussian] = this.mul(Math.SQRT1_2).erfAndGaussian();
     // (stored for the backward in the input's dtype, as the value would read them)
     const value = this.mul(0.5).mul(erf.add(1).cast(this.dtype).detach());
-    const slope = this.mul(gaussian.mul(1 / Math.sqrt(2 * Math.PI)).cast(this.dtype)).detach();
-    const zero = this.sub(this.detach());
-    // (x - x is NaN at ±inf, and x φ(x) too: the term is 0 there, which leaves the value what x Φ(x) gives)
-    return value.add(zero.eq(0).where(zero.mul(slope), 0));
+    // (at ±inf, where x φ(x) is NaN, the term is 0, which leaves the value what x Φ(x) gives)
+    return value.add(this.zeroWithSlope(this.mul(gaussian.mul(1 / Math.sqrt(2 * Math.PI)).cast(this.dtype))));
   }
   /** x * sigmoid(x) (swish). */
   silu(): Tensor {

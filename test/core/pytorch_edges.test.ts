@@ -128,4 +128,15 @@ for (const device of testDevices()) {
       [1, 1],
     );
   });
+
+  test(`erf's gradient is 2/√π exp(-x²), at 0 too, on ${device}`, () => {
+    // x = torch.tensor([0., 0.5, -2.], requires_grad=True); torch.erf(x).sum().backward()
+    // x.grad -> tensor([1.1284, 0.8788, 0.0207])
+    const points = [0, 0.5, -2];
+    assertClose(
+      gradientOf((x) => x.erf(), points, device),
+      points.map((v) => (2 / Math.sqrt(Math.PI)) * Math.exp(-v * v)),
+      { atol: 1e-6, rtol: 1e-6 },
+    );
+  });
 }
