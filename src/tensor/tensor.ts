@@ -664,7 +664,10 @@ export class Tensor {
     const gaussian = x.square().neg().exp();
     return [x.sign().mul(poly.mul(gaussian).neg().add(1)), gaussian];
   }
-  /** Inverse error function (Giles' single-precision approximation), used by truncated normal init. */
+  /**
+   * Inverse error function (Giles' single-precision approximation), used by truncated normal init: ±inf at ±1, NaN
+   * beyond; its gradient √π/2 exp(erfinv(x)²) as such (the polynomial's is NaN at 0, through a branch not taken).
+   */
   erfinv(): Tensor {
     const x = this.float();
     const w = x.neg().mul(x).add(1).log().neg();
@@ -678,7 +681,18 @@ export class Tensor {
       -0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613, 0.00943887047,
       1.00167406, 2.83297682,
     ].reduce<Tensor | null>((acc, c) => (acc ? acc.mul(big).add(c) : big.mul(0).add(c)), null)!;
-    return w.lt(5).where(p1, p2).mul(x);
+    const inner = w.lt(5).where(p1, p2).mul(x);
+    // at ±1, where w is inf, the polynomial is inf - inf: x * inf there, whose gradient is ±inf as erfinv's (x * 1
+    // elsewhere: an infinite factor where the branch is not taken would make its zero gradient NaN)
+    const pole = x.abs().eq(1);
+    const slope = pole.where(
+      0,
+      inner
+        .square()
+        .exp()
+        .mul(Math.sqrt(Math.PI) / 2),
+    );
+    return pole.where(x.mul(pole.where(Infinity, 1)), inner.detach().add(x.zeroWithSlope(slope)));
   }
   /** GELU with the exact erf form, as BERT uses; `approximate: "tanh"` for the tanh form (GPT-2's). */
   gelu({ approximate = "none" }: { approximate?: "none" | "tanh" } = {}): Tensor {

@@ -139,4 +139,19 @@ for (const device of testDevices()) {
       { atol: 1e-6, rtol: 1e-6 },
     );
   });
+
+  describe(`erfinv at its bounds on ${device}`, () => {
+    test("erfinv is ±inf at ±1 and NaN beyond", () => {
+      // torch.erfinv(torch.tensor([-1., 1., 1.5, 0.])) -> tensor([-inf, inf, nan, 0.])
+      const y = new Tensor([-1, 1, 1.5, 0], { device }).erfinv().tolist();
+      assert.deepEqual(y, [-Infinity, Infinity, Number.NaN, 0]);
+    });
+
+    test("erfinv's gradient is √π/2 exp(erfinv(x)²): √π/2 at 0, inf at ±1", () => {
+      // x = torch.tensor([0., 0.5, -1., 1.], requires_grad=True); torch.erfinv(x).sum().backward()
+      // x.grad -> tensor([0.8862, 1.1126, inf, inf])
+      const grad = gradientOf((x) => x.erfinv(), [0, 0.5, -1, 1], device);
+      assertClose(grad, [Math.sqrt(Math.PI) / 2, 1.1126, Infinity, Infinity], { atol: 1e-4, rtol: 1e-4 });
+    });
+  });
 }
