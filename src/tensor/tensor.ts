@@ -758,14 +758,17 @@ export class Tensor {
   }
   /**
    * log(1 + x), accurate for tiny x where 1 + x rounds: log(u) * x / (u - 1) with u = 1 + x (Goldberg) cancels
-   * u's rounding error; where u - 1 is 0, x itself.
+   * u's rounding error; where u - 1 is 0, x itself. Its gradient 1 / (1 + x) is given as such (the quotient's is
+   * NaN at x = -1); where 1 + x is 0 or inf, log(1 + x) itself, -inf or inf with its own gradient.
    */
   log1p(): Tensor {
     const x = this.float();
     const u = x.add(1);
     const d = u.sub(1);
     const exact = d.eq(0);
-    return exact.where(x, u.log().mul(x).div(exact.where(1, d)));
+    const value = exact.where(x, u.log().mul(x).div(exact.where(1, d)));
+    const edge = u.eq(0).logicalOr(u.eq(Infinity));
+    return edge.where(u.log(), value.detach().add(x.zeroWithSlope(edge.where(0, u.reciprocal()))));
   }
   /** exp(x) - 1, accurate for tiny x: (u - 1) * x / log(u) with u = exp(x) (Kahan) for |x| < 1. */
   expm1(): Tensor {

@@ -154,4 +154,22 @@ for (const device of testDevices()) {
       assertClose(grad, [Math.sqrt(Math.PI) / 2, 1.1126, Infinity, Infinity], { atol: 1e-4, rtol: 1e-4 });
     });
   });
+
+  describe(`log1p at its pole and at inf on ${device}`, () => {
+    test("log1p is -inf at -1, inf at inf and NaN below -1", () => {
+      // torch.log1p(torch.tensor([-1., float('inf'), -2., 1e-10])) -> tensor([-inf, inf, nan, 1.0000e-10])
+      const y = new Tensor([-1, Infinity, -2, 1e-10], { device }).log1p().tolist() as number[];
+      assert.deepEqual(y.slice(0, 3), [-Infinity, Infinity, Number.NaN]);
+      assertClose(y[3]!, 1e-10, { atol: 0, rtol: 1e-6 });
+    });
+
+    test("log1p's gradient is 1 / (1 + x): inf at -1, 0 at inf", () => {
+      // x = torch.tensor([-1., 0., 1e-10, 3., float('inf')], requires_grad=True); torch.log1p(x).sum().backward()
+      // x.grad -> tensor([inf, 1., 1., 0.25, 0.])
+      assert.deepEqual(
+        gradientOf((x) => x.log1p(), [-1, 0, 1e-10, 3, Infinity], device),
+        [Infinity, 1, 1, 0.25, 0],
+      );
+    });
+  });
 }
