@@ -746,7 +746,8 @@ export class Tensor {
   /** log(1 + exp(beta * x)) / beta, without overflow for large x. */
   softplus(beta = 1): Tensor {
     const x = this.float().mul(beta);
-    return x.relu().add(x.abs().neg().exp().log1p()).div(beta);
+    // max(x, 0) + log1p(exp(-|x|)): the max's tie rule gives the gradient at 0 its 1/2 (relu's kink rule gave 0)
+    return x.maximum(0).add(x.abs().neg().exp().log1p()).div(beta);
   }
   /** x * tanh(softplus(x)). */
   mish(): Tensor {

@@ -172,4 +172,21 @@ for (const device of testDevices()) {
       );
     });
   });
+
+  test(`softplus's gradient at 0 is 1/2, and logsigmoid's too, on ${device}`, () => {
+    // x = torch.tensor([0., 2.], requires_grad=True); F.softplus(x).sum().backward(); x.grad -> tensor([0.5, 0.8808])
+    assertClose(
+      gradientOf((x) => x.softplus(), [0, 2], device),
+      [0.5, 1 / (1 + Math.exp(-2))],
+    );
+    // F.logsigmoid at 0: 1 - sigmoid(0) = 0.5; F.binary_cross_entropy_with_logits at logit 0, target 0.5: 0
+    assertClose(
+      gradientOf((x) => x.logsigmoid(), [0], device),
+      [0.5],
+    );
+    assertClose(
+      gradientOf((x) => x.binaryCrossentropyLogits(new Tensor([0.5], { device })), [0], device),
+      [0],
+    );
+  });
 }
