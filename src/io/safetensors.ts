@@ -9,7 +9,7 @@
 // (8 lowercase hex digits each). Files tsgrad writes carry them unless told not to; a file
 // that carries them is verified when read, one without them (another writer's) is read as is.
 
-import { closeSync, fstatSync, openSync, readFileSync, readSync } from "node:fs";
+import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import { writeFileAtomicFrom } from "./atomic_file.ts";
 import { crc32c } from "./crc32c.ts";
 
@@ -411,6 +411,17 @@ export function readSafetensorsHeader(path: string): SafetensorsHeader {
 }
 
 const VERIFY_CHUNK_BYTES = 8 << 20;
+/** The most one read asks for: Node's reads stop short of 2 GiB. */
+const READ_LIMIT_BYTES = 1 << 30;
+
+/** Fills `bytes` from `fd` at `position`, naming `tensor` if the file ends first. */
+function readFully(fd: number, bytes: Uint8Array, position: number, path: string, tensor: string): void {
+  for (let done = 0; done < bytes.length; ) {
+    const read = readSync(fd, bytes, done, Math.min(bytes.length - done, READ_LIMIT_BYTES), position + done);
+    if (read === 0) throw new SafetensorsError(path, tensor, position + done, "the file ended while it was read");
+    done += read;
+  }
+}
 
 /**
  * Reads a safetensors file's header and, where it carries checksums, verifies every tensor's data against them, a
@@ -424,13 +435,10 @@ export function verifySafetensorsFile(path: string): SafetensorsHeader {
     const chunk = new Uint8Array(VERIFY_CHUNK_BYTES);
     for (const [name, entry] of Object.entries(header.entries)) {
       let crc = 0;
-      for (let done = 0; done < entry.byteLength; ) {
-        const want = Math.min(chunk.length, entry.byteLength - done);
-        const read = readSync(fd, chunk, 0, want, entry.byteOffset + done);
-        if (read === 0)
-          throw new SafetensorsError(path, name, entry.byteOffset + done, "the file ended while it was read");
-        crc = crc32c(chunk.subarray(0, read), crc);
-        done += read;
+      for (let done = 0; done < entry.byteLength; done += chunk.length) {
+        const piece = chunk.subarray(0, Math.min(chunk.length, entry.byteLength - done));
+        readFully(fd, piece, entry.byteOffset + done, path, name);
+        crc = crc32c(piece, crc);
       }
       checkDataCrc(path, name, entry, crc);
     }
@@ -554,7 +562,25 @@ export function writeSafetensorsStream(
   });
 }
 
-/** Reads and validates a safetensors file; errors name `path`. */
+/**
+ * Reads and validates a safetensors file, verifying its checksums where it carries them; errors name `path`. Each
+ * tensor is read into its own array, so that a file may be larger than one buffer can be (a BERT-large training
+ * state is about 4 GB).
+ */
 export function readSafetensorsFile(path: string): SafetensorsContents {
-  return decodeSafetensors(readFileSync(path), path);
+  const { entries, metadata, checksummed } = readSafetensorsHeader(path);
+  const tensors: Record<string, SafetensorsTensor> = {};
+  const fd = openSync(path, "r");
+  try {
+    for (const [name, entry] of Object.entries(entries)) {
+      const { dtype, shape, byteOffset, byteLength } = entry;
+      const bytes = new Uint8Array(byteLength);
+      readFully(fd, bytes, byteOffset, path, name);
+      if (checksummed) checkDataCrc(path, name, entry, crc32c(bytes));
+      tensors[name] = { dtype, shape, data: typedView(bytes, dtype, 0, byteLength) } as SafetensorsTensor;
+    }
+  } finally {
+    closeSync(fd);
+  }
+  return { tensors, metadata, checksummed };
 }
