@@ -736,8 +736,10 @@ export class Tensor {
   }
   /** x where positive, alpha * (exp(x) - 1) elsewhere. */
   elu(alpha = 1): Tensor {
-    // exp reads min(x, 0): the branch `where` drops must stay finite, or its gradient (0 * inf) is NaN
-    return this.gt(0).where(this, this.minimum(0).expm1().mul(alpha));
+    // exp reads x only where it is not positive: the branch `where` drops must stay finite, or its gradient
+    // (0 * inf) is NaN; and at 0 it reads x itself, whose gradient is alpha there (min(x, 0) split it at the tie)
+    const positive = this.gt(0);
+    return positive.where(this, positive.where(0, this).expm1().mul(alpha));
   }
   /** SELU: scaled ELU with the self-normalising constants. */
   selu(): Tensor {

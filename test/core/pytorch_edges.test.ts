@@ -189,4 +189,18 @@ for (const device of testDevices()) {
       [0],
     );
   });
+
+  test(`elu's gradient at 0 is alpha, and selu's alpha times its scale, on ${device}`, () => {
+    // x = torch.tensor([0., -1., 1.], requires_grad=True); F.elu(x, 0.5).sum().backward()
+    // x.grad -> tensor([0.5000, 0.1839, 1.0000])
+    assertClose(
+      gradientOf((x) => x.elu(0.5), [0, -1, 1], device),
+      [0.5, 0.5 * Math.exp(-1), 1],
+    );
+    // F.selu at 0: 1.0507 * 1.6733 = 1.7581
+    assertClose(
+      gradientOf((x) => x.selu(), [0], device),
+      [1.0507009873554805 * 1.6732632423543772],
+    );
+  });
 }
