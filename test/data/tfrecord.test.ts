@@ -223,3 +223,14 @@ test("a record length far beyond the file is a truncation error, not a huge allo
   writeFileSync(path, Buffer.concat([readFileSync(REFERENCE), header]));
   throwsTFRecord(() => readTFRecordSamples(path), path, 2645, /truncated record: 12 of 1125899906842640 bytes/);
 });
+
+test("a sample value out of range is an error naming the file, the record and its byte offset", () => {
+  const samples = samplesFromJsonl(SAMPLES_TEXT, 128, 20);
+  samples.masked_lm_positions[20 * 2 + 1] = 128;
+  const path = tempFile("positions.tfrecord");
+  writeTFRecordSamples(path, samples);
+  const third = [...readTFRecords(path)][2]!.byteOffset;
+  const pattern = /record 2: feature masked_lm_positions value 1: 128 is not a position below max_seq_length 128/;
+  throwsTFRecord(() => readTFRecordSamples(path), path, third, pattern);
+  throwsTFRecord(() => new TFRecordSampleFile(path).readInto(2, firstSamples(1), 0), path, third, pattern);
+});

@@ -219,7 +219,7 @@ interface ShardLimits extends ShardDims {
 
 let warnedUnchecked = false;
 
-/** The first version 1 shard read in a process gets a warning; it would be one per shard otherwise. */
+/** The first version 1 shard a thread reads gets a warning (not every one: a folder holds 500). */
 function warnUnchecked(path: string): void {
   if (warnedUnchecked) return;
   warnedUnchecked = true;
