@@ -7,6 +7,7 @@
 import { spawn } from "node:child_process";
 import { createWriteStream, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
+import { availableParallelism } from "node:os";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { evalShardPath, trainShardPath, vocabPath } from "./data/basedir.ts";
 import { samplesFromText, type PreprocessSettings } from "./data/preprocess.ts";
@@ -166,15 +167,30 @@ export function demoEnvironment(
 const TRAIN_SCRIPT = fileURLToPath(new URL("./train.ts", import.meta.url));
 const TSX_LOADER = import.meta.resolve("tsx");
 
-/** Runs train.ts in `cwd` with `env`, copying its stdout to ours and to `log`; resolves with its exit code. */
+/** The command that starts the trainer: node itself, or under mpirun as `ranks` processes of one job. */
+function trainerCommand(ranks: number): [string, string[]] {
+  const node = [process.execPath, "--import", TSX_LOADER, TRAIN_SCRIPT];
+  if (ranks === 1) return [node[0]!, node.slice(1)];
+  const flags = ["-np", String(ranks)];
+  if (process.getuid?.() === 0) flags.push("--allow-run-as-root");
+  if (ranks > availableParallelism()) flags.push("--oversubscribe");
+  return ["mpirun", [...flags, ...node]];
+}
+
+/**
+ * Runs train.ts in `cwd` with `env` (as `ranks` processes under mpirun when above 1), copying its stdout to
+ * ours and to `log`; resolves with its exit code.
+ */
 export function runTrainerProcess(
   cwd: string,
   env: Record<string, string>,
   log: NodeJS.WritableStream,
   quiet = false,
+  ranks = 1,
 ): Promise<number> {
   return new Promise((resolvePromise, reject) => {
-    const child = spawn(process.execPath, ["--import", TSX_LOADER, TRAIN_SCRIPT], {
+    const [command, args] = trainerCommand(ranks);
+    const child = spawn(command, args, {
       cwd,
       env: { ...process.env, ...env },
       stdio: ["ignore", "pipe", quiet ? "pipe" : "inherit"],
@@ -185,7 +201,13 @@ export function runTrainerProcess(
     });
     let stderr = "";
     child.stderr?.on("data", (chunk: Buffer) => void (stderr += chunk.toString()));
-    child.on("error", reject);
+    child.on("error", (error) =>
+      reject(
+        ranks > 1 && (error as NodeJS.ErrnoException).code === "ENOENT"
+          ? new Error(`demo: --ranks ${ranks} needs mpirun: install Open MPI (apt-get install openmpi-bin)`)
+          : error,
+      ),
+    );
     child.on("close", (code, signal) => {
       if (code !== 0 && quiet) process.stderr.write(stderr);
       if (signal !== null) process.stderr.write(`demo: the trainer was killed by ${signal}\n`);
@@ -216,7 +238,8 @@ export async function runDemo(
     seed = 12345,
     quiet = false,
     env = {},
-  }: { settings?: DemoSettings; seed?: number; quiet?: boolean; env?: Record<string, string> } = {},
+    ranks = 1,
+  }: { settings?: DemoSettings; seed?: number; quiet?: boolean; env?: Record<string, string>; ranks?: number } = {},
 ): Promise<DemoRun> {
   mkdirSync(runDir, { recursive: true });
   const say = (line: string) => void (quiet || console.error(line));
@@ -231,10 +254,11 @@ export async function runDemo(
     { ...knobs, INITMLPERF: "1", BENCHMARK: String(settings.initSteps) },
     log,
     quiet,
+    ranks,
   );
   if (exitCode !== 0)
     console.error(`demo: the init phase failed (exit status ${exitCode}); the run phase was not started`);
-  else exitCode = await runTrainerProcess(runDir, { ...knobs, RUNMLPERF: "1" }, log, quiet);
+  else exitCode = await runTrainerProcess(runDir, { ...knobs, RUNMLPERF: "1" }, log, quiet, ranks);
   await new Promise<void>((done) => log.end(done));
   const mlperfLogPath = join(runDir, `result_bert_${seed}.log`);
   const reportPath = join(runDir, "report.html");
@@ -242,17 +266,19 @@ export async function runDemo(
   return { runDir, consoleLogPath, mlperfLogPath, reportPath, exitCode };
 }
 
-const USAGE = `usage: npm run demo [-- --out DIR] [-- --seed N]
+const USAGE = `usage: npm run demo [-- --out DIR] [-- --seed N] [-- --ranks N]
 
 Generates the demo corpus, preprocesses it with the real pipeline, and trains a small BERT
 through both MLPerf phases (init, then the timed run) to masked-LM accuracy 0.72, with the
 MLPerf log (checked here against the official rules), the console log, checkpoints and an
 HTML report in one run folder (default ./runs/<timestamp>). Trainer knobs set in the
-environment (BS=..., TRAIN_STEPS=..., DEVICE=JS, ...) override the demo's.`;
+environment (BS=..., TRAIN_STEPS=..., DEVICE=JS, ...) override the demo's. --ranks N trains
+data-parallel as N processes under mpirun (Open MPI), the same global batch split between them.`;
 
 async function main(argv: string[]): Promise<number> {
   let out: string | undefined;
   let seed = 12345;
+  let ranks = 1;
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
     if (arg === "--help" || arg === "-h") {
@@ -262,6 +288,8 @@ async function main(argv: string[]): Promise<number> {
       out = argv[++i];
     } else if (arg === "--seed") {
       seed = Number(argv[++i]);
+    } else if (arg === "--ranks") {
+      ranks = Number(argv[++i]);
     } else {
       console.error(`demo: unknown option ${arg}\n\n${USAGE}`);
       return 2;
@@ -275,13 +303,17 @@ async function main(argv: string[]): Promise<number> {
     console.error(`demo: --seed must be a non-negative integer, got ${argv[argv.indexOf("--seed") + 1]}`);
     return 2;
   }
+  if (!Number.isInteger(ranks) || ranks < 1) {
+    console.error(`demo: --ranks must be a positive integer, got ${argv[argv.indexOf("--ranks") + 1]}`);
+    return 2;
+  }
   const runDir = resolve(out ?? join("runs", timestamp(new Date())));
   const overrides = Object.fromEntries(
     Object.keys(DEMO_SETTINGS.knobs)
       .filter((k) => process.env[k])
       .map((k) => [k, process.env[k]!]),
   );
-  const run = await runDemo(runDir, { seed, env: overrides });
+  const run = await runDemo(runDir, { seed, env: overrides, ranks });
   console.log(`\nrun folder:  ${run.runDir}`);
   console.log(`console log: ${run.consoleLogPath}`);
   if (existsSync(run.mlperfLogPath)) {

@@ -39,6 +39,7 @@ import {
 } from "./mllog.ts";
 import { formatEvalLine, formatStepLine } from "./report.ts";
 import { CountProgress } from "./progress.ts";
+import { StopSignals } from "./stop_signals.ts";
 import { ByteProgress } from "./data/byteProgress.ts";
 import { KnobError, hparamLines, knobsHelp, parseKnobs, validateKnobs, type Knobs } from "./knobs.ts";
 
@@ -68,6 +69,8 @@ export interface TrainResult {
   accuracy: number | null;
   converged: boolean;
   interrupted: boolean;
+  /** What the command exits with: 0, or 128 + the signal that stopped it (130 for Ctrl-C, 143 for SIGTERM). */
+  exitCode: number;
   mlperfLogPath: string | null;
   finalModelPath: string | null;
   checkpoints: string[];
@@ -386,13 +389,8 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
     print,
   };
 
-  let interruptRequested = false;
-  const onSigint = () => {
-    if (interruptRequested) process.exit(130);
-    interruptRequested = true;
-    process.stderr.write("\ninterrupt: finishing this step, saving a checkpoint (Ctrl-C again to quit at once)\n");
-  };
-  process.on("SIGINT", onSigint);
+  // Ctrl-C, SIGTERM, SIGUSR1: checkpoint and stop after this step (stop_signals.ts)
+  const stop = new StopSignals().install();
 
   const result: TrainResult = {
     phase,
@@ -400,6 +398,7 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
     accuracy: null,
     converged: false,
     interrupted: false,
+    exitCode: 0,
     mlperfLogPath,
     finalModelPath: null,
     checkpoints: [],
@@ -514,11 +513,15 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
         }
       }
 
+      // a prefetched batch is an already-settled promise: awaiting it never leaves the microtask queue, so
+      // without this turn of the event loop a signal's handler would wait until the prefetch ran dry
+      await new Promise((resolve) => setImmediate(resolve));
       if (knobs.CKPT && step % knobs.SAVE_CKPT_FREQ === 0 && !result.converged) saveCheckpoint(step);
       // the ranks stop together: an interrupt seen by any of them counts for all
-      if (comm.size > 1) interruptRequested = comm.allReduce(Int32Array.of(interruptRequested ? 1 : 0), "max")[0] === 1;
-      if (interruptRequested && !result.converged && step < lastStep) {
+      if (comm.size > 1) stop.signal = comm.allReduce(Int32Array.of(stop.signal), "max")[0]!;
+      if (stop.signal && !result.converged && step < lastStep) {
         result.interrupted = true;
+        result.exitCode = 128 + stop.signal;
         const path =
           knobs.CKPT && step % knobs.SAVE_CKPT_FREQ === 0 ? result.checkpoints.at(-1)! : saveCheckpoint(step);
         print(`interrupted at step ${step}; continue with RESUME=${path}`);
@@ -532,7 +535,7 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
       mllog.end(K.RUN_STOP, null, { status: "aborted" });
     }
   } finally {
-    process.off("SIGINT", onSigint);
+    stop.uninstall();
     await train?.close();
   }
   return result;
@@ -548,7 +551,22 @@ estimated time of TRAIN_STEPS). run_and_time/<platform>.sh runs both phases.
 Knobs (environment variable / flag; a flag wins over the environment):
 `;
 
+/** Whether this process was started by the tsx command (`npx tsx train.ts`), whose signal relay is in the way. */
+function startedByTsxCommand(): boolean {
+  try {
+    const script = readFileSync(`/proc/${process.ppid}/cmdline`, "latin1").split("\0")[1] ?? "";
+    return /(^|[\\/])tsx$|tsx[\\/]dist[\\/]cli\.mjs$/.test(script);
+  } catch {
+    return false; // not Linux, or the parent is gone
+  }
+}
+
 export async function main(argv: string[]): Promise<number> {
+  if (startedByTsxCommand())
+    console.error(
+      "note: under `npx tsx`, Ctrl-C kills the trainer mid-step without a checkpoint (tsx's signal relay " +
+        "gives a busy process 60 ms); `node --import tsx mlperf/bert/train.ts` stops after the step with one",
+    );
   try {
     const knobs = parseKnobs(argv);
     if (knobs === null) {
@@ -557,7 +575,7 @@ export async function main(argv: string[]): Promise<number> {
     }
     const result = await trainBert(knobs);
     if (result.mlperfLogPath) console.log(`MLPerf log: ${result.mlperfLogPath}`);
-    return result.interrupted ? 130 : 0;
+    return result.exitCode;
   } catch (error) {
     // in a job of several ranks, each says which it is: mpirun shows every rank's words mixed together
     const world = dist.worldFromEnv();

@@ -220,6 +220,29 @@ test("killing a rank mid-run ends the job within seconds naming it; its last che
   assert.ok(existsSync(checkpoint(join(dir, "resumed"), lastStep + 2)), "the resumed run's own checkpoint");
 });
 
+test("SIGUSR1 to mpirun stops every rank after the same step, with rank 0's checkpoint", {
+  timeout: 300_000,
+}, async () => {
+  const folder = join(dir, "signalled");
+  let signalled = false;
+  const run = await mpirunTrainer(
+    2,
+    { GPUS: "1", TRAIN_STEPS: "100000", EVAL_STEP_FREQ: "100000", CKPT: "0", SAVE_CKPT_DIR: folder },
+    (rank, line, child) => {
+      if (signalled || rank !== 0 || !line.startsWith("step 3 ")) return;
+      signalled = true;
+      child.kill("SIGUSR1"); // mpirun passes SIGUSR1 on to the ranks
+    },
+  );
+  const stopped = /interrupted at step (\d+); continue with RESUME=(\S+)/.exec(run.outputs.get(0) ?? "");
+  assert.ok(stopped, everything(run));
+  assert.ok(existsSync(stopped[2]!), "the checkpoint named");
+  assert.ok(Number(stopped[1]) >= 3 && Number(stopped[1]) < 100, `stopped at step ${stopped[1]}`);
+  // 128 + SIGUSR1: stopped on request, not finished
+  assert.notEqual(run.status, 0);
+  assert.doesNotMatch(everything(run), /exited on signal/, "no rank was killed");
+});
+
 /** The pid of the process that Open MPI started as `rank` (its environment says so), if any. */
 function rankPid(rank: number): number | undefined {
   for (const entry of readdirSync("/proc")) {

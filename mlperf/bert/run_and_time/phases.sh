@@ -6,7 +6,18 @@ export LOGMLPERF="${LOGMLPERF:-1}"
 export SEED="${SEED:-$RANDOM}"
 LOGFILE="bert_${PLATFORM}_$(date "+%m%d%H%M")_${SEED}.log"
 
-TRAIN=("$ROOT/node_modules/.bin/tsx" "$ROOT/mlperf/bert/train.ts")
+# node with tsx's loader, not the tsx command: its signal relay kills a trainer busy in a step, so Ctrl-C
+# would leave no checkpoint
+TRAIN=(node --import "$ROOT/node_modules/tsx/dist/loader.mjs" "$ROOT/mlperf/bert/train.ts")
+# RANKS=N: N processes of one data-parallel job (BS is the global batch, GPUS the devices of each rank),
+# started by mpirun (MPIRUN_FLAGS adds flags: -H node0:4,node1:4, --hostfile FILE, -x VAR); rank 0 prints
+if [ "${RANKS:-1}" -gt 1 ]; then
+  LAUNCH=(mpirun -np "$RANKS")
+  [ "$(id -u)" = 0 ] && LAUNCH+=(--allow-run-as-root)
+  # shellcheck disable=SC2206 # flags are words
+  LAUNCH+=(${MPIRUN_FLAGS:-})
+  TRAIN=("${LAUNCH[@]}" "${TRAIN[@]}")
+fi
 
 # init
 BENCHMARK="${INIT_BENCHMARK:-10}" INITMLPERF=1 "${TRAIN[@]}" | tee "$LOGFILE"
