@@ -62,7 +62,7 @@ function scan(x: Tensor, a: number, combine: Combine): Tensor {
  * them; 16-bit floats accumulate in float32 and come back in their own dtype.
  */
 export function cumsum(x: Tensor, axis: number): Tensor {
-  return scan(x, axisFor("cumsum", x.shape, axis), "sum");
+  return scanAlong("cumsum", x, axis, "sum");
 }
 
 /**
@@ -70,7 +70,13 @@ export function cumsum(x: Tensor, axis: number): Tensor {
  * the element each running max came from; equal candidates in one window share it evenly, as `max` does.
  */
 export function cummax(x: Tensor, axis: number): Tensor {
-  return scan(x, axisFor("cummax", x.shape, axis), "max");
+  return scanAlong("cummax", x, axis, "max");
+}
+
+/** The scan along `axis`; a 0-d tensor scans as one element along axis 0 or -1 (as PyTorch's): itself. */
+function scanAlong(name: string, x: Tensor, axis: number, combine: Combine): Tensor {
+  if (x.ndim === 0) return scanAlong(name, x.reshape([1]), axis, combine).reshape([]);
+  return scan(x, axisFor(name, x.shape, axis), combine);
 }
 
 /** What topk ranks by, largest first: x, or x in reverse order for the smallest (~x for integers: -x overflows). */

@@ -203,4 +203,13 @@ for (const device of testDevices()) {
       [1.0507009873554805 * 1.6732632423543772],
     );
   });
+
+  test(`cumsum and cummax of a 0-d tensor along axis 0 or -1 give the tensor on ${device}`, () => {
+    // torch.tensor(2.5).cumsum(0) -> tensor(2.5000); torch.cummax(torch.tensor(2.5), -1).values -> tensor(2.5000)
+    const x = new Tensor(2.5, { device });
+    assert.equal(x.cumsum(0).item(), 2.5);
+    assert.deepEqual(x.cumsum(0).shape, []);
+    assert.equal(x.cummax(-1).item(), 2.5);
+    assert.throws(() => x.cumsum(1), /cumsum/);
+  });
 }
