@@ -16,6 +16,7 @@ export {
   type SafetensorsHeader,
   type SafetensorsStreamedTensor,
   type SafetensorsWriteOptions,
+  type VerifySafetensorsOptions,
 } from "./safetensors.ts";
 export {
   listTfCheckpoint,

@@ -11,13 +11,13 @@
 // one tensor in memory at a time, and reported per tensor; a mismatch makes the exit
 // status 1 and names the file, tensor and byte offset. Tensors whose shard is absent are
 // listed all the same (an index alone is enough to see what a checkpoint holds).
-// A safetensors header is validated against the file size, and against its CRC-32C where
-// tsgrad wrote checksums (the data's are checked by `verifySafetensorsFile`, not here).
+// A safetensors file is validated against its size, and where tsgrad wrote checksums its
+// header and (unless --no-verify) every tensor's data against them, reported per tensor.
 
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 import { endsWithTableMagic } from "./leveldb_table.ts";
-import { readSafetensorsHeader } from "./safetensors.ts";
+import { readSafetensorsHeader, type SafetensorsError, verifySafetensorsFile } from "./safetensors.ts";
 import {
   checkTfCheckpoint,
   readTfCheckpointIndex,
@@ -45,7 +45,7 @@ export interface InspectedTensor {
   file: string;
   offset: number;
   size: number;
-  /** The CRC-32C verdict, for checkpoints that were checked. */
+  /** The CRC-32C verdict, for files that were checked. */
   check?: TfTensorCheck["status"];
   problem?: string;
 }
@@ -55,7 +55,7 @@ export type Inspection =
   | { format: "tf-checkpoint"; file: string; index: TfCheckpointIndex; tensors: InspectedTensor[] };
 
 export interface InspectOptions {
-  /** Check checkpoint CRCs where the data is present (default true). */
+  /** Check the CRCs of a checkpoint's data where it is present, of a safetensors file's where it has them (default true). */
   verify?: boolean;
   onProgress?: (bytesRead: number, bytesTotal: number) => void;
 }
@@ -66,15 +66,29 @@ type WeightFormat = { format: "safetensors"; file: string } | { format: "tf-chec
 export async function inspectFile(path: string, options: InspectOptions = {}): Promise<Inspection> {
   const detected = detectWeightFormat(path);
   if (detected.format === "safetensors") {
-    const { entries, metadata } = readSafetensorsHeader(detected.file);
-    const tensors = Object.entries(entries).map(([name, entry]) => ({
-      name,
-      dtype: entry.dtype,
-      shape: entry.shape,
-      file: detected.file,
-      offset: entry.byteOffset,
-      size: entry.byteLength,
-    }));
+    const problems = new Map<string, SafetensorsError | undefined>();
+    const { entries, metadata } =
+      options.verify === false
+        ? readSafetensorsHeader(detected.file)
+        : verifySafetensorsFile(detected.file, {
+            onTensor: (name, problem, bytesRead, bytesTotal) => {
+              problems.set(name, problem);
+              options.onProgress?.(bytesRead, bytesTotal);
+            },
+          });
+    const tensors = Object.entries(entries).map(([name, entry]): InspectedTensor => {
+      const problem = problems.get(name);
+      return {
+        name,
+        dtype: entry.dtype,
+        shape: entry.shape,
+        file: detected.file,
+        offset: entry.byteOffset,
+        size: entry.byteLength,
+        ...(problems.has(name) && { check: problem ? "mismatch" : "ok" }),
+        ...(problem && { problem: problem.message }),
+      };
+    });
     return { format: "safetensors", file: detected.file, metadata, tensors };
   }
   const prefix = tfCheckpointPrefix(detected.indexFile);
@@ -149,7 +163,15 @@ export function inspectionJson(inspection: Inspection): object {
       format: "safetensors",
       file,
       metadata,
-      entries: tensors.map(({ name, dtype, shape, offset, size }) => ({ name, dtype, shape, offset, size })),
+      entries: tensors.map(({ name, dtype, shape, offset, size, check, problem }) => ({
+        name,
+        dtype,
+        shape,
+        offset,
+        size,
+        ...(check && { crc_check: check }),
+        ...(problem !== undefined && { problem }),
+      })),
     };
   }
   const listing = tfCheckpointListingJson(inspection.index) as { entries: object[] };
@@ -164,11 +186,12 @@ const USAGE = `usage: npx tsx src/io/inspect.ts FILE [--json] [--no-verify]
 
 Lists the tensors (name, dtype, shape) of a safetensors file or a TensorFlow checkpoint
 (its .index file or its prefix), told apart by content. Where a checkpoint's data shards
-are present, every tensor's crc32c is checked and reported (exit status 1 on a mismatch);
-tensors whose data shard is absent are listed all the same.
+are present, or a safetensors file carries checksums (tsgrad writes them), every tensor's
+crc32c is checked and reported (exit status 1 on a mismatch); tensors whose data shard is
+absent are listed all the same.
   --json       the listing as JSON, adding each tensor's byte offset and size (for a
                checkpoint also its shard, stored crc32c and the index's table layout)
-  --no-verify  list a checkpoint without reading its data shards
+  --no-verify  list the tensors without reading their data
   --help       this text`;
 
 const VERDICTS: Record<TfTensorCheck["status"], string> = {

@@ -368,10 +368,10 @@ function tensorCrc(source: string, name: string, crcs: Map<string, string>, byte
   return parseCrc(source, tensorCrcKey(name), text);
 }
 
-/** Throws unless `crc` is the entry's stored CRC-32C (when it has one). */
-function checkDataCrc(source: string, name: string, entry: SafetensorsEntry, crc: number): void {
-  if (entry.crc32c === undefined || crc === entry.crc32c) return;
-  throw new SafetensorsError(
+/** The error for data whose CRC-32C is `crc`, unless that is the entry's stored one (or it has none). */
+function crcMismatch(source: string, name: string, entry: SafetensorsEntry, crc: number): SafetensorsError | undefined {
+  if (entry.crc32c === undefined || crc === entry.crc32c) return undefined;
+  return new SafetensorsError(
     source,
     name,
     entry.byteOffset,
@@ -388,7 +388,9 @@ export function decodeSafetensors(bytes: Uint8Array, source = "<bytes>"): Safete
   const tensors: Record<string, SafetensorsTensor> = {};
   for (const [name, entry] of Object.entries(entries)) {
     const { dtype, shape, byteOffset, byteLength } = entry;
-    if (checksummed) checkDataCrc(source, name, entry, crc32c(bytes.subarray(byteOffset, byteOffset + byteLength)));
+    const problem =
+      checksummed && crcMismatch(source, name, entry, crc32c(bytes.subarray(byteOffset, byteOffset + byteLength)));
+    if (problem) throw problem;
     tensors[name] = { dtype, shape, data: typedView(bytes, dtype, byteOffset, byteLength) } as SafetensorsTensor;
   }
   return { tensors, metadata, checksummed };
@@ -423,24 +425,38 @@ function readFully(fd: number, bytes: Uint8Array, position: number, path: string
   }
 }
 
+export interface VerifySafetensorsOptions {
+  /**
+   * Called after each tensor with the error its data gives (undefined where it matches) and the bytes checked so far;
+   * given it, a mismatch does not stop the check, so that every tensor gets a verdict.
+   */
+  onTensor?: (name: string, problem: SafetensorsError | undefined, bytesRead: number, bytesTotal: number) => void;
+}
+
 /**
  * Reads a safetensors file's header and, where it carries checksums, verifies every tensor's data against them, a
  * chunk at a time (little memory for any size); returns the header. A mismatch names the file and the tensor.
  */
-export function verifySafetensorsFile(path: string): SafetensorsHeader {
+export function verifySafetensorsFile(path: string, { onTensor }: VerifySafetensorsOptions = {}): SafetensorsHeader {
   const header = readSafetensorsHeader(path);
   if (!header.checksummed) return header;
+  const entries = Object.entries(header.entries);
+  const bytesTotal = entries.reduce((sum, [, entry]) => sum + entry.byteLength, 0);
+  let bytesRead = 0;
   const fd = openSync(path, "r");
   try {
     const chunk = new Uint8Array(VERIFY_CHUNK_BYTES);
-    for (const [name, entry] of Object.entries(header.entries)) {
+    for (const [name, entry] of entries) {
       let crc = 0;
       for (let done = 0; done < entry.byteLength; done += chunk.length) {
         const piece = chunk.subarray(0, Math.min(chunk.length, entry.byteLength - done));
         readFully(fd, piece, entry.byteOffset + done, path, name);
         crc = crc32c(piece, crc);
       }
-      checkDataCrc(path, name, entry, crc);
+      const problem = crcMismatch(path, name, entry, crc);
+      if (problem && !onTensor) throw problem;
+      bytesRead += entry.byteLength;
+      onTensor?.(name, problem, bytesRead, bytesTotal);
     }
   } finally {
     closeSync(fd);
@@ -576,7 +592,8 @@ export function readSafetensorsFile(path: string): SafetensorsContents {
       const { dtype, shape, byteOffset, byteLength } = entry;
       const bytes = new Uint8Array(byteLength);
       readFully(fd, bytes, byteOffset, path, name);
-      if (checksummed) checkDataCrc(path, name, entry, crc32c(bytes));
+      const problem = checksummed && crcMismatch(path, name, entry, crc32c(bytes));
+      if (problem) throw problem;
       tensors[name] = { dtype, shape, data: typedView(bytes, dtype, 0, byteLength) } as SafetensorsTensor;
     }
   } finally {

@@ -116,7 +116,29 @@ test("lists a safetensors file with the byte offset and size of each tensor's da
 test("the CLI prints one tab-separated line per safetensors tensor", () => {
   const run = inspectCli(writeSmallSafetensors("cli.safetensors"));
   assert.equal(run.status, 0, run.stderr);
-  assert.equal(run.stdout, "encoder/weight\tF32\t[2, 3]\nencoder/step\tI32\t[4]\n");
+  assert.equal(run.stdout, "encoder/weight\tF32\t[2, 3]\tcrc ok\nencoder/step\tI32\t[4]\tcrc ok\n");
+});
+
+test("a flipped byte in a safetensors file's data is a mismatch for that tensor alone, exit status 1", async () => {
+  const path = writeSmallSafetensors("flipped.safetensors");
+  const inspection = await inspectFile(path);
+  const step = inspection.tensors.find((tensor) => tensor.name === "encoder/step")!;
+  const bytes = readFileSync(path);
+  bytes[step.offset + 2]! ^= 0x01;
+  writeFileSync(path, bytes);
+  const verdicts = (await inspectFile(path)).tensors.map(({ name, check }) => [name, check]);
+  assert.deepEqual(verdicts, [
+    ["encoder/weight", "ok"],
+    ["encoder/step", "mismatch"],
+  ]);
+  const run = inspectCli(path);
+  assert.equal(run.status, 1);
+  assert.match(run.stderr, /1 ok, 1 mismatched/);
+  assert.match(run.stderr, new RegExp(`${path}: tensor "encoder/step", byte offset ${step.offset}: the CRC-32C`));
+  assert.deepEqual(
+    (await inspectFile(path, { verify: false })).tensors.map(({ check }) => check),
+    [undefined, undefined],
+  );
 });
 
 test("the CLI's --json gives each safetensors tensor's byte offset and size", () => {
