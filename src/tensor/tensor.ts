@@ -565,7 +565,10 @@ export class Tensor {
     return this.float().unary("LOG2");
   }
   exp(): Tensor {
-    return this.float().mul(Math.LOG2E).exp2();
+    const x = this.float();
+    // a 16-bit float scales by log2(e) in float32: rounded to float16 the constant is off by 2e-4 (exp(10) by 0.2%)
+    const sixteen = x.dtype === dtypes.float16 || x.dtype === dtypes.bfloat16;
+    return (sixteen ? x.cast(dtypes.float32) : x).mul(Math.LOG2E).exp2().cast(x.dtype);
   }
   log(): Tensor {
     return this.log2().mul(Math.LN2);

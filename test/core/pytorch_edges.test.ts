@@ -212,4 +212,14 @@ for (const device of testDevices()) {
     assert.equal(x.cummax(-1).item(), 2.5);
     assert.throws(() => x.cumsum(1), /cumsum/);
   });
+
+  test(`exp of 16-bit floats is exp rounded once on ${device}`, () => {
+    // torch.exp(torch.tensor([10., -3.5, 0.25]).half().float()).half() -> [22032., 0.030197, 1.2842] (CPU PyTorch
+    // has no float16 exp; CUDA's rounds once too). Scaling by log2(e) rounded to float16 gave 21984 for exp(10).
+    const y = new Tensor([10, -3.5, 0.25], { device, dtype: "float16" }).exp();
+    assert.equal(y.dtype.name, "float16");
+    assert.deepEqual(y.tolist(), [22032, 0.0301971435546875, 1.2841796875]);
+    // torch.exp(torch.tensor([10.], dtype=torch.bfloat16)) -> tensor([22016.], dtype=torch.bfloat16)
+    assert.deepEqual(new Tensor([10], { device, dtype: "bfloat16" }).exp().tolist(), [22016]);
+  });
 }
