@@ -799,6 +799,12 @@ export class Tensor {
       return out;
     }
     if (x === 0 && !isFloat(this.dtype)) return Tensor.onesLike(this);
+    // integers to integer powers stay integers (as in NumPy and PyTorch): in float64, exact, rounded
+    if (!isFloat(this.dtype) && (x instanceof Tensor ? !isFloat(x.dtype) : Number.isInteger(x))) {
+      const dtype = x instanceof Tensor ? promote(this.dtype, x.dtype) : this.dtype;
+      const wide = (t: Tensor | number): Tensor | number => (t instanceof Tensor ? t.cast(dtypes.float64) : t);
+      return (wide(this) as Tensor).pow(wide(x)).round().cast(dtype);
+    }
     const [base, exponent] = this.float().broadcastWith(x);
     const zero = base.eq(0);
     // |base|^x as 2^(x log2|base|), with 1 in a zero base's place: the branch `where` drops must keep a finite

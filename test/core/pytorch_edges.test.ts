@@ -222,4 +222,19 @@ for (const device of testDevices()) {
     // torch.exp(torch.tensor([10.], dtype=torch.bfloat16)) -> tensor([22016.], dtype=torch.bfloat16)
     assert.deepEqual(new Tensor([10], { device, dtype: "bfloat16" }).exp().tolist(), [22016]);
   });
+
+  test(`integers to integer powers stay exact integers on ${device}`, () => {
+    // a = torch.tensor([3, -2, 7, 0, 46340], dtype=torch.int32); b = torch.tensor([5, 3, 2, 0, 2], dtype=torch.int32)
+    // a ** b -> tensor([243, -8, 49, 1, 2147395600], dtype=torch.int32)
+    const a = new Tensor([3, -2, 7, 0, 46340], { device });
+    const y = a.pow(new Tensor([5, 3, 2, 0, 2], { device }));
+    assert.equal(y.dtype.name, "int32");
+    assert.deepEqual(y.tolist(), [243, -8, 49, 1, 2147395600]);
+    // torch.tensor([3, -2], dtype=torch.int32) ** 5 -> tensor([243, -32], dtype=torch.int32)
+    const z = new Tensor([3, -2], { device }).pow(5);
+    assert.equal(z.dtype.name, "int32");
+    assert.deepEqual(z.tolist(), [243, -32]);
+    // a float exponent still makes a float: torch.tensor([4]) ** 0.5 -> tensor([2.])
+    assert.deepEqual(new Tensor([4], { device }).pow(0.5).tolist(), [2]);
+  });
 }
