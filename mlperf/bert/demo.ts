@@ -10,7 +10,7 @@ import { join, resolve } from "node:path";
 import { availableParallelism } from "node:os";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { evalShardPath, trainShardPath, vocabPath } from "./data/basedir.ts";
-import { samplesFromText, type PreprocessSettings } from "./data/preprocess.ts";
+import { samplesFromText, shardSettings, type PreprocessSettings } from "./data/preprocess.ts";
 import { BertTokenizer, parseVocab } from "./data/tokenizer.ts";
 import { writeShard } from "./data/shard.ts";
 import { DEMO_CORPUS_DEFAULTS, generateDemoCorpus, type DemoCorpus, type DemoCorpusOptions } from "./demo_corpus.ts";
@@ -118,24 +118,16 @@ export function prepareDemoData(
   let trainSamples = 0;
   for (let part = 0; part < trainParts; part++) {
     const text = documents.filter((_, d) => d % trainParts === part).join("\n\n");
-    const samples = samplesFromText(
-      text,
-      tokenizer,
-      { ...preprocess, randomSeed: preprocess.randomSeed + part },
-      { source: `demo train part ${part}` },
-    );
+    const partSettings = { ...preprocess, randomSeed: preprocess.randomSeed + part };
+    const samples = samplesFromText(text, tokenizer, partSettings, { source: `demo train part ${part}` });
     mkdirSync(join(trainShardPath(basedir, part), ".."), { recursive: true });
-    writeShard(trainShardPath(basedir, part), samples);
+    writeShard(trainShardPath(basedir, part), samples, shardSettings(partSettings, vocabSize));
     trainSamples += samples.count;
   }
-  const evalSamples = samplesFromText(
-    corpus.evalText,
-    tokenizer,
-    { ...preprocess, dupeFactor: 1 },
-    { source: "demo eval text" },
-  );
+  const evalSettings = { ...preprocess, dupeFactor: 1 };
+  const evalSamples = samplesFromText(corpus.evalText, tokenizer, evalSettings, { source: "demo eval text" });
   mkdirSync(join(evalShardPath(basedir), ".."), { recursive: true });
-  writeShard(evalShardPath(basedir), evalSamples);
+  writeShard(evalShardPath(basedir), evalSamples, shardSettings(evalSettings, vocabSize));
   return { basedir, trainSamples, evalSamples: evalSamples.count, vocabSize };
 }
 
