@@ -69,6 +69,7 @@ const PUBLIC_NAMES = {
   nn: words(`
     AdamW BatchNorm Conv2d ConvTranspose2d CosineDecayWithWarmup Dropout Embedding GroupNorm LAMB LRScheduler
     LRSchedulerGroup LayerNorm Linear Optimizer OptimizerGroup PolynomialDecayWithWarmup RMSNorm SGD
+    ReferencePolynomialDecay
     StateDictError clipGradNorm getParameters getStateDict initialisedTogether loadStateDict
     loadTrainingState ones parameter replicateParameters safeLoad safeSave saveTrainingState standardNormal
     truncatedNormal uniformFanIn zeros
@@ -79,7 +80,7 @@ const PUBLIC_NAMES = {
     readTfCheckpoint verifySafetensorsFile writeFileAtomic writeFileAtomicFrom writeSafetensorsFile
     writeSafetensorsStream
   `),
-  dist: words("MpiError init worldFromEnv"),
+  dist: words("DEFAULT_BUCKET_MB MpiError allReduceTensors broadcastTensors init worldFromEnv"),
 };
 
 test("the built package exports exactly its public names, nn, io and dist as namespaces", { timeout: 60_000 }, () => {
