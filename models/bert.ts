@@ -338,21 +338,24 @@ export class BertForPretraining {
 const atLeastFloat32 = (t: Tensor): Tensor => (t.dtype.itemsize < 4 ? t.cast(dtypes.float32) : t);
 
 /**
- * Masked-LM cross-entropy (weighted mean over `masked_lm_weights`, or the weighted sum divided by
- * `maskedLmDenominator` where given) + NSP cross-entropy, in float32 or wider.
+ * Masked-LM cross-entropy + NSP cross-entropy, in float32 or wider. The masked-LM part is the weighted sum
+ * over `masked_lm_weights` divided by their sum + `maskedLmEpsilon` (the reference adds 1e-5; 0: the
+ * weighted mean), or by `maskedLmDenominator` where given (already with the epsilon).
  */
 export function bertPretrainingLosses(
   { maskedLmLogits, nextSentenceLogits }: BertOutputs,
   { maskedLmIds, maskedLmWeights, nextSentenceLabels }: BertLabels,
-  { maskedLmDenominator }: { maskedLmDenominator?: Tensor } = {},
+  { maskedLmDenominator, maskedLmEpsilon = 0 }: { maskedLmDenominator?: Tensor; maskedLmEpsilon?: number } = {},
 ): BertLosses {
-  // data-parallel ranks divide by the whole batch's weight (shared out among them), not their own part's
   const lmLogits = atLeastFloat32(maskedLmLogits);
+  const lmSum = () =>
+    lmLogits.sparseCategoricalCrossentropy(maskedLmIds, { weights: maskedLmWeights, reduction: "sum" });
+  // data-parallel ranks divide by the whole batch's weight (shared out among them), not their own part's
   const maskedLmLoss = maskedLmDenominator
-    ? lmLogits
-        .sparseCategoricalCrossentropy(maskedLmIds, { weights: maskedLmWeights, reduction: "sum" })
-        .div(maskedLmDenominator)
-    : lmLogits.sparseCategoricalCrossentropy(maskedLmIds, { weights: maskedLmWeights });
+    ? lmSum().div(maskedLmDenominator)
+    : maskedLmEpsilon > 0
+      ? lmSum().div(maskedLmWeights.cast(dtypes.float32).sum().add(maskedLmEpsilon))
+      : lmLogits.sparseCategoricalCrossentropy(maskedLmIds, { weights: maskedLmWeights });
   const nextSentenceLoss = atLeastFloat32(nextSentenceLogits).sparseCategoricalCrossentropy(
     nextSentenceLabels.reshape([-1]),
   );

@@ -10,6 +10,12 @@ import {
   bertPretrainingMetrics,
 } from "./bert.ts";
 
+/**
+ * Where the MLPerf reference (its TensorFlow BERT) and the seed's code (tinygrad's train_bert) part:
+ * "reference" follows the reference, "seed" the seed (docs/mlperf.md#numerics).
+ */
+export type TrainingRule = "reference" | "seed";
+
 export interface BertOptimizerOptions {
   lr: number;
   totalSteps: number;
@@ -19,14 +25,21 @@ export interface BertOptimizerOptions {
   eps?: number;
   b1?: number;
   b2?: number;
+  /** reference (default): no trust ratio for biases and LayerNorm; seed: a trust ratio for every tensor. */
+  lambRule?: TrainingRule;
+  /** reference (default): ReferencePolynomialDecay; seed: PolynomialDecayWithWarmup. */
+  lrSchedule?: TrainingRule;
+  /** The step the reference's warmup counts from (its start_warmup_step). */
+  startWarmupStep?: number;
 }
 
 /** True for parameters LAMB must not decay: biases and LayerNorm weights, as the reference excludes them. */
 export const isNoDecayParameter = (name: string): boolean => name.endsWith("bias") || name.includes("LayerNorm");
 
 /**
- * The reference's optimisation: LAMB with weight decay on all but biases and LayerNorm
- * parameters (two LAMBs joined by an OptimizerGroup), each with its polynomial-decay schedule.
+ * The reference's optimisation: LAMB with weight decay on all but biases and LayerNorm parameters (two LAMBs
+ * joined by an OptimizerGroup; under the reference rule the second also has no trust ratio), each with its
+ * polynomial-decay schedule (the reference's or the seed's).
  */
 export function createBertOptimizer(
   model: BertForPretraining,
@@ -39,6 +52,9 @@ export function createBertOptimizer(
     eps = 1e-6,
     b1 = 0.9,
     b2 = 0.999,
+    lambRule = "reference",
+    lrSchedule = "reference",
+    startWarmupStep = 0,
   }: BertOptimizerOptions,
 ): { optimizer: nn.OptimizerGroup; scheduler: nn.LRSchedulerGroup } {
   const named = Object.entries(nn.getStateDict(model));
@@ -46,14 +62,21 @@ export function createBertOptimizer(
   const notDecayed = named.filter(([name]) => isNoDecayParameter(name)).map(([, t]) => t);
   const optimizers = [
     new nn.LAMB(decayed, { lr, b1, b2, eps, weightDecay }),
-    new nn.LAMB(notDecayed, { lr, b1, b2, eps, weightDecay: 0 }),
+    new nn.LAMB(notDecayed, { lr, b1, b2, eps, weightDecay: 0, layerAdaptation: lambRule === "seed" }),
   ];
   const schedule = { initialLr: lr, endLr: 0, totalSteps, warmupSteps, power };
+  const scheduleOf = (o: nn.Optimizer): nn.LRScheduler =>
+    lrSchedule === "seed"
+      ? new nn.PolynomialDecayWithWarmup(o, schedule)
+      : new nn.ReferencePolynomialDecay(o, { ...schedule, startWarmupStep });
   return {
     optimizer: new nn.OptimizerGroup(...optimizers),
-    scheduler: new nn.LRSchedulerGroup(...optimizers.map((o) => new nn.PolynomialDecayWithWarmup(o, schedule))),
+    scheduler: new nn.LRSchedulerGroup(...optimizers.map(scheduleOf)),
   };
 }
+
+/** What the reference adds to the masked-LM loss's denominator (the sum of masked_lm_weights). */
+export const REFERENCE_MASKED_LM_EPSILON = 1e-5;
 
 export interface TrainStepOptions {
   /** The loss is multiplied by this before backward and the gradients divided after (fp16 loss scaling). */
@@ -62,6 +85,8 @@ export interface TrainStepOptions {
   gradientAccSteps: number;
   /** Gradients are scaled down so that their global L2 norm is at most this. */
   maxGradNorm: number;
+  /** reference (default): the masked-LM loss divides by the weights' sum + 1e-5; seed: by the sum. */
+  lossRule?: TrainingRule;
 }
 
 /** `LOSS_SCALER` (default 2^10 for float16, 1 otherwise) and `GRADIENT_ACC_STEPS` (default 1). */
@@ -110,15 +135,16 @@ export function bertTrainStep(state: BertTrainState, batch: BertBatch, options: 
 export function bertGradients(
   { model, optimizer }: BertTrainState,
   batch: BertBatch,
-  { lossScale, gradientAccSteps }: TrainStepOptions,
+  { lossScale, gradientAccSteps, lossRule = "reference" }: TrainStepOptions,
   maskedLmDenominator?: Tensor,
 ): Tensor {
+  const maskedLmEpsilon = lossRule === "reference" ? REFERENCE_MASKED_LM_EPSILON : 0;
   return withTraining(true, () => {
     optimizer.zeroGrad();
     const params = optimizer.params;
     let loss: Tensor | undefined;
     for (const micro of splitBatch(batch, gradientAccSteps)) {
-      const losses = bertPretrainingLosses(model.forward(micro), micro, { maskedLmDenominator });
+      const losses = bertPretrainingLosses(model.forward(micro), micro, { maskedLmDenominator, maskedLmEpsilon });
       // a given denominator is the whole step's already: only the NSP mean is per micro-batch
       const microLoss = maskedLmDenominator
         ? losses.maskedLmLoss.add(losses.nextSentenceLoss.div(gradientAccSteps))
@@ -173,7 +199,8 @@ export function makeBertDataParallelStep(
   return (batch, maskedLmWeightSum) => {
     const [weightSum] = comm.allReduce(Float64Array.of(maskedLmWeightSum), "sum");
     const devices = batch[0].device.split(",");
-    let denominator = new Tensor(Math.max(weightSum! / comm.size, 1e-12), {
+    const epsilon = options.lossRule === "seed" ? 0 : REFERENCE_MASKED_LM_EPSILON;
+    let denominator = new Tensor(Math.max((weightSum! + epsilon) / comm.size, 1e-12), {
       dtype: dtypes.float32,
       device: devices[0],
     });

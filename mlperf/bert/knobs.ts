@@ -78,7 +78,22 @@ export const KNOB_SPECS: readonly KnobSpec[] = [
     "steps of the LR schedule (and the most the run trains)",
   ),
   knob("NUM_WARMUP_STEPS", "int", () => 1, "1", "linear warmup steps"),
+  knob("START_WARMUP_STEP", "int", () => 0, "0", "the step the warmup counts from (LR_SCHEDULE=reference)"),
   knob("POLY_POWER", "float", () => 1.0, "1.0", "polynomial decay power"),
+  knob(
+    "LR_SCHEDULE",
+    "string",
+    () => "reference",
+    "reference",
+    "reference: decay from step 0 over TRAIN_STEPS, warmup replacing it; seed: decay from the warmup's end",
+  ),
+  knob(
+    "LAMB_RULE",
+    "string",
+    () => "reference",
+    "reference",
+    "reference: no trust ratio for biases/LayerNorm, masked-LM loss / (weights + 1e-5); seed: trust ratio everywhere",
+  ),
   knob("DECAY", "float", () => 0.01, "0.01", "LAMB weight decay (not on biases and LayerNorm)"),
   knob("EPSILON", "float", () => 1e-6, "1e-6", "LAMB epsilon"),
   knob("LOSS_SCALER", "float", (k) => (isHalf(k) ? 2 ** 10 : 1), "2^10 with HALF, else 1", "loss scale for fp16"),
@@ -163,7 +178,10 @@ export interface Knobs {
   OPT_LAMB_BETA_2: number;
   TRAIN_STEPS: number;
   NUM_WARMUP_STEPS: number;
+  START_WARMUP_STEP: number;
   POLY_POWER: number;
+  LR_SCHEDULE: "reference" | "seed";
+  LAMB_RULE: "reference" | "seed";
   DECAY: number;
   EPSILON: number;
   LOSS_SCALER: number;
@@ -298,6 +316,11 @@ export function parseKnobs(argv: readonly string[], env: NodeJS.ProcessEnv = pro
 /** Rejects values the trainer cannot run with, naming the knob; `world`: this rank among the job's processes. */
 export function validateKnobs(k: Knobs, world: { rank: number; size: number } = { rank: 0, size: 1 }): void {
   if (k.MODEL !== "bert") throw new KnobError(`MODEL=${JSON.stringify(k.MODEL)}: this trainer trains bert only`);
+  for (const name of ["LR_SCHEDULE", "LAMB_RULE"] as const)
+    if (k[name] !== "reference" && k[name] !== "seed")
+      throw new KnobError(
+        `${name}=${JSON.stringify(k[name])}: reference (the MLPerf reference's) or seed (tinygrad's)`,
+      );
   const kind = k.DEVICE.split(":")[0]!;
   try {
     Device.canonicalize(kind);

@@ -303,6 +303,9 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
     eps: knobs.EPSILON,
     b1: knobs.OPT_LAMB_BETA_1,
     b2: knobs.OPT_LAMB_BETA_2,
+    lambRule: knobs.LAMB_RULE,
+    lrSchedule: knobs.LR_SCHEDULE,
+    startWarmupStep: knobs.START_WARMUP_STEP,
   });
   const state: BertTrainState = { model, optimizer, scheduler };
   for (const line of hparamLines(knobs)) print(line);
@@ -336,7 +339,12 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
   );
 
   // ** jitted steps **
-  const stepOptions = { lossScale: knobs.LOSS_SCALER, gradientAccSteps: knobs.GRADIENT_ACC_STEPS, maxGradNorm: 1.0 };
+  const stepOptions = {
+    lossScale: knobs.LOSS_SCALER,
+    gradientAccSteps: knobs.GRADIENT_ACC_STEPS,
+    maxGradNorm: 1.0,
+    lossRule: knobs.LAMB_RULE,
+  };
   const fusedStep = jit((...t: BertBatchTensors) => ({
     loss: bertTrainStep(state, bertBatchOf(t), stepOptions),
     lr: optimizer.optimizers[0]!.lr,

@@ -23,9 +23,11 @@ export { Optimizer, SGD, LAMB, AdamW, OptimizerGroup, clipGradNorm, type LambOpt
 export {
   LRScheduler,
   PolynomialDecayWithWarmup,
+  ReferencePolynomialDecay,
   CosineDecayWithWarmup,
   LRSchedulerGroup,
   type PolynomialDecayOptions,
+  type ReferencePolynomialDecayOptions,
   type CosineDecayOptions,
 } from "./schedules.ts";
 export {

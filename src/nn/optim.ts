@@ -127,12 +127,18 @@ export interface LambOptions {
   weightDecay?: number;
   /** true: plain Adam(W) steps, no trust ratio. */
   adam?: boolean;
+  /**
+   * false: no trust ratio for these tensors (r = 1), as the MLPerf reference treats the ones it does not decay
+   * (biases, LayerNorm); true by default.
+   */
+  layerAdaptation?: boolean;
 }
 
 /**
  * LAMB (You et al.), as the MLPerf BERT reference runs it: Adam moments with bias correction,
  * update u = m̂ / (sqrt(v̂) + eps) + weightDecay * w, then w -= lr * r * u with the trust ratio
- * r = ||w|| / ||u|| per tensor (1 where either norm is 0). Moments are kept in float32.
+ * r = ||w|| / ||u|| per tensor (1 where either norm is 0, or with `layerAdaptation: false`). Moments are
+ * kept in float32.
  */
 export class LAMB extends Optimizer {
   readonly m: Tensor[];
@@ -145,10 +151,19 @@ export class LAMB extends Optimizer {
   readonly eps: number;
   readonly weightDecay: number;
   readonly adam: boolean;
+  readonly layerAdaptation: boolean;
 
   constructor(
     params: readonly Tensor[],
-    { lr = 0.001, b1 = 0.9, b2 = 0.999, eps = 1e-6, weightDecay = 0, adam = false }: LambOptions = {},
+    {
+      lr = 0.001,
+      b1 = 0.9,
+      b2 = 0.999,
+      eps = 1e-6,
+      weightDecay = 0,
+      adam = false,
+      layerAdaptation = true,
+    }: LambOptions = {},
   ) {
     super(params, lr);
     this.b1 = b1;
@@ -156,6 +171,7 @@ export class LAMB extends Optimizer {
     this.eps = eps;
     this.weightDecay = weightDecay;
     this.adam = adam;
+    this.layerAdaptation = layerAdaptation;
     this.m = this.params.map(zerosLike);
     this.v = this.params.map(zerosLike);
     Tensor.realizeAll([...this.m, ...this.v]);
@@ -175,7 +191,7 @@ export class LAMB extends Optimizer {
       const vHat = v.div(b2Power.neg().add(1));
       const adamStep = mHat.div(vHat.sqrt().add(this.eps));
       const step = this.weightDecay ? adamStep.add(w.mul(this.weightDecay)) : adamStep;
-      const ratio = this.adam ? 1 : trustRatio(w, step);
+      const ratio = this.adam || !this.layerAdaptation ? 1 : trustRatio(w, step);
       return [m, v, p.assign(w.sub(step.mul(this.lr).mul(ratio)).cast(p.dtype))];
     });
     return [b1Power, b2Power, ...updated];

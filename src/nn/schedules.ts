@@ -86,8 +86,8 @@ export interface PolynomialDecayOptions extends WarmupOptions {
 }
 
 /**
- * Linear warmup from 0 to `initialLr` over `warmupSteps`, then polynomial decay towards `endLr`,
- * as tinygrad's MLPerf BERT (after the MLCommons reference) computes it for step s:
+ * The seed's schedule: linear warmup from 0 to `initialLr` over `warmupSteps`, then polynomial decay towards
+ * `endLr`, as tinygrad's MLPerf BERT computes it for step s (ReferencePolynomialDecay is the reference's):
  *   s <= warmup: initialLr * s / warmup
  *   otherwise:   (initialLr - endLr) * (1 - (s - warmup) / (totalSteps - warmup + 1))^power + endLr
  * The first step therefore runs with LR 0.
@@ -108,6 +108,73 @@ export class PolynomialDecayWithWarmup extends WarmupThenDecay {
       .pow(this.power)
       .mul(this.initialLr - this.endLr)
       .add(this.endLr);
+  }
+}
+
+export interface ReferencePolynomialDecayOptions {
+  initialLr: number;
+  endLr?: number;
+  totalSteps: number;
+  warmupSteps?: number;
+  power?: number;
+  /** The step the warmup counts from (the reference's `start_warmup_step`; 0 by default). */
+  startWarmupStep?: number;
+}
+
+/**
+ * The MLPerf reference's schedule (its TensorFlow `optimization.py`) for step s, the number of steps
+ * taken before this one: a polynomial decay over the whole run, from step 0,
+ *   (initialLr - endLr) * (1 - min(s, totalSteps) / totalSteps)^power + endLr,
+ * which a linear warmup replaces while s - startWarmupStep < warmupSteps:
+ *   initialLr * (s - startWarmupStep) / warmupSteps.
+ * So the first step runs with LR 0 when there is a warmup, and the step after the warmup with the decayed
+ * rate, not the peak (the seed's PolynomialDecayWithWarmup starts its decay at the warmup's end).
+ */
+export class ReferencePolynomialDecay extends LRScheduler {
+  readonly initialLr: number;
+  readonly endLr: number;
+  readonly totalSteps: number;
+  readonly warmupSteps: number;
+  readonly power: number;
+  readonly startWarmupStep: number;
+
+  constructor(
+    optimizer: Optimizer,
+    {
+      initialLr,
+      endLr = 0,
+      totalSteps,
+      warmupSteps = 0,
+      power = 1,
+      startWarmupStep = 0,
+    }: ReferencePolynomialDecayOptions,
+  ) {
+    super(optimizer);
+    if (!(totalSteps > 0) || !(warmupSteps >= 0))
+      throw new TsgradError(
+        `ReferencePolynomialDecay: totalSteps ${totalSteps} must be > 0 and warmupSteps ${warmupSteps} >= 0`,
+      );
+    this.initialLr = initialLr;
+    this.endLr = endLr;
+    this.totalSteps = totalSteps;
+    this.warmupSteps = warmupSteps;
+    this.power = power;
+    this.startWarmupStep = startWarmupStep;
+    this.applyCurrent();
+  }
+
+  lrAt(steps: Tensor): Tensor {
+    const decayed = steps
+      .minimum(this.totalSteps)
+      .div(this.totalSteps)
+      .neg()
+      .add(1)
+      .pow(this.power)
+      .mul(this.initialLr - this.endLr)
+      .add(this.endLr);
+    if (this.warmupSteps === 0) return decayed;
+    const sinceStart = steps.sub(this.startWarmupStep);
+    return sinceStart.lt(this.warmupSteps).where(sinceStart.mul(this.initialLr / this.warmupSteps), decayed);
   }
 }
 

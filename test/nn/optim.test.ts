@@ -43,7 +43,16 @@ function lambReference(
     eps = 1e-6,
     weightDecay = 0,
     adam = false,
-  }: { lr: number; b1?: number; b2?: number; eps?: number; weightDecay?: number; adam?: boolean },
+    layerAdaptation = true,
+  }: {
+    lr: number;
+    b1?: number;
+    b2?: number;
+    eps?: number;
+    weightDecay?: number;
+    adam?: boolean;
+    layerAdaptation?: boolean;
+  },
 ): Vec {
   let m = w.map(() => 0);
   let v = w.map(() => 0);
@@ -54,7 +63,7 @@ function lambReference(
       (wi, i) => m[i]! / (1 - b1 ** (t + 1)) / (Math.sqrt(v[i]! / (1 - b2 ** (t + 1))) + eps) + weightDecay * wi,
     );
     const [wn, un] = [norm(w), norm(up)];
-    const ratio = adam || wn === 0 || un === 0 ? 1 : wn / un;
+    const ratio = adam || !layerAdaptation || wn === 0 || un === 0 ? 1 : wn / un;
     w = w.map((wi, i) => wi - lr * ratio * up[i]!);
   });
   return w;
@@ -140,6 +149,15 @@ test("LAMB matches the reference over three steps with the MLPerf hyper-paramete
     lambReference(W0, GRADS, options),
     TOLERANCE,
   );
+});
+
+test("LAMB without layer adaptation (the reference's biases and LayerNorm) steps as bias-corrected Adam", () => {
+  const options = { lr: 0.004, layerAdaptation: false };
+  const stepped = run((p) => new LAMB([p], options), GRADS);
+  assertClose(stepped, lambReference(W0, GRADS, options), TOLERANCE);
+  // and not as with the trust ratio, which scales these steps by ||w|| / ||u||
+  const adapted = lambReference(W0, GRADS, { lr: 0.004 });
+  assert.ok(Math.abs(stepped[0]! - adapted[0]!) > 1e-3, `${stepped[0]} vs ${adapted[0]}`);
 });
 
 test("LAMB uses a trust ratio of 1 for an all-zero weight (a zero-initialised bias)", () => {

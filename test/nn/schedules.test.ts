@@ -8,6 +8,7 @@ import {
   LRSchedulerGroup,
   PolynomialDecayWithWarmup,
   type PolynomialDecayOptions,
+  ReferencePolynomialDecay,
 } from "../../src/nn/schedules.ts";
 import { assertClose } from "../close.ts";
 
@@ -124,4 +125,40 @@ test("cosine decay warms up linearly, then follows half a cosine down to the end
     () => new CosineDecayWithWarmup(optimizer(), { initialLr: 1, totalSteps: -1 }),
     /CosineDecayWithWarmup: totalSteps -1 must be > 0/,
   );
+});
+
+/** The MLPerf reference's schedule (TensorFlow's polynomial_decay, a linear warmup replacing it) on numbers. */
+function tfLr(step: number, initialLr: number, totalSteps: number, warmupSteps: number, power = 1, start = 0): number {
+  if (warmupSteps > 0 && step - start < warmupSteps) return (initialLr * (step - start)) / warmupSteps;
+  return initialLr * (1 - Math.min(step, totalSteps) / totalSteps) ** power;
+}
+
+test("ReferencePolynomialDecay follows the reference: decay from step 0, the warmup replacing it", () => {
+  for (const [total, warmup, power, start] of [
+    [10, 3, 1, 0],
+    [10, 0, 1, 0],
+    [20, 4, 2, 1],
+  ] as const) {
+    const opt = optimizer();
+    const schedule = new ReferencePolynomialDecay(opt, {
+      initialLr: 0.5,
+      totalSteps: total,
+      warmupSteps: warmup,
+      power,
+      startWarmupStep: start,
+    });
+    const lrs: number[] = [];
+    for (let step = 0; step <= total + 2; step++) {
+      lrs.push(opt.lr.item());
+      schedule.step();
+    }
+    const expected = lrs.map((_, step) => tfLr(step, 0.5, total, warmup, power, start));
+    assertClose(lrs, expected, { atol: 1e-7, rtol: 1e-6, what: `total ${total}, warmup ${warmup}, power ${power}` });
+  }
+  // where the seed differs: the step after the warmup runs with the decayed rate, not the peak
+  const opt = optimizer();
+  const schedule = new ReferencePolynomialDecay(opt, { initialLr: 1, totalSteps: 10, warmupSteps: 2 });
+  schedule.step();
+  schedule.step();
+  assertClose(opt.lr.item(), 0.8, { atol: 1e-7, what: "LR at step 2 of 10 after a warmup of 2" });
 });
