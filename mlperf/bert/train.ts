@@ -27,7 +27,15 @@ import {
   type BertBatchTensors,
   type BertTrainState,
 } from "../../models/bert_train_step.ts";
-import { fakeBatch, listSampleFiles, prefetchBatches, evalBatches, samplesToTensors } from "./data/loader.ts";
+import {
+  fakeBatch,
+  listSampleFiles,
+  prefetchBatches,
+  evalBatches,
+  samplesToTensors,
+  type ModelVocab,
+} from "./data/loader.ts";
+import { openSampleFile } from "./data/inspect.ts";
 import type { SampleColumns } from "./data/samples.ts";
 import { evalShardPath, trainShardPath } from "./data/basedir.ts";
 import {
@@ -82,10 +90,15 @@ export const shardFolders = (basedir: string): { train: string; eval: string } =
   eval: dirname(evalShardPath(basedir)),
 });
 
-/** The sample files of the run phase; a clear error with the command that makes them when absent. */
-export function findShards(basedir: string): { train: string[]; eval: string[] } {
+/**
+ * The sample files of the run phase; a clear error with the command that makes them when absent. Checked before
+ * anything runs: every file's header (and, given `model`, that shards were made with the model's vocab), and the eval
+ * files' data against their checksums (the eval set is small: about 30 ms for MLPerf's 10,000 samples), so that a
+ * corrupt eval shard fails now, not at the first evaluation hours in.
+ */
+export function findShards(basedir: string, model?: ModelVocab): { train: string[]; eval: string[] } {
   const folders = shardFolders(basedir);
-  const filesIn = (dir: string) => (existsSync(dir) ? listSampleFiles(dir) : []);
+  const filesIn = (dir: string) => (existsSync(dir) ? listSampleFiles(dir, model) : []);
   const train = filesIn(folders.train);
   const evalFiles = filesIn(folders.eval);
   const preprocess = `BASEDIR=${basedir} npx tsx mlperf/bert/data/preprocess.ts`;
@@ -99,6 +112,7 @@ export function findShards(basedir: string): { train: string[]; eval: string[] }
   }
   if (evalFiles.length === 0)
     throw new TrainerError(`no eval shards in ${folders.eval}: make them with ${preprocess} pre-eval`);
+  for (const path of evalFiles) openSampleFile(path).close();
   return { train, eval: evalFiles };
 }
 
@@ -242,7 +256,12 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
   const print = lead ? (options.print ?? ((line: string) => console.log(line))) : () => {};
   const phase = knobs.INITMLPERF ? "init" : knobs.RUNMLPERF ? "run" : "benchmark";
   validateKnobs(knobs, comm);
-  const shards = knobs.RUNMLPERF ? findShards(knobs.BASEDIR) : null;
+  const config = modelConfig(knobs);
+  const vocab = {
+    vocabSize: config.vocabSize,
+    source: existsSync(knobs.BERT_CONFIG) ? knobs.BERT_CONFIG : "BERT-large",
+  };
+  const shards = knobs.RUNMLPERF ? findShards(knobs.BASEDIR, vocab) : null;
   const system = knobs.LOGMLPERF && lead ? readSystem(knobs.SUBMISSION_PLATFORM) : null;
   if (lead)
     for (const name of io.removeStaleTemps(knobs.SAVE_CKPT_DIR))
@@ -278,7 +297,6 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
   }
 
   // ** model, optimizer, schedule **
-  const config = modelConfig(knobs);
   Tensor.manualSeed(knobs.SEED);
   const model = new BertForPretraining(config, { disableDropout: knobs.DISABLE_DROPOUT !== 0 });
   const initPrefix = join(knobs.INIT_CKPT_DIR, INIT_CHECKPOINT);

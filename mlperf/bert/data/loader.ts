@@ -315,12 +315,20 @@ export function* evalBatches(options: EvalLoaderOptions): Generator<SampleColumn
   }
 }
 
+/** The vocab a model embeds: shards made with another vocab hold token ids that mean other words to it. */
+export interface ModelVocab {
+  vocabSize: number;
+  /** Where the model's vocab size comes from (its config file), for the error. */
+  source: string;
+}
+
 /**
  * The sample files in a folder (as preprocessing writes them), sorted; temp and hidden files skipped. Each is checked
  * as far as its header goes, so that a bad folder fails before training starts: an empty file, a shard shorter or
- * longer than its header says (a truncated copy), a shard of other widths than the first are errors naming the file.
+ * longer than its header says (a truncated copy), a shard of other widths than the first, and (given `model`) a
+ * shard whose recorded vocab_size is not the model's are errors naming the file.
  */
-export function listSampleFiles(dir: string): string[] {
+export function listSampleFiles(dir: string, model?: ModelVocab): string[] {
   const paths = readdirSync(dir)
     .filter((name) => !name.startsWith(".") && !name.endsWith(".tmp"))
     .sort()
@@ -334,6 +342,10 @@ export function listSampleFiles(dir: string): string[] {
     shard.close();
     first ??= shard;
     checkSameWidths(shard, first);
+    if (model !== undefined && shard.vocabSize !== undefined && shard.vocabSize !== model.vocabSize)
+      throw new LoaderError(
+        `${path}: made with a vocab of ${shard.vocabSize} tokens (its vocab_size), but the model's vocab_size is ${model.vocabSize} (${model.source}): its token ids would mean other words`,
+      );
   }
   return paths;
 }
