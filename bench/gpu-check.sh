@@ -61,7 +61,7 @@ if [ "${1:-}" = "--prepare" ]; then
   rm -rf .device/bundle .device/node_modules
   mkdir -p .device/bundle/tests .device/node_modules/@koromix
   # (bench/gpu/bundle.ts: the tests run an op-test bundle made the same way)
-  npx tsx bench/gpu/bundle.ts .device/bundle bench/gpu/gemm.ts bench/gpu/bert_step.ts bench/gpu/validate.ts bench/gpu/int_reduce_check.ts
+  npx tsx bench/gpu/bundle.ts .device/bundle bench/gpu/gemm.ts bench/gpu/bert_step.ts bench/gpu/validate.ts bench/gpu/int_reduce_check.ts bench/gpu/nccl_check.ts
   npx tsx bench/gpu/bundle.ts .device/bundle/tests $(for t in $OP_TESTS; do echo "test/core/$t.test.ts"; done)
   cp bench/gpu/torch_bench.py .device/bundle/
   # koffi loads its native module from @koromix/koffi-<platform> beside it: only linux x64 (glibc) travels
@@ -162,6 +162,12 @@ fi
 if wanted diag; then
   part diag 30 "$results/int_reduce_check.json" node "$bundle/int_reduce_check.mjs"
   log "int reduce check exit $?: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("tsgrad", d["via_tsgrad"], "nvrtc", d["nvrtc"], "nvcc", d["nvcc"])' "$results/int_reduce_check.json" 2>/dev/null)"
+  # NCCL from PyTorch's nvidia-nccl wheel, one rank (issue 34)
+  if [ -z "${TSGRAD_LIBNCCL:-}" ]; then
+    TSGRAD_LIBNCCL=$(python3 -c 'import os, nvidia.nccl as m; print(os.path.join(list(m.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null) && export TSGRAD_LIBNCCL
+  fi
+  part diag 30 "$results/nccl_check.json" node "$bundle/nccl_check.mjs"
+  log "nccl check exit $?: $(cat "$results/nccl_check.json" 2>/dev/null)"
   if [ -f "$bundle/diag.mjs" ]; then
     part diag 30 "$results/diag.txt" node "$bundle/diag.mjs"
     log "diag exit $?"
@@ -261,6 +267,7 @@ if os.path.exists(os.path.join(out, "tsgrad_bert_wgmma.json")):
         bert["wgmma_speed_ratio_vs_torch"] = round(torch["bert"]["ms_per_step"] / ours_wgmma["ms_per_step"], 3)
 validate = {k: check.get(k) for k in ("kernels_checked", "disagreeing", "first_non_finite", "losses", "error")}
 ints = load("int_reduce_check.json")
+nccl = load("nccl_check.json")
 int_check = {k: ints.get(k) for k in ("expected", "via_tsgrad", "nvrtc", "nvcc", "error")}
 tiles = load("tsgrad_gemm_tiles.json")
 wgmma_checks = {}
@@ -269,7 +276,7 @@ for name in sorted(os.listdir(out)):
         w = load(name)
         wgmma_checks[w.get("tc_tile") or name] = {"pass": w.get("checks_pass"), "errors": w.get("checks"), "error": w.get("error")}
 by_tile = {g["shape"]: dict(tflops=g.get("tflops_by_tile"), difference_from_default=g.get("difference_by_tile")) for g in tiles.get("gemm", [])} or tiles.get("error")
-summary = dict(gpu=torch.get("gpu"), op_suite=ops, int_reduce_check=int_check, kernel_check=validate, tensor_core_checks=checks, wgmma_checks=wgmma_checks, gemm=gemm,
+summary = dict(gpu=torch.get("gpu"), op_suite=ops, int_reduce_check=int_check, nccl=nccl, kernel_check=validate, tensor_core_checks=checks, wgmma_checks=wgmma_checks, gemm=gemm,
                default_tile=ours.get("tc_tile"), gemm_tflops_by_tile=by_tile, bert=bert)
 with open(os.path.join(out, "summary.json"), "w") as f:
     json.dump(summary, f, indent=1)

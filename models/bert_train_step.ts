@@ -179,12 +179,14 @@ export type BertDataParallelStep = (
  * the same on every rank. `maskedLmWeightSum` is this part's sum of masked_lm_weights: the ranks add theirs
  * up first, so that every rank's masked-LM loss is divided by the global batch's weight. With one rank (or
  * in-process devices alone) this is the plain step split in two; the sum over ranks is exact where the
- * in-process one adds in the same order, so N ranks give the weights N devices in one process give.
+ * in-process one adds in the same order, so N ranks give the weights N devices in one process give. With
+ * `nccl` (GPU ranks) the gradients are reduced on the GPUs, otherwise through host memory.
  */
 export function makeBertDataParallelStep(
   state: BertTrainState,
   options: TrainStepOptions,
   comm: dist.Communicator,
+  { nccl }: { nccl?: dist.NcclCommunicator } = {},
 ): BertDataParallelStep {
   const gradients = jit((...t: [...BertBatchTensors, Tensor]) => {
     const loss = bertGradients(state, bertBatchOf(t.slice(0, 7) as BertBatchTensors), options, t[7]);
@@ -207,7 +209,7 @@ export function makeBertDataParallelStep(
     if (devices.length > 1) denominator = denominator.to(devices);
     const { loss, grads } = gradients(...batch, denominator);
     const start = performance.now();
-    dist.allReduceTensors(comm, [...grads, loss], "mean");
+    dist.allReduceTensors(comm, [...grads, loss], "mean", { nccl });
     const reduceMs = performance.now() - start;
     return { loss, ...update(...grads), reduceMs };
   };

@@ -12,6 +12,18 @@ export interface Allocator {
   copyin(raw: unknown, data: Uint8Array): void;
   /** Copies `bytes` from another device of the same kind straight into `dst` (peer to peer), when the device can. */
   transfer?(dst: unknown, src: unknown, bytes: number, srcDevice: string): void;
+  /** For libraries that work on the device's memory themselves (NCCL), where the device has them. */
+  native?: NativeDevice;
+}
+
+/** A GPU as a library such as NCCL sees it: memory addresses, the stream work is queued on, its context. */
+export interface NativeDevice {
+  /** The device address of memory this allocator handed out. */
+  pointer(raw: unknown): bigint;
+  /** The stream the device's kernels and copies run on, in the library's handle form. */
+  readonly stream: unknown;
+  /** Makes the device current on this thread (what such libraries bind to). */
+  activate(): void;
 }
 
 let nextBufferId = 0;

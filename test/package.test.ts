@@ -80,7 +80,9 @@ const PUBLIC_NAMES = {
     readTfCheckpoint verifySafetensorsFile writeFileAtomic writeFileAtomicFrom writeSafetensorsFile
     writeSafetensorsStream
   `),
-  dist: words("DEFAULT_BUCKET_MB MpiError allReduceTensors broadcastTensors init worldFromEnv"),
+  dist: words(
+    "DEFAULT_BUCKET_MB MpiError NcclCommunicator NcclError allReduceTensors broadcastTensors init worldFromEnv",
+  ),
 };
 
 test("the built package exports exactly its public names, nn, io and dist as namespaces", { timeout: 60_000 }, () => {

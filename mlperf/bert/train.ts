@@ -7,10 +7,21 @@
 //
 // Console: one line per step (report.ts formatStepLine), one per evaluation (formatEvalLine),
 // progress bars on stderr. MLPerf log (LOGMLPERF=1): result_bert_<SEED>.log in the working folder.
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { existsSync, mkdirSync, readdirSync, readFileSync } from "node:fs";
+import { basename, dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { Device, GlobalCounters, Tensor, clearKernelCache, dist, dtypes, io, jit, nn } from "../../src/index.ts";
+import {
+  Device,
+  GlobalCounters,
+  Tensor,
+  clearKernelCache,
+  dist,
+  dtypes,
+  getenv,
+  io,
+  jit,
+  nn,
+} from "../../src/index.ts";
 import {
   BERT_PRESETS,
   BertForPretraining,
@@ -49,6 +60,14 @@ import { formatEvalLine, formatStepLine } from "./report.ts";
 import { CountProgress } from "./progress.ts";
 import { StopSignals } from "./stop_signals.ts";
 import { ByteProgress } from "./data/byteProgress.ts";
+import {
+  identityDifferences,
+  identityMetadata,
+  pruneRunCheckpoints,
+  runId,
+  runIdentity,
+  saveAsOwn,
+} from "./run_identity.ts";
 import { KnobError, hparamLines, knobsHelp, parseKnobs, validateKnobs, type Knobs } from "./knobs.ts";
 
 /** Data or setup the run cannot start without (missing shards, systems file); says how to make it. */
@@ -159,14 +178,24 @@ function checkWidths(samples: SampleColumns, knobs: Knobs, source: string): void
   }
 }
 
-/** Keeps the newest `keep` step checkpoints in `dir` (named by step, so the order is the name's). */
-function pruneCheckpoints(dir: string, keep: number, print: (line: string) => void): void {
-  const steps = readdirSync(dir)
-    .filter((f) => /^step_\d+\.safe$/.test(f))
-    .sort();
-  for (const old of steps.slice(0, Math.max(0, steps.length - keep))) {
-    print(`removing old checkpoint ${join(dir, old)}`);
-    rmSync(join(dir, old));
+/**
+ * GPU ranks all-reduce through NCCL where it loads (TSGRAD_NCCL=0: never); otherwise, or on host devices,
+ * through MPI and host memory, said once.
+ */
+function ncclFor(
+  comm: dist.Communicator,
+  device: string,
+  print: (line: string) => void,
+): dist.NcclCommunicator | undefined {
+  if (!device.startsWith("CUDA") || getenv("TSGRAD_NCCL", 1) === 0) return undefined;
+  try {
+    const nccl = dist.NcclCommunicator.forDevice(comm, device);
+    print(`gradients all-reduced by NCCL ${nccl.library.version} (${nccl.library.path})`);
+    return nccl;
+  } catch (error) {
+    if (!(error instanceof dist.NcclError)) throw error;
+    print(`NCCL not used (${error.message}); gradients go through MPI and host memory`);
+    return undefined;
   }
 }
 
@@ -262,6 +291,17 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
     source: existsSync(knobs.BERT_CONFIG) ? knobs.BERT_CONFIG : "BERT-large",
   };
   const shards = knobs.RUNMLPERF ? findShards(knobs.BASEDIR, vocab) : null;
+  // which run this is: recorded in its checkpoints, checked against RESUME's before anything loads (run_identity.ts)
+  const identity = runIdentity(knobs, config, shards?.train ?? null);
+  const runMetadata = identityMetadata(identity);
+  if (knobs.RESUME !== "" && lead) {
+    const differences = identityDifferences(io.readSafetensorsHeader(knobs.RESUME).metadata, identity);
+    if (differences.length > 0 && !knobs.RESUME_ANY)
+      throw new TrainerError(
+        `RESUME=${knobs.RESUME} is another run's checkpoint: ${differences.join("; ")} (RESUME_ANY=1 resumes it anyway)`,
+      );
+    for (const difference of differences) print(`RESUME_ANY=1: resuming another run's checkpoint: ${difference}`);
+  }
   const system = knobs.LOGMLPERF && lead ? readSystem(knobs.SUBMISSION_PLATFORM) : null;
   if (lead)
     for (const name of io.removeStaleTemps(knobs.SAVE_CKPT_DIR))
@@ -368,8 +408,9 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
     lr: optimizer.optimizers[0]!.lr,
   }));
   // several ranks: the gradients are averaged across them between the backward and the update
+  const nccl = comm.size > 1 ? ncclFor(comm, devices[0]!, print) : undefined;
   const dataParallelStep =
-    comm.size > 1 || options.splitStep ? makeBertDataParallelStep(state, stepOptions, comm) : null;
+    comm.size > 1 || options.splitStep ? makeBertDataParallelStep(state, stepOptions, comm, { nccl }) : null;
   const trainStep = (samples: SampleColumns): { loss: Tensor; lr: Tensor; reduceMs?: number } => {
     const tensors = samplesToTensors(samples, devices);
     if (!dataParallelStep) return fusedStep(...tensors);
@@ -434,11 +475,15 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
     // the state is the same on every rank: rank 0 writes it
     if (!lead) return path;
     mkdirSync(knobs.SAVE_CKPT_DIR, { recursive: true });
-    nn.saveTrainingState(path, { ...state }, { step: String(step), seed: String(knobs.SEED) });
-    result.checkpoints.push(path);
-    print(`saved checkpoint ${path}`);
-    pruneCheckpoints(knobs.SAVE_CKPT_DIR, knobs.KEEP_CKPT_AMOUNT, print);
-    return path;
+    const saved = saveAsOwn(knobs.SAVE_CKPT_DIR, basename(path, ".safe"), runId(identity), (to, overwrite) =>
+      nn.saveTrainingState(to, { ...state }, { step: String(step), ...runMetadata }, { overwrite }),
+    );
+    if (saved.otherRunsFile) print(`${saved.otherRunsFile} is another run's checkpoint: left as it is`);
+    result.checkpoints.push(saved.path);
+    print(`saved checkpoint ${saved.path}`);
+    for (const old of pruneRunCheckpoints(knobs.SAVE_CKPT_DIR, runId(identity), knobs.KEEP_CKPT_AMOUNT))
+      print(`removing old checkpoint ${old}`);
+    return saved.path;
   };
 
   // ** train loop **
@@ -530,10 +575,11 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
           result.finalModelPath = join(knobs.SAVE_CKPT_DIR, "bert_final.safe");
           if (lead) {
             mkdirSync(knobs.SAVE_CKPT_DIR, { recursive: true });
-            nn.safeSave(nn.getStateDict(model), result.finalModelPath, {
-              step: String(step),
-              masked_lm_accuracy: String(accuracy),
-            });
+            const metadata = { step: String(step), masked_lm_accuracy: String(accuracy), ...runMetadata };
+            const saved = saveAsOwn(knobs.SAVE_CKPT_DIR, "bert_final", runId(identity), (to, overwrite) =>
+              nn.safeSave(nn.getStateDict(model), to, metadata, { overwrite }),
+            );
+            result.finalModelPath = saved.path;
           }
           print(` *** Model saved to ${result.finalModelPath} ***`);
         }

@@ -7,6 +7,8 @@ export type { Communicator, HostArray, ReduceOp } from "./communicator.ts";
 export type { Launcher, World } from "./launcher.ts";
 export { worldFromEnv } from "./launcher.ts";
 export { MpiError } from "./mpi_library.ts";
+export { NcclCommunicator } from "./nccl.ts";
+export { NcclError } from "./nccl_library.ts";
 export { DEFAULT_BUCKET_MB, allReduceTensors, broadcastTensors } from "./tensors.ts";
 
 /**

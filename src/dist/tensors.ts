@@ -1,11 +1,13 @@
 // Collectives on tensors: gradients summed or averaged across ranks through flat host buckets, parameters
 // broadcast from one rank. A tensor on several in-process devices (GPUS=N per rank) is read from its first
 // device and the result written to all of them, so processes and in-process devices compose.
-import type { Buffer } from "../device.ts";
+import { type Buffer, Device } from "../device.ts";
 import { TsgradError, getenv } from "../helpers.ts";
 import { type DType, f16BitsToF32, f32ToF16Bits, bf16BitsToF32, f32ToBf16Bits } from "../dtype.ts";
 import { Tensor, realizedBuffers } from "../tensor/index.ts";
 import type { Communicator, ReduceOp } from "./communicator.ts";
+import type { NcclCommunicator } from "./nccl.ts";
+import type { NcclType } from "./nccl_library.ts";
 
 /** Megabytes of float32 per bucket: one MPI call sequence per bucket, not per tensor (BERT has ~400). */
 export const DEFAULT_BUCKET_MB = 32;
@@ -56,10 +58,20 @@ const CODECS: Partial<
 /**
  * Reduces every tensor across ranks in place (each rank's tensors then hold the sum, mean or max of all
  * ranks'), through float32 buckets of up to `TSGRAD_BUCKET_MB`. 16-bit floats are added in float32 and
- * rounded once. Every rank must pass tensors of the same shapes and dtypes in the same order.
+ * rounded once. Every rank must pass tensors of the same shapes and dtypes in the same order. With `nccl`
+ * the tensors stay on the GPU: one NCCL group of in-place all-reduces on the device's stream.
  */
-export function allReduceTensors(comm: Communicator, tensors: readonly Tensor[], op: ReduceOp = "mean"): void {
+export function allReduceTensors(
+  comm: Communicator,
+  tensors: readonly Tensor[],
+  op: ReduceOp = "mean",
+  { nccl }: { nccl?: NcclCommunicator } = {},
+): void {
   if (comm.size === 1 || tensors.length === 0) return;
+  if (nccl) {
+    allReduceOnDevice(nccl, tensors, op);
+    return;
+  }
   tensors.forEach((t, i) => {
     if (!CODECS[t.dtype.name])
       throw new TsgradError(`allReduceTensors: tensor ${i} is ${t.dtype.name}; only float tensors are reduced`);
@@ -80,6 +92,41 @@ export function allReduceTensors(comm: Communicator, tensors: readonly Tensor[],
       const values = CODECS[tensors[i]!.dtype.name]!.write(flat.subarray(offset, offset + sizes[i]!));
       for (const buffer of buffers[i]!) buffer.copyin(values as Float32Array);
       offset += sizes[i]!;
+    }
+  }
+}
+
+const NCCL_TYPE_OF: Partial<Record<DType["name"], NcclType>> = {
+  float32: "float32",
+  float16: "float16",
+  bfloat16: "bfloat16",
+  float64: "float64",
+  int32: "int32",
+};
+
+/**
+ * The NCCL form: each tensor's first device buffer reduced in place (queued on the GPU's stream after the
+ * kernels that wrote it), then copied to the rank's other devices, if any.
+ */
+function allReduceOnDevice(nccl: NcclCommunicator, tensors: readonly Tensor[], op: ReduceOp): void {
+  Tensor.realizeAll([...tensors]);
+  const buffers = tensors.map(realizedBuffers);
+  nccl.allReduce(
+    tensors.map((t, i) => {
+      const type = NCCL_TYPE_OF[t.dtype.name];
+      if (!type) throw new TsgradError(`allReduceTensors: tensor ${i} is ${t.dtype.name}, which NCCL does not reduce`);
+      return { pointer: nccl.devicePointer(buffers[i]![0]!), count: t.numel, type };
+    }),
+    op,
+  );
+  for (const shards of buffers) {
+    const [first, ...rest] = shards;
+    first!.version++; // new contents: nodes that stood for the old ones no longer do
+    for (const other of rest) {
+      const allocator = Device.allocator(other.device);
+      if (!allocator.transfer) throw new TsgradError(`${other.device} cannot take a copy from ${first!.device}`);
+      allocator.transfer(other.handle, first!.handle, first!.nbytes, first!.device);
+      other.version++;
     }
   }
 }

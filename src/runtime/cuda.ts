@@ -374,6 +374,13 @@ export function cudaMemory(device: CudaDevice): Allocator {
   const d = device.driver,
     index = device.index;
   return {
+    native: {
+      pointer: (raw) => BigInt((raw as CudaMemory).pointer),
+      get stream() {
+        return device.stream;
+      },
+      activate: () => device.activate(),
+    },
     allocate: (bytes): CudaMemory => ({ pointer: device.allocator.alloc(bytes), bytes }),
     free: (raw) => device.allocator.free((raw as CudaMemory).pointer, (raw as CudaMemory).bytes),
     copyout: (raw, bytes) => {
