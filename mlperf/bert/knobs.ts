@@ -162,6 +162,13 @@ export const KNOB_SPECS: readonly KnobSpec[] = [
   knob("KEEP_CKPT_AMOUNT", "int", () => 5, "5", "checkpoints kept (oldest deleted)"),
   knob("SAVE_CKPT_DIR", "string", () => "./ckpts", "./ckpts", "checkpoint folder"),
   knob("RESUME", "string", () => "", "none", "checkpoint file to continue from"),
+  knob(
+    "RESUME_ANY",
+    "flag",
+    () => 0,
+    "0",
+    "RESUME even from another run's checkpoint (other seed, model, batch, data or rules)",
+  ),
 ];
 
 /** Every knob, resolved: numbers for int/float/flag knobs, strings for the rest. */
@@ -208,6 +215,7 @@ export interface Knobs {
   KEEP_CKPT_AMOUNT: number;
   SAVE_CKPT_DIR: string;
   RESUME: string;
+  RESUME_ANY: number;
 }
 
 /** `--eval-bs` for EVAL_BS. */

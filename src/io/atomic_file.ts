@@ -1,12 +1,32 @@
 // Files written all or nothing: a reader sees the old file or the complete new one, never a torn write
 // (a crash mid-checkpoint must not leave a file that loads half a model).
 
-import { closeSync, fsyncSync, openSync, readdirSync, renameSync, rmSync, unlinkSync, writeSync } from "node:fs";
+import {
+  closeSync,
+  fsyncSync,
+  linkSync,
+  openSync,
+  readdirSync,
+  renameSync,
+  rmSync,
+  unlinkSync,
+  writeSync,
+} from "node:fs";
 import { basename, dirname, join } from "node:path";
 
 /** Writes `bytes` to `path` all or nothing: a temp file in the same folder, fsync, rename. */
 export function writeFileAtomic(path: string, bytes: Uint8Array): void {
   writeFileAtomicFrom(path, (write) => write(bytes));
+}
+
+/** Options of the atomic writers. */
+export interface AtomicWriteOptions {
+  /**
+   * Replace a file already at the path (default true). With false the file is put in place by a hard link, which
+   * fails with EEXIST when a file is there, even one another process put there a moment before: two writers
+   * racing for one name (two runs checkpointing into one folder) never replace each other's file.
+   */
+  overwrite?: boolean;
 }
 
 /**
@@ -17,6 +37,7 @@ export function writeFileAtomic(path: string, bytes: Uint8Array): void {
 export function writeFileAtomicFrom(
   path: string,
   produce: (write: (bytes: Uint8Array) => void, writeAt: (bytes: Uint8Array, position: number) => void) => void,
+  { overwrite = true }: AtomicWriteOptions = {},
 ): void {
   const temp = join(dirname(path), `.${basename(path)}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`);
   try {
@@ -39,7 +60,11 @@ export function writeFileAtomicFrom(
     } finally {
       closeSync(fd);
     }
-    renameSync(temp, path);
+    if (overwrite) renameSync(temp, path);
+    else {
+      linkSync(temp, path);
+      unlinkSync(temp);
+    }
   } catch (error) {
     try {
       unlinkSync(temp);

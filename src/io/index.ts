@@ -31,4 +31,4 @@ export {
   type ReadTfCheckpointOptions,
 } from "./tf_checkpoint.ts";
 export { crc32c, maskedCrc32c } from "./crc32c.ts";
-export { removeStaleTemps, writeFileAtomic, writeFileAtomicFrom } from "./atomic_file.ts";
+export { removeStaleTemps, writeFileAtomic, writeFileAtomicFrom, type AtomicWriteOptions } from "./atomic_file.ts";

@@ -10,7 +10,7 @@
 // that carries them is verified when read, one without them (another writer's) is read as is.
 
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
-import { writeFileAtomicFrom } from "./atomic_file.ts";
+import { type AtomicWriteOptions, writeFileAtomicFrom } from "./atomic_file.ts";
 import { crc32c } from "./crc32c.ts";
 
 /** The typed array that holds each dtype's elements (16-bit floats as raw bits). */
@@ -44,7 +44,7 @@ export interface SafetensorsContents {
 }
 
 /** Options of the writers. */
-export interface SafetensorsWriteOptions {
+export interface SafetensorsWriteOptions extends AtomicWriteOptions {
   /** Write each tensor's and the header's CRC-32C into the metadata (default true). */
   checksums?: boolean;
 }
@@ -551,31 +551,40 @@ export function writeSafetensorsStream(
   path: string,
   tensors: Record<string, SafetensorsStreamedTensor>,
   metadata: Record<string, string> = {},
-  { checksums = true }: SafetensorsWriteOptions = {},
+  { checksums = true, overwrite = true }: SafetensorsWriteOptions = {},
 ): void {
   const { json, names, bytes } = layoutSafetensors(tensors, metadata);
   const crcs = checksums ? new Map(names.map((name) => [name, 0])) : undefined;
   const header = renderHeader(json, crcs);
-  writeFileAtomicFrom(path, (write, writeAt) => {
-    write(header);
-    let offset = header.length;
-    for (const name of names) {
-      const expected = bytes.get(name)!;
-      let given = 0;
-      tensors[name]!.write((piece) => {
-        if (given + piece.byteLength > expected)
-          throw new SafetensorsError(path, name, offset + given, `more data than its shape holds (${expected} bytes)`);
-        given += piece.byteLength;
-        const pieceBytes = bytesOf(piece);
-        if (crcs !== undefined) crcs.set(name, crc32c(pieceBytes, crcs.get(name)));
-        write(pieceBytes);
-      });
-      if (given !== expected)
-        throw new SafetensorsError(path, name, offset + given, `${given} bytes of data, its shape holds ${expected}`);
-      offset += expected;
-    }
-    if (crcs !== undefined) writeAt(renderHeader(json, crcs), 0); // the same length: 8 hex digits a CRC
-  });
+  writeFileAtomicFrom(
+    path,
+    (write, writeAt) => {
+      write(header);
+      let offset = header.length;
+      for (const name of names) {
+        const expected = bytes.get(name)!;
+        let given = 0;
+        tensors[name]!.write((piece) => {
+          if (given + piece.byteLength > expected)
+            throw new SafetensorsError(
+              path,
+              name,
+              offset + given,
+              `more data than its shape holds (${expected} bytes)`,
+            );
+          given += piece.byteLength;
+          const pieceBytes = bytesOf(piece);
+          if (crcs !== undefined) crcs.set(name, crc32c(pieceBytes, crcs.get(name)));
+          write(pieceBytes);
+        });
+        if (given !== expected)
+          throw new SafetensorsError(path, name, offset + given, `${given} bytes of data, its shape holds ${expected}`);
+        offset += expected;
+      }
+      if (crcs !== undefined) writeAt(renderHeader(json, crcs), 0); // the same length: 8 hex digits a CRC
+    },
+    { overwrite },
+  );
 }
 
 /**

@@ -6,6 +6,7 @@ import { Tensor } from "../tensor/index.ts";
 import {
   type SafetensorsDType,
   type SafetensorsTensor,
+  type SafetensorsWriteOptions,
   readSafetensorsFile,
   writeSafetensorsFile,
 } from "../io/safetensors.ts";
@@ -133,11 +134,19 @@ export function toSafetensorsTensor(t: Tensor): SafetensorsTensor {
   return { dtype: SAFETENSORS_DTYPES[t.dtype.name], shape: t.shape, data: storageOf(t) } as SafetensorsTensor;
 }
 
-/** Writes `state` to a safetensors file, all or nothing (temp file, then rename), with each tensor's checksum. */
-export function safeSave(state: StateDict, path: string, metadata: Record<string, string> = {}): void {
+/**
+ * Writes `state` to a safetensors file, all or nothing (temp file, then rename), with each tensor's checksum;
+ * `{ overwrite: false }` fails (EEXIST) rather than replace a file at `path`.
+ */
+export function safeSave(
+  state: StateDict,
+  path: string,
+  metadata: Record<string, string> = {},
+  options: SafetensorsWriteOptions = {},
+): void {
   const tensors: Record<string, SafetensorsTensor> = {};
   for (const [name, t] of Object.entries(state)) tensors[name] = toSafetensorsTensor(t);
-  writeSafetensorsFile(path, tensors, metadata);
+  writeSafetensorsFile(path, tensors, metadata, options);
 }
 
 /**
@@ -169,8 +178,9 @@ export function saveTrainingState(
   path: string,
   parts: Record<string, unknown>,
   metadata: Record<string, string> = {},
+  options: SafetensorsWriteOptions = {},
 ): void {
-  safeSave(getStateDict(parts), path, { ...metadata, format: TRAINING_STATE_FORMAT });
+  safeSave(getStateDict(parts), path, { ...metadata, format: TRAINING_STATE_FORMAT }, options);
 }
 
 /**

@@ -54,6 +54,18 @@ test("a write that fails part way leaves the old file whole and no temp file", (
   assert.deepEqual(readdirSync(dir), ["data.bin"]);
 });
 
+test("with overwrite false a file already at the path stays, the write fails with EEXIST and leaves no temp", () => {
+  const dir = scratchDir("atomic-");
+  const path = join(dir, "data.bin");
+  writeFileAtomicFrom(path, (write) => write(new Uint8Array([1])), { overwrite: false });
+  assert.deepEqual([...readFileSync(path)], [1], "a new name is written");
+  assert.throws(() => writeFileAtomicFrom(path, (write) => write(new Uint8Array([2])), { overwrite: false }), {
+    code: "EEXIST",
+  });
+  assert.deepEqual([...readFileSync(path)], [1]);
+  assert.deepEqual(readdirSync(dir), ["data.bin"]);
+});
+
 test("removeStaleTemps deletes temp files of processes that are gone, and nothing else", () => {
   const dir = scratchDir("atomic-");
   // a pid that certainly ran and ended: a child that has exited
