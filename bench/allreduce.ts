@@ -4,16 +4,14 @@
 // BERT-large's gradient is 335M floats (1.34 GB per device); the default is a slice of it to fit a
 // shared machine: --numel 335000000 measures the full size.
 // Usage: npx tsx bench/allreduce.ts [--numel 16777216] [--device CPU] [--repeats 3]
-import { parseArgs } from "node:util";
+import { benchArgs } from "./args.ts";
 import { Device, Tensor } from "../src/index.ts";
 import { jit } from "../src/tensor/index.ts";
 
-const { values } = parseArgs({
-  options: {
-    numel: { type: "string", default: String(16 * 1024 * 1024) },
-    device: { type: "string" },
-    repeats: { type: "string", default: "3" },
-  },
+const { values } = benchArgs(import.meta.url, {
+  numel: { type: "string", default: String(16 * 1024 * 1024) },
+  device: { type: "string" },
+  repeats: { type: "string", default: "3" },
 });
 const numel = Number(values.numel);
 const kind = values.device ?? Device.DEFAULT.split(":")[0]!;

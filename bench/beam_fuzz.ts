@@ -7,7 +7,7 @@
 // Usage: npx tsx bench/beam_fuzz.ts [--preset tiny] [--batch 2] [--seq 32] [--depth 2] [--per-kernel 60] [--kernels N]
 // (BERT-tiny, depth 1, 30 a kernel: 1530 variants of 199 kernels, ~4 min with a cold kernel cache; depth 2, 60 a
 // kernel: 6730 variants, 20 min)
-import { parseArgs } from "node:util";
+import { benchArgs } from "./args.ts";
 import { Buffer, Device, Tensor } from "../src/index.ts";
 import { recordItems } from "../src/engine/realize.ts";
 import type { ExecItem } from "../src/engine/schedule.ts";
@@ -22,15 +22,13 @@ import { BERT_PRESETS, BertForPretraining } from "../models/bert.ts";
 import { createBertOptimizer, makeBertTrainStep } from "../models/bert_train_step.ts";
 import { fakeBatch, samplesToTensors } from "../mlperf/bert/data/loader.ts";
 
-const { values } = parseArgs({
-  options: {
-    preset: { type: "string", default: "tiny" },
-    batch: { type: "string", default: "2" },
-    seq: { type: "string", default: "32" },
-    depth: { type: "string", default: "2" },
-    "per-kernel": { type: "string", default: "60" },
-    kernels: { type: "string" },
-  },
+const { values } = benchArgs(import.meta.url, {
+  preset: { type: "string", default: "tiny" },
+  batch: { type: "string", default: "2" },
+  seq: { type: "string", default: "32" },
+  depth: { type: "string", default: "2" },
+  "per-kernel": { type: "string", default: "60" },
+  kernels: { type: "string" },
 });
 const preset = values.preset as keyof typeof BERT_PRESETS;
 const [batch, seq, depth, perKernel] = [

@@ -3,15 +3,16 @@
 // past a 64-byte boundary), one aligned; their steps alternate, so both see the same machine. Prints JSON:
 // median ms a step each and their ratio (above 1: alignment is faster).
 // Usage: npx tsx bench/host-alignment.ts [--config mini] [--steps 12]
-import { parseArgs } from "node:util";
+import { benchArgs } from "./args.ts";
 import { Device, Tensor } from "../src/index.ts";
 import { jit } from "../src/tensor/index.ts";
 import { BERT_PRESETS, BertForPretraining } from "../models/bert.ts";
 import { createBertOptimizer, makeBertTrainStep } from "../models/bert_train_step.ts";
 import { fakeBatch, samplesToTensors } from "../mlperf/bert/data/loader.ts";
 
-const { values } = parseArgs({
-  options: { config: { type: "string", default: "mini" }, steps: { type: "string", default: "12" } },
+const { values } = benchArgs(import.meta.url, {
+  config: { type: "string", default: "mini" },
+  steps: { type: "string", default: "12" },
 });
 const preset = values.config as keyof typeof BERT_PRESETS;
 const config = BERT_PRESETS[preset];

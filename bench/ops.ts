@@ -1,18 +1,16 @@
 // A small BERT-like encoder block, forward and backward: kernels per step and time per step on each
 // device (JS always; CPU where a compiler works). Prints one JSON object.
 // Usage: npx tsx bench/ops.ts [--batch 4] [--seq 32] [--hidden 64] [--steps 5]
-import { parseArgs } from "node:util";
+import { benchArgs } from "./args.ts";
 import { GlobalCounters, Tensor } from "../src/index.ts";
 import { jit } from "../src/tensor/index.ts";
 import { testDevices } from "../test/devices.ts";
 
-const { values } = parseArgs({
-  options: {
-    batch: { type: "string", default: "4" },
-    seq: { type: "string", default: "32" },
-    hidden: { type: "string", default: "64" },
-    steps: { type: "string", default: "5" },
-  },
+const { values } = benchArgs(import.meta.url, {
+  batch: { type: "string", default: "4" },
+  seq: { type: "string", default: "32" },
+  hidden: { type: "string", default: "64" },
+  steps: { type: "string", default: "5" },
 });
 const [B, S, H, steps] = [values.batch, values.seq, values.hidden, values.steps].map(Number) as [
   number,

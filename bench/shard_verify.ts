@@ -9,14 +9,15 @@
 
 import { statSync } from "node:fs";
 import { dirname } from "node:path";
-import { parseArgs } from "node:util";
+import { benchArgs } from "./args.ts";
 import { listSampleFiles } from "../mlperf/bert/data/loader.ts";
 import { emptySamples, findValueOutOfRange, ShardFile } from "../mlperf/bert/data/shard.ts";
 
-const { values, positionals } = parseArgs({
-  options: { repeat: { type: "string", default: "3" } },
-  allowPositionals: true,
-});
+const { values, positionals } = benchArgs(
+  import.meta.url,
+  { repeat: { type: "string", default: "3" } },
+  { allowPositionals: true },
+);
 const path = positionals[0];
 if (path === undefined) {
   process.stderr.write("Usage: npx tsx bench/shard_verify.ts SHARD [--repeat N]\n");
