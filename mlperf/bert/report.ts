@@ -21,6 +21,7 @@ import { readFileSync, renameSync, writeFileSync, rmSync } from "node:fs";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 import { MLLOG_KEYS as K, parseMllog } from "./mllog.ts";
+import { reportFailure } from "./exit_status.ts";
 
 export class ReportError extends Error {
   override name = "ReportError";
@@ -736,9 +737,7 @@ function main(argv: string[]): number {
     console.error(`report: ${runs.length} run${runs.length === 1 ? "" : "s"} -> ${output}`);
     return 0;
   } catch (error) {
-    if (!(error instanceof ReportError)) throw error;
-    console.error(`report: ${error.message}`);
-    return 1;
+    return reportFailure("report", error, [ReportError]);
   }
 }
 

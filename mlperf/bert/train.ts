@@ -44,8 +44,12 @@ import {
   prefetchBatches,
   evalBatches,
   samplesToTensors,
+  LoaderError,
   type ModelVocab,
 } from "./data/loader.ts";
+import { ShardError } from "./data/shard.ts";
+import { TFRecordError } from "./data/tfrecord.ts";
+import { StoppedError, reportFailure } from "./exit_status.ts";
 import { openSampleFile } from "./data/inspect.ts";
 import type { SampleColumns } from "./data/samples.ts";
 import { evalShardPath, trainShardPath } from "./data/basedir.ts";
@@ -381,7 +385,14 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
 
   let startStep = 0;
   if (knobs.RESUME !== "" && lead) {
-    const metadata = nn.loadTrainingState(knobs.RESUME, { ...state });
+    let metadata: Record<string, string>;
+    try {
+      metadata = nn.loadTrainingState(knobs.RESUME, { ...state });
+    } catch (error) {
+      throw new TrainerError(`cannot resume from RESUME=${knobs.RESUME}: ${(error as Error).message}`, {
+        cause: error,
+      });
+    }
     startStep = Number(metadata.step ?? scheduler.schedulers[0]!.stepCount.item());
     print(`resuming from ${knobs.RESUME} at step ${startStep}`);
   }
@@ -494,6 +505,16 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
   const lastStep = knobs.BENCHMARK ? Math.min(knobs.TRAIN_STEPS, startStep + knobs.BENCHMARK) : knobs.TRAIN_STEPS;
   const progress = knobs.BENCHMARK || !lead ? null : new CountProgress("train", knobs.TRAIN_STEPS, startStep);
   try {
+    // a read that fails after a step completed stops the run there, the state consistent: checkpoint, then exit
+    let failure: { error: unknown } | undefined;
+    const nextOrFailure = async (): Promise<SampleColumns | null> => {
+      try {
+        return await nextTrain();
+      } catch (error) {
+        failure = { error };
+        return null;
+      }
+    };
     let samples = await nextTrain();
     if (train) checkWidths(samples, knobs, `the train shards in ${shardFolders(knobs.BASEDIR).train}`);
     while (step < lastStep && !result.converged) {
@@ -504,7 +525,7 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
       // kernels a host backend (CPU, JS) ran inside the call: time on the device, not host overhead
       const reduceMs = out.reduceMs;
       const kernelMs = Math.min(GlobalCounters.timeSumS * 1000, pt - st - (reduceMs ?? 0));
-      const next = step + 1 < lastStep ? await nextTrain() : null;
+      const next = step + 1 < lastStep ? await nextOrFailure() : null;
       const dt = performance.now();
       const loss = out.loss.item();
       const lr = out.lr.item();
@@ -551,9 +572,16 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
       if (step % knobs.EVAL_STEP_FREQ === 0 || step === knobs.TRAIN_STEPS) {
         progress?.finish();
         if (mllog && knobs.RUNMLPERF) mllog.start(K.EVAL_START, null, { epoch_num: step * knobs.BS, step_num: step });
-        const { accuracy } = evaluate(evaluation, step, knobs.MAX_EVAL_STEPS);
-        result.accuracy = accuracy;
-        if (mllog && knobs.RUNMLPERF) {
+        let accuracy = Number.NaN;
+        try {
+          accuracy = evaluate(evaluation, step, knobs.MAX_EVAL_STEPS).accuracy;
+        } catch (error) {
+          // one rank alone cannot stop the others inside an evaluation's collectives: the job fails as a whole
+          if (comm.size > 1) throw error;
+          failure = { error };
+        }
+        result.accuracy = failure ? result.accuracy : accuracy;
+        if (mllog && knobs.RUNMLPERF && !failure) {
           const evaluated = Math.min(evalSetSize, knobs.EVAL_BS * knobs.MAX_EVAL_STEPS);
           mllog.end(K.EVAL_STOP, step * knobs.BS, {
             epoch_num: step * knobs.BS,
@@ -589,8 +617,22 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
       // without this turn of the event loop a signal's handler would wait until the prefetch ran dry
       await new Promise((resolve) => setImmediate(resolve));
       if (knobs.CKPT && step % knobs.SAVE_CKPT_FREQ === 0 && !result.converged) saveCheckpoint(step);
-      // the ranks stop together: an interrupt seen by any of them counts for all
-      if (comm.size > 1) stop.signal = comm.allReduce(Int32Array.of(stop.signal), "max")[0]!;
+      // the ranks stop together: an interrupt or a failed read seen by any of them counts for all
+      if (comm.size > 1) {
+        const [signal, failed] = comm.allReduce(Int32Array.of(stop.signal, failure ? 1 : 0), "max");
+        stop.signal = signal!;
+        if (failed && !failure) failure = { error: new LoaderError("another rank could not read its samples") };
+      }
+      if (failure) {
+        const path =
+          knobs.CKPT && step % knobs.SAVE_CKPT_FREQ === 0 ? result.checkpoints.at(-1)! : saveCheckpoint(step);
+        if (mllog && knobs.RUNMLPERF) mllog.end(K.RUN_STOP, null, { status: "aborted" });
+        const cause = failure.error instanceof Error ? failure.error.message : String(failure.error);
+        throw new StoppedError(
+          `stopped after step ${step}: ${cause}; the step is saved: RESUME=${path} continues once the data is fixed`,
+          { cause: failure.error },
+        );
+      }
       if (stop.signal && !result.converged && step < lastStep) {
         result.interrupted = true;
         result.exitCode = 128 + stop.signal;
@@ -633,6 +675,18 @@ function startedByTsxCommand(): boolean {
   }
 }
 
+/** What bad data, files or knobs throw: exit status 2 (exit_status.ts); anything else is a bug, status 1. */
+const INPUT_ERRORS = [
+  KnobError,
+  TrainerError,
+  LoaderError,
+  ShardError,
+  TFRecordError,
+  io.SafetensorsError,
+  io.TfCheckpointError,
+  nn.StateDictError,
+];
+
 export async function main(argv: string[]): Promise<number> {
   if (startedByTsxCommand())
     console.error(
@@ -651,16 +705,7 @@ export async function main(argv: string[]): Promise<number> {
   } catch (error) {
     // in a job of several ranks, each says which it is: mpirun shows every rank's words mixed together
     const world = dist.worldFromEnv();
-    const who = world.size > 1 ? `rank ${world.rank} of ${world.size}: ` : "";
-    if (error instanceof KnobError || error instanceof TrainerError) {
-      console.error(`train: ${who}${error.message}`);
-      return 2;
-    }
-    if (who) {
-      console.error(`train: ${who}${(error as Error).stack ?? error}`);
-      return 1;
-    }
-    throw error;
+    return reportFailure("train", error, INPUT_ERRORS, world.size > 1 ? `rank ${world.rank} of ${world.size}: ` : "");
   }
 }
 

@@ -10,10 +10,11 @@ import { pathToFileURL } from "node:url";
 import { getenv, io } from "../../../src/index.ts";
 import { basedirFromEnv, defaultBasedir } from "./basedir.ts";
 import { ByteProgress, type ProgressSink } from "./byteProgress.ts";
-import { ChecksumError, parseMd5List, verifyMd5, verifyMd5List } from "./checksums.ts";
-import { confirmedDownloadUrl, driveUrl } from "./googleDrive.ts";
-import { downloadToFile, type DownloadOptions } from "./http.ts";
-import { extractTarGz } from "./untar.ts";
+import { ChecksumError, Md5ListError, parseMd5List, verifyMd5, verifyMd5List } from "./checksums.ts";
+import { DriveError, confirmedDownloadUrl, driveUrl } from "./googleDrive.ts";
+import { DownloadError, downloadToFile, type DownloadOptions } from "./http.ts";
+import { TarError, extractTarGz } from "./untar.ts";
+import { UsageError, reportFailure } from "../exit_status.ts";
 
 /** A file to fetch: its name in BASEDIR, where it comes from, and what it must be. */
 export interface RemoteFile {
@@ -234,7 +235,7 @@ function parseArgs(argv: string[]): { basedir: string; wikiTrain: boolean; verif
     else if (arg === "--verify-checksum") options.verifyChecksum = true;
     else if (arg === "--basedir" && argv[i + 1] !== undefined) options.basedir = argv[++i]!;
     else if (arg.startsWith("--basedir=")) options.basedir = arg.slice("--basedir=".length);
-    else throw new Error(`unknown argument ${JSON.stringify(arg)}\n\n${USAGE}`);
+    else throw new UsageError(`unknown argument ${JSON.stringify(arg)}\n\n${USAGE}`);
   }
   return options;
 }
@@ -251,9 +252,12 @@ async function main(): Promise<void> {
   await downloadBertData(referencePlan(args.wikiTrain), { basedir: args.basedir, verifyChecksum: args.verifyChecksum });
 }
 
+/** What a bad file, a refused or failed download or a bad archive throws: exit status 2 (exit_status.ts). */
+const INPUT_ERRORS = [DownloadError, DriveError, ChecksumError, Md5ListError, TarError];
+
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
   main().catch((error: Error) => {
-    process.stderr.write(`\nerror: ${error.message}\n`);
-    process.exitCode = 1;
+    process.stderr.write("\n"); // past a progress bar
+    process.exitCode = reportFailure("download", error, INPUT_ERRORS);
   });
 }

@@ -23,6 +23,7 @@ import { PyRandom } from "./pyrandom.ts";
 import type { SampleColumns } from "./samples.ts";
 import { ShardError, type ShardSettings, fieldWidth, unfitValue, writeShardRows } from "./shard.ts";
 import { BertTokenizer, loadVocab, pythonStrip, VocabError } from "./tokenizer.ts";
+import { reportFailure } from "../exit_status.ts";
 
 /** The reference's knobs (env vars MAX_SEQ_LENGTH, MAX_PREDICTIONS_PER_SEQ, ...). */
 export interface PreprocessSettings {
@@ -980,8 +981,12 @@ if (!isMainThread && (workerData as { role?: string } | null)?.role === WORKER_R
   fileURLToPath(import.meta.url) === resolve(process.argv[1])
 ) {
   cliMain(process.argv.slice(2)).catch((error: Error) => {
-    const expected = error instanceof PreprocessError || error instanceof VocabError || error instanceof ShardError;
-    process.stderr.write(`\npreprocess: ${expected ? error.message : error.stack}\n`);
-    process.exitCode = 1;
+    process.stderr.write("\n"); // past a progress line
+    process.exitCode = reportFailure("preprocess", error, [
+      PreprocessError,
+      VocabError,
+      ShardError,
+      io.SafetensorsError,
+    ]);
   });
 }
