@@ -3,9 +3,13 @@
 // GFLOP/s from analytic matmul FLOPs x3, for the issue's configurations; and the start-up figure: process
 // start to the first tiny train step, with a cold kernel cache and then a warm one. `--profile N` adds each
 // configuration's N costliest kernels (by name and options: median ms a step over the timed steps, how many,
-// GFLOP/s and the GB/s of the buffers they touch, which tells memory-bound kernels from the rest). Prints JSON
-// on stdout, progress on stderr.
+// GFLOP/s and the GB/s of the buffers they touch, which tells memory-bound kernels from the rest). `--breakdown`
+// adds the step's time by kernel kind (GEMM-like: 4 or more FLOPs a byte touched; other reductions;
+// elementwise; scatters), each kind's GFLOP/s and share of the machine's peak (bench/peak.ts, measured first;
+// `--peak GFLOPS` gives it instead). Timing kernels one by one runs the captured step without its graph, so
+// steps measured with --profile or --breakdown are slower than without. Prints JSON on stdout, progress on stderr.
 // Usage: npx tsx bench/bert-step.ts [--configs tiny,mini] [--steps 3] [--base] [--large] [--no-startup] [--profile 20]
+//        [--breakdown] [--peak GFLOPS]
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -41,6 +45,8 @@ const { values } = parseArgs({
     "no-startup": { type: "boolean", default: false },
     "first-step-only": { type: "string" },
     profile: { type: "string" },
+    breakdown: { type: "boolean", default: false },
+    peak: { type: "string" },
     help: { type: "boolean", default: false },
   },
 });
@@ -94,6 +100,8 @@ if (values["first-step-only"]) {
   process.exit(0);
 }
 
+/** The machine's peak GFLOP/s once measured (peakGflops). */
+let peak: number | undefined;
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const names = [...values.configs.split(","), ...(values.base ? ["base"] : []), ...(values.large ? ["large"] : [])];
 const results: Record<string, unknown>[] = [];
@@ -114,7 +122,7 @@ for (const name of names) {
       bytes: item.buffers.reduce((sum, b) => sum + b.nbytes, 0),
     });
   };
-  if (values.profile) kernelTimers.add(timer);
+  if (values.profile || values.breakdown) kernelTimers.add(timer);
   const steps = Array.from({ length: Number(values.steps) }, () => step());
   kernelTimers.delete(timer);
   const ms = median(steps.map((s) => s.ms));
@@ -130,6 +138,7 @@ for (const name of names) {
     kernels_per_step: steps.at(-1)!.kernels,
     ...(kernelMs > 0 ? { median_kernel_ms: +kernelMs.toFixed(1) } : {}),
     ...(values.profile ? { profile: profile(launches, steps.length, Number(values.profile)) } : {}),
+    ...(values.breakdown ? { breakdown: breakdown(launches, steps.length, ms, peakGflops()) } : {}),
   });
   console.error(JSON.stringify(results.at(-1)));
 }
@@ -165,6 +174,69 @@ function profile(
       gflops: +(g.flops / g.ms / 1e6).toFixed(1),
       gbps: +(g.bytes / g.ms / 1e6).toFixed(1),
     }));
+}
+
+/** The kind of a kernel for the breakdown: its name's form and its arithmetic intensity. */
+function kindOf(key: string, flops: number, bytes: number): string {
+  if (key.startsWith("s_")) return "scatter";
+  if (flops >= 4 * bytes) return "gemm";
+  if (key.startsWith("r_")) return "reduce";
+  return "elementwise";
+}
+
+/** The machine's float32 peak on every core: --peak, else bench/peak.ts run once (1 s). */
+function peakGflops(): number {
+  if (peak !== undefined) return peak;
+  if (values.peak) return (peak = Number(values.peak));
+  const child = spawnSync(
+    process.execPath,
+    ["--import", "tsx", fileURLToPath(new URL("./peak.ts", import.meta.url)), "--seconds", "1"],
+    {
+      encoding: "utf8",
+    },
+  );
+  if (child.status !== 0) throw new Error(`bench/peak.ts failed: ${child.stderr.slice(-1000)}`);
+  const runs = (JSON.parse(child.stdout) as { runs: { gflops: number }[] }).runs;
+  peak = Math.max(...runs.map((r) => r.gflops));
+  return peak;
+}
+
+/** The step's kernel time by kind: ms a step (median per launch), share of the step, GFLOP/s, share of peak. */
+function breakdown(
+  launches: readonly { key: string; seconds: number; flops: number; bytes: number }[],
+  stepCount: number,
+  stepMs: number,
+  peakGflopsValue: number,
+) {
+  const perStep = launches.length / stepCount;
+  const kinds = new Map<string, { ms: number; flops: number; kernels: number }>();
+  for (let i = 0; i < perStep; i++) {
+    const { key, flops, bytes } = launches[i]!;
+    const ms = median(Array.from({ length: stepCount }, (_, s) => launches[s * perStep + i]!.seconds)) * 1000;
+    const kind = kindOf(key, flops, bytes);
+    const entry = kinds.get(kind) ?? { ms: 0, flops: 0, kernels: 0 };
+    entry.ms += ms;
+    entry.flops += flops;
+    entry.kernels++;
+    kinds.set(kind, entry);
+  }
+  const kernelMs = [...kinds.values()].reduce((sum, k) => sum + k.ms, 0);
+  return {
+    peak_gflops: peakGflopsValue,
+    outside_kernels_ms: +(stepMs - kernelMs).toFixed(1),
+    kinds: Object.fromEntries(
+      [...kinds].map(([kind, k]) => [
+        kind,
+        {
+          kernels: k.kernels,
+          ms: +k.ms.toFixed(1),
+          share_of_step: +(k.ms / stepMs).toFixed(3),
+          gflops: +(k.flops / k.ms / 1e6).toFixed(1),
+          share_of_peak: +(k.flops / k.ms / 1e6 / peakGflopsValue).toFixed(3),
+        },
+      ]),
+    ),
+  };
 }
 
 let startup: Record<string, unknown> | undefined;
