@@ -38,7 +38,9 @@ function windowScan(x: Tensor, a: number, combine: Combine): Tensor {
  */
 function scan(x: Tensor, a: number, combine: Combine): Tensor {
   const n = x.shape[a]!;
-  if (n === 0) return x.cast(reduce(x, combine, a).dtype); // nothing to combine, only the dtype to match
+  // nothing to combine, only the dtype to match; no windows either: the gradient of windows over an empty tensor
+  // sends the scheduler's one-hot matcher into a division by a 0 size (issue 36)
+  if (x.numel === 0) return combine === "sum" ? x.cast(x.sum({ axis: a }).dtype) : x;
   if (n <= WINDOW_LIMIT) return windowScan(x, a, combine);
   const block = Math.ceil(Math.sqrt(n)),
     blocks = Math.ceil(n / block);

@@ -77,6 +77,23 @@ for (const device of testDevices()) {
       }
     });
 
+    test("a scan along an axis of a tensor with no elements is empty, and so is its gradient", () => {
+      for (const scan of [cumsum, cummax])
+        for (const [shape, axis] of [
+          [[2, 0], 0],
+          [[0, 2], 1],
+          [[4, 0, 3], 2],
+          [[0], 0],
+        ] as [number[], number][]) {
+          const x = Tensor.zeros(shape, { device, requiresGrad: true });
+          const out = scan(x, axis);
+          assert.deepEqual(out.shape, shape);
+          out.sum().backward();
+          assert.deepEqual(x.grad!.shape, shape);
+          assert.equal(x.grad!.toArray().length, 0);
+        }
+    });
+
     test("bool cumsum counts in int32", () => {
       const out = cumsum(new Tensor([true, false, true, true], { device }), 0);
       assert.equal(out.dtype, dtypes.int32);
