@@ -148,7 +148,7 @@ export const KNOB_SPECS: readonly KnobSpec[] = [
     "flag",
     () => 0,
     "0",
-    "init phase: clear the kernel cache, compile on fake data (needs BENCHMARK)",
+    "init phase: clear the run's kernel cache (TSGRAD_CACHE), compile on fake data (needs BENCHMARK)",
   ),
   knob("RUNMLPERF", "flag", () => 0, "0", "run phase: train on the real shards to TARGET"),
   knob("BENCHMARK", "int", () => 0, "0", "run this many steps, then print the estimated training time"),
@@ -390,6 +390,11 @@ export function validateKnobs(k: Knobs, world: { rank: number; size: number } = 
     throw new KnobError("INITMLPERF and RUNMLPERF are two phases, two processes: set one");
   if (k.INITMLPERF && !k.BENCHMARK)
     throw new KnobError("INITMLPERF=1 needs BENCHMARK=N: the number of fake steps that compile every kernel");
+  // the init phase deletes the kernel cache: only one the run owns, which TSGRAD_CACHE names
+  if (k.INITMLPERF && !process.env.TSGRAD_CACHE)
+    throw new KnobError(
+      "INITMLPERF=1 clears the kernel cache, and TSGRAD_CACHE names none for this run: set it to a folder of the run's own (run_and_time uses ./kernel-cache); the user-wide cache ($XDG_CACHE_HOME/tsgrad, ~/.cache/tsgrad) is not deleted unless TSGRAD_CACHE names it",
+    );
   if (k.RUNMLPERF && k.EVAL_BS * k.MAX_EVAL_STEPS < k.EVAL_SET_SIZE) {
     throw new KnobError(
       `EVAL_BS*MAX_EVAL_STEPS=${k.EVAL_BS}*${k.MAX_EVAL_STEPS}=${k.EVAL_BS * k.MAX_EVAL_STEPS} does not cover the ${k.EVAL_SET_SIZE}-sample eval set (EVAL_SET_SIZE): raise MAX_EVAL_STEPS to ${Math.ceil(k.EVAL_SET_SIZE / k.EVAL_BS)}`,

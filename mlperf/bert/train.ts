@@ -328,7 +328,7 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
   if (mllog && knobs.INITMLPERF) logSubmissionInfo(mllog, system!, knobs.SUBMISSION_PLATFORM);
   if (knobs.INITMLPERF) {
     // compiled kernels and BEAM choices of earlier runs must not shorten this one; one rank per machine
-    // clears the machine's cache before any rank compiles into it
+    // clears the machine's cache before any rank compiles into it: the run's own, TSGRAD_CACHE (validateKnobs)
     if (comm.localRank === 0) clearKernelCache({ onDisk: true });
     else clearKernelCache();
     comm.barrier();

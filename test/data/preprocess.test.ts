@@ -198,6 +198,25 @@ test("pre-train on two workers writes each part's shard, identical to the refere
   assert.equal(statSync(trainShardPath(basedir, 0)).mtimeMs, writtenAt);
 });
 
+test("a rerun with other settings refuses, naming each differing setting; a damaged shard is made again", async () => {
+  const basedir = tempDir();
+  mkdirSync(join(basedir, "results4"));
+  copyFileSync(VOCAB, join(basedir, "vocab.txt"));
+  copyFileSync(INPUT, trainInputPath(basedir, 0));
+  const options = { command: { kind: "pre-train" as const, parts: [0] }, basedir, numWorkers: 1 };
+  await makeShards({ ...options, settings: settings(128, 20, 1) });
+  const made = readFileSync(trainShardPath(basedir, 0));
+  await assert.rejects(makeShards({ ...options, settings: { ...settings(128, 20, 2), randomSeed: 7 } }), {
+    name: "PreprocessError",
+    message: `${trainShardPath(basedir, 0)} was made with RANDOM_SEED 12345 (now 7), DUPE_FACTOR 1 (now 2): remove it to make it again with these settings, or preprocess with the ones it was made with`,
+  });
+  assert.deepEqual(readFileSync(trainShardPath(basedir, 0)), made, "the shard is kept");
+
+  writeFileSync(trainShardPath(basedir, 0), made.subarray(0, 100)); // a header cut short
+  await makeShards({ ...options, settings: settings(128, 20, 1) });
+  assert.deepEqual(readFileSync(trainShardPath(basedir, 0)), made, "made again, the same bytes");
+});
+
 test("a part that fails in a worker rejects with the file named and leaves no shard for it", async () => {
   const basedir = tempDir();
   mkdirSync(join(basedir, "results4"));

@@ -183,6 +183,19 @@ test("INITMLPERF needs BENCHMARK, and the two phases are not one process", () =>
   rejects(knobs({ INITMLPERF: "1", RUNMLPERF: "1", BENCHMARK: "10" }), "two phases");
 });
 
+test("the init phase clears only a kernel cache TSGRAD_CACHE names, never the user-wide one unasked", () => {
+  const before = process.env.TSGRAD_CACHE;
+  try {
+    delete process.env.TSGRAD_CACHE;
+    rejects(knobs({ INITMLPERF: "1", BENCHMARK: "10" }), "TSGRAD_CACHE names none for this run");
+    process.env.TSGRAD_CACHE = "/tmp/run/kernel-cache";
+    validateKnobs(knobs({ INITMLPERF: "1", BENCHMARK: "10" }));
+  } finally {
+    if (before === undefined) delete process.env.TSGRAD_CACHE;
+    else process.env.TSGRAD_CACHE = before;
+  }
+});
+
 test("batches that do not split over the devices or micro-batches are refused", () => {
   rejects(knobs({ GPUS: "4", BS: "66" }), "GPUS=4");
   rejects(knobs({ BS: "10", GRADIENT_ACC_STEPS: "4" }), "GRADIENT_ACC_STEPS=4");

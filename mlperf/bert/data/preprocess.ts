@@ -661,7 +661,9 @@ tinygrad's wikipedia.py) would make them, with BASEDIR/vocab.txt:
   pre-train all   every part: BASEDIR/train/part-NNNNN-of-00500.safetensors
   pre-train N     part N only (0..499)
   pre-eval        BASEDIR/eval/eval.safetensors: 10,000 samples picked as pick_eval_samples.py does
-Shards already present are skipped (each is written to a temp file and renamed when complete).
+Shards already present are skipped (each is written to a temp file and renamed when complete); one
+made with other settings (its metadata records them) stops the command, naming them; one whose
+header cannot be read is made again.
 
 Options (each also read from the environment variable shown; flags win):
   --basedir DIR                  BASEDIR                  (default: $XDG_DATA_HOME/tsgrad/wiki or ~/.local/share/tsgrad/wiki)
@@ -918,7 +920,49 @@ export interface ShardsMade {
   inputBytes: number;
 }
 
-/** `pre-train` or `pre-eval` under `basedir` (see USAGE); parts whose shard exists are skipped. */
+/** The settings a shard records, by the knob that sets each (vocab_size by the vocab file). */
+const RECORDED_SETTINGS: [key: string, knob: string][] = [
+  ["max_seq_length", "MAX_SEQ_LENGTH"],
+  ["max_predictions_per_seq", "MAX_PREDICTIONS_PER_SEQ"],
+  ["random_seed", "RANDOM_SEED"],
+  ["dupe_factor", "DUPE_FACTOR"],
+  ["masked_lm_prob", "MASKED_LM_PROB"],
+  ["short_seq_prob", "SHORT_SEQ_PROB"],
+  ["vocab_size", "the vocab size (vocab.txt)"],
+];
+
+/**
+ * Whether the shard at `path` stands as made: false when there is none, or its header cannot be read (a damaged
+ * file, made again). A shard made with other settings is refused, naming each: a rerun must not leave a folder of
+ * shards of two kinds, nor silently throw away hours of preprocessing for a mistyped knob. (Settings a version 1
+ * shard does not record are not compared.)
+ */
+function keepsShard(path: string, settings: PreprocessSettings, vocabSize: number): boolean {
+  if (!existsSync(path)) return false;
+  let recorded: Record<string, string>;
+  try {
+    recorded = io.readSafetensorsHeader(path).metadata;
+  } catch (error) {
+    process.stderr.write(`${path}: unreadable (${(error as Error).message}): making it again\n`);
+    return false;
+  }
+  const wanted: Record<string, string> = {
+    ...shardSettings(settings, vocabSize),
+    max_seq_length: String(settings.maxSeqLength),
+    max_predictions_per_seq: String(settings.maxPredictionsPerSeq),
+  };
+  const differences = RECORDED_SETTINGS.filter(([key]) => recorded[key] !== undefined && recorded[key] !== wanted[key]);
+  if (differences.length === 0) return true;
+  const listed = differences.map(([key, knob]) => `${knob} ${recorded[key]} (now ${wanted[key]})`).join(", ");
+  throw new PreprocessError(
+    `${path} was made with ${listed}: remove it to make it again with these settings, or preprocess with the ones it was made with`,
+  );
+}
+
+/**
+ * `pre-train` or `pre-eval` under `basedir` (see USAGE); parts whose shard exists, made with these settings, are
+ * skipped; one made with others stops the command (keepsShard).
+ */
 export async function makeShards({
   command,
   basedir,
@@ -935,7 +979,7 @@ export async function makeShards({
           inputPath: trainInputPath(basedir, part),
           shardPath: trainShardPath(basedir, part),
         }));
-  const pending = jobs.filter((job) => !existsSync(job.shardPath));
+  const pending = jobs.filter((job) => !keepsShard(job.shardPath, settings, tokenizer.vocab.tokens.length));
   const missing = pending.find((job) => !existsSync(job.inputPath));
   if (missing)
     throw new PreprocessError(

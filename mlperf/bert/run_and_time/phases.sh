@@ -3,6 +3,8 @@
 # cache, compile and BEAM-search every kernel on fake data), then the timed run phase; both append
 # to one console log and one MLPerf log. Last, the run report from the console log.
 export LOGMLPERF="${LOGMLPERF:-1}"
+# the run's own kernel cache, which the init phase clears (never the user-wide ~/.cache/tsgrad, unless named here)
+export TSGRAD_CACHE="${TSGRAD_CACHE:-$PWD/kernel-cache}"
 export SEED="${SEED:-$RANDOM}"
 LOGFILE="bert_${PLATFORM}_$(date "+%m%d%H%M")_${SEED}.log"
 
