@@ -8,9 +8,10 @@
 // - each first-step gradient within twice PyTorch's own float32 error (relative, in L2 norm; at least the unit
 //   roundoff 2^-24, the error no float32 result can promise to beat).
 // The attention keys' biases are the exception to the last two: softmax ignores a constant added to a row of
-// scores, so their exact gradient is 0, and what any float32 run computes for them is rounding noise (1e-20
-// against 1e-9); LAMB then moves them by that noise, in its direction under the seed's trust ratio. Their
-// gradients are held to PyTorch's noise level instead, their updates only reported.
+// scores, so their exact gradient is 0, and what any float32 run computes for them is rounding noise (norms of
+// about 5e-11, the float64 run's 1e-19); LAMB then moves them by that noise, in its direction under the seed's
+// trust ratio. Their gradients are held to PyTorch's noise (the same relative measure, over the same float64
+// norm), their updates only reported.
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { describe, test } from "node:test";
