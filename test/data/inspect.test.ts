@@ -41,7 +41,20 @@ test("format detection looks at the content, not the extension", () => {
 test("a file that is neither format is an error naming it", () => {
   const path = join(dir, "notes.txt");
   writeFileSync(path, "just some text, long enough to have a header");
-  assert.throws(() => detectSampleFormat(path), new RegExp(`^Error: ${path}: neither a tsgrad sample shard`));
+  assert.throws(() => detectSampleFormat(path), {
+    name: "ShardError",
+    message: `${path}: format: neither a tsgrad sample shard (safetensors) nor a TFRecord file`,
+  });
+});
+
+test("a shard cut inside its header is still a shard, whose reader says where it ends", () => {
+  const path = join(dir, "cut.safetensors");
+  writeFileSync(path, readFileSync(shardPath).subarray(0, 300));
+  assert.equal(detectSampleFormat(path), "shard");
+  assert.throws(() => readSamples(path), {
+    name: "SafetensorsError",
+    message: /runs past the end of the file \(300 bytes\)/,
+  });
 });
 
 test("readSamples gives the same columns from a shard and from a TFRecord", () => {

@@ -6,7 +6,7 @@ import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 import { io } from "../../../src/index.ts";
 import { SAMPLE_FIELDS, type SampleColumns } from "./samples.ts";
-import { emptySamples, fieldWidth, readShard, ShardFile, type ShardOpenOptions } from "./shard.ts";
+import { emptySamples, fieldWidth, readShard, ShardError, ShardFile, type ShardOpenOptions } from "./shard.ts";
 import { readTFRecordSamples, TFRecordSampleFile } from "./tfrecord.ts";
 
 export type SampleFormat = "shard" | "tfrecord";
@@ -32,8 +32,9 @@ export function detectSampleFormat(path: string): SampleFormat {
     const read = readSync(fd, head, 0, 12, 0);
     const view = new DataView(head.buffer);
     if (read === 12 && io.maskedCrc32c(head.subarray(0, 8)) === view.getUint32(8, true)) return "tfrecord";
-    if (read >= 9 && view.getBigUint64(0, true) <= BigInt(size - 8) && head[8] === 0x7b /* "{" */) return "shard";
-    throw new Error(`${path}: neither a tsgrad sample shard (safetensors) nor a TFRecord file`);
+    // a header cut short is still a shard's: its reader names what is wrong with it
+    if (read >= 9 && head[8] === 0x7b /* "{" */) return "shard";
+    throw new ShardError(path, "format", "neither a tsgrad sample shard (safetensors) nor a TFRecord file");
   } finally {
     closeSync(fd);
   }
