@@ -155,21 +155,52 @@ function specialIdsOf(tokenizer: BertTokenizer): SpecialIds {
 }
 
 /**
- * Samples in the order made, unpadded: sample k's tokens are
- * `tokenIds[tokenStarts[k]..tokenStarts[k+1])`, its first `segmentALengths[k]` tokens
- * (with [CLS] and the first [SEP]) are segment 0; its predictions likewise by predictionStarts.
+ * Samples in the order made, by reference into the input's token ids rather than copies of them (DUPE_FACTOR copies
+ * of a part's tokens would be most of a worker's memory): sample k is `[CLS] A [SEP] B [SEP]`, where A is
+ * `sourceIds[pairs[4k]..pairs[4k+1])` and B `sourceIds[pairs[4k+2]..pairs[4k+3])`, with its predictions'
+ * replacements written over it; [CLS], A and the first [SEP] are segment 0. Its predictions are
+ * `predictionStarts[k]..predictionStarts[k+1]` of the prediction arrays. `sampleTokens` puts one together.
  */
 export interface MadeSamples {
   count: number;
-  tokenIds: Int32Array;
-  tokenStarts: Int32Array;
-  segmentALengths: Int32Array;
+  sourceIds: Int32Array;
+  pairs: Int32Array;
+  cls: number;
+  sep: number;
   predictionStarts: Int32Array;
   maskedLmPositions: Int32Array;
   maskedLmIds: Int32Array;
+  /** What each prediction's position holds in the sample: [MASK], the original id or a random one. */
+  maskedLmReplacements: Int32Array;
   nextSentenceLabels: Int32Array;
   /** The reference's output order: its final `rng.shuffle(instances)` as indices. */
   shuffledOrder: Int32Array;
+}
+
+/**
+ * Writes made sample `k`'s token ids into `out` from `at` (room for max_seq_length); returns its length and the
+ * length of segment 0.
+ */
+export function sampleTokens(
+  made: MadeSamples,
+  k: number,
+  out: Int32Array | Uint16Array | Uint8Array,
+  at: number,
+): { length: number; segmentALength: number } {
+  const { pairs, sourceIds } = made;
+  const [aStart, aEnd, bStart, bEnd] = [pairs[4 * k]!, pairs[4 * k + 1]!, pairs[4 * k + 2]!, pairs[4 * k + 3]!];
+  let n = at;
+  out[n++] = made.cls;
+  out.set(sourceIds.subarray(aStart, aEnd), n);
+  n += aEnd - aStart;
+  out[n++] = made.sep;
+  const segmentALength = n - at;
+  out.set(sourceIds.subarray(bStart, bEnd), n);
+  n += bEnd - bStart;
+  out[n++] = made.sep;
+  for (let p = made.predictionStarts[k]!; p < made.predictionStarts[k + 1]!; p++)
+    out[at + made.maskedLmPositions[p]!] = made.maskedLmReplacements[p]!;
+  return { length: n - at, segmentALength };
 }
 
 /** Python's `round()` on a double: halves go to the even neighbour. */
@@ -185,16 +216,18 @@ export type ProgressCallback = (samplesMade: number) => void;
 
 /** Builds samples from documents with the reference's random calls, in its order. */
 class SampleMaker {
-  private readonly tokenIds = new GrowableInt32();
-  private readonly tokenStarts = new GrowableInt32();
-  private readonly segmentALengths = new GrowableInt32();
+  private readonly pairs = new GrowableInt32();
   private readonly predictionStarts = new GrowableInt32();
   private readonly maskedLmPositions = new GrowableInt32();
   private readonly maskedLmIds = new GrowableInt32();
+  private readonly maskedLmReplacements = new GrowableInt32();
   private readonly nextSentenceLabels = new GrowableInt32();
   private readonly candidates: Int32Array;
   private readonly predictionPositions: Int32Array;
   private readonly predictionLabels: Int32Array;
+  private readonly predictionReplacements: Int32Array;
+  /** The sample being made. */
+  private readonly tokens: Int32Array;
   /** Token ranges of A and B in `documents.tokenIds`, end exclusive. */
   private aStart = 0;
   private aEnd = 0;
@@ -208,17 +241,16 @@ class SampleMaker {
     private readonly settings: PreprocessSettings,
     private readonly rng: PyRandom,
   ) {
-    this.tokenStarts.push(0);
     this.predictionStarts.push(0);
-    // Each round uses every token about once, plus [CLS]/[SEP]s: sized up front, no regrowth.
-    this.tokenIds.reserve(Math.ceil(documents.tokenIds.length * settings.dupeFactor * 1.05));
     this.candidates = new Int32Array(settings.maxSeqLength);
     this.predictionPositions = new Int32Array(settings.maxPredictionsPerSeq);
     this.predictionLabels = new Int32Array(settings.maxPredictionsPerSeq);
+    this.predictionReplacements = new Int32Array(settings.maxPredictionsPerSeq);
+    this.tokens = new Int32Array(settings.maxSeqLength);
   }
 
   get count(): number {
-    return this.tokenStarts.length - 1;
+    return this.pairs.length / 4;
   }
 
   private segmentRange(documentIndex: number): [first: number, end: number] {
@@ -300,18 +332,15 @@ class SampleMaker {
   private addSample(isRandomNext: boolean): void {
     const { rng, special, settings, candidates } = this;
     const source = this.documents.tokenIds;
-    const out = this.tokenIds;
-    const sampleStart = out.length;
     const aLength = this.aEnd - this.aStart;
     const bLength = this.bEnd - this.bStart;
     const length = aLength + bLength + 3;
-    out.reserve(length);
-    out.push(special.cls);
-    out.append(source.subarray(this.aStart, this.aEnd));
-    out.push(special.sep);
-    out.append(source.subarray(this.bStart, this.bEnd));
-    out.push(special.sep);
-    const tokens = out.data.subarray(sampleStart, sampleStart + length);
+    const tokens = this.tokens;
+    tokens[0] = special.cls;
+    tokens.set(source.subarray(this.aStart, this.aEnd), 1);
+    tokens[aLength + 1] = special.sep;
+    tokens.set(source.subarray(this.bStart, this.bEnd), aLength + 2);
+    tokens[length - 1] = special.sep;
 
     let candidateCount = 0;
     for (let position = 0; position < length; position++) {
@@ -332,26 +361,28 @@ class SampleMaker {
       else if (rng.random() < 0.5) replacement = original;
       else replacement = rng.randint(0, special.vocabSize - 1);
       tokens[position] = replacement;
-      this.insertPrediction(k, position, original);
+      this.insertPrediction(k, position, original, replacement);
     }
     this.maskedLmPositions.append(this.predictionPositions.subarray(0, predictionCount));
     this.maskedLmIds.append(this.predictionLabels.subarray(0, predictionCount));
+    this.maskedLmReplacements.append(this.predictionReplacements.subarray(0, predictionCount));
     this.predictionStarts.push(this.maskedLmPositions.length);
-    this.segmentALengths.push(aLength + 2);
+    for (const end of [this.aStart, this.aEnd, this.bStart, this.bEnd]) this.pairs.push(end);
     this.nextSentenceLabels.push(isRandomNext ? 1 : 0);
-    this.tokenStarts.push(out.length);
   }
 
   /** Keeps the first `filled` predictions sorted by position (the reference sorts at the end). */
-  private insertPrediction(filled: number, position: number, label: number): void {
+  private insertPrediction(filled: number, position: number, label: number, replacement: number): void {
     let k = filled;
     while (k > 0 && this.predictionPositions[k - 1]! > position) {
       this.predictionPositions[k] = this.predictionPositions[k - 1]!;
       this.predictionLabels[k] = this.predictionLabels[k - 1]!;
+      this.predictionReplacements[k] = this.predictionReplacements[k - 1]!;
       k--;
     }
     this.predictionPositions[k] = position;
     this.predictionLabels[k] = label;
+    this.predictionReplacements[k] = replacement;
   }
 
   finish(): MadeSamples {
@@ -360,12 +391,14 @@ class SampleMaker {
     this.rng.shuffle(shuffledOrder);
     return {
       count,
-      tokenIds: this.tokenIds.filled(),
-      tokenStarts: this.tokenStarts.filled(),
-      segmentALengths: this.segmentALengths.filled(),
+      sourceIds: this.documents.tokenIds,
+      pairs: this.pairs.filled(),
+      cls: this.special.cls,
+      sep: this.special.sep,
       predictionStarts: this.predictionStarts.filled(),
       maskedLmPositions: this.maskedLmPositions.filled(),
       maskedLmIds: this.maskedLmIds.filled(),
+      maskedLmReplacements: this.maskedLmReplacements.filled(),
       nextSentenceLabels: this.nextSentenceLabels.filled(),
       shuffledOrder,
     };
@@ -440,12 +473,10 @@ export function toSampleColumns(
   };
   for (let r = 0; r < count; r++) {
     const k = rows[r]!;
-    const tokenStart = made.tokenStarts[k]!;
-    const length = made.tokenStarts[k + 1]! - tokenStart;
     const row = r * maxSeqLength;
-    columns.input_ids.set(made.tokenIds.subarray(tokenStart, tokenStart + length), row);
+    const { length, segmentALength } = sampleTokens(made, k, columns.input_ids, row);
     columns.input_mask.fill(1, row, row + length);
-    columns.segment_ids.fill(1, row + made.segmentALengths[k]!, row + length);
+    columns.segment_ids.fill(1, row + segmentALength, row + length);
     const predictionStart = made.predictionStarts[k]!;
     const predictions = made.predictionStarts[k + 1]! - predictionStart;
     const predictionRow = r * maxPredictionsPerSeq;
@@ -539,7 +570,8 @@ export function writeSamplesShard(
   const tooBig = (field: "input_ids" | "masked_lm_positions" | "masked_lm_ids", values: Int32Array, max: number) => {
     for (let i = 0; i < values.length; i++) if (values[i]! > max) throw unfitValue(path, field, dims, i, values[i]!);
   };
-  tooBig("input_ids", made.tokenIds, 0xffff);
+  tooBig("input_ids", made.sourceIds, 0xffff);
+  tooBig("input_ids", made.maskedLmReplacements, 0xffff);
   tooBig("masked_lm_ids", made.maskedLmIds, 0xffff);
   if (settings.maxSeqLength > 0x10000) tooBig("masked_lm_positions", made.maskedLmPositions, 0xffff);
   writeShardRows(
@@ -550,19 +582,20 @@ export function writeSamplesShard(
       for (let r = start; r < end; r++) {
         const k = rows[r]!;
         const at = (r - start) * width;
-        const tokenStart = made.tokenStarts[k]!;
-        const length = made.tokenStarts[k + 1]! - tokenStart;
+        const { pairs } = made;
+        const aLength = pairs[4 * k + 1]! - pairs[4 * k]!;
+        const length = aLength + (pairs[4 * k + 3]! - pairs[4 * k + 2]!) + 3;
         const predictionStart = made.predictionStarts[k]!;
         const predictions = made.predictionStarts[k + 1]! - predictionStart;
         switch (field) {
           case "input_ids":
-            out.set(made.tokenIds.subarray(tokenStart, tokenStart + length), at);
+            sampleTokens(made, k, out, at);
             break;
           case "input_mask":
             out.fill(1, at, at + length);
             break;
           case "segment_ids":
-            out.fill(1, at + made.segmentALengths[k]!, at + length);
+            out.fill(1, at + aLength + 2, at + length);
             break;
           case "masked_lm_positions":
             out.set(made.maskedLmPositions.subarray(predictionStart, predictionStart + predictions), at);
