@@ -21,7 +21,7 @@ import { io } from "../../../src/index.ts";
 import { formatDuration } from "./byteProgress.ts";
 import { PyRandom } from "./pyrandom.ts";
 import type { SampleColumns } from "./samples.ts";
-import { ShardError, type ShardSettings, fieldWidth, unfitValue, writeShardRows } from "./shard.ts";
+import { ShardError, type ShardSettings, fieldWidth, writeShardRows } from "./shard.ts";
 import { BertTokenizer, loadVocab, pythonStrip, VocabError } from "./tokenizer.ts";
 import { reportFailure } from "../exit_status.ts";
 
@@ -56,17 +56,21 @@ export const EVAL_SAMPLE_COUNT = 10_000;
 // ---------------------------------------------------------------------------------------
 // Reading: documents of segments of token ids.
 
-/** An int32 array that grows by doubling, so building never copies per element. */
-class GrowableInt32 {
-  data = new Int32Array(1024);
+/** An int32 (or uint16) array that grows by doubling, so building never copies per element. */
+class Growable<T extends Int32Array | Uint16Array = Int32Array> {
+  data: T;
   length = 0;
+
+  constructor(private readonly make: (length: number) => T = (length) => new Int32Array(length) as T) {
+    this.data = make(1024);
+  }
 
   push(value: number): void {
     if (this.length === this.data.length) this.reserve(1);
     this.data[this.length++] = value;
   }
 
-  append(values: Int32Array | readonly number[]): void {
+  append(values: ArrayLike<number>): void {
     this.reserve(values.length);
     this.data.set(values, this.length);
     this.length += values.length;
@@ -74,16 +78,19 @@ class GrowableInt32 {
 
   reserve(extra: number): void {
     if (this.length + extra <= this.data.length) return;
-    const grown = new Int32Array(Math.max(this.data.length * 2, this.length + extra));
+    const grown = this.make(Math.max(this.data.length * 2, this.length + extra));
     grown.set(this.data.subarray(0, this.length));
     this.data = grown;
   }
 
   /** The filled part, as a view: no copy of what may be hundreds of megabytes. */
-  filled(): Int32Array {
-    return this.data.subarray(0, this.length);
+  filled(): T {
+    return this.data.subarray(0, this.length) as T;
   }
 }
+
+/** Predictions (positions, token ids) as 16-bit values: half the memory, and what a shard stores anyway. */
+const uint16s = (length: number) => new Uint16Array(length);
 
 /** One input file's documents: segment s of document d is `tokenIds[segmentStarts[s]..segmentStarts[s+1])`. */
 export interface Documents {
@@ -101,9 +108,9 @@ export interface Documents {
  */
 export function readDocuments(text: string, tokenizer: BertTokenizer): Documents {
   const content = text.includes("\r") ? text.replaceAll("\r", "") : text;
-  const tokenIds = new GrowableInt32();
-  const segmentStarts = new GrowableInt32();
-  const documentStarts = new GrowableInt32();
+  const tokenIds = new Growable();
+  const segmentStarts = new Growable();
+  const documentStarts = new Growable();
   segmentStarts.push(0);
   documentStarts.push(0);
   const lineIds: number[] = [];
@@ -168,10 +175,10 @@ export interface MadeSamples {
   cls: number;
   sep: number;
   predictionStarts: Int32Array;
-  maskedLmPositions: Int32Array;
-  maskedLmIds: Int32Array;
+  maskedLmPositions: Uint16Array;
+  maskedLmIds: Uint16Array;
   /** What each prediction's position holds in the sample: [MASK], the original id or a random one. */
-  maskedLmReplacements: Int32Array;
+  maskedLmReplacements: Uint16Array;
   nextSentenceLabels: Int32Array;
   /** The reference's output order: its final `rng.shuffle(instances)` as indices. */
   shuffledOrder: Int32Array;
@@ -216,12 +223,12 @@ export type ProgressCallback = (samplesMade: number) => void;
 
 /** Builds samples from documents with the reference's random calls, in its order. */
 class SampleMaker {
-  private readonly pairs = new GrowableInt32();
-  private readonly predictionStarts = new GrowableInt32();
-  private readonly maskedLmPositions = new GrowableInt32();
-  private readonly maskedLmIds = new GrowableInt32();
-  private readonly maskedLmReplacements = new GrowableInt32();
-  private readonly nextSentenceLabels = new GrowableInt32();
+  private readonly pairs = new Growable();
+  private readonly predictionStarts = new Growable();
+  private readonly maskedLmPositions = new Growable(uint16s);
+  private readonly maskedLmIds = new Growable(uint16s);
+  private readonly maskedLmReplacements = new Growable(uint16s);
+  private readonly nextSentenceLabels = new Growable();
   private readonly candidates: Int32Array;
   private readonly predictionPositions: Int32Array;
   private readonly predictionLabels: Int32Array;
@@ -433,10 +440,18 @@ export function makeSamples(
   onProgress?: ProgressCallback,
 ): MadeSamples {
   validateSettings(settings);
+  const special = specialIdsOf(tokenizer);
+  // sample token ids and positions are stored as 16-bit values, as shards store them
+  if (special.vocabSize > 0x10000)
+    throw new PreprocessError(
+      `vocab ${tokenizer.vocab.source} has ${special.vocabSize} tokens: shards hold token ids below 65536`,
+    );
+  if (settings.maxSeqLength > 0x10000)
+    throw new PreprocessError(`MAX_SEQ_LENGTH must be at most 65536, got ${settings.maxSeqLength}`);
   const rng = new PyRandom(settings.randomSeed);
   const documentOrder = Int32Array.from({ length: documents.documentStarts.length - 1 }, (_, d) => d);
   rng.shuffle(documentOrder);
-  const maker = new SampleMaker(documents, documentOrder, specialIdsOf(tokenizer), settings, rng);
+  const maker = new SampleMaker(documents, documentOrder, special, settings, rng);
   let reported = 0;
   for (let round = 0; round < settings.dupeFactor; round++) {
     for (let documentIndex = 0; documentIndex < documentOrder.length; documentIndex++) {
@@ -566,14 +581,7 @@ export function writeSamplesShard(
     maxSeqLength: settings.maxSeqLength,
     maxPredictionsPerSeq: settings.maxPredictionsPerSeq,
   };
-  // every stored value is a token id, a position, or a 0/1: ids and positions must fit 16 bits
-  const tooBig = (field: "input_ids" | "masked_lm_positions" | "masked_lm_ids", values: Int32Array, max: number) => {
-    for (let i = 0; i < values.length; i++) if (values[i]! > max) throw unfitValue(path, field, dims, i, values[i]!);
-  };
-  tooBig("input_ids", made.sourceIds, 0xffff);
-  tooBig("input_ids", made.maskedLmReplacements, 0xffff);
-  tooBig("masked_lm_ids", made.maskedLmIds, 0xffff);
-  if (settings.maxSeqLength > 0x10000) tooBig("masked_lm_positions", made.maskedLmPositions, 0xffff);
+  // every stored value is a token id, a position, or a 0/1: makeSamples refuses vocabs and lengths past 16 bits
   writeShardRows(
     path,
     dims,
