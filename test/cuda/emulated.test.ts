@@ -508,7 +508,7 @@ if (library) {
     assert.deepEqual(t.argmax({ axis: 1 }).tolist(), [1, 0]);
   });
 
-  test("the op suite passes on the emulated GPU", { timeout: 600_000 }, () => {
+  test("the op suite and the PyTorch conformance suite pass on the emulated GPU", { timeout: 600_000 }, () => {
     const files = [
       "elementwise",
       "nn_ops",
@@ -521,7 +521,9 @@ if (library) {
       "scan",
       "sort",
       "upsample",
-    ].map((t) => `test/core/${t}.test.ts`);
+    ]
+      .map((t) => `test/core/${t}.test.ts`)
+      .concat("test/conformance/torch.test.ts");
     const { NODE_TEST_CONTEXT: _, ...env } = process.env;
     // no CPU device: the op tests run on CUDA and JS only
     const run = spawnSync(process.execPath, ["--import", "tsx", "--test", "--test-reporter=spec", ...files], {
@@ -539,6 +541,7 @@ if (library) {
         .join("\n")}\n${run.stderr.slice(-2000)}`,
     );
     assert.match(run.stdout, /reductions on CUDA/);
+    assert.match(run.stdout, /PyTorch conformance on CUDA/);
     assert.ok(Number(passed) > 150, `only ${passed} op tests passed`);
   });
 }
