@@ -96,6 +96,7 @@ export function imul(a: Idx, c: number): Idx {
 
 /** Floor division by a positive constant. */
 export function idiv(a: Idx, c: number): Idx {
+  if (!(c > 0)) throw new RangeError(`idiv by ${c}: index arithmetic divides by positive strides only`);
   if (c === 1) return a;
   if (a.kind === "const") return iconst(Math.floor(a.value / c));
   if (a.min >= 0 && a.max < c) return iconst(0);
@@ -124,6 +125,7 @@ export function idiv(a: Idx, c: number): Idx {
 
 /** Floor modulo by a positive constant. */
 export function imod(a: Idx, c: number): Idx {
+  if (!(c > 0)) throw new RangeError(`imod by ${c}: index arithmetic takes positive moduli only`);
   if (c === 1) return iconst(0);
   if (a.kind === "const") return iconst(((a.value % c) + c) % c);
   if (a.min >= 0 && a.max < c) return a;
@@ -205,6 +207,8 @@ export function flatIndex(idx: readonly Idx[], shape: readonly number[]): Idx {
 
 /** The per-axis indices of a row-major array of `shape` at flat index `flat`. */
 export function unflatIndex(flat: Idx, shape: readonly number[]): Idx[] {
+  // a shape with no elements has no valid index: any will do, and dividing by its 0 strides would not end
+  if (shape.includes(0)) return shape.map(() => iconst(0));
   const out = new Array<Idx>(shape.length);
   let stride = 1;
   for (let d = shape.length - 1; d >= 0; d--) {

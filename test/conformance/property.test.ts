@@ -128,11 +128,11 @@ test("the chains reach the edges: empty and size-1 axes, 0-d values and every op
 /**
  * Chains that still fail, with the cause (issue 36): a `todo` until the fix lands, then they join the seeds above.
  * 370 on CPU: gcc 12.2 at -O3 -march=native miscompiles the gradient kernel (two selects on one condition around
- * a load that the unrolled inner loop reads at the same places every outer iteration). 336, 373 and 389, every
- * device: a gradient that reads through a reshape of an empty tensor sends src/codegen/one_hot.ts's reshapeIndex
- * into unflatIndex over a 0 size (an idiv and an imod by 0 that recurse without end).
+ * a load that the unrolled inner loop reads at the same places every outer iteration). (336, 373 and 389, a
+ * gradient through a reshape of an empty tensor, recursed without end until unflatIndex gave a shape with a 0
+ * constant indices; test/core/edge_cases.test.ts keeps that case.)
  */
-const KNOWN_FAILURES: Record<string, number[]> = { CPU: [370], all: [336, 373, 389] };
+const KNOWN_FAILURES: Record<string, number[]> = { CPU: [370], all: [] };
 
 test("the chains known to fail agree with the JS device", { todo: "fixes outside src/tensor (issue 36)" }, () => {
   const failing = devices.flatMap((device) => {

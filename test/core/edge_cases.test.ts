@@ -352,3 +352,28 @@ for (const device of testDevices()) {
     assert.deepEqual(high.tolist(), [2 ** 63, 2 ** 63]);
   });
 }
+
+for (const device of testDevices()) {
+  test(`a gradient through a reshape of an empty tensor is zero, not an endless index recursion, on ${device}`, () => {
+    // property-test seeds 336, 373, 389: a 0 in the reshaped shape made index arithmetic divide by a 0 stride
+    const x = new Tensor(
+      Array.from({ length: 15 }, (_, i) => i / 7 - 1),
+      { device },
+    ).reshape([3, 5]);
+    x.requiresGrad = true;
+    const out = x
+      .pad([
+        [2, 2],
+        [1, 0],
+      ])
+      .shrink([
+        [2, 7],
+        [2, 2],
+      ])
+      .reshape([5, 0, 1])
+      .mean({ axis: 0 });
+    assert.deepEqual(out.shape, [0, 1]);
+    out.sum().backward();
+    assert.deepEqual(Array.from(x.grad!.toArray() as Float32Array), new Array(15).fill(0));
+  });
+}
