@@ -26,6 +26,8 @@ export interface NcclDevice {
   stream: unknown;
   /** Makes the device's context current on this thread (NCCL binds a communicator to the current GPU). */
   activate(): void;
+  /** The device address of memory its allocator handed out (a device from Device.allocator(...).native has it). */
+  pointer?(raw: unknown): bigint;
 }
 
 /** How the ranks learn rank 0's unique id. */
@@ -75,11 +77,10 @@ export class NcclCommunicator {
     return NcclCommunicator.open(host.rank, host.size, native, { kind: "host", host });
   }
 
-  /** The device whose memory this communicator's collectives take addresses of (set by forDevice). */
+  /** The device address of a buffer on this communicator's GPU (its allocator's, as forDevice gives it). */
   devicePointer(buffer: { handle: unknown }): bigint {
-    const native = this.device as Partial<{ pointer(raw: unknown): bigint }>;
-    if (!native.pointer) throw new NcclError("this NCCL communicator was opened without a device allocator");
-    return native.pointer(buffer.handle);
+    if (!this.device.pointer) throw new NcclError("this NCCL communicator was opened without a device allocator");
+    return this.device.pointer(buffer.handle);
   }
 
   /** NCCL's version, e.g. "2.18.5", and where it was loaded from. */
