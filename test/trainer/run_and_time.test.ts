@@ -73,65 +73,53 @@ test("run_and_time/cpu.sh runs both phases and writes a compliant MLPerf log, th
   }
 });
 
-test("with GPUS=2 both phases run data-parallel on two devices and the run converges with a compliant log", () => {
-  const dir = mkdtempSync(join(tmpdir(), "tsgrad-run-and-time-2-"));
+/** cpu.sh on the tiny data with `env` over the demo's knobs; its console lines and MLPerf log, checked to exit 0. */
+function runCpuScript(seed: number, env: Record<string, string>): { lines: string[]; mlperfText: string } {
+  const dir = mkdtempSync(join(tmpdir(), "tsgrad-run-and-time-"));
   try {
     const data = prepareDemoData(join(dir, "data"), TINY, skewedCorpus(60));
-    const env = {
-      ...process.env,
-      ...demoEnvironment(dir, data, TINY, 4243),
-      DEVICE: "JS",
-      GPUS: "2",
-      BEAM: "0",
-      INIT_BENCHMARK: "3",
+    const full = { ...process.env, ...demoEnvironment(dir, data, TINY, seed), BEAM: "0", INIT_BENCHMARK: "3", ...env };
+    const run = spawnSync("bash", [CPU_SCRIPT], { cwd: dir, env: full, encoding: "utf8", timeout: 240_000 });
+    const what = Object.entries(env)
+      .map(([k, v]) => `${k}=${v}`)
+      .join(" ");
+    assert.equal(run.status, 0, `cpu.sh with ${what} failed:\n${run.stdout.slice(-3000)}\n${run.stderr.slice(-3000)}`);
+    const consoleLog = readdirSync(dir).find((f) => new RegExp(`^bert_cpu_\\d{8}_${seed}\\.log$`).test(f))!;
+    assert.ok(existsSync(join(dir, "ckpts", "bert_final.safe")), "the final model");
+    return {
+      lines: readFileSync(join(dir, consoleLog), "utf8").split("\n"),
+      mlperfText: readFileSync(join(dir, `result_bert_${seed}.log`), "latin1"),
     };
-    const run = spawnSync("bash", [CPU_SCRIPT], { cwd: dir, env, encoding: "utf8", timeout: 240_000 });
-    assert.equal(run.status, 0, `cpu.sh with GPUS=2 failed:\n${run.stdout.slice(-3000)}\n${run.stderr.slice(-3000)}`);
-    const consoleLog = readdirSync(dir).find((f) => /^bert_cpu_\d{8}_4243\.log$/.test(f))!;
-    const lines = readFileSync(join(dir, consoleLog), "utf8").split("\n");
-    assert.ok(lines.includes('HParam: "GPUS": 2'));
-    const losses = lines
-      .map((l) => parseStepLine(l))
-      .filter((s) => s !== null)
-      .map((s) => s!.loss);
-    assert.ok(losses.length >= 3 && losses.every(Number.isFinite), `losses ${losses.join(", ")}`);
-    const mlperfText = readFileSync(join(dir, "result_bert_4243.log"), "latin1");
-    assert.deepEqual(checkCompliance(mlperfText).errors, []);
-    assert.equal((parseMllog(mlperfText).records.at(-1)!.fields.metadata as { status: string }).status, "success");
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+/** The log passes the rules and its run ended in success. */
+function assertConverged(mlperfText: string): void {
+  assert.deepEqual(checkCompliance(mlperfText).errors, []);
+  assert.equal((parseMllog(mlperfText).records.at(-1)!.fields.metadata as { status: string }).status, "success");
+}
+
+test("with GPUS=2 both phases run data-parallel on two devices and the run converges with a compliant log", () => {
+  const { lines, mlperfText } = runCpuScript(4243, { DEVICE: "JS", GPUS: "2" });
+  assert.ok(lines.includes('HParam: "GPUS": 2'));
+  const losses = lines
+    .map((l) => parseStepLine(l))
+    .filter((s) => s !== null)
+    .map((s) => s!.loss);
+  assert.ok(losses.length >= 3 && losses.every(Number.isFinite), `losses ${losses.join(", ")}`);
+  assertConverged(mlperfText);
 });
 
 test("with RANKS=2 both phases run under mpirun, rank 0 alone logs, and the run converges with a compliant log", () => {
-  const dir = mkdtempSync(join(tmpdir(), "tsgrad-run-and-time-ranks-"));
-  try {
-    const data = prepareDemoData(join(dir, "data"), TINY, skewedCorpus(60));
-    const env = {
-      ...process.env,
-      ...demoEnvironment(dir, data, TINY, 4244),
-      DEVICE: "JS",
-      RANKS: "2",
-      // two ranks on a two-core machine
-      MPIRUN_FLAGS: "--oversubscribe",
-      BEAM: "0",
-      INIT_BENCHMARK: "3",
-    };
-    const run = spawnSync("bash", [CPU_SCRIPT], { cwd: dir, env, encoding: "utf8", timeout: 240_000 });
-    assert.equal(run.status, 0, `cpu.sh with RANKS=2 failed:\n${run.stdout.slice(-3000)}\n${run.stderr.slice(-3000)}`);
-    const consoleLog = readdirSync(dir).find((f) => /^bert_cpu_\d{8}_4244\.log$/.test(f))!;
-    const lines = readFileSync(join(dir, consoleLog), "utf8").split("\n");
-    assert.ok(lines.some((l) => l.startsWith("training on 2 ranks (mpi, launched by openmpi)")));
-    // one rank's lines: each step once
-    const steps = lines.map((l) => parseStepLine(l)).filter((s) => s !== null);
-    const runSteps = steps.slice(3).map((s) => s!.step);
-    assert.deepEqual(runSteps, [...new Set(runSteps)], "a step printed twice");
-    assert.ok(steps.every((s) => Number.isFinite(s!.loss) && s!.reduceMs !== undefined));
-    const mlperfText = readFileSync(join(dir, "result_bert_4244.log"), "latin1");
-    assert.deepEqual(checkCompliance(mlperfText).errors, []);
-    assert.equal((parseMllog(mlperfText).records.at(-1)!.fields.metadata as { status: string }).status, "success");
-    assert.ok(existsSync(join(dir, "ckpts", "bert_final.safe")), "the final model");
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+  // two ranks on a two-core machine
+  const { lines, mlperfText } = runCpuScript(4244, { DEVICE: "JS", RANKS: "2", MPIRUN_FLAGS: "--oversubscribe" });
+  assert.ok(lines.some((l) => l.startsWith("training on 2 ranks (mpi, launched by openmpi)")));
+  // one rank's lines: each step once
+  const steps = lines.map((l) => parseStepLine(l)).filter((s) => s !== null);
+  const runSteps = steps.slice(3).map((s) => s!.step);
+  assert.deepEqual(runSteps, [...new Set(runSteps)], "a step printed twice");
+  assert.ok(steps.every((s) => Number.isFinite(s!.loss) && s!.reduceMs !== undefined));
+  assertConverged(mlperfText);
 });
