@@ -19,15 +19,25 @@ export function benchArgs<T extends ParseArgsConfig["options"]>(
   options: T,
   { allowPositionals = false }: { allowPositionals?: boolean } = {},
 ) {
+  return argsWithUsage(usageOf(scriptUrl), options, { allowPositionals });
+}
+
+/** parseArgs(config) of process.argv, with --help printing `usage`: for scripts bundled for the GPU machine
+ *  (bench/gpu/bundle.ts), whose source file, and so whose header comment, is not there at run time. */
+export function argsWithUsage<T extends ParseArgsConfig["options"]>(
+  usage: string,
+  options: T,
+  { allowPositionals = false }: { allowPositionals?: boolean } = {},
+) {
   try {
     const parsed = parseArgs({ options: { ...options, help: { type: "boolean", default: false } }, allowPositionals });
     if ((parsed.values as { help?: boolean }).help) {
-      console.log(usageOf(scriptUrl));
+      console.log(usage);
       process.exit(0);
     }
     return parsed;
   } catch (error) {
-    console.error(`${(error as Error).message}\n\n${usageOf(scriptUrl)}`);
+    console.error(`${(error as Error).message}\n\n${usage}`);
     process.exit(2);
   }
 }

@@ -7,7 +7,7 @@
 //   data-lost          anything else: a state that differs, another run's file gone, a crash, an unnamed error
 //   silent-success     status 0 on damaged input with a result that differs (counted apart: the worst case)
 //
-//   npx tsx bench/fault_injection.ts [--tries 10] [--seed 1]      # prints a table; exit 1 unless all is well
+// Usage: npx tsx bench/fault_injection.ts [--tries 10] [--seed 1] [--parallel 2]   # prints a table; exit 1 unless all is well
 // test/trainer/fault_injection.test.ts runs the quick form (one try a case).
 import { spawn } from "node:child_process";
 import { copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
@@ -15,11 +15,11 @@ import { statSync, truncateSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { parseArgs } from "node:util";
 import { io } from "../src/index.ts";
 import { demoEnvironment, prepareDemoData, type DemoData } from "../mlperf/bert/demo.ts";
 import { trainInputPath, trainShardPath, vocabPath } from "../mlperf/bert/data/basedir.ts";
 import { TINY, skewedCorpus } from "../test/trainer/tiny_data.ts";
+import { benchArgs } from "./args.ts";
 
 export type Outcome = "resumed-identical" | "named-error" | "data-lost" | "silent-success";
 export const OUTCOMES: readonly Outcome[] = ["resumed-identical", "named-error", "data-lost", "silent-success"];
@@ -442,13 +442,10 @@ async function main(argv: string[]): Promise<number> {
     writeAndDie(argv[1]!, argv[2]!, Number(argv[3]));
     return 1;
   }
-  const { values } = parseArgs({
-    args: argv,
-    options: {
-      tries: { type: "string", default: "10" },
-      seed: { type: "string", default: "1" },
-      parallel: { type: "string", default: "2" },
-    },
+  const { values } = benchArgs(import.meta.url, {
+    tries: { type: "string", default: "10" },
+    seed: { type: "string", default: "1" },
+    parallel: { type: "string", default: "2" },
   });
   const started = performance.now();
   const results = await runFaultInjection({

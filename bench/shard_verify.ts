@@ -1,7 +1,7 @@
 // What checking a sample shard costs: verifying its checksums when it is opened (the whole file, CRC-32C), opening
 // it by its header alone, checking a folder of it before training (listSampleFiles), and reading every sample with
 // the per-sample range checks, beside the range checks alone. Prints one JSON object.
-//   npx tsx bench/shard_verify.ts SHARD [--repeat N]
+// Usage: npx tsx bench/shard_verify.ts SHARD [--repeat N]
 // A real part-sized shard (about 1 GB, 425,000 samples at 512/76) comes from preprocessing one part:
 //   npx tsx bench/preprocess.ts --workers 1 --write-input /tmp/part.txt   # the part's text
 //   mkdir -p B/results4 && cp test/fixtures/bert-preprocess/vocab.txt B/ && cp /tmp/part.txt B/results4/part-00000-of-00500

@@ -4,6 +4,7 @@
 // where the sources work (as the lowered-kernel cache's source walk once did) shows up before a GPU is lent.
 // CLI: npx tsx bench/gpu/bundle.ts OUTDIR ENTRY.ts...
 import { buildSync } from "esbuild";
+import { argsWithUsage } from "../args.ts";
 
 /** Bundles each entry into `outdir` as <name>.mjs. */
 export function bundleForDevice(entries: readonly string[], outdir: string): void {
@@ -22,10 +23,12 @@ export function bundleForDevice(entries: readonly string[], outdir: string): voi
   });
 }
 
+const USAGE = "usage: npx tsx bench/gpu/bundle.ts OUTDIR ENTRY.ts...   (each entry bundled as OUTDIR/<name>.mjs)";
+
 if (process.argv[1] === import.meta.filename) {
-  const [outdir, ...entries] = process.argv.slice(2);
+  const [outdir, ...entries] = argsWithUsage(USAGE, {}, { allowPositionals: true }).positionals;
   if (outdir === undefined || entries.length === 0) {
-    console.error("usage: npx tsx bench/gpu/bundle.ts OUTDIR ENTRY.ts...");
+    console.error(USAGE);
     process.exit(2);
   }
   bundleForDevice(entries, outdir);

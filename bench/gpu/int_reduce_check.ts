@@ -15,6 +15,13 @@ import { cudaForm, renderCudaForm } from "../../src/codegen/cuda_forms.ts";
 import { cudaDevice } from "../../src/runtime/cuda.ts";
 import { compileCuda, findNvcc, nvccFlags, nvrtcPtx } from "../../src/runtime/cuda_compile.ts";
 import { out } from "../../src/runtime/cuda_driver.ts";
+import { argsWithUsage } from "../args.ts";
+
+argsWithUsage(
+  "Usage: node int_reduce_check.mjs   (no options; the int32 max(-x) kernel of issue 8 on CUDA, through tsgrad,\n" +
+    "NVRTC and nvcc, and its variants; prints one JSON object)",
+  {},
+);
 
 const rows = [
   [1, 5, 5, 0],

@@ -8,6 +8,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Device, Tensor, dist } from "../../src/index.ts";
 import { buffersOf } from "../../src/tensor/index.ts";
+import { argsWithUsage } from "../args.ts";
+
+argsWithUsage(
+  "Usage: node nccl_check.mjs   (no options; all-reduces of a CUDA tensor through NCCL in a world of one rank,\n" +
+    "the library from TSGRAD_LIBNCCL or PyTorch's nvidia-nccl wheel; prints one JSON object)",
+  {},
+);
 
 const dir = mkdtempSync(join(tmpdir(), "nccl-check-"));
 const result: Record<string, unknown> = {};
