@@ -4,8 +4,9 @@ import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import { readFile, readdir, writeFile } from "node:fs/promises";
+import http from "node:http";
 import { join } from "node:path";
-import { downloadToFile, DownloadError } from "../../mlperf/bert/data/http.ts";
+import { downloadToFile, DownloadError, UnreachableError } from "../../mlperf/bert/data/http.ts";
 import { sendBytes, startServer } from "./httpFixtureServer.ts";
 import { scratchDir } from "../scratch.ts";
 
@@ -182,4 +183,63 @@ test("reports progress up to the full size", async (t) => {
   });
   assert.deepEqual(seen[0], [0, FILE.length]);
   assert.deepEqual(seen.at(-1), [FILE.length, FILE.length]);
+});
+
+/** A local port that nothing listens on (one just released). */
+async function closedPort(): Promise<number> {
+  const server = await startServer(() => {});
+  await server.close();
+  return Number(new URL(server.origin).port);
+}
+
+test("a host whose name does not resolve is an UnreachableError at once, not retried", async () => {
+  const retried: string[] = [];
+  const url = "http://tsgrad-offline-test.invalid/file.bin";
+  const error = await downloadToFile(url, join(tempDir(), "file.bin"), {
+    onRetry: (e) => retried.push(e.message),
+  }).catch((e: unknown) => e);
+  assert.ok(error instanceof UnreachableError, String(error));
+  assert.match(
+    error.message,
+    /^http:\/\/tsgrad-offline-test\.invalid\/file\.bin: cannot reach tsgrad-offline-test\.invalid \(getaddrinfo (ENOTFOUND|EAI_AGAIN)/,
+  );
+  assert.deepEqual(retried, []);
+});
+
+test("a closed port before any byte is an UnreachableError at once, not retried", async () => {
+  const port = await closedPort();
+  const retried: string[] = [];
+  const error = await downloadToFile(`http://127.0.0.1:${port}/file.bin`, join(tempDir(), "file.bin"), {
+    onRetry: (e) => retried.push(e.message),
+  }).catch((e: unknown) => e);
+  assert.ok(error instanceof UnreachableError, String(error));
+  assert.match(error.message, new RegExp(`cannot reach 127\\.0\\.0\\.1:${port} \\(connect ECONNREFUSED`));
+  assert.deepEqual(retried, []);
+});
+
+test("a host that goes away after bytes arrived is retried like a dropped link", async (t) => {
+  const cut = 100_000;
+  const first = await startServer((_req, res) => {
+    res.writeHead(200, { "Content-Length": FILE.length });
+    res.write(FILE.subarray(0, cut), () => res.socket!.end());
+  });
+  const port = Number(new URL(first.origin).port);
+  let second: http.Server | undefined;
+  t.after(() => second?.close());
+  const retried: string[] = [];
+  const dest = join(tempDir(), "file.bin");
+  await downloadToFile(first.origin, dest, {
+    onRetry: (e) => retried.push(e.message),
+    // the first retry finds the port closed; before the second, the server is back
+    sleep: async () => {
+      if (retried.length === 1) await first.close();
+      if (retried.length === 2) {
+        second = http.createServer((req, res) => sendBytes(req, res, FILE, { ranges: true }));
+        await new Promise<void>((resolve) => second!.listen(port, "127.0.0.1", resolve));
+      }
+    },
+  });
+  assert.deepEqual(new Uint8Array(await readFile(dest)), FILE);
+  assert.equal(retried.length, 2);
+  assert.match(retried[1]!, /cannot reach 127\.0\.0\.1:\d+ \(connect ECONNREFUSED/);
 });

@@ -19,6 +19,21 @@ export class DownloadError extends Error {
   }
 }
 
+/**
+ * The host could not be reached at all: its name does not resolve (offline, or a wrong name), or nothing answers
+ * on its port. Before any byte of a download arrived this is reported at once, not retried for a minute.
+ */
+export class UnreachableError extends DownloadError {
+  constructor(url: string, cause: NodeJS.ErrnoException) {
+    super(`cannot reach ${new URL(url).host} (${cause.message}): the network or the host is unreachable`, url, true);
+    this.name = "UnreachableError";
+    this.cause = cause;
+  }
+}
+
+/** Failures to connect that mean no network, no name service or nothing listening, rather than a hiccup. */
+const UNREACHABLE_CODES = new Set(["ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ENETUNREACH", "EHOSTUNREACH"]);
+
 export interface DownloadOptions {
   /** Failed attempts in a row (without new bytes) tolerated before giving up. */
   retries?: number;
@@ -47,12 +62,16 @@ const MAX_HTML_BYTES = 4 << 20;
 /** Errors of the local disk, which no retry fixes. */
 const LOCAL_ERRORS = new Set(["ENOSPC", "EACCES", "EPERM", "EROFS", "EISDIR", "ENOTDIR", "EDQUOT"]);
 
-/** Downloads `url` to `dest`, continuing from `dest + ".part"` if an earlier run left one. */
+/**
+ * Downloads `url` to `dest`, continuing from `dest + ".part"` if an earlier run left one. A host that cannot be
+ * reached before any byte arrived is an UnreachableError at once; once bytes came, it is retried like a dropped link.
+ */
 export async function downloadToFile(url: string, dest: string, options: DownloadOptions = {}): Promise<void> {
   const { retries = 6, backoffMs = 1000, maxBackoffMs = 60_000, sleep = (ms: number) => delay(ms) } = options;
   const part = `${dest}.part`;
   await mkdir(dirname(dest), { recursive: true });
   let failures = 0;
+  let received = false;
   for (;;) {
     const before = await sizeOf(part);
     try {
@@ -61,7 +80,11 @@ export async function downloadToFile(url: string, dest: string, options: Downloa
     } catch (error) {
       if (!isRetriable(error)) throw error;
       // Bytes arrived: the link, not the server, is failing; keep going from where it stopped.
-      if ((await sizeOf(part)) > before) failures = 0;
+      if ((await sizeOf(part)) > before) {
+        failures = 0;
+        received = true;
+      }
+      if (error instanceof UnreachableError && !received) throw error;
       if (failures >= retries) {
         throw new DownloadError(
           `gave up after ${failures + 1} failed attempts: ${(error as Error).message}`,
@@ -232,7 +255,11 @@ function request(
       req.destroy(new DownloadError(`no data for ${idleTimeoutMs} ms`, url.href, true)),
     );
     req.on("response", resolve);
-    req.on("error", reject);
+    req.on("error", (error: NodeJS.ErrnoException) =>
+      reject(
+        error.code !== undefined && UNREACHABLE_CODES.has(error.code) ? new UnreachableError(url.href, error) : error,
+      ),
+    );
   });
 }
 
