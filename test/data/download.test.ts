@@ -10,12 +10,15 @@ import type http from "node:http";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import {
+  DOWNLOAD_INPUT_ERRORS,
+  OfflineError,
   downloadBertData,
   referencePlan,
   type DownloadPlan,
   type RemoteFile,
 } from "../../mlperf/bert/data/download.ts";
 import { ChecksumError } from "../../mlperf/bert/data/checksums.ts";
+import { EXIT_BAD_INPUT, exitStatusOf } from "../../mlperf/bert/exit_status.ts";
 import { sendBytes, startServer, virusScanPage, type FixtureServer } from "./httpFixtureServer.ts";
 import { scratchDir } from "../scratch.ts";
 
@@ -253,4 +256,77 @@ test("the CLI prints its usage with --help", async () => {
   const { stdout } = await promisify(execFile)(process.execPath, ["--import", "tsx", script, "--help"]);
   assert.match(stdout, /^usage: npx tsx mlperf\/bert\/data\/download\.ts/);
   assert.match(stdout, /VERIFY_CHECKSUM=1/);
+});
+
+/** Runs `downloadBertData` with the default retry settings, returning what it threw and how long it took. */
+async function timedFailure(plan: DownloadPlan, basedir: string): Promise<{ error: unknown; ms: number }> {
+  const started = performance.now();
+  const error = await downloadBertData(plan, { basedir, log: quiet }).catch((e: unknown) => e);
+  return { error, ms: performance.now() - started };
+}
+
+test("offline (a name that does not resolve): says so in under 5 s, naming the URL and the files to place by hand", async () => {
+  const basedir = tempDir();
+  const plan = smallPlan("http://tsgrad-offline-test.invalid");
+  const { error, ms } = await timedFailure(plan, basedir);
+  assert.ok(error instanceof OfflineError, String(error));
+  assert.ok(ms < 5000, `${ms.toFixed(0)} ms`);
+  const [first, ...guide] = error.message.split("\n");
+  assert.match(
+    first!,
+    /^http:\/\/tsgrad-offline-test\.invalid\/uc\?id=config&export=download: cannot reach tsgrad-offline-test\.invalid \(getaddrinfo (ENOTFOUND|EAI_AGAIN) .*\): the network or the host is unreachable$/,
+  );
+  assert.equal(
+    guide[0],
+    `To place the files by hand, fetch them where there is a network and copy them into BASEDIR=${basedir}:`,
+  );
+  for (const file of plan.files) {
+    assert.ok(guide.includes(`  ${join(basedir, file.name)} (${file.size} bytes, md5 ${file.md5})`), file.name);
+    assert.ok(guide.includes(`      from ${file.url}`), file.url);
+  }
+  assert.match(guide.at(-1)!, /^then run this command again: files already there are skipped/);
+  assert.equal(exitStatusOf(error, DOWNLOAD_INPUT_ERRORS), EXIT_BAD_INPUT);
+});
+
+test("offline (a closed port): says so in under 5 s and lists only the files not yet in BASEDIR", async () => {
+  const server = await startServer(() => {});
+  await server.close();
+  const basedir = tempDir();
+  const plan = smallPlan(server.origin);
+  plan.text = referencePlan(true).text;
+  await writeFile(join(basedir, "bert_config.json"), CONFIG);
+  const { error, ms } = await timedFailure(plan, basedir);
+  assert.ok(error instanceof OfflineError, String(error));
+  assert.ok(ms < 5000, `${ms.toFixed(0)} ms`);
+  assert.match(error.message, /^http:\/\/127\.0\.0\.1:\d+\/uc\?id=vocab&export=download: cannot reach .*ECONNREFUSED/);
+  const placed = error.message.split("\n").filter((line) => line.startsWith(`  ${basedir}`));
+  assert.deepEqual(
+    placed.map((line) => line.trim().split(" ")[0]),
+    [
+      "vocab.txt",
+      "model.ckpt-28252.data-00000-of-00001",
+      "bert_reference_results_text_md5.txt",
+      "results_text.tar.gz",
+    ].map((name) => join(basedir, name)),
+  );
+  assert.match(placed.at(-1)!, /results_text\.tar\.gz \(unpacked here into results4\/\)$/);
+});
+
+test("the CLI with no network at all (a network namespace of its own) exits 2 in under 5 s, saying what to do", async (t) => {
+  if (spawnSync("unshare", ["-n", "true"]).status !== 0) {
+    t.skip("unshare -n is not allowed here (needs root or user namespaces)");
+    return;
+  }
+  const script = new URL("../../mlperf/bert/data/download.ts", import.meta.url).pathname;
+  const basedir = tempDir();
+  const started = performance.now();
+  const run = spawnSync("unshare", ["-n", process.execPath, "--import", "tsx", script], {
+    env: { ...process.env, BASEDIR: basedir, WIKI_TRAIN: "0" },
+    encoding: "utf8",
+  });
+  assert.ok(performance.now() - started < 5000, `${(performance.now() - started).toFixed(0)} ms`);
+  assert.equal(run.status, EXIT_BAD_INPUT, run.stderr);
+  assert.match(run.stderr, /\ndownload: https:\/\/drive\.google\.com\/uc\?id=\S+: cannot reach drive\.google\.com /);
+  assert.match(run.stderr, /copy them into BASEDIR=/);
+  assert.ok(run.stderr.includes(`${join(basedir, "vocab.txt")} (231508 bytes, md5 64800d5d8528ce344256daf115d4965e)`));
 });

@@ -12,7 +12,7 @@ import { basedirFromEnv, defaultBasedir } from "./basedir.ts";
 import { ByteProgress, type ProgressSink } from "./byteProgress.ts";
 import { ChecksumError, Md5ListError, parseMd5List, verifyMd5, verifyMd5List } from "./checksums.ts";
 import { DriveError, confirmedDownloadUrl, driveUrl } from "./googleDrive.ts";
-import { DownloadError, downloadToFile, type DownloadOptions } from "./http.ts";
+import { DownloadError, UnreachableError, downloadToFile, type DownloadOptions } from "./http.ts";
 import { TarError, extractTarGz } from "./untar.ts";
 import { UsageError, reportFailure } from "../exit_status.ts";
 
@@ -98,15 +98,55 @@ export interface DownloadBertOptions {
   log?: ProgressSink;
 }
 
+/** No network to download from: says so, and which files to place in BASEDIR by hand instead. */
+export class OfflineError extends Error {
+  constructor(unreachable: UnreachableError, basedir: string, missing: readonly RemoteFile[], text?: WikiText) {
+    super(`${unreachable.message}\n${handPlacementGuide(basedir, missing, text)}`, { cause: unreachable });
+    this.name = "OfflineError";
+  }
+}
+
+/** Where each missing file goes, its size and MD5 where published, and where it comes from. */
+function handPlacementGuide(basedir: string, missing: readonly RemoteFile[], text?: WikiText): string {
+  const lines = [
+    `To place the files by hand, fetch them where there is a network and copy them into BASEDIR=${basedir}:`,
+  ];
+  for (const file of missing) {
+    const facts = [
+      ...(file.size === undefined ? [] : [`${file.size} bytes`]),
+      ...(file.md5 === undefined ? [] : [`md5 ${file.md5}`]),
+      ...(file === text?.archive ? [`unpacked here into ${text.folder}/`] : []),
+    ];
+    lines.push(`  ${join(basedir, file.name)}${facts.length > 0 ? ` (${facts.join(", ")})` : ""}`);
+    lines.push(`      from ${file.url}`);
+  }
+  lines.push("then run this command again: files already there are skipped, and VERIFY_CHECKSUM=1 checks their MD5s.");
+  return lines.join("\n");
+}
+
+/** The files of `plan` not yet in `basedir`: the text's only while it is not unpacked. */
+async function missingFiles(plan: DownloadPlan, basedir: string): Promise<RemoteFile[]> {
+  const text = plan.text && !existsSync(textMarker(plan.text, basedir)) ? [plan.text.md5List, plan.text.archive] : [];
+  const missing: RemoteFile[] = [];
+  for (const file of [...plan.files, ...text])
+    if ((await sizeIfExists(join(basedir, file.name))) === undefined) missing.push(file);
+  return missing;
+}
+
 /** Fetches, checks and unpacks everything in `plan` into `options.basedir`. */
 export async function downloadBertData(plan: DownloadPlan, options: DownloadBertOptions): Promise<void> {
   const log = options.log ?? process.stderr;
   await mkdir(options.basedir, { recursive: true });
   for (const name of io.removeStaleTemps(options.basedir))
     log.write(`removed ${name}, left by a download that was killed\n`);
-  for (const file of plan.files) await fetchFile(file, options);
-  if (plan.checkpoint) await writeCheckpointState(options.basedir, plan.checkpoint);
-  if (plan.text) await fetchText(plan.text, options);
+  try {
+    for (const file of plan.files) await fetchFile(file, options);
+    if (plan.checkpoint) await writeCheckpointState(options.basedir, plan.checkpoint);
+    if (plan.text) await fetchText(plan.text, options);
+  } catch (error) {
+    if (!(error instanceof UnreachableError)) throw error;
+    throw new OfflineError(error, options.basedir, await missingFiles(plan, options.basedir), plan.text);
+  }
   log.write(`done: ${options.basedir}\n`);
 }
 
@@ -174,7 +214,7 @@ async function fetchText(text: WikiText, options: DownloadBertOptions): Promise<
   const log = options.log ?? process.stderr;
   const listPath = await fetchFile(text.md5List, options);
   const entries = parseMd5List(await readFile(listPath, "utf8"), listPath);
-  const marker = join(options.basedir, `.${text.archive.name}.extracted`);
+  const marker = textMarker(text, options.basedir);
   const folder = join(options.basedir, text.folder);
   const extracted = existsSync(marker);
   if (extracted) {
@@ -198,6 +238,9 @@ async function fetchText(text: WikiText, options: DownloadBertOptions): Promise<
     await rm(join(options.basedir, text.archive.name), { force: true });
   }
 }
+
+/** The file that records a finished extraction of the text archive. */
+const textMarker = (text: WikiText, basedir: string): string => join(basedir, `.${text.archive.name}.extracted`);
 
 async function sizeIfExists(path: string): Promise<number | undefined> {
   try {
@@ -252,12 +295,12 @@ async function main(): Promise<void> {
   await downloadBertData(referencePlan(args.wikiTrain), { basedir: args.basedir, verifyChecksum: args.verifyChecksum });
 }
 
-/** What a bad file, a refused or failed download or a bad archive throws: exit status 2 (exit_status.ts). */
-const INPUT_ERRORS = [DownloadError, DriveError, ChecksumError, Md5ListError, TarError];
+/** What a bad file, no network, a refused or failed download or a bad archive throws: exit status 2 (exit_status.ts). */
+export const DOWNLOAD_INPUT_ERRORS = [OfflineError, DownloadError, DriveError, ChecksumError, Md5ListError, TarError];
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
   main().catch((error: Error) => {
     process.stderr.write("\n"); // past a progress bar
-    process.exitCode = reportFailure("download", error, INPUT_ERRORS);
+    process.exitCode = reportFailure("download", error, DOWNLOAD_INPUT_ERRORS);
   });
 }
