@@ -3,7 +3,7 @@
 // Python-identical `random.Random(RANDOM_SEED)`, one per input file, in the reference's order.
 //
 //   npx tsx mlperf/bert/data/preprocess.ts pre-train all|N|pre-eval   (see --help)
-import { existsSync, mkdirSync, readFileSync, statSync } from "node:fs";
+import { closeSync, existsSync, mkdirSync, openSync, readSync, statSync } from "node:fs";
 import { availableParallelism, freemem } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -56,8 +56,8 @@ export const EVAL_SAMPLE_COUNT = 10_000;
 // ---------------------------------------------------------------------------------------
 // Reading: documents of segments of token ids.
 
-/** An int32 (or uint16) array that grows by doubling, so building never copies per element. */
-class Growable<T extends Int32Array | Uint16Array = Int32Array> {
+/** An int32 (uint16, uint8) array that grows by doubling, so building never copies per element. */
+class Growable<T extends Int32Array | Uint16Array | Uint8Array = Int32Array> {
   data: T;
   length = 0;
 
@@ -89,56 +89,157 @@ class Growable<T extends Int32Array | Uint16Array = Int32Array> {
   }
 }
 
-/** Predictions (positions, token ids) as 16-bit values: half the memory, and what a shard stores anyway. */
+/** Token ids, positions and predictions as 16-bit values: half the memory, and what a shard stores anyway. */
 const uint16s = (length: number) => new Uint16Array(length);
+const uint8s = (length: number) => new Uint8Array(length);
 
-/** One input file's documents: segment s of document d is `tokenIds[segmentStarts[s]..segmentStarts[s+1])`. */
+/** One input's documents: segment s of document d is `tokenIds[segmentStarts[s]..segmentStarts[s+1])`. */
 export interface Documents {
-  tokenIds: Int32Array;
+  tokenIds: Uint16Array;
   /** [segments + 1] offsets into tokenIds. */
   segmentStarts: Int32Array;
   /** [documents + 1] offsets into segments. */
   documentStarts: Int32Array;
 }
 
+/** Refuses a vocab whose ids a shard (and a 16-bit token array) cannot hold. */
+function checkVocabFits(tokenizer: BertTokenizer): void {
+  const size = tokenizer.vocab.tokens.length;
+  if (size > 0x10000)
+    throw new PreprocessError(`vocab ${tokenizer.vocab.source} has ${size} tokens: shards hold token ids below 65536`);
+}
+
 /**
- * Reads results4 text as MLCommons does: every `\r` is deleted (tf.gfile), lines end at
- * `\n`, each is stripped the Python way; an empty line ends the document, any other line's
- * tokens (when there are some) are one segment; documents without segments are dropped.
+ * Builds documents a line at a time, as MLCommons reads results4 text: each line is stripped the Python way; an
+ * empty one ends the document, any other one's tokens (when there are some) are one segment; documents without
+ * segments are dropped. (Deleting every `\r` and cutting lines at `\n` is the caller's: `readDocuments`,
+ * `readTextLines`.)
  */
-export function readDocuments(text: string, tokenizer: BertTokenizer): Documents {
+export class DocumentReader {
+  private readonly tokenIds = new Growable(uint16s);
+  private readonly segmentStarts = new Growable();
+  private readonly documentStarts = new Growable();
+  private readonly lineIds: number[] = [];
+
+  constructor(private readonly tokenizer: BertTokenizer) {
+    checkVocabFits(tokenizer);
+    this.segmentStarts.push(0);
+    this.documentStarts.push(0);
+  }
+
+  /** Documents so far (the one being read not counted until it ends). */
+  get documentCount(): number {
+    return this.documentStarts.length - 1;
+  }
+
+  /** Reads one line (without its `\n`); true when it ended a document. */
+  addLine(text: string): boolean {
+    const line = pythonStrip(text);
+    if (line.length === 0) return this.endDocument();
+    const lineIds = this.lineIds;
+    lineIds.length = 0;
+    this.tokenizer.tokenizeToIds(line, lineIds);
+    if (lineIds.length > 0) {
+      this.tokenIds.append(lineIds);
+      this.segmentStarts.push(this.tokenIds.length);
+    }
+    return false;
+  }
+
+  /** Ends the document being read, as an empty line does; true when it had segments (and so is kept). */
+  endDocument(): boolean {
+    const { segmentStarts, documentStarts } = this;
+    if (segmentStarts.length - 1 === documentStarts.data[documentStarts.length - 1]!) return false;
+    documentStarts.push(segmentStarts.length - 1);
+    return true;
+  }
+
+  /** Ends the input: the documents read. */
+  finish(): Documents {
+    this.endDocument();
+    return {
+      tokenIds: this.tokenIds.filled(),
+      segmentStarts: this.segmentStarts.filled(),
+      documentStarts: this.documentStarts.filled(),
+    };
+  }
+}
+
+/** Calls `onLine` for each line of `text` (every `\r` deleted, as tf.gfile reads; lines end at `\n`). */
+function forEachLine(text: string, onLine: (line: string) => void): void {
   const content = text.includes("\r") ? text.replaceAll("\r", "") : text;
-  const tokenIds = new Growable();
-  const segmentStarts = new Growable();
-  const documentStarts = new Growable();
-  segmentStarts.push(0);
-  documentStarts.push(0);
-  const lineIds: number[] = [];
-  const endDocument = () => {
-    if (segmentStarts.length - 1 > documentStarts.data[documentStarts.length - 1]!)
-      documentStarts.push(segmentStarts.length - 1);
-  };
   for (let lineStart = 0; lineStart < content.length; ) {
     const newline = content.indexOf("\n", lineStart);
     const lineEnd = newline < 0 ? content.length : newline;
-    const line = pythonStrip(content.slice(lineStart, lineEnd));
+    onLine(content.slice(lineStart, lineEnd));
     lineStart = lineEnd + 1;
-    if (line.length === 0) {
-      endDocument();
-      continue;
-    }
-    lineIds.length = 0;
-    tokenizer.tokenizeToIds(line, lineIds);
-    if (lineIds.length === 0) continue;
-    tokenIds.append(lineIds);
-    segmentStarts.push(tokenIds.length);
   }
-  endDocument();
-  return {
-    tokenIds: tokenIds.filled(),
-    segmentStarts: segmentStarts.filled(),
-    documentStarts: documentStarts.filled(),
-  };
+}
+
+/** Reads results4 text as MLCommons does (see DocumentReader). */
+export function readDocuments(text: string, tokenizer: BertTokenizer): Documents {
+  const reader = new DocumentReader(tokenizer);
+  forEachLine(text, (line) => reader.addLine(line));
+  return reader.finish();
+}
+
+/** Bytes of a file read at a time: its text is never held whole (a Wikipedia part's is 54 MB as a string). */
+const READ_CHUNK_BYTES = 1 << 20;
+
+/**
+ * Calls `onLine` for each line of the UTF-8 file at `path` as `readDocuments` cuts them, reading a chunk at a time;
+ * `onChunk` sees the bytes read so far. Returns the file's size. Fails with a PreprocessError naming the file
+ * (and, for bytes that are not UTF-8, the offset of the first bad one: Python would raise there).
+ */
+export function readTextLines(
+  path: string,
+  onLine: (line: string) => void,
+  onChunk?: (bytesRead: number) => void,
+): number {
+  let fd: number;
+  try {
+    fd = openSync(path, "r");
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    throw new PreprocessError(
+      `cannot read input file ${path}${code === "ENOENT" ? ": it does not exist" : `: ${(error as Error).message}`}`,
+    );
+  }
+  // A leading U+FEFF is kept, as Python keeps it.
+  const decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+  let buffer = Buffer.allocUnsafe(READ_CHUNK_BYTES);
+  let held = 0; // bytes of a line begun in the last chunk, at the buffer's start
+  let offset = 0; // the file offset of buffer[0]
+  try {
+    for (;;) {
+      if (held === buffer.length) buffer = Buffer.concat([buffer, Buffer.allocUnsafe(buffer.length)]);
+      const read = readSync(fd, buffer, held, buffer.length - held, null);
+      const end = held + read;
+      if (end === 0) break;
+      // Decoded up to the last \n: a newline byte is never inside a UTF-8 sequence, so each piece decodes alone.
+      const cut = read === 0 ? end : buffer.lastIndexOf(0x0a, end - 1) + 1;
+      if (cut > 0) {
+        const bytes = buffer.subarray(0, cut);
+        let text: string;
+        try {
+          text = decoder.decode(bytes);
+        } catch {
+          throw new PreprocessError(
+            `input file ${path} is not valid UTF-8 (first bad byte at offset ${offset + firstInvalidUtf8Offset(bytes)})`,
+          );
+        }
+        forEachLine(text, onLine);
+        buffer.copyWithin(0, cut, end);
+        held = end - cut;
+        offset += cut;
+        onChunk?.(offset);
+      } else held = end;
+      if (read === 0) break;
+    }
+  } finally {
+    closeSync(fd);
+  }
+  return offset;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -161,25 +262,39 @@ function specialIdsOf(tokenizer: BertTokenizer): SpecialIds {
   return { cls, sep, mask, vocabSize: tokenizer.vocab.tokens.length };
 }
 
+/** How a prediction's position is replaced in the sample: by [MASK], kept, or by a random id (80/10/10). */
+const MASKED = 0;
+const KEPT = 1;
+const RANDOM = 2;
+
+/** The replacement kind of prediction `p`: two bits each, four to a byte. */
+const replacementKind = (kinds: Uint8Array, p: number): number => (kinds[p >> 2]! >> ((p & 3) * 2)) & 3;
+
 /**
  * Samples in the order made, by reference into the input's token ids rather than copies of them (DUPE_FACTOR copies
  * of a part's tokens would be most of a worker's memory): sample k is `[CLS] A [SEP] B [SEP]`, where A is
  * `sourceIds[pairs[4k]..pairs[4k+1])` and B `sourceIds[pairs[4k+2]..pairs[4k+3])`, with its predictions'
  * replacements written over it; [CLS], A and the first [SEP] are segment 0. Its predictions are
- * `predictionStarts[k]..predictionStarts[k+1]` of the prediction arrays. `sampleTokens` puts one together.
+ * `predictionStarts[k]..predictionStarts[k+1]` of the prediction arrays; a prediction's label, the id it replaces,
+ * is read back from `sourceIds`, and its replacement is a two-bit kind, with the random ids kept apart (sample k's
+ * from `randomIdStarts[k]`): about a tenth of predictions draw one. `sampleTokens` and `sampleLabels` put a sample
+ * together.
  */
 export interface MadeSamples {
   count: number;
-  sourceIds: Int32Array;
+  sourceIds: Uint16Array;
   pairs: Int32Array;
   cls: number;
   sep: number;
+  mask: number;
   predictionStarts: Int32Array;
   maskedLmPositions: Uint16Array;
-  maskedLmIds: Uint16Array;
-  /** What each prediction's position holds in the sample: [MASK], the original id or a random one. */
-  maskedLmReplacements: Uint16Array;
-  nextSentenceLabels: Int32Array;
+  /** MASKED, KEPT or RANDOM for each prediction, two bits each (`replacementKind`). */
+  replacementKinds: Uint8Array;
+  /** The ids drawn for RANDOM replacements, in the order of the predictions. */
+  randomIds: Uint16Array;
+  randomIdStarts: Int32Array;
+  nextSentenceLabels: Uint8Array;
   /** The reference's output order: its final `rng.shuffle(instances)` as indices. */
   shuffledOrder: Int32Array;
 }
@@ -205,9 +320,27 @@ export function sampleTokens(
   out.set(sourceIds.subarray(bStart, bEnd), n);
   n += bEnd - bStart;
   out[n++] = made.sep;
-  for (let p = made.predictionStarts[k]!; p < made.predictionStarts[k + 1]!; p++)
-    out[at + made.maskedLmPositions[p]!] = made.maskedLmReplacements[p]!;
+  let random = made.randomIdStarts[k]!;
+  for (let p = made.predictionStarts[k]!; p < made.predictionStarts[k + 1]!; p++) {
+    const kind = replacementKind(made.replacementKinds, p);
+    if (kind === MASKED) out[at + made.maskedLmPositions[p]!] = made.mask;
+    else if (kind === RANDOM) out[at + made.maskedLmPositions[p]!] = made.randomIds[random++]!;
+  }
   return { length: n - at, segmentALength };
+}
+
+/** Writes made sample `k`'s masked-LM labels (the ids its predictions replaced) into `out` from `at`. */
+export function sampleLabels(made: MadeSamples, k: number, out: Int32Array | Uint16Array, at: number): void {
+  const { pairs, sourceIds } = made;
+  const aStart = pairs[4 * k]!;
+  const aLength = pairs[4 * k + 1]! - aStart;
+  const bStart = pairs[4 * k + 2]!;
+  const start = made.predictionStarts[k]!;
+  for (let p = start; p < made.predictionStarts[k + 1]!; p++) {
+    const position = made.maskedLmPositions[p]!; // never [CLS] or a [SEP]: those are no candidates
+    out[at + p - start] =
+      position <= aLength ? sourceIds[aStart + position - 1]! : sourceIds[bStart + position - aLength - 2]!;
+  }
 }
 
 /** Python's `round()` on a double: halves go to the even neighbour. */
@@ -226,13 +359,16 @@ class SampleMaker {
   private readonly pairs = new Growable();
   private readonly predictionStarts = new Growable();
   private readonly maskedLmPositions = new Growable(uint16s);
-  private readonly maskedLmIds = new Growable(uint16s);
-  private readonly maskedLmReplacements = new Growable(uint16s);
-  private readonly nextSentenceLabels = new Growable();
+  private readonly replacementKinds = new Growable(uint8s);
+  private readonly randomIds = new Growable(uint16s);
+  private readonly randomIdStarts = new Growable();
+  private kindCount = 0;
+  private readonly nextSentenceLabels = new Growable(uint8s);
   private readonly candidates: Int32Array;
+  /** The sample's predictions, sorted by position as they are drawn: position, replacement kind, random id. */
   private readonly predictionPositions: Int32Array;
-  private readonly predictionLabels: Int32Array;
-  private readonly predictionReplacements: Int32Array;
+  private readonly predictionKinds: Int32Array;
+  private readonly predictionRandomIds: Int32Array;
   /** The sample being made. */
   private readonly tokens: Int32Array;
   /** Token ranges of A and B in `documents.tokenIds`, end exclusive. */
@@ -251,8 +387,8 @@ class SampleMaker {
     this.predictionStarts.push(0);
     this.candidates = new Int32Array(settings.maxSeqLength);
     this.predictionPositions = new Int32Array(settings.maxPredictionsPerSeq);
-    this.predictionLabels = new Int32Array(settings.maxPredictionsPerSeq);
-    this.predictionReplacements = new Int32Array(settings.maxPredictionsPerSeq);
+    this.predictionKinds = new Int32Array(settings.maxPredictionsPerSeq);
+    this.predictionRandomIds = new Int32Array(settings.maxPredictionsPerSeq);
     this.tokens = new Int32Array(settings.maxSeqLength);
   }
 
@@ -361,35 +497,46 @@ class SampleMaker {
       candidateCount,
     );
     for (let k = 0; k < predictionCount; k++) {
-      const position = candidates[k]!;
-      const original = tokens[position]!;
-      let replacement: number;
-      if (rng.random() < 0.8) replacement = special.mask;
-      else if (rng.random() < 0.5) replacement = original;
-      else replacement = rng.randint(0, special.vocabSize - 1);
-      tokens[position] = replacement;
-      this.insertPrediction(k, position, original, replacement);
+      let kind = KEPT;
+      let randomId = 0;
+      if (rng.random() < 0.8) kind = MASKED;
+      else if (rng.random() >= 0.5) {
+        kind = RANDOM;
+        randomId = rng.randint(0, special.vocabSize - 1);
+      }
+      this.insertPrediction(k, candidates[k]!, kind, randomId);
+    }
+    this.randomIdStarts.push(this.randomIds.length);
+    for (let k = 0; k < predictionCount; k++) {
+      this.pushReplacementKind(this.predictionKinds[k]!);
+      if (this.predictionKinds[k] === RANDOM) this.randomIds.push(this.predictionRandomIds[k]!);
     }
     this.maskedLmPositions.append(this.predictionPositions.subarray(0, predictionCount));
-    this.maskedLmIds.append(this.predictionLabels.subarray(0, predictionCount));
-    this.maskedLmReplacements.append(this.predictionReplacements.subarray(0, predictionCount));
     this.predictionStarts.push(this.maskedLmPositions.length);
     for (const end of [this.aStart, this.aEnd, this.bStart, this.bEnd]) this.pairs.push(end);
     this.nextSentenceLabels.push(isRandomNext ? 1 : 0);
   }
 
   /** Keeps the first `filled` predictions sorted by position (the reference sorts at the end). */
-  private insertPrediction(filled: number, position: number, label: number, replacement: number): void {
+  private insertPrediction(filled: number, position: number, kind: number, randomId: number): void {
     let k = filled;
     while (k > 0 && this.predictionPositions[k - 1]! > position) {
       this.predictionPositions[k] = this.predictionPositions[k - 1]!;
-      this.predictionLabels[k] = this.predictionLabels[k - 1]!;
-      this.predictionReplacements[k] = this.predictionReplacements[k - 1]!;
+      this.predictionKinds[k] = this.predictionKinds[k - 1]!;
+      this.predictionRandomIds[k] = this.predictionRandomIds[k - 1]!;
       k--;
     }
     this.predictionPositions[k] = position;
-    this.predictionLabels[k] = label;
-    this.predictionReplacements[k] = replacement;
+    this.predictionKinds[k] = kind;
+    this.predictionRandomIds[k] = randomId;
+  }
+
+  /** Appends the next prediction's kind: two bits, four to a byte. */
+  private pushReplacementKind(kind: number): void {
+    const p = this.kindCount++;
+    if ((p & 3) === 0) this.replacementKinds.push(0);
+    const kinds = this.replacementKinds.data;
+    kinds[p >> 2] = kinds[p >> 2]! | (kind << ((p & 3) * 2));
   }
 
   finish(): MadeSamples {
@@ -402,10 +549,12 @@ class SampleMaker {
       pairs: this.pairs.filled(),
       cls: this.special.cls,
       sep: this.special.sep,
+      mask: this.special.mask,
       predictionStarts: this.predictionStarts.filled(),
       maskedLmPositions: this.maskedLmPositions.filled(),
-      maskedLmIds: this.maskedLmIds.filled(),
-      maskedLmReplacements: this.maskedLmReplacements.filled(),
+      replacementKinds: this.replacementKinds.filled(),
+      randomIds: this.randomIds.filled(),
+      randomIdStarts: this.randomIdStarts.filled(),
       nextSentenceLabels: this.nextSentenceLabels.filled(),
       shuffledOrder,
     };
@@ -440,12 +589,9 @@ export function makeSamples(
   onProgress?: ProgressCallback,
 ): MadeSamples {
   validateSettings(settings);
-  const special = specialIdsOf(tokenizer);
   // sample token ids and positions are stored as 16-bit values, as shards store them
-  if (special.vocabSize > 0x10000)
-    throw new PreprocessError(
-      `vocab ${tokenizer.vocab.source} has ${special.vocabSize} tokens: shards hold token ids below 65536`,
-    );
+  checkVocabFits(tokenizer);
+  const special = specialIdsOf(tokenizer);
   if (settings.maxSeqLength > 0x10000)
     throw new PreprocessError(`MAX_SEQ_LENGTH must be at most 65536, got ${settings.maxSeqLength}`);
   const rng = new PyRandom(settings.randomSeed);
@@ -499,7 +645,7 @@ export function toSampleColumns(
       made.maskedLmPositions.subarray(predictionStart, predictionStart + predictions),
       predictionRow,
     );
-    columns.masked_lm_ids.set(made.maskedLmIds.subarray(predictionStart, predictionStart + predictions), predictionRow);
+    sampleLabels(made, k, columns.masked_lm_ids, predictionRow);
     columns.masked_lm_weights.fill(1, predictionRow, predictionRow + predictions);
     columns.next_sentence_labels[r] = made.nextSentenceLabels[k]!;
   }
@@ -532,8 +678,17 @@ export function orderedSamplesFromText(
   settings: PreprocessSettings = DEFAULT_SETTINGS,
   options: SampleOptions & { source?: string } = {},
 ): OrderedSamples {
+  return orderedSamplesFromDocuments(readDocuments(text, tokenizer), tokenizer, settings, options);
+}
+
+/** The samples of read documents and their output order; `source` names them in errors. */
+export function orderedSamplesFromDocuments(
+  documents: Documents,
+  tokenizer: BertTokenizer,
+  settings: PreprocessSettings = DEFAULT_SETTINGS,
+  options: SampleOptions & { source?: string } = {},
+): OrderedSamples {
   const source = options.source ?? "input text";
-  const documents = readDocuments(text, tokenizer);
   if (documents.documentStarts.length === 1)
     throw new PreprocessError(`${source} has no documents (no line gives a token)`);
   const made = makeSamples(documents, tokenizer, settings, options.onProgress);
@@ -609,7 +764,7 @@ export function writeSamplesShard(
             out.set(made.maskedLmPositions.subarray(predictionStart, predictionStart + predictions), at);
             break;
           case "masked_lm_ids":
-            out.set(made.maskedLmIds.subarray(predictionStart, predictionStart + predictions), at);
+            sampleLabels(made, k, out as Uint16Array, at);
             break;
           case "masked_lm_weights":
             out.fill(1, at, at + predictions);
@@ -622,26 +777,6 @@ export function writeSamplesShard(
     },
     shardSettings(settings, vocabSize),
   );
-}
-
-/** Decodes a file as strict UTF-8 (Python would raise), keeping a leading U+FEFF as Python does. */
-export function readUtf8File(path: string): string {
-  let bytes: Buffer;
-  try {
-    bytes = readFileSync(path);
-  } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code;
-    throw new PreprocessError(
-      `cannot read input file ${path}${code === "ENOENT" ? ": it does not exist" : `: ${(error as Error).message}`}`,
-    );
-  }
-  try {
-    return new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(bytes);
-  } catch {
-    throw new PreprocessError(
-      `input file ${path} is not valid UTF-8 (first bad byte at offset ${firstInvalidUtf8Offset(bytes)})`,
-    );
-  }
 }
 
 /** Offset of the first byte that starts no valid UTF-8 sequence (shortest form, no surrogates). */
@@ -686,9 +821,13 @@ export function orderedSamplesFromFile(
   settings: PreprocessSettings = DEFAULT_SETTINGS,
   options: SampleOptions = {},
 ): OrderedSamples {
-  const text = readUtf8File(path);
-  if (text.length === 0) throw new PreprocessError(`input file ${path} is empty`);
-  return orderedSamplesFromText(text, tokenizer, settings, { ...options, source: `input file ${path}` });
+  const reader = new DocumentReader(tokenizer);
+  if (readTextLines(path, (line) => reader.addLine(line)) === 0)
+    throw new PreprocessError(`input file ${path} is empty`);
+  return orderedSamplesFromDocuments(reader.finish(), tokenizer, settings, {
+    ...options,
+    source: `input file ${path}`,
+  });
 }
 
 // ---------------------------------------------------------------------------------------

@@ -333,7 +333,7 @@ export class BertTokenizer {
       this.splitOnPunctuation(normalizeWord(word), collected);
       ids = Int32Array.from(collected);
       if (this.wordCache.size >= MAX_CACHED_WORDS) this.wordCache.clear();
-      this.wordCache.set(word, ids);
+      this.wordCache.set(ownString(word), ids);
     }
     for (let k = 0; k < ids.length; k++) out.push(ids[k]!);
   }
@@ -390,6 +390,13 @@ export class BertTokenizer {
     }
   }
 }
+
+/**
+ * `text` as a string of its own: V8 keeps a long substring as a view into its whole parent, so a cached word would
+ * otherwise hold on to the chunk of text it was cut from long after that chunk is read. (The concatenation is
+ * flattened into a new string by the slice.)
+ */
+const ownString = (text: string): string => ` ${text}`.slice(1);
 
 /** UTF-16 offsets of each code point (and the end), or null when every unit is one. */
 function codePointOffsets(text: string): number[] | null {
