@@ -105,6 +105,13 @@ export const KNOB_SPECS: readonly KnobSpec[] = [
     "samples in the eval set, which every evaluation covers",
   ),
   knob(
+    "STRICT_EVAL_SET",
+    "flag",
+    () => 0,
+    "0",
+    "refuse eval files holding fewer than EVAL_SET_SIZE samples (else: warn, evaluate on those once)",
+  ),
+  knob(
     "MAX_EVAL_STEPS",
     "int",
     (k) => Math.ceil(num(k, "EVAL_SET_SIZE") / num(k, "EVAL_BS")),
@@ -126,6 +133,13 @@ export const KNOB_SPECS: readonly KnobSpec[] = [
     () => basedirFromEnv({ ...process.env, BASEDIR: "" }),
     "$XDG_DATA_HOME/tsgrad/wiki",
     "data folder (train/, eval/ shards)",
+  ),
+  knob(
+    "DATA",
+    "string",
+    () => "",
+    "none",
+    "data folder with a manifest.json (tsgrad preprocess writes it): its shards instead of BASEDIR's",
   ),
   knob(
     "INIT_CKPT_DIR",
@@ -171,6 +185,9 @@ export const KNOB_SPECS: readonly KnobSpec[] = [
   ),
 ];
 
+/** The names of the knobs. */
+export const KNOB_NAMES: ReadonlySet<string> = new Set(KNOB_SPECS.map((s) => s.name));
+
 /** Every knob, resolved: numbers for int/float/flag knobs, strings for the rest. */
 export interface Knobs {
   MODEL: string;
@@ -193,11 +210,13 @@ export interface Knobs {
   EPSILON: number;
   LOSS_SCALER: number;
   EVAL_SET_SIZE: number;
+  STRICT_EVAL_SET: number;
   MAX_EVAL_STEPS: number;
   EVAL_STEP_FREQ: number;
   TARGET: number;
   SEED: number;
   BASEDIR: string;
+  DATA: string;
   INIT_CKPT_DIR: string;
   BERT_CONFIG: string;
   MAX_SEQ_LENGTH: number;
@@ -255,7 +274,7 @@ function editDistance(a: string, b: string): number {
  * and a typo keeps the first letter, so that unrelated variables (`PS1`, npm's `NODE`) are not taken for knobs.
  */
 export function misspeltKnobs(env: NodeJS.ProcessEnv): { variable: string; knob: string }[] {
-  const names = new Set(KNOB_SPECS.map((s) => s.name));
+  const names = KNOB_NAMES;
   const found: { variable: string; knob: string }[] = [];
   for (const variable of Object.keys(env)) {
     if (names.has(variable) || !/^[A-Z][A-Z0-9_]*$/.test(variable)) continue;
@@ -271,8 +290,8 @@ export function misspeltKnobs(env: NodeJS.ProcessEnv): { variable: string; knob:
   return found;
 }
 
-/** Flag values by knob name; `help` when --help was asked. */
-function parseArgv(argv: readonly string[]): { values: Map<string, string>; help: boolean } {
+/** Flag values by knob name (`--eval-bs 6` or `--EVAL_BS=6`); `help` when --help was asked. */
+export function parseKnobFlags(argv: readonly string[]): { values: Map<string, string>; help: boolean } {
   const byFlag = new Map(
     KNOB_SPECS.flatMap(
       (s) =>
@@ -305,7 +324,7 @@ function parseArgv(argv: readonly string[]): { values: Map<string, string>; help
 
 /** Knobs from flags, then the environment, then the defaults; `null` when --help was asked. */
 export function parseKnobs(argv: readonly string[], env: NodeJS.ProcessEnv = process.env): Knobs | null {
-  const { values, help } = parseArgv(argv);
+  const { values, help } = parseKnobFlags(argv);
   if (help) return null;
   for (const { variable, knob } of misspeltKnobs(env)) {
     console.error(`warning: ${variable} is not a knob of the trainer and is ignored; did you mean ${knob}?`);

@@ -41,6 +41,7 @@ import {
 import {
   fakeBatch,
   listSampleFiles,
+  checkSampleFiles,
   prefetchBatches,
   evalBatches,
   samplesToTensors,
@@ -50,7 +51,8 @@ import {
 import { ShardError } from "./data/shard.ts";
 import { TFRecordError } from "./data/tfrecord.ts";
 import { StoppedError, reportFailure } from "./exit_status.ts";
-import { openSampleFile } from "./data/inspect.ts";
+import { detectSampleFormat, openSampleFile } from "./data/inspect.ts";
+import { ManifestError, readManifest, shardPath } from "./data/manifest.ts";
 import type { SampleColumns } from "./data/samples.ts";
 import { evalShardPath, trainShardPath } from "./data/basedir.ts";
 import {
@@ -61,7 +63,7 @@ import {
   type SystemDescription,
 } from "./mllog.ts";
 import { formatEvalLine, formatStepLine } from "./report.ts";
-import { CountProgress } from "./progress.ts";
+import { CountProgress, timeAtRate } from "./progress.ts";
 import { StopSignals } from "./stop_signals.ts";
 import { ByteProgress } from "./data/byteProgress.ts";
 import {
@@ -91,6 +93,8 @@ export interface TrainOptions {
   comm?: dist.Communicator;
   /** The data-parallel step (gradients reduced between a jitted backward and a jitted update) even with one rank. */
   splitStep?: boolean;
+  /** The run phase's sample files, as a data folder's manifest names them (BASEDIR/train and BASEDIR/eval else). */
+  sampleFiles?: { train: string[]; eval: string[] };
 }
 
 export interface TrainResult {
@@ -105,6 +109,15 @@ export interface TrainResult {
   mlperfLogPath: string | null;
   finalModelPath: string | null;
   checkpoints: string[];
+  /** Seconds from the first step to the end of the last (evaluations included). */
+  seconds: number;
+}
+
+/** The sample files of a run phase, checked, and how many samples the eval files hold. */
+export interface Shards {
+  train: string[];
+  eval: string[];
+  evalSamples: number;
 }
 
 /** The train and eval shard folders of a BASEDIR, as preprocess.ts writes them. */
@@ -119,7 +132,7 @@ export const shardFolders = (basedir: string): { train: string; eval: string } =
  * files' data against their checksums (the eval set is small: about 30 ms for MLPerf's 10,000 samples), so that a
  * corrupt eval shard fails now, not at the first evaluation hours in.
  */
-export function findShards(basedir: string, model?: ModelVocab): { train: string[]; eval: string[] } {
+export function findShards(basedir: string, model?: ModelVocab): Shards {
   const folders = shardFolders(basedir);
   const filesIn = (dir: string) => (existsSync(dir) ? listSampleFiles(dir, model) : []);
   const train = filesIn(folders.train);
@@ -135,8 +148,84 @@ export function findShards(basedir: string, model?: ModelVocab): { train: string
   }
   if (evalFiles.length === 0)
     throw new TrainerError(`no eval shards in ${folders.eval}: make them with ${preprocess} pre-eval`);
-  for (const path of evalFiles) openSampleFile(path).close();
-  return { train, eval: evalFiles };
+  return { train, eval: evalFiles, evalSamples: verifyEvalFiles(evalFiles) };
+}
+
+/** Checks the files a manifest names as listing a folder does (headers, widths, vocab); the eval files' data too. */
+export function checkShards(files: { train: string[]; eval: string[] }, model?: ModelVocab): Shards {
+  if (files.eval.length === 0)
+    throw new TrainerError("the data has no eval set: the run phase evaluates every EVAL_STEP_FREQ steps");
+  checkSampleFiles(files.train, "the train files", model);
+  checkSampleFiles(files.eval, "the eval files", model);
+  return { ...files, evalSamples: verifyEvalFiles(files.eval) };
+}
+
+/**
+ * The shard files DATA's manifest names, once its settings are found to fit the run (sequence length, predictions,
+ * vocab): a mismatch is one line naming each setting, before anything is built.
+ */
+export function manifestFiles(knobs: Knobs, vocab: ModelVocab): { train: string[]; eval: string[] } {
+  const manifest = readManifest(knobs.DATA);
+  const { settings } = manifest;
+  const mismatches: string[] = [];
+  if (settings.maxSeqLength !== knobs.MAX_SEQ_LENGTH)
+    mismatches.push(`sequences of ${settings.maxSeqLength} tokens, not MAX_SEQ_LENGTH=${knobs.MAX_SEQ_LENGTH}`);
+  if (settings.maxPredictionsPerSeq !== knobs.MAX_PREDICTIONS_PER_SEQ)
+    mismatches.push(
+      `${settings.maxPredictionsPerSeq} predictions a sequence, not MAX_PREDICTIONS_PER_SEQ=${knobs.MAX_PREDICTIONS_PER_SEQ}`,
+    );
+  if (settings.vocabSize !== vocab.vocabSize)
+    mismatches.push(`a vocab of ${settings.vocabSize} tokens, not the model's ${vocab.vocabSize} (${vocab.source})`);
+  if (mismatches.length > 0)
+    throw new TrainerError(`DATA=${knobs.DATA} does not fit this run: its samples have ${mismatches.join("; ")}`);
+  if (manifest.eval === null)
+    throw new TrainerError(
+      `DATA=${knobs.DATA} has no eval set (its manifest's "eval" is null): the run phase evaluates every EVAL_STEP_FREQ steps`,
+    );
+  return {
+    train: manifest.train.map((shard) => shardPath(knobs.DATA, shard)),
+    eval: [shardPath(knobs.DATA, manifest.eval)],
+  };
+}
+
+/** The model must hold a sequence of MAX_SEQ_LENGTH tokens; the train shards' widths must be the knobs'. */
+function checkModelAndShards(knobs: Knobs, config: BertConfig, configSource: string, train: string[]): void {
+  if (config.maxPositionEmbeddings < knobs.MAX_SEQ_LENGTH)
+    throw new TrainerError(
+      `the model (${configSource}) has ${config.maxPositionEmbeddings} positions, fewer than MAX_SEQ_LENGTH=${knobs.MAX_SEQ_LENGTH}`,
+    );
+  const first = train.find((path) => detectSampleFormat(path) === "shard");
+  if (first === undefined) return; // a TFRecord's widths are known only once its records are read
+  const file = openSampleFile(first, { verify: false });
+  file.close();
+  if (file.maxSeqLength !== knobs.MAX_SEQ_LENGTH || file.maxPredictionsPerSeq !== knobs.MAX_PREDICTIONS_PER_SEQ)
+    throw new TrainerError(
+      `${first} holds samples of max_seq_length ${file.maxSeqLength}, max_predictions_per_seq ${file.maxPredictionsPerSeq}, but MAX_SEQ_LENGTH=${knobs.MAX_SEQ_LENGTH}, MAX_PREDICTIONS_PER_SEQ=${knobs.MAX_PREDICTIONS_PER_SEQ}: set them to the shards'`,
+    );
+}
+
+/** Reads the eval files once against their checksums; returns how many samples they hold. */
+function verifyEvalFiles(paths: string[]): number {
+  let samples = 0;
+  for (const path of paths) {
+    const file = openSampleFile(path);
+    samples += file.count;
+    file.close();
+  }
+  return samples;
+}
+
+/**
+ * The samples each evaluation covers: EVAL_SET_SIZE, or all the eval files hold when that is fewer (said once,
+ * or refused under STRICT_EVAL_SET), so that no sample is counted twice.
+ */
+export function evalSetSize(knobs: Knobs, evalSamples: number, print: (line: string) => void): number {
+  if (evalSamples >= knobs.EVAL_SET_SIZE) return knobs.EVAL_SET_SIZE;
+  const what = `the eval files hold ${evalSamples} samples, fewer than EVAL_SET_SIZE=${knobs.EVAL_SET_SIZE}`;
+  if (knobs.STRICT_EVAL_SET)
+    throw new TrainerError(`${what} (STRICT_EVAL_SET=1): make a larger eval set or lower EVAL_SET_SIZE`);
+  print(`warning: ${what}: each evaluation covers those ${evalSamples} once (STRICT_EVAL_SET=1 refuses instead)`);
+  return evalSamples;
 }
 
 /** systems/<platform>.json, the submission records' source. */
@@ -222,6 +311,8 @@ interface Evaluation {
   devices: string[];
   evalStep: (...t: BertBatchTensors) => BertMetrics;
   evalFiles: string[] | null;
+  /** Samples an evaluation covers (each once): EVAL_SET_SIZE, or fewer where the eval files hold fewer. */
+  setSize: number;
   vocabSize: number;
   print: (line: string) => void;
 }
@@ -231,14 +322,15 @@ interface Evaluation {
  * predictions.
  */
 function evaluate(
-  { knobs, comm, devices, evalStep, evalFiles, vocabSize, print }: Evaluation,
+  { knobs, comm, devices, evalStep, evalFiles, setSize, vocabSize, print }: Evaluation,
   step: number,
   limit: number,
 ): { accuracy: number; loss: number } {
   // each rank evaluates its own run of whole batches; the sums are added up across ranks at the end
   const [first, end] = [comm.rank, comm.rank + 1].map((r) => Math.floor((r * limit) / comm.size)) as [number, number];
   const batches = evalFiles ? evalBatches({ files: evalFiles, batchSize: knobs.EVAL_BS, startStep: first }) : null;
-  const progress = knobs.BENCHMARK || comm.rank !== 0 ? null : new CountProgress("eval", end - first);
+  const progress =
+    knobs.BENCHMARK || comm.rank !== 0 ? null : new CountProgress("eval", end - first, { transient: true });
   let correct = 0,
     predictions = 0,
     lossSum = 0;
@@ -249,7 +341,7 @@ function evaluate(
       : fakeSamples(knobs.EVAL_BS, knobs, vocabSize, knobs.SEED + 1_000_000 + j);
     if (batches && j === first) checkWidths(samples, knobs, `the eval shards in ${shardFolders(knobs.BASEDIR).eval}`);
     // the last batch wraps around to the set's first samples: weight 0 on those, so each sample counts once
-    const beyondSet = (j + 1) * knobs.EVAL_BS - knobs.EVAL_SET_SIZE;
+    const beyondSet = (j + 1) * knobs.EVAL_BS - setSize;
     if (batches && beyondSet > 0)
       samples.masked_lm_weights.fill(0, Math.max(0, knobs.EVAL_BS - beyondSet) * samples.maxPredictionsPerSeq);
     const metrics = withBeam(knobs.EVAL_BEAM, () => evalStep(...samplesToTensors(samples, devices)));
@@ -276,6 +368,27 @@ function evaluate(
   return { accuracy, loss };
 }
 
+/** The phase's first line: what it runs, and when it stops. */
+export function phaseLine(phase: TrainResult["phase"], knobs: Knobs, steps: number, setSize: number): string {
+  if (phase === "init")
+    return `warm-up (init phase, untimed): ${steps} steps and an eval on fake data compile every kernel`;
+  if (phase === "benchmark") return `benchmark: ${steps} steps on fake data, then the estimated training time`;
+  return `training (run phase): at most ${knobs.TRAIN_STEPS} steps of ${knobs.BS} samples, an eval of ${setSize} samples every ${knobs.EVAL_STEP_FREQ} steps; stops at masked-LM accuracy ${knobs.TARGET}`;
+}
+
+/**
+ * The train bar's ETA: the run stops at the first evaluation that reaches TARGET or at TRAIN_STEPS, so it gives
+ * the time to the next evaluation (with the last accuracy) and to TRAIN_STEPS, the most it can take.
+ */
+export function trainEta(knobs: Knobs, lastAccuracy: () => number | null): (done: number, rate: number) => string {
+  return (done, rate) => {
+    const nextEval = Math.min(knobs.TRAIN_STEPS, (Math.floor(done / knobs.EVAL_STEP_FREQ) + 1) * knobs.EVAL_STEP_FREQ);
+    const accuracy = lastAccuracy();
+    const last = accuracy === null ? "" : `, last ${accuracy.toFixed(3)}`;
+    return `eval ${nextEval} in ${timeAtRate(nextEval - done, rate)} (stops at ${knobs.TARGET}${last}), at most ${timeAtRate(knobs.TRAIN_STEPS - done, rate)}`;
+  };
+}
+
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 /** Steps before a jitted step replays: the first runs plainly (and compiles), the second captures. */
@@ -294,7 +407,13 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
     vocabSize: config.vocabSize,
     source: existsSync(knobs.BERT_CONFIG) ? knobs.BERT_CONFIG : "BERT-large",
   };
-  const shards = knobs.RUNMLPERF ? findShards(knobs.BASEDIR, vocab) : null;
+  const sampleFiles = options.sampleFiles ?? (knobs.DATA !== "" ? manifestFiles(knobs, vocab) : undefined);
+  const shards = !knobs.RUNMLPERF
+    ? null
+    : sampleFiles
+      ? checkShards(sampleFiles, vocab)
+      : findShards(knobs.BASEDIR, vocab);
+  checkModelAndShards(knobs, config, vocab.source, shards?.train ?? []);
   // which run this is: recorded in its checkpoints, checked against RESUME's before anything loads (run_identity.ts)
   const identity = runIdentity(knobs, config, shards?.train ?? null);
   const runMetadata = identityMetadata(identity);
@@ -375,11 +494,14 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
     `model: ${config.numHiddenLayers} layers, hidden ${config.hiddenSize}, ${config.numAttentionHeads} heads, vocab ${config.vocabSize}`,
   );
 
-  const evalSetSize = knobs.EVAL_SET_SIZE;
+  const setSize = shards ? evalSetSize(knobs, shards.evalSamples, print) : knobs.EVAL_SET_SIZE;
+  // the eval batches that cover the set once (MAX_EVAL_STEPS, fewer where the set is smaller than asked)
+  const evalSteps = Math.min(knobs.MAX_EVAL_STEPS, Math.ceil(setSize / knobs.EVAL_BS));
+  const evaluatedSamples = Math.min(setSize, knobs.EVAL_BS * evalSteps);
   if (mllog && knobs.RUNMLPERF) {
     logBertHyperparameters(mllog, knobs, {
       trainSamples: knobs.BS * knobs.TRAIN_STEPS,
-      evalSamples: Math.min(evalSetSize, knobs.EVAL_BS * knobs.MAX_EVAL_STEPS),
+      evalSamples: evaluatedSamples,
     });
   }
 
@@ -463,6 +585,7 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
     devices,
     evalStep,
     evalFiles: shards?.eval ?? null,
+    setSize,
     vocabSize: config.vocabSize,
     print,
   };
@@ -480,6 +603,7 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
     mlperfLogPath,
     finalModelPath: null,
     checkpoints: [],
+    seconds: 0,
   };
   const saveCheckpoint = (step: number): string => {
     const path = join(knobs.SAVE_CKPT_DIR, `step_${String(step).padStart(7, "0")}.safe`);
@@ -503,7 +627,15 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
   let step = startStep;
   if (mllog && knobs.RUNMLPERF) mllog.start(K.EPOCH_START, step * knobs.BS, { epoch_num: step * knobs.BS });
   const lastStep = knobs.BENCHMARK ? Math.min(knobs.TRAIN_STEPS, startStep + knobs.BENCHMARK) : knobs.TRAIN_STEPS;
-  const progress = knobs.BENCHMARK || !lead ? null : new CountProgress("train", knobs.TRAIN_STEPS, startStep);
+  print(phaseLine(phase, knobs, lastStep - startStep, setSize));
+  const progress = !lead
+    ? null
+    : knobs.BENCHMARK
+      ? new CountProgress(phase === "init" ? "warm-up" : "benchmark", lastStep, { start: startStep })
+      : new CountProgress("train", knobs.TRAIN_STEPS, {
+          start: startStep,
+          eta: trainEta(knobs, () => result.accuracy),
+        });
   try {
     // a read that fails after a step completed stops the run there, the state consistent: checkpoint, then exit
     let failure: { error: unknown } | undefined;
@@ -564,6 +696,10 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
         print(
           `Estimated training time: ${Math.floor(estimateMinutes / 60)}h${estimateMinutes % 60}m (${what} ${stepMs.toFixed(1)} ms x ${knobs.TRAIN_STEPS} steps)`,
         );
+        progress?.finish();
+        print(
+          `${phase === "init" ? "warm-up " : ""}eval on fake data (runs the eval step; its accuracy is no result):`,
+        );
         evaluate(evaluation, step, Math.min(knobs.BENCHMARK, knobs.MAX_EVAL_STEPS));
         if (mllog && knobs.INITMLPERF) mllog.end(K.INIT_STOP);
         break;
@@ -574,7 +710,7 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
         if (mllog && knobs.RUNMLPERF) mllog.start(K.EVAL_START, null, { epoch_num: step * knobs.BS, step_num: step });
         let accuracy = Number.NaN;
         try {
-          accuracy = evaluate(evaluation, step, knobs.MAX_EVAL_STEPS).accuracy;
+          accuracy = evaluate(evaluation, step, evalSteps).accuracy;
         } catch (error) {
           // one rank alone cannot stop the others inside an evaluation's collectives: the job fails as a whole
           if (comm.size > 1) throw error;
@@ -582,11 +718,10 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
         }
         result.accuracy = failure ? result.accuracy : accuracy;
         if (mllog && knobs.RUNMLPERF && !failure) {
-          const evaluated = Math.min(evalSetSize, knobs.EVAL_BS * knobs.MAX_EVAL_STEPS);
           mllog.end(K.EVAL_STOP, step * knobs.BS, {
             epoch_num: step * knobs.BS,
             step_num: step,
-            samples_count: evaluated,
+            samples_count: evaluatedSamples,
           });
           mllog.event(K.EVAL_ACCURACY, accuracy, { epoch_num: step * knobs.BS, masked_lm_accuracy: accuracy });
         }
@@ -643,6 +778,7 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
       }
     }
     progress?.finish();
+    result.seconds = (performance.now() - wallStart) / 1000;
     if (mllog && knobs.RUNMLPERF && !result.converged && !result.interrupted && !knobs.BENCHMARK) {
       print(`TARGET ${knobs.TARGET} not reached in ${knobs.TRAIN_STEPS} steps`);
       mllog.end(K.EPOCH_STOP, step * knobs.BS, { epoch_num: step * knobs.BS });
@@ -678,6 +814,7 @@ function startedByTsxCommand(): boolean {
 /** What bad data, files or knobs throw: exit status 2 (exit_status.ts); anything else is a bug, status 1. */
 const INPUT_ERRORS = [
   KnobError,
+  ManifestError,
   TrainerError,
   LoaderError,
   ShardError,

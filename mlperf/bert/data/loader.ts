@@ -334,9 +334,17 @@ export function listSampleFiles(dir: string, model?: ModelVocab): string[] {
     .sort()
     .map((name) => join(dir, name))
     .filter((path) => statSync(path).isFile());
+  return checkSampleFiles(paths, `the sample files of ${dir}`, model);
+}
+
+/**
+ * Checks sample files as far as their headers go (listSampleFiles' checks, on a list a manifest names); returns
+ * `paths`. `what` names the set in the error for an empty file.
+ */
+export function checkSampleFiles(paths: string[], what: string, model?: ModelVocab): string[] {
   let first: ShardFile | undefined;
   for (const path of paths) {
-    if (statSync(path).size === 0) throw new LoaderError(`${path}: an empty file among the sample files of ${dir}`);
+    if (statSync(path).size === 0) throw new LoaderError(`${path}: an empty file among ${what}`);
     if (detectSampleFormat(path) !== "shard") continue; // a TFRecord's records are found only by walking them
     const shard = new ShardFile(path, { verify: false });
     shard.close();
