@@ -5,7 +5,7 @@
 // processes appending to one MLPerf log) on a small BERT, until masked-LM accuracy reaches 0.72.
 // Everything goes under one run folder: ./runs/<timestamp> unless --out says otherwise.
 import { spawn } from "node:child_process";
-import { createWriteStream, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { createWriteStream, existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { availableParallelism } from "node:os";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -14,8 +14,10 @@ import { samplesFromText, shardSettings, type PreprocessSettings } from "./data/
 import { BertTokenizer, parseVocab } from "./data/tokenizer.ts";
 import { writeShard } from "./data/shard.ts";
 import { DEMO_CORPUS_DEFAULTS, generateDemoCorpus, type DemoCorpus, type DemoCorpusOptions } from "./demo_corpus.ts";
-import { checkCompliance } from "./compliance.ts";
 import { writeRunReport } from "./report.ts";
+import { integerOption, parseCommand } from "./cli/args.ts";
+import { childStatus, nodeScriptCommand, relayStopSignals } from "./cli/child.ts";
+import { ConsoleView, checkedMlperfLog, lineSplitter, summaryLines, type RunOutcome } from "./cli/screen.ts";
 
 export interface DemoModel {
   hiddenSize: number;
@@ -157,21 +159,20 @@ export function demoEnvironment(
 }
 
 const TRAIN_SCRIPT = fileURLToPath(new URL("./train.ts", import.meta.url));
-const TSX_LOADER = import.meta.resolve("tsx");
 
 /** The command that starts the trainer: node itself, or under mpirun as `ranks` processes of one job. */
 function trainerCommand(ranks: number): [string, string[]] {
-  const node = [process.execPath, "--import", TSX_LOADER, TRAIN_SCRIPT];
-  if (ranks === 1) return [node[0]!, node.slice(1)];
+  const [node, args] = nodeScriptCommand(TRAIN_SCRIPT);
+  if (ranks === 1) return [node, args];
   const flags = ["-np", String(ranks)];
   if (process.getuid?.() === 0) flags.push("--allow-run-as-root");
   if (ranks > availableParallelism()) flags.push("--oversubscribe");
-  return ["mpirun", [...flags, ...node]];
+  return ["mpirun", [...flags, node, ...args]];
 }
 
 /**
  * Runs train.ts in `cwd` with `env` (as `ranks` processes under mpirun when above 1), copying its stdout to
- * ours and to `log`; resolves with its exit code.
+ * `log` and what `view` shows of it to ours (nothing when quiet); resolves with its exit code.
  */
 export function runTrainerProcess(
   cwd: string,
@@ -179,6 +180,7 @@ export function runTrainerProcess(
   log: NodeJS.WritableStream,
   quiet = false,
   ranks = 1,
+  view: ConsoleView = new ConsoleView(true),
 ): Promise<number> {
   return new Promise((resolvePromise, reject) => {
     const [command, args] = trainerCommand(ranks);
@@ -187,10 +189,16 @@ export function runTrainerProcess(
       env: { ...process.env, ...env },
       stdio: ["ignore", "pipe", quiet ? "pipe" : "inherit"],
     });
+    relayStopSignals(child);
+    const screen = lineSplitter((line) => {
+      const shown = view.show(line);
+      if (!quiet && shown !== null) process.stdout.write(`${shown}\n`);
+    });
     child.stdout!.on("data", (chunk: Buffer) => {
       log.write(chunk);
-      if (!quiet) process.stdout.write(chunk);
+      screen.write(chunk.toString());
     });
+    child.stdout!.on("end", () => screen.end());
     let stderr = "";
     child.stderr?.on("data", (chunk: Buffer) => void (stderr += chunk.toString()));
     child.on("error", (error) =>
@@ -203,7 +211,7 @@ export function runTrainerProcess(
     child.on("close", (code, signal) => {
       if (code !== 0 && quiet) process.stderr.write(stderr);
       if (signal !== null) process.stderr.write(`demo: the trainer was killed by ${signal}\n`);
-      resolvePromise(code ?? 1);
+      resolvePromise(childStatus(code, signal));
     });
   });
 }
@@ -214,10 +222,14 @@ export interface DemoRun {
   mlperfLogPath: string;
   reportPath: string;
   exitCode: number;
+  /** What the run phase's console lines said of its end. */
+  outcome: RunOutcome;
 }
 
-const timestamp = (date: Date): string => date.toISOString().replace(/[-:]/g, "").replace("T", "_").slice(0, 15);
-const mmddhhmm = (date: Date): string =>
+/** A run folder's default name: `20261204_201000`. */
+export const timestamp = (date: Date): string => date.toISOString().replace(/[-:]/g, "").replace("T", "_").slice(0, 15);
+/** The date in a console log's name, as run_and_time writes it: `12042010`. */
+export const mmddhhmm = (date: Date): string =>
   [date.getMonth() + 1, date.getDate(), date.getHours(), date.getMinutes()]
     .map((n) => String(n).padStart(2, "0"))
     .join("");
@@ -231,7 +243,16 @@ export async function runDemo(
     quiet = false,
     env = {},
     ranks = 1,
-  }: { settings?: DemoSettings; seed?: number; quiet?: boolean; env?: Record<string, string>; ranks?: number } = {},
+    verbose = false,
+  }: {
+    settings?: DemoSettings;
+    seed?: number;
+    quiet?: boolean;
+    env?: Record<string, string>;
+    ranks?: number;
+    /** Every console line on the screen, not only the phases and evaluations. */
+    verbose?: boolean;
+  } = {},
 ): Promise<DemoRun> {
   mkdirSync(runDir, { recursive: true });
   const say = (line: string) => void (quiet || console.error(line));
@@ -241,81 +262,82 @@ export async function runDemo(
   const consoleLogPath = join(runDir, `bert_demo_${mmddhhmm(new Date())}_${seed}.log`);
   const log = createWriteStream(consoleLogPath);
   const knobs = { ...demoEnvironment(runDir, data, settings, seed), ...env };
+  const view = new ConsoleView(verbose);
   let exitCode = await runTrainerProcess(
     runDir,
     { ...knobs, INITMLPERF: "1", BENCHMARK: String(settings.initSteps) },
     log,
     quiet,
     ranks,
+    view,
   );
   if (exitCode !== 0)
     console.error(`demo: the init phase failed (exit status ${exitCode}); the run phase was not started`);
-  else exitCode = await runTrainerProcess(runDir, { ...knobs, RUNMLPERF: "1" }, log, quiet, ranks);
+  else exitCode = await runTrainerProcess(runDir, { ...knobs, RUNMLPERF: "1" }, log, quiet, ranks, view);
   await new Promise<void>((done) => log.end(done));
   const mlperfLogPath = join(runDir, `result_bert_${seed}.log`);
   const reportPath = join(runDir, "report.html");
   if (existsSync(mlperfLogPath)) writeRunReport([consoleLogPath], reportPath, { title: "tsgrad BERT demo" });
-  return { runDir, consoleLogPath, mlperfLogPath, reportPath, exitCode };
+  return { runDir, consoleLogPath, mlperfLogPath, reportPath, exitCode, outcome: view.outcome };
 }
 
-const USAGE = `usage: npm run demo [-- --out DIR] [-- --seed N] [-- --ranks N]
+const USAGE = `usage: npx tsgrad demo [--out DIR] [--seed N] [--ranks N] [--verbose]
+       (or npm run demo -- [options])
 
 Generates the demo corpus, preprocesses it with the real pipeline, and trains a small BERT
 through both MLPerf phases (init, then the timed run) to masked-LM accuracy 0.72, with the
 MLPerf log (checked here against the official rules), the console log, checkpoints and an
-HTML report in one run folder (default ./runs/<timestamp>). Trainer knobs set in the
-environment (BS=..., TRAIN_STEPS=..., DEVICE=JS, ...) override the demo's. --ranks N trains
-data-parallel as N processes under mpirun (Open MPI), the same global batch split between them.`;
+HTML report in one run folder. Trainer knobs set in the environment (BS=..., TRAIN_STEPS=...,
+DEVICE=JS, ...) override the demo's.
 
-async function main(argv: string[]): Promise<number> {
-  let out: string | undefined;
-  let seed = 12345;
-  let ranks = 1;
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i]!;
-    if (arg === "--help" || arg === "-h") {
-      console.log(USAGE);
-      return 0;
-    } else if (arg === "--out") {
-      out = argv[++i];
-    } else if (arg === "--seed") {
-      seed = Number(argv[++i]);
-    } else if (arg === "--ranks") {
-      ranks = Number(argv[++i]);
-    } else {
-      console.error(`demo: unknown option ${arg}\n\n${USAGE}`);
-      return 2;
-    }
-  }
-  if (out === undefined && argv.includes("--out")) {
-    console.error("demo: --out needs a folder");
+  --out DIR     the run folder (default ./runs/<timestamp>)
+  --seed N      the run's seed (default 12345)
+  --ranks N     train data-parallel as N processes under mpirun (Open MPI), the same global
+                batch split between them (default 1)
+  --verbose     every console line on the screen (the hyperparameters, each step, the MLPerf
+                log's lines); by default they go to the console log only`;
+
+const DEMO_OPTIONS = {
+  out: { type: "string" },
+  seed: { type: "string", default: "12345" },
+  ranks: { type: "string", default: "1" },
+  verbose: { type: "boolean", default: false },
+  help: { type: "boolean", short: "h", default: false },
+} as const;
+
+/** `tsgrad demo`: the whole flow in a run folder, then a short summary; returns the exit status. */
+export async function main(argv: string[]): Promise<number> {
+  let values: ReturnType<typeof parseCommand<typeof DEMO_OPTIONS>>["values"];
+  let seed: number;
+  let ranks: number;
+  try {
+    values = parseCommand(argv, DEMO_OPTIONS).values;
+    seed = integerOption("seed", values.seed);
+    ranks = integerOption("ranks", values.ranks, 1);
+  } catch (error) {
+    console.error(`demo: ${(error as Error).message}\n\n${USAGE}`);
     return 2;
   }
-  if (!Number.isInteger(seed) || seed < 0) {
-    console.error(`demo: --seed must be a non-negative integer, got ${argv[argv.indexOf("--seed") + 1]}`);
-    return 2;
+  if (values.help) {
+    console.log(USAGE);
+    return 0;
   }
-  if (!Number.isInteger(ranks) || ranks < 1) {
-    console.error(`demo: --ranks must be a positive integer, got ${argv[argv.indexOf("--ranks") + 1]}`);
-    return 2;
-  }
-  const runDir = resolve(out ?? join("runs", timestamp(new Date())));
+  const runDir = resolve(values.out ?? join("runs", timestamp(new Date())));
   const overrides = Object.fromEntries(
     Object.keys(DEMO_SETTINGS.knobs)
       .filter((k) => process.env[k])
       .map((k) => [k, process.env[k]!]),
   );
-  const run = await runDemo(runDir, { seed, env: overrides, ranks });
-  console.log(`\nrun folder:  ${run.runDir}`);
-  console.log(`console log: ${run.consoleLogPath}`);
-  if (existsSync(run.mlperfLogPath)) {
-    const compliance = checkCompliance(readFileSync(run.mlperfLogPath, "latin1"));
-    console.log(
-      `MLPerf log:  ${run.mlperfLogPath} (${compliance.errors.length === 0 ? "compliant" : `NOT compliant: ${compliance.errors.map((e) => e.message).join("; ")}`})`,
-    );
-    console.log(`report:      ${run.reportPath}`);
-  }
-  console.log(`checkpoints: ${join(run.runDir, "ckpts")}`);
+  const run = await runDemo(runDir, { seed, env: overrides, ranks, verbose: values.verbose });
+  const mlperfLog = checkedMlperfLog(run.mlperfLogPath);
+  const summary = summaryLines(run.outcome, {
+    runDir: run.runDir,
+    consoleLog: run.consoleLogPath,
+    mlperfLog,
+    report: mlperfLog ? run.reportPath : null,
+    checkpoints: join(run.runDir, "ckpts"),
+  });
+  console.log(`\n${summary.join("\n")}`);
   return run.exitCode;
 }
 

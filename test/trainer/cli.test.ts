@@ -35,7 +35,7 @@ test("train.ts stops with status 2 and the knob's name on a bad value, before lo
 test("demo.ts --help exits 0 and an unknown option exits 2 with the usage", () => {
   const help = run("demo.ts", ["--help"]);
   assert.equal(help.status, 0, help.stderr);
-  assert.match(help.stdout, /^usage: npm run demo/);
+  assert.match(help.stdout, /^usage: npx tsgrad demo/);
   const bad = run("demo.ts", ["--fast"]);
   assert.equal(bad.status, 2);
   assert.match(bad.stderr, /unknown option --fast/);
