@@ -1,7 +1,7 @@
 // Renders the loop IR as a C function `void name(T0* b0, const T1* b1, ..., int threads)`: the C dialect of
 // cstyle.ts (fixed-width types, bools computed in an int32_t, float math in double and rounded, as JS's Math),
 // with its preludes, register tiles as vectors (c_lanes.ts) and output loops split across threads by OpenMP.
-import { type Idx, coefficientOf, varsOf } from "../shape/symbolic.ts";
+import { type Bound, type Idx, coefficientOf, varsOf } from "../shape/symbolic.ts";
 import type { Expr, KernelIR, Operand, Stmt } from "../codegen/ir.ts";
 import { type Products, cCond, cIndex, cStyle, forLoop, fromStorage, noteProduct } from "./cstyle.ts";
 import { hoistInvariants } from "./hoist.ts";
@@ -252,7 +252,86 @@ function hasFragileLoops(kernel: KernelIR, loopVars: ReadonlySet<string>): boole
     return counts;
   };
   perIteration(kernel.body);
-  return fragile || onlySumsAlongThemselves(kernel.body);
+  return (
+    fragile || onlySumsAlongThemselves(kernel.body) || (selectsShareConditions(kernel.body) && oddGroups(kernel.body))
+  );
+}
+
+/**
+ * Whether some loop body (with the short loops in it) holds two selects on one condition: gcc merges them into one
+ * branch, moves the loads only one side reads into it, and vectorises those as masked loads (the sigmoid's gradient,
+ * a max's). Conditions are compared by what they compute, as gcc sees them, not by name.
+ */
+function selectsShareConditions(body: readonly Stmt[]): boolean {
+  const defs = new Map<string, Expr>();
+  // each value's key names its sources by number (a value's whole expression tree can be exponentially long)
+  const keys = new Map<string, string>();
+  const numbers = new Map<string, string>();
+  const intern = (key: string): string => {
+    if (!numbers.has(key)) numbers.set(key, `#${numbers.size}`);
+    return numbers.get(key)!;
+  };
+  const keyOf = (o: Operand): string => {
+    if (o.kind === "lit") return `${o.value}`;
+    const known = keys.get(o.name);
+    if (known !== undefined) return known;
+    const e = defs.get(o.name);
+    const bounds = (valid: readonly Bound[]) => valid.map((b) => `${b.expr.key}@${b.lo}:${b.hi}`).join("&");
+    const key = intern(
+      !e
+        ? o.name // an accumulator or a value from outside the loops
+        : e.op === "LOAD"
+          ? `b${e.buf}[${e.index.key}]?${bounds(e.valid)}`
+          : e.op === "VALID"
+            ? `valid(${bounds(e.valid)})`
+            : e.op === "INDEX"
+              ? `index(${e.index.key})`
+              : `${e.op}(${e.srcs.map(keyOf).join(",")})`,
+    );
+    keys.set(o.name, key);
+    return key;
+  };
+  // (selects outside every loop are not vectorised)
+  const visit = (stmts: readonly Stmt[], conditions: Set<string> | null): boolean => {
+    for (const s of stmts) {
+      if (s.kind === "loop") {
+        if (visit(s.body, conditions && s.size <= UNROLLED_TRIPS ? conditions : new Set())) return true;
+      } else if (s.kind === "def") {
+        defs.set(s.name, s.expr);
+        if (s.expr.op === "WHERE" && conditions) {
+          const key = keyOf(s.expr.srcs[0]!);
+          if (conditions.has(key)) return true;
+          conditions.add(key);
+        }
+      }
+    }
+    return false;
+  };
+  return visit(body, null);
+}
+
+/**
+ * Whether some loop reads or writes a buffer a number of times an iteration (its short loops unrolled) that is
+ * more than one and not a power of two: a group gcc vectorises with interleaving permutes. Masked loads in such
+ * groups got the wrong mask (a select's gradient over an axis of 3, 5, 6 or 7); groups of 2, 4, 8 or 16 did not.
+ */
+function oddGroups(body: readonly Stmt[]): boolean {
+  let odd = false;
+  const perIteration = (stmts: readonly Stmt[]): Map<number, number> => {
+    const counts = new Map<number, number>();
+    const add = (buf: number, n: number) => counts.set(buf, (counts.get(buf) ?? 0) + n);
+    for (const s of stmts) {
+      if (s.kind === "loop") {
+        const inner = perIteration(s.body);
+        if ([...inner.values()].some((n) => n > 1 && (n & (n - 1)) !== 0)) odd = true;
+        if (s.size <= UNROLLED_TRIPS) for (const [buf, n] of inner) add(buf, n * s.size);
+      } else if (s.kind === "def" && s.expr.op === "LOAD") add(s.expr.buf, 1);
+      else if (s.kind === "store") add(s.buf, 1);
+    }
+    return counts;
+  };
+  perIteration(body);
+  return odd;
 }
 
 /**

@@ -2,8 +2,10 @@
 // (Debian 12's) vectorises some loops wrongly at -O2 and above, found by the differential fuzzer (test/fuzz/): loops
 // that read one buffer at several places an iteration, which it groups, and then puts a group read backwards in the
 // wrong lane order (the sum of a flipped [5, 2] array counted one element twice; guarded loads if-converted to masked
-// loads: a padded column sum gave [33, 30, 27, 40] for [28, 32, 36, 40], a padded copy dropped elements), and sums
-// through wrapping integer casts (column sums of a [4, 2] int32 array came out [8, 3]). The C renderer marks kernels
+// loads: a padded column sum gave [33, 30, 27, 40] for [28, 32, 36, 40], a padded copy dropped elements), sums
+// through wrapping integer casts (column sums of a [4, 2] int32 array came out [8, 3]), and selects on one condition
+// in groups of 3, 5, 6 or 7 (it merges them into one branch and reads the loads under it with another group's mask:
+// the gradient of a sigmoid or a max over an axis of 5 had zeros where values belonged). The C renderer marks kernels
 // with such loops (renderer/c.ts hasFragileLoops); where a probe shows a bug, the compiler defines the marker as an
 // attribute that turns loop vectorisation off for those kernels alone, and where the attribute does not cure the probe,
 // everywhere.
@@ -100,6 +102,37 @@ int main(void) {
   static float in[10] = {0, 1, 2, 3, 4, 5, 6, 1, 2, 1}, out[1];
   tg_kernel(out, in);
   printf("%g\\n", out[0]);
+  return 0;
+}
+`,
+  },
+  {
+    // a select's gradient over an axis of 3 (the sigmoid's), [8, 3]: three selects on one condition, whose loads
+    // gcc moves under it and reads as masked loads in a group of three, each group with the first group's mask
+    name: "shared-select",
+    expected: "2 2 3 2 2 3 2 2 3 2 2 3 2 2 3 2 2 3 2 2 3 2 2 3",
+    source: `${header}
+__attribute__((noinline)) ${MARKER} void tg_kernel(float* restrict b0, const float* restrict b1,
+    const float* restrict b2, const float* restrict b3) {
+  for (int32_t i0 = 0; i0 < 8; i0++)
+    for (int32_t i1 = 0; i1 < 3; i1++) {
+      float v0 = b1[i0*3 + i1];
+      int32_t v1 = (int32_t)(0.0f <= v0);
+      float v2 = b2[i1];
+      float v3 = (v1 ? 0.0f : v2);
+      float v4 = b3[i0*3 + i1];
+      float v5 = (v3 * v4);
+      float v6 = (v1 ? 0.0f : v5);
+      float v7 = (v1 ? v2 : 0.0f);
+      b0[i0*3 + i1] = v6 + v7;
+    }
+}
+int main(void) {
+  static float in[24], w[3] = {1, 2, 3}, x[24], out[24];
+  for (int i = 0; i < 24; i++) { in[i] = (float)(i % 3) - 1; x[i] = 2; }
+  tg_kernel(out, in, w, x);
+  for (int i = 0; i < 24; i++) printf("%s%g", i ? " " : "", out[i]);
+  printf("\\n");
   return 0;
 }
 `,

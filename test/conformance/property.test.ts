@@ -126,20 +126,24 @@ test("the chains reach the edges: empty and size-1 axes, 0-d values and every op
 });
 
 /**
- * Chains that still fail, with the cause (issue 36): a `todo` until the fix lands, then they join the seeds above.
- * 370 on CPU: gcc 12.2 at -O3 -march=native miscompiles the gradient kernel (two selects on one condition around
- * a load that the unrolled inner loop reads at the same places every outer iteration). (336, 373 and 389, a
- * gradient through a reshape of an empty tensor, recursed without end until unflatIndex gave a shape with a 0
- * constant indices; test/core/edge_cases.test.ts keeps that case.)
+ * Chains that once failed, with the cause (issue 36), run on every backend beside the sequence above. 370 and 2202
+ * on CPU: gcc 12.2 at -O3 -march=native merged selects on one condition (the gradient of a sigmoid, of a max over an
+ * axis of 5) into one branch and read the loads under it as masked loads, each group of 5 with the first group's
+ * mask: zeros where values belonged (renderer/c.ts now marks such kernels, runtime/compiler_bugs.ts probes for the
+ * bug). 336, 373 and 389, a gradient through a reshape of an empty tensor, recursed without end until unflatIndex
+ * gave a shape with a 0 constant indices.
  */
-const KNOWN_FAILURES: Record<string, number[]> = { CPU: [370], all: [] };
+const REGRESSIONS = [370, 2202, 336, 373, 389];
 
-test("the chains known to fail agree with the JS device", { todo: "fixes outside src/tensor (issue 36)" }, () => {
+test(`the chains that once failed (seeds ${REGRESSIONS.join(", ")}) agree with the JS device`, () => {
+  const list = REGRESSIONS.map((seed) => generateChain(seed));
+  const reference = runAll(list, "JS");
   const failing = devices.flatMap((device) => {
-    const seeds = [...KNOWN_FAILURES.all!, ...(KNOWN_FAILURES[device] ?? [])];
-    const list = seeds.map((seed) => generateChain(seed));
-    const [reference, runs] = [runAll(list, "JS"), runAll(list, device)];
-    return seeds.filter((_, i) => difference(runs[i]!, reference[i]!) !== null).map((seed) => `${device}: ${seed}`);
+    const runs = runAll(list, device);
+    return REGRESSIONS.flatMap((_seed, i) => {
+      const problem = difference(runs[i]!, reference[i]!);
+      return problem ? [`${device}: ${describeChain(list[i]!)}\n  ${problem}`] : [];
+    });
   });
   assert.deepEqual(failing, []);
 });

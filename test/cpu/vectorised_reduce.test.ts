@@ -240,3 +240,49 @@ test("a kernel whose loops of several sums all read their terms along the loop i
   // lanes two elements apart along the loop: not a sum along it
   assert.match(renderC(kernel(2), "tg_kernel", {}), /^void tg_kernel/m);
 });
+
+test("selects on one condition in a loop over groups of 3, 5, 6 or 7 accesses are marked; other groups are not", () => {
+  const [f32, bool] = [dtypes.float32, dtypes.bool];
+  const val = (name: string, dtype = f32) => ({ kind: "val" as const, name, dtype });
+  const zero = { kind: "lit" as const, value: 0, dtype: f32 };
+  // for i0 < 8, i1 < n: b0[k] = (b1[k] < 0 ? 0 : b3[k]) + (x < 0 ? b3[k] : 0), x being b1[k] (computed again) or b2[k]
+  const kernel = (n: number, sameCondition: boolean): KernelIR => {
+    const k = iadd(imul(ivar("i0", 8), n), ivar("i1", n));
+    const load = (name: string, buf: number): Stmt => ({
+      kind: "def",
+      name,
+      dtype: f32,
+      expr: { op: "LOAD", buf, index: k, valid: [] },
+    });
+    const negative = (name: string, x: string): Stmt => ({
+      kind: "def",
+      name,
+      dtype: bool,
+      expr: { op: "CMPLT", srcs: [val(x), zero] },
+    });
+    const body: Stmt[] = [
+      load("x1", 1),
+      negative("c", "x1"),
+      ...(sameCondition ? [negative("d", "x1")] : [load("x2", 2), negative("d", "x2")]),
+      load("v", 3),
+      { kind: "def", name: "w1", dtype: f32, expr: { op: "WHERE", srcs: [val("c", bool), zero, val("v")] } },
+      { kind: "def", name: "w2", dtype: f32, expr: { op: "WHERE", srcs: [val("d", bool), val("v"), zero] } },
+      { kind: "def", name: "s", dtype: f32, expr: { op: "ADD", srcs: [val("w1"), val("w2")] } },
+      { kind: "store", buf: 0, index: k, value: val("s"), dtype: f32 },
+    ];
+    return {
+      name: `E_8_${n}`,
+      buffers: [0, 1, 2, 3].map(() => ({ dtype: f32, size: 8 * n })),
+      outputShape: [8, n],
+      flops: 8 * n,
+      parallel: 0,
+      opts: "",
+      body: [{ kind: "loop", var: "i0", size: 8, body: [{ kind: "loop", var: "i1", size: n, body }] }],
+    };
+  };
+  const marked = /^TG_FRAGILE_LOOPS void tg_kernel/m;
+  for (const n of [3, 5, 6, 7]) assert.match(renderC(kernel(n, true), "tg_kernel", {}), marked, `groups of ${n}`);
+  for (const n of [2, 4, 8, 16, 17]) assert.doesNotMatch(renderC(kernel(n, true), "tg_kernel", {}), marked, `${n}`);
+  // conditions on different values: gcc keeps them apart
+  assert.doesNotMatch(renderC(kernel(5, false), "tg_kernel", {}), marked);
+});
