@@ -15,12 +15,15 @@
 // - the trainer's eval line, written by formatEvalLine (used when the log has no MLLOG
 //   eval_accuracy, e.g. LOGMLPERF=0):
 //     eval step 2272 | 149952 samples | masked-LM accuracy 0.720385 | loss 1.4567 | 9.6 s
-// - the trainer's knob lines: `HParam: "BS": 66`. Lines may carry a prefix (a timestamp, a progress bar ended by \r):
-// the patterns are found anywhere in a line.
+// - the trainer's knob lines: `HParam: "BS": 66`.
+// Lines may carry a prefix (a timestamp, a progress bar ended by \r): the patterns are found anywhere in a line.
+// Step and eval lines between init_start and init_stop are the init phase's warm-up on fake data: the report
+// shows them in a section of their own, never in the run's curves. Step time, throughput and compute rate are
+// drawn on axes fitted to the bulk of the steps (yRange); the few steps beyond (compiles) are marked at the edge.
 import { readFileSync, renameSync, writeFileSync, rmSync } from "node:fs";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
-import { MLLOG_KEYS as K, parseMllog } from "./mllog.ts";
+import { MLLOG_KEYS as K, type ParsedMllog, parseMllog } from "./mllog.ts";
 import { reportFailure } from "./exit_status.ts";
 
 export class ReportError extends Error {
@@ -105,11 +108,20 @@ export function parseEvalLine(line: string): EvalStats | null {
   return { step: step!, samples: samples!, maskedLmAccuracy: maskedLmAccuracy!, loss: loss!, seconds: seconds! };
 }
 
+/** The init phase's untimed warm-up: steps and an eval on fake data that compile every kernel (not the run). */
+export interface WarmUp {
+  steps: StepStats[];
+  /** Accuracy on fake data: it shows the eval step ran, and is no result. */
+  evals: EvalStats[];
+}
+
 /** Everything the report shows about one run (one log file). */
 export interface RunLog {
   name: string;
+  /** The run's training steps (after run_start, or all of them in a log without MLLOG phase records). */
   steps: StepStats[];
   evals: { samples: number; maskedLmAccuracy: number }[];
+  warmUp: WarmUp;
   /** MLLOG hyper-parameter and submission records, key -> value (strings as they are, the rest as JSON). */
   mlperfParameters: Map<string, string>;
   /** The trainer's `HParam:` knob lines, name -> value text. */
@@ -138,12 +150,20 @@ const PROGRESS_KEYS: Set<string> = new Set([
   K.EVAL_ACCURACY,
 ]);
 
-/** Reads one log's text; `name` labels the run. */
+/** Where each phase of the log starts: line numbers of init_start (warm-up), init_stop and run_start (the run). */
+function phaseStarts(records: ParsedMllog["records"]): { lineNumber: number; warmUp: boolean }[] {
+  return records
+    .filter(({ fields }) => fields.key === K.INIT_START || fields.key === K.INIT_STOP || fields.key === K.RUN_START)
+    .map(({ fields, lineNumber }) => ({ lineNumber, warmUp: fields.key === K.INIT_START }));
+}
+
+/** Reads one log's text; `name` labels the run. Steps and evals between init_start and init_stop are the warm-up. */
 export function parseRunLog(text: string, name: string): RunLog {
   const run: RunLog = {
     name,
     steps: [],
     evals: [],
+    warmUp: { steps: [], evals: [] },
     mlperfParameters: new Map(),
     knobs: new Map(),
     initStartMs: null,
@@ -153,17 +173,21 @@ export function parseRunLog(text: string, name: string): RunLog {
     status: null,
     unreadableRecords: 0,
   };
+  const parsed = parseMllog(text);
+  const phases = phaseStarts(parsed.records);
   const consoleEvals: RunLog["evals"] = [];
-  for (const line of text.split(/\r\n|\n|\r/)) {
+  let inWarmUp = false;
+  text.split(/\r\n|\n|\r/).forEach((line, lineIndex) => {
+    while (phases.length > 0 && phases[0]!.lineNumber <= lineIndex + 1) inWarmUp = phases.shift()!.warmUp;
     const step = parseStepLine(line);
-    if (step !== null) run.steps.push(step);
+    if (step !== null) (inWarmUp ? run.warmUp.steps : run.steps).push(step);
     const evaluation = parseEvalLine(line);
-    if (evaluation !== null)
+    if (evaluation !== null && inWarmUp) run.warmUp.evals.push(evaluation);
+    else if (evaluation !== null)
       consoleEvals.push({ samples: evaluation.samples, maskedLmAccuracy: evaluation.maskedLmAccuracy });
     const knob = HPARAM_LINE.exec(line);
     if (knob !== null) run.knobs.set(knob[1]!, knob[2]!.trim());
-  }
-  const parsed = parseMllog(text);
+  });
   run.unreadableRecords = parsed.problems.length;
   for (const { fields } of parsed.records) {
     const key = fields.key;
@@ -192,6 +216,11 @@ export function parseRunLog(text: string, name: string): RunLog {
   }
   if (run.evals.length === 0) run.evals = consoleEvals;
   return run;
+}
+
+/** Minutes from init_start to init_stop: the untimed init phase (warm-up and compiles). */
+export function initMinutes(run: RunLog): number | null {
+  return run.initStartMs !== null && run.initStopMs !== null ? (run.initStopMs - run.initStartMs) / 60e3 : null;
 }
 
 /** Minutes from run_start to run_stop: the MLPerf score of one run. */
@@ -252,7 +281,8 @@ interface ChartSpec {
   formatY: (value: number) => string;
   /** Horizontal reference line. */
   target?: { y: number; label: string };
-  /** Clip the y range to the 1st..99th percentile, so compile-time outliers do not flatten the curve. */
+  /** Fit the y range to the bulk of the values (yRange), marking the few outside, so that spikes do not flatten
+   *  the curve. */
   robustY?: boolean;
   empty: string;
 }
@@ -302,17 +332,78 @@ export function formatCount(value: number): string {
 const formatRate = (value: number) => (value === 0 ? "0" : value.toExponential(1));
 const formatPlain = (value: number) => String(Number(value.toPrecision(4)));
 
+/**
+ * The y range a chart shows: every value, or with `robust` the values inside Tukey's far-out fences (3 interquartile
+ * ranges past the middle half, and never nearer than the median), so that a few spikes (compiles, a slow step)
+ * do not flatten the curve. The values outside are marked at the plot's edge.
+ */
+export function yRange(values: number[], robust: boolean): { low: number; high: number } {
+  const sorted = values.filter(Number.isFinite).sort((a, b) => a - b);
+  const low = sorted[0]!;
+  const high = sorted[sorted.length - 1]!;
+  if (!robust) return { low, high };
+  const q1 = quantile(sorted, 0.25);
+  const q3 = quantile(sorted, 0.75);
+  const reach = Math.max(3 * (q3 - q1), Math.abs(quantile(sorted, 0.5)));
+  return { low: Math.max(low, q1 - reach), high: Math.min(high, q3 + reach) };
+}
+
+/** Off-axis points a chart marks, at most this many (the farthest out). */
+const MAX_OFF_AXIS_MARKERS = 100;
+
+interface OffAxisPoint extends Point {
+  runIndex: number;
+  above: boolean;
+}
+
+/** A run's points outside [low, high], drawn as triangles at the edge they passed; and the chart's note on them. */
+function renderOffAxis(
+  offAxis: OffAxisPoint[],
+  spec: ChartSpec,
+  range: { low: number; high: number },
+  toX: (x: number) => number,
+  plot: { top: number; bottom: number; right: number },
+): string {
+  if (offAxis.length === 0) return "";
+  const f = (v: number) => v.toFixed(1);
+  const distance = (p: OffAxisPoint) => (p.above ? p.y - range.high : range.low - p.y);
+  const marked = [...offAxis].sort((a, b) => distance(b) - distance(a)).slice(0, MAX_OFF_AXIS_MARKERS);
+  const markers = marked.map((p) => {
+    const tip = `${formatCount(p.x)} samples: ${spec.formatY(p.y)} (off the axis)`;
+    const shape = p.above ? `M${f(toX(p.x))},${plot.top + 1}l-4,7h8z` : `M${f(toX(p.x))},${plot.bottom - 1}l-4,-7h8z`;
+    return `<path class="off-axis" d="${shape}" fill="${colorOf(p.runIndex)}"><title>${escapeXml(tip)}</title></path>`;
+  });
+  const above = offAxis.filter((p) => p.above);
+  const below = offAxis.filter((p) => !p.above);
+  const notes = [
+    ...(above.length > 0
+      ? [
+          `▲ ${above.length} above ${spec.formatY(range.high)}, up to ${spec.formatY(Math.max(...above.map((p) => p.y)))}`,
+        ]
+      : []),
+    ...(below.length > 0
+      ? [
+          `▼ ${below.length} below ${spec.formatY(range.low)}, down to ${spec.formatY(Math.min(...below.map((p) => p.y)))}`,
+        ]
+      : []),
+  ];
+  return (
+    markers.join("") +
+    `<text class="off-axis-note" x="${plot.right}" y="24" text-anchor="end">${escapeXml(notes.join(" · "))}</text>`
+  );
+}
+
 function renderChart(spec: ChartSpec, chartIndex: number): string {
   const width = 640;
   const height = 340;
   const margin = { left: 64, right: 20, top: 40, bottom: 48 };
   const plotWidth = width - margin.left - margin.right;
   const plotHeight = height - margin.top - margin.bottom;
-  const series = spec.series.map((s) => ({
+  const finite = spec.series.map((s) => ({
     ...s,
-    points: downsample(s.points.filter((p) => Number.isFinite(p.x) && Number.isFinite(p.y))),
+    points: s.points.filter((p) => Number.isFinite(p.x) && Number.isFinite(p.y)),
   }));
-  const all = series.flatMap((s) => s.points);
+  const all = finite.flatMap((s) => s.points);
   const header =
     `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${width} ${height}" role="img" aria-label="${escapeXml(spec.title)}">` +
     `<text class="chart-title" x="${margin.left}" y="24">${escapeXml(spec.title)}</text>`;
@@ -322,12 +413,23 @@ function renderChart(spec: ChartSpec, chartIndex: number): string {
       `<text class="empty" x="${margin.left + plotWidth / 2}" y="${margin.top + plotHeight / 2}" text-anchor="middle">${escapeXml(spec.empty)}</text></svg>`
     );
   }
+  const range = yRange(
+    all.map((p) => p.y),
+    spec.robustY === true,
+  );
+  const offAxis: OffAxisPoint[] = finite.flatMap((s) =>
+    s.points
+      .filter((p) => p.y > range.high || p.y < range.low)
+      .map((p) => ({ ...p, runIndex: s.runIndex, above: p.y > range.high })),
+  );
+  // lines run along the edge where a point is off the axis; the marker says where it went
+  const clamp = (y: number) => Math.min(range.high, Math.max(range.low, y));
+  const series = finite.map((s) => ({ ...s, points: downsample(s.points).map((p) => ({ x: p.x, y: clamp(p.y) })) }));
   const xs = all.map((p) => p.x);
-  const ys = all.map((p) => p.y).sort((a, b) => a - b);
   const xLow = Math.min(0, ...xs);
   let xHigh = Math.max(...xs);
-  let yLow = spec.robustY ? quantile(ys, 0.01) : ys[0]!;
-  let yHigh = spec.robustY ? quantile(ys, 0.99) : ys[ys.length - 1]!;
+  let yLow = range.low;
+  let yHigh = range.high;
   if (spec.target !== undefined) {
     yLow = Math.min(yLow, spec.target.y);
     yHigh = Math.max(yHigh, spec.target.y);
@@ -389,6 +491,13 @@ function renderChart(spec: ChartSpec, chartIndex: number): string {
     }
   }
   parts.push(`</g>`);
+  parts.push(
+    renderOffAxis(offAxis, spec, range, toX, {
+      top: margin.top,
+      bottom: margin.top + plotHeight,
+      right: margin.left + plotWidth,
+    }),
+  );
   parts.push(`<rect class="frame" x="${margin.left}" y="${margin.top}" width="${plotWidth}" height="${plotHeight}"/>`);
   parts.push(
     `<text class="axis-label" x="${margin.left + plotWidth / 2}" y="${height - 8}" text-anchor="middle">${escapeXml(spec.xLabel)}</text>`,
@@ -432,18 +541,16 @@ function renderSummary(runs: RunLog[]): string {
   const rows = runs.map((run, i) => {
     const best = run.evals.length > 0 ? Math.max(...run.evals.map((e) => e.maskedLmAccuracy)) : null;
     const stopEval = run.status === "success" ? run.evals[run.evals.length - 1] : undefined;
-    const initMinutes =
-      run.initStartMs !== null && run.initStopMs !== null ? (run.initStopMs - run.initStartMs) / 60e3 : null;
     const statusClass = run.status === "success" ? "ok" : run.status === null ? "muted" : "bad";
     const med = (pick: (s: StepStats) => number) => {
       const value = median(run.steps.map(pick));
       return value === null ? "–" : value.toFixed(1);
     };
     return (
-      `<tr><td class="name">${swatch(i)}${escapeXml(run.name)}</td>` +
+      `<tr><td class="name" title="${escapeXml(run.name)}">${swatch(i)}${escapeXml(run.name)}</td>` +
       cell(run.status ?? (run.runStartMs !== null ? "no run_stop" : "–"), statusClass) +
       cell(minutes(timeToTrainMinutes(run)), "num strong") +
-      cell(minutes(initMinutes), "num") +
+      cell(minutes(initMinutes(run)), "num") +
       cell(String(run.evals.length), "num") +
       cell(stopEval !== undefined ? stopEval.samples.toLocaleString("en-US") : "–", "num") +
       cell(best === null ? "–" : best.toFixed(4), best !== null && best >= TARGET_ACCURACY ? "num ok" : "num") +
@@ -474,6 +581,43 @@ function renderSummary(runs: RunLog[]): string {
   );
 }
 
+/** Step times as a short list: all of them, or the first few and the last two. */
+function stepTimesText(steps: StepStats[]): string {
+  const times = steps.map((s) => s.totalMs.toFixed(1));
+  return times.length <= 8 ? times.join(", ") : `${times.slice(0, 5).join(", ")}, …, ${times.slice(-2).join(", ")}`;
+}
+
+/** The init phase of each run: what its untimed warm-up on fake data did, apart from the run's curves. */
+function renderWarmUp(runs: RunLog[]): string {
+  const rows = runs
+    .map((run, i) => {
+      const { steps, evals } = run.warmUp;
+      if (steps.length === 0 && evals.length === 0 && initMinutes(run) === null) return "";
+      const later = median(steps.slice(1).map((s) => s.totalMs));
+      const fakeEval = evals.map((e) => `${e.maskedLmAccuracy.toFixed(4)} in ${e.seconds.toFixed(1)} s`).join("; ");
+      return (
+        `<tr><td class="name" title="${escapeXml(run.name)}">${swatch(i)}${escapeXml(run.name)}</td>` +
+        cell(minutes(initMinutes(run)), "num") +
+        cell(String(steps.length), "num") +
+        cell(steps.length > 0 ? steps[0]!.totalMs.toFixed(1) : "–", "num") +
+        cell(later === null ? "–" : later.toFixed(1), "num") +
+        cell(steps.length > 0 ? stepTimesText(steps) : "–", "num list") +
+        cell(fakeEval || "–", "num muted") +
+        `</tr>`
+      );
+    })
+    .filter((row) => row !== "");
+  if (rows.length === 0) return "";
+  return (
+    `<h2>Init phase: warm-up on fake data</h2><div class="card">` +
+    `<p class="note">Untimed (before run_start): steps and an eval on fake data that compile every kernel. ` +
+    `They are not part of the run and not in its curves; the eval's accuracy is on fake data and is no result.</p>` +
+    `<table class="warm-up"><thead><tr><th>run</th><th>init phase</th><th>warm-up steps</th><th>first step ms<br/><span class="muted">compiles</span></th>` +
+    `<th>median later step ms</th><th>step times, ms</th><th>eval on fake data<br/><span class="muted">accuracy, time</span></th></tr></thead>` +
+    `<tbody>${rows.join("")}</tbody></table></div>`
+  );
+}
+
 /** key | value: one merged cell when every run agrees, else one cell per run (highlighted). */
 function renderParameterTable(title: string, runs: RunLog[], pick: (run: RunLog) => Map<string, string>): string {
   const keys = [...new Set(runs.flatMap((run) => [...pick(run).keys()]))];
@@ -490,7 +634,7 @@ function renderParameterTable(title: string, runs: RunLog[], pick: (run: RunLog)
       : values.map((v) => cell(v, "num differs")).join("");
     return `<tr><th class="key">${escapeXml(key)}</th>${cells}</tr>`;
   });
-  return `<h3>${escapeXml(title)}</h3><div class="scroll"><table class="params"><thead>${header}</thead><tbody>${rows.join("")}</tbody></table></div>`;
+  return `<section><h3>${escapeXml(title)}</h3><table class="params"><thead>${header}</thead><tbody>${rows.join("")}</tbody></table></section>`;
 }
 
 const STYLE = `
@@ -516,8 +660,13 @@ svg text{font-family:inherit;fill:var(--fg)}
 .series{fill:none;stroke-width:1.8;stroke-linejoin:round;stroke-linecap:round;opacity:.9}
 .target{stroke:var(--bad);stroke-width:1.4;stroke-dasharray:6 4}
 .target-label{font-size:11px;fill:var(--bad)}
+.off-axis{stroke:#fff;stroke-width:.8}
+.off-axis-note{font-size:11px;fill:var(--muted)}
 table{border-collapse:collapse;width:100%;background:var(--card)}
 th,td{border-bottom:1px solid var(--line);padding:6px 10px;text-align:left;white-space:nowrap}
+thead th,td.list{white-space:normal}
+.params td,.params thead th{white-space:normal;overflow-wrap:anywhere}
+td.name{max-width:320px;overflow:hidden;text-overflow:ellipsis}
 thead th{background:var(--bg);font-weight:600;font-size:12px;vertical-align:bottom}
 td.num{font-variant-numeric:tabular-nums}
 th.key{font-weight:500;font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12.5px}
@@ -525,7 +674,9 @@ th.key{font-weight:500;font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,mo
 td.differs{background:#fff8c5}
 .ok{color:var(--ok);font-weight:600}.bad{color:var(--bad);font-weight:600}.muted{color:var(--muted)}
 .strong{font-weight:600}
-.scroll{overflow-x:auto}
+/* one run: its two tables side by side; several: each table full width, a column per run */
+.param-tables{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:0 24px;align-items:start}
+.param-tables h3{margin-top:0}
 .score{margin:12px 0 0}
 .note{color:var(--muted);font-size:12.5px}
 `;
@@ -638,11 +789,12 @@ export function renderRunReport(runs: RunLog[], options: ReportOptions = {}): st
 <h1>${escapeXml(title)}</h1>
 <p class="sub">MLPerf Training BERT · generated ${escapeXml(generatedAt)} by mlperf/bert/report.ts · time to train = run_stop − run_start</p>
 <h2>Runs</h2>
-<div class="card scroll">${renderSummary(runs)}${unreadable.length > 0 ? `<p class="note">${escapeXml(unreadable.join("; "))}</p>` : ""}</div>
-<h2>Curves</h2>
+<div class="card">${renderSummary(runs)}${unreadable.length > 0 ? `<p class="note">${escapeXml(unreadable.join("; "))}</p>` : ""}</div>
+<h2>Curves of the run</h2>
 <div class="card">${legend}<div class="charts">${drawn.map(renderChart).join("\n")}</div>${missing}</div>
+${renderWarmUp(runs)}
 <h2>Hyper-parameters</h2>
-<div class="card">${parameters || `<p class="note">no hyper-parameters in these logs</p>`}</div>
+<div class="card${runs.length === 1 ? " param-tables" : ""}">${parameters || `<p class="note">no hyper-parameters in these logs</p>`}</div>
 </main>
 </body>
 </html>
@@ -699,7 +851,8 @@ const USAGE = `usage: npx tsx mlperf/bert/report.ts LOG... [-o report.html] [--t
 Writes one self-contained HTML report (inline SVG plots of loss, learning rate, eval
 masked-LM accuracy with the 0.72 target, step time and throughput; the hyper-parameters;
 the time to train) from MLPerf logs (result_*.txt, result_bert_<seed>.log) and the
-trainer's console logs. Several logs are overlaid, one color per run.
+trainer's console logs. Several logs are overlaid, one color per run. The init phase's
+warm-up steps and fake-data eval are shown apart, not in the run's curves.
 
   -o, --output FILE   where to write the report (default report.html)
   --title TEXT        the report's title`;

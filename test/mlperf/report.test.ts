@@ -16,6 +16,7 @@ import {
   ReportError,
   timeToTrainMinutes,
   writeRunReport,
+  yRange,
   type RunLog,
   type StepStats,
 } from "../../mlperf/bert/report.ts";
@@ -24,6 +25,8 @@ const fixtures = fileURLToPath(new URL("../fixtures/mllog/", import.meta.url));
 const projectRoot = fileURLToPath(new URL("../../", import.meta.url));
 const v41Path = path.join(fixtures, "tinycorp_v4.1_tinybox_green_result_0.txt");
 const v50Path = path.join(fixtures, "tinycorp_v5.0_tinybox_green_result_0.txt");
+/** `npm run demo`'s console log: an init phase of 5 warm-up steps and a fake-data eval, then a run of 150 steps. */
+const demoPath = fileURLToPath(new URL("../fixtures/report/bert_demo_12345_console.txt", import.meta.url));
 
 const exampleStep: StepStats = {
   step: 12,
@@ -271,4 +274,86 @@ test("the CLI writes the report given with -o", () => {
     assert.equal(stderr, "");
     assert.ok(readFileSync(out, "utf8").includes("BERT run report: 2 runs"));
   });
+});
+
+test("parseRunLog keeps the init phase's warm-up steps and fake-data eval apart from the run", () => {
+  const run = parseRunLog(readFileSync(demoPath, "latin1"), "demo");
+  assert.deepEqual(
+    run.warmUp.steps.map((s) => s.totalMs),
+    [8279.8, 279.8, 631.1, 10.2, 13.8],
+  );
+  assert.deepEqual(
+    run.warmUp.evals.map((e) => e.maskedLmAccuracy),
+    [0.714445],
+  );
+  assert.equal(run.steps.length, 150);
+  assert.deepEqual(
+    run.steps.slice(0, 2).map((s) => [s.step, s.samples]),
+    [
+      [1, 32],
+      [2, 64],
+    ],
+  );
+  assert.deepEqual(
+    run.evals.map((e) => e.samples),
+    [1600, 3200, 4800],
+  );
+});
+
+test("without MLLOG eval records, the warm-up's fake-data eval still stays out of the run's evals", () => {
+  const text = readFileSync(demoPath, "latin1")
+    .split("\n")
+    .filter((line) => !line.includes('"key": "eval_accuracy"'))
+    .join("\n");
+  const run = parseRunLog(text, "demo");
+  assert.equal(run.warmUp.evals.length, 1);
+  assert.ok(!run.evals.some((e) => e.maskedLmAccuracy === 0.714445), JSON.stringify(run.evals));
+});
+
+test("the curves draw the run's steps only; the warm-up has its own section, marked untimed fake data", () => {
+  const html = renderRunReport([parseRunLog(readFileSync(demoPath, "latin1"), "demo")]);
+  const lossChart = svgsOf(html).find((svg) => svg.includes("Training loss"))!;
+  assert.equal(/<polyline [^>]*points="([^"]*)"/.exec(lossChart)![1]!.split(" ").length, 150);
+  const warmUp = html.slice(
+    html.indexOf("<h2>Init phase: warm-up on fake data</h2>"),
+    html.indexOf("<h2>Hyper-parameters"),
+  );
+  assert.match(warmUp, /not part of the run and not in its curves/);
+  assert.match(warmUp, /<td class="num">5<\/td><td class="num">8279\.8<\/td>/);
+  assert.match(warmUp, /8279\.8, 279\.8, 631\.1, 10\.2, 13\.8/);
+  assert.match(warmUp, /0\.7144 in 3\.3 s/);
+  assert.ok(html.indexOf("<h2>Curves of the run</h2>") < html.indexOf("<h2>Init phase"));
+});
+
+test("a log without an init phase has no warm-up section", () => {
+  assert.ok(!renderRunReport([parseRunLog(consoleLog(20), "console")]).includes("Init phase"));
+});
+
+test("yRange with robust: a few spikes stay off the axis, steady noise stays on it", () => {
+  const steady = Array.from({ length: 100 }, (_, i) => 10 + (i % 5));
+  // quartiles 11 and 13: the far-out fence 13 + 3 * 2 is nearer than the median (12) allows, so 13 + 12
+  assert.deepEqual(yRange([...steady, 611, 8279], true), { low: 10, high: 25 });
+  assert.deepEqual(yRange([...steady, 611, 8279], false), { low: 10, high: 8279 });
+  assert.deepEqual(yRange(steady, true), { low: 10, high: 14 });
+});
+
+test("the step-time chart marks each off-axis step at the top edge and says how many and how far", () => {
+  const html = renderRunReport([parseRunLog(readFileSync(demoPath, "latin1"), "demo")]);
+  const stepChart = svgsOf(html).find((svg) => svg.includes("Step time"))!;
+  const markers = stepChart.match(/<path class="off-axis" [^>]*><title>[^<]*<\/title><\/path>/g) ?? [];
+  const note = /<text class="off-axis-note"[^>]*>▲ (\d+) above ([\d.]+), up to 611\.3<\/text>/.exec(stepChart);
+  assert.ok(note !== null, "no off-axis note");
+  assert.equal(markers.length, Number(note[1]));
+  assert.ok(markers.some((m) => m.includes("<title>32 samples: 611.3 (off the axis)</title>")));
+  // the axis stays near the bulk of the steps (about 10 ms), not at the 611 ms compile
+  const ticks = [...stepChart.matchAll(/<text class="tick" [^>]*text-anchor="end">([\d.]+)<\/text>/g)].map((m) =>
+    Number(m[1]),
+  );
+  assert.ok(Math.max(...ticks) < 50, `y ticks ${ticks}`);
+});
+
+test("the loss chart is not clipped: a real loss spike stays on the axis", () => {
+  const html = renderRunReport([parseRunLog(readFileSync(demoPath, "latin1"), "demo")]);
+  const lossChart = svgsOf(html).find((svg) => svg.includes("Training loss"))!;
+  assert.ok(!lossChart.includes("off-axis"));
 });
