@@ -305,7 +305,7 @@ function withBeam<T>(beam: number, fn: () => T): T {
 }
 
 /** What an evaluation needs: the jitted eval step, and the eval shards (fake batches when null). */
-interface Evaluation {
+export interface Evaluation {
   knobs: Knobs;
   comm: dist.Communicator;
   devices: string[];
@@ -321,7 +321,7 @@ interface Evaluation {
  * One evaluation over `limit` batches (MAX_EVAL_STEPS, fewer in a BENCHMARK run): accuracy and loss over all
  * predictions.
  */
-function evaluate(
+export function evaluate(
   { knobs, comm, devices, evalStep, evalFiles, setSize, vocabSize, print }: Evaluation,
   step: number,
   limit: number,

@@ -31,3 +31,25 @@ export function integerOption(name: string, text: string, min = 0): number {
     throw new UsageError(`--${name} must be an integer >= ${min}, got ${JSON.stringify(text)}`);
   return Number(text);
 }
+
+/**
+ * `argv` split into the options `options` names (with their values) and the rest, which go on to the trainer's
+ * knob parser (`--eval-bs 6`, `--EVAL_BS=6`).
+ */
+export function splitOwnOptions(argv: readonly string[], options: OptionSpecs): { own: string[]; rest: string[] } {
+  const own: string[] = [];
+  const rest: string[] = [];
+  const shorts = new Set(Object.values(options).flatMap((spec) => (spec.short ? [`-${spec.short}`] : [])));
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    const name = arg.split("=")[0]!;
+    const spec = name.startsWith("--") ? options[name.slice(2)] : undefined;
+    if (spec === undefined && !shorts.has(name)) {
+      rest.push(arg);
+      continue;
+    }
+    own.push(arg);
+    if (spec?.type === "string" && !arg.includes("=") && argv[i + 1] !== undefined) own.push(argv[++i]!);
+  }
+  return { own, rest };
+}
