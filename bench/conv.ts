@@ -4,7 +4,7 @@
 // runs, wall time (each tsgrad call reads its result back). Prints JSON on stdout.
 // Usage: npx tsx bench/conv.ts [--reps 10]
 import { spawnSync } from "node:child_process";
-import { parseArgs } from "node:util";
+import { argsWithUsage } from "./args.ts";
 import { Device, Tensor, dtypes, jit } from "../src/index.ts";
 
 interface Case {
@@ -73,11 +73,9 @@ function median(f: () => void, reps: number): number {
   return times.sort((a, b) => a - b)[times.length >> 1]!;
 }
 
-const { values } = parseArgs({ options: { reps: { type: "string", default: "10" }, help: { type: "boolean" } } });
-if (values.help) {
-  console.log("Usage: npx tsx bench/conv.ts [--reps 10]");
-  process.exit(0);
-}
+const { values } = argsWithUsage("Usage: npx tsx bench/conv.ts [--reps 10]", {
+  reps: { type: "string", default: "10" },
+});
 const reps = Number(values.reps);
 if (!(Number.isInteger(reps) && reps >= 1))
   throw new Error(`--reps ${values.reps}: expected a whole number, 1 or more`);

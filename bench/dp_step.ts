@@ -7,7 +7,7 @@ import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
-import { parseArgs } from "node:util";
+import { argsWithUsage } from "./args.ts";
 import { BERT_PRESETS, type BertPresetName } from "../models/bert.ts";
 import { parseStepLine } from "../mlperf/bert/report.ts";
 
@@ -20,21 +20,14 @@ const HELP = `Usage: node --import tsx bench/dp_step.ts [options]   (prints JSON
   --device NAME  CPU (default) or JS
   --help         this text`;
 
-const { values } = parseArgs({
-  options: {
-    model: { type: "string", default: "mini" },
-    ranks: { type: "string", default: "2" },
-    bs: { type: "string", default: "16" },
-    seq: { type: "string", default: "128" },
-    steps: { type: "string", default: "12" },
-    device: { type: "string", default: "CPU" },
-    help: { type: "boolean", default: false },
-  },
+const { values } = argsWithUsage(HELP, {
+  model: { type: "string", default: "mini" },
+  ranks: { type: "string", default: "2" },
+  bs: { type: "string", default: "16" },
+  seq: { type: "string", default: "128" },
+  steps: { type: "string", default: "12" },
+  device: { type: "string", default: "CPU" },
 });
-if (values.help) {
-  console.log(HELP);
-  process.exit(0);
-}
 const preset = BERT_PRESETS[values.model as BertPresetName];
 if (!preset) throw new Error(`--model ${values.model}: one of ${Object.keys(BERT_PRESETS).join(", ")}\n${HELP}`);
 const [ranks, bs, seq, steps] = [values.ranks, values.bs, values.seq, values.steps].map(Number) as number[];

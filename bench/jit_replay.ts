@@ -4,7 +4,7 @@
 // by contiguous()), as microseconds a kernel; (2) the demo's BERT train step (2 layers, hidden 64, batch 32,
 // sequence 32), as ms a step. Prints JSON: medians of each mode and the ratio graph/kernel-by-kernel.
 // Usage: npx tsx bench/jit_replay.ts [--kernels 500] [--rounds 5] [--steps 20] [--devices 1]
-import { parseArgs } from "node:util";
+import { argsWithUsage } from "./args.ts";
 import { Device, Tensor, dtypes } from "../src/index.ts";
 import { jit } from "../src/tensor/index.ts";
 import { BertForPretraining, type BertConfig } from "../models/bert.ts";
@@ -12,21 +12,15 @@ import { createBertOptimizer, makeBertTrainStep } from "../models/bert_train_ste
 import { fakeBatch, samplesToTensors } from "../mlperf/bert/data/loader.ts";
 import { replicateParameters } from "../src/nn/parallel.ts";
 
-const { values } = parseArgs({
-  options: {
+const { values } = argsWithUsage(
+  "usage: npx tsx bench/jit_replay.ts [--kernels 500] [--rounds 5] [--steps 20] [--devices 1]  (--devices n: the BERT step sharded over CPU:0..n-1)",
+  {
     kernels: { type: "string", default: "500" },
     rounds: { type: "string", default: "5" },
     steps: { type: "string", default: "20" },
     devices: { type: "string", default: "1" },
-    help: { type: "boolean" },
   },
-});
-if (values.help) {
-  console.log(
-    "usage: npx tsx bench/jit_replay.ts [--kernels 500] [--rounds 5] [--steps 20] [--devices 1]  (--devices n: the BERT step sharded over CPU:0..n-1)",
-  );
-  process.exit(0);
-}
+);
 if (Device.DEFAULT !== "CPU")
   throw new Error(`jit_replay measures the CPU device's graphs; the default device here is ${Device.DEFAULT}`);
 const [chainLength, rounds, steps, deviceCount] = [

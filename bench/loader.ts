@@ -10,6 +10,7 @@ import { evalBatches, fakeBatch, prefetchBatches, trainBatches } from "../mlperf
 import { writeShard } from "../mlperf/bert/data/shard.ts";
 import { writeTFRecordSamples } from "../mlperf/bert/data/tfrecord.ts";
 import type { SampleColumns } from "../mlperf/bert/data/samples.ts";
+import { argsWithUsage } from "./args.ts";
 
 const HELP = `Usage: npx tsx bench/loader.ts [options]
   --shards N              shards to generate (default 4)
@@ -18,12 +19,28 @@ const HELP = `Usage: npx tsx bench/loader.ts [options]
   --seconds S             time per measurement (default 2)
 Shards are 512 tokens / 76 predictions, written to a temp folder and removed afterwards.`;
 
-function option(name: string, fallback: number): number {
-  const at = process.argv.indexOf(name);
-  if (at === -1) return fallback;
-  const value = Number(process.argv[at + 1]);
-  if (!(value > 0)) throw new Error(`${name} needs a positive number`);
-  return value;
+/** The options as positive numbers; anything else is answered by the usage and exit status 2. */
+function options(): { shards: number; perShard: number; batchSize: number; seconds: number } {
+  const { values } = argsWithUsage(HELP, {
+    shards: { type: "string", default: "4" },
+    "samples-per-shard": { type: "string", default: "1000" },
+    "batch-size": { type: "string", default: "66" },
+    seconds: { type: "string", default: "2" },
+  });
+  const positive = (name: keyof typeof values) => {
+    const value = Number(values[name]);
+    if (!(value > 0)) {
+      console.error(`--${name} needs a positive number, not ${values[name]}\n\n${HELP}`);
+      process.exit(2);
+    }
+    return value;
+  };
+  return {
+    shards: positive("shards"),
+    perShard: positive("samples-per-shard"),
+    batchSize: positive("batch-size"),
+    seconds: positive("seconds"),
+  };
 }
 
 /** Consumes batches for about `seconds` and returns samples per second. */
@@ -39,14 +56,7 @@ async function samplesPerSecond(
 }
 
 async function main(): Promise<void> {
-  if (process.argv.includes("--help")) {
-    console.log(HELP);
-    return;
-  }
-  const shards = option("--shards", 4);
-  const perShard = option("--samples-per-shard", 1000);
-  const batchSize = option("--batch-size", 66);
-  const seconds = option("--seconds", 2);
+  const { shards, perShard, batchSize, seconds } = options();
   const dir = mkdtempSync(join(tmpdir(), "tsgrad-bench-loader-"));
   try {
     process.stderr.write(`writing ${shards} shards of ${perShard} samples to ${dir}\n`);

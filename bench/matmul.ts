@@ -3,7 +3,7 @@
 // tsgrad figures are kernel time (what DEBUG=2 reports), numpy's the time of np.matmul. Each (BEAM, THREADS)
 // runs in its own process: kernels are chosen once per process, as in a real run.
 import { spawnSync } from "node:child_process";
-import { parseArgs } from "node:util";
+import { argsWithUsage } from "./args.ts";
 import { GlobalCounters, Tensor } from "../src/index.ts";
 import { jit } from "../src/tensor/index.ts";
 
@@ -158,22 +158,15 @@ function timeNumpy(shapes: readonly Shape[], reps: number, threads: number): Rec
 }
 
 function main(): void {
-  const { values } = parseArgs({
-    options: {
-      reps: { type: "string", default: "3" },
-      beam: { type: "string", default: "0,2" },
-      threads: { type: "string", default: "1,2" },
-      shapes: { type: "string" },
-      "no-numpy": { type: "boolean", default: false },
-      jit: { type: "boolean", default: false },
-      worker: { type: "boolean", default: false },
-      help: { type: "boolean", default: false },
-    },
+  const { values } = argsWithUsage(HELP, {
+    reps: { type: "string", default: "3" },
+    beam: { type: "string", default: "0,2" },
+    threads: { type: "string", default: "1,2" },
+    shapes: { type: "string" },
+    "no-numpy": { type: "boolean", default: false },
+    jit: { type: "boolean", default: false },
+    worker: { type: "boolean", default: false },
   });
-  if (values.help) {
-    console.log(HELP);
-    return;
-  }
   const reps = Number(values.reps);
   const beams = values.beam!.split(",").map(Number);
   const threadCounts = values.threads!.split(",").map(Number);

@@ -4,7 +4,7 @@
 // array each rank sends and receives in a ring. BERT-large's gradient is 335M floats (1.34 GB per rank).
 // Usage: mpirun --allow-run-as-root --oversubscribe -np 2 node --import tsx bench/mpi_allreduce.ts
 //        [--numel 335000000] [--repeats 5] [--slice-mb 4]   (prints JSON on rank 0)
-import { parseArgs } from "node:util";
+import { argsWithUsage } from "./args.ts";
 import { dist } from "../src/index.ts";
 import { DEFAULT_SLICE_MB } from "../src/dist/mpi.ts";
 import { loadMpi } from "../src/dist/mpi_library.ts";
@@ -15,18 +15,11 @@ const HELP = `Usage: mpirun --allow-run-as-root --oversubscribe -np 2 node --imp
   --slice-mb MB  tsgrad's slice size (TSGRAD_MPI_SLICE_MB; default ${DEFAULT_SLICE_MB})
   --help         this text`;
 
-const { values } = parseArgs({
-  options: {
-    numel: { type: "string", default: "335000000" },
-    repeats: { type: "string", default: "5" },
-    "slice-mb": { type: "string", default: String(DEFAULT_SLICE_MB) },
-    help: { type: "boolean", default: false },
-  },
+const { values } = argsWithUsage(HELP, {
+  numel: { type: "string", default: "335000000" },
+  repeats: { type: "string", default: "5" },
+  "slice-mb": { type: "string", default: String(DEFAULT_SLICE_MB) },
 });
-if (values.help) {
-  console.log(HELP);
-  process.exit(0);
-}
 const numel = Number(values.numel);
 const repeats = Number(values.repeats);
 process.env.TSGRAD_MPI_SLICE_MB = values["slice-mb"];

@@ -3,7 +3,7 @@
 // FLOPs are counted analytically (the matmuls), the same formula as torch_bench.py, so the two compare.
 // Prints one JSON object.
 // Usage: node bert_step.mjs [--batch 8] [--seq 512] [--steps 5] [--preset large] [--layers 24] [--device CUDA]
-import { parseArgs } from "node:util";
+import { argsWithUsage } from "../args.ts";
 import { Device, GlobalCounters, Tensor, dtypes } from "../../src/index.ts";
 import { jit } from "../../src/tensor/index.ts";
 import { kernelTimers } from "../../src/engine/realize.ts";
@@ -20,23 +20,17 @@ import {
 } from "../../models/bert_train_step.ts";
 import { fakeBatch, samplesToTensors } from "../../mlperf/bert/data/loader.ts";
 
-const { values } = parseArgs({
-  options: {
+const { values } = argsWithUsage(
+  "Usage: bert_step [--batch 8] [--seq 512] [--steps 5] [--preset tiny|mini|base|large] [--layers N] [--device CUDA]",
+  {
     batch: { type: "string", default: "8" },
     seq: { type: "string", default: "512" },
     steps: { type: "string", default: "5" },
     preset: { type: "string", default: "large" },
     layers: { type: "string" },
     device: { type: "string", default: "CUDA" },
-    help: { type: "boolean" },
   },
-});
-if (values.help) {
-  console.log(
-    "Usage: bert_step [--batch 8] [--seq 512] [--steps 5] [--preset tiny|mini|base|large] [--layers N] [--device CUDA]",
-  );
-  process.exit(0);
-}
+);
 const [batchSize, seq, steps] = [values.batch, values.seq, values.steps].map(Number) as [number, number, number];
 const maskedPositions = Math.min(76, seq); // the reference's max_predictions_per_seq at seq 512
 const preset = BERT_PRESETS[values.preset as BertPresetName];

@@ -6,7 +6,7 @@
 // the first kernel of that name (and form); `--plain`, its lowering without options. Prints one JSON object (and the
 // sources, to stderr). Usage: npx tsx bench/gpu/forms.ts [--batch 8] [--seq 512] [--preset large] [--layers 24]
 // [--devices 1] [--source r_1024]
-import { parseArgs } from "node:util";
+import { argsWithUsage } from "../args.ts";
 import { Device, Tensor, dtypes } from "../../src/index.ts";
 import type { KernelIR } from "../../src/codegen/ir.ts";
 import { recordItems } from "../../src/engine/realize.ts";
@@ -22,9 +22,9 @@ import { createBertOptimizer, makeBertTrainStep, trainStepOptionsFromEnv } from 
 import { fakeBatch, samplesToTensors } from "../../mlperf/bert/data/loader.ts";
 import { replicateParameters } from "../../src/nn/parallel.ts";
 
-const { values } = parseArgs({
-  options: {
-    help: { type: "boolean" },
+const { values } = argsWithUsage(
+  "Usage: npx tsx bench/gpu/forms.ts [--batch 8] [--seq 512] [--preset large] [--layers 24] [--devices 1] [--source NAME]... [--plain]",
+  {
     batch: { type: "string", default: "8" },
     seq: { type: "string", default: "512" },
     preset: { type: "string", default: "large" },
@@ -33,13 +33,7 @@ const { values } = parseArgs({
     source: { type: "string", multiple: true, default: [] },
     plain: { type: "boolean" },
   },
-});
-if (values.help) {
-  console.log(
-    "Usage: npx tsx bench/gpu/forms.ts [--batch 8] [--seq 512] [--preset large] [--layers 24] [--devices 1] [--source NAME]... [--plain]",
-  );
-  process.exit(0);
-}
+);
 const [batchSize, seq] = [Number(values.batch), Number(values.seq)];
 if (!(Number(values.devices) >= 1 && Number.isInteger(Number(values.devices))))
   throw new Error(`--devices ${values.devices}: expected a whole number of devices, 1 or more`);

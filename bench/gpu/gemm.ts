@@ -5,7 +5,7 @@
 // warp shapes, pipeline depths; on an H100/H200 the wgmma tiles too). `--checks-only` runs the checks alone (gpu-check
 // runs them so under TC_TILE for wgmma tiles). Prints one JSON object. Usage: node gemm.mjs [--shapes
 // 4096x4096x4096,16384x1024x4096] [--runs 20] [--device CUDA] [--tiles] [--no-checks | --checks-only]
-import { parseArgs } from "node:util";
+import { argsWithUsage } from "../args.ts";
 import { Tensor, dtypes } from "../../src/index.ts";
 import { recordItems } from "../../src/engine/realize.ts";
 import { f16BitsToF32 } from "../../src/dtype.ts";
@@ -17,25 +17,19 @@ import { cudaForm } from "../../src/codegen/cuda_forms.ts";
 import { tileCandidates, tileName } from "../../src/renderer/cuda_matmul.ts";
 
 const BERT_SHAPES = "16384x1024x1024,16384x4096x1024,16384x1024x4096,4096x4096x4096,8192x8192x8192";
-const { values } = parseArgs({
-  options: {
+const { values } = argsWithUsage(
+  "Usage: gemm [--shapes MxNxK,...] [--runs N] [--device CUDA] [--no-checks | --checks-only]   (float16 A[M,K] @ B[K,N], float32 accumulation;\n" +
+    "TC_STAGES=2..8 sets the tensor-core pipeline's depth, else the GPU's shared memory does; TC_TILE the tile (e.g. 128x256x32:2x4, 128x128x64:wgmma);\n" +
+    "--tiles times each shape at every tile BEAM may choose)",
+  {
     shapes: { type: "string", default: BERT_SHAPES },
     runs: { type: "string", default: "20" },
     device: { type: "string", default: "CUDA" },
     "no-checks": { type: "boolean" },
     "checks-only": { type: "boolean" },
     tiles: { type: "boolean" },
-    help: { type: "boolean" },
   },
-});
-if (values.help) {
-  console.log(
-    "Usage: gemm [--shapes MxNxK,...] [--runs N] [--device CUDA] [--no-checks | --checks-only]   (float16 A[M,K] @ B[K,N], float32 accumulation;\n" +
-      "TC_STAGES=2..8 sets the tensor-core pipeline's depth, else the GPU's shared memory does; TC_TILE the tile (e.g. 128x256x32:2x4, 128x128x64:wgmma);\n" +
-      "--tiles times each shape at every tile BEAM may choose)",
-  );
-  process.exit(0);
-}
+);
 
 /** The last kernel `build` runs, with its buffers, so that it can be launched again on its own. */
 function lastKernel(build: () => Tensor): ExecItem & { kind: "kernel" } {

@@ -3,7 +3,7 @@
 // Reports the kernels that disagree (with their CUDA source), and the first kernel whose output holds NaN or infinity
 // where the reference's does not. Prints one JSON object. Usage: node validate.mjs [--batch 2] [--seq 128] [--preset
 // large] [--layers 2] [--steps 2] [--device CUDA] [--reference CPU]
-import { parseArgs } from "node:util";
+import { argsWithUsage } from "../args.ts";
 import { Device, Tensor, dtypes } from "../../src/index.ts";
 import { Buffer } from "../../src/device.ts";
 import type { TypedArray } from "../../src/dtype.ts";
@@ -16,9 +16,9 @@ import { BERT_PRESETS, BertForPretraining, type BertPresetName } from "../../mod
 import { createBertOptimizer, makeBertTrainStep, trainStepOptionsFromEnv } from "../../models/bert_train_step.ts";
 import { fakeBatch, samplesToTensors } from "../../mlperf/bert/data/loader.ts";
 
-const { values } = parseArgs({
-  options: {
-    help: { type: "boolean" },
+const { values } = argsWithUsage(
+  "Usage: node validate.mjs [--batch 2] [--seq 128] [--preset large] [--layers 2] [--steps 2] [--device CUDA] [--reference CPU] [--float float16]",
+  {
     batch: { type: "string", default: "2" },
     seq: { type: "string", default: "128" },
     preset: { type: "string", default: "large" },
@@ -28,13 +28,7 @@ const { values } = parseArgs({
     reference: { type: "string", default: "CPU" },
     float: { type: "string", default: "float16" },
   },
-});
-if (values.help) {
-  console.log(
-    "Usage: node validate.mjs [--batch 2] [--seq 128] [--preset large] [--layers 2] [--steps 2] [--device CUDA] [--reference CPU] [--float float16]",
-  );
-  process.exit(0);
-}
+);
 const [batchSize, seq] = [Number(values.batch), Number(values.seq)];
 const config = { ...BERT_PRESETS[values.preset as BertPresetName], numHiddenLayers: Number(values.layers) };
 Device.DEFAULT = values.device;
