@@ -17,8 +17,9 @@
 //     eval step 2272 | 149952 samples | masked-LM accuracy 0.720385 | loss 1.4567 | 9.6 s
 // - the trainer's knob lines: `HParam: "BS": 66`.
 // Lines may carry a prefix (a timestamp, a progress bar ended by \r): the patterns are found anywhere in a line.
-// Step and eval lines between init_start and init_stop are the init phase's warm-up on fake data: the report
-// shows them in a section of their own, never in the run's curves. Step time, throughput and compute rate are
+// Step and eval lines between init_start and init_stop (or, without MLLOG records, after the trainer's
+// `warm-up (init phase, ...` line) are the init phase's warm-up on fake data: the report shows them in a section of
+// their own, never in the run's curves. Step time, throughput and compute rate are
 // drawn on axes fitted to the bulk of the steps (yRange); the few steps beyond (compiles) are marked at the edge.
 import { readFileSync, renameSync, writeFileSync, rmSync } from "node:fs";
 import path from "node:path";
@@ -79,6 +80,9 @@ const EVAL_LINE = new RegExp(
   String.raw`\beval step (\d+) \| (\d+) samples \| masked-LM accuracy ${NUMBER} \| loss ${NUMBER} \| ${NUMBER} s\b`,
 );
 const HPARAM_LINE = /\bHParam: "([^"]+)": (.*)$/;
+/** The trainer's first line of each phase (train.ts phaseLine): the phases of a log without MLLOG records. */
+const WARM_UP_PHASE_LINE = /\bwarm-up \(init phase\b/;
+const RUN_PHASE_LINE = /\btraining \(run phase\)/;
 
 export function parseStepLine(line: string): StepStats | null {
   const m = STEP_LINE.exec(line);
@@ -157,7 +161,10 @@ function phaseStarts(records: ParsedMllog["records"]): { lineNumber: number; war
     .map(({ fields, lineNumber }) => ({ lineNumber, warmUp: fields.key === K.INIT_START }));
 }
 
-/** Reads one log's text; `name` labels the run. Steps and evals between init_start and init_stop are the warm-up. */
+/**
+ * Reads one log's text; `name` labels the run. Steps and evals between init_start and init_stop (or after the
+ * trainer's warm-up phase line, up to its run phase line) are the warm-up.
+ */
 export function parseRunLog(text: string, name: string): RunLog {
   const run: RunLog = {
     name,
@@ -179,6 +186,8 @@ export function parseRunLog(text: string, name: string): RunLog {
   let inWarmUp = false;
   text.split(/\r\n|\n|\r/).forEach((line, lineIndex) => {
     while (phases.length > 0 && phases[0]!.lineNumber <= lineIndex + 1) inWarmUp = phases.shift()!.warmUp;
+    if (WARM_UP_PHASE_LINE.test(line)) inWarmUp = true;
+    else if (RUN_PHASE_LINE.test(line)) inWarmUp = false;
     const step = parseStepLine(line);
     if (step !== null) (inWarmUp ? run.warmUp.steps : run.steps).push(step);
     const evaluation = parseEvalLine(line);

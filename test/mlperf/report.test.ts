@@ -357,3 +357,16 @@ test("the loss chart is not clipped: a real loss spike stays on the axis", () =>
   const lossChart = svgsOf(html).find((svg) => svg.includes("Training loss"))!;
   assert.ok(!lossChart.includes("off-axis"));
 });
+
+test("without MLLOG records (LOGMLPERF=0), the trainer's phase lines tell the warm-up from the run", () => {
+  const warmUp = consoleLog(3, 3).replace(/^/, "warm-up (init phase, untimed): 3 steps and an eval on fake data\n");
+  const training = `training (run phase): at most 1500 steps of 66 samples\n${consoleLog(20, 10)}`;
+  const run = parseRunLog(warmUp + training, "console");
+  assert.equal(run.warmUp.steps.length, 3);
+  assert.equal(run.warmUp.evals.length, 1);
+  assert.equal(run.steps.length, 20);
+  assert.deepEqual(
+    run.evals.map((e) => e.samples),
+    [660, 1320],
+  );
+});
