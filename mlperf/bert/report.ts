@@ -607,7 +607,7 @@ function renderWarmUp(runs: RunLog[]): string {
       return (
         `<tr><td class="name" title="${escapeXml(run.name)}">${swatch(i)}${escapeXml(run.name)}</td>` +
         cell(minutes(initMinutes(run)), "num") +
-        cell(String(steps.length), "num") +
+        cell(steps.length > 0 ? String(steps.length) : "not logged", "num") +
         cell(steps.length > 0 ? steps[0]!.totalMs.toFixed(1) : "–", "num") +
         cell(later === null ? "–" : later.toFixed(1), "num") +
         cell(steps.length > 0 ? stepTimesText(steps) : "–", "num list") +
