@@ -5,7 +5,9 @@
 //
 //   npx tsx bench/preprocess.ts [--mb 27] [--workers 1,2] [--dupe-factor 10] [--write-input PATH]
 //
-// --write-input also saves the part's text, to time the Python reference on the same input.
+// --write-input also saves the part's text, to time the Python reference on the same input. Each result gives the
+// process's peak RSS so far (the input's making included): with --workers 1, the peak of making one part on the
+// main thread.
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -84,6 +86,7 @@ try {
       samples_per_s: Math.round(samples / seconds),
       mb_per_s: Number(((inputBytes * workers) / 1e6 / seconds).toFixed(3)),
       samples_per_s_per_worker: Math.round(samples / seconds / workers),
+      peak_rss_mb_so_far: Math.round(process.resourceUsage().maxRSS / 1024),
     });
   }
   const report = {
