@@ -6,7 +6,14 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync } fr
 import { join, relative } from "node:path";
 import { io } from "../../../src/index.ts";
 import { ByteProgress } from "./byteProgress.ts";
-import { type DataManifest, MANIFEST_FORMAT, MANIFEST_VERSION, manifestPath, writeManifest } from "./manifest.ts";
+import {
+  type DataManifest,
+  MANIFEST_FORMAT,
+  MANIFEST_VERSION,
+  type ManifestShard,
+  manifestPath,
+  writeManifest,
+} from "./manifest.ts";
 import {
   DEFAULT_SETTINGS,
   DocumentReader,
@@ -144,8 +151,6 @@ export function preprocessTextFolder({
   const vocabSha256 = createHash("sha256").update(readFileSync(vocab)).digest("hex");
   const totalBytes = files.reduce((sum, file) => sum + file.bytes, 0);
   const evalStart = totalBytes - evalPoolBytes(totalBytes, evalSamples, settings);
-  const partBytes = parts === undefined ? defaultPartBytes(settings) : Math.ceil(evalStart / parts);
-  const maxParts = parts ?? Number.POSITIVE_INFINITY;
 
   rmSync(manifestPath(output), { force: true });
   for (const folder of ["train", "eval"]) {
@@ -154,87 +159,132 @@ export function preprocessTextFolder({
   }
   // by default a line on stderr, redrawn on a terminal
   const bar = onProgress ? null : new ByteProgress("preprocess", totalBytes, process.stderr);
-  const train: DataManifest["train"] = [];
-  let evalShard: DataManifest["eval"] = null;
-  let reader = new DocumentReader(tokenizer);
-  let inEvalPool = false;
-  let bytesRead = 0;
-  let fileBytesBefore = 0;
-  let partStart = 0;
-  const report = () => {
-    if (onProgress) onProgress({ bytesRead, bytes: totalBytes, shardsWritten: train.length + (evalShard ? 1 : 0) });
-    else bar?.update(bytesRead);
-  };
-
-  const finishTrainPart = () => {
-    if (reader.documentCount === 0) return;
-    const file = trainShardFile(train.length);
-    const ordered = orderedSamplesFromDocuments(reader.finish(), tokenizer, settings, {
-      source: `${file} of ${input}`,
-    });
-    writeSamplesShard(join(output, file), ordered, settings, tokenizer.vocab.tokens.length);
-    train.push({ file, samples: ordered.rows.length });
-    reader = new DocumentReader(tokenizer);
-    partStart = bytesRead;
-    report();
-  };
-  /** Between documents: the place to end a train part, or to start the eval pool. */
-  const atDocumentEnd = () => {
-    if (inEvalPool) return;
-    if (bytesRead >= evalStart && evalSamples > 0) {
-      finishTrainPart();
-      inEvalPool = true;
-    } else if (bytesRead - partStart >= partBytes && train.length + 1 < maxParts) finishTrainPart();
-  };
-
-  for (const file of files) {
-    readTextLines(
-      file.path,
-      (line) => {
-        const ended = reader.addLine(line);
-        bytesRead += Buffer.byteLength(line) + 1; // (short of the file's count by the CRs deleted)
-        if (ended) atDocumentEnd();
-      },
-      report,
-    );
-    fileBytesBefore += file.bytes;
-    bytesRead = fileBytesBefore;
-    if (reader.endDocument()) atDocumentEnd();
-  }
-
-  if (!inEvalPool) finishTrainPart();
-  else if (reader.documentCount > 0) {
-    const { made } = orderedSamplesFromDocuments(reader.finish(), tokenizer, settings, {
-      source: `the eval pool of ${input}`,
-    });
-    const rows = Int32Array.from(
-      evalPickRows(made.count, Math.min(evalSamples, made.count)),
-      (k) => made.shuffledOrder[k]!,
-    );
-    writeSamplesShard(join(output, EVAL_SHARD_FILE), { made, rows }, settings, tokenizer.vocab.tokens.length);
-    evalShard = { file: EVAL_SHARD_FILE, samples: rows.length };
-    report();
-  }
-  if (train.length === 0)
-    throw new PreprocessError(`the .txt files in ${input} have no documents (no line gives a token)`);
-  removeOtherShards(output, [...train.map((shard) => shard.file), ...(evalShard ? [evalShard.file] : [])]);
+  const split: CorpusSplit = new CorpusSplit(
+    {
+      input,
+      output,
+      tokenizer,
+      settings,
+      evalSamples,
+      evalStart,
+      partBytes: parts === undefined ? defaultPartBytes(settings) : Math.ceil(evalStart / parts),
+      maxParts: parts ?? Number.POSITIVE_INFINITY,
+    },
+    () => {
+      const shardsWritten = split.train.length + (split.eval ? 1 : 0);
+      if (onProgress) onProgress({ bytesRead: split.bytesRead, bytes: totalBytes, shardsWritten });
+      else bar?.update(split.bytesRead);
+    },
+  );
+  for (const file of files) split.readFile(file);
+  split.finish();
+  removeOtherShards(output, [...split.train.map((shard) => shard.file), ...(split.eval ? [split.eval.file] : [])]);
 
   const manifest: DataManifest = {
     format: MANIFEST_FORMAT,
     version: MANIFEST_VERSION,
-    settings: {
-      ...settings,
-      vocabSize: tokenizer.vocab.tokens.length,
-      vocabSha256,
-      doLowerCase: true,
-    },
-    train,
-    eval: evalShard,
+    settings: { ...settings, vocabSize: tokenizer.vocab.tokens.length, vocabSha256, doLowerCase: true },
+    train: split.train,
+    eval: split.eval,
     source: { kind: "text-folder", files: files.length, bytes: totalBytes },
   };
   writeManifest(output, manifest);
   bar?.finish();
   return manifest;
+}
+
+/** What CorpusSplit cuts by and writes with. */
+interface SplitPlan {
+  input: string;
+  output: string;
+  tokenizer: BertTokenizer;
+  settings: PreprocessSettings;
+  evalSamples: number;
+  /** Documents ending at or past this byte of the corpus start the eval pool. */
+  evalStart: number;
+  /** A train part ends after the document that takes it to this many bytes. */
+  partBytes: number;
+  maxParts: number;
+}
+
+/** Reads the corpus' documents into train parts, writing each part's shard as it fills, then into the eval pool. */
+class CorpusSplit {
+  readonly train: ManifestShard[] = [];
+  eval: ManifestShard | null = null;
+  /** Bytes of the corpus read (counted by lines, short of the files' sizes by the CRs deleted within a file). */
+  bytesRead = 0;
+  private filesBytes = 0;
+  private reader: DocumentReader;
+  private inEvalPool = false;
+  private partStart = 0;
+
+  constructor(
+    private readonly plan: SplitPlan,
+    private readonly report: () => void,
+  ) {
+    this.reader = new DocumentReader(plan.tokenizer);
+  }
+
+  /** Reads one file; its end ends its last document. */
+  readFile(file: TextFile): void {
+    readTextLines(
+      file.path,
+      (line) => {
+        const ended = this.reader.addLine(line);
+        this.bytesRead += Buffer.byteLength(line) + 1;
+        if (ended) this.atDocumentEnd();
+      },
+      this.report,
+    );
+    this.filesBytes += file.bytes;
+    this.bytesRead = this.filesBytes;
+    if (this.reader.endDocument()) this.atDocumentEnd();
+  }
+
+  /** Writes the last train part, or the eval shard. */
+  finish(): void {
+    if (!this.inEvalPool) this.finishTrainPart();
+    else if (this.reader.documentCount > 0) this.writeEval();
+    if (this.train.length === 0)
+      throw new PreprocessError(`the .txt files in ${this.plan.input} have no documents (no line gives a token)`);
+  }
+
+  /** Between documents: the place to end a train part, or to start the eval pool. */
+  private atDocumentEnd(): void {
+    const { evalStart, evalSamples, partBytes, maxParts } = this.plan;
+    if (this.inEvalPool) return;
+    if (this.bytesRead >= evalStart && evalSamples > 0) {
+      this.finishTrainPart();
+      this.inEvalPool = true;
+    } else if (this.bytesRead - this.partStart >= partBytes && this.train.length + 1 < maxParts) this.finishTrainPart();
+  }
+
+  private finishTrainPart(): void {
+    const { input, output, tokenizer, settings } = this.plan;
+    if (this.reader.documentCount === 0) return;
+    const file = trainShardFile(this.train.length);
+    const ordered = orderedSamplesFromDocuments(this.reader.finish(), tokenizer, settings, {
+      source: `${file} of ${input}`,
+    });
+    writeSamplesShard(join(output, file), ordered, settings, tokenizer.vocab.tokens.length);
+    this.train.push({ file, samples: ordered.rows.length });
+    this.reader = new DocumentReader(tokenizer);
+    this.partStart = this.bytesRead;
+    this.report();
+  }
+
+  /** The eval pool's samples picked as pick_eval_samples.py picks, or all of them, once, when they are fewer. */
+  private writeEval(): void {
+    const { input, output, tokenizer, settings, evalSamples } = this.plan;
+    const { made } = orderedSamplesFromDocuments(this.reader.finish(), tokenizer, settings, {
+      source: `the eval pool of ${input}`,
+    });
+    const picked = evalPickRows(made.count, Math.min(evalSamples, made.count));
+    const rows = Int32Array.from(picked, (k) => made.shuffledOrder[k]!);
+    writeSamplesShard(join(output, EVAL_SHARD_FILE), { made, rows }, settings, tokenizer.vocab.tokens.length);
+    this.eval = { file: EVAL_SHARD_FILE, samples: rows.length };
+    this.report();
+  }
 }
 
 /** Removes shards an earlier run left in `output/train` and `output/eval` that this run did not write. */
