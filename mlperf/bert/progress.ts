@@ -1,6 +1,7 @@
 // A tqdm-style count bar on stderr ("train 120/2272 [=====>    ] 5.3 it/s, ETA 6m40s"): redrawn in
 // place on a terminal (cut to its width, so a redraw never wraps), a plain line every 10 s otherwise, so
-// logs stay readable.
+// logs stay readable. The rate counts from the first item on: the first step compiles, and would make every
+// estimate hours long.
 import { formatDuration } from "./data/byteProgress.ts";
 
 export interface CountProgressSink {
@@ -11,7 +12,7 @@ export interface CountProgressSink {
 }
 
 export interface CountProgressOptions {
-  /** Items done before this run (a resumed run), left out of the rate. */
+  /** Items done before this run (a resumed run). */
   start?: number;
   sink?: CountProgressSink;
   /**
@@ -38,11 +39,11 @@ export const timeAtRate = (remaining: number, rate: number): string =>
 
 export class CountProgress {
   private done: number;
-  private readonly start: number;
   private readonly sink: CountProgressSink;
   private readonly eta: (done: number, rate: number) => string;
   private readonly transient: boolean;
-  private readonly startMs = performance.now();
+  /** When the first item was done, and the count then: the rate leaves the first item out (it compiles). */
+  private first: { ms: number; done: number } | undefined;
   private lastPlainMs = -Infinity;
   /** Whether the bar is drawn on the terminal's current line. */
   private drawn = false;
@@ -52,7 +53,7 @@ export class CountProgress {
     private readonly total: number,
     { start = 0, sink = stderrSink(), eta, transient = false }: CountProgressOptions = {},
   ) {
-    this.done = this.start = start;
+    this.done = start;
     this.sink = sink;
     this.eta = eta ?? ((done, rate) => `ETA ${timeAtRate(this.total - done, rate)}`);
     this.transient = transient;
@@ -62,6 +63,7 @@ export class CountProgress {
   advance(n = 1): void {
     this.done += n;
     const now = performance.now();
+    this.first ??= { ms: now, done: this.done };
     if (!this.sink.isTTY && now - this.lastPlainMs < PLAIN_INTERVAL_MS && this.done < this.total) return;
     this.lastPlainMs = now;
     if (!this.sink.isTTY) this.sink.write(`${this.line(now)}\n`);
@@ -81,8 +83,8 @@ export class CountProgress {
     const fraction = this.total > 0 ? Math.min(1, this.done / this.total) : 1;
     const filled = Math.round(fraction * BAR_WIDTH);
     const bar = "=".repeat(filled) + (filled < BAR_WIDTH ? ">" : "") + " ".repeat(Math.max(0, BAR_WIDTH - filled - 1));
-    const seconds = (now - this.startMs) / 1000;
-    const rate = seconds > 0 ? (this.done - this.start) / seconds : 0;
+    const seconds = (now - this.first!.ms) / 1000;
+    const rate = seconds > 0 ? (this.done - this.first!.done) / seconds : 0;
     return `${this.label} ${this.done}/${this.total} [${bar}] ${rate.toFixed(2)} it/s, ${this.eta(this.done, rate)}`;
   }
 }

@@ -373,7 +373,7 @@ export function phaseLine(phase: TrainResult["phase"], knobs: Knobs, steps: numb
   if (phase === "init")
     return `warm-up (init phase, untimed): ${steps} steps and an eval on fake data compile every kernel`;
   if (phase === "benchmark") return `benchmark: ${steps} steps on fake data, then the estimated training time`;
-  return `training (run phase): at most ${knobs.TRAIN_STEPS} steps of ${knobs.BS} samples, an eval of ${setSize} samples every ${knobs.EVAL_STEP_FREQ} steps; stops at masked-LM accuracy ${knobs.TARGET}`;
+  return `training (run phase): at most ${knobs.TRAIN_STEPS} steps of ${knobs.BS} samples, an eval of ${setSize} samples every ${knobs.EVAL_STEP_FREQ} steps; stops once an eval reaches TARGET=${knobs.TARGET}`;
 }
 
 /**

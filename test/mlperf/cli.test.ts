@@ -123,7 +123,7 @@ test("the train bar's ETA names the next evaluation, the target and the most the
   );
   assert.match(
     phaseLine("run", knobs, 1500, 771),
-    /at most 1500 steps .* an eval of 771 samples every 50 steps; stops at masked-LM accuracy 0\.72$/,
+    /at most 1500 steps .* an eval of 771 samples every 50 steps; stops once an eval reaches TARGET=0\.72$/,
   );
 });
 
