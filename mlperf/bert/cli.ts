@@ -5,7 +5,9 @@ import { fileURLToPath } from "node:url";
 import { io } from "../../src/index.ts";
 import { ManifestError } from "./data/manifest.ts";
 import { LoaderError } from "./data/loader.ts";
+import { PreprocessError } from "./data/preprocess.ts";
 import { ShardError } from "./data/shard.ts";
+import { VocabError } from "./data/tokenizer.ts";
 import { TFRecordError } from "./data/tfrecord.ts";
 import { main as demoMain } from "./demo.ts";
 import { EXIT_BAD_INPUT, UsageError, reportFailure } from "./exit_status.ts";
@@ -13,6 +15,7 @@ import { KnobError } from "./knobs.ts";
 import { TrainerError } from "./train.ts";
 import { runScript } from "./cli/child.ts";
 import { evalCommand } from "./cli/eval.ts";
+import { preprocessCommand } from "./cli/preprocess.ts";
 import { trainCommand } from "./cli/train.ts";
 
 const script = (path: string) => fileURLToPath(new URL(path, import.meta.url));
@@ -37,7 +40,10 @@ interface Subcommand {
 
 export const SUBCOMMANDS: Record<string, Subcommand> = {
   download: passThrough("./data/download.ts", "fetch the config, vocab, init checkpoint and Wikipedia text"),
-  preprocess: passThrough("./data/preprocess.ts", "text into shards: pre-train all|N, pre-eval"),
+  preprocess: {
+    what: "text into shards: your own (--text DIR), or Wikipedia's (pre-train, pre-eval)",
+    run: preprocessCommand,
+  },
   train: { what: "train BERT on a data folder (--data DIR) or BASEDIR's shards", run: trainCommand },
   eval: { what: "the masked-LM accuracy of a saved model on an eval shard", run: evalCommand },
   report: passThrough("./report.ts", "the HTML run report from console and MLPerf logs"),
@@ -62,6 +68,8 @@ const INPUT_ERRORS = [
   LoaderError,
   ShardError,
   TFRecordError,
+  PreprocessError,
+  VocabError,
   io.SafetensorsError,
 ];
 
