@@ -123,9 +123,9 @@ function checkCount(name: string, value: number, min: number): void {
  * - `settings`: the reference's knobs (MAX_SEQ_LENGTH, ..., DUPE_FACTOR); default DEFAULT_SETTINGS, MLPerf's.
  * - `evalSamples`: samples in the eval shard (default 10,000; 0 for none). They are made from the documents in the
  *   corpus' last bytes (enough text for them as estimated, at most a tenth of the corpus), which no train shard
- *   holds, and picked from those as pick_eval_samples.py picks (evenly spread, in the made order). A corpus
- *   yielding fewer gives them all, never repeated: the manifest's `eval.samples` is the real count (compare it
- *   with what was asked). None at all, `eval` is null.
+ *   holds, and picked from those as pick_eval_samples.py picks (evenly spread over them in the reference's
+ *   output order). A corpus yielding fewer gives them all, never repeated: the manifest's `eval.samples` is the
+ *   real count (compare it with what was asked). None at all, `eval` is null.
  * - `parts`: the most train shards (default: one per ~64 MB of expected shard, about 1.7 MB of text at MLPerf
  *   settings). Parts hold whole documents, in order, so there may be fewer; each is made as the reference makes
  *   one Wikipedia part (its own shuffles, with RANDOM_SEED).
