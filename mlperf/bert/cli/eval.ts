@@ -107,11 +107,15 @@ export async function evalCommand(argv: readonly string[]): Promise<number> {
       evalFiles: shards.eval,
       setSize: shards.evalSamples,
       vocabSize: config.vocabSize,
-      print: (line) => console.log(line),
+      // its line counts train samples as step x BS, which a saved model's BS need not be: the summary below instead
+      print: () => {},
     },
     Number(metadata.step ?? 0),
     Math.ceil(shards.evalSamples / knobs.EVAL_BS),
   );
-  console.log(`masked-LM accuracy ${accuracy.toFixed(4)}, loss ${loss.toFixed(4)} on ${shards.evalSamples} samples`);
+  const trained = metadata.step === undefined ? "" : ` (trained ${metadata.step} steps)`;
+  console.log(
+    `masked-LM accuracy ${accuracy.toFixed(4)}, loss ${loss.toFixed(4)} on ${shards.evalSamples} samples${trained}`,
+  );
   return 0;
 }
