@@ -255,7 +255,11 @@ export class BertTokenizer {
   /** Longest vocab entries in UTF-16 units: no longer substring can match. */
   private readonly longestWord: number;
   private readonly longestContinuation: number;
-  private readonly wordCache = new Map<string, Int32Array>();
+  /**
+   * A word's ids: a number for one id, else an array of them. A full cache of typed arrays took about 290 bytes a
+   * word (58 MB at MAX_CACHED_WORDS); a number takes 80 bytes, three ids in an array 180.
+   */
+  private readonly wordCache = new Map<string, number | readonly number[]>();
 
   constructor(vocab: Vocab) {
     this.vocab = vocab;
@@ -331,11 +335,12 @@ export class BertTokenizer {
     if (ids === undefined) {
       const collected: number[] = [];
       this.splitOnPunctuation(normalizeWord(word), collected);
-      ids = Int32Array.from(collected);
+      ids = collected.length === 1 ? collected[0]! : collected.slice();
       if (this.wordCache.size >= MAX_CACHED_WORDS) this.wordCache.clear();
       this.wordCache.set(ownString(word), ids);
     }
-    for (let k = 0; k < ids.length; k++) out.push(ids[k]!);
+    if (typeof ids === "number") out.push(ids);
+    else for (let k = 0; k < ids.length; k++) out.push(ids[k]!);
   }
 
   private splitOnPunctuation(word: string, out: number[]): void {
