@@ -55,3 +55,37 @@ for (const device of testDevices().filter((d) => d.startsWith("CPU") || d.starts
     }
   });
 }
+
+test("the host pool hands a freed buffer to the next allocation of its size, aligned, up to its limit", async () => {
+  const { HOST_ALIGNMENT, HostPool } = await import("../../src/runtime/host_memory.ts");
+  const pool = new HostPool(3000);
+  const a = pool.allocate(1000);
+  assert.equal(Number(koffi.address(a) % BigInt(HOST_ALIGNMENT)), 0);
+  a.fill(7);
+  pool.release(a);
+  assert.equal(pool.bytes, 1000);
+  assert.notEqual(pool.allocate(999), a, "another size gets fresh memory");
+  const again = pool.allocate(1000);
+  assert.equal(again, a, "the same size gets the freed memory back");
+  assert.equal(pool.bytes, 0);
+  // past the limit a freed buffer is left to the garbage collector
+  for (const m of [pool.allocate(1500), pool.allocate(1500), pool.allocate(1500)]) pool.release(m);
+  assert.equal(pool.bytes, 3000);
+  new HostPool(0).release(a);
+});
+
+for (const device of testDevices().filter((d) => d === "CPU" || d === "JS")) {
+  test(`an eager op run again reuses its intermediates' memory and gives the same numbers (${device})`, async () => {
+    const { hostPool } = await import("../../src/runtime/host_memory.ts");
+    const data = Float32Array.from({ length: 64 * 96 }, (_, i) => Math.sin(i));
+    // a new input every call, as in an eager loop (the same graph again would be the realized result itself)
+    const f = () => new Tensor(data, { device }).reshape([64, 96]).softmax(-1).mul(2).softmax(-1).realize();
+    const first = f().toArray() as Float32Array;
+    assert.ok(hostPool.bytes > 0, "the first run's intermediates wait in the pool");
+    const reused = hostPool.counts.reused;
+    const second = f().toArray() as Float32Array;
+    // the softmaxes' row maxima and sums (and what the first run's result freed): memory it had before
+    assert.ok(hostPool.counts.reused - reused >= 2, `${hostPool.counts.reused - reused} buffers reused`);
+    assert.deepEqual(second, first);
+  });
+}
