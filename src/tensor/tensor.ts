@@ -147,7 +147,7 @@ export class Tensor {
   static ones(shape: readonly number[], opts: TensorOptions = {}): Tensor {
     return Tensor.full(shape, 1, { ...opts, dtype: opts.dtype ?? Tensor.defaultFloat });
   }
-  /** Uninitialised storage (zeros on the host backends). */
+  /** Uninitialised storage: whatever the memory held (a freed buffer's values where a pool hands one out). */
   static empty(shape: readonly number[], opts: TensorOptions = {}): Tensor {
     const multi = onEachDevice(opts, (o) => Tensor.empty(shape, o));
     if (multi) return multi;
