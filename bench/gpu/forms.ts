@@ -10,17 +10,16 @@ import { argsWithUsage } from "../args.ts";
 import { Device, Tensor, dtypes } from "../../src/index.ts";
 import type { KernelIR } from "../../src/codegen/ir.ts";
 import { recordItems } from "../../src/engine/realize.ts";
-import { registerBackend } from "../../src/engine/backend.ts";
 import { deviceRuns } from "../../src/tensor/index.ts";
 import { cudaForm, renderCudaForm } from "../../src/codegen/cuda_forms.ts";
-import { groupSize } from "../../src/renderer/cuda.ts";
-import { describeTensorCoreKernel, matchMatmul, worthTensorCores } from "../../src/renderer/cuda_matmul.ts";
+import { matchMatmul, worthTensorCores } from "../../src/renderer/cuda_matmul.ts";
 import { estimateBytes, kernelSpecOf, lowerKernel } from "../../src/codegen/lower.ts";
 import { NO_OPTS } from "../../src/codegen/opts.ts";
 import { BERT_PRESETS, BertForPretraining, type BertPresetName } from "../../models/bert.ts";
 import { createBertOptimizer, makeBertTrainStep, trainStepOptionsFromEnv } from "../../models/bert_train_step.ts";
 import { fakeBatch, samplesToTensors } from "../../mlperf/bert/data/loader.ts";
 import { replicateParameters } from "../../src/nn/parallel.ts";
+import { formClassOf, formLabel, useNullDevice } from "./step_kernels.ts";
 
 const { values } = argsWithUsage(
   "Usage: npx tsx bench/gpu/forms.ts [--batch 8] [--seq 512] [--preset large] [--layers 24] [--devices 1] [--source NAME]... [--plain]",
@@ -41,15 +40,7 @@ const preset = BERT_PRESETS[values.preset as BertPresetName];
 const config = { ...preset, numHiddenLayers: values.layers ? Number(values.layers) : preset.numHiddenLayers };
 
 // a device that holds no memory and runs nothing: schedules and kernels as real, at no cost
-registerBackend("NULL", () => ({
-  name: "NULL",
-  allocate: (bytes) => ({ bytes }),
-  copyout: (_raw, bytes) => new Uint8Array(bytes),
-  copyin: () => {},
-  compile: () => ({ run: () => 0 }),
-}));
-Device.DEFAULT = "NULL";
-Tensor.defaultFloat = dtypes.float16;
+useNullDevice();
 
 const devices = Array.from({ length: Number(values.devices) }, (_, i) => `NULL:${i}`);
 const model = new BertForPretraining(config);
@@ -99,14 +90,7 @@ for (const [index, kernel] of kernels.entries()) {
   const plain = spec ? lowerKernel(spec, NO_OPTS) : kernel;
   let reason: string | undefined;
   const pattern = matchMatmul(plain, (r) => (reason = r));
-  const tc = form.kind === "tensorCores" ? describeTensorCoreKernel(form.pattern) : undefined;
-  const kind = tc
-    ? `tensor cores (A ${tc.a}; B ${tc.b}${tc.splits > 1 ? `; k split ${tc.splits}` : ""})`
-    : form.kind === "loops" && form.rows
-      ? `group 32, a warp a row`
-      : form.kind === "loops" && groupSize(form.kernel) > 0
-        ? `group ${form.group ?? groupSize(form.kernel)}`
-        : "loops";
+  const kind = formLabel(form);
   const why =
     form.kind === "tensorCores" || !kernel.name.startsWith("r")
       ? undefined
@@ -120,7 +104,7 @@ for (const [index, kernel] of kernels.entries()) {
   row.count++;
   row.gflop += kernel.flops / 1e9;
   row.gb += kernelBytes[index]! / 1e9;
-  const formName = kind.startsWith("tensor cores") ? "tensor" : kind.split(" ")[0]!;
+  const formName = formClassOf(form);
   bytesByForm[formName] = (bytesByForm[formName] ?? 0) + kernelBytes[index]! / 1e9;
   totalFlops += kernel.flops;
   rows.set(key, row);
