@@ -1,9 +1,13 @@
 // One BERT-large float16 pretraining step (forward, backward with loss scaling, clipping, LAMB) at
 // sequence length 512 on random data, jitted, timed over --steps steps after warm-up (compile, capture).
 // FLOPs are counted analytically (the matmuls), the same formula as torch_bench.py, so the two compare.
-// Prints one JSON object.
+// Prints one JSON object. `--profile-out FILE` also writes one step's every kernel group (name, CUDA form, count,
+// ms, each kernel waited for and timed alone) as the profile bench/gpu/roofline.ts --profile sets beside its bounds.
 // Usage: node bert_step.mjs [--batch 8] [--seq 512] [--steps 5] [--preset large] [--layers 24] [--device CUDA]
+//        [--profile-out FILE]
+import { writeFileSync } from "node:fs";
 import { argsWithUsage } from "../args.ts";
+import { type KernelProfile, PROFILE_FORMAT, formLabel } from "./step_kernels.ts";
 import { Device, GlobalCounters, Tensor, dtypes } from "../../src/index.ts";
 import { jit } from "../../src/tensor/index.ts";
 import { kernelTimers } from "../../src/engine/realize.ts";
@@ -21,7 +25,7 @@ import {
 import { fakeBatch, samplesToTensors } from "../../mlperf/bert/data/loader.ts";
 
 const { values } = argsWithUsage(
-  "Usage: bert_step [--batch 8] [--seq 512] [--steps 5] [--preset tiny|mini|base|large] [--layers N] [--device CUDA]",
+  "Usage: bert_step [--batch 8] [--seq 512] [--steps 5] [--preset tiny|mini|base|large] [--layers N] [--device CUDA] [--profile-out FILE]",
   {
     batch: { type: "string", default: "8" },
     seq: { type: "string", default: "512" },
@@ -29,6 +33,7 @@ const { values } = argsWithUsage(
     preset: { type: "string", default: "large" },
     layers: { type: "string" },
     device: { type: "string", default: "CUDA" },
+    "profile-out": { type: "string" },
   },
 );
 const [batchSize, seq, steps] = [values.batch, values.seq, values.steps].map(Number) as [number, number, number];
@@ -80,14 +85,17 @@ for (let i = 0; i < steps; i++) {
 }
 times.sort((a, b) => a - b);
 
-/** How the CUDA backend shapes a kernel (names alone mix tensor-core and loop kernels of one shape). */
-const formCache = new Map<KernelIR, string>();
-function formOf(kernel: KernelIR): string {
-  if (!values.device.startsWith("CUDA")) return values.device;
+/**
+ * How the CUDA backend shapes a kernel (names alone mix tensor-core and loop kernels of one shape): `kind` for the
+ * sums by form, `label` (step_kernels.ts formLabel) for the profile file, as the roofline names its groups.
+ */
+const formCache = new Map<KernelIR, { kind: string; label: string }>();
+function formOf(kernel: KernelIR): { kind: string; label: string } {
+  if (!values.device.startsWith("CUDA")) return { kind: values.device, label: values.device };
   let form = formCache.get(kernel);
   if (!form) {
     const f = cudaForm(kernel);
-    form =
+    const kind =
       f.kind === "tensorCores"
         ? "tensor cores"
         : groupSize(f.kernel) > 0
@@ -95,6 +103,7 @@ function formOf(kernel: KernelIR): string {
           : f.kernel.name.startsWith("E")
             ? "elementwise"
             : "loops";
+    form = { kind, label: formLabel(f) };
     formCache.set(kernel, form);
   }
   return form;
@@ -103,8 +112,9 @@ function formOf(kernel: KernelIR): string {
 // One more step with every kernel waited for and timed: where the device time goes, by kernel name and form.
 const byName = new Map<string, { count: number; seconds: number; flops: number; bytes: number }>();
 const byForm: Record<string, { count: number; seconds: number }> = {};
+const byLabel = new Map<string, { name: string; form: string; count: number; seconds: number }>();
 const timer = ({ kernel }: { kernel: KernelIR }, seconds: number) => {
-  const form = formOf(kernel),
+  const { kind: form, label } = formOf(kernel),
     key = `${kernel.name} (${form})`;
   const entry = byName.get(key) ?? { count: 0, seconds: 0, flops: 0, bytes: 0 };
   byName.set(key, {
@@ -116,6 +126,10 @@ const timer = ({ kernel }: { kernel: KernelIR }, seconds: number) => {
   const f = (byForm[form] ??= { count: 0, seconds: 0 });
   f.count++;
   f.seconds += seconds;
+  const group = byLabel.get(`${kernel.name} ${label}`) ?? { name: kernel.name, form: label, count: 0, seconds: 0 };
+  group.count++;
+  group.seconds += seconds;
+  byLabel.set(`${kernel.name} ${label}`, group);
 };
 kernelTimers.add(timer);
 step(...batch).item();
@@ -132,6 +146,20 @@ const profile = [...byName.entries()]
     tflops: +(e.flops / e.seconds / 1e12).toFixed(2),
     gbps: +(e.bytes / e.seconds / 1e9).toFixed(1),
   }));
+if (values["profile-out"]) {
+  const measured: KernelProfile = {
+    format: PROFILE_FORMAT,
+    device: values.device,
+    preset: values.preset,
+    layers: config.numHiddenLayers,
+    batch: batchSize,
+    seq,
+    kernels: [...byLabel.values()]
+      .sort((a, b) => b.seconds - a.seconds)
+      .map((g) => ({ name: g.name, form: g.form, count: g.count, ms: +(g.seconds * 1e3).toFixed(4) })),
+  };
+  writeFileSync(values["profile-out"], `${JSON.stringify(measured, null, 1)}\n`);
+}
 const ms = times[Math.floor(times.length / 2)]!;
 const flops = bertStepFlops(batchSize, seq, maskedPositions, config);
 console.log(
