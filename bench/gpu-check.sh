@@ -212,6 +212,7 @@ if wanted bert; then
   log "tsgrad BERT-$([ "$small" = 1 ] && echo "tiny float16 step, batch $batch, seq 64" || echo "large float16 step, batch $batch, seq 512")"
   remaining=$((budget - ($(date +%s) - start) - $(wanted validate && share 60 || echo 0) - $(wanted gemm && share 45 || echo 0) - $(wanted bert_wgmma && share 60 || echo 0)))
   DEBUG=1 part bert "$((remaining > 60 ? remaining : 60))" "$results/tsgrad_bert.json" node "$bundle/bert_step.mjs" --batch "$batch" \
+    --profile-out "$results/tsgrad_bert_profile.json" \
     $([ "$small" = 1 ] && echo --preset tiny --seq 64 --steps 2 || echo --seq 512 --steps 3)
   log "tsgrad bert exit $?"
 fi
