@@ -7,7 +7,7 @@ import { formatDuration } from "./data/byteProgress.ts";
 export interface CountProgressSink {
   write(text: string): void;
   isTTY: boolean;
-  /** The terminal's width, where known. */
+  /** The terminal's width, where known (0 when it says none). */
   columns?: number;
 }
 
@@ -68,7 +68,7 @@ export class CountProgress {
     this.lastPlainMs = now;
     if (!this.sink.isTTY) this.sink.write(`${this.line(now)}\n`);
     else {
-      this.sink.write(`\r${this.line(now).slice(0, Math.max(20, (this.sink.columns ?? 200) - 1))}\x1b[K`);
+      this.sink.write(`\r${this.line(now).slice(0, Math.max(20, (this.sink.columns || 200) - 1))}\x1b[K`);
       this.drawn = true;
     }
   }

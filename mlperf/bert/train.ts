@@ -632,9 +632,11 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
     ? null
     : knobs.BENCHMARK
       ? new CountProgress(phase === "init" ? "warm-up" : "benchmark", lastStep, { start: startStep })
-      : new CountProgress("train", knobs.TRAIN_STEPS, {
+      : // erased at each evaluation, whose line says where the run stands: one live bar, not one per evaluation
+        new CountProgress("train", knobs.TRAIN_STEPS, {
           start: startStep,
           eta: trainEta(knobs, () => result.accuracy),
+          transient: true,
         });
   try {
     // a read that fails after a step completed stops the run there, the state consistent: checkpoint, then exit
