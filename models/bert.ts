@@ -94,24 +94,36 @@ export function bertParameterCount(config: BertConfig): number {
   return total;
 }
 
-/** One batch of pretraining inputs; shapes [B, S] except positions/ids/weights [B, P] and labels [B]. */
+/**
+ * One batch of pretraining inputs; shapes [B, S] except positions/ids/weights [B, P] and labels [B]. A packed
+ * batch (rows of several samples, mlperf/bert/data/packing.ts) adds the three packed fields, together, and
+ * gives labels and weights [B, N] for the N sample slots of a row.
+ */
 export interface BertInputs {
   inputIds: Tensor;
   segmentIds: Tensor;
   inputMask: Tensor;
   maskedLmPositions: Tensor;
+  /** Packed: [B, S] each token's position within its own sample. */
+  positionIds?: Tensor;
+  /** Packed: [B, S] which sample of the row each token belongs to; attention stays within a sample. */
+  sampleIds?: Tensor;
+  /** Packed: [B, N] the first ([CLS]) token of each sample slot, read by the NSP head. */
+  nextSentencePositions?: Tensor;
 }
 export interface BertLabels {
   maskedLmIds: Tensor;
   maskedLmWeights: Tensor;
   nextSentenceLabels: Tensor;
+  /** Packed: [B, N] 1 for a slot holding a sample, 0 for an empty one. */
+  nextSentenceWeights?: Tensor;
 }
 export type BertBatch = BertInputs & BertLabels;
 
 export interface BertOutputs {
   /** [B, P, vocab] at the masked positions. */
   maskedLmLogits: Tensor;
-  /** [B, 2]: 0 = B follows A, 1 = B is random. */
+  /** [B, 2] ([B, N, 2] packed): 0 = B follows A, 1 = B is random. */
   nextSentenceLogits: Tensor;
 }
 export interface BertLosses {
@@ -147,13 +159,16 @@ class BertEmbeddings {
     this.LayerNorm = new nn.LayerNorm(config.hiddenSize, init.layerNormEps);
     this.dropout = new nn.Dropout(dropout);
   }
-  forward(inputIds: Tensor, segmentIds: Tensor): Tensor {
+  /** `positionIds` [B, S] for packed rows; without, positions 0..S-1. */
+  forward(inputIds: Tensor, segmentIds: Tensor, positionIds?: Tensor): Tensor {
     const seqLength = inputIds.shape[1]!;
     const table = this.position_embeddings.weight;
     if (seqLength > table.shape[0]!)
       throw new TsgradError(`BERT: sequence length ${seqLength} exceeds max_position_embeddings ${table.shape[0]}`);
     // positions 0..S-1 are the table's first S rows: a slice, no one-hot lookup needed
-    const positions = table.shrink([[0, seqLength], null]).unsqueeze(0);
+    const positions = positionIds
+      ? this.position_embeddings.forward(positionIds)
+      : table.shrink([[0, seqLength], null]).unsqueeze(0);
     const summed = this.word_embeddings
       .forward(inputIds)
       .add(positions)
@@ -178,7 +193,7 @@ class BertSelfAttention {
     this.key = linear(hidden, hidden, init);
     this.value = linear(hidden, hidden, init);
   }
-  /** `mask` is additive, [B, 1, 1, S]. */
+  /** `mask` is additive, [B, 1, 1, S] ([B, 1, S, S] for packed rows). */
   forward(x: Tensor, mask: Tensor): Tensor {
     const [batch, seq, hidden] = x.shape as [number, number, number];
     const heads = (t: Tensor): Tensor => t.reshape([batch, seq, this.numHeads, hidden / this.numHeads]).transpose(1, 2);
@@ -236,18 +251,30 @@ class BertModel {
     };
     this.pooler = { dense: linear(config.hiddenSize, config.hiddenSize, init) };
   }
-  /** The sequence output [B, S, H]. */
-  forward(inputIds: Tensor, segmentIds: Tensor, inputMask: Tensor): Tensor {
+  /** The sequence output [B, S, H]; packed rows give `packing` (positions and sample ids, [B, S]). */
+  forward(
+    inputIds: Tensor,
+    segmentIds: Tensor,
+    inputMask: Tensor,
+    packing?: { positionIds: Tensor; sampleIds: Tensor },
+  ): Tensor {
     const [batch, seq] = inputIds.shape as [number, number];
-    // 0 where attended, -10000 on padding, added to the attention scores
-    const mask = inputMask.cast(dtypes.float32).neg().add(1).mul(-10000).reshape([batch, 1, 1, seq]);
-    let x = this.embeddings.forward(inputIds, segmentIds);
+    // 0 where attended, -10000 on padding (and packed, on other samples' tokens), added to the attention scores
+    const mask = packing
+      ? sameSample(packing.sampleIds)
+          .mul(inputMask.cast(dtypes.float32).reshape([batch, 1, 1, seq]))
+          .neg()
+          .add(1)
+          .mul(-10000)
+      : inputMask.cast(dtypes.float32).neg().add(1).mul(-10000).reshape([batch, 1, 1, seq]);
+    let x = this.embeddings.forward(inputIds, segmentIds, packing?.positionIds);
     for (const layer of this.encoder.layer) x = layer.forward(x, mask.cast(x.dtype));
     return x;
   }
-  /** tanh(dense(first token)), [B, H]. */
-  pool(sequence: Tensor): Tensor {
-    return this.pooler.dense.forward(sequence.index([], 0)).tanh();
+  /** tanh(dense(first token)), [B, H]; with `firstTokens` [B, N] (packed rows), of each of those tokens, [B, N, H]. */
+  pool(sequence: Tensor, firstTokens?: Tensor): Tensor {
+    const first = firstTokens ? gatherTokens(sequence, firstTokens) : sequence.index([], 0);
+    return this.pooler.dense.forward(first).tanh();
   }
 }
 
@@ -297,15 +324,15 @@ export class BertForPretraining {
     this.cls = cls;
   }
 
-  forward({ inputIds, segmentIds, inputMask, maskedLmPositions }: BertInputs): BertOutputs {
+  forward(inputs: BertInputs): BertOutputs {
+    const { inputIds, segmentIds, inputMask, maskedLmPositions } = inputs;
     if (inputIds.ndim !== 2)
       throw new TsgradError(`BERT: input_ids must be [batch, seq], got ${fmtShape(inputIds.shape)}`);
-    const sequence = this.bert.forward(inputIds, segmentIds, inputMask);
-    const [batch, , hidden] = sequence.shape as [number, number, number];
-    const positions = maskedLmPositions.unsqueeze(-1).expand([batch, maskedLmPositions.shape[1]!, hidden]);
+    const packed = packedInputs(inputs);
+    const sequence = this.bert.forward(inputIds, segmentIds, inputMask, packed);
     return {
-      maskedLmLogits: this.cls.predictions.forward(sequence.gather(1, positions)),
-      nextSentenceLogits: this.cls.seq_relationship.forward(this.bert.pool(sequence)),
+      maskedLmLogits: this.cls.predictions.forward(gatherTokens(sequence, maskedLmPositions)),
+      nextSentenceLogits: this.cls.seq_relationship.forward(this.bert.pool(sequence, packed?.nextSentencePositions)),
     };
   }
 
@@ -334,17 +361,48 @@ export class BertForPretraining {
   }
 }
 
+/** 1 where query and key tokens belong to the same sample of a packed row, else 0: [B, 1, S, S] from [B, S]. */
+function sameSample(sampleIds: Tensor): Tensor {
+  const [batch, seq] = sampleIds.shape as [number, number];
+  return sampleIds
+    .reshape([batch, 1, seq, 1])
+    .eq(sampleIds.reshape([batch, 1, 1, seq]))
+    .cast(dtypes.float32);
+}
+
+/** The packed fields of `inputs`, all three or none (undefined: an unpacked batch). */
+function packedInputs({
+  positionIds,
+  sampleIds,
+  nextSentencePositions,
+}: BertInputs): { positionIds: Tensor; sampleIds: Tensor; nextSentencePositions: Tensor } | undefined {
+  if (!positionIds && !sampleIds && !nextSentencePositions) return undefined;
+  if (!positionIds || !sampleIds || !nextSentencePositions)
+    throw new TsgradError(
+      `BERT: a packed batch needs positionIds, sampleIds and nextSentencePositions together, got ${[positionIds && "positionIds", sampleIds && "sampleIds", nextSentencePositions && "nextSentencePositions"].filter(Boolean).join(", ")}`,
+    );
+  return { positionIds, sampleIds, nextSentencePositions };
+}
+
+/** The tokens of `sequence` [B, S, H] at `positions` [B, P]: [B, P, H]. */
+function gatherTokens(sequence: Tensor, positions: Tensor): Tensor {
+  const [batch, , hidden] = sequence.shape as [number, number, number];
+  return sequence.gather(1, positions.unsqueeze(-1).expand([batch, positions.shape[1]!, hidden]));
+}
+
 /** 16-bit logits go to float32 for the softmax; wider ones stay as they are. */
 const atLeastFloat32 = (t: Tensor): Tensor => (t.dtype.itemsize < 4 ? t.cast(dtypes.float32) : t);
 
 /**
  * Masked-LM cross-entropy + NSP cross-entropy, in float32 or wider. The masked-LM part is the weighted sum
  * over `masked_lm_weights` divided by their sum + `maskedLmEpsilon` (the reference adds 1e-5; 0: the
- * weighted mean), or by `maskedLmDenominator` where given (already with the epsilon).
+ * weighted mean), or by `maskedLmDenominator` where given (already with the epsilon). The NSP part is the
+ * mean over samples: for packed rows over the slots `nextSentenceWeights` marks, so that packed and unpacked
+ * batches of the same samples have the same loss.
  */
 export function bertPretrainingLosses(
   { maskedLmLogits, nextSentenceLogits }: BertOutputs,
-  { maskedLmIds, maskedLmWeights, nextSentenceLabels }: BertLabels,
+  { maskedLmIds, maskedLmWeights, nextSentenceLabels, nextSentenceWeights }: BertLabels,
   { maskedLmDenominator, maskedLmEpsilon = 0 }: { maskedLmDenominator?: Tensor; maskedLmEpsilon?: number } = {},
 ): BertLosses {
   const lmLogits = atLeastFloat32(maskedLmLogits);
@@ -357,7 +415,8 @@ export function bertPretrainingLosses(
       ? lmSum().div(maskedLmWeights.cast(dtypes.float32).sum().add(maskedLmEpsilon))
       : lmLogits.sparseCategoricalCrossentropy(maskedLmIds, { weights: maskedLmWeights });
   const nextSentenceLoss = atLeastFloat32(nextSentenceLogits).sparseCategoricalCrossentropy(
-    nextSentenceLabels.reshape([-1]),
+    nextSentenceLabels.reshape(nextSentenceLogits.shape.slice(0, -1)),
+    { weights: nextSentenceWeights },
   );
   return { loss: maskedLmLoss.add(nextSentenceLoss), maskedLmLoss, nextSentenceLoss };
 }
@@ -373,11 +432,12 @@ export function bertPretrainingMetrics(outputs: BertOutputs, labels: BertLabels)
     .mul(weights);
   const nspCorrect = outputs.nextSentenceLogits
     .argmax({ axis: -1 })
-    .eq(labels.nextSentenceLabels.reshape([-1]))
+    .eq(labels.nextSentenceLabels.reshape(outputs.nextSentenceLogits.shape.slice(0, -1)))
     .cast(dtypes.float32);
+  const nspWeights = labels.nextSentenceWeights?.cast(dtypes.float32);
   return {
     maskedLmAccuracy: lmCorrect.sum().div(weights.sum().maximum(1e-12)),
-    nextSentenceAccuracy: nspCorrect.mean(),
+    nextSentenceAccuracy: nspWeights ? nspCorrect.mul(nspWeights).sum().div(nspWeights.sum()) : nspCorrect.mean(),
     maskedLmLoss,
     nextSentenceLoss,
   };

@@ -271,6 +271,23 @@ export const bertBatchOf = ([
 });
 
 /**
+ * A packed batch's tensors (mlperf/bert/data/packing.ts's `packedToTensors`): the seven of an unpacked batch
+ * (labels [B, N], one per sample slot), then position ids, sample ids, NSP positions and NSP weights.
+ */
+export type PackedBertBatchTensors = [...BertBatchTensors, Tensor, Tensor, Tensor, Tensor];
+/** The eleven packed batch tensors as a BertBatch. */
+export const packedBertBatchOf = (tensors: PackedBertBatchTensors): BertBatch => {
+  const [positionIds, sampleIds, nextSentencePositions, nextSentenceWeights] = tensors.slice(7) as Tensor[];
+  return {
+    ...bertBatchOf(tensors.slice(0, 7) as BertBatchTensors),
+    positionIds,
+    sampleIds,
+    nextSentencePositions,
+    nextSentenceWeights,
+  };
+};
+
+/**
  * The train step as a function of the batch tensors alone, ready for `jit`:
  *   const step = jit(makeBertTrainStep(state, options)); const loss = step(...bertBatchTensors(batch));
  */
@@ -279,6 +296,14 @@ export function makeBertTrainStep(
   options: TrainStepOptions,
 ): (...batch: BertBatchTensors) => Tensor {
   return (...tensors) => bertTrainStep(state, bertBatchOf(tensors), options);
+}
+
+/** The train step on packed batches, ready for `jit`: `jit(makePackedBertTrainStep(state, options))(...packedToTensors(packed))`. */
+export function makePackedBertTrainStep(
+  state: BertTrainState,
+  options: TrainStepOptions,
+): (...batch: PackedBertBatchTensors) => Tensor {
+  return (...tensors) => bertTrainStep(state, packedBertBatchOf(tensors), options);
 }
 
 /** The eval step as a function of the batch tensors alone, ready for `jit`. */
