@@ -1,0 +1,130 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { Device, Tensor, nn } from "../../src/index.ts";
+import { BERT_PRESETS, BertForPretraining, bertPretrainingLosses, type BertConfig } from "../../models/bert.ts";
+import {
+  bertBatchOf,
+  bertGradients,
+  createBertOptimizer,
+  packedBertBatchOf,
+  type BertTrainState,
+  type TrainStepOptions,
+} from "../../models/bert_train_step.ts";
+import { packSamples, packedToTensors } from "../../mlperf/bert/data/packing.ts";
+import { samplesToTensors } from "../../mlperf/bert/data/loader.ts";
+import { PyRandom } from "../../mlperf/bert/data/pyrandom.ts";
+import { emptySamples } from "../../mlperf/bert/data/shard.ts";
+import type { SampleColumns } from "../../mlperf/bert/data/samples.ts";
+import { assertClose } from "../close.ts";
+
+Device.DEFAULT = process.env.DEVICE ?? "JS";
+
+const SEQ = 16;
+const PREDICTIONS = 4;
+// weights with std 0.2 instead of 0.02, so attention is far from uniform and a leak across samples would show
+const CONFIG: BertConfig = {
+  ...BERT_PRESETS.tiny,
+  vocabSize: 100,
+  hiddenSize: 32,
+  numHiddenLayers: 2,
+  numAttentionHeads: 2,
+  intermediateSize: 64,
+  maxPositionEmbeddings: SEQ,
+  initializerRange: 0.2,
+};
+
+/** `[CLS] A [SEP] B [SEP]` samples of the given lengths, random ids below 100, about 15% masked. */
+function samplesOfLengths(lengths: number[], seed: number): SampleColumns {
+  const random = new PyRandom(seed);
+  const columns = emptySamples(lengths.length, { maxSeqLength: SEQ, maxPredictionsPerSeq: PREDICTIONS });
+  lengths.forEach((length, i) => {
+    const row = i * SEQ;
+    const firstSep = length >= 5 ? 1 + random.randint(1, length - 4) : length - 1;
+    for (let t = 0; t < length; t++) columns.input_ids[row + t] = random.randint(5, 99);
+    columns.input_ids[row] = 1;
+    columns.input_ids[row + firstSep] = columns.input_ids[row + length - 1] = 2;
+    columns.input_mask.fill(1, row, row + length);
+    columns.segment_ids.fill(1, row + firstSep + 1, row + length);
+    const masked = Math.min(PREDICTIONS, Math.max(1, Math.round(length * 0.15)));
+    for (let p = 0; p < masked; p++) {
+      const position = 1 + p * 2; // inside A or B, ascending
+      const at = i * PREDICTIONS + p;
+      columns.masked_lm_positions[at] = position;
+      columns.masked_lm_ids[at] = columns.input_ids[row + position]!;
+      columns.masked_lm_weights[at] = 1;
+      columns.input_ids[row + position] = 3;
+    }
+    columns.next_sentence_labels[i] = random.randint(0, 1);
+  });
+  return columns;
+}
+
+interface Measured {
+  losses: number[];
+  gradients: Map<string, Float32Array>;
+}
+
+function gradientsOf(state: BertTrainState, batch: ReturnType<typeof bertBatchOf>): Measured {
+  const options: TrainStepOptions = { lossScale: 1, gradientAccSteps: 1, maxGradNorm: 1, lossRule: "reference" };
+  const loss = bertGradients(state, batch, options);
+  const gradients = new Map<string, Float32Array>();
+  for (const [name, parameter] of Object.entries(nn.getStateDict(state.model)))
+    gradients.set(name, Float32Array.from(parameter.grad!.toArray() as Float32Array));
+  return { losses: [loss.item()], gradients };
+}
+
+/**
+ * The largest absolute difference over the loss and every gradient element, and the largest of a gradient's
+ * largest difference relative to its largest |value|, over gradients not zero in exact arithmetic (the key
+ * biases' are: softmax ignores a shift shared by a query's scores, so theirs are rounding noise, ~1e-9).
+ */
+function maxDifferences(packed: Measured, unpacked: Measured): { abs: number; rel: number; worst: string } {
+  let [abs, rel, worst] = [Math.abs(packed.losses[0]! - unpacked.losses[0]!), 0, ""];
+  for (const [name, expected] of unpacked.gradients) {
+    const actual = packed.gradients.get(name)!;
+    let [scale, largest] = [0, 0];
+    for (let i = 0; i < expected.length; i++) {
+      scale = Math.max(scale, Math.abs(expected[i]!));
+      largest = Math.max(largest, Math.abs(actual[i]! - expected[i]!));
+    }
+    abs = Math.max(abs, largest);
+    if (scale > 1e-6 && largest / scale > rel) [rel, worst] = [largest / scale, name];
+  }
+  return { abs, rel, worst };
+}
+
+test("a packed batch has the unpacked batch's loss and every parameter's gradient (float32)", (t) => {
+  Tensor.manualSeed(5);
+  const model = new BertForPretraining(CONFIG, { disableDropout: true });
+  const state = { model, ...createBertOptimizer(model, { lr: 1e-3, totalSteps: 10, warmupSteps: 0 }) };
+  const samples = samplesOfLengths([12, 9, 7, 5, 4, 3, 16], 11);
+  const packed = packSamples(samples, { maxPerRow: 3, seed: 2 });
+  assert.equal(packed.count, 4, "7 samples in 4 rows: 16 | 12+4 | 9+7 | 5+3");
+
+  const unpacked = gradientsOf(state, bertBatchOf(samplesToTensors(samples)));
+  const inRows = gradientsOf(state, packedBertBatchOf(packedToTensors(packed)));
+  const { abs, rel, worst } = maxDifferences(inRows, unpacked);
+  t.diagnostic(
+    `loss ${unpacked.losses[0]} unpacked, ${inRows.losses[0]} packed; max |diff| ${abs}, max relative ${rel} (${worst})`,
+  );
+  assertClose(inRows.losses, unpacked.losses, { atol: 1e-5, rtol: 1e-5, what: "loss" });
+  for (const [name, expected] of unpacked.gradients)
+    assertClose(inRows.gradients.get(name)!, expected, { atol: 1e-5, rtol: 1e-4, what: `gradient of ${name}` });
+});
+
+test("the packed masked-LM and NSP losses equal the unpacked ones part by part", () => {
+  Tensor.manualSeed(6);
+  const model = new BertForPretraining(CONFIG, { disableDropout: true });
+  const samples = samplesOfLengths([10, 6, 3, 14], 12);
+  const packed = packSamples(samples, { maxPerRow: 2 });
+  const losses = (batch: ReturnType<typeof bertBatchOf>) => {
+    const outputs = model.forward(batch);
+    const { maskedLmLoss, nextSentenceLoss } = bertPretrainingLosses(outputs, batch);
+    return [maskedLmLoss.item(), nextSentenceLoss.item()];
+  };
+  assertClose(losses(packedBertBatchOf(packedToTensors(packed))), losses(bertBatchOf(samplesToTensors(samples))), {
+    atol: 1e-6,
+    rtol: 1e-5,
+    what: "[masked-LM, NSP] loss",
+  });
+});
