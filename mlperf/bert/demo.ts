@@ -330,13 +330,17 @@ export async function main(argv: string[]): Promise<number> {
   );
   const run = await runDemo(runDir, { seed, env: overrides, ranks, verbose: values.verbose });
   const mlperfLog = checkedMlperfLog(run.mlperfLogPath);
-  const summary = summaryLines(run.outcome, {
-    runDir: run.runDir,
-    consoleLog: run.consoleLogPath,
-    mlperfLog,
-    report: mlperfLog ? run.reportPath : null,
-    checkpoints: join(run.runDir, "ckpts"),
-  });
+  const summary = summaryLines(
+    run.outcome,
+    {
+      runDir: run.runDir,
+      consoleLog: run.consoleLogPath,
+      mlperfLog,
+      report: mlperfLog ? run.reportPath : null,
+      checkpoints: join(run.runDir, "ckpts"),
+    },
+    run.exitCode,
+  );
   console.log(`\n${summary.join("\n")}`);
   return run.exitCode;
 }

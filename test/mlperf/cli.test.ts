@@ -91,18 +91,21 @@ test("the screen shows phases and evaluations; steps, hyperparameters and MLPerf
     interrupted: null,
     target: 0.72,
   });
-  const summary = summaryLines(view.outcome, {
+  const files = {
     runDir: "runs/x",
     consoleLog: "runs/x/bert.log",
     mlperfLog: { path: "runs/x/result_bert_1.log", verdict: "compliant" },
     report: "runs/x/report.html",
     checkpoints: "runs/x/ckpts",
-  });
+  };
+  const summary = summaryLines(view.outcome, files);
   assert.equal(
     summary[0],
     "result:      masked-LM accuracy 0.755 at step 100 (3200 samples): target 0.72 reached after 4.2 s of training",
   );
   assert.equal(summary.length, 6);
+  const failed = summaryLines({ ...view.outcome, lastEval: null }, { ...files, mlperfLog: null, report: null }, 2);
+  assert.equal(failed[0], "result:      stopped by an error (exit status 2), said above");
 });
 
 test("--verbose shows every line", () => {

@@ -112,19 +112,24 @@ export interface RunFiles {
   checkpoints: string;
 }
 
-/** The end of a run in a few lines: its result, then where its logs, report and checkpoints are. */
-export function summaryLines(outcome: RunOutcome, files: RunFiles): string[] {
+/**
+ * The end of a run in a few lines: its result, then where its logs, report and checkpoints are. `status`: the
+ * trainer's exit status (a failure's own line, on stderr, says what went wrong).
+ */
+export function summaryLines(outcome: RunOutcome, files: RunFiles, status = 0): string[] {
   const { lastEval, convergedSeconds, interrupted, target } = outcome;
   const at =
     lastEval &&
     `masked-LM accuracy ${lastEval.accuracy.toFixed(3)} at step ${lastEval.step} (${lastEval.samples} samples)`;
   const result = interrupted
     ? interrupted
-    : lastEval === null
-      ? "no evaluation ran"
-      : convergedSeconds !== null
-        ? `${at}: target ${target} reached after ${convergedSeconds.toFixed(1)} s of training`
-        : `target ${target ?? "?"} not reached: ${at}`;
+    : status !== 0
+      ? `stopped by an error (exit status ${status}), said above`
+      : lastEval === null
+        ? "no evaluation ran"
+        : convergedSeconds !== null
+          ? `${at}: target ${target} reached after ${convergedSeconds.toFixed(1)} s of training`
+          : `target ${target ?? "?"} not reached: ${at}`;
   const lines = [
     `result:      ${result}`,
     `run folder:  ${files.runDir}`,

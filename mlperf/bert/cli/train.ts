@@ -179,13 +179,17 @@ export async function trainCommand(argv: readonly string[]): Promise<number> {
   const mlperfLog = checkedMlperfLog(join(out, `result_bert_${knobs.SEED}.log`));
   const report = join(out, "report.html");
   if (mlperfLog) writeRunReport([consoleLog], report, { title: "tsgrad BERT training" });
-  const summary = summaryLines(view.outcome, {
-    runDir: out,
-    consoleLog,
-    mlperfLog,
-    report: mlperfLog ? report : null,
-    checkpoints: knobs.SAVE_CKPT_DIR,
-  });
+  const summary = summaryLines(
+    view.outcome,
+    {
+      runDir: out,
+      consoleLog,
+      mlperfLog,
+      report: mlperfLog ? report : null,
+      checkpoints: knobs.SAVE_CKPT_DIR,
+    },
+    status,
+  );
   console.log(`\n${summary.join("\n")}`);
   return status;
 }
