@@ -5,8 +5,10 @@
 //   RUNMLPERF=1 npx tsx mlperf/bert/train.ts                 # timed: train on the shards to TARGET
 //   BENCHMARK=20 npx tsx mlperf/bert/train.ts                # 20 steps, then the estimated training time
 //
-// Console: one line per step (report.ts formatStepLine), one per evaluation (formatEvalLine),
-// progress bars on stderr. MLPerf log (LOGMLPERF=1): result_bert_<SEED>.log in the working folder.
+// Console: a first line per phase (what it runs, when it stops), one line per step (report.ts
+// formatStepLine), one per evaluation (formatEvalLine), progress bars on stderr; `tsgrad train` and the
+// demo show people the phases and evaluations only (cli/screen.ts). MLPerf log (LOGMLPERF=1):
+// result_bert_<SEED>.log in the working folder.
 import { existsSync, mkdirSync, readdirSync, readFileSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
