@@ -1,7 +1,13 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { Device, Tensor, nn } from "../../src/index.ts";
-import { BERT_PRESETS, BertForPretraining, bertPretrainingLosses, type BertConfig } from "../../models/bert.ts";
+import {
+  BERT_PRESETS,
+  BertForPretraining,
+  bertPretrainingLosses,
+  bertPretrainingMetrics,
+  type BertConfig,
+} from "../../models/bert.ts";
 import {
   bertBatchOf,
   bertGradients,
@@ -127,4 +133,27 @@ test("the packed masked-LM and NSP losses equal the unpacked ones part by part",
     rtol: 1e-5,
     what: "[masked-LM, NSP] loss",
   });
+});
+
+test("eval metrics of a packed batch equal the unpacked batch's", () => {
+  Tensor.manualSeed(7);
+  const model = new BertForPretraining(CONFIG, { disableDropout: true });
+  const samples = samplesOfLengths([11, 8, 5, 4, 13, 2], 13);
+  const metrics = (batch: ReturnType<typeof bertBatchOf>) =>
+    Object.values(bertPretrainingMetrics(model.forward(batch), batch)).map((t) => t.item());
+  assertClose(
+    metrics(packedBertBatchOf(packedToTensors(packSamples(samples)))),
+    metrics(bertBatchOf(samplesToTensors(samples))),
+    { atol: 1e-6, rtol: 1e-5, what: "[masked-LM accuracy, NSP accuracy, masked-LM loss, NSP loss]" },
+  );
+});
+
+test("a batch with some packed fields but not all is an error naming those it has", () => {
+  const model = new BertForPretraining(CONFIG, { disableDropout: true });
+  const [, , , , , , , positionIds] = packedToTensors(packSamples(samplesOfLengths([5, 4], 14)));
+  const batch = { ...bertBatchOf(samplesToTensors(samplesOfLengths([5, 4], 14))), positionIds };
+  assert.throws(
+    () => model.forward(batch),
+    /needs positionIds, sampleIds and nextSentencePositions together, got positionIds$/,
+  );
 });
