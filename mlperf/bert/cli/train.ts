@@ -6,9 +6,9 @@ import { isAbsolute, join, resolve } from "node:path";
 import { bertConfigFromJson, type BertConfig } from "../../../models/bert.ts";
 import { readManifest, type DataManifest } from "../data/manifest.ts";
 import { mmddhhmm, runTrainerProcess, timestamp } from "../demo.ts";
-import { KNOB_NAMES, knobsHelp, parseKnobFlags, parseKnobs } from "../knobs.ts";
+import { KNOB_NAMES, knobsHelp, parseKnobFlags, parseKnobs, type Knobs } from "../knobs.ts";
 import { writeRunReport } from "../report.ts";
-import { manifestFiles } from "../train.ts";
+import { manifestFiles, modelConfig } from "../train.ts";
 import { UsageError } from "../exit_status.ts";
 import { parseCommand, splitOwnOptions } from "./args.ts";
 import { MODEL_SIZES, bertConfigJson, configForData, sizeForData, type ModelSize } from "./model_size.ts";
@@ -126,6 +126,34 @@ function dataKnobs(
   return knobs;
 }
 
+/**
+ * The knobs of the run, as environment variables for the trainer: what the user set, over the run folder's and
+ * the data folder's defaults; the data checked against the model and the knobs before a process starts.
+ */
+function runEnvironment(
+  values: { data?: string; model?: string },
+  knobArgs: readonly string[],
+  out: string,
+): { env: Record<string, string>; knobs: Knobs } {
+  const explicit = explicitKnobs(knobArgs);
+  const defaults: Record<string, string> = { LOGMLPERF: "1", SAVE_CKPT_DIR: join(out, "ckpts") };
+  const say = (line: string) => console.log(line);
+  if (values.data !== undefined)
+    Object.assign(defaults, dataKnobs(resolve(values.data), values.model, explicit, out, say));
+  else if (values.model !== undefined) {
+    if (values.model in MODEL_SIZES)
+      throw new UsageError(
+        `--model ${values.model}: a size needs --data (its vocab and sequence length); give a bert_config.json`,
+      );
+    defaults.BERT_CONFIG = resolve(values.model);
+  }
+  const env = { ...defaults, ...explicit };
+  const knobs = parseKnobs([], env)!;
+  // one line naming each mismatch of the data with the model or the knobs
+  if (knobs.DATA !== "") manifestFiles(knobs, { vocabSize: modelConfig(knobs).vocabSize, source: knobs.BERT_CONFIG });
+  return { env, knobs };
+}
+
 /** `tsgrad train`; returns the exit status (errors are thrown: the caller reports them). */
 export async function trainCommand(argv: readonly string[]): Promise<number> {
   const { own, rest: knobArgs } = splitOwnOptions(argv, TRAIN_OPTIONS);
@@ -134,32 +162,11 @@ export async function trainCommand(argv: readonly string[]): Promise<number> {
     console.log(TRAIN_USAGE);
     return 0;
   }
-  const explicit = explicitKnobs(knobArgs);
   const out = resolve(values.out ?? join("runs", timestamp(new Date())));
   mkdirSync(out, { recursive: true });
-  const say = (line: string) => console.log(line);
-  const defaults: Record<string, string> = { LOGMLPERF: "1", SAVE_CKPT_DIR: join(out, "ckpts") };
-  if (values.data !== undefined)
-    Object.assign(defaults, dataKnobs(resolve(values.data), values.model, explicit, out, say));
-  else if (values.model !== undefined) {
-    const model = values.model in MODEL_SIZES ? null : resolve(values.model);
-    if (model === null)
-      throw new UsageError(
-        `--model ${values.model}: a size needs --data (its vocab and sequence length); give a bert_config.json`,
-      );
-    defaults.BERT_CONFIG = model;
-  }
-  const env = { ...defaults, ...explicit };
-  const knobs = parseKnobs([], env)!;
-  // the data against the model and the knobs, before a process starts: one line naming each mismatch
-  if (knobs.DATA !== "") {
-    const config = bertConfigFromJson(
-      JSON.parse(readFileSync(knobs.BERT_CONFIG, "utf8")) as Record<string, unknown>,
-      knobs.BERT_CONFIG,
-    );
-    manifestFiles(knobs, { vocabSize: config.vocabSize, source: knobs.BERT_CONFIG });
-  }
+  const { env, knobs } = runEnvironment(values, knobArgs, out);
 
+  // the phases, as run_and_time runs them: each a trainer process in the run folder, appending to one console log
   const consoleLog = join(out, `bert_train_${mmddhhmm(new Date())}_${knobs.SEED}.log`);
   const log = createWriteStream(consoleLog);
   const view = new ConsoleView(values.verbose);
@@ -179,17 +186,13 @@ export async function trainCommand(argv: readonly string[]): Promise<number> {
   const mlperfLog = checkedMlperfLog(join(out, `result_bert_${knobs.SEED}.log`));
   const report = join(out, "report.html");
   if (mlperfLog) writeRunReport([consoleLog], report, { title: "tsgrad BERT training" });
-  const summary = summaryLines(
-    view.outcome,
-    {
-      runDir: out,
-      consoleLog,
-      mlperfLog,
-      report: mlperfLog ? report : null,
-      checkpoints: knobs.SAVE_CKPT_DIR,
-    },
-    status,
-  );
-  console.log(`\n${summary.join("\n")}`);
+  const files = {
+    runDir: out,
+    consoleLog,
+    mlperfLog,
+    report: mlperfLog ? report : null,
+    checkpoints: knobs.SAVE_CKPT_DIR,
+  };
+  console.log(`\n${summaryLines(view.outcome, files, status).join("\n")}`);
   return status;
 }
