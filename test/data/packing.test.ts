@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
 import {
+  PackedBatcher,
   type PackedColumns,
   PackingError,
   assignRows,
@@ -204,4 +205,16 @@ test("bad options are errors naming the value", () => {
   assert.throws(() => packSamples(columnsOf(HAND, 10, 2), { maxPerRow: 0 }), PackingError);
   assert.throws(() => packSamples(columnsOf(HAND, 10, 2), { maxPredictionsPerRow: 1 }), /sample 0 has 2 predictions/);
   assert.throws(() => packedBatches([], 0).next(), /rowsPerBatch must be a positive integer, got 0/);
+});
+
+test("a batcher hands out a batch only once enough rows are queued", () => {
+  const batcher = new PackedBatcher(3, { maxPerRow: 3, maxPredictionsPerRow: 3 });
+  assert.equal(batcher.next(), undefined);
+  batcher.add(columnsOf(HAND, 10, 2)); // 2 rows
+  assert.equal(batcher.next(), undefined);
+  batcher.add(columnsOf(HAND, 10, 2));
+  const batch = batcher.next()!;
+  assert.equal(batch.count, 3);
+  assert.equal(batch.sampleCount, 6);
+  assert.equal(batcher.next(), undefined, "one row left queued");
 });

@@ -225,29 +225,52 @@ function copyRow(target: PackedColumns, to: number, source: PackedColumns, from:
 }
 
 /**
- * Packed batches of exactly `rowsPerBatch` rows from a stream of sample batches (the loader's): each incoming
- * batch is packed on its own, its rows queued, and full batches handed out; one seeded generator serves all, so
- * the same stream and seed give the same batches. Samples per batch vary (its `sampleCount`); rows of a batch
- * have `source_samples` -1.
+ * Packed batches of exactly `rowsPerBatch` rows from a stream of sample batches (the loader's): `add` packs an
+ * incoming batch on its own and queues its rows, `next` hands out a full batch while one is queued. One seeded
+ * generator serves the whole stream, so the same stream and seed give the same batches. Samples per batch vary
+ * (its `sampleCount`); a batch's `source_samples` are all -1 (they named samples of the incoming batches).
+ *   const batcher = new PackedBatcher(rows, { maxPerRow: 3, seed });
+ *   let batch; while (!(batch = batcher.next())) batcher.add(await nextLoaderBatch());
  */
+export class PackedBatcher {
+  private readonly random: PyRandom;
+  private readonly queue: { packed: PackedColumns; row: number }[] = [];
+
+  constructor(
+    readonly rowsPerBatch: number,
+    private readonly options: PackingOptions = {},
+  ) {
+    if (!(Number.isInteger(rowsPerBatch) && rowsPerBatch >= 1))
+      throw new PackingError(`rowsPerBatch must be a positive integer, got ${rowsPerBatch}`);
+    this.random = new PyRandom(options.seed ?? 0);
+  }
+
+  /** Packs `samples` and queues their rows. */
+  add(samples: SampleColumns): void {
+    const packed = packWith(samples, this.options, this.random);
+    for (let row = 0; row < packed.count; row++) this.queue.push({ packed, row });
+  }
+
+  /** The next batch of `rowsPerBatch` rows, or undefined while fewer are queued. */
+  next(): PackedColumns | undefined {
+    if (this.queue.length < this.rowsPerBatch) return undefined;
+    const taken = this.queue.splice(0, this.rowsPerBatch);
+    const out = emptyPacked(this.rowsPerBatch, taken[0]!.packed);
+    taken.forEach(({ packed, row }, to) => copyRow(out, to, packed, row));
+    return out;
+  }
+}
+
+/** Every full batch of `rowsPerBatch` packed rows from `batches` (rows left over at its end are dropped). */
 export function* packedBatches(
   batches: Iterable<SampleColumns>,
   rowsPerBatch: number,
   options: PackingOptions = {},
 ): Generator<PackedColumns, void> {
-  if (!(Number.isInteger(rowsPerBatch) && rowsPerBatch >= 1))
-    throw new PackingError(`rowsPerBatch must be a positive integer, got ${rowsPerBatch}`);
-  const random = new PyRandom(options.seed ?? 0);
-  const queue: { packed: PackedColumns; row: number }[] = [];
+  const batcher = new PackedBatcher(rowsPerBatch, options);
   for (const batch of batches) {
-    const packed = packWith(batch, options, random);
-    for (let row = 0; row < packed.count; row++) queue.push({ packed, row });
-    while (queue.length >= rowsPerBatch) {
-      const taken = queue.splice(0, rowsPerBatch);
-      const out = emptyPacked(rowsPerBatch, taken[0]!.packed);
-      taken.forEach(({ packed: source, row }, to) => copyRow(out, to, source, row));
-      yield out;
-    }
+    batcher.add(batch);
+    for (let packed = batcher.next(); packed; packed = batcher.next()) yield packed;
   }
 }
 
