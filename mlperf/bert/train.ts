@@ -416,6 +416,7 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
       ? checkShards(sampleFiles, vocab)
       : findShards(knobs.BASEDIR, vocab);
   checkModelAndShards(knobs, config, vocab.source, shards?.train ?? []);
+  const setSize = shards ? evalSetSize(knobs, shards.evalSamples, print) : knobs.EVAL_SET_SIZE;
   // which run this is: recorded in its checkpoints, checked against RESUME's before anything loads (run_identity.ts)
   const identity = runIdentity(knobs, config, shards?.train ?? null);
   const runMetadata = identityMetadata(identity);
@@ -496,7 +497,6 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
     `model: ${config.numHiddenLayers} layers, hidden ${config.hiddenSize}, ${config.numAttentionHeads} heads, vocab ${config.vocabSize}`,
   );
 
-  const setSize = shards ? evalSetSize(knobs, shards.evalSamples, print) : knobs.EVAL_SET_SIZE;
   // the eval batches that cover the set once (MAX_EVAL_STEPS, fewer where the set is smaller than asked)
   const evalSteps = Math.min(knobs.MAX_EVAL_STEPS, Math.ceil(setSize / knobs.EVAL_BS));
   const evaluatedSamples = Math.min(setSize, knobs.EVAL_BS * evalSteps);

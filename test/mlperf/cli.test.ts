@@ -3,6 +3,9 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { SUBCOMMANDS } from "../../mlperf/bert/cli.ts";
 import { ConsoleView, summaryLines } from "../../mlperf/bert/cli/screen.ts";
@@ -10,6 +13,7 @@ import { sizeForData } from "../../mlperf/bert/cli/model_size.ts";
 import { parseKnobs } from "../../mlperf/bert/knobs.ts";
 import { evalSetSize, phaseLine, trainEta } from "../../mlperf/bert/train.ts";
 import { CountProgress } from "../../mlperf/bert/progress.ts";
+import { tinyDataFolder } from "../trainer/tiny_manifest.ts";
 
 const BIN = fileURLToPath(new URL("../../bin/tsgrad.mjs", import.meta.url));
 const tsgrad = (args: string[]) =>
@@ -162,4 +166,28 @@ test("a model is sized by the train samples: tiny under 100,000, then mini, smal
   assert.equal(sizeForData(5_000_000).size, "small");
   assert.equal(sizeForData(20_000_000).size, "base");
   assert.deepEqual(sizeForData(156_725_653), { size: "large", reason: "156,725,653 train samples (over 50,000,000)" });
+});
+
+test("train --data stops before building anything, in one line, when the data does not fit or the eval set is short", {
+  timeout: 120_000,
+}, () => {
+  const dir = mkdtempSync(join(tmpdir(), "tsgrad-cli-data-"));
+  try {
+    const data = tinyDataFolder(join(dir, "data"));
+    const widths = tsgrad(["train", "--data", data, "--out", join(dir, "run"), "--max-seq-length", "32"]);
+    assert.equal(widths.status, 2);
+    assert.equal(
+      widths.stderr.trim(),
+      `tsgrad train: DATA=${data} does not fit this run: its samples have sequences of 16 tokens, not MAX_SEQ_LENGTH=32`,
+    );
+    const strict = tsgrad(["train", "--data", data, "--out", join(dir, "run"), "--strict-eval-set"]);
+    assert.equal(strict.status, 2);
+    assert.match(
+      strict.stderr,
+      /^train: the eval files hold \d+ samples, fewer than EVAL_SET_SIZE=10000 \(STRICT_EVAL_SET=1\)/m,
+    );
+    assert.doesNotMatch(strict.stdout, /^training on /m, "nothing built");
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
