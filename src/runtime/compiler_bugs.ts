@@ -142,7 +142,8 @@ int main(void) {
 /**
  * The flags that step around the bugs `command` shows with `flags` (its code-generation flags are what the
  * probes build with): the marker's definition, or loop vectorisation off everywhere where the marker's
- * attribute does not cure a probe. The answers are kept in `dir` by compiler version, flags and machine.
+ * attribute does not cure a probe. The answers are kept in `dir` by compiler version, flags and machine. Every
+ * probe without an answer is built both ways at once, in parallel: a cold cache's first kernel waits for them.
  */
 export function miscompileWorkarounds(
   command: string,
@@ -154,44 +155,68 @@ export function miscompileWorkarounds(
     (f) => f.startsWith("-O") || f.startsWith("-m") || (f.startsWith("-f") && f !== "-fPIC"),
   );
   const definition = `-D${MARKER}=${ATTRIBUTE}`;
-  const found: string[] = [];
-  let global = false;
-  for (const probe of PROBES) {
+  const answers = PROBES.map((probe) => {
     const key = createHash("sha256")
       .update(`${command}|${version}|${codegen.join(" ")}|${cpus()[0]?.model ?? ""}|${ATTRIBUTE}|${probe.source}`)
       .digest("hex")
       .slice(0, 32);
-    const answer = join(dir, `probe-${probe.name}-${key}.txt`);
-    let verdict = existsSync(answer) ? readFileSync(answer, "utf8") : undefined;
-    if (verdict === undefined) {
-      const plain = runProbe(command, codegen, probe.source, dir);
-      if (plain === undefined) continue; // the probe does not build or run here: nothing to learn
-      verdict =
-        plain === probe.expected
-          ? "right"
-          : runProbe(command, [...codegen, definition], probe.source, dir) === probe.expected
-            ? "marker"
-            : "global";
-      writeAtomic(answer, verdict); // runProbe made the folder
-    }
-    if (verdict === "right") continue;
-    found.push(probe.name);
-    if (verdict === "global") global = true;
+    const path = join(dir, `probe-${probe.name}-${key}.txt`);
+    return { probe, path, verdict: existsSync(path) ? readFileSync(path, "utf8") : undefined };
+  });
+  const unknown = answers.filter((a) => a.verdict === undefined);
+  if (unknown.length > 0) {
+    const outputs = runProbes(
+      command,
+      unknown.flatMap(({ probe }) => [
+        { flags: codegen, source: probe.source },
+        { flags: [...codegen, definition], source: probe.source },
+      ]),
+      dir,
+    );
+    unknown.forEach((answer, i) => {
+      const [plain, marked] = [outputs[2 * i], outputs[2 * i + 1]];
+      if (plain === undefined) return; // the probe does not build or run here: nothing to learn
+      const { expected } = answer.probe;
+      answer.verdict = plain === expected ? "right" : marked === expected ? "marker" : "global";
+      writeAtomic(answer.path, answer.verdict); // runProbes made the folder
+    });
   }
+  const found = answers.filter((a) => a.verdict !== undefined && a.verdict !== "right").map((a) => a.probe.name);
+  const global = answers.some((a) => a.verdict === "global");
   return { flags: global ? ["-fno-tree-loop-vectorize"] : found.length > 0 ? [definition] : [], found };
 }
 
 /** What the probe program built with `flags` prints, or undefined where it does not build or run. */
 export function runProbe(command: string, flags: readonly string[], source: string, dir: string): string | undefined {
+  return runProbes(command, [{ flags, source }], dir)[0];
+}
+
+/** What each probe program prints (undefined where it does not build or run), all built at once in parallel. */
+function runProbes(
+  command: string,
+  builds: readonly { flags: readonly string[]; source: string }[],
+  dir: string,
+): (string | undefined)[] {
   mkdirSync(dir, { recursive: true });
   const stem = join(dir, `probe.${process.pid}.${Math.random().toString(36).slice(2)}`);
+  const quote = (s: string) => `'${s.replace(/'/g, "'\\''")}'`;
+  const stems = builds.map((_, i) => `${stem}.${i}`);
   try {
-    writeFileSync(`${stem}.c`, source);
-    if (spawnSync(command, [...flags, "-o", stem, `${stem}.c`], { encoding: "utf8" }).status !== 0) return undefined;
-    const run = spawnSync(stem, [], { encoding: "utf8" });
-    return run.status === 0 ? run.stdout.trim() : undefined;
+    builds.forEach(({ source }, i) => writeFileSync(`${stems[i]}.c`, source));
+    const script = builds.map(
+      ({ flags }, i) =>
+        `${[command, ...flags, "-o", stems[i]!, `${stems[i]}.c`].map(quote).join(" ")} 2>/dev/null &`,
+    );
+    spawnSync("sh", ["-c", [...script, "wait"].join("\n")], { stdio: "ignore" });
+    return stems.map((path) => {
+      if (!existsSync(path)) return undefined;
+      const run = spawnSync(path, [], { encoding: "utf8" });
+      return run.status === 0 ? run.stdout.trim() : undefined;
+    });
   } finally {
-    rmSync(`${stem}.c`, { force: true });
-    rmSync(stem, { force: true });
+    for (const path of stems) {
+      rmSync(`${path}.c`, { force: true });
+      rmSync(path, { force: true });
+    }
   }
 }
