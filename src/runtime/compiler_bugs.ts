@@ -204,8 +204,7 @@ function runProbes(
   try {
     builds.forEach(({ source }, i) => writeFileSync(`${stems[i]}.c`, source));
     const script = builds.map(
-      ({ flags }, i) =>
-        `${[command, ...flags, "-o", stems[i]!, `${stems[i]}.c`].map(quote).join(" ")} 2>/dev/null &`,
+      ({ flags }, i) => `${[command, ...flags, "-o", stems[i]!, `${stems[i]}.c`].map(quote).join(" ")} 2>/dev/null &`,
     );
     spawnSync("sh", ["-c", [...script, "wait"].join("\n")], { stdio: "ignore" });
     return stems.map((path) => {
