@@ -16,19 +16,14 @@
 import { existsSync, readFileSync } from "node:fs";
 import { isAbsolute, join, normalize, sep } from "node:path";
 import { io } from "../../../src/index.ts";
+import type { PreprocessSettings } from "./preprocess.ts";
 
 export const MANIFEST_FILE = "manifest.json";
 export const MANIFEST_FORMAT = "tsgrad-bert-data";
 export const MANIFEST_VERSION = 1;
 
 /** What made the samples: the reference's knobs and the vocab (its size, its file's SHA-256, whether it lowercases). */
-export interface ManifestSettings {
-  maxSeqLength: number;
-  maxPredictionsPerSeq: number;
-  randomSeed: number;
-  dupeFactor: number;
-  maskedLmProb: number;
-  shortSeqProb: number;
+export interface ManifestSettings extends PreprocessSettings {
   vocabSize: number;
   vocabSha256: string;
   doLowerCase: boolean;
