@@ -311,9 +311,10 @@ function selectsShareConditions(body: readonly Stmt[]): boolean {
 }
 
 /**
- * Whether some loop reads or writes a buffer a number of times an iteration (its short loops unrolled) that is
- * more than one and not a power of two: a group gcc vectorises with interleaving permutes. Masked loads in such
- * groups got the wrong mask (a select's gradient over an axis of 3, 5, 6 or 7); groups of 2, 4, 8 or 16 did not.
+ * Whether some loop reads or writes a buffer a number of times an iteration (its short loops unrolled) that is more
+ * than one and not a power of two: a group gcc vectorises with interleaving permutes. Masked loads in such groups got
+ * the wrong mask (a select's gradient over an axis of 3, 5 or 7; groups of 6, 9, 10, 12 and 15 too), groups of 2, 4, 8
+ * or 16 did not.
  */
 function oddGroups(body: readonly Stmt[]): boolean {
   let odd = false;

@@ -2,13 +2,13 @@
 // (Debian 12's) vectorises some loops wrongly at -O2 and above, found by the differential fuzzer (test/fuzz/): loops
 // that read one buffer at several places an iteration, which it groups, and then puts a group read backwards in the
 // wrong lane order (the sum of a flipped [5, 2] array counted one element twice; guarded loads if-converted to masked
-// loads: a padded column sum gave [33, 30, 27, 40] for [28, 32, 36, 40], a padded copy dropped elements), sums
-// through wrapping integer casts (column sums of a [4, 2] int32 array came out [8, 3]), and selects on one condition
-// in groups of 3, 5, 6 or 7 (it merges them into one branch and reads the loads under it with another group's mask:
-// the gradient of a sigmoid or a max over an axis of 5 had zeros where values belonged). The C renderer marks kernels
-// with such loops (renderer/c.ts hasFragileLoops); where a probe shows a bug, the compiler defines the marker as an
-// attribute that turns loop vectorisation off for those kernels alone, and where the attribute does not cure the probe,
-// everywhere.
+// loads: a padded column sum gave [33, 30, 27, 40] for [28, 32, 36, 40], a padded copy dropped elements), sums through
+// wrapping integer casts (column sums of a [4, 2] int32 array came out [8, 3]), and selects on one condition in groups
+// of 3, 5, 6, 7, 9, 10, 12 or 15 (it merges them into one branch and reads the loads under it with another group's
+// mask: the gradient of a sigmoid or a max over an axis of 5 had zeros where values belonged). The C renderer marks
+// kernels with such loops (renderer/c.ts hasFragileLoops); where a probe shows a bug, the compiler defines the marker
+// as an attribute that turns loop vectorisation off for those kernels alone, and where the attribute does not cure the
+// probe, everywhere.
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
