@@ -89,3 +89,18 @@ for (const device of testDevices().filter((d) => d === "CPU" || d === "JS")) {
     assert.deepEqual(second, first);
   });
 }
+
+test("a tensor made from a typed array of its dtype's storage copies it: later writes to the array do not show", () => {
+  for (const device of testDevices()) {
+    const floats = new Float32Array([1.5, Number.NaN, -0, 3e38]);
+    const ints = new Int32Array([1, -2, 2147483647]);
+    const [f, i] = [new Tensor(floats, { device }), new Tensor(ints, { device })];
+    floats[0] = 99;
+    ints[0] = 99;
+    assert.deepEqual(Array.from(f.toArray() as Float32Array), [1.5, Number.NaN, -0, Math.fround(3e38)], device);
+    assert.deepEqual(Array.from(i.toArray() as Int32Array), [1, -2, 2147483647], device);
+    // storage that holds other values than given still converts: bytes to bools, floats to float16
+    assert.deepEqual(new Tensor(new Uint8Array([0, 2, 255]), { device, dtype: "bool" }).tolist(), [false, true, true]);
+    assert.deepEqual(new Tensor(new Float32Array([1.1]), { device, dtype: "float16" }).tolist(), [1.099609375]);
+  }
+});
