@@ -2,17 +2,11 @@
 // subcommand, each with --help. The stages that have their own scripts run them as child processes, with the
 // same options; train, eval and demo run here. Exit statuses as in exit_status.ts.
 import { fileURLToPath } from "node:url";
-import { io } from "../../src/index.ts";
-import { ManifestError } from "./data/manifest.ts";
-import { LoaderError } from "./data/loader.ts";
 import { PreprocessError } from "./data/preprocess.ts";
-import { ShardError } from "./data/shard.ts";
 import { VocabError } from "./data/tokenizer.ts";
-import { TFRecordError } from "./data/tfrecord.ts";
 import { main as demoMain } from "./demo.ts";
 import { EXIT_BAD_INPUT, UsageError, reportFailure } from "./exit_status.ts";
-import { KnobError } from "./knobs.ts";
-import { TrainerError } from "./train.ts";
+import { INPUT_ERRORS as TRAINER_INPUT_ERRORS } from "./train.ts";
 import { runScript } from "./cli/child.ts";
 import { evalCommand } from "./cli/eval.ts";
 import { preprocessCommand } from "./cli/preprocess.ts";
@@ -59,19 +53,8 @@ ${Object.entries(SUBCOMMANDS)
 npx tsgrad <command> --help lists a command's options. The trainer's knobs work as environment
 variables too (BS=32 npx tsgrad train ...), with the reference's names; a flag wins.`;
 
-/** What bad input throws across the commands run here: exit status 2. */
-const INPUT_ERRORS = [
-  UsageError,
-  KnobError,
-  ManifestError,
-  TrainerError,
-  LoaderError,
-  ShardError,
-  TFRecordError,
-  PreprocessError,
-  VocabError,
-  io.SafetensorsError,
-];
+/** What bad input throws across the commands run here: the trainer's, and bad usage or text: exit status 2. */
+const INPUT_ERRORS = [UsageError, PreprocessError, VocabError, ...TRAINER_INPUT_ERRORS];
 
 /** `tsgrad ARGV...`; returns the exit status. */
 export async function main(argv: readonly string[]): Promise<number> {

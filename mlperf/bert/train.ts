@@ -816,7 +816,7 @@ function startedByTsxCommand(): boolean {
 }
 
 /** What bad data, files or knobs throw: exit status 2 (exit_status.ts); anything else is a bug, status 1. */
-const INPUT_ERRORS = [
+export const INPUT_ERRORS = [
   KnobError,
   ManifestError,
   TrainerError,
