@@ -60,6 +60,20 @@ export const KNOB_SPECS: readonly KnobSpec[] = [
     "global train batch size (over all ranks of an mpirun/srun job)",
   ),
   knob("EVAL_BS", "int", (k) => num(k, "GPUS"), "1*GPUS", "eval batch size (each rank evaluates whole batches)"),
+  knob(
+    "PACKING",
+    "int",
+    () => 0,
+    "0",
+    "pack up to this many train samples into one row of MAX_SEQ_LENGTH tokens (0: no packing; docs/packing.md)",
+  ),
+  knob(
+    "PACKED_BS",
+    "int",
+    (k) => (num(k, "PACKING") > 1 ? Math.max(1, Math.round(num(k, "BS") / 2)) : num(k, "BS")),
+    "BS/2 with PACKING>1, else BS",
+    "packed rows a step (PACKING>0): about BS/(samples a row); BS stays the logged global batch",
+  ),
   knob("GRADIENT_ACC_STEPS", "int", () => 1, "1", "micro-batches per step (BS is split into them)"),
   knob(
     "OPT_BASE_LEARNING_RATE",
@@ -196,6 +210,8 @@ export interface Knobs {
   DEFAULT_FLOAT: string;
   BS: number;
   EVAL_BS: number;
+  PACKING: number;
+  PACKED_BS: number;
   GRADIENT_ACC_STEPS: number;
   OPT_BASE_LEARNING_RATE: number;
   OPT_LAMB_BETA_1: number;
@@ -364,6 +380,7 @@ export function validateKnobs(k: Knobs, world: { rank: number; size: number } = 
     "GPUS",
     "BS",
     "EVAL_BS",
+    "PACKED_BS",
     "GRADIENT_ACC_STEPS",
     "TRAIN_STEPS",
     "EVAL_SET_SIZE",
@@ -379,6 +396,7 @@ export function validateKnobs(k: Knobs, world: { rank: number; size: number } = 
     if (!((k[name] as number) > 0)) throw new KnobError(`${name}=${k[name]} must be positive`);
   const nonNegative: (keyof Knobs)[] = [
     "NUM_WARMUP_STEPS",
+    "PACKING",
     "BENCHMARK",
     "SEED",
     "TRAIN_BEAM",
@@ -403,6 +421,7 @@ export function validateKnobs(k: Knobs, world: { rank: number; size: number } = 
     throw new KnobError(
       `the micro-batch BS/GRADIENT_ACC_STEPS=${rankBatch / k.GRADIENT_ACC_STEPS}${onRank} does not split over GPUS=${k.GPUS} devices`,
     );
+  if (k.PACKING > 0) checkPacking(k, world);
   if (k.GPUS > 1 && k.EVAL_BS % k.GPUS !== 0)
     throw new KnobError(`EVAL_BS=${k.EVAL_BS} does not split over GPUS=${k.GPUS} devices`);
   if (k.INITMLPERF && k.RUNMLPERF)
@@ -422,6 +441,17 @@ export function validateKnobs(k: Knobs, world: { rank: number; size: number } = 
   // rank 0 reads the checkpoint and sends it to the others, whose machines need not have it
   if (k.RESUME !== "" && world.rank === 0 && !existsSync(k.RESUME))
     throw new KnobError(`RESUME=${k.RESUME}: no such checkpoint file`);
+}
+
+/** What packed training (PACKING>0) supports so far; the rest is refused by name rather than trained wrongly. */
+function checkPacking(k: Knobs, world: { size: number }): void {
+  // packed micro-batches and ranks hold different numbers of samples: the NSP mean would need the step's count
+  if (k.GRADIENT_ACC_STEPS !== 1)
+    throw new KnobError(`PACKING=${k.PACKING} trains with GRADIENT_ACC_STEPS=1 only (not yet with micro-batches)`);
+  if (world.size > 1)
+    throw new KnobError(`PACKING=${k.PACKING} trains in one process only (not yet over ${world.size} ranks)`);
+  if (k.GPUS > 1 && k.PACKED_BS % k.GPUS !== 0)
+    throw new KnobError(`PACKED_BS=${k.PACKED_BS} packed rows do not split over GPUS=${k.GPUS} devices`);
 }
 
 /** --help text: every knob with its flag and default. */

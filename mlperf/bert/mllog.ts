@@ -53,6 +53,15 @@ export const MLLOG_KEYS = {
   EVAL_ACCURACY: "eval_accuracy",
 } as const;
 
+/**
+ * Keys of our own, beside the rules' (the checker reads only the keys its rules name; NVIDIA and Graphcore log such
+ * records too): what a packed run packed (docs/packing.md).
+ */
+export const PACKING_KEYS = {
+  MAX_SAMPLES_PER_ROW: "packing_max_samples_per_row",
+  ROWS_PER_STEP: "packing_rows_per_step",
+} as const;
+
 export type MllogKey = (typeof MLLOG_KEYS)[keyof typeof MLLOG_KEYS];
 export type MllogEventType = "INTERVAL_START" | "INTERVAL_END" | "POINT_IN_TIME";
 export type MllogValue = null | boolean | number | string | MllogValue[] | { [name: string]: MllogValue };
@@ -284,6 +293,8 @@ export interface BertSampleCounts {
   trainSamples?: number;
   /** Size of the eval set; the rules fix it at 10,000. */
   evalSamples?: number;
+  /** A packed run's rows: samples a row at most, rows a step (global_batch_size stays BS, the nominal samples). */
+  packing?: { maxSamplesPerRow: number; rowsPerStep: number };
 }
 
 function requirePositiveInteger(name: string, value: number): number {
@@ -332,4 +343,8 @@ export function logBertHyperparameters(logger: MlperfLogger, knobs: BertKnobs, c
     ],
   ];
   for (const [key, value] of entries) logger.event(key, value);
+  if (counts.packing) {
+    logger.event(PACKING_KEYS.MAX_SAMPLES_PER_ROW, requirePositiveInteger("PACKING", counts.packing.maxSamplesPerRow));
+    logger.event(PACKING_KEYS.ROWS_PER_STEP, requirePositiveInteger("PACKED_BS", counts.packing.rowsPerStep));
+  }
 }

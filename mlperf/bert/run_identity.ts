@@ -25,6 +25,11 @@ export interface RunIdentity {
   model: string;
   /** The train shards: their count and a hash of their names, sizes and checksums (`fake` without shards). */
   data: string;
+  /**
+   * `PACKING=3 PACKED_BS=33` for a packed run; absent for an unpacked one, so that unpacked runs keep the ids (and
+   * resume the checkpoints) they had before packing existed.
+   */
+  packing?: string;
 }
 
 const FIELDS: readonly (keyof RunIdentity)[] = [
@@ -36,7 +41,10 @@ const FIELDS: readonly (keyof RunIdentity)[] = [
   "LR_SCHEDULE",
   "model",
   "data",
+  "packing",
 ];
+/** What an identity without `packing` records for it. */
+const UNPACKED = "off";
 const PREFIX = "run.";
 const ID_KEY = `${PREFIX}id`;
 
@@ -75,6 +83,7 @@ export function runIdentity(knobs: Knobs, config: BertConfig, trainFiles: readon
     LR_SCHEDULE: knobs.LR_SCHEDULE,
     model: sortedJson({ ...config }),
     data: trainFiles === null ? "fake" : dataFingerprint(trainFiles),
+    ...(knobs.PACKING > 0 ? { packing: `PACKING=${knobs.PACKING} PACKED_BS=${knobs.PACKED_BS}` } : {}),
   };
 }
 
@@ -86,7 +95,9 @@ export const runId = (identity: RunIdentity): string =>
 export function identityMetadata(identity: RunIdentity): Record<string, string> {
   return {
     [ID_KEY]: runId(identity),
-    ...Object.fromEntries(FIELDS.map((field) => [`${PREFIX}${field}`, identity[field]])),
+    ...Object.fromEntries(
+      FIELDS.filter((field) => identity[field] !== undefined).map((field) => [`${PREFIX}${field}`, identity[field]]),
+    ),
   };
 }
 
@@ -114,8 +125,9 @@ function configDifferences(recorded: string, current: string): string {
 export function identityDifferences(metadata: Record<string, string>, identity: RunIdentity): string[] {
   if (metadata[ID_KEY] === undefined) return ["the checkpoint records no run identity (written before they were)"];
   return FIELDS.flatMap((field) => {
-    const recorded = metadata[`${PREFIX}${field}`];
-    const current = identity[field];
+    const unset = field === "packing" ? UNPACKED : undefined;
+    const recorded = metadata[`${PREFIX}${field}`] ?? unset;
+    const current = identity[field] ?? unset ?? "(none)";
     if (recorded === current) return [];
     if (field === "model" && recorded !== undefined) return [`model: ${configDifferences(recorded, current)}`];
     return [`${field}: ${recorded ?? "(none)"} in the checkpoint, ${current} now`];

@@ -33,6 +33,8 @@ import {
 } from "../../models/bert.ts";
 import {
   bertBatchOf,
+  packedBertBatchOf,
+  type PackedBertBatchTensors,
   bertEvalStep,
   bertTrainStep,
   createBertOptimizer,
@@ -56,6 +58,7 @@ import { StoppedError, reportFailure } from "./exit_status.ts";
 import { detectSampleFormat, openSampleFile } from "./data/inspect.ts";
 import { ManifestError, readManifest, shardPath } from "./data/manifest.ts";
 import type { SampleColumns } from "./data/samples.ts";
+import { PackedBatcher, packedToTensors, type PackedColumns } from "./data/packing.ts";
 import { evalShardPath, trainShardPath } from "./data/basedir.ts";
 import {
   MLLOG_KEYS as K,
@@ -102,6 +105,8 @@ export interface TrainOptions {
 export interface TrainResult {
   phase: "init" | "run" | "benchmark";
   stepsRun: number;
+  /** Samples trained on, from the first step (a resumed run's earlier steps included): packed steps hold varied numbers. */
+  samplesTrained: number;
   /** The last evaluation's masked-LM accuracy (null when none ran). */
   accuracy: number | null;
   converged: boolean;
@@ -327,6 +332,7 @@ export function evaluate(
   { knobs, comm, devices, evalStep, evalFiles, setSize, vocabSize, print }: Evaluation,
   step: number,
   limit: number,
+  samplesTrained = step * knobs.BS,
 ): { accuracy: number; loss: number } {
   // each rank evaluates its own run of whole batches; the sums are added up across ranks at the end
   const [first, end] = [comm.rank, comm.rank + 1].map((r) => Math.floor((r * limit) / comm.size)) as [number, number];
@@ -361,7 +367,7 @@ export function evaluate(
   print(
     formatEvalLine({
       step,
-      samples: step * knobs.BS,
+      samples: samplesTrained,
       maskedLmAccuracy: accuracy,
       loss,
       seconds: (performance.now() - start) / 1000,
@@ -370,12 +376,28 @@ export function evaluate(
   return { accuracy, loss };
 }
 
+/**
+ * What packed steps held on average against BS, the batch the learning rate was set for; a difference of more than
+ * a tenth says which PACKED_BS would match BS.
+ */
+export function packingSummary(knobs: Knobs, samples: number, steps: number): string {
+  const perStep = samples / steps;
+  const line = `packing: ${perStep.toFixed(1)} samples a step on average (${(perStep / knobs.PACKED_BS).toFixed(2)} a row of ${knobs.PACKED_BS} rows), BS=${knobs.BS}`;
+  if (Math.abs(perStep - knobs.BS) <= 0.1 * knobs.BS) return line;
+  const rows = Math.max(1, Math.round((knobs.BS * knobs.PACKED_BS) / perStep));
+  return `${line}: PACKED_BS=${rows} would hold about BS samples a step`;
+}
+
 /** The phase's first line: what it runs, and when it stops. */
 export function phaseLine(phase: TrainResult["phase"], knobs: Knobs, steps: number, setSize: number): string {
   if (phase === "init")
     return `warm-up (init phase, untimed): ${steps} steps and an eval on fake data compile every kernel`;
   if (phase === "benchmark") return `benchmark: ${steps} steps on fake data, then the estimated training time`;
-  return `training (run phase): at most ${knobs.TRAIN_STEPS} steps of ${knobs.BS} samples, an eval of ${setSize} samples every ${knobs.EVAL_STEP_FREQ} steps; stops once an eval reaches TARGET=${knobs.TARGET}`;
+  const batch =
+    knobs.PACKING > 0
+      ? `${knobs.PACKED_BS} rows packed with up to ${knobs.PACKING} samples each (BS=${knobs.BS} nominal)`
+      : `${knobs.BS} samples`;
+  return `training (run phase): at most ${knobs.TRAIN_STEPS} steps of ${batch}, an eval of ${setSize} samples every ${knobs.EVAL_STEP_FREQ} steps; stops once an eval reaches TARGET=${knobs.TARGET}`;
 }
 
 /**
@@ -390,6 +412,14 @@ export function trainEta(knobs: Knobs, lastAccuracy: () => number | null): (done
     return `eval ${nextEval} in ${timeAtRate(nextEval - done, rate)} (stops at ${knobs.TARGET}${last}), at most ${timeAtRate(knobs.TRAIN_STEPS - done, rate)}`;
   };
 }
+
+/** Samples the loader hands the packer at a time, at least: a window of 256 packs about as tightly as the whole set. */
+const PACKING_WINDOW = 256;
+
+/** One step's input: a batch of samples, or of packed rows; `count` samples either way (all ranks together). */
+type TrainBatch =
+  | { samples: SampleColumns; packed?: undefined; count: number }
+  | { packed: PackedColumns; count: number };
 
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
@@ -504,6 +534,7 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
     logBertHyperparameters(mllog, knobs, {
       trainSamples: knobs.BS * knobs.TRAIN_STEPS,
       evalSamples: evaluatedSamples,
+      ...(knobs.PACKING > 0 ? { packing: { maxSamplesPerRow: knobs.PACKING, rowsPerStep: knobs.PACKED_BS } } : {}),
     });
   }
 
@@ -530,6 +561,8 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
       ? `training with global batch size ${knobs.BS} (${knobs.BS / comm.size} a rank) for ${knobs.TRAIN_STEPS} steps`
       : `training with global batch size ${knobs.BS} for ${knobs.TRAIN_STEPS} steps`,
   );
+  if (knobs.PACKING > 0 && options.splitStep)
+    throw new TrainerError(`PACKING=${knobs.PACKING} trains with the fused step only (not the data-parallel one)`);
 
   // ** jitted steps **
   const stepOptions = {
@@ -546,7 +579,14 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
   const nccl = comm.size > 1 ? ncclFor(comm, devices[0]!, print) : undefined;
   const dataParallelStep =
     comm.size > 1 || options.splitStep ? makeBertDataParallelStep(state, stepOptions, comm, { nccl }) : null;
-  const trainStep = (samples: SampleColumns): { loss: Tensor; lr: Tensor; reduceMs?: number } => {
+  // packed rows (PACKING>0): eleven tensors, the model keeping each row's samples apart (docs/packing.md)
+  const packedStep = jit((...t: PackedBertBatchTensors) => ({
+    loss: bertTrainStep(state, packedBertBatchOf(t), stepOptions),
+    lr: optimizer.optimizers[0]!.lr,
+  }));
+  const trainStep = (batch: TrainBatch): { loss: Tensor; lr: Tensor; reduceMs?: number } => {
+    if (batch.packed) return packedStep(...packedToTensors(batch.packed, devices));
+    const samples = batch.samples;
     const tensors = samplesToTensors(samples, devices);
     if (!dataParallelStep) return fusedStep(...tensors);
     return dataParallelStep(
@@ -557,30 +597,54 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
   const evalStep = jit((...t: BertBatchTensors) => ({ ...bertEvalStep(model, bertBatchOf(t)) }));
 
   // ** data: the shards only in the run phase (after run_start), fake batches otherwise **
+  const packing = knobs.PACKING > 0;
+  // packed, the loader's batches are packing windows; a resumed run replays the packing from the first (below)
+  const loaderBatch = packing ? Math.max(knobs.BS, PACKING_WINDOW) : knobs.BS;
   const train = shards
     ? prefetchBatches({
         kind: "train",
         files: shards.train,
-        batchSize: knobs.BS,
+        batchSize: loaderBatch,
         seed: knobs.SEED,
-        startStep,
+        startStep: packing ? 0 : startStep,
         part: { index: comm.rank, count: comm.size },
       })
     : null;
   let fakeCounter = 0;
-  const nextTrain = async (): Promise<SampleColumns> => {
+  let widthsChecked = false;
+  const nextSamples = async (): Promise<SampleColumns> => {
     // fake batches differ per rank, as real parts of one global batch do
     if (!train)
       return fakeSamples(
-        knobs.BS / comm.size,
+        loaderBatch / comm.size,
         knobs,
         config.vocabSize,
         knobs.SEED + comm.rank * 1_000_003 + fakeCounter++,
       );
     const next = await train.next();
     if (next.done) throw new TrainerError("the train loader stopped");
+    if (!widthsChecked) checkWidths(next.value, knobs, `the train shards in ${shardFolders(knobs.BASEDIR).train}`);
+    widthsChecked = true;
     return next.value;
   };
+  const batcher = packing ? new PackedBatcher(knobs.PACKED_BS, { maxPerRow: knobs.PACKING, seed: knobs.SEED }) : null;
+  const nextTrain = async (): Promise<TrainBatch> => {
+    if (!batcher) return { samples: await nextSamples(), count: knobs.BS };
+    let packed = batcher.next();
+    while (!packed) {
+      batcher.add(await nextSamples());
+      packed = batcher.next();
+    }
+    return { packed, count: packed.sampleCount };
+  };
+  // samples trained on: MLPerf's epoch_num and the step lines count these (packed steps hold varied numbers)
+  let samplesSeen = startStep * knobs.BS;
+  if (batcher && startStep > 0) {
+    // the packing of step k depends on every earlier window: pack them again, training on none of them
+    samplesSeen = 0;
+    for (let replayed = 0; replayed < startStep; replayed++) samplesSeen += (await nextTrain()).count;
+    print(`replayed the packing of steps 1-${startStep}: ${samplesSeen} samples`);
+  }
   const evaluation: Evaluation = {
     knobs,
     comm,
@@ -598,6 +662,7 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
   const result: TrainResult = {
     phase,
     stepsRun: 0,
+    samplesTrained: samplesSeen,
     accuracy: null,
     converged: false,
     interrupted: false,
@@ -625,9 +690,10 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
 
   // ** train loop **
   const wallStart = performance.now();
+  const samplesAtStart = samplesSeen;
   const stepTimes: number[] = [];
   let step = startStep;
-  if (mllog && knobs.RUNMLPERF) mllog.start(K.EPOCH_START, step * knobs.BS, { epoch_num: step * knobs.BS });
+  if (mllog && knobs.RUNMLPERF) mllog.start(K.EPOCH_START, samplesSeen, { epoch_num: samplesSeen });
   const lastStep = knobs.BENCHMARK ? Math.min(knobs.TRAIN_STEPS, startStep + knobs.BENCHMARK) : knobs.TRAIN_STEPS;
   print(phaseLine(phase, knobs, lastStep - startStep, setSize));
   const progress = !lead
@@ -643,7 +709,7 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
   try {
     // a read that fails after a step completed stops the run there, the state consistent: checkpoint, then exit
     let failure: { error: unknown } | undefined;
-    const nextOrFailure = async (): Promise<SampleColumns | null> => {
+    const nextOrFailure = async (): Promise<TrainBatch | null> => {
       try {
         return await nextTrain();
       } catch (error) {
@@ -651,12 +717,11 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
         return null;
       }
     };
-    let samples = await nextTrain();
-    if (train) checkWidths(samples, knobs, `the train shards in ${shardFolders(knobs.BASEDIR).train}`);
+    let batch = await nextTrain();
     while (step < lastStep && !result.converged) {
       const st = performance.now();
       GlobalCounters.reset();
-      const out = withBeam(knobs.TRAIN_BEAM, () => trainStep(samples));
+      const out = withBeam(knobs.TRAIN_BEAM, () => trainStep(batch));
       const pt = performance.now();
       // kernels a host backend (CPU, JS) ran inside the call: time on the device, not host overhead
       const reduceMs = out.reduceMs;
@@ -668,12 +733,14 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
       const cl = performance.now();
       if (Number.isNaN(loss)) throw new TrainerError(`the loss is NaN at step ${step + 1}`);
       step++;
+      samplesSeen += batch.count;
+      result.samplesTrained = samplesSeen;
       result.stepsRun++;
       stepTimes.push(cl - st);
       print(
         formatStepLine({
           step,
-          samples: step * knobs.BS,
+          samples: samplesSeen,
           totalMs: cl - st,
           hostMs: pt - st - kernelMs - (reduceMs ?? 0),
           dataMs: dt - pt,
@@ -686,7 +753,7 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
         }),
       );
       progress?.advance();
-      if (next) samples = next;
+      if (next) batch = next;
 
       if (knobs.BENCHMARK && step === lastStep) {
         // the jitted step runs plainly, then captures: replays (from the third step on) are what a run repeats
@@ -704,17 +771,17 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
         print(
           `${phase === "init" ? "warm-up " : ""}eval on fake data (runs the eval step; its accuracy is no result):`,
         );
-        evaluate(evaluation, step, Math.min(knobs.BENCHMARK, knobs.MAX_EVAL_STEPS));
+        evaluate(evaluation, step, Math.min(knobs.BENCHMARK, knobs.MAX_EVAL_STEPS), samplesSeen);
         if (mllog && knobs.INITMLPERF) mllog.end(K.INIT_STOP);
         break;
       }
 
       if (step % knobs.EVAL_STEP_FREQ === 0 || step === knobs.TRAIN_STEPS) {
         progress?.finish();
-        if (mllog && knobs.RUNMLPERF) mllog.start(K.EVAL_START, null, { epoch_num: step * knobs.BS, step_num: step });
+        if (mllog && knobs.RUNMLPERF) mllog.start(K.EVAL_START, null, { epoch_num: samplesSeen, step_num: step });
         let accuracy = Number.NaN;
         try {
-          accuracy = evaluate(evaluation, step, evalSteps).accuracy;
+          accuracy = evaluate(evaluation, step, evalSteps, samplesSeen).accuracy;
         } catch (error) {
           // one rank alone cannot stop the others inside an evaluation's collectives: the job fails as a whole
           if (comm.size > 1) throw error;
@@ -722,21 +789,21 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
         }
         result.accuracy = failure ? result.accuracy : accuracy;
         if (mllog && knobs.RUNMLPERF && !failure) {
-          mllog.end(K.EVAL_STOP, step * knobs.BS, {
-            epoch_num: step * knobs.BS,
+          mllog.end(K.EVAL_STOP, samplesSeen, {
+            epoch_num: samplesSeen,
             step_num: step,
             samples_count: evaluatedSamples,
           });
-          mllog.event(K.EVAL_ACCURACY, accuracy, { epoch_num: step * knobs.BS, masked_lm_accuracy: accuracy });
+          mllog.event(K.EVAL_ACCURACY, accuracy, { epoch_num: samplesSeen, masked_lm_accuracy: accuracy });
         }
         if (accuracy >= knobs.TARGET) {
           const seconds = (performance.now() - wallStart) / 1000;
           print(
-            `Reference Convergence point reached after ${step * knobs.BS} datasamples and ${Math.floor(seconds / 3600)}h${Math.floor((seconds % 3600) / 60)}m${(seconds % 60).toFixed(2)}s.`,
+            `Reference Convergence point reached after ${samplesSeen} datasamples and ${Math.floor(seconds / 3600)}h${Math.floor((seconds % 3600) / 60)}m${(seconds % 60).toFixed(2)}s.`,
           );
           result.converged = true;
           if (mllog && knobs.RUNMLPERF) {
-            mllog.end(K.EPOCH_STOP, step * knobs.BS, { epoch_num: step * knobs.BS });
+            mllog.end(K.EPOCH_STOP, samplesSeen, { epoch_num: samplesSeen });
             mllog.end(K.RUN_STOP, null, { status: "success" });
           }
           result.finalModelPath = join(knobs.SAVE_CKPT_DIR, "bert_final.safe");
@@ -783,9 +850,10 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
     }
     progress?.finish();
     result.seconds = (performance.now() - wallStart) / 1000;
+    if (batcher && result.stepsRun > 0) print(packingSummary(knobs, samplesSeen - samplesAtStart, result.stepsRun));
     if (mllog && knobs.RUNMLPERF && !result.converged && !result.interrupted && !knobs.BENCHMARK) {
       print(`TARGET ${knobs.TARGET} not reached in ${knobs.TRAIN_STEPS} steps`);
-      mllog.end(K.EPOCH_STOP, step * knobs.BS, { epoch_num: step * knobs.BS });
+      mllog.end(K.EPOCH_STOP, samplesSeen, { epoch_num: samplesSeen });
       mllog.end(K.RUN_STOP, null, { status: "aborted" });
     }
   } finally {

@@ -123,3 +123,23 @@ test("with RANKS=2 both phases run under mpirun, rank 0 alone logs, and the run 
   assert.ok(steps.every((s) => Number.isFinite(s!.loss) && s!.reduceMs !== undefined));
   assertConverged(mlperfText);
 });
+
+test("with PACKING=3 over GPUS=2 both phases train packed rows and the run converges with a compliant log", () => {
+  const { lines, mlperfText } = runCpuScript(4245, { DEVICE: "JS", GPUS: "2", PACKING: "3" });
+  assert.ok(lines.includes('HParam: "PACKED_BS": 4'), "BS/2 rows by default");
+  assert.ok(lines.some((l) => l.startsWith("packing: ") && l.includes("a row of 4 rows")));
+  assertConverged(mlperfText);
+  const records = parseMllog(mlperfText).records.map((r) => r.fields);
+  const value = (key: string) => records.find((r) => r.key === key)?.value;
+  assert.equal(value("packing_max_samples_per_row"), 3);
+  assert.equal(value("packing_rows_per_step"), 4);
+  assert.equal(value("global_batch_size"), 8, "BS, the nominal samples a step");
+  // epoch_num counts the samples trained on, which the step lines count too
+  const steps = lines.map((l) => parseStepLine(l)).filter((s) => s !== null);
+  const lastEval = records.filter((r) => r.key === "eval_accuracy").at(-1)!;
+  const epoch = (lastEval.metadata as { epoch_num: number }).epoch_num;
+  assert.ok(
+    steps.some((s) => s!.samples === epoch),
+    `epoch_num ${epoch} is a step line's sample count`,
+  );
+});
