@@ -3,11 +3,12 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { SUBCOMMANDS } from "../../mlperf/bert/cli.ts";
+import { runScript } from "../../mlperf/bert/cli/child.ts";
 import { ConsoleView, summaryLines } from "../../mlperf/bert/cli/screen.ts";
 import { sizeForData } from "../../mlperf/bert/cli/model_size.ts";
 import { parseKnobs } from "../../mlperf/bert/knobs.ts";
@@ -187,6 +188,22 @@ test("train --data stops before building anything, in one line, when the data do
       /^train: the eval files hold \d+ samples, fewer than EVAL_SET_SIZE=10000 \(STRICT_EVAL_SET=1\)/m,
     );
     assert.doesNotMatch(strict.stdout, /^training on /m, "nothing built");
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("a script run as a child gets the node flags asked for (tsgrad preprocess's small young generation)", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "tsgrad-child-"));
+  try {
+    const script = join(dir, "flags.ts");
+    writeFileSync(
+      script,
+      `import { writeFileSync } from "node:fs";\nwriteFileSync(process.argv[2]!, process.execArgv.join(" "));\n`,
+    );
+    const out = join(dir, "flags.txt");
+    assert.equal(await runScript(script, [out], {}, ["--max-semi-space-size=2"]), 0);
+    assert.match(readFileSync(out, "utf8"), /^--max-semi-space-size=2 --import /);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

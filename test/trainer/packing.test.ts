@@ -65,7 +65,7 @@ type Runner = (
 
 test("packed steps count the samples they held, and a packed run resumes exactly", async () => {
   await withRun(async (run) => {
-    const whole = await run({ SAVE_CKPT_DIR: "ckpt-whole" });
+    const whole = await run({});
     assert.equal(whole.steps.length, 5);
     // each step's samples: one a row at least, PACKING at most; more than one a row on average
     let before = 0;

@@ -7,9 +7,13 @@ import { STOP_SIGNALS } from "../stop_signals.ts";
 
 const TSX_LOADER = import.meta.resolve("tsx");
 
-/** The node command line that runs TypeScript file `script` with `args`. */
-export function nodeScriptCommand(script: string, args: readonly string[] = []): [string, string[]] {
-  return [process.execPath, ["--import", TSX_LOADER, script, ...args]];
+/** The node command line that runs TypeScript file `script` with `args`, node itself given `nodeFlags`. */
+export function nodeScriptCommand(
+  script: string,
+  args: readonly string[] = [],
+  nodeFlags: readonly string[] = [],
+): [string, string[]] {
+  return [process.execPath, [...nodeFlags, "--import", TSX_LOADER, script, ...args]];
 }
 
 /**
@@ -31,9 +35,14 @@ export function childStatus(code: number | null, signal: NodeJS.Signals | null):
 }
 
 /** Runs TypeScript file `script` with `args`, its output on ours; resolves with its exit status. */
-export function runScript(script: string, args: readonly string[], env: NodeJS.ProcessEnv = {}): Promise<number> {
+export function runScript(
+  script: string,
+  args: readonly string[],
+  env: NodeJS.ProcessEnv = {},
+  nodeFlags: readonly string[] = [],
+): Promise<number> {
   return new Promise((resolve, reject) => {
-    const [command, commandArgs] = nodeScriptCommand(script, args);
+    const [command, commandArgs] = nodeScriptCommand(script, args, nodeFlags);
     const child = spawn(command, commandArgs, { env: { ...process.env, ...env }, stdio: "inherit" });
     relayStopSignals(child);
     child.on("error", reject);
