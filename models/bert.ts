@@ -403,7 +403,11 @@ const atLeastFloat32 = (t: Tensor): Tensor => (t.dtype.itemsize < 4 ? t.cast(dty
 export function bertPretrainingLosses(
   { maskedLmLogits, nextSentenceLogits }: BertOutputs,
   { maskedLmIds, maskedLmWeights, nextSentenceLabels, nextSentenceWeights }: BertLabels,
-  { maskedLmDenominator, maskedLmEpsilon = 0 }: { maskedLmDenominator?: Tensor; maskedLmEpsilon?: number } = {},
+  {
+    maskedLmDenominator,
+    maskedLmEpsilon = 0,
+    nextSentenceDenominator,
+  }: { maskedLmDenominator?: Tensor; maskedLmEpsilon?: number; nextSentenceDenominator?: Tensor } = {},
 ): BertLosses {
   const lmLogits = atLeastFloat32(maskedLmLogits);
   const lmSum = () =>
@@ -414,10 +418,14 @@ export function bertPretrainingLosses(
     : maskedLmEpsilon > 0
       ? lmSum().div(maskedLmWeights.cast(dtypes.float32).sum().add(maskedLmEpsilon))
       : lmLogits.sparseCategoricalCrossentropy(maskedLmIds, { weights: maskedLmWeights });
-  const nextSentenceLoss = atLeastFloat32(nextSentenceLogits).sparseCategoricalCrossentropy(
-    nextSentenceLabels.reshape(nextSentenceLogits.shape.slice(0, -1)),
-    { weights: nextSentenceWeights },
-  );
+  const nspLogits = atLeastFloat32(nextSentenceLogits);
+  const nspLabels = nextSentenceLabels.reshape(nextSentenceLogits.shape.slice(0, -1));
+  // packed micro-batches and ranks hold different numbers of samples: each divides by the whole step's count
+  const nextSentenceLoss = nextSentenceDenominator
+    ? nspLogits
+        .sparseCategoricalCrossentropy(nspLabels, { weights: nextSentenceWeights, reduction: "sum" })
+        .div(nextSentenceDenominator)
+    : nspLogits.sparseCategoricalCrossentropy(nspLabels, { weights: nextSentenceWeights });
   return { loss: maskedLmLoss.add(nextSentenceLoss), maskedLmLoss, nextSentenceLoss };
 }
 

@@ -118,7 +118,13 @@ function withTraining<T>(on: boolean, fn: () => T): T {
 /** One optimisation step on `batch`; returns the (realized) mean training loss. */
 export function bertTrainStep(state: BertTrainState, batch: BertBatch, options: TrainStepOptions): Tensor {
   return withTraining(true, () => {
-    const loss = bertGradients(state, batch, options);
+    // packed micro-batches hold different numbers of predictions and samples: each divides by the whole step's
+    const loss = bertGradients(
+      state,
+      batch,
+      options,
+      batch.nextSentenceWeights && options.gradientAccSteps > 1 ? batchLossDenominators(batch, options) : {},
+    );
     // the loss and the update in one schedule
     Tensor.realizeAll([loss, ...bertUpdate(state, options)]);
     state.scheduler.step();
@@ -126,29 +132,57 @@ export function bertTrainStep(state: BertTrainState, batch: BertBatch, options: 
   });
 }
 
+/** What a step's losses divide by, the whole step's: its masked-LM weight (+ the reference's 1e-5) and samples. */
+export interface LossDenominators {
+  maskedLm?: Tensor;
+  nextSentence?: Tensor;
+}
+
+/** A batch's own denominators, computed with the step: the sums of its masked-LM and NSP weights. */
+export function batchLossDenominators(
+  batch: BertBatch,
+  { lossRule = "reference" }: TrainStepOptions,
+): LossDenominators {
+  const epsilon = lossRule === "reference" ? REFERENCE_MASKED_LM_EPSILON : 0;
+  const weightSum = batch.maskedLmWeights.cast(dtypes.float32).sum();
+  return {
+    maskedLm: (epsilon > 0 ? weightSum.add(epsilon) : weightSum).maximum(1e-12),
+    nextSentence: batch.nextSentenceWeights!.cast(dtypes.float32).sum().maximum(1e-12),
+  };
+}
+
 /**
  * Forward and backward of loss * lossScale on `batch` (in GRADIENT_ACC_STEPS micro-batches): every
- * parameter's `grad` set (still scaled), the mean loss returned lazily. With `maskedLmDenominator` the
+ * parameter's `grad` set (still scaled), the mean loss returned lazily. With `denominators.maskedLm` the
  * masked-LM loss is the batch's weighted sum divided by it (data-parallel ranks pass the whole global
- * batch's weight over the rank count, so that the ranks' mean is the global batch's loss and gradient).
+ * batch's weight over the rank count, so that the ranks' mean is the global batch's loss and gradient);
+ * `denominators.nextSentence` does the same for the NSP loss (packed batches, whose sample count varies).
+ * Without one, that loss is each micro-batch's mean, averaged over the micro-batches.
  */
 export function bertGradients(
   { model, optimizer }: BertTrainState,
   batch: BertBatch,
   { lossScale, gradientAccSteps, lossRule = "reference" }: TrainStepOptions,
-  maskedLmDenominator?: Tensor,
+  denominators: LossDenominators = {},
 ): Tensor {
   const maskedLmEpsilon = lossRule === "reference" ? REFERENCE_MASKED_LM_EPSILON : 0;
+  const { maskedLm, nextSentence } = denominators;
   return withTraining(true, () => {
     optimizer.zeroGrad();
     const params = optimizer.params;
     let loss: Tensor | undefined;
     for (const micro of splitBatch(batch, gradientAccSteps)) {
-      const losses = bertPretrainingLosses(model.forward(micro), micro, { maskedLmDenominator, maskedLmEpsilon });
-      // a given denominator is the whole step's already: only the NSP mean is per micro-batch
-      const microLoss = maskedLmDenominator
-        ? losses.maskedLmLoss.add(losses.nextSentenceLoss.div(gradientAccSteps))
-        : losses.loss.div(gradientAccSteps);
+      const losses = bertPretrainingLosses(model.forward(micro), micro, {
+        maskedLmDenominator: maskedLm,
+        maskedLmEpsilon,
+        nextSentenceDenominator: nextSentence,
+      });
+      // a given denominator is the whole step's already; a mean is the micro-batch's, one of gradientAccSteps
+      const perStep = (part: Tensor, whole: Tensor | undefined) => (whole ? part : part.div(gradientAccSteps));
+      const microLoss =
+        maskedLm || nextSentence
+          ? perStep(losses.maskedLmLoss, maskedLm).add(perStep(losses.nextSentenceLoss, nextSentence))
+          : losses.loss.div(gradientAccSteps);
       microLoss.mul(lossScale).backward();
       loss = loss ? loss.add(microLoss) : microLoss;
       // with several micro-batches, keep only the summed gradients between them
@@ -167,20 +201,25 @@ export function bertUpdate(
   return optimizer.scheduleStep();
 }
 
-/** A data-parallel train step: the batch is this rank's part of the global batch. */
+/**
+ * A data-parallel train step: the batch is this rank's part of the global batch, unpacked (seven tensors) or packed
+ * (eleven, with `sampleCount`, the samples its rows hold). `samples` is the global batch's count of samples.
+ */
 export type BertDataParallelStep = (
-  batch: BertBatchTensors,
+  batch: BertBatchTensors | PackedBertBatchTensors,
   maskedLmWeightSum: number,
-) => { loss: Tensor; lr: Tensor; reduceMs: number };
+  sampleCount?: number,
+) => { loss: Tensor; lr: Tensor; reduceMs: number; samples: number };
 
 /**
  * The train step of one rank among `comm.size`: a jitted forward and backward on this rank's part of the
  * global batch, the gradients (and the loss) averaged across ranks through `comm`, then a jitted update,
  * the same on every rank. `maskedLmWeightSum` is this part's sum of masked_lm_weights: the ranks add theirs
- * up first, so that every rank's masked-LM loss is divided by the global batch's weight. With one rank (or
- * in-process devices alone) this is the plain step split in two; the sum over ranks is exact where the
- * in-process one adds in the same order, so N ranks give the weights N devices in one process give. With
- * `nccl` (GPU ranks) the gradients are reduced on the GPUs, otherwise through host memory.
+ * up first, so that every rank's masked-LM loss is divided by the global batch's weight. A packed part's
+ * `sampleCount` is added up the same way for the NSP loss, the parts holding different numbers of samples.
+ * With one rank (or in-process devices alone) this is the plain step split in two; the sum over ranks is
+ * exact where the in-process one adds in the same order, so N ranks give the weights N devices in one
+ * process give. With `nccl` (GPU ranks) the gradients are reduced on the GPUs, otherwise through host memory.
  */
 export function makeBertDataParallelStep(
   state: BertTrainState,
@@ -188,30 +227,41 @@ export function makeBertDataParallelStep(
   comm: dist.Communicator,
   { nccl }: { nccl?: dist.NcclCommunicator } = {},
 ): BertDataParallelStep {
-  const gradients = jit((...t: [...BertBatchTensors, Tensor]) => {
-    const loss = bertGradients(state, bertBatchOf(t.slice(0, 7) as BertBatchTensors), options, t[7]);
-    return { loss, grads: state.optimizer.params.map((p) => p.grad!) };
-  });
+  // the batch's tensors, then the masked-LM denominator, then (packed) the NSP one
+  const gradientsFor = (fields: 7 | 11) =>
+    jit((...t: Tensor[]) => {
+      const batch =
+        fields === 11
+          ? packedBertBatchOf(t.slice(0, 11) as PackedBertBatchTensors)
+          : bertBatchOf(t.slice(0, 7) as BertBatchTensors);
+      const loss = bertGradients(state, batch, options, { maskedLm: t[fields], nextSentence: t[fields + 1] });
+      return { loss, grads: state.optimizer.params.map((p) => p.grad!) };
+    });
+  const gradients = { 7: gradientsFor(7), 11: gradientsFor(11) };
   const update = jit((...grads: Tensor[]) => {
     state.optimizer.params.forEach((p, i) => (p.grad = grads[i]!));
     withTraining(true, () => Tensor.realizeAll(bertUpdate(state, options)));
     state.scheduler.step();
     return { lr: state.optimizer.optimizers[0]!.lr };
   });
-  return (batch, maskedLmWeightSum) => {
-    const [weightSum] = comm.allReduce(Float64Array.of(maskedLmWeightSum), "sum");
+  return (batch, maskedLmWeightSum, sampleCount) => {
+    const packed = batch.length === 11;
+    if (packed && sampleCount === undefined)
+      throw new TsgradError("a packed batch's data-parallel step needs its sample count");
+    const [weightSum, samples] = comm.allReduce(Float64Array.of(maskedLmWeightSum, sampleCount ?? 0), "sum");
     const devices = batch[0].device.split(",");
+    // each rank's share of the global sums: the ranks' mean of their losses is the global batch's
+    const share = (value: number) => {
+      const t = new Tensor(Math.max(value / comm.size, 1e-12), { dtype: dtypes.float32, device: devices[0] });
+      return devices.length > 1 ? t.to(devices) : t;
+    };
     const epsilon = options.lossRule === "seed" ? 0 : REFERENCE_MASKED_LM_EPSILON;
-    let denominator = new Tensor(Math.max((weightSum! + epsilon) / comm.size, 1e-12), {
-      dtype: dtypes.float32,
-      device: devices[0],
-    });
-    if (devices.length > 1) denominator = denominator.to(devices);
-    const { loss, grads } = gradients(...batch, denominator);
+    const denominators = [share(weightSum! + epsilon), ...(packed ? [share(samples!)] : [])];
+    const { loss, grads } = gradients[packed ? 11 : 7](...batch, ...denominators);
     const start = performance.now();
     dist.allReduceTensors(comm, [...grads, loss], "mean", { nccl });
     const reduceMs = performance.now() - start;
-    return { loss, ...update(...grads), reduceMs };
+    return { loss, ...update(...grads), reduceMs, samples: packed ? samples! : batch[0].shape[0]! * comm.size };
   };
 }
 

@@ -443,15 +443,20 @@ export function validateKnobs(k: Knobs, world: { rank: number; size: number } = 
     throw new KnobError(`RESUME=${k.RESUME}: no such checkpoint file`);
 }
 
-/** What packed training (PACKING>0) supports so far; the rest is refused by name rather than trained wrongly. */
+/** Packed rows split over the ranks, then the micro-batches, then the devices, as BS does. */
 function checkPacking(k: Knobs, world: { size: number }): void {
-  // packed micro-batches and ranks hold different numbers of samples: the NSP mean would need the step's count
-  if (k.GRADIENT_ACC_STEPS !== 1)
-    throw new KnobError(`PACKING=${k.PACKING} trains with GRADIENT_ACC_STEPS=1 only (not yet with micro-batches)`);
-  if (world.size > 1)
-    throw new KnobError(`PACKING=${k.PACKING} trains in one process only (not yet over ${world.size} ranks)`);
-  if (k.GPUS > 1 && k.PACKED_BS % k.GPUS !== 0)
-    throw new KnobError(`PACKED_BS=${k.PACKED_BS} packed rows do not split over GPUS=${k.GPUS} devices`);
+  const onRank = world.size > 1 ? ` (a rank's part of PACKED_BS=${k.PACKED_BS} over ${world.size} ranks)` : "";
+  if (k.PACKED_BS % world.size !== 0)
+    throw new KnobError(`PACKED_BS=${k.PACKED_BS} packed rows do not split over the job's ${world.size} ranks`);
+  const rankRows = k.PACKED_BS / world.size;
+  if (rankRows % k.GRADIENT_ACC_STEPS !== 0)
+    throw new KnobError(
+      `${rankRows} packed rows${onRank} are not a multiple of GRADIENT_ACC_STEPS=${k.GRADIENT_ACC_STEPS}`,
+    );
+  if (k.GPUS > 1 && (rankRows / k.GRADIENT_ACC_STEPS) % k.GPUS !== 0)
+    throw new KnobError(
+      `the packed micro-batch of ${rankRows / k.GRADIENT_ACC_STEPS} rows${onRank} does not split over GPUS=${k.GPUS} devices`,
+    );
 }
 
 /** --help text: every knob with its flag and default. */

@@ -416,7 +416,7 @@ export function trainEta(knobs: Knobs, lastAccuracy: () => number | null): (done
 /** Samples the loader hands the packer at a time, at least: a window of 256 packs about as tightly as the whole set. */
 const PACKING_WINDOW = 256;
 
-/** One step's input: a batch of samples, or of packed rows; `count` samples either way (all ranks together). */
+/** One step's input: a batch of samples, or of packed rows; `count`: the samples in it (packed: on this rank). */
 type TrainBatch =
   | { samples: SampleColumns; packed?: undefined; count: number }
   | { packed: PackedColumns; count: number };
@@ -561,8 +561,6 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
       ? `training with global batch size ${knobs.BS} (${knobs.BS / comm.size} a rank) for ${knobs.TRAIN_STEPS} steps`
       : `training with global batch size ${knobs.BS} for ${knobs.TRAIN_STEPS} steps`,
   );
-  if (knobs.PACKING > 0 && options.splitStep)
-    throw new TrainerError(`PACKING=${knobs.PACKING} trains with the fused step only (not the data-parallel one)`);
 
   // ** jitted steps **
   const stepOptions = {
@@ -584,22 +582,24 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
     loss: bertTrainStep(state, packedBertBatchOf(t), stepOptions),
     lr: optimizer.optimizers[0]!.lr,
   }));
-  const trainStep = (batch: TrainBatch): { loss: Tensor; lr: Tensor; reduceMs?: number } => {
-    if (batch.packed) return packedStep(...packedToTensors(batch.packed, devices));
-    const samples = batch.samples;
-    const tensors = samplesToTensors(samples, devices);
-    if (!dataParallelStep) return fusedStep(...tensors);
-    return dataParallelStep(
-      tensors,
-      samples.masked_lm_weights.reduce((a, b) => a + b, 0),
-    );
+  /** One step; `samples`: the global batch's (packed parts hold different numbers on different ranks). */
+  const trainStep = (batch: TrainBatch): { loss: Tensor; lr: Tensor; reduceMs?: number; samples: number } => {
+    const weightSum = (weights: Float32Array) => weights.reduce((a, b) => a + b, 0);
+    if (batch.packed) {
+      const tensors = packedToTensors(batch.packed, devices);
+      if (!dataParallelStep) return { ...packedStep(...tensors), samples: batch.count };
+      return dataParallelStep(tensors, weightSum(batch.packed.masked_lm_weights), batch.count);
+    }
+    const tensors = samplesToTensors(batch.samples, devices);
+    if (!dataParallelStep) return { ...fusedStep(...tensors), samples: knobs.BS };
+    return dataParallelStep(tensors, weightSum(batch.samples.masked_lm_weights));
   };
   const evalStep = jit((...t: BertBatchTensors) => ({ ...bertEvalStep(model, bertBatchOf(t)) }));
 
   // ** data: the shards only in the run phase (after run_start), fake batches otherwise **
   const packing = knobs.PACKING > 0;
-  // packed, the loader's batches are packing windows; a resumed run replays the packing from the first (below)
-  const loaderBatch = packing ? Math.max(knobs.BS, PACKING_WINDOW) : knobs.BS;
+  // packed, the loader's batches are packing windows (a part on each rank); a resumed run replays the packing (below)
+  const loaderBatch = packing ? Math.ceil(Math.max(knobs.BS, PACKING_WINDOW) / comm.size) * comm.size : knobs.BS;
   const train = shards
     ? prefetchBatches({
         kind: "train",
@@ -627,7 +627,9 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
     widthsChecked = true;
     return next.value;
   };
-  const batcher = packing ? new PackedBatcher(knobs.PACKED_BS, { maxPerRow: knobs.PACKING, seed: knobs.SEED }) : null;
+  const batcher = packing
+    ? new PackedBatcher(knobs.PACKED_BS / comm.size, { maxPerRow: knobs.PACKING, seed: knobs.SEED + comm.rank })
+    : null;
   const nextTrain = async (): Promise<TrainBatch> => {
     if (!batcher) return { samples: await nextSamples(), count: knobs.BS };
     let packed = batcher.next();
@@ -641,8 +643,9 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
   let samplesSeen = startStep * knobs.BS;
   if (batcher && startStep > 0) {
     // the packing of step k depends on every earlier window: pack them again, training on none of them
-    samplesSeen = 0;
-    for (let replayed = 0; replayed < startStep; replayed++) samplesSeen += (await nextTrain()).count;
+    let replayedSamples = 0;
+    for (let replayed = 0; replayed < startStep; replayed++) replayedSamples += (await nextTrain()).count;
+    samplesSeen = comm.size > 1 ? comm.allReduce(Float64Array.of(replayedSamples), "sum")[0]! : replayedSamples;
     print(`replayed the packing of steps 1-${startStep}: ${samplesSeen} samples`);
   }
   const evaluation: Evaluation = {
@@ -733,7 +736,7 @@ export async function trainBert(knobs: Knobs, options: TrainOptions = {}): Promi
       const cl = performance.now();
       if (Number.isNaN(loss)) throw new TrainerError(`the loss is NaN at step ${step + 1}`);
       step++;
-      samplesSeen += batch.count;
+      samplesSeen += out.samples;
       result.samplesTrained = samplesSeen;
       result.stepsRun++;
       stepTimes.push(cl - st);

@@ -9,6 +9,7 @@ import {
   type BertConfig,
 } from "../../models/bert.ts";
 import {
+  batchLossDenominators,
   bertBatchOf,
   bertGradients,
   bertTrainStep,
@@ -16,6 +17,7 @@ import {
   makePackedBertTrainStep,
   packedBertBatchOf,
   type BertTrainState,
+  type LossDenominators,
   type TrainStepOptions,
 } from "../../models/bert_train_step.ts";
 import { packSamples, packedToTensors } from "../../mlperf/bert/data/packing.ts";
@@ -72,9 +74,14 @@ interface Measured {
   gradients: Map<string, Float32Array>;
 }
 
-function gradientsOf(state: BertTrainState, batch: ReturnType<typeof bertBatchOf>): Measured {
-  const options: TrainStepOptions = { lossScale: 1, gradientAccSteps: 1, maxGradNorm: 1, lossRule: "reference" };
-  const loss = bertGradients(state, batch, options);
+function gradientsOf(
+  state: BertTrainState,
+  batch: ReturnType<typeof bertBatchOf>,
+  gradientAccSteps = 1,
+  denominators: LossDenominators = {},
+): Measured {
+  const options: TrainStepOptions = { lossScale: 1, gradientAccSteps, maxGradNorm: 1, lossRule: "reference" };
+  const loss = bertGradients(state, batch, options, denominators);
   const gradients = new Map<string, Float32Array>();
   for (const [name, parameter] of Object.entries(nn.getStateDict(state.model)))
     gradients.set(name, Float32Array.from(parameter.grad!.toArray() as Float32Array));
@@ -118,6 +125,27 @@ test("a packed batch has the unpacked batch's loss and every parameter's gradien
   assertClose(inRows.losses, unpacked.losses, { atol: 1e-5, rtol: 1e-5, what: "loss" });
   for (const [name, expected] of unpacked.gradients)
     assertClose(inRows.gradients.get(name)!, expected, { atol: 1e-5, rtol: 1e-4, what: `gradient of ${name}` });
+});
+
+test("packed micro-batches (GRADIENT_ACC_STEPS=2) divide by the whole step's weights and samples", (t) => {
+  Tensor.manualSeed(5);
+  const model = new BertForPretraining(CONFIG, { disableDropout: true });
+  const state = { model, ...createBertOptimizer(model, { lr: 1e-3, totalSteps: 10, warmupSteps: 0 }) };
+  const samples = samplesOfLengths([12, 9, 7, 5, 4, 3, 16], 11);
+  const packed = packSamples(samples, { maxPerRow: 3, seed: 2 });
+  const batch = packedBertBatchOf(packedToTensors(packed));
+  const unpacked = gradientsOf(state, bertBatchOf(samplesToTensors(samples)));
+  const denominators = batchLossDenominators(batch, { lossScale: 1, gradientAccSteps: 2, maxGradNorm: 1 });
+  const halves = gradientsOf(state, batch, 2, denominators);
+  const { abs, rel, worst } = maxDifferences(halves, unpacked);
+  t.diagnostic(`two packed micro-batches: max |diff| ${abs}, max relative ${rel} (${worst})`);
+  assertClose(halves.losses, unpacked.losses, { atol: 1e-5, rtol: 1e-5, what: "loss" });
+  for (const [name, expected] of unpacked.gradients)
+    assertClose(halves.gradients.get(name)!, expected, { atol: 1e-5, rtol: 1e-4, what: `gradient of ${name}` });
+  // each half's own means, averaged: the halves hold different numbers of samples, so not the batch's loss
+  const meanOfMeans = gradientsOf(state, batch, 2);
+  t.diagnostic(`mean of the halves' means: loss ${meanOfMeans.losses[0]} against ${unpacked.losses[0]}`);
+  assert.ok(Math.abs(meanOfMeans.losses[0]! - unpacked.losses[0]!) > 1e-3);
 });
 
 test("the packed masked-LM and NSP losses equal the unpacked ones part by part", () => {

@@ -10,6 +10,7 @@ import { KnobError, parseKnobs, validateKnobs } from "../../mlperf/bert/knobs.ts
 import { parseStepLine } from "../../mlperf/bert/report.ts";
 import { TrainerError, packingSummary, trainBert, type TrainResult } from "../../mlperf/bert/train.ts";
 import { TINY, skewedCorpus } from "./tiny_data.ts";
+import { assertClose } from "../close.ts";
 
 // rows of 32 tokens: the skewed corpus's samples (4 to 18 tokens) pack two or three a row
 const PACKABLE: DemoSettings = {
@@ -35,10 +36,11 @@ async function withRun<T>(fn: (run: Runner) => Promise<T>): Promise<T> {
       PACKING: "3",
       PACKED_BS: "4",
     };
-    return await fn(async (env, onStep = () => {}) => {
+    return await fn(async (env, onStep = () => {}, splitStep = false) => {
       const steps: { step: number; samples: number; loss: string }[] = [];
       const lines: string[] = [];
       const result: TrainResult = await trainBert(parseKnobs([], { ...base, ...env })!, {
+        splitStep,
         print: (line) => {
           lines.push(line);
           const step = parseStepLine(line);
@@ -56,6 +58,7 @@ async function withRun<T>(fn: (run: Runner) => Promise<T>): Promise<T> {
 type Runner = (
   env: Record<string, string>,
   onStep?: (step: number) => void,
+  splitStep?: boolean,
 ) => Promise<{
   steps: { step: number; samples: number; loss: string }[];
   lines: string[];
@@ -104,12 +107,35 @@ test("packed steps count the samples they held, and a packed run resumes exactly
   });
 });
 
-test("what packed training cannot do yet is refused by name", () => {
+test("packed rows split over micro-batches and the data-parallel step train as the fused step does", async () => {
+  await withRun(async (run) => {
+    const losses = async (env: Record<string, string>, splitStep = false) =>
+      (await run(env, () => {}, splitStep)).steps.map((s) => s.loss);
+    const fused = await losses({});
+    // the whole step's weights and samples divide every micro-batch's sums: float32 rounding apart
+    const micro = await losses({ GRADIENT_ACC_STEPS: "2" });
+    const split = await losses({}, true);
+    for (const [what, other] of [
+      ["GRADIENT_ACC_STEPS=2", micro],
+      ["the data-parallel step", split],
+    ] as const)
+      assertClose(other.map(Number), fused.map(Number), { atol: 2e-4, rtol: 0, what: `losses with ${what}` });
+  });
+});
+
+test("packed rows must split over ranks, micro-batches and devices", () => {
   const knobs = (env: Record<string, string>) => parseKnobs([], { DEVICE: "JS", PACKING: "3", ...env })!;
-  assert.throws(() => validateKnobs(knobs({ BS: "8", GRADIENT_ACC_STEPS: "2" })), /GRADIENT_ACC_STEPS=1 only/);
-  assert.throws(() => validateKnobs(knobs({ BS: "8" }), { rank: 0, size: 2 }), /one process only/);
-  assert.throws(() => validateKnobs(knobs({ BS: "8", PACKED_BS: "3", GPUS: "2" })), /do not split over GPUS=2/);
+  assert.throws(
+    () => validateKnobs(knobs({ BS: "8", PACKED_BS: "3" }), { rank: 0, size: 2 }),
+    /over the job's 2 ranks/,
+  );
+  assert.throws(
+    () => validateKnobs(knobs({ BS: "8", PACKED_BS: "6", GRADIENT_ACC_STEPS: "4" })),
+    /6 packed rows are not a multiple of GRADIENT_ACC_STEPS=4/,
+  );
+  assert.throws(() => validateKnobs(knobs({ BS: "8", PACKED_BS: "3", GPUS: "2" })), /does not split over GPUS=2/);
   assert.throws(() => validateKnobs(knobs({ PACKING: "-1" })), KnobError);
+  validateKnobs(knobs({ BS: "8", PACKED_BS: "4", GRADIENT_ACC_STEPS: "2" }), { rank: 0, size: 2 });
   assert.equal(knobs({ BS: "66" }).PACKED_BS, 33, "BS/2 rows by default");
   assert.equal(knobs({ BS: "66", PACKING: "0" }).PACKED_BS, 66);
 });

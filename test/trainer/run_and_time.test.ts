@@ -124,9 +124,11 @@ test("with RANKS=2 both phases run under mpirun, rank 0 alone logs, and the run 
   assertConverged(mlperfText);
 });
 
-test("with PACKING=3 over GPUS=2 both phases train packed rows and the run converges with a compliant log", () => {
-  const { lines, mlperfText } = runCpuScript(4245, { DEVICE: "JS", GPUS: "2", PACKING: "3" });
-  assert.ok(lines.includes('HParam: "PACKED_BS": 4'), "BS/2 rows by default");
+test("with PACKING=3 on RANKS=2 x GPUS=2 both phases train packed rows and converge with a compliant log", () => {
+  const run = { DEVICE: "JS", GPUS: "2", RANKS: "2", MPIRUN_FLAGS: "--oversubscribe", PACKING: "3" };
+  const { lines, mlperfText } = runCpuScript(4245, run);
+  assert.ok(lines.some((l) => l.startsWith("training on 2 ranks (mpi, launched by openmpi) x JS, JS:1")));
+  assert.ok(lines.includes('HParam: "PACKED_BS": 4'), "BS/2 rows by default: 2 a rank, 1 a device");
   assert.ok(lines.some((l) => l.startsWith("packing: ") && l.includes("a row of 4 rows")));
   assertConverged(mlperfText);
   const records = parseMllog(mlperfText).records.map((r) => r.fields);
