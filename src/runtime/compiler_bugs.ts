@@ -165,14 +165,25 @@ export function miscompileWorkarounds(
   });
   const unknown = answers.filter((a) => a.verdict === undefined);
   if (unknown.length > 0) {
-    const outputs = runProbes(
+    // all probes in one program built both ways (two compiler runs, not two a probe); one at a time where that fails
+    const sources = unknown.map(({ probe }) => probe.source);
+    const together = runProbes(
       command,
-      unknown.flatMap(({ probe }) => [
-        { flags: codegen, source: probe.source },
-        { flags: [...codegen, definition], source: probe.source },
-      ]),
+      [codegen, [...codegen, definition]].map((f) => ({ flags: f, source: oneProgram(sources) })),
       dir,
-    );
+    ).map((output) => output?.split("\n"));
+    const apart = (): (string | undefined)[] =>
+      runProbes(
+        command,
+        sources.flatMap((source) => [
+          { flags: codegen, source },
+          { flags: [...codegen, definition], source },
+        ]),
+        dir,
+      );
+    const outputs = together.every((lines) => lines?.length === sources.length)
+      ? sources.flatMap((_, i) => [together[0]![i], together[1]![i]])
+      : apart();
     unknown.forEach((answer, i) => {
       const [plain, marked] = [outputs[2 * i], outputs[2 * i + 1]];
       if (plain === undefined) return; // the probe does not build or run here: nothing to learn
@@ -184,6 +195,16 @@ export function miscompileWorkarounds(
   const found = answers.filter((a) => a.verdict !== undefined && a.verdict !== "right").map((a) => a.probe.name);
   const global = answers.some((a) => a.verdict === "global");
   return { flags: global ? ["-fno-tree-loop-vectorize"] : found.length > 0 ? [definition] : [], found };
+}
+
+/**
+ * The probe programs `sources` as one program that prints each one's line in turn: each probe's functions and
+ * `main` renamed apart, and a `main` calling theirs.
+ */
+function oneProgram(sources: readonly string[]): string {
+  const renamed = sources.map((source, i) => source.replace(/\b(tg_\w+|main)\b/g, `$1_probe${i}`));
+  const calls = sources.map((_, i) => `  if (main_probe${i}() != 0) return 1;\n  fflush(stdout);`).join("\n");
+  return `${renamed.join("\n")}\nint main(void) {\n${calls}\n  return 0;\n}\n`;
 }
 
 /** What the probe program built with `flags` prints, or undefined where it does not build or run. */

@@ -13,7 +13,7 @@ import { Device, Tensor, dtypes } from "../../src/index.ts";
 import { recordItems } from "../../src/engine/realize.ts";
 import type { ExecItem } from "../../src/engine/schedule.ts";
 import { cFunction } from "../../src/engine/cpu_programs.ts";
-import { PROBES, runProbe } from "../../src/runtime/compiler_bugs.ts";
+import { PROBES, miscompileWorkarounds, runProbe } from "../../src/runtime/compiler_bugs.ts";
 import { renderC } from "../../src/renderer/c.ts";
 import type { KernelIR, Stmt } from "../../src/codegen/ir.ts";
 import { iadd, iconst, imul, ivar } from "../../src/shape/symbolic.ts";
@@ -161,6 +161,26 @@ test("each miscompile probe prints its expected answer when built without optimi
   try {
     for (const probe of PROBES)
       assert.equal(runProbe(process.env.CC || "cc", ["-O0"], probe.source, dir), probe.expected, probe.name);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("the probes built as one program find what each probe built alone finds", {
+  skip: spawnSync(process.env.CC || "cc", ["--version"]).status === 0 ? false : "no C compiler",
+}, () => {
+  const cc = process.env.CC || "cc";
+  const dir = mkdtempSync(join(tmpdir(), "tsgrad-probe-"));
+  const flags = ["-O3", "-march=native", "-ffp-contract=off", "-fno-trapping-math", "-fno-math-errno"];
+  const marker = `-DTG_FRAGILE_LOOPS=__attribute__((optimize("no-tree-loop-vectorize")))`;
+  try {
+    const alone = PROBES.filter((probe) => runProbe(cc, flags, probe.source, dir) !== probe.expected);
+    for (const probe of alone) assert.equal(runProbe(cc, [...flags, marker], probe.source, dir), probe.expected);
+    const together = miscompileWorkarounds(cc, "a version", flags, dir);
+    assert.deepEqual(
+      together.found,
+      alone.map((probe) => probe.name),
+    );
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
