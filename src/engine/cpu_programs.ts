@@ -48,7 +48,7 @@ export function compilePrograms(variants: readonly Variant[]): void {
     if (!program.searched) program.useSearched(beamSearch(program.kernel, "CPU", timeKernels));
   const functions = todo.map(({ program, aliased }) => cFunction(program.kernel, aliased));
   if (debugLevel() >= 4) functions.forEach((f) => console.error(f.code));
-  const compiled = compileCpu(functions);
+  const compiled = compileCpu(functions, { tiered: true });
   // the ones that compiled are ready; one that did not stops waiting (it would fail every later batch it joined)
   // and raises its error when it is run, not when a program beside it is
   let failed: string | undefined;

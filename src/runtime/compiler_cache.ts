@@ -12,12 +12,29 @@ export class CompileError extends TsgradError {
   override name = "CompileError";
 }
 
-interface Compiler {
+export interface Compiler {
   readonly command: string;
   readonly flags: readonly string[];
+  /** The first line of `--version`. */
+  readonly version: string;
   /** Compiler version, flags and CPU model: part of every cache key. */
   readonly identity: string;
 }
+
+const compilerOf = (command: string, version: string, flags: readonly string[]): Compiler => ({
+  command,
+  flags,
+  version,
+  identity: `${version}|${flags.join(" ")}|${cpus()[0]?.model ?? ""}`,
+});
+
+/** The same compiler and flags at another optimisation level (`-O1`): its own cache keys. */
+export const atLevel = (compiler: Compiler, level: string): Compiler =>
+  compilerOf(
+    compiler.command,
+    compiler.version,
+    compiler.flags.map((f) => (/^-O\d$/.test(f) ? level : f)),
+  );
 
 let probed: Compiler | null | undefined;
 
@@ -47,8 +64,6 @@ export function findCompiler(): Compiler | null {
   // the process ends; unloaded at exit while OpenMP's idle worker threads still ran its code, node crashed
   // (SIGSEGV) on some exits. Linkers without it (macOS) get the flags without.
   const nodelete = "-Wl,-z,nodelete";
-  const identity = (flags: readonly string[]) =>
-    `${version.stdout.split("\n")[0]}|${flags.join(" ")}|${cpus()[0]?.model ?? ""}`;
   const probeSource =
     "#include <stdint.h>\nint tg_kernel(int x) { int s = 0;\n#pragma omp parallel for reduction(+:s)\nfor (int i = 0; i < x; i++) s += i;\nreturn s; }\n";
   // wrong code some compilers make of some loops (gcc 12.2's), stepped around for the kernels it touches
@@ -59,7 +74,7 @@ export function findCompiler(): Compiler | null {
       `tsgrad: ${command} vectorises some loops wrongly (probes ${workarounds.found.join(", ")}, a compiler bug); compiling with ${workarounds.flags.join(" ")}`,
     );
   for (const flags of [[...base, nodelete, "-fopenmp"], [...base, "-fopenmp"], [...base, nodelete], base]) {
-    const compiler = { command, flags, identity: identity(flags) };
+    const compiler = compilerOf(command, version.stdout.split("\n")[0]!, flags);
     try {
       compileLibraries(compiler, [{ prelude: "", code: probeSource }]);
       probed = compiler;
@@ -143,7 +158,8 @@ export interface CompiledFunction {
   readonly symbol: string;
 }
 
-const hashOf = (compiler: Compiler, fn: CFunction): string =>
+/** The cache's name for `fn` compiled by `compiler`. */
+export const hashOf = (compiler: Compiler, fn: CFunction): string =>
   createHash("sha256")
     .update(compiler.identity)
     .update("\0")
@@ -152,6 +168,12 @@ const hashOf = (compiler: Compiler, fn: CFunction): string =>
     .update(fn.code)
     .digest("hex")
     .slice(0, 32);
+
+/** Where the function named `hash` lives in the cache (whether it is there yet or not). */
+export const libraryOf = (hash: string): CompiledFunction => ({
+  path: join(cacheDir(), "cpu", `${hash}.so`),
+  symbol: `tg_${hash}`,
+});
 
 /** Counts compiled and cached functions and the rounds of compiler runs that built them, for tests and DEBUG output. */
 export const compileStats = { compiled: 0, cached: 0, rounds: 0, seconds: 0 };
@@ -175,7 +197,7 @@ export function compileEach(
 ): (CompiledFunction | { error: string })[] {
   const dir = join(cacheDir(), "cpu");
   const hashes = functions.map((fn) => hashOf(compiler, fn));
-  const entries = hashes.map((hash) => ({ path: join(dir, `${hash}.so`), symbol: `tg_${hash}` }));
+  const entries = hashes.map(libraryOf);
   const missing = [...new Set(hashes.filter((_, i) => !existsSync(entries[i]!.path)))];
   compileStats.cached += functions.length - missing.length;
   const errors = new Map<string, string>();
@@ -183,8 +205,7 @@ export function compileEach(
     mkdirSync(dir, { recursive: true });
     const start = performance.now();
     const byHash = new Map(hashes.map((h, i) => [h, functions[i]!]));
-    const width = Math.min(missing.length, Math.max(1, availableParallelism()));
-    const batches = Array.from({ length: width }, (_, b) => missing.filter((_, i) => i % width === b));
+    const batches = balancedBatches(missing, byHash);
     const failedBatches = buildBatches(compiler, dir, batches, byHash);
     // a failed batch is compiled one function at a time, to pin the error on the function that has it
     for (const batch of failedBatches) {
@@ -197,10 +218,62 @@ export function compileEach(
     compileStats.seconds += (performance.now() - start) / 1000;
     if (debugLevel() >= 3)
       console.error(
-        `tsgrad: compiled ${missing.length} kernel(s) in ${width} batch(es) in ${(performance.now() - start).toFixed(0)} ms`,
+        `tsgrad: compiled ${missing.length} kernel(s) in ${batches.length} batch(es) in ${(performance.now() - start).toFixed(0)} ms`,
       );
   }
   return entries.map((e, i) => (errors.has(hashes[i]!) ? { error: errors.get(hashes[i]!)! } : e));
+}
+
+/**
+ * `hashes` in one batch a core, of about equal source length (the compiler's time grows with it): longest first,
+ * each into the batch with the least so far. A batch takes as long as its slowest: batches by count were uneven.
+ */
+export function balancedBatches(hashes: readonly string[], byHash: ReadonlyMap<string, CFunction>): string[][] {
+  const width = Math.min(hashes.length, Math.max(1, availableParallelism()));
+  const batches = Array.from({ length: width }, () => ({ hashes: [] as string[], length: 0 }));
+  const longestFirst = [...hashes].sort((a, b) => byHash.get(b)!.code.length - byHash.get(a)!.code.length);
+  for (const hash of longestFirst) {
+    const lightest = batches.reduce((a, b) => (b.length < a.length ? b : a));
+    lightest.hashes.push(hash);
+    lightest.length += byHash.get(hash)!.code.length;
+  }
+  return batches.map((b) => b.hashes);
+}
+
+/** `s` as one word of a POSIX shell command. */
+export const shellQuote = (s: string): string => `'${s.replace(/'/g, "'\\''")}'`;
+
+/** A batch's translation unit `stem.c`, and the shell command that builds it into `stem.so` (errors in `stem.err`). */
+export interface BatchJob {
+  readonly hashes: readonly string[];
+  readonly stem: string;
+  readonly command: string;
+}
+
+/**
+ * Writes each batch's translation unit, and each function's own source beside its library (for checks such as
+ * test/fuzz/kernel_diff.py), under names no other process uses.
+ */
+export function writeBatches(
+  compiler: Compiler,
+  dir: string,
+  batches: readonly (readonly string[])[],
+  byHash: ReadonlyMap<string, CFunction>,
+): BatchJob[] {
+  return batches.map((hashes) => {
+    const stem = join(dir, `batch.${process.pid}.${Math.random().toString(36).slice(2)}`);
+    const prelude = byHash.get(hashes[0]!)!.prelude;
+    const units = hashes.map((h) => {
+      const fn = byHash.get(h)!;
+      writeAtomic(join(dir, `${h}.c`), `${fn.prelude}\n${fn.code}\n`);
+      return fn.code.replace(/\btg_kernel\b/g, `tg_${h}`);
+    });
+    writeFileSync(`${stem}.c`, `${prelude}\n${units.join("\n\n")}\n`);
+    const build = [compiler.command, ...compiler.flags, "-o", `${stem}.so`, `${stem}.c`, "-lm"]
+      .map(shellQuote)
+      .join(" ");
+    return { hashes, stem, command: `${build} 2> ${shellQuote(`${stem}.err`)}` };
+  });
 }
 
 /** Compiles each batch (one library per batch, in parallel); returns the batches that failed. */
@@ -211,30 +284,15 @@ function buildBatches(
   byHash: ReadonlyMap<string, CFunction>,
   errors?: Map<string, string>,
 ): string[][] {
-  const quote = (s: string) => `'${s.replace(/'/g, "'\\''")}'`;
-  const jobs = batches.map((hashes) => {
-    const stem = join(dir, `batch.${process.pid}.${Math.random().toString(36).slice(2)}`);
-    const prelude = byHash.get(hashes[0]!)!.prelude;
-    const units = hashes.map((h) => {
-      const fn = byHash.get(h)!;
-      writeAtomic(join(dir, `${h}.c`), `${fn.prelude}\n${fn.code}\n`);
-      return fn.code.replace(/\btg_kernel\b/g, `tg_${h}`);
-    });
-    writeFileSync(`${stem}.c`, `${prelude}\n${units.join("\n\n")}\n`);
-    return { hashes, stem };
-  });
-  const script = jobs.map(
-    ({ stem }) =>
-      `${[compiler.command, ...compiler.flags, "-o", `${stem}.so`, `${stem}.c`, "-lm"].map(quote).join(" ")} 2> ${quote(`${stem}.err`)} &`,
-  );
-  spawnSync("sh", ["-c", [...script, "wait"].join("\n")], { stdio: "ignore" });
+  const jobs = writeBatches(compiler, dir, batches, byHash);
+  spawnSync("sh", ["-c", [...jobs.map(({ command }) => `${command} &`), "wait"].join("\n")], { stdio: "ignore" });
   const failed: string[][] = [];
   for (const { hashes, stem } of jobs) {
     if (existsSync(`${stem}.so`)) {
       for (const h of hashes) linkInto(`${stem}.so`, join(dir, `${h}.so`));
       rmSync(`${stem}.so`);
     } else {
-      failed.push(hashes);
+      failed.push([...hashes]);
       if (errors && hashes.length === 1)
         errors.set(
           hashes[0]!,

@@ -5,8 +5,9 @@ import { availableParallelism } from "node:os";
 import type { Buffer } from "../device.ts";
 import { TsgradError, getenv } from "../helpers.ts";
 import { type CFunction, type CompiledFunction, compileEach, findCompiler } from "./compiler_cache.ts";
+import { type FinalBuild, type TieredFunction, compileTiered, pollFinalBuilds } from "./compile_tiers.ts";
 import { alignedBytes } from "./host_memory.ts";
-import { type GraphCall, cpuGraph } from "./cpu_graph.ts";
+import { type GraphCall, type GraphKernel, cpuGraph } from "./cpu_graph.ts";
 
 type KernelFn = (...args: unknown[]) => void;
 
@@ -16,12 +17,18 @@ export const threadCount = (): number => Math.max(1, getenv("THREADS", available
 /** Whether this machine can compile kernels (probes the compiler once). */
 export const cpuAvailable = (): boolean => findCompiler() !== null;
 
-/** Each function's library (several compiled at once, in parallel, and cached), or the compiler's error for it. */
-export function compileCpu(functions: readonly CFunction[]): (CompiledFunction | { error: string })[] {
+/**
+ * Each function's library (several compiled at once, in parallel, and cached), or the compiler's error for it.
+ * `tiered`: a large round may come back as quick builds switching to their final ones later (compile_tiers.ts).
+ */
+export function compileCpu(
+  functions: readonly CFunction[],
+  { tiered = false } = {},
+): (TieredFunction | { error: string })[] {
   const compiler = findCompiler();
   if (!compiler)
     throw new TsgradError(`CPU device: no working C compiler (tried ${process.env.CC || "cc"}); use DEVICE=JS`);
-  return compileEach(compiler, functions);
+  return tiered ? compileTiered(compiler, functions) : compileEach(compiler, functions);
 }
 
 const loaded = new Map<string, KernelFn>();
@@ -40,20 +47,46 @@ function loadFunction({ path, symbol }: CompiledFunction, bufferCount: number): 
 /** While a graph is being recorded (captureCpuGraph), the calls runs would make, made into the graph instead. */
 let recording: GraphCall[] | undefined;
 
-/** A compiled kernel function taking `bufferCount` buffers, run on buffers' memory with THREADS threads. */
-export class CpuKernel {
-  private readonly fn: KernelFn;
+/**
+ * A compiled kernel function taking `bufferCount` buffers, run on buffers' memory with THREADS threads. A quick
+ * build switches to its final build at the first run after that is in the cache.
+ */
+export class CpuKernel implements GraphKernel {
+  private fn: KernelFn;
+  compiled: CompiledFunction;
+  private final: FinalBuild | undefined;
   constructor(
-    readonly compiled: CompiledFunction,
-    bufferCount: number,
+    library: TieredFunction,
+    private readonly bufferCount: number,
   ) {
-    this.fn = loadFunction(compiled, bufferCount);
+    this.compiled = { path: library.path, symbol: library.symbol };
+    this.fn = loadFunction(this.compiled, bufferCount);
+    this.final = library.final;
+  }
+
+  /** Whether it still runs a quick build whose final build is under way. */
+  get upgrading(): boolean {
+    return this.final !== undefined;
+  }
+
+  /** Switches to the final build if it is ready (a look at the cache every few ms); whether it switched now. */
+  upgrade(): boolean {
+    if (!this.final) return false;
+    pollFinalBuilds();
+    const { state, compiled } = this.final;
+    if (state === "building") return false;
+    this.final = undefined;
+    if (state === "failed") return false;
+    this.fn = loadFunction(compiled, this.bufferCount);
+    this.compiled = compiled;
+    return true;
   }
 
   /** Runs on `buffers` and returns the seconds it took (0 while a graph records the call instead). */
   run(buffers: Buffer[]): number {
+    if (this.final) this.upgrade();
     if (recording) {
-      recording.push({ fn: this.compiled, buffers });
+      recording.push({ kernel: this, buffers });
       return 0;
     }
     const args = [...buffers.map((b) => b.handle), threadCount()];

@@ -6,20 +6,32 @@ import koffi from "koffi";
 import type { Buffer } from "../device.ts";
 import { debugLevel } from "../helpers.ts";
 import { type CompiledFunction, compileLibraries, findCompiler } from "./compiler_cache.ts";
+import { pollFinalBuilds } from "./compile_tiers.ts";
 
 /** The most buffers a recorded kernel may take (the scheduler caps kernels at 48 inputs and one output). */
 export const GRAPH_MAX_BUFFERS = 64;
 
 /**
- * One recorded call: a kernel (where its function lives, the buffers it runs on in slot order), or a copy between two
- * CPU devices' buffers.
+ * A kernel as a graph calls it: where its function lives now, and, while a quick build of it runs, the switch to its
+ * final build (compile_tiers.ts) that replays take up.
+ */
+export interface GraphKernel {
+  readonly compiled: CompiledFunction;
+  readonly upgrading: boolean;
+  /** Whether it switched to another function now. */
+  upgrade(): boolean;
+}
+
+/**
+ * One recorded call: a kernel (its function, the buffers it runs on in slot order), or a copy between two CPU
+ * devices' buffers.
  */
 export type GraphCall =
-  | { readonly fn: CompiledFunction; readonly buffers: readonly Buffer[] }
+  | { readonly kernel: GraphKernel; readonly buffers: readonly Buffer[] }
   | { readonly copy: { readonly dst: Buffer; readonly src: Buffer } };
 
-/** Graphs built and replays run, for tests. */
-export const cpuGraphStats = { built: 0, replays: 0 };
+/** Graphs built, replays run and kernels pointed at their final builds, for tests. */
+export const cpuGraphStats = { built: 0, replays: 0, switched: 0 };
 
 // Walks a table: per call, the function pointer, the word count n, then n words: a kernel's buffer addresses
 // (kernels are `void f(T0* b0, ..., int threads)`: every buffer is a pointer, so each arity is one cast), or
@@ -84,12 +96,20 @@ function loadRunner(): Runner | null {
 
 const symbols = new Map<string, bigint>();
 
+/** The address of a compiled function (0n where the runner cannot find it). */
+function pointerOf(r: Runner, { path, symbol }: CompiledFunction): bigint {
+  let pointer = symbols.get(symbol);
+  if (pointer === undefined) symbols.set(symbol, (pointer = BigInt(r.symbol(path, symbol))));
+  return pointer;
+}
+
 /**
  * One replayable graph of `calls` (kernels run with `threads` threads each), or undefined where it cannot be
  * (the runner does not build, a kernel takes more than GRAPH_MAX_BUFFERS buffers or cannot be found). The replay
  * takes buffers to use instead of recorded ones (a jitted call's inputs: no copies) and returns the seconds it
  * ran. Each buffer's handle is compared on every replay: a swapped one, or one whose memory was given back and
- * allocated again, has its entries pointed at its memory now, never run on old memory.
+ * allocated again, has its entries pointed at its memory now, never run on old memory. A kernel that switches to
+ * its final build has its entries pointed at that between two replays.
  */
 export function cpuGraph(
   calls: readonly GraphCall[],
@@ -98,16 +118,15 @@ export function cpuGraph(
   const r = loadRunner();
   if (!r) return undefined;
   // each call as (function pointer, the buffers whose addresses follow, a byte count after them for a copy)
-  const entries: { pointer: bigint; buffers: readonly Buffer[]; bytes?: number }[] = [];
+  const entries: { pointer: bigint; buffers: readonly Buffer[]; bytes?: number; kernel?: GraphKernel }[] = [];
   for (const c of calls) {
     if ("copy" in c) {
       entries.push({ pointer: 0n, buffers: [c.copy.dst, c.copy.src], bytes: c.copy.src.nbytes });
       continue;
     }
-    let pointer = symbols.get(c.fn.symbol);
-    if (pointer === undefined) symbols.set(c.fn.symbol, (pointer = BigInt(r.symbol(c.fn.path, c.fn.symbol))));
+    const pointer = pointerOf(r, c.kernel.compiled);
     if (pointer === 0n || c.buffers.length > GRAPH_MAX_BUFFERS) return undefined;
-    entries.push({ pointer, buffers: c.buffers });
+    entries.push({ pointer, buffers: c.buffers, kernel: c.kernel });
   }
   const buffers = [...new Set(entries.flatMap((e) => e.buffers))];
   const slot = new Map(buffers.map((b, i) => [b, i]));
@@ -116,8 +135,11 @@ export function cpuGraph(
     entries.reduce((n, e) => n + 2 + e.buffers.length + (e.bytes === undefined ? 0 : 1), 0),
   );
   const positions: number[][] = buffers.map(() => []);
+  // where the pointer of each kernel still waiting for its final build goes
+  let upgrading = new Map<GraphKernel, number[]>();
   let at = 0;
-  for (const { pointer, buffers: used, bytes } of entries) {
+  for (const { pointer, buffers: used, bytes, kernel } of entries) {
+    if (kernel?.upgrading) upgrading.set(kernel, [...(upgrading.get(kernel) ?? []), at]);
     table[at++] = pointer;
     table[at++] = BigInt(used.length + (bytes === undefined ? 0 : 1));
     for (const b of used) positions[slot.get(b)!]!.push(at++);
@@ -125,8 +147,24 @@ export function cpuGraph(
   }
   // the memory each buffer's entries point into, kept reachable while the graph is
   const held: unknown[] = buffers.map(() => undefined);
+  let finished = -1;
   cpuGraphStats.built++;
   return (swap) => {
+    if (upgrading.size > 0 && pollFinalBuilds() !== finished) {
+      finished = pollFinalBuilds();
+      upgrading = new Map(
+        [...upgrading].filter(([kernel, at]) => {
+          kernel.upgrade();
+          const pointer = pointerOf(r, kernel.compiled);
+          // (not found: the kernel keeps its quick build here)
+          if (pointer !== 0n && pointer !== table[at[0]!]) {
+            for (const p of at) table[p] = pointer;
+            cpuGraphStats.switched++;
+          }
+          return kernel.upgrading;
+        }),
+      );
+    }
     buffers.forEach((b, i) => {
       const handle = (swap?.get(b) ?? b).handle;
       if (handle === held[i]) return;
