@@ -8,6 +8,8 @@ import { cudaPrograms } from "./engine/cuda_programs.ts";
 import { hostMemory } from "./runtime/host_memory.ts";
 import { captureCpuGraph, cpuAvailable, recordCpuCopy } from "./runtime/cpu.ts";
 import { cudaAvailable, cudaDevice, cudaMemory } from "./runtime/cuda.ts";
+import { webgpuPrograms } from "./engine/webgpu_programs.ts";
+import { type WebGpuBuffer, WebGpuError, webGpuAvailable, webGpuDevice, webGpuFailure } from "./runtime/webgpu.ts";
 
 /** JS: kernels rendered as JavaScript functions, on host memory. Slow, always there. */
 export function jsBackend(): Backend {
@@ -46,6 +48,26 @@ export function cudaBackend(index: number): Backend {
 }
 
 /**
+ * WEBGPU: kernels rendered to WGSL, run by Dawn (the optional `webgpu` package) on any GPU it drives, or on
+ * SwiftShader where there is none. One device; never the default (asked for by DEVICE=WEBGPU).
+ */
+export function webgpuBackend(index: number): Backend {
+  const device = webGpuDevice();
+  if (!device) throw new WebGpuError(`WEBGPU is not available here: ${webGpuFailure()}`);
+  if (index !== 0) throw new WebGpuError(`WEBGPU:${index}: there is one WebGPU device, WEBGPU`);
+  return {
+    name: "WEBGPU",
+    allocate: (bytes) => device.allocate(bytes),
+    free: (raw) => device.free(raw as WebGpuBuffer),
+    copyin: (raw, data) => device.copyin(raw as WebGpuBuffer, data),
+    copyout: (raw, bytes) => device.copyout(raw as WebGpuBuffer, bytes),
+    compile: webgpuPrograms(device),
+    // a shader's storage buffers: the output's, then the inputs'
+    maxKernelInputs: device.info.maxStorageBuffersPerShaderStage - 1,
+  };
+}
+
+/**
  * Registers the device kinds in order of preference: a GPU when one answers, else the native CPU device wherever a C
  * compiler works, else JS.
  */
@@ -53,4 +75,5 @@ export function registerBackends(): void {
   registerBackend("CUDA", cudaBackend, cudaAvailable);
   registerBackend("CPU", cpuBackend, cpuAvailable);
   registerBackend("JS", jsBackend);
+  registerBackend("WEBGPU", webgpuBackend, webGpuAvailable);
 }

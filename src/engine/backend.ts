@@ -31,6 +31,8 @@ export interface Backend extends Allocator {
    * dense one-hot product runs every output in parallel on tensor cores).
    */
   readonly hostForms?: boolean;
+  /** Most input buffers one kernel may read on this device (the scheduler splits wider ones); default 48. */
+  readonly maxKernelInputs?: number;
   /**
    * Records the kernel launches (and copies) `run` makes, without running them, and returns a function that
    * replays them all at once (a CUDA graph, a CPU call table); undefined where the backend cannot, e.g. for

