@@ -36,6 +36,10 @@ export function cacheDir(): string {
   return join(process.env.XDG_CACHE_HOME || join(homedir(), ".cache"), "tsgrad");
 }
 
+/** Whether this runs in Node, with files: not in a browser (its caches on disk are then off). */
+export const hasFileSystem = (): boolean =>
+  typeof process !== "undefined" && typeof process.versions?.node === "string";
+
 /** Writes a file so readers see either nothing or all of it. */
 export function writeAtomic(path: string, data: string | Uint8Array): void {
   const temp = `${path}.${process.pid}.${Math.random().toString(36).slice(2)}.tmp`;

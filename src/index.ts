@@ -12,6 +12,7 @@ export { GlobalCounters, TsgradError, getenv, prod, fmtShape } from "./helpers.t
 export { UOp } from "./uop.ts";
 export { jit, TinyJit } from "./tensor/index.ts";
 export { clearKernelCache } from "./engine/search.ts";
+export { initWebGpu } from "./runtime/webgpu.ts";
 export * as nn from "./nn/index.ts";
 export * as io from "./io/index.ts";
 export * as dist from "./dist/index.ts";

@@ -9,7 +9,7 @@ import { basename, dirname, join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
 import { type DType, dtypeOf } from "../dtype.ts";
 import type { KernelIR } from "../codegen/ir.ts";
-import { cacheDir, debugLevel, writeAtomic } from "../helpers.ts";
+import { cacheDir, debugLevel, hasFileSystem, writeAtomic } from "../helpers.ts";
 
 let version: string | undefined;
 
@@ -121,6 +121,7 @@ function untag(value: unknown): unknown {
 
 /** The kernel an earlier process lowered for `key`, or undefined (none, or a file that does not read back). */
 export function loadLowered(key: string): KernelIR | undefined {
+  if (!hasFileSystem()) return undefined;
   const text = readIfThere(pathOf(key));
   if (text === undefined) return undefined;
   try {
@@ -138,6 +139,7 @@ export function loadLowered(key: string): KernelIR | undefined {
 
 /** Keeps `kernel`, lowered for `key`, for later processes. */
 export function storeLowered(key: string, kernel: KernelIR): void {
+  if (!hasFileSystem()) return;
   keys.set(kernel, key);
   keep(pathOf(key), () => JSON.stringify({ key, kernel }, encode));
   loweredStats.stored++;

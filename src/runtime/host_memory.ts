@@ -16,9 +16,22 @@ export function alignedBytes(bytes: number): Uint8Array {
   return new Uint8Array(raw, alignmentOffset(raw), bytes);
 }
 
-/** Bytes from the start of `raw` to its first aligned address. */
+/** Whether memory addresses can be read (koffi loads): not in a browser, where no native code reads them either. */
+let addressable: boolean | undefined;
+
+/** Bytes from the start of `raw` to its first aligned address (0 where addresses cannot be read). */
 function alignmentOffset(raw: ArrayBuffer): number {
-  const misalignment = Number(koffi.address(raw) % BigInt(HOST_ALIGNMENT));
+  let address: bigint;
+  if (addressable === false) return 0;
+  try {
+    address = koffi.address(raw);
+    addressable = true;
+  } catch (error) {
+    if (addressable) throw error;
+    addressable = false;
+    return 0;
+  }
+  const misalignment = Number(address % BigInt(HOST_ALIGNMENT));
   return misalignment === 0 ? 0 : HOST_ALIGNMENT - misalignment;
 }
 

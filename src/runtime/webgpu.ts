@@ -11,7 +11,7 @@ import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import { pathToFileURL } from "node:url";
 import { Worker } from "node:worker_threads";
-import { TsgradError, debugLevel } from "../helpers.ts";
+import { TsgradError, debugLevel, hasFileSystem } from "../helpers.ts";
 
 export class WebGpuError extends TsgradError {
   override name = "WebGpuError";
@@ -44,7 +44,6 @@ export interface WebGpuInfo {
 // into the request's SharedArrayBuffer: int32 [0] set to 1 when done, [1] the byte length of a JSON answer
 // written from byte 8 (or, for a read, the bytes themselves).
 const WORKER_SOURCE = `
-const { parentPort, workerData } = require("node:worker_threads");
 let gpu, device, firstError = null;
 const buffers = new Map(), pipelines = new Map(), layouts = new Map();
 const answer = (reply, value, bytes) => {
@@ -61,10 +60,8 @@ const takeError = () => { const e = firstError; firstError = null; return e; };
 const round4 = (n) => Math.max(4, Math.ceil(n / 4) * 4);
 async function init(reply) {
   try {
-    const webgpu = await import(workerData.module);
-    gpu = webgpu.create([]);
-    globalThis.tgGpu = gpu; // Dawn crashes if this object is collected while in use
-    Object.assign(globalThis, webgpu.globals);
+    gpu = await openGpu();
+    if (!gpu) return answer(reply, { error: "this browser has no WebGPU (navigator.gpu)" });
     const adapter = await gpu.requestAdapter();
     if (!adapter) return answer(reply, { error: "no WebGPU adapter (no Vulkan driver found: install libvulkan1 and a GPU driver, or Chromium for SwiftShader)" });
     const limits = {};
@@ -127,7 +124,7 @@ async function read({ id, bytes, reply }) {
   if (error) return answer(reply, { error });
   answer(reply, null, data);
 }
-parentPort.on("message", (m) => {
+listen((m) => {
   try {
     switch (m.t) {
       case "init": return void init(m.reply);
@@ -146,6 +143,54 @@ parentPort.on("message", (m) => {
 });
 `;
 
+/** How the worker hears the engine and finds the GPU: in Node, worker_threads and Dawn from npm's `webgpu`. */
+const NODE_WORKER_PRELUDE = `
+const { parentPort, workerData } = require("node:worker_threads");
+const listen = (handle) => parentPort.on("message", handle);
+async function openGpu() {
+  const webgpu = await import(workerData.module);
+  Object.assign(globalThis, webgpu.globals);
+  const gpu = webgpu.create([]);
+  globalThis.tgGpu = gpu; // Dawn crashes if this object is collected while in use
+  return gpu;
+}
+`;
+
+/** In a browser: a Web Worker and the browser's own WebGPU. */
+const BROWSER_WORKER_PRELUDE = `
+const listen = (handle) => { self.onmessage = (event) => handle(event.data); };
+async function openGpu() { return self.navigator.gpu; }
+`;
+
+/** A worker of either kind, as the device uses it. */
+interface GpuWorker {
+  postMessage(message: unknown): void;
+  terminate(): void;
+}
+
+/** The worker: a worker thread in Node, a Web Worker in a browser (where this code itself must run in a worker). */
+function startWorker(module: string | null): GpuWorker {
+  if (hasFileSystem()) {
+    const worker = new Worker(NODE_WORKER_PRELUDE + WORKER_SOURCE, { eval: true, workerData: { module } });
+    worker.unref(); // an idle GPU does not keep the process alive
+    return worker;
+  }
+  if (typeof (globalThis as { document?: unknown }).document !== "undefined")
+    throw new WebGpuError(
+      "WEBGPU in a browser runs in a Web Worker: a page's main thread cannot wait for the GPU (run tsgrad in a worker)",
+    );
+  if (
+    typeof SharedArrayBuffer === "undefined" ||
+    !(globalThis as { crossOriginIsolated?: boolean }).crossOriginIsolated
+  )
+    throw new WebGpuError(
+      "WEBGPU in a browser needs SharedArrayBuffer: serve the page cross-origin isolated (Cross-Origin-Opener-Policy: same-origin, Cross-Origin-Embedder-Policy: require-corp)",
+    );
+  const source = new Blob([BROWSER_WORKER_PRELUDE + WORKER_SOURCE], { type: "text/javascript" });
+  const WebWorker = (globalThis as unknown as { Worker: new (url: string) => GpuWorker }).Worker;
+  return new WebWorker(URL.createObjectURL(source));
+}
+
 /** The `webgpu` package's entry, or null where it is not installed (it is an optional dependency). */
 function webgpuModule(): string | null {
   try {
@@ -162,29 +207,62 @@ function webgpuModule(): string | null {
 
 /** One WebGPU device, driven through its worker. */
 export class WebGpuDevice {
-  private readonly worker: Worker;
+  private readonly worker: GpuWorker;
   private nextId = 1;
   readonly info: WebGpuInfo;
 
-  constructor(module: string) {
+  private constructor(worker: GpuWorker, info: WebGpuInfo) {
+    this.worker = worker;
+    this.info = info;
+  }
+
+  /** Starts the worker and waits for its adapter, blocking (Node); `module` is the `webgpu` package's entry. */
+  static openBlocking(module: string): WebGpuDevice {
     if (!process.env.VK_ICD_FILENAMES) {
       const icd = SWIFTSHADER_ICDS.find((path) => existsSync(path));
       // set in this process's environment (setenv) before Dawn, in the worker, loads Vulkan
       if (icd) process.env.VK_ICD_FILENAMES = icd;
     }
-    this.worker = new Worker(WORKER_SOURCE, { eval: true, workerData: { module } });
-    this.worker.unref(); // an idle GPU does not keep the process alive
-    const answer = this.call({ t: "init" }) as { info?: WebGpuInfo; error?: string };
+    const worker = startWorker(module);
+    const reply = new SharedArrayBuffer(8 + (1 << 16));
+    worker.postMessage({ t: "init", reply });
+    if (Atomics.wait(new Int32Array(reply, 0, 2), 0, 0, ANSWER_TIMEOUT_MS) === "timed-out")
+      throw new WebGpuError(`WEBGPU: the device's worker gave no answer in ${ANSWER_TIMEOUT_MS / 1000} s`);
+    return WebGpuDevice.opened(worker, reply);
+  }
+
+  /**
+   * Starts the worker and waits for its adapter without blocking: a browser worker cannot block while the worker it
+   * just made starts (the new worker's start needs its parent's event loop), so there the device opens this way.
+   */
+  static async open(): Promise<WebGpuDevice> {
+    const worker = startWorker(null);
+    const reply = new SharedArrayBuffer(8 + (1 << 16));
+    const flag = new Int32Array(reply, 0, 2);
+    worker.postMessage({ t: "init", reply });
+    const started = performance.now();
+    while (Atomics.load(flag, 0) === 0) {
+      if (performance.now() - started > ANSWER_TIMEOUT_MS)
+        throw new WebGpuError(`WEBGPU: the device's worker gave no answer in ${ANSWER_TIMEOUT_MS / 1000} s`);
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    return WebGpuDevice.opened(worker, reply);
+  }
+
+  private static opened(worker: GpuWorker, reply: SharedArrayBuffer): WebGpuDevice {
+    const text = new TextDecoder().decode(new Uint8Array(reply, 8, new Int32Array(reply, 0, 2)[1]!).slice());
+    const answer = JSON.parse(text) as { info?: WebGpuInfo; error?: string };
     if (!answer.info) {
-      void this.worker.terminate();
+      worker.terminate();
       throw new WebGpuError(`WEBGPU: ${answer.error}`);
     }
-    this.info = answer.info;
+    return new WebGpuDevice(worker, answer.info);
   }
 
   /** Posts `message` with a reply buffer of `bytes` and blocks until the worker answers; the answer's JSON. */
   private call(message: Record<string, unknown>, bytes = 1 << 16): unknown {
-    const raw = this.callRaw(message, bytes);
+    // (a copy: browsers decode no view of shared memory)
+    const raw = this.callRaw(message, bytes).slice();
     return JSON.parse(new TextDecoder().decode(raw));
   }
 
@@ -222,7 +300,7 @@ export class WebGpuDevice {
     if (raw.length !== bytes || bytes === 0) {
       // an error answer is JSON; an empty read is nothing
       if (bytes === 0) return new Uint8Array(0);
-      const { error } = JSON.parse(new TextDecoder().decode(raw)) as { error: string };
+      const { error } = JSON.parse(new TextDecoder().decode(raw.slice())) as { error: string };
       throw new WebGpuError(`WEBGPU: ${error}`);
     }
     return raw.slice();
@@ -258,19 +336,42 @@ export class WebGpuDevice {
 let device: WebGpuDevice | null | undefined;
 let failure = "";
 
-/** The device (one: `WEBGPU`), started on first use; null where WebGPU does not work here (`webGpuFailure` says why). */
+/**
+ * The device (one: `WEBGPU`), started on first use in Node; in a browser, the one `initWebGpu()` started. Null where
+ * WebGPU does not work here (`webGpuFailure` says why).
+ */
 export function webGpuDevice(): WebGpuDevice | null {
   if (device !== undefined) return device;
+  if (!hasFileSystem()) {
+    failure = "in a browser, WEBGPU starts with `await initWebGpu()` (from a Web Worker), before its first use";
+    return null; // not kept: initWebGpu may start it later
+  }
   const module = webgpuModule();
   if (!module) {
     failure = "the optional `webgpu` package is not installed (npm install webgpu)";
     return (device = null);
   }
   try {
-    return (device = new WebGpuDevice(module));
+    return (device = WebGpuDevice.openBlocking(module));
   } catch (error) {
     failure = (error as Error).message;
     return (device = null);
+  }
+}
+
+/**
+ * Starts WEBGPU without blocking; true once it answers, false where it cannot (`webGpuFailure` says why). A page's
+ * worker calls it before using `DEVICE=WEBGPU`; in Node the device also starts by itself on first use.
+ */
+export async function initWebGpu(): Promise<boolean> {
+  if (device) return true;
+  if (hasFileSystem()) return webGpuDevice() !== null;
+  try {
+    device = await WebGpuDevice.open();
+    return true;
+  } catch (error) {
+    failure = (error as Error).message;
+    return false;
   }
 }
 

@@ -124,18 +124,34 @@ function errorOf(message: Message): string | null {
 export interface Browser {
   /** Loads `file` in a `width` x `height` window and returns what it showed. */
   view(file: string, options?: { width?: number; height?: number }): Promise<PageView>;
+  /**
+   * Loads `url`, waits until the page's `until` expression is true (polled), then returns the value of `read`
+   * (an expression giving JSON-able data) and the errors the page logged.
+   */
+  run(url: string, options: { until: string; read: string }): Promise<{ value: unknown; errors: string[] }>;
   close(): Promise<void>;
 }
 
-/** Starts headless Chromium (`chromium`, else the one found); each view gives up after `timeoutMs`. */
-export function launchChromium({ chromium = findChromium() ?? "chromium", timeoutMs = 15_000 } = {}): Browser {
+/**
+ * Starts headless Chromium (`chromium`, else the one found); each view gives up after `timeoutMs`. With `webgpu`,
+ * pages get WebGPU on SwiftShader (Chromium's own Vulkan on the CPU) instead of no GPU at all.
+ */
+export function launchChromium({
+  chromium = findChromium() ?? "chromium",
+  timeoutMs = 15_000,
+  webgpu = false,
+}: {
+  chromium?: string;
+  timeoutMs?: number;
+  webgpu?: boolean;
+} = {}): Browser {
   const profile = mkdtempSync(path.join(tmpdir(), "tsgrad-chromium-"));
   const browser = spawn(
     chromium,
     [
       "--headless=new",
       "--no-sandbox",
-      "--disable-gpu",
+      ...(webgpu ? ["--enable-unsafe-webgpu", "--use-angle=swiftshader"] : ["--disable-gpu"]),
       "--no-first-run",
       "--no-default-browser-check",
       "--hide-scrollbars",
@@ -169,12 +185,52 @@ export function launchChromium({ chromium = findChromium() ?? "chromium", timeou
         clearTimeout(timer);
       }
     },
+    async run(url, { until, read }) {
+      let timer: NodeJS.Timeout | undefined;
+      const timedOut = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`${url} did not get to ${until} in ${timeoutMs} ms`)), timeoutMs);
+      });
+      try {
+        return await Promise.race([runPage(devtools, url, until, read), exited, timedOut]);
+      } finally {
+        clearTimeout(timer);
+      }
+    },
     async close() {
       browser.kill();
       await closed; // its profile is written until it is gone
       rmSync(profile, { recursive: true, force: true });
     },
   };
+}
+
+/** `url` in a new tab until `until` holds; then `read`'s value and the errors logged. */
+async function runPage(
+  devtools: DevTools,
+  url: string,
+  until: string,
+  read: string,
+): Promise<{ value: unknown; errors: string[] }> {
+  const { targetId } = await devtools.send("Target.createTarget", { url: "about:blank" });
+  const { sessionId } = (await devtools.send("Target.attachToTarget", { targetId, flatten: true })) as {
+    sessionId: string;
+  };
+  const errors: string[] = [];
+  devtools.on((message) => {
+    const error = message.sessionId === sessionId ? errorOf(message) : null;
+    if (error !== null) errors.push(error);
+  });
+  for (const domain of ["Page", "Runtime", "Log"]) await devtools.send(`${domain}.enable`, {}, sessionId);
+  const navigation = await devtools.send("Page.navigate", { url }, sessionId);
+  if (typeof navigation.errorText === "string") errors.push(`navigation: ${navigation.errorText}`);
+  const evaluate = async (expression: string): Promise<unknown> => {
+    const answer = await devtools.send("Runtime.evaluate", { expression, returnByValue: true }, sessionId);
+    return (answer.result as { value?: unknown }).value;
+  };
+  while ((await evaluate(`Boolean(${until})`)) !== true) await new Promise((resolve) => setTimeout(resolve, 200));
+  const value = await evaluate(read);
+  await devtools.send("Target.closeTarget", { targetId });
+  return { value, errors };
 }
 
 /** One page in a new tab: loaded, measured, and captured whole. */
