@@ -7,6 +7,11 @@ import assert from "node:assert/strict";
 import { Device, Tensor, dtypes, jit } from "../../src/index.ts";
 import { webGpuDevice, webGpuFailure } from "../../src/runtime/webgpu.ts";
 import { f32ToF16Bits } from "../../src/dtype.ts";
+import { searchStats } from "../../src/engine/search.ts";
+import { assertClose } from "../close.ts";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 
 test("a WebGPU adapter answers (Dawn on this machine's Vulkan driver)", (t) => {
   const device = webGpuDevice();
@@ -79,4 +84,33 @@ test("64-bit dtypes, which WGSL has no type for, are refused naming the dtype", 
   assert.throws(() => y.mul(2).toArray(), /uses float64/);
   // copies in and out need no kernel: they work
   assert.deepEqual(x.toArray(), BigInt64Array.from([1n, 2n]));
+});
+
+test("BEAM searches WEBGPU kernels, timing candidates on the device, and keeps the values", () => {
+  const before = { beam: process.env.BEAM, cache: process.env.TSGRAD_CACHE };
+  process.env.BEAM = "1";
+  process.env.TSGRAD_CACHE = mkdtempSync(join(tmpdir(), "tsgrad-webgpu-beam-"));
+  try {
+    const [a, b] = [
+      [12, 20],
+      [20, 16],
+    ].map(([m, n], s) => Float32Array.from({ length: m! * n! }, (_, i) => Math.sin(i * 1.7 + s)));
+    const product = (device: string) =>
+      new Tensor(a!, { device })
+        .reshape([12, 20])
+        .matmul(new Tensor(b!, { device }).reshape([20, 16]))
+        .toArray();
+    const searched = searchStats.searched;
+    const values = product("WEBGPU");
+    assert.ok(searchStats.searched > searched, "BEAM searched the WEBGPU kernels");
+    assertClose(Array.from(values as Float32Array), Array.from(product("JS") as Float32Array), { atol: 1e-5 });
+  } finally {
+    rmSync(process.env.TSGRAD_CACHE!, { recursive: true, force: true });
+    for (const [name, value] of [
+      ["BEAM", before.beam],
+      ["TSGRAD_CACHE", before.cache],
+    ] as const)
+      if (value === undefined) delete process.env[name];
+      else process.env[name] = value;
+  }
 });
