@@ -10,7 +10,15 @@ let root: string | undefined;
 export function scratchDir(label = "dir-"): string {
   if (root === undefined) {
     const dir = (root = mkdtempSync(join(tmpdir(), "tsgrad-scratch-")));
-    process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+    process.on("exit", () => {
+      // a kernel cache in it may still be filled by background -O3 builds (compile_tiers.ts) as the process ends:
+      // retried, and a folder they keep filling is left to the system's temporary files rather than failing the run
+      try {
+        rmSync(dir, { recursive: true, force: true, maxRetries: 10, retryDelay: 20 });
+      } catch {
+        // left in tmpdir()
+      }
+    });
   }
   return mkdtempSync(join(root, label));
 }

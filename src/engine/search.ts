@@ -314,6 +314,8 @@ function readCachedChoice(key: string, names: readonly string[]): string | undef
 export function clearKernelCache({ onDisk = false } = {}): void {
   memo.clear();
   choiceMemo.clear();
+  // (an earlier process's background -O3 builds may still be adding files: rmSync retries a folder that fills again)
   if (onDisk)
-    for (const folder of ["beam", "cpu", "lowered"]) rmSync(join(cacheDir(), folder), { recursive: true, force: true });
+    for (const folder of ["beam", "cpu", "lowered"])
+      rmSync(join(cacheDir(), folder), { recursive: true, force: true, maxRetries: 10, retryDelay: 50 });
 }
