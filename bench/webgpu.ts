@@ -4,22 +4,31 @@
 // result (tfjs's `await data()`, tsgrad's `toArray()`), the median of --reps after a warm-up; the frameworks take
 // turns, shape by shape. Prints JSON on stdout: per case both times and tfjs_ms / tsgrad_ms (above 1: tsgrad ahead).
 //
-// usage: node --import tsx bench/webgpu.ts [--reps 7] [--sizes 256,512,1024] [--no-mlp]
+// usage: node --import tsx bench/webgpu.ts [--reps 7] [--sizes 256,512,1024] [--no-mlp] [--no-bert]
+//
+// The BERT case is a BERT-tiny train step (2 layers, hidden 128, batch 8, sequence 128, 20 predictions): tsgrad's
+// models/bert.ts with LAMB against the same network in tfjs ops with Adam (bench/webgpu_tfjs_bert.ts; tfjs has no
+// LAMB). Its reps are at most 3: a step takes seconds on SwiftShader.
 //
 // TensorFlow.js is not a dependency (about 300 MB installed): install it for the bench, without saving it,
 //   npm install --no-save @tensorflow/tfjs@4.22.0 @tensorflow/tfjs-backend-webgpu@4.22.0
 // The figures on SwiftShader are a CPU running GPU code, not a GPU's.
 import { create, globals } from "webgpu";
 import { benchArgs } from "./args.ts";
-import { Tensor, jit } from "../src/index.ts";
+import { Device, Tensor, jit } from "../src/index.ts";
+import { BERT_PRESETS, BertForPretraining } from "../models/bert.ts";
+import { createBertOptimizer, makeBertTrainStep } from "../models/bert_train_step.ts";
+import { fakeBatch, samplesToTensors } from "../mlperf/bert/data/loader.ts";
+import { type TfModule, tfjsBertStep } from "./webgpu_tfjs_bert.ts";
 import { webGpuDevice } from "../src/runtime/webgpu.ts";
 
 const { values } = benchArgs(import.meta.url, {
   reps: { type: "string", default: "7" },
   sizes: { type: "string", default: "256,512,1024" },
   "no-mlp": { type: "boolean", default: false },
+  "no-bert": { type: "boolean", default: false },
 });
-const reps = Number(values.reps);
+let reps = Number(values.reps);
 const sizes = values.sizes.split(",").map(Number);
 
 const device = webGpuDevice();
@@ -148,6 +157,39 @@ if (!values["no-mlp"]) {
     case: `mlp step ${batch}x${inputs}-${hidden}-${classes}`,
     ...times,
     last_loss: { tsgrad: round(lastLoss.tsgrad, 1e6), tfjs: round(lastLoss.tfjs, 1e6) },
+  });
+}
+
+if (!values["no-bert"]) {
+  console.error("bert-tiny step");
+  const config = BERT_PRESETS.tiny;
+  const samples = fakeBatch(8, 128, 20, 1, config.vocabSize);
+  Device.DEFAULT = "WEBGPU";
+  Tensor.manualSeed(0);
+  const model = new BertForPretraining(config);
+  const state = { model, ...createBertOptimizer(model, { lr: 1e-4, totalSteps: 1000, warmupSteps: 10 }) };
+  const bertStep = jit(makeBertTrainStep(state, { lossScale: 1, gradientAccSteps: 1, maxGradNorm: 1 }));
+  const batch = samplesToTensors(samples);
+  const tfStep = tfjsBertStep(tf as unknown as TfModule, config, samples);
+  const fewer = Math.min(reps, 3);
+  const saved = reps;
+  reps = fewer;
+  // the losses differ (each framework draws its own weights) but both start near ln(30522) + ln(2) = 11.0
+  const lastLoss = { tsgrad: Number.NaN, tfjs: Number.NaN };
+  const times = await timeBoth(
+    () => (lastLoss.tsgrad = bertStep(...batch).item()),
+    async () => {
+      const loss = tfStep();
+      lastLoss.tfjs = ((await loss.data()) as Float32Array)[0]!;
+      loss.dispose();
+    },
+  );
+  reps = saved;
+  results.push({
+    case: "bert-tiny train step 8x128",
+    ...times,
+    reps: fewer,
+    last_loss: { tsgrad: round(lastLoss.tsgrad, 1e4), tfjs: round(lastLoss.tfjs, 1e4) },
   });
 }
 

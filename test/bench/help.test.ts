@@ -10,7 +10,7 @@ import { promisify } from "node:util";
 
 const projectRoot = fileURLToPath(new URL("../../", import.meta.url));
 /** Modules of the bench folder that are helpers, not scripts. */
-const HELPERS = new Set(["bench/args.ts"]);
+const HELPERS = new Set(["bench/args.ts", "bench/webgpu_tfjs_bert.ts"]);
 
 const scripts = ["bench", "bench/gpu"]
   .flatMap((dir) =>
