@@ -204,13 +204,8 @@ export function launchChromium({
   };
 }
 
-/** `url` in a new tab until `until` holds; then `read`'s value and the errors logged. */
-async function runPage(
-  devtools: DevTools,
-  url: string,
-  until: string,
-  read: string,
-): Promise<{ value: unknown; errors: string[] }> {
+/** A new blank tab, attached, its page, runtime and log events on, and the errors it logs collected from now. */
+async function openTab(devtools: DevTools): Promise<{ targetId: unknown; sessionId: string; errors: string[] }> {
   const { targetId } = await devtools.send("Target.createTarget", { url: "about:blank" });
   const { sessionId } = (await devtools.send("Target.attachToTarget", { targetId, flatten: true })) as {
     sessionId: string;
@@ -221,6 +216,17 @@ async function runPage(
     if (error !== null) errors.push(error);
   });
   for (const domain of ["Page", "Runtime", "Log"]) await devtools.send(`${domain}.enable`, {}, sessionId);
+  return { targetId, sessionId, errors };
+}
+
+/** `url` in a new tab until `until` holds; then `read`'s value and the errors logged. */
+async function runPage(
+  devtools: DevTools,
+  url: string,
+  until: string,
+  read: string,
+): Promise<{ value: unknown; errors: string[] }> {
+  const { targetId, sessionId, errors } = await openTab(devtools);
   const navigation = await devtools.send("Page.navigate", { url }, sessionId);
   if (typeof navigation.errorText === "string") errors.push(`navigation: ${navigation.errorText}`);
   const evaluate = async (expression: string): Promise<unknown> => {
@@ -235,16 +241,7 @@ async function runPage(
 
 /** One page in a new tab: loaded, measured, and captured whole. */
 async function showPage(devtools: DevTools, file: string, width: number, height: number): Promise<PageView> {
-  const { targetId } = await devtools.send("Target.createTarget", { url: "about:blank" });
-  const { sessionId } = (await devtools.send("Target.attachToTarget", { targetId, flatten: true })) as {
-    sessionId: string;
-  };
-  const errors: string[] = [];
-  devtools.on((message) => {
-    const error = message.sessionId === sessionId ? errorOf(message) : null;
-    if (error !== null) errors.push(error);
-  });
-  for (const domain of ["Page", "Runtime", "Log"]) await devtools.send(`${domain}.enable`, {}, sessionId);
+  const { targetId, sessionId, errors } = await openTab(devtools);
   await devtools.send(
     "Emulation.setDeviceMetricsOverride",
     { width, height, deviceScaleFactor: 1, mobile: false },
