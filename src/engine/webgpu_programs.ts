@@ -18,7 +18,7 @@ export function webgpuPrograms(device: WebGpuDevice): (kernel: KernelIR) => Prog
 
 class WebGpuProgram implements Program {
   /** By aliasing ("" for distinct buffers): the pipeline and the rendered kernel. */
-  private readonly variants = new Map<string, { pipeline: number; source: WgslKernelSource }>();
+  private readonly variants = new Map<string, { pipeline: number; source: WgslKernelSource; slots: number[] }>();
   private chosen: KernelIR | undefined;
 
   constructor(
@@ -45,10 +45,12 @@ class WebGpuProgram implements Program {
       const bindings = buffers.map((b) => buffers.findIndex((other) => other.handle === b.handle));
       const source = renderWgsl(kernel, bindings);
       if (debugLevel() >= 4) console.error(source.code);
-      const pipeline = this.device.compile(source.code, new Set(bindings).size, kernel.name);
-      this.variants.set(key, (variant = { pipeline, source }));
+      // the slots bound, in binding order: each distinct buffer at its first slot
+      const slots = [...new Set(bindings)];
+      const pipeline = this.device.compile(source.code, slots.length, kernel.name);
+      this.variants.set(key, (variant = { pipeline, source, slots }));
     }
-    const bound = [...new Set(variant.source.bindings)].map((slot) => buffers[slot]!.handle as WebGpuBuffer);
+    const bound = variant.slots.map((slot) => buffers[slot]!.handle as WebGpuBuffer);
     return launch(this.device, variant.pipeline, bound, variant.source, opts.wait === true);
   }
 }

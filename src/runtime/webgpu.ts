@@ -41,8 +41,9 @@ export interface WebGpuInfo {
 }
 
 // The worker: plain JavaScript (it runs the same under tsx and from dist/), the GPU's only user. Replies go
-// into the request's SharedArrayBuffer: int32 [0] set to 1 when done, [1] the byte length of a JSON answer
-// written from byte 8 (or, for a read, the bytes themselves).
+// into the request's SharedArrayBuffer from byte 8: int32 [0] is set to 1 when done, [1] says what came: a read's
+// bytes as their length, a JSON answer (an error included) as -1 - its length, so that no read is taken for an
+// error however many bytes it has.
 const WORKER_SOURCE = `
 let gpu, device, firstError = null;
 const buffers = new Map(), pipelines = new Map(), layouts = new Map();
@@ -52,7 +53,7 @@ const answer = (reply, value, bytes) => {
   if (bytes) { data.set(bytes.subarray(0, Math.min(bytes.length, data.length))); flag[1] = bytes.length; }
   else {
     const text = new TextEncoder().encode(JSON.stringify(value ?? null));
-    data.set(text.subarray(0, data.length)); flag[1] = text.length;
+    data.set(text.subarray(0, data.length)); flag[1] = -1 - Math.min(text.length, data.length);
   }
   Atomics.store(flag, 0, 1); Atomics.notify(flag, 0);
 };
@@ -162,6 +163,26 @@ const listen = (handle) => { self.onmessage = (event) => handle(event.data); };
 async function openGpu() { return self.navigator.gpu; }
 `;
 
+/** A worker's answer: the bytes of a read, or the JSON of anything else (an error included). */
+interface Reply {
+  bytes?: Uint8Array;
+  json?: unknown;
+}
+
+/** The answer in `reply` (copied out: browsers decode no view of shared memory). */
+function replyOf(reply: SharedArrayBuffer): Reply {
+  const length = new Int32Array(reply, 0, 2)[1]!;
+  if (length >= 0) return { bytes: new Uint8Array(reply, 8, length).slice() };
+  const text = new TextDecoder().decode(new Uint8Array(reply, 8, -1 - length).slice());
+  try {
+    return { json: JSON.parse(text) };
+  } catch {
+    throw new WebGpuError(
+      `WEBGPU: the device's worker answered in pieces (${text.length} characters kept): ${text.slice(0, 200)}`,
+    );
+  }
+}
+
 /** A worker of either kind, as the device uses it. */
 interface GpuWorker {
   postMessage(message: unknown): void;
@@ -250,8 +271,7 @@ export class WebGpuDevice {
   }
 
   private static opened(worker: GpuWorker, reply: SharedArrayBuffer): WebGpuDevice {
-    const text = new TextDecoder().decode(new Uint8Array(reply, 8, new Int32Array(reply, 0, 2)[1]!).slice());
-    const answer = JSON.parse(text) as { info?: WebGpuInfo; error?: string };
+    const answer = replyOf(reply).json as { info?: WebGpuInfo; error?: string };
     if (!answer.info) {
       worker.terminate();
       throw new WebGpuError(`WEBGPU: ${answer.error}`);
@@ -261,12 +281,10 @@ export class WebGpuDevice {
 
   /** Posts `message` with a reply buffer of `bytes` and blocks until the worker answers; the answer's JSON. */
   private call(message: Record<string, unknown>, bytes = 1 << 16): unknown {
-    // (a copy: browsers decode no view of shared memory)
-    const raw = this.callRaw(message, bytes).slice();
-    return JSON.parse(new TextDecoder().decode(raw));
+    return this.callRaw(message, bytes).json;
   }
 
-  private callRaw(message: Record<string, unknown>, bytes: number): Uint8Array {
+  private callRaw(message: Record<string, unknown>, bytes: number): Reply {
     const reply = new SharedArrayBuffer(8 + bytes);
     const flag = new Int32Array(reply, 0, 2);
     this.worker.postMessage({ ...message, reply });
@@ -274,7 +292,7 @@ export class WebGpuDevice {
       throw new WebGpuError(
         `WEBGPU: the device's worker gave no answer to ${message.t} in ${ANSWER_TIMEOUT_MS / 1000} s`,
       );
-    return new Uint8Array(reply, 8, flag[1]!);
+    return replyOf(reply);
   }
 
   allocate(bytes: number): WebGpuBuffer {
@@ -296,14 +314,10 @@ export class WebGpuDevice {
   }
 
   copyout(buffer: WebGpuBuffer, bytes: number): Uint8Array {
-    const raw = this.callRaw({ t: "read", id: buffer.id, bytes }, Math.max(bytes, 1 << 12));
-    if (raw.length !== bytes || bytes === 0) {
-      // an error answer is JSON; an empty read is nothing
-      if (bytes === 0) return new Uint8Array(0);
-      const { error } = JSON.parse(new TextDecoder().decode(raw.slice())) as { error: string };
-      throw new WebGpuError(`WEBGPU: ${error}`);
-    }
-    return raw.slice();
+    if (bytes === 0) return new Uint8Array(0);
+    const answer = this.callRaw({ t: "read", id: buffer.id, bytes }, Math.max(bytes, 1 << 12));
+    if (answer.bytes) return answer.bytes;
+    throw new WebGpuError(`WEBGPU: ${(answer.json as { error: string }).error}`);
   }
 
   /** A compute pipeline for WGSL `code` (entry `main`, `bindingCount` storage buffers, the first writable). */
