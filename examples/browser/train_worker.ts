@@ -2,7 +2,8 @@
 // thread may not do): a two-layer MLP learns three interleaved spirals with AdamW, on WEBGPU where the browser has
 // it, else on the JS device. Posts {kind: "start", device}, then {kind: "step", step, loss} and at the end
 // {kind: "done", device, steps, loss, accuracy, seconds}, or {kind: "error", message}.
-import { Device, Tensor, initWebGpu, jit, nn } from "../../src/index.ts";
+import { Device, Tensor, initWebGpu, nn } from "../../src/index.ts";
+import { trainClassifier } from "../training.ts";
 
 /** The worker's postMessage (the project type-checks against Node's types, which have no Web Worker globals). */
 const postMessage = (message: Record<string, unknown>): void =>
@@ -42,25 +43,18 @@ async function train(): Promise<void> {
   postMessage({ kind: "start", device });
   Tensor.manualSeed(1);
   const model = new Mlp();
-  const optimizer = new nn.AdamW(nn.getParameters(model), { lr: 0.02, weightDecay: 0 });
   const data = spirals();
   const x = new Tensor(data.x).reshape([3 * POINTS, 2]).realize();
   const y = new Tensor(data.y).realize();
-  const step = jit((input: Tensor, labels: Tensor): Tensor => {
-    optimizer.zeroGrad();
-    const loss = model.forward(input).sparseCategoricalCrossentropy(labels);
-    loss.backward();
-    Tensor.realizeAll([loss, ...optimizer.scheduleStep()]);
-    return loss;
-  });
   const start = performance.now();
-  let loss = Number.NaN;
-  Tensor.training = true;
-  for (let i = 1; i <= STEPS; i++) {
-    loss = step(x, y).item();
-    postMessage({ kind: "step", step: i, loss });
-  }
-  Tensor.training = false;
+  const losses = trainClassifier(model, {
+    steps: STEPS,
+    lr: 0.02,
+    weightDecay: 0,
+    nextBatch: () => ({ x, y }),
+    onStep: (step, loss) => postMessage({ kind: "step", step, loss }),
+  });
+  const loss = losses.at(-1)!;
   const predicted = model.forward(x).argmax({ axis: -1 }).toArray() as Int32Array;
   const correct = predicted.reduce((n, p, i) => n + (p === data.y[i] ? 1 : 0), 0);
   postMessage({
