@@ -14,7 +14,7 @@ import { CUDA_PRELUDE } from "../../src/renderer/cuda.ts";
 import { cudaForm, renderCudaForm } from "../../src/codegen/cuda_forms.ts";
 import { cudaDevice } from "../../src/runtime/cuda.ts";
 import { compileCuda, findNvcc, nvccFlags, nvrtcPtx } from "../../src/runtime/cuda_compile.ts";
-import { out } from "../../src/runtime/cuda_driver.ts";
+import { cudaDriver, out } from "../../src/runtime/cuda_driver.ts";
 import { argsWithUsage } from "../args.ts";
 
 argsWithUsage(
@@ -32,7 +32,7 @@ const { result: viaTsgrad, items } = recordItems(() => x.neg().max({ axis: 1 }).
 const kernel = items.flatMap((i) => (i.kind === "kernel" ? [i.kernel] : [])).at(-1)!;
 const { code, launch } = renderCudaForm(cudaForm(kernel), "k", true);
 const device = cudaDevice(0);
-const d = device.driver;
+const d = cudaDriver();
 
 /** Launches `fnName` of a compiled image on x's rows, a fresh output each time. */
 function runImage(image: Uint8Array, fnName = "k"): number[] {

@@ -1,7 +1,7 @@
-// Kernels as programs on a CUDA device: each kernel's form (codegen/cuda_forms.ts: tensor cores or GPU-shaped
+// CUDA C as a GPU language of gpu_programs.ts: each kernel's form (codegen/cuda_forms.ts: tensor cores or GPU-shaped
 // loops), rendered to CUDA C (renderer/cuda.ts, cuda_matmul.ts), compiled by the runtime into one module per
 // batch of kernels (cuda_compile.ts: NVRTC or nvcc, cubins cached on disk), loaded and launched by it
-// (runtime/cuda.ts).
+// (runtime/cuda.ts, gpu.ts).
 //
 // How kernels map to the GPU:
 // - the output loops are flattened onto the grid, one thread per output iteration (CUDA_BLOCK threads a
@@ -30,11 +30,11 @@
 // kernel with events).
 // Semantics match the JS reference as the C backend does, except that float32 exp2/log2/sin use CUDA's
 // float functions (within 2 ulp) and reduces may add in another order (group mode, tensor cores).
-import { type Buffer, aliasedSlots } from "../device.ts";
+import type { Buffer } from "../device.ts";
 import type { KernelIR } from "../codegen/ir.ts";
 import { debugLevel } from "../helpers.ts";
 import { type CudaForm, cudaForm, renderCudaForm } from "../codegen/cuda_forms.ts";
-import { CUDA_PRELUDE, type CudaKernelSource } from "../renderer/cuda.ts";
+import { CUDA_PRELUDE } from "../renderer/cuda.ts";
 import {
   type MatmulPattern,
   type TensorCoreTile,
@@ -44,118 +44,55 @@ import {
   tileCandidates,
   tileName,
 } from "../renderer/cuda_matmul.ts";
-import { type CudaDevice, CudaKernel, loadFunctions, timeLaunches } from "../runtime/cuda.ts";
 import { compileCuda } from "../runtime/cuda_compile.ts";
-import type { Handle } from "../runtime/cuda_driver.ts";
+import type { GpuDevice } from "../runtime/gpu.ts";
 import type { Program } from "./backend.ts";
-import { beamSearch, searchChoice, searchLimits } from "./search.ts";
+import { type GpuTarget, gpuPrograms, timeSources } from "./gpu_programs.ts";
+import { searchChoice } from "./search.ts";
 
-const tiles = new WeakMap<CudaDevice, TensorCoreTile>();
+const tiles = new WeakMap<GpuDevice, TensorCoreTile>();
 
 /**
  * The tile tensor-core kernels take on `device` unless BEAM chose another: TC_TILE's or the default, at the GPU's
  * depth.
  */
-export function deviceTile(device: CudaDevice): TensorCoreTile {
+export function deviceTile(device: GpuDevice): TensorCoreTile {
   let tile = tiles.get(device);
   if (!tile) tiles.set(device, (tile = tensorCoreTile(device.sharedPerMultiprocessor, undefined, device.arch)));
   return tile;
 }
 
-/** Turns kernels into programs on `device` (its tile chosen, and named at DEBUG >= 1, now). */
-export function cudaPrograms(device: CudaDevice): (kernel: KernelIR) => Program {
-  const tile = deviceTile(device);
-  if (debugLevel() >= 1)
-    console.error(`tsgrad: CUDA:${device.index} ${device.arch}, tensor-core tile ${tileName(tile)}`);
-  return (kernel) => new CudaProgram(device, kernel);
-}
-
-/** Programs created but not compiled yet: the first run compiles those of its device together, in one module. */
-const pending = new Set<CudaProgram>();
-
-/** A kernel compiled for one device, in each aliasing variant it runs with (compiled on first use of each). */
-export class CudaProgram implements Program {
-  readonly loaded = new Map<string, CudaKernel>();
-  private form: CudaForm | undefined;
-
-  constructor(
-    readonly device: CudaDevice,
-    readonly kernel: KernelIR,
-  ) {
-    pending.add(this);
-  }
-
-  ranKernel(): KernelIR {
-    return this.form?.kind === "loops" ? this.form.kernel : this.kernel;
-  }
-
-  /** The kernel's form on the GPU: searched (BEAM), tensor cores, or GPU-shaped loops. */
-  chosenForm(): CudaForm {
-    if (this.form) return this.form;
-    const form = cudaForm(this.kernel);
-    if (form.kind === "loops" && searchLimits().beam > 0) {
-      return (this.form = {
-        kind: "loops",
-        kernel: beamSearch(this.kernel, "CUDA", (ks) => timeCandidates(this.device, ks)),
-      });
-    }
-    if (form.kind === "tensorCores" && searchLimits().beam > 0 && !process.env.TC_TILE) {
-      const tiles = tileCandidates(this.device.sharedPerMultiprocessor, form.pattern, this.device.arch);
-      const byName = new Map(tiles.map((t) => [tileName(t), t]));
-      const chosen = searchChoice(this.kernel, `CUDA ${this.device.arch}`, [...byName.keys()], (names) =>
+/** CUDA C on `device`: its forms, the tile its tensor-core kernels take, NVRTC or nvcc for its architecture. */
+function cudaTarget(device: GpuDevice): GpuTarget<CudaForm> {
+  return {
+    device,
+    form: cudaForm,
+    searchForm: (kernel, form) => {
+      if (form.kind !== "tensorCores" || process.env.TC_TILE) return undefined;
+      const candidates = tileCandidates(device.sharedPerMultiprocessor, form.pattern, device.arch);
+      const byName = new Map(candidates.map((t) => [tileName(t), t]));
+      const chosen = searchChoice(kernel, `CUDA ${device.arch}`, [...byName.keys()], (names) =>
         timeTiles(
-          this.device,
-          this.kernel,
+          device,
+          kernel,
           form.pattern,
           names.map((n) => byName.get(n)!),
         ),
       );
-      return (this.form = { ...form, tile: chosen ? byName.get(chosen) : undefined });
-    }
-    return (this.form = form);
-  }
-
-  run(buffers: Buffer[], opts: { wait?: boolean } = {}): number | undefined {
-    // one buffer in two slots (an in-place assign) must not be promised to the compiler as unaliased: those
-    // slots lose __restrict__ in a variant of their own ("" is the plain kernel)
-    const aliased = aliasedSlots(buffers);
-    if (!this.loaded.has(aliased)) {
-      const others = aliased === "" ? [...pending].filter((p) => p !== this && p.device === this.device) : [];
-      compileTogether(this.device, [this, ...others], aliased);
-    }
-    return this.loaded.get(aliased)!.run(buffers, opts);
-  }
+      return { ...form, tile: chosen ? byName.get(chosen) : undefined };
+    },
+    render: (form, fnName, restrict) => renderCudaForm(form, fnName, restrict, deviceTile(device)),
+    prelude: CUDA_PRELUDE,
+    compile: (source, what) => compileCuda(source, compileArch(device.arch, source), what),
+  };
 }
 
-/**
- * Compiles several programs' kernels as one module (the compiler starts once; the cache keeps the whole
- * batch). Kernels whose code is the same (a model's layers) are compiled once and share a function.
- */
-function compileTogether(device: CudaDevice, programs: readonly CudaProgram[], aliased: string): void {
-  const restrict = aliased === "" || new Set(aliased.split(",").map(Number));
-  const rendered = programs.map((p) => renderCudaForm(p.chosenForm(), "tg_kernel", restrict, deviceTile(device)));
-  const firstOf = new Map<string, number>();
-  rendered.forEach((r, i) => firstOf.has(r.code) || firstOf.set(r.code, i));
-  const unique = [...firstOf.keys()];
-  const names = [...firstOf.values()].map((i, u) => `${programs[i]!.kernel.name.replace(/\W/g, "_")}_${u}`);
-  const source = `${CUDA_PRELUDE}\n${unique.map((code, u) => code.replace(/\btg_kernel\b/, names[u]!)).join("\n\n")}\n`;
-  const what =
-    programs.length === 1 ? programs[0]!.kernel.name : `${unique.length} kernels (${programs[0]!.kernel.name}, ...)`;
-  const fns = compileAndLoad(device, source, names, what);
-  const fnOf = new Map(unique.map((code, u) => [code, fns[u]!]));
-  const kernels = rendered.map(
-    (r, i) =>
-      new CudaKernel(device, fnOf.get(r.code)!, r.launch, programs[i]!.kernel.name, programs[i]!.kernel.buffers.length),
-  );
-  programs.forEach((p, i) => {
-    p.loaded.set(aliased, kernels[i]!);
-    if (aliased === "") pending.delete(p);
-  });
-}
-
-/** Compiles (or finds in the cache) a module for `device` and loads it; the handles of its functions `names`. */
-function compileAndLoad(device: CudaDevice, source: string, names: readonly string[], what: string): Handle[] {
-  return loadFunctions(device, compileCuda(source, compileArch(device.arch, source), what), names);
+/** Turns kernels into programs on `device` (its tile chosen, and named at DEBUG >= 1, now). */
+export function cudaPrograms(device: GpuDevice): (kernel: KernelIR) => Program {
+  const tile = deviceTile(device);
+  if (debugLevel() >= 1)
+    console.error(`tsgrad: CUDA:${device.index} ${device.arch}, tensor-core tile ${tileName(tile)}`);
+  return gpuPrograms(cudaTarget(device));
 }
 
 /**
@@ -168,66 +105,20 @@ export function compileArch(arch: string, source: string): string {
 }
 
 /**
- * Times BEAM's candidates on scratch buffers of the kernel's sizes (Infinity for those that fail to compile or launch).
- */
-function timeCandidates(device: CudaDevice, kernels: readonly KernelIR[]): number[] {
-  if (kernels.length === 0) return [];
-  return timeSources(
-    device,
-    kernels[0]!,
-    kernels.map((kernel) => () => renderCudaForm({ kind: "loops", kernel }, "candidate", true)),
-  );
-}
-
-/**
  * Times a tensor-core kernel at each tile (seconds; Infinity where one fails to compile or launch), on
  * scratch buffers, or on `on` (the kernel's own buffers: the output then holds the last tile's result).
  */
 export function timeTiles(
-  device: CudaDevice,
+  device: GpuDevice,
   kernel: KernelIR,
   pattern: MatmulPattern,
   tiles: readonly TensorCoreTile[],
   on?: readonly Buffer[],
 ): number[] {
   return timeSources(
-    device,
+    cudaTarget(device),
     kernel,
     tiles.map((tile) => () => renderMatmulTC(pattern, "candidate", true, tile)),
     on,
-  );
-}
-
-/**
- * The fastest of three launches of each rendering of `kernel`, on scratch buffers of its sizes (or on `on`);
- * Infinity for one that fails to render, compile or launch. Renderings with the same code are timed once.
- */
-function timeSources(
-  device: CudaDevice,
-  kernel: KernelIR,
-  renders: readonly (() => CudaKernelSource)[],
-  on?: readonly Buffer[],
-): number[] {
-  const sizes = kernel.buffers.map((b) => b.size * b.dtype.itemsize);
-  const byCode = new Map<string, number>();
-  return timeLaunches(device, kernel.name, sizes, on, (time) =>
-    renders.map((render) => {
-      try {
-        const rendered = render();
-        const known = byCode.get(rendered.code);
-        if (known !== undefined) return known;
-        const [fn] = compileAndLoad(
-          device,
-          `${CUDA_PRELUDE}\n${rendered.code}\n`,
-          ["candidate"],
-          `BEAM candidate of ${kernel.name}`,
-        );
-        const fastest = time(new CudaKernel(device, fn!, rendered.launch, kernel.name, sizes.length));
-        byCode.set(rendered.code, fastest);
-        return fastest;
-      } catch {
-        return Infinity;
-      }
-    }),
   );
 }

@@ -8,9 +8,6 @@ export class CudaError extends TsgradError {
   override name = "CudaError";
 }
 
-/** An opaque driver handle (context, module, function, event) as koffi returns it. */
-export type Handle = bigint;
-
 type Fn = (...args: unknown[]) => number;
 
 /** Device attributes used here (CUdevice_attribute values). */
