@@ -1,5 +1,5 @@
 // Builds the CPU emulator of a CUDA GPU (libcuda_emu.cc + cuda_emu.h) into `dir`: one library to point
-// both TSGRAD_LIBCUDA and TSGRAD_LIBNVRTC at. Null where there is no C++ compiler.
+// both TSGRAD_LIBCUDA and TSGRAD_LIBNVRTC at (or, for an AMD GPU, TSGRAD_LIBHIP and TSGRAD_LIBHIPRTC). Null where there is no C++ compiler.
 import { spawnSync } from "node:child_process";
 import { join } from "node:path";
 
@@ -36,6 +36,18 @@ export function buildCudaEmulator(dir: string): string | null {
 export const emulatorEnv = (library: string, dir: string): Record<string, string> => ({
   TSGRAD_LIBCUDA: library,
   TSGRAD_LIBNVRTC: library,
+  TSGRAD_CACHE: join(dir, "cache"),
+  TG_EMU_CACHE: join(dir, "modules"),
+});
+
+/**
+ * The environment that makes `AMD` the emulator: the same library as HIP's runtime and hiprtc, a gfx1100 (RDNA3, the
+ * 7900 XTX's) as the architecture, kernels built as host code kept in `dir`.
+ */
+export const amdEmulatorEnv = (library: string, dir: string): Record<string, string> => ({
+  TSGRAD_LIBHIP: library,
+  TSGRAD_LIBHIPRTC: library,
+  AMD_ARCH: "gfx1100",
   TSGRAD_CACHE: join(dir, "cache"),
   TG_EMU_CACHE: join(dir, "modules"),
 });

@@ -1,6 +1,8 @@
 /* A CUDA "GPU" that runs on the CPU, for testing tsgrad's CUDA backend without one: the subset of the
  * driver API (libcuda) and of NVRTC that src/runtime/cuda*.ts calls, in one library that both
- * TSGRAD_LIBCUDA and TSGRAD_LIBNVRTC point at.
+ * TSGRAD_LIBCUDA and TSGRAD_LIBNVRTC point at. The same library stands in for an AMD GPU: HIP's runtime API
+ * and hiprtc (src/runtime/hip*.ts), thin wrappers over the CUDA calls at the end, for TSGRAD_LIBHIP and
+ * TSGRAD_LIBHIPRTC; HIP kernels build with hip_emu.h too (wave32 shuffles, WMMA).
  *
  * - "Compiling" a program compiles its CUDA C as host C++ with g++ and cuda_emu.h forced in; the "cubin"
  *   is the source itself, and loading it builds (or finds) the shared object and dlopens it.
@@ -19,7 +21,7 @@
  *   them (NaNs before), so that kernels reading what they never wrote, or too early, fail here too.
  * - The device reports an H100's attributes (sm_90, 132 multiprocessors, 228 KB shared memory each).
  *
- * Environment: TG_EMU_DEVICES (how many GPUs, default 1), TG_EMU_CXX (default g++), TG_EMU_CACHE (a folder where built modules are kept and shared
+ * Environment: TG_EMU_DEVICES (how many GPUs, default 1), TG_EMU_PEER (0: no peer access for HIP), TG_EMU_CXX (default g++), TG_EMU_CACHE (a folder where built modules are kept and shared
  * between processes; default: a temporary folder removed at exit). The header's path is compiled in. */
 #include <dlfcn.h>
 #include <ftw.h>
@@ -94,16 +96,18 @@ static std::vector<KernelInfo> kernels_of(const std::string &src) {
   return kernels;
 }
 
-/** The header's text: modules built against another version of it are not reused. */
+/** The headers' text (cuda_emu.h and the hip_emu.h it includes): modules built against another version are not reused. */
 static const std::string &header_text() {
   static std::string text;
   if (text.empty()) {
-    if (FILE *h = fopen(TG_EMU_HEADER, "r")) {
-      char buf[4096];
-      size_t n;
-      while ((n = fread(buf, 1, sizeof buf, h)) > 0) text.append(buf, n);
-      fclose(h);
-    }
+    std::string header = TG_EMU_HEADER, hip = header.substr(0, header.rfind('/') + 1) + "hip_emu.h";
+    for (const std::string &path : {header, hip})
+      if (FILE *h = fopen(path.c_str(), "r")) {
+        char buf[4096];
+        size_t n;
+        while ((n = fread(buf, 1, sizeof buf, h)) > 0) text.append(buf, n);
+        fclose(h);
+      }
   }
   return text;
 }
@@ -662,4 +666,112 @@ int nvrtcGetCUBIN(void *program, char *cubin) { memcpy(cubin, ((Program *)progra
 int nvrtcGetPTXSize(void *program, size_t *size) { *size = ((Program *)program)->source.size() + 1; return 0; }
 int nvrtcGetPTX(void *program, char *ptx) { memcpy(ptx, ((Program *)program)->source.c_str(), ((Program *)program)->source.size() + 1); return 0; }
 int nvrtcDestroyProgram(void **program) { delete (Program *)*program; *program = nullptr; return 0; }
+}
+
+/* ---------- HIP: the runtime API over the driver API above (TSGRAD_LIBHIP points here too) ----------
+ * HIP's calls name devices where CUDA's take contexts (hipSetDevice makes one current), return their error's name
+ * (hipGetErrorName) and pass a launch's arguments as one packed buffer (`extra`); the codes are CUDA's numbers. The
+ * device reports nothing of its own: the runtime takes its architecture from AMD_ARCH (gfx1100 in the tests),
+ * and a workgroup may use 64 KB of shared memory (LDS) without asking. TG_EMU_PEER=0 gives the GPUs no peer access,
+ * as GPUs on separate root complexes have none. */
+extern "C" {
+static void *context_of(int device) { return (void *)(uintptr_t)(0x1000 + device); }
+static bool peer_access(void) {
+  const char *p = getenv("TG_EMU_PEER");
+  return !(p && strcmp(p, "0") == 0);
+}
+int hipInit(unsigned flags) { return cuInit(flags); }
+int hipRuntimeGetVersion(int *v) { *v = 99000000; return OK; }
+int hipGetDeviceCount(int *n) { return cuDeviceGetCount(n); }
+int hipSetDevice(int device) { return device < 0 || device >= device_count() ? 101 : cuCtxSetCurrent(context_of(device)); }
+int hipDeviceSynchronize(void) { return cuCtxSynchronize(); }
+int hipDeviceCanAccessPeer(int *can, int device, int peer) {
+  int r = cuDeviceCanAccessPeer(can, device, peer);
+  if (!peer_access()) *can = 0;
+  return r;
+}
+static std::map<std::pair<int, int>, bool> peers_enabled;
+int hipDeviceEnablePeerAccess(int peer, unsigned) {
+  if (!peer_access() || peer == current_device || peer < 0 || peer >= device_count()) return 217; /* hipErrorPeerAccessUnsupported */
+  bool &enabled = peers_enabled[{current_device, peer}];
+  if (enabled) return 704; /* hipErrorPeerAccessAlreadyEnabled */
+  enabled = true;
+  return OK;
+}
+int hipMalloc(uint64_t *pointer, size_t bytes) { return cuMemAlloc_v2(pointer, bytes); }
+int hipFree(uint64_t pointer) { return cuMemFree_v2(pointer); }
+int hipMemGetInfo(size_t *free_bytes, size_t *total) { return cuMemGetInfo_v2(free_bytes, total); }
+int hipMemcpyHtoD(uint64_t dst, const void *src, size_t bytes) { return cuMemcpyHtoD_v2(dst, src, bytes); }
+int hipMemcpyDtoH(void *dst, uint64_t src, size_t bytes) { return cuMemcpyDtoH_v2(dst, src, bytes); }
+int hipMemcpyDtoDAsync(uint64_t dst, uint64_t src, size_t bytes, void *stream) { return cuMemcpyDtoDAsync_v2(dst, src, bytes, stream); }
+int hipMemcpyPeerAsync(uint64_t dst, int dst_device, uint64_t src, int src_device, size_t bytes, void *stream) {
+  return cuMemcpyPeerAsync(dst, context_of(dst_device), src, context_of(src_device), bytes, stream);
+}
+int hipModuleLoadData(void **module, const void *image) { return cuModuleLoadData(module, image); }
+int hipModuleGetFunction(void **function, void *module, const char *name) {
+  int r = cuModuleGetFunction(function, module, name);
+  if (r == OK) ((Function *)*function)->max_dynamic_shared = 64 << 10;
+  return r;
+}
+/* arguments as kernelParams (pointers to each) or as `extra`: {1, buffer, 2, &size, 3}, 8-byte values packed */
+int hipModuleLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared, void *stream, void **params, void **extra) {
+  if (params || !extra) return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params, nullptr);
+  char *buffer = nullptr;
+  size_t size = 0;
+  for (int i = 0; extra[i] != (void *)3; i += 2) {
+    if (i > 8) return INVALID_VALUE;
+    if (extra[i] == (void *)1) buffer = (char *)extra[i + 1];
+    else if (extra[i] == (void *)2) size = *(size_t *)extra[i + 1];
+    else return INVALID_VALUE;
+  }
+  int count = ((Function *)f)->params;
+  if (!buffer || size != (size_t)count * 8) return INVALID_VALUE;
+  std::vector<void *> pointers;
+  for (int i = 0; i < count; i++) pointers.push_back(buffer + 8 * i);
+  return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, stream, pointers.data(), nullptr);
+}
+int hipEventCreateWithFlags(void **event, unsigned flags) { return cuEventCreate(event, flags); }
+int hipEventRecord(void *event, void *stream) { return cuEventRecord(event, stream); }
+int hipEventSynchronize(void *event) { return cuEventSynchronize(event); }
+int hipEventElapsedTime(float *ms, void *start, void *end) { return cuEventElapsedTime(ms, start, end); }
+int hipEventDestroy(void *event) { return cuEventDestroy_v2(event); }
+int hipStreamCreate(void **stream) { return cuStreamCreate(stream, 0); }
+int hipStreamSynchronize(void *stream) { return cuStreamSynchronize(stream); }
+int hipStreamWaitEvent(void *stream, void *event, unsigned flags) { return cuStreamWaitEvent(stream, event, flags); }
+int hipStreamBeginCapture(void *stream, int mode) { return cuStreamBeginCapture_v2(stream, mode); }
+int hipStreamEndCapture(void *stream, void **graph) { return cuStreamEndCapture(stream, graph); }
+int hipGraphInstantiate(void **exec, void *graph, void **error_node, char *log, size_t log_bytes) {
+  if (error_node) *error_node = nullptr;
+  if (log && log_bytes) *log = '\0';
+  return cuGraphInstantiateWithFlags(exec, graph, 0);
+}
+int hipGraphLaunch(void *exec, void *stream) { return cuGraphLaunch(exec, stream); }
+const char *hipGetErrorName(int error) {
+  switch (error) {
+    case OK: return "hipSuccess";
+    case INVALID_VALUE: return "hipErrorInvalidValue";
+    case OUT_OF_MEMORY: return "hipErrorOutOfMemory";
+    case 101: return "hipErrorInvalidDevice";
+    case INVALID_IMAGE: return "hipErrorInvalidImage";
+    case INVALID_CONTEXT: return "hipErrorInvalidContext";
+    case 217: return "hipErrorPeerAccessUnsupported";
+    case INVALID_HANDLE: return "hipErrorInvalidHandle";
+    case NOT_FOUND: return "hipErrorNotFound";
+    case NOT_READY: return "hipErrorNotReady";
+    case 704: return "hipErrorPeerAccessAlreadyEnabled";
+    case LAUNCH_FAILED: return "hipErrorLaunchFailure";
+    case CAPTURE_UNSUPPORTED: return "hipErrorStreamCaptureUnsupported";
+    default: return "hipErrorUnknown";
+  }
+}
+
+/* hiprtc: the emulated NVRTC under HIP's names (a "code object" is the source the emulator builds as host C++) */
+int hiprtcVersion(int *major, int *minor) { return nvrtcVersion(major, minor); }
+int hiprtcCreateProgram(void **program, const char *source, const char *name, int headers, void *sources, void *names) { return nvrtcCreateProgram(program, source, name, headers, sources, names); }
+int hiprtcCompileProgram(void *program, int count, const char **options) { return nvrtcCompileProgram(program, count, options); }
+int hiprtcGetProgramLogSize(void *program, size_t *size) { return nvrtcGetProgramLogSize(program, size); }
+int hiprtcGetProgramLog(void *program, char *log) { return nvrtcGetProgramLog(program, log); }
+int hiprtcGetCodeSize(void *program, size_t *size) { return nvrtcGetCUBINSize(program, size); }
+int hiprtcGetCode(void *program, char *code) { return nvrtcGetCUBIN(program, code); }
+int hiprtcDestroyProgram(void **program) { return nvrtcDestroyProgram(program); }
 }
