@@ -7,6 +7,7 @@ import { TsgradError } from "../helpers.ts";
 import type { Communicator, ReduceOp } from "./communicator.ts";
 import {
   AVG_VERSION,
+  type CollectiveLibrary,
   NCCL_OPS,
   NCCL_TYPES,
   NcclError,
@@ -47,9 +48,18 @@ export class NcclCommunicator {
     this.comm = comm;
   }
 
-  /** Joins the NCCL world of `size` ranks as `rank` on `device`; every rank calls it with the same rendezvous. */
-  static open(rank: number, size: number, device: NcclDevice, rendezvous: Rendezvous): NcclCommunicator {
-    const nccl = loadNccl();
+  /**
+   * Joins the NCCL world of `size` ranks as `rank` on `device`; every rank calls it with the same rendezvous.
+   * `library` is "rccl" on AMD GPUs (RCCL: NCCL's API on HIP streams).
+   */
+  static open(
+    rank: number,
+    size: number,
+    device: NcclDevice,
+    rendezvous: Rendezvous,
+    library: CollectiveLibrary = "nccl",
+  ): NcclCommunicator {
+    const nccl = loadNccl(process.env, library);
     const id = { internal: new Uint8Array(UNIQUE_ID_BYTES) };
     if (rank === 0) nccl.check("ncclGetUniqueId", nccl.ncclGetUniqueId(id));
     if (rendezvous.kind === "host") {
@@ -73,8 +83,10 @@ export class NcclCommunicator {
    */
   static forDevice(host: Communicator, device: string): NcclCommunicator {
     const native = Device.allocator(device).native;
-    if (!native) throw new NcclError(`${device} is not a GPU NCCL can use (NCCL works on CUDA devices)`);
-    return NcclCommunicator.open(host.rank, host.size, native, { kind: "host", host });
+    if (!native)
+      throw new NcclError(`${device} is not a GPU NCCL can use (NCCL works on CUDA devices, RCCL on AMD ones)`);
+    const library = Device.canonicalize(device).startsWith("AMD") ? "rccl" : "nccl";
+    return NcclCommunicator.open(host.rank, host.size, native, { kind: "host", host }, library);
   }
 
   /** The device address of a buffer on this communicator's GPU (its allocator's, as forDevice gives it). */

@@ -1,5 +1,7 @@
 // NVIDIA's collective library (libnccl) through koffi: found where CUDA and PyTorch installs put it, never
 // downloaded. The calls the NCCL communicator needs, each result checked into an NcclError in NCCL's words.
+// AMD's RCCL exports the same API (ncclAllReduce on HIP streams), so it loads through the same binding: for AMD
+// devices the communicator asks for "rccl" (librccl.so.1 from ROCm, or TSGRAD_LIBRCCL).
 import { existsSync, readdirSync } from "node:fs";
 import { homedir } from "node:os";
 import { join } from "node:path";
@@ -59,8 +61,19 @@ export type NcclLibrary = { readonly [S in (typeof SIGNATURES)[number] as Name<S
   check(call: string, result: unknown, what?: string): void;
 };
 
-/** Where NCCL lives when nothing says: CUDA's and the distributions' folders, PyTorch's wheels. */
-export function candidatePaths(env: Record<string, string | undefined> = process.env): string[] {
+/** Which collective library: NVIDIA's for CUDA devices, AMD's (same API) for AMD devices. */
+export type CollectiveLibrary = "nccl" | "rccl";
+
+/** Where RCCL lives when nothing says: the loader's path, then ROCm's folder. */
+const rcclPaths = (env: Record<string, string | undefined>): string[] =>
+  env.TSGRAD_LIBRCCL ? [env.TSGRAD_LIBRCCL] : ["librccl.so.1", "/opt/rocm/lib/librccl.so.1"];
+
+/** Where NCCL (or RCCL) lives when nothing says: CUDA's and the distributions' folders, PyTorch's wheels. */
+export function candidatePaths(
+  env: Record<string, string | undefined> = process.env,
+  library: CollectiveLibrary = "nccl",
+): string[] {
+  if (library === "rccl") return rcclPaths(env);
   const named = env.TSGRAD_LIBNCCL;
   if (named) return [named];
   const paths = ["libnccl.so.2"]; // the loader's path (LD_LIBRARY_PATH, ldconfig)
@@ -84,13 +97,18 @@ function pythonFolders(lib: string): string[] {
     .filter((dir) => existsSync(dir));
 }
 
-let loaded: NcclLibrary | undefined;
+const loaded = new Map<CollectiveLibrary, NcclLibrary>();
 
-/** Loads libnccl from the first candidate that loads; NcclError listing every place tried where none does. */
-export function loadNccl(env: Record<string, string | undefined> = process.env): NcclLibrary {
-  if (loaded && (!env.TSGRAD_LIBNCCL || loaded.path === env.TSGRAD_LIBNCCL)) return loaded;
+/** Loads libnccl (or librccl) from the first candidate that loads; NcclError listing every place tried where none does. */
+export function loadNccl(
+  env: Record<string, string | undefined> = process.env,
+  library: CollectiveLibrary = "nccl",
+): NcclLibrary {
+  const known = loaded.get(library);
+  const named = library === "rccl" ? env.TSGRAD_LIBRCCL : env.TSGRAD_LIBNCCL;
+  if (known && (!named || known.path === named)) return known;
   const failures: string[] = [];
-  for (const path of candidatePaths(env)) {
+  for (const path of candidatePaths(env, library)) {
     if (path.includes("/") && !existsSync(path)) {
       failures.push(`${path} (absent)`);
       continue;
@@ -102,9 +120,15 @@ export function loadNccl(env: Record<string, string | undefined> = process.env):
       failures.push(`${path} (${(error as Error).message.split("\n")[0]})`);
       continue;
     }
-    loaded = bind(lib, path);
-    return loaded;
+    const bound = bind(lib, path);
+    loaded.set(library, bound);
+    return bound;
   }
+  if (library === "rccl")
+    throw new NcclError(
+      `cannot load RCCL: tried ${failures.join("; ")}. RCCL comes with ROCm (/opt/rocm/lib); set TSGRAD_LIBRCCL ` +
+        "to librccl.so.1's path, or TSGRAD_NCCL=0 to all-reduce through MPI and host memory",
+    );
   throw new NcclError(
     `cannot load NCCL: tried ${failures.join("; ")}. NCCL comes with CUDA installs and PyTorch's GPU wheels; ` +
       "set TSGRAD_LIBNCCL to libnccl.so.2's path, or TSGRAD_NCCL=0 to all-reduce through MPI and host memory",
