@@ -43,12 +43,15 @@ const GROUP_UNROLL = 4;
 /** Threads that must remain after upcasting for the GPU to stay busy. */
 const MIN_THREADS = 1 << 16;
 
-/** The form of `kernel` on CUDA. Kernels without a spec (hand-made IR) keep their loops as they are. */
-export function cudaForm(kernel: KernelIR): CudaForm {
+/**
+ * The form of `kernel` on CUDA. Kernels without a spec (hand-made IR) keep their loops as they are. `tensorCores:
+ * false` gives the loop form whatever the kernel (another GPU's matrix units take matmuls: amd_forms.ts).
+ */
+export function cudaForm(kernel: KernelIR, { tensorCores = true } = {}): CudaForm {
   const spec = kernelSpecOf(kernel);
   const unmerged = spec ? lowerKernel(spec, NO_OPTS) : kernel;
   const plain = mergeNestedLoops(unmerged);
-  if (getenv("TC", 1) !== 0) {
+  if (tensorCores && getenv("TC", 1) !== 0) {
     const pattern = matchMatmul(plain);
     if (pattern && worthTensorCores(pattern)) return { kind: "tensorCores", pattern };
   }

@@ -115,12 +115,48 @@ function wgmmaHelpers(): string {
   return lines.join("\n");
 }
 
-/** Helpers every kernel may use: exact 16-bit float conversions, JS-style casts, safe division, warp shuffles. */
-export const CUDA_PRELUDE = `#define TG_INF __int_as_float(0x7f800000)
+/** Infinities and NaN as bit patterns (no headers: NVRTC needs no include path). */
+export const GPU_LIMITS = `#define TG_INF __int_as_float(0x7f800000)
 #define TG_NAN __int_as_float(0x7fc00000)
 #define TG_DINF __longlong_as_double(0x7ff0000000000000LL)
 #define TG_DNAN __longlong_as_double(0x7ff8000000000000LL)
-/* the GPU's own instructions (a CPU emulator for tests, test/cuda/emu, defines TG_EMU and its own) */
+`;
+
+/**
+ * Helpers both GPU dialects (CUDA, HIP) share: bfloat16 conversions, JS-style casts, floor division, bit casts,
+ * safe integer division.
+ */
+export const GPU_HELPERS = `__device__ __forceinline__ float tg_b2f(unsigned short h) { return __uint_as_float((unsigned int)h << 16); }
+__device__ __forceinline__ unsigned short tg_f2b(float v) {
+  unsigned int x = __float_as_uint(v);
+  if ((x & 0x7f800000u) == 0x7f800000u && (x & 0x7fffffu)) return (unsigned short)((x >> 16) | 0x40u);
+  return (unsigned short)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+/* JavaScript's ToUint32: truncate, then wrap modulo 2^32 (NaN and infinities give 0) */
+__device__ __forceinline__ unsigned int tg_wrap32(double x) {
+  if (x > -2147483648.0 && x < 2147483648.0) return (unsigned int)(int)x;
+  if (x - x != 0.0) return 0u;
+  double m = fmod(trunc(x), 4294967296.0);
+  return (unsigned int)(m < 0 ? m + 4294967296.0 : m);
+}
+__device__ __forceinline__ long long tg_trunc64(double x) {
+  if (x != x) return 0;
+  if (x >= 9223372036854775807.0) return 9223372036854775807LL;
+  if (x <= -9223372036854775808.0) return -9223372036854775807LL - 1;
+  return (long long)x;
+}
+/* floor division of a possibly negative index */
+template <typename A, typename C> __device__ __forceinline__ A tg_floordiv(A a, C c) { A q = a / c; return q * c != a && (a < 0) != (c < 0) ? q - 1 : q; }
+template <typename O, typename I> __device__ __forceinline__ O tg_bitcast(I x) { union { I i; O o; } u; u.i = x; return u.o; }
+/* truncating division and remainder; by 0 gives 0, and MIN / -1 wraps instead of trapping */
+#define TG_IDIV(T, a, b) ((b) == 0 ? (T)0 : ((b) == -1 ? (T)(0ull - (unsigned long long)(a)) : (T)((a) / (b))))
+#define TG_IMOD(T, a, b) ((b) == 0 || (b) == -1 ? (T)0 : (T)((a) % (b)))
+#define TG_UDIV(T, a, b) ((b) == 0 ? (T)0 : (T)((a) / (b)))
+#define TG_UMOD(T, a, b) ((b) == 0 ? (T)0 : (T)((a) % (b)))
+`;
+
+/** Helpers every kernel may use: exact 16-bit float conversions, JS-style casts, safe division, warp shuffles. */
+export const CUDA_PRELUDE = `${GPU_LIMITS}/* the GPU's own instructions (a CPU emulator for tests, test/cuda/emu, defines TG_EMU and its own) */
 #ifndef TG_EMU
 __device__ __forceinline__ float tg_h2f(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 /* round to nearest even in hardware; NaN keeps its sign and becomes quiet, as the reference does */
@@ -157,34 +193,7 @@ template <int N> __device__ __forceinline__ void tg_cp_async_wait() { asm volati
 ${wgmmaHelpers()}
 #endif
 #endif
-__device__ __forceinline__ float tg_b2f(unsigned short h) { return __uint_as_float((unsigned int)h << 16); }
-__device__ __forceinline__ unsigned short tg_f2b(float v) {
-  unsigned int x = __float_as_uint(v);
-  if ((x & 0x7f800000u) == 0x7f800000u && (x & 0x7fffffu)) return (unsigned short)((x >> 16) | 0x40u);
-  return (unsigned short)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-/* JavaScript's ToUint32: truncate, then wrap modulo 2^32 (NaN and infinities give 0) */
-__device__ __forceinline__ unsigned int tg_wrap32(double x) {
-  if (x > -2147483648.0 && x < 2147483648.0) return (unsigned int)(int)x;
-  if (x - x != 0.0) return 0u;
-  double m = fmod(trunc(x), 4294967296.0);
-  return (unsigned int)(m < 0 ? m + 4294967296.0 : m);
-}
-__device__ __forceinline__ long long tg_trunc64(double x) {
-  if (x != x) return 0;
-  if (x >= 9223372036854775807.0) return 9223372036854775807LL;
-  if (x <= -9223372036854775808.0) return -9223372036854775807LL - 1;
-  return (long long)x;
-}
-/* floor division of a possibly negative index */
-template <typename A, typename C> __device__ __forceinline__ A tg_floordiv(A a, C c) { A q = a / c; return q * c != a && (a < 0) != (c < 0) ? q - 1 : q; }
-template <typename O, typename I> __device__ __forceinline__ O tg_bitcast(I x) { union { I i; O o; } u; u.i = x; return u.o; }
-/* truncating division and remainder; by 0 gives 0, and MIN / -1 wraps instead of trapping */
-#define TG_IDIV(T, a, b) ((b) == 0 ? (T)0 : ((b) == -1 ? (T)(0ull - (unsigned long long)(a)) : (T)((a) / (b))))
-#define TG_IMOD(T, a, b) ((b) == 0 || (b) == -1 ? (T)0 : (T)((a) % (b)))
-#define TG_UDIV(T, a, b) ((b) == 0 ? (T)0 : (T)((a) / (b)))
-#define TG_UMOD(T, a, b) ((b) == 0 ? (T)0 : (T)((a) % (b)))
-/* warp shuffles for every compute type (narrow integers travel as int) */
+${GPU_HELPERS}/* warp shuffles for every compute type (narrow integers travel as int) */
 template <typename T> __device__ __forceinline__ T tg_shfl(T v, int lane) { return (T)__shfl_xor_sync(0xffffffffu, (int)v, lane); }
 template <> __device__ __forceinline__ unsigned int tg_shfl(unsigned int v, int lane) { return __shfl_xor_sync(0xffffffffu, v, lane); }
 template <> __device__ __forceinline__ long long tg_shfl(long long v, int lane) { return __shfl_xor_sync(0xffffffffu, v, lane); }

@@ -34,7 +34,7 @@ interface Loop {
 }
 
 /** An index as constant + sum of coefficient * variable (undefined when it divides or takes a modulo). */
-interface Affine {
+export interface Affine {
   readonly constant: number;
   readonly coef: ReadonlyMap<string, number>;
 }
@@ -70,7 +70,7 @@ export interface MatmulPattern {
   readonly epilogue: readonly Stmt[];
 }
 
-function affine(e: Idx): Affine | undefined {
+export function affine(e: Idx): Affine | undefined {
   const coef = new Map<string, number>();
   let constant = 0;
   for (const t of e.kind === "sum" ? e.terms : [e]) {
