@@ -10,7 +10,10 @@ import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { findNvcc } from "../../src/runtime/cuda_compile.ts";
+import { compileHipAll, findHipcc } from "../../src/runtime/hip_compile.ts";
+import { HIP_PRELUDE } from "../../src/renderer/hip.ts";
 import { type NamedKernel, compileKernels } from "./nvcc.ts";
+import { scratchDir } from "../scratch.ts";
 import type { CapturedKernel } from "./capture_kernels.ts";
 
 const OP_TESTS = [
@@ -76,9 +79,13 @@ const otherForms = (k: CapturedKernel, n: number): NamedKernel[] => [
 ];
 
 const skip = nvcc ? false : "nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)";
-const kernels = nvcc ? captureOpKernels() : [];
+const hipcc = findHipcc();
+// gfx1100 code objects land in a cache of this file's own
+process.env.TSGRAD_CACHE = join(scratchDir("op-kernels-hip"), "cache");
+const skipHip = hipcc ? false : "hipcc not found (test/setup/ensure-hip.sh installs Debian's hipcc as root)";
+const kernels = nvcc || hipcc ? captureOpKernels() : [];
 
-test("the op tests run a few hundred distinct kernels", { skip }, () => {
+test("the op tests run a few hundred distinct kernels", { skip: skip && skipHip }, () => {
   assert.ok(kernels.length > 200, `the op tests ran only ${kernels.length} distinct kernels`);
 });
 
@@ -98,4 +105,21 @@ test("every kernel the op tests run compiles for sm_89 and sm_90 as CUDA launche
   ]);
   assert.equal(chosen.errors, "", `kernels failing: ${chosen.failing.join(", ")}`);
   assert.equal(others.errors, "", `kernel forms failing: ${others.failing.join(", ")}`);
+});
+
+test("every kernel the op tests run compiles for gfx1100 as the AMD backend launches it", {
+  skip: skipHip,
+  timeout: 240_000,
+}, async (t) => {
+  const sources = [...new Set(kernels.map((k) => k.amd))];
+  const perModule = 100;
+  const modules = [];
+  for (let start = 0; start < sources.length; start += perModule) {
+    const chunk = sources.slice(start, start + perModule).map((code, i) => named(code, `k${start + i}`).code);
+    modules.push({ source: `${HIP_PRELUDE}\n${chunk.join("\n\n")}\n`, what: `op kernels ${start}-` });
+  }
+  const codes = await compileHipAll(modules, "gfx1100");
+  const bytes = codes.reduce((s, c) => s + c.length, 0);
+  t.diagnostic(`${sources.length} distinct HIP kernels in ${modules.length} gfx1100 code objects of ${bytes} bytes`);
+  assert.ok(sources.length > 200, `only ${sources.length} distinct HIP kernels`);
 });
