@@ -5,9 +5,11 @@ import { type Backend, registerBackend } from "./engine/backend.ts";
 import { jsProgram } from "./engine/js_programs.ts";
 import { CpuProgram } from "./engine/cpu_programs.ts";
 import { cudaPrograms } from "./engine/cuda_programs.ts";
+import { amdPrograms } from "./engine/amd_programs.ts";
 import { hostMemory } from "./runtime/host_memory.ts";
 import { captureCpuGraph, cpuAvailable, recordCpuCopy } from "./runtime/cpu.ts";
 import { cudaAvailable, cudaDevice, cudaMemory } from "./runtime/cuda.ts";
+import { amdDevice, amdMemory, hipAvailable } from "./runtime/hip.ts";
 import { webgpuPrograms } from "./engine/webgpu_programs.ts";
 import { type WebGpuBuffer, WebGpuError, webGpuAvailable, webGpuDevice, webGpuFailure } from "./runtime/webgpu.ts";
 
@@ -48,6 +50,21 @@ export function cudaBackend(index: number): Backend {
 }
 
 /**
+ * `AMD:index`: kernels in AMD forms (RDNA3's WMMA or GPU-shaped loops), rendered to HIP C++, compiled by hiprtc or
+ * hipcc; jitted calls replay as HIP graphs. Never the default over CUDA.
+ */
+export function amdBackend(index: number): Backend {
+  const device = amdDevice(index);
+  return {
+    name: index === 0 ? "AMD" : `AMD:${index}`,
+    ...amdMemory(device),
+    compile: amdPrograms(device),
+    // one stream's capture: kernels of this device only
+    captureGraph: (run, span) => (span.devices.length === 1 && !span.copies ? device.captureGraph(run) : undefined),
+  };
+}
+
+/**
  * WEBGPU: kernels rendered to WGSL, run by Dawn (the optional `webgpu` package) on any GPU it drives, or on
  * SwiftShader where there is none. One device; never the default (asked for by DEVICE=WEBGPU).
  */
@@ -73,6 +90,7 @@ export function webgpuBackend(index: number): Backend {
  */
 export function registerBackends(): void {
   registerBackend("CUDA", cudaBackend, cudaAvailable);
+  registerBackend("AMD", amdBackend, hipAvailable);
   registerBackend("CPU", cpuBackend, cpuAvailable);
   registerBackend("JS", jsBackend);
   registerBackend("WEBGPU", webgpuBackend, webGpuAvailable);
