@@ -268,4 +268,6 @@ TG_EMU_WGMMA(64) TG_EMU_WGMMA(128) TG_EMU_WGMMA(256)
 template <typename... A, size_t... I> static void tg_emu_invoke(void (*f)(A...), void **p, std::index_sequence<I...>) { f(*(A *)p[I]...); }
 template <typename... A> static void tg_emu_invoke(void (*f)(A...), void **p) { tg_emu_invoke(f, p, std::index_sequence_for<A...>{}); }
 template <typename... A> static int tg_emu_count(void (*)(A...)) { static_assert(((sizeof(A) == 8) && ...), "kernel parameters are pointers"); return (int)sizeof...(A); }
+/* what HIP kernels use beyond CUDA's */
+#include "hip_emu.h"
 #endif
