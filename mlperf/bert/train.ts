@@ -279,22 +279,25 @@ function checkWidths(samples: SampleColumns, knobs: Knobs, source: string): void
 }
 
 /**
- * GPU ranks all-reduce through NCCL where it loads (TSGRAD_NCCL=0: never); otherwise, or on host devices,
- * through MPI and host memory, said once.
+ * GPU ranks all-reduce through NCCL where it loads (RCCL, its API on HIP, for AMD GPUs; TSGRAD_NCCL=0: never);
+ * otherwise, or on host devices, through MPI and host memory, said once.
  */
 function ncclFor(
   comm: dist.Communicator,
   device: string,
   print: (line: string) => void,
 ): dist.NcclCommunicator | undefined {
-  if (!device.startsWith("CUDA") || getenv("TSGRAD_NCCL", 1) === 0) return undefined;
+  if (!/^(CUDA|AMD)/.test(device) || getenv("TSGRAD_NCCL", 1) === 0) return undefined;
   try {
     const nccl = dist.NcclCommunicator.forDevice(comm, device);
-    print(`gradients all-reduced by NCCL ${nccl.library.version} (${nccl.library.path})`);
+    const name = device.startsWith("AMD") ? "RCCL" : "NCCL";
+    print(`gradients all-reduced by ${name} ${nccl.library.version} (${nccl.library.path})`);
     return nccl;
   } catch (error) {
     if (!(error instanceof dist.NcclError)) throw error;
-    print(`NCCL not used (${error.message}); gradients go through MPI and host memory`);
+    print(
+      `${device.startsWith("AMD") ? "RCCL" : "NCCL"} not used (${error.message}); gradients go through MPI and host memory`,
+    );
     return undefined;
   }
 }
