@@ -9,37 +9,69 @@ import { getenv } from "../helpers.ts";
 /** Bytes a host buffer's start is aligned to: a cache line, and an AVX-512 vector. */
 export const HOST_ALIGNMENT = 64;
 
-/** `bytes` of zeroed memory starting at a multiple of HOST_ALIGNMENT. */
+/** Bytes of a transparent huge page on x86-64 (and arm64 with 4 KiB pages). */
+export const HUGE_PAGE = 2 ** 21;
+
+/**
+ * `bytes` of zeroed memory starting at a multiple of HOST_ALIGNMENT. From half a huge page up it starts on a huge
+ * page, and Linux is asked to back the huge pages it spans with huge pages (TSGRAD_HUGE_PAGES=0: never): fresh
+ * memory faults in on first touch, inside the kernel that writes it, and one 2 MiB fault costs about what one
+ * 4 KiB fault does (docs/performance.md). So a buffer holds at most one huge page more than it needs, as
+ * PyTorch's CUDA allocator rounds to 2 MiB; the rest of the ArrayBuffer is address space no kernel touches.
+ */
 export function alignedBytes(bytes: number): Uint8Array {
-  const raw = new ArrayBuffer(bytes + HOST_ALIGNMENT);
-  // (V8 never moves an ArrayBuffer's memory: the offset holds for the buffer's life)
-  return new Uint8Array(raw, alignmentOffset(raw), bytes);
+  const huge = bytes >= HUGE_PAGE / 2 && hugePageAdvice() !== null;
+  const [alignment, span] = huge ? [HUGE_PAGE, Math.ceil(bytes / HUGE_PAGE) * HUGE_PAGE] : [HOST_ALIGNMENT, bytes];
+  const raw = new ArrayBuffer(span + alignment);
+  const address = addressOf(raw);
+  if (address === undefined) return new Uint8Array(raw, 0, bytes);
+  const misalignment = Number(address % BigInt(alignment));
+  const offset = misalignment === 0 ? 0 : alignment - misalignment;
+  // (V8 never moves an ArrayBuffer's memory: the offset and the advice hold for the buffer's life)
+  if (huge) hugePageAdvice()!(address + BigInt(offset), span, MADV_HUGEPAGE);
+  return new Uint8Array(raw, offset, bytes);
 }
 
 /** Whether memory addresses can be read (koffi loads): not in a browser, where no native code reads them either. */
 let addressable: boolean | undefined;
 
-/** Bytes from the start of `raw` to its first aligned address (0 where addresses cannot be read). */
-function alignmentOffset(raw: ArrayBuffer): number {
-  let address: bigint;
-  if (addressable === false) return 0;
+/** Where `raw`'s memory starts, or undefined where addresses cannot be read. */
+function addressOf(raw: ArrayBuffer): bigint | undefined {
+  if (addressable === false) return undefined;
   try {
-    address = koffi.address(raw);
+    const address = koffi.address(raw);
     addressable = true;
+    return address;
   } catch (error) {
     if (addressable) throw error;
     addressable = false;
-    return 0;
+    return undefined;
   }
-  const misalignment = Number(address % BigInt(HOST_ALIGNMENT));
-  return misalignment === 0 ? 0 : HOST_ALIGNMENT - misalignment;
+}
+
+const MADV_HUGEPAGE = 14;
+type Madvise = (address: bigint, bytes: number, advice: number) => number;
+let madvise: Madvise | null | undefined;
+
+/** libc's madvise on Linux with addressable memory, else null (other systems, browsers, TSGRAD_HUGE_PAGES=0). */
+function hugePageAdvice(): Madvise | null {
+  if (madvise !== undefined) return madvise;
+  madvise = null;
+  if (addressOf(new ArrayBuffer(HOST_ALIGNMENT)) === undefined) return madvise;
+  if (process.platform !== "linux" || getenv("TSGRAD_HUGE_PAGES", 1) === 0) return madvise;
+  try {
+    madvise = koffi.load("libc.so.6").func("int madvise(uintptr_t addr, size_t length, int advice)") as Madvise;
+  } catch {
+    // not glibc: 4 KiB pages
+  }
+  return madvise;
 }
 
 const view = (raw: unknown): Uint8Array => raw as Uint8Array;
 
 /**
  * Freed host buffers by byte size, handed to the next allocation of that size: fresh memory costs a page fault
- * per 4 KiB on its first touch, inside the kernel that writes it (an eager matmul's packed operands were mostly
+ * per page on its first touch, inside the kernel that writes it (an eager matmul's packed operands were mostly
  * faults). Kernels write every element they store, so reused memory need not be zeroed. At most `limit` bytes
  * wait here (TSGRAD_HOST_POOL_MB, default 2048; 0 turns the pool off); beyond that a freed buffer goes to the
  * garbage collector.

@@ -8,6 +8,7 @@ import { jit } from "../../src/tensor/index.ts";
 import { recordItems } from "../../src/engine/realize.ts";
 import { storedBuffer } from "../../src/engine/schedule.ts";
 import koffi from "koffi";
+import { readFileSync } from "node:fs";
 import { testDevices } from "../devices.ts";
 
 for (const device of testDevices()) {
@@ -72,6 +73,36 @@ test("the host pool hands a freed buffer to the next allocation of its size, ali
   for (const m of [pool.allocate(1500), pool.allocate(1500), pool.allocate(1500)]) pool.release(m);
   assert.equal(pool.bytes, 3000);
   new HostPool(0).release(a);
+});
+
+test("host buffers of half a huge page or more start on one and are marked for huge pages (Linux)", async (t) => {
+  const { HUGE_PAGE, alignedBytes } = await import("../../src/runtime/host_memory.ts");
+  if (process.platform !== "linux" || process.env.TSGRAD_HUGE_PAGES === "0") return t.skip("no transparent huge pages");
+  const mappingFlags = (address: bigint): string =>
+    readFileSync("/proc/self/smaps", "utf8")
+      .split(/\n(?=[0-9a-f]+-[0-9a-f]+ )/)
+      .find((lines) => {
+        const [start, end] = lines
+          .split(" ")[0]!
+          .split("-")
+          .map((hex) => BigInt(`0x${hex}`));
+        return address >= start! && address < end!;
+      })
+      ?.match(/^VmFlags:.*$/m)?.[0] ?? "";
+  for (const bytes of [HUGE_PAGE / 2, HUGE_PAGE + 12345]) {
+    const memory = alignedBytes(bytes);
+    const address = koffi.address(memory);
+    assert.equal(address % BigInt(HUGE_PAGE), 0n, `${bytes} bytes`);
+    assert.ok(
+      memory.every((byte) => byte === 0),
+      "fresh memory reads as zeros",
+    );
+    // the whole huge pages it spans carry the advice ("hg"), so its faults take 2 MiB pages where any are free
+    for (const end of [address, address + BigInt(Math.ceil(bytes / HUGE_PAGE) * HUGE_PAGE) - 1n])
+      assert.match(mappingFlags(end), /\bhg\b/, `${bytes} bytes, byte ${end - address}`);
+  }
+  // a smaller buffer keeps to 64 bytes (a huge page would be mostly idle memory)
+  assert.equal(koffi.address(alignedBytes(HUGE_PAGE / 4)) % 64n, 0n);
 });
 
 for (const device of testDevices().filter((d) => d === "CPU" || d === "JS")) {
