@@ -13,16 +13,17 @@ export const HOST_ALIGNMENT = 64;
 export const HUGE_PAGE = 2 ** 21;
 
 /**
- * `bytes` of zeroed memory starting at a multiple of HOST_ALIGNMENT. From half a huge page up it starts on a huge
- * page, and Linux is asked to back the huge pages it spans with huge pages (TSGRAD_HUGE_PAGES=0: never): fresh
- * memory faults in on first touch, inside the kernel that writes it, and one 2 MiB fault costs about what one
- * 4 KiB fault does (docs/performance.md). So a buffer holds at most one huge page more than it needs, as
- * PyTorch's CUDA allocator rounds to 2 MiB; the rest of the ArrayBuffer is address space no kernel touches.
+ * `bytes` of memory starting at a multiple of HOST_ALIGNMENT, zeroed unless `zeroed` is false. From half a huge
+ * page up it starts on a huge page, and Linux is asked to back the huge pages it spans with huge pages
+ * (TSGRAD_HUGE_PAGES=0: never): fresh memory faults in on first touch, inside the kernel that writes it, and one
+ * 2 MiB fault costs about what one 4 KiB fault does (docs/performance.md). So a buffer holds at most one huge page
+ * more than it needs, as PyTorch's CUDA allocator rounds to 2 MiB; the rest of the ArrayBuffer is address space
+ * no kernel touches.
  */
-export function alignedBytes(bytes: number): Uint8Array {
+export function alignedBytes(bytes: number, { zeroed = true } = {}): Uint8Array {
   const huge = bytes >= HUGE_PAGE / 2 && hugePageAdvice() !== null;
   const [alignment, span] = huge ? [HUGE_PAGE, Math.ceil(bytes / HUGE_PAGE) * HUGE_PAGE] : [HOST_ALIGNMENT, bytes];
-  const raw = new ArrayBuffer(span + alignment);
+  const raw = zeroed ? new ArrayBuffer(span + alignment) : unzeroedBytes(span + alignment);
   const address = addressOf(raw);
   if (address === undefined) return new Uint8Array(raw, 0, bytes);
   const misalignment = Number(address % BigInt(alignment));
@@ -30,6 +31,16 @@ export function alignedBytes(bytes: number): Uint8Array {
   // (V8 never moves an ArrayBuffer's memory: the offset and the advice hold for the buffer's life)
   if (huge) hugePageAdvice()!(address + BigInt(offset), span, MADV_HUGEPAGE);
   return new Uint8Array(raw, offset, bytes);
+}
+
+const nodeBuffer = (globalThis as { Buffer?: { allocUnsafeSlow(bytes: number): Uint8Array } }).Buffer;
+
+/**
+ * Memory nobody clears (Node's Buffer.allocUnsafeSlow: malloc, not calloc), where there is such a thing: malloc
+ * hands back memory the process freed before, which calloc would write zeros over, slack included.
+ */
+function unzeroedBytes(bytes: number): ArrayBuffer {
+  return nodeBuffer ? (nodeBuffer.allocUnsafeSlow(bytes).buffer as ArrayBuffer) : new ArrayBuffer(bytes);
 }
 
 /** Whether memory addresses can be read (koffi loads): not in a browser, where no native code reads them either. */
@@ -72,9 +83,9 @@ const view = (raw: unknown): Uint8Array => raw as Uint8Array;
 /**
  * Freed host buffers by byte size, handed to the next allocation of that size: fresh memory costs a page fault
  * per page on its first touch, inside the kernel that writes it (an eager matmul's packed operands were mostly
- * faults). Kernels write every element they store, so reused memory need not be zeroed. At most `limit` bytes
- * wait here (TSGRAD_HOST_POOL_MB, default 2048; 0 turns the pool off); beyond that a freed buffer goes to the
- * garbage collector.
+ * faults). Kernels write every element they store, so neither reused nor fresh memory is zeroed. At most `limit`
+ * bytes wait here (TSGRAD_HOST_POOL_MB, default 2048; 0 turns the pool off); beyond that a freed buffer goes to
+ * the garbage collector.
  */
 export class HostPool {
   private readonly free = new Map<number, Uint8Array[]>();
@@ -87,7 +98,7 @@ export class HostPool {
     const kept = this.free.get(bytes)?.pop();
     if (!kept) {
       this.counts.fresh++;
-      return alignedBytes(bytes);
+      return alignedBytes(bytes, { zeroed: false });
     }
     this.counts.reused++;
     this.held -= bytes;

@@ -121,6 +121,42 @@ for (const device of testDevices().filter((d) => d === "CPU" || d === "JS")) {
   });
 }
 
+for (const device of testDevices().filter((d) => d === "CPU" || d === "JS")) {
+  test(`results do not hang on what host memory held before: every small size waiting as NaN changes none (${device})`, async () => {
+    const { hostPool } = await import("../../src/runtime/host_memory.ts");
+    const [vocab, width] = [40, 24];
+    const run = (): number[][] => {
+      const w = new Tensor(
+        Float32Array.from({ length: vocab * width }, (_, i) => Math.sin(i)),
+        { device },
+      ).reshape([vocab, width]);
+      w.requiresGrad = true;
+      // a gather, a packed matmul, a softmax's row sums, a pad, and the scatter of the gather's gradient
+      const x = Tensor.embedding(new Tensor(new Int32Array([3, 0, 37, 3, 1, 19, 25, 3]), { device }), w);
+      const y = x
+        .matmul(w.transpose(0, 1))
+        .softmax(-1)
+        .pad([
+          [1, 2],
+          [0, 3],
+        ]);
+      y.square().sum().backward();
+      return [y, w.grad!].map((t) => Array.from(t.toArray() as Float32Array));
+    };
+    hostPool.clear();
+    const clean = run();
+    // fresh memory is not cleared, and freed memory comes back as it was left: here, all NaN (or -1)
+    for (let bytes = 4; bytes <= 16384; bytes += 4) hostPool.release(new Uint8Array(bytes).fill(0xff));
+    const reused = hostPool.counts.reused;
+    try {
+      assert.deepEqual(run(), clean);
+      assert.ok(hostPool.counts.reused - reused >= 8, `${hostPool.counts.reused - reused} poisoned buffers taken`);
+    } finally {
+      hostPool.clear();
+    }
+  });
+}
+
 test("a tensor made from a typed array of its dtype's storage copies it: later writes to the array do not show", () => {
   for (const device of testDevices()) {
     const floats = new Float32Array([1.5, Number.NaN, -0, 3e38]);
