@@ -1,7 +1,8 @@
 // float32 matmul GFLOP/s on the CPU device (BEAM=0 and BEAM=2, 1 and 2 threads) beside numpy's OpenBLAS
 // sgemm on the same shapes in the same run. Prints JSON on stdout, progress on stderr. Medians of --reps runs;
-// tsgrad figures are kernel time (what DEBUG=2 reports), numpy's the time of np.matmul. Each (BEAM, THREADS)
-// runs in its own process: kernels are chosen once per process, as in a real run.
+// tsgrad figures are kernel time (what DEBUG=2 reports) and, as `_wall`, the whole call's (the graph, its
+// schedule, memory and kernels), numpy's the time of np.matmul. Each (BEAM, THREADS) runs in its own process:
+// kernels are chosen once per process, as in a real run.
 import { spawnSync } from "node:child_process";
 import { argsWithUsage } from "./args.ts";
 import { GlobalCounters, Tensor } from "../src/index.ts";
@@ -50,9 +51,10 @@ const SHAPES: readonly Shape[] = [
 const HELP = `usage: tsx bench/matmul.ts [--reps N] [--beam 0,2] [--threads 1,2] [--shapes 512^3,1024^3] [--no-numpy] [--jit]
 
 Times float32 matmuls on the CPU device for each BEAM and THREADS value, and numpy (OpenBLAS)
-on the same shapes, and prints JSON: GFLOP/s medians per shape and configuration, and the ratio
-of each tsgrad figure to numpy's with the same thread count. Eager by default (fresh buffers every
-call); --jit replays one captured product on the same buffers, as a training step does.
+on the same shapes, and prints JSON: GFLOP/s medians per shape and configuration (by kernel time,
+and as \`_wall\` by the whole call's), and the ratio of each tsgrad figure to numpy's with the same
+thread count. Eager by default (fresh buffers every call); --jit replays one captured product on
+the same buffers, as a training step does.
 Shapes: ${SHAPES.map((s) => s.name.split(" ")[0]).join(", ")}`;
 
 const median = (xs: readonly number[]): number => {
@@ -72,12 +74,18 @@ function data(count: number, seed: number): Float32Array {
   });
 }
 
+/** GFLOP/s of each run, by kernel time and by the call's wall time. */
+interface Runs {
+  readonly kernel: number[];
+  readonly wall: number[];
+}
+
 /**
  * GFLOP/s of each run. Eager: fresh input buffers every time, so nothing is reused from an earlier realize
  * (and every intermediate, such as a packed operand's copy, is fresh memory). Jitted: one captured product
  * replayed on the same buffers, as a training step runs.
  */
-function timeTsgrad(shape: Shape, reps: number, jitted: boolean): number[] {
+function timeTsgrad(shape: Shape, reps: number, jitted: boolean): Runs {
   const dims = (r: number, c: number) => (shape.batch > 1 ? [shape.batch, r, c] : [r, c]);
   const a = data(shape.batch * shape.m * shape.k, 1);
   const b = data(shape.batch * shape.k * shape.n, 2);
@@ -93,24 +101,27 @@ function timeTsgrad(shape: Shape, reps: number, jitted: boolean): number[] {
   };
   const product = (x: Tensor, w: Tensor): Tensor =>
     (shape.layout === "tn" ? x.transpose(-1, -2) : x).matmul(shape.layout === "nt" ? w.transpose(-1, -2) : w);
-  const runs: number[] = [];
+  const runs: Runs = { kernel: [], wall: [] };
+  const timed = (call: () => void): void => {
+    GlobalCounters.reset();
+    const start = performance.now();
+    call();
+    runs.wall.push(flopsOf(shape) / ((performance.now() - start) * 1e6));
+    runs.kernel.push(flopsOf(shape) / GlobalCounters.timeSumS / 1e9);
+  };
   if (jitted) {
     const [x, w] = inputs();
     const step = jit(product);
     // the first call compiles (and searches, with BEAM), the second captures: neither is timed
-    for (let rep = 0; rep < reps + 2; rep++) {
-      GlobalCounters.reset();
-      step(x, w).realize();
-      if (rep >= 2) runs.push(flopsOf(shape) / GlobalCounters.timeSumS / 1e9);
-    }
+    for (let rep = 0; rep < 2; rep++) step(x, w).realize();
+    for (let rep = 0; rep < reps; rep++) timed(() => step(x, w).realize());
     return runs;
   }
-  for (let rep = 0; rep <= reps; rep++) {
+  // the first run compiles (and searches, with BEAM): not timed
+  product(...inputs()).realize();
+  for (let rep = 0; rep < reps; rep++) {
     const [x, w] = inputs();
-    GlobalCounters.reset();
-    product(x, w).realize();
-    // the first run compiles (and searches, with BEAM): not timed
-    if (rep > 0) runs.push(flopsOf(shape) / GlobalCounters.timeSumS / 1e9);
+    timed(() => product(x, w).realize());
   }
   return runs;
 }
@@ -215,8 +226,11 @@ function main(): void {
       const env = { ...process.env, BEAM: String(beam), THREADS: String(threads) };
       const worker = spawnSync(process.execPath, args, { env, encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
       if (worker.status !== 0) throw new Error(`BEAM=${beam} THREADS=${threads} run failed (exit ${worker.status})`);
-      const runs = JSON.parse(worker.stdout) as Record<string, number[]>;
-      for (const s of shapes) table[s.name]![`beam${beam}_t${threads}`] = median(runs[s.name]!);
+      const runs = JSON.parse(worker.stdout) as Record<string, Runs>;
+      for (const s of shapes) {
+        table[s.name]![`beam${beam}_t${threads}`] = median(runs[s.name]!.kernel);
+        table[s.name]![`beam${beam}_t${threads}_wall`] = median(runs[s.name]!.wall);
+      }
     }
   }
   const round = (x: number) => Math.round(x * 100) / 100;
@@ -234,7 +248,11 @@ function main(): void {
     ? "jitted (one captured product replayed on the same buffers)"
     : "eager (fresh buffers every call)";
   console.log(
-    JSON.stringify({ note: "medians; kernel time for tsgrad; shared machine, noisy", mode, reps, results }, null, 2),
+    JSON.stringify(
+      { note: "medians; kernel time for tsgrad, _wall the whole call's; shared machine, noisy", mode, reps, results },
+      null,
+      2,
+    ),
   );
 }
 
