@@ -372,7 +372,7 @@ const PAD = 8;
 const stageBytes = (t: TileShape): number => (t.bm + t.bn) * (t.bk + (t.wgmma ? 0 : PAD)) * 2;
 
 /** Whether 8 neighbours along `along` (unit stride) always start 16-byte aligned: one vector load reads them. */
-const vectorAlong = (af: Affine, along: Loop): boolean =>
+export const vectorAlong = (af: Affine, along: Loop): boolean =>
   af.coef.get(along.var) === 1 &&
   along.size % 8 === 0 &&
   af.constant % 8 === 0 &&

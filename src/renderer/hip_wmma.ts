@@ -4,18 +4,18 @@
 //
 // A block of four waves (2 x 2) computes 64 x 64 outputs, each wave 32 x 32 (2 x 2 WMMA tiles), 16 of k a step (at
 // 32, gfx1100's code of most of BERT's WMMA kernels spilled registers: test/amd/compile.test.ts counts spills).
-// Both factors' tiles pass through registers element by element (each factor's statements evaluated as the plain
-// kernel would, rounded to 16 bits: exact for loads, as CUDA's register path rounds a computed factor), into two
-// stages of shared memory stored [row][k], so that each lane's fragment (one row of A or one column of B: 16 k)
-// is 32 contiguous bytes. The next k tile is copied into the other stage before the current one's products (one
-// barrier a step). Whatever follows
-// the reduce (casts, bias, activation) runs per accumulator, as in the plain kernel: accumulator v of lane l is
-// row 2v + l / 16, column l % 16 of its 16 x 16 tile.
-// Not yet: vector copies of contiguous factors, deeper pipelines, split-K, tile search (no RDNA3 GPU was at hand
-// to tune on). test/amd/ checks the kernels on the CPU emulator and that their gfx1100 code holds WMMA.
+// A factor stored along k or along its rows (8-aligned) is copied 16 bytes a thread; any other passes element by
+// element (its statements evaluated as the plain kernel would, rounded to 16 bits: exact for loads, as CUDA's
+// register path rounds a computed factor). Tiles go to two stages of shared memory stored [row][k], so that each
+// lane's fragment (one row of A or one column of B: 16 k) is 32 contiguous bytes; the next k tile is copied into
+// the other stage before the current one's products (one barrier a step). Whatever follows the reduce (casts,
+// bias, activation) runs per accumulator, as in the plain kernel: accumulator v of lane l is row 2v + l / 16,
+// column l % 16 of its 16 x 16 tile.
+// Not yet: deeper pipelines, split-K, tile search (no RDNA3 GPU was at hand to tune on). test/amd/ checks the
+// kernels on the CPU emulator and that their gfx1100 code holds WMMA.
 import type { KernelIR } from "../codegen/ir.ts";
 import { TsgradError } from "../helpers.ts";
-import { type MatmulPattern, affine, worthTensorCores } from "./cuda_matmul.ts";
+import { type MatmulPattern, affine, vectorAlong, worthTensorCores } from "./cuda_matmul.ts";
 import { type CudaKernelSource, type Restrict, kernelParams, outputIndices, renderBlock } from "./cuda.ts";
 
 /** Outputs a block computes along m and n, k a step, and waves along m and n. */
@@ -122,6 +122,8 @@ interface TileCopy {
  * k fastest.
  */
 function tileCopy(tile: string, o: Operand, row: Loop, start: string, p: MatmulPattern, rows: number): TileCopy {
+  const vector = vectorCopy(tile, o, row, start, p, rows);
+  if (vector) return vector;
   const count = (rows * bk) / THREADS;
   const loads = o.defs.flatMap((d) => (d.expr.op === "LOAD" ? [affine(d.expr.index)] : []));
   const alongRows = loads.some((af) => af?.coef.get(row.var) === 1) && !loads.some((af) => af?.coef.get(p.k.var) === 1);
@@ -145,5 +147,54 @@ function tileCopy(tile: string, o: Operand, row: Loop, start: string, p: MatmulP
       );
       return lines;
     },
+  };
+}
+
+/**
+ * A factor that is one load of 16-bit values of the input's kind with 8-aligned unit strides along k, or along the
+ * rows (a k-major factor: a weight gradient's), 16 bytes a thread at a time without conversions: 8 of k stored as
+ * they are, or 8 rows at one k spread over the tile's rows. Zeros past the matrix: the strided length is a multiple
+ * of 8, so a chunk is all in or all out.
+ */
+function vectorCopy(
+  tile: string,
+  o: Operand,
+  row: Loop,
+  start: string,
+  p: MatmulPattern,
+  rows: number,
+): TileCopy | undefined {
+  const load = o.load;
+  const stored = load && p.kernel.buffers[load.buf]!.dtype.name;
+  if (!load || stored !== (p.input === "f16" ? "float16" : "bfloat16")) return undefined;
+  const { affine: af } = load;
+  const alongK = vectorAlong(af, p.k);
+  if (!alongK && !vectorAlong(af, row)) return undefined;
+  const base = [
+    String(af.constant),
+    ...[...af.coef].filter(([v]) => v !== row.var && v !== p.k.var).map(([v, c]) => `${v} * ${c}`),
+  ].join(" + ");
+  const address = `b${load.buf} + ${base} + gr * ${af.coef.get(row.var) ?? 0} + gk * ${af.coef.get(p.k.var) ?? 0}`;
+  const chunks = (rows * bk) / 8 / THREADS;
+  const index = alongK
+    ? `r = e / ${bk / 8}, kk = (e % ${bk / 8}) * 8`
+    : `kk = e / ${rows / 8}, r = (e % ${rows / 8}) * 8`;
+  return {
+    copy: (k0, stage) => [
+      `    #pragma unroll`,
+      `    for (int j = 0; j < ${chunks}; j++) {`,
+      `      const int e = tid + j * ${THREADS}, ${index}, gr = ${start} + r, gk = ${k0} + kk;`,
+      `      uint4 tg_v = make_uint4(0, 0, 0, 0);`,
+      `      if (gr < ${row.size} && gk < ${p.k.size}) tg_v = *(const uint4*)(${address});`,
+      ...(alongK
+        ? [`      *(uint4*)&${tile}[${stage}][r][kk] = tg_v;`]
+        : [
+            `      unsigned short tg_h[8];`,
+            `      __builtin_memcpy(tg_h, &tg_v, 16);`,
+            `      #pragma unroll`,
+            `      for (int q = 0; q < 8; q++) ${tile}[${stage}][r + q][kk] = tg_h[q];`,
+          ]),
+      `    }`,
+    ],
   };
 }
