@@ -4,10 +4,7 @@
 // TC=0 turns WMMA off, as it turns tensor cores off on CUDA.
 import { getenv } from "../helpers.ts";
 import type { KernelIR } from "./ir.ts";
-import { kernelSpecOf, lowerKernel } from "./lower.ts";
-import { NO_OPTS } from "./opts.ts";
-import { mergeNestedLoops } from "./merge_loops.ts";
-import { type CudaForm, cudaForm } from "./cuda_forms.ts";
+import { type CudaForm, gpuLoopForm, plainLowering } from "./cuda_forms.ts";
 import { type CudaKernelSource, type Restrict, renderCuda } from "../renderer/cuda.ts";
 import { type MatmulPattern, matchMatmul } from "../renderer/cuda_matmul.ts";
 import { renderMatmulWmma, worthWmma } from "../renderer/hip_wmma.ts";
@@ -22,12 +19,12 @@ export const hasWmma = (arch: string): boolean => /^gfx11[05][0-3]$/.test(arch);
 
 /** The form of `kernel` on an AMD GPU of `arch` (e.g. "gfx1100"). */
 export function amdForm(kernel: KernelIR, arch: string): AmdForm {
+  const lowered = plainLowering(kernel);
   if (hasWmma(arch) && getenv("TC", 1) !== 0) {
-    const spec = kernelSpecOf(kernel);
-    const pattern = matchMatmul(mergeNestedLoops(spec ? lowerKernel(spec, NO_OPTS) : kernel));
+    const pattern = matchMatmul(lowered.plain);
     if (pattern && worthWmma(pattern)) return { kind: "wmma", pattern };
   }
-  return cudaForm(kernel, { tensorCores: false }) as AmdForm;
+  return gpuLoopForm(kernel, lowered);
 }
 
 /** Renders a form as the HIP kernel `fnName` (the module's source starts with HIP_PRELUDE). */

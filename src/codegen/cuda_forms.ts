@@ -6,6 +6,7 @@
 // along its rows: in each case so that neighbours load and store as one vector.
 import { getenv } from "../helpers.ts";
 import type { KernelIR, Stmt } from "./ir.ts";
+import type { KernelSpec } from "./kernel_spec.ts";
 import { kernelSpecOf, lowerKernel } from "./lower.ts";
 import { NO_OPTS, type Upcast } from "./opts.ts";
 import { axisFacts, countStmts, hasUnitTerm } from "./heuristics.ts";
@@ -43,18 +44,37 @@ const GROUP_UNROLL = 4;
 /** Threads that must remain after upcasting for the GPU to stay busy. */
 const MIN_THREADS = 1 << 16;
 
-/**
- * The form of `kernel` on CUDA. Kernels without a spec (hand-made IR) keep their loops as they are. `tensorCores:
- * false` gives the loop form whatever the kernel (another GPU's matrix units take matmuls: amd_forms.ts).
- */
-export function cudaForm(kernel: KernelIR, { tensorCores = true } = {}): CudaForm {
+/** A kernel's plain lowering (no options), before and after nested loops merge; hand-made IR stands as it is. */
+export interface PlainLowering {
+  readonly spec: KernelSpec | undefined;
+  readonly unmerged: KernelIR;
+  readonly plain: KernelIR;
+}
+
+export function plainLowering(kernel: KernelIR): PlainLowering {
   const spec = kernelSpecOf(kernel);
   const unmerged = spec ? lowerKernel(spec, NO_OPTS) : kernel;
-  const plain = mergeNestedLoops(unmerged);
-  if (tensorCores && getenv("TC", 1) !== 0) {
-    const pattern = matchMatmul(plain);
+  return { spec, unmerged, plain: mergeNestedLoops(unmerged) };
+}
+
+/** The form of `kernel` on CUDA. Kernels without a spec (hand-made IR) keep their loops as they are. */
+export function cudaForm(kernel: KernelIR): CudaForm {
+  const lowered = plainLowering(kernel);
+  if (getenv("TC", 1) !== 0) {
+    const pattern = matchMatmul(lowered.plain);
     if (pattern && worthTensorCores(pattern)) return { kind: "tensorCores", pattern };
   }
+  return gpuLoopForm(kernel, lowered);
+}
+
+/**
+ * A kernel as GPU-shaped loops, whatever it computes (another GPU's matrix units take its matmuls: amd_forms.ts),
+ * from its plain lowering.
+ */
+export function gpuLoopForm(
+  kernel: KernelIR,
+  { spec, unmerged, plain }: PlainLowering = plainLowering(kernel),
+): CudaForm & { readonly kind: "loops" } {
   if (!spec) return { kind: "loops", kernel };
   // many rows of their own, read along the row (not a column sum: its warps would read across rows): a warp a row
   const rows = warpPerRow(plain) && readsAlongReduce(plain) ? WARP_ROWS : undefined;
