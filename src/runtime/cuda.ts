@@ -17,7 +17,7 @@
 // GEMMs and a BERT-large step beside PyTorch).
 import type { Allocator } from "../device.ts";
 import { ATTRIBUTE, type CudaDriver, CudaError, cudaDriver, loadCudaDriver, out } from "./cuda_driver.ts";
-import { GpuDevice, type GpuDriver, type Handle, gpuMemory } from "./gpu.ts";
+import { type GpuDevice, type GpuDriver, type Handle, deviceTable, gpuMemory } from "./gpu.ts";
 
 /** Whether a GPU answers (loads libcuda once; false, never an exception, where there is none). */
 export function cudaAvailable(): boolean {
@@ -120,19 +120,11 @@ function cudaGpuDriver(d: CudaDriver): GpuDriver {
   };
 }
 
-let gpuDriver: GpuDriver | undefined;
-const devices = new Map<number, GpuDevice>();
-
 /** The device `CUDA:index` (its context made on first use). */
-export function cudaDevice(index: number): GpuDevice {
-  let device = devices.get(index);
-  if (!device) {
-    gpuDriver ??= cudaGpuDriver(cudaDriver());
-    device = new GpuDevice(gpuDriver, index, (message) => new CudaError(message));
-    devices.set(index, device);
-  }
-  return device;
-}
+export const cudaDevice = deviceTable(
+  () => cudaGpuDriver(cudaDriver()),
+  (message) => new CudaError(message),
+);
 
 /** The memory of `device`. Its `transfer` queues a copy device to device (peer to peer where the GPUs allow). */
 export const cudaMemory = (device: GpuDevice): Allocator => gpuMemory(device, cudaDevice);

@@ -362,6 +362,27 @@ export function timeLaunches<T>(
 }
 
 /**
+ * A kind's devices by index, each opened once on first use; the driver is made with the first (so that a kind
+ * never asked for loads nothing).
+ */
+export function deviceTable(
+  makeDriver: () => GpuDriver,
+  makeError: (message: string) => Error,
+): (index: number) => GpuDevice {
+  let driver: GpuDriver | undefined;
+  const devices = new Map<number, GpuDevice>();
+  return (index) => {
+    let device = devices.get(index);
+    if (!device) {
+      driver ??= makeDriver();
+      device = new GpuDevice(driver, index, makeError);
+      devices.set(index, device);
+    }
+    return device;
+  };
+}
+
+/**
  * The memory of `device`. Its `transfer` queues a copy device to device (peer to peer where the GPUs allow);
  * `deviceOf` finds the source device of a copy from another GPU of the same kind.
  */

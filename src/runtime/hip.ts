@@ -20,7 +20,7 @@
 import { existsSync, readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import type { Allocator } from "../device.ts";
-import { GpuDevice, type GpuDriver, type Handle, gpuMemory } from "./gpu.ts";
+import { type GpuDevice, type GpuDriver, type Handle, deviceTable, gpuMemory } from "./gpu.ts";
 import { type HipDriver, HipError, hipDriver, hipOut, loadHipDriver } from "./hip_driver.ts";
 
 /** Whether an AMD GPU answers (loads libamdhip64 once; false, never an exception, where there is none). */
@@ -166,19 +166,11 @@ function hipGpuDriver(d: HipDriver): GpuDriver {
   };
 }
 
-let gpuDriver: GpuDriver | undefined;
-const devices = new Map<number, GpuDevice>();
-
 /** The device `AMD:index` (opened on first use). */
-export function amdDevice(index: number): GpuDevice {
-  let device = devices.get(index);
-  if (!device) {
-    gpuDriver ??= hipGpuDriver(hipDriver());
-    device = new GpuDevice(gpuDriver, index, (message) => new HipError(message));
-    devices.set(index, device);
-  }
-  return device;
-}
+export const amdDevice = deviceTable(
+  () => hipGpuDriver(hipDriver()),
+  (message) => new HipError(message),
+);
 
 /** The memory of `device`. Its `transfer` queues a copy device to device (through the host without peer access). */
 export const amdMemory = (device: GpuDevice): Allocator => gpuMemory(device, amdDevice);
