@@ -64,13 +64,17 @@ let error = "";
 try { Device.allocator("AMD"); } catch (e) { error = e.name + ": " + e.message; }
 console.log(JSON.stringify([Device.isAvailable("AMD"), Device.DEFAULT, error]));`;
 
-test("with the HIP runtime installed and no AMD GPU, asking for AMD says no AMD GPU was found", {
+test("with the HIP runtime installed, AMD opens where a GPU answers and says no AMD GPU was found where none does", {
   skip: realLibrary ? false : "libamdhip64 is not installed (Debian: apt install libamdhip64-5)",
-}, (t) => {
+}, () => {
   const run = child(PROBE, { TSGRAD_LIBHIP: undefined, TSGRAD_LIBHIPRTC: undefined, AMD_ARCH: undefined });
   assert.equal(run.status, 0, run.err);
   const [available, fallback, error] = JSON.parse(run.out) as [boolean, string, string];
-  if (available) return t.skip("an AMD GPU answers here");
+  if (available) {
+    // a machine with an AMD GPU: it opens (the no-GPU message is checked on machines without one, as CI)
+    assert.equal(error, "");
+    return;
+  }
   assert.match(fallback, /^(CPU|JS)$/);
   // ROCm 5.2 without a GPU: hipInit answers hipErrorInvalidDevice, hipGetDeviceCount hipErrorNoDevice
   assert.match(error, /^HipError: AMD: no AMD GPU found \(libamdhip64\.so[.\d]* loaded; .*hipGetDeviceCount: \w+\)$/);
