@@ -16,6 +16,7 @@ import {
   mkdtempSync,
   readFileSync,
   readdirSync,
+  renameSync,
   rmSync,
   symlinkSync,
   writeFileSync,
@@ -296,41 +297,45 @@ function deviceLibraries(hipcc: string, arch: string): string | undefined {
 }
 
 function buildLibraryFolder(hipcc: string, installed: string, folder: string, arch: string, isa: string): void {
+  // built beside the folder and renamed into place whole: no process ever sees a folder without the library
   const building = `${folder}.${process.pid}`;
   rmSync(building, { recursive: true, force: true });
-  mkdirSync(building, { recursive: true });
-  for (const file of readdirSync(installed))
-    if (file.endsWith(".bc")) symlinkSync(join(installed, file), join(building, file));
-  // hidden and constant, as the shipped libraries define it
-  writeFileSync(
-    join(building, "isa.c"),
-    `const __attribute__((visibility("hidden"))) int __oclc_ISA_version = ${isaVersion(arch)};\n`,
-  );
-  const clang = amdgpuClang(hipcc);
-  const run = spawnSync(
-    clang,
-    [
-      "-target",
-      "amdgcn-amd-amdhsa",
-      `-mcpu=${arch}`,
-      "-nogpulib",
-      "-emit-llvm",
-      "-c",
-      "-o",
-      join(building, isa),
-      join(building, "isa.c"),
-    ],
-    { encoding: "utf8" },
-  );
-  rmSync(join(building, "isa.c"), { force: true });
-  if (run.status !== 0)
-    throw new CompileError(
-      `AMD: ${installed} has no device library for ${arch} and ${clang} could not build ${isa}:\n${(run.stderr || run.error?.message || "").slice(0, 2000)}`,
-    );
-  rmSync(folder, { recursive: true, force: true });
   try {
-    // another process may have finished the same folder first: theirs is as good
-    if (!existsSync(folder)) spawnSync("mv", ["-T", building, folder]);
+    mkdirSync(building, { recursive: true });
+    for (const file of readdirSync(installed))
+      if (file.endsWith(".bc")) symlinkSync(join(installed, file), join(building, file));
+    // hidden and constant, as the shipped libraries define it
+    writeFileSync(
+      join(building, "isa.c"),
+      `const __attribute__((visibility("hidden"))) int __oclc_ISA_version = ${isaVersion(arch)};\n`,
+    );
+    const clang = amdgpuClang(hipcc);
+    const run = spawnSync(
+      clang,
+      [
+        "-target",
+        "amdgcn-amd-amdhsa",
+        `-mcpu=${arch}`,
+        "-nogpulib",
+        "-emit-llvm",
+        "-c",
+        "-o",
+        join(building, isa),
+        join(building, "isa.c"),
+      ],
+      { encoding: "utf8" },
+    );
+    if (run.status !== 0)
+      throw new CompileError(
+        `AMD: ${installed} has no device library for ${arch} and ${clang} could not build ${isa}:\n${(run.stderr || run.error?.message || "").slice(0, 2000)}`,
+      );
+    rmSync(join(building, "isa.c"));
+    try {
+      renameSync(building, folder);
+    } catch (e) {
+      // another process renamed its folder into place first: theirs is as good
+      if (!existsSync(join(folder, isa))) throw e;
+    }
   } finally {
     rmSync(building, { recursive: true, force: true });
   }
