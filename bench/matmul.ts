@@ -5,7 +5,7 @@
 // kernels are chosen once per process, as in a real run.
 import { spawnSync } from "node:child_process";
 import { argsWithUsage } from "./args.ts";
-import { GlobalCounters, Tensor } from "../src/index.ts";
+import { GlobalCounters, Tensor, tidy } from "../src/index.ts";
 import { jit } from "../src/tensor/index.ts";
 
 interface Shape {
@@ -48,13 +48,15 @@ const SHAPES: readonly Shape[] = [
   { name: "large_mlm_logits 160x1024x30522", batch: 1, m: 160, k: 1024, n: 30522, layout: "nt" },
 ];
 
-const HELP = `usage: tsx bench/matmul.ts [--reps N] [--beam 0,2] [--threads 1,2] [--shapes 512^3,1024^3] [--no-numpy] [--jit]
+const HELP = `usage: tsx bench/matmul.ts [--reps N] [--beam 0,2] [--threads 1,2] [--shapes 512^3,1024^3] [--no-numpy] [--jit] [--no-tidy]
 
 Times float32 matmuls on the CPU device for each BEAM and THREADS value, and numpy (OpenBLAS)
 on the same shapes, and prints JSON: GFLOP/s medians per shape and configuration (by kernel time,
 and as \`_wall\` by the whole call's), and the ratio of each tsgrad figure to numpy's with the same
-thread count. Eager by default (fresh buffers every call); --jit replays one captured product on
-the same buffers, as a training step does.
+thread count. Eager by default: new input tensors every call, each call inside tidy(), which gives
+its tensors' memory back when it returns (as numpy's loop frees its arrays); --no-tidy keeps every
+call's tensors (nothing is freed within the synchronous loop: fresh memory every call); --jit
+replays one captured product on the same buffers, as a training step does.
 Shapes: ${SHAPES.map((s) => s.name.split(" ")[0]).join(", ")}`;
 
 const median = (xs: readonly number[]): number => {
@@ -81,11 +83,11 @@ interface Runs {
 }
 
 /**
- * GFLOP/s of each run. Eager: fresh input buffers every time, so nothing is reused from an earlier realize
- * (and every intermediate, such as a packed operand's copy, is fresh memory). Jitted: one captured product
- * replayed on the same buffers, as a training step runs.
+ * GFLOP/s of each run. Eager: new input tensors every time, so nothing is reused from an earlier realize; each
+ * call inside tidy() (its memory back to the pool after it) unless `keepAll`, where every call's tensors stay and
+ * all memory is fresh. Jitted: one captured product replayed on the same buffers, as a training step runs.
  */
-function timeTsgrad(shape: Shape, reps: number, jitted: boolean): Runs {
+function timeTsgrad(shape: Shape, reps: number, jitted: boolean, keepAll: boolean): Runs {
   const dims = (r: number, c: number) => (shape.batch > 1 ? [shape.batch, r, c] : [r, c]);
   const a = data(shape.batch * shape.m * shape.k, 1);
   const b = data(shape.batch * shape.k * shape.n, 2);
@@ -120,8 +122,12 @@ function timeTsgrad(shape: Shape, reps: number, jitted: boolean): Runs {
   // the first run compiles (and searches, with BEAM): not timed
   product(...inputs()).realize();
   for (let rep = 0; rep < reps; rep++) {
-    const [x, w] = inputs();
-    timed(() => product(x, w).realize());
+    const call = (): void => {
+      const [x, w] = inputs();
+      timed(() => product(x, w).realize());
+    };
+    if (keepAll) call();
+    else tidy(call);
   }
   return runs;
 }
@@ -176,6 +182,7 @@ function main(): void {
     shapes: { type: "string" },
     "no-numpy": { type: "boolean", default: false },
     jit: { type: "boolean", default: false },
+    "no-tidy": { type: "boolean", default: false },
     worker: { type: "boolean", default: false },
   });
   const reps = Number(values.reps);
@@ -196,7 +203,7 @@ function main(): void {
         Object.fromEntries(
           shapes.map((s) => {
             console.error(`tsgrad BEAM=${process.env.BEAM} THREADS=${process.env.THREADS} ${s.name}`);
-            return [s.name, timeTsgrad(s, reps, values.jit === true)];
+            return [s.name, timeTsgrad(s, reps, values.jit === true, values["no-tidy"] === true)];
           }),
         ),
       ),
@@ -222,6 +229,7 @@ function main(): void {
         "--shapes",
         shapes.map((s) => s.name.split(" ")[0]).join(","),
         ...(values.jit ? ["--jit"] : []),
+        ...(values["no-tidy"] ? ["--no-tidy"] : []),
       ];
       const env = { ...process.env, BEAM: String(beam), THREADS: String(threads) };
       const worker = spawnSync(process.execPath, args, { env, encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
@@ -246,7 +254,9 @@ function main(): void {
   });
   const mode = values.jit
     ? "jitted (one captured product replayed on the same buffers)"
-    : "eager (fresh buffers every call)";
+    : values["no-tidy"]
+      ? "eager, every call's tensors kept (fresh memory every call)"
+      : "eager (new inputs every call, each call in tidy())";
   console.log(
     JSON.stringify(
       { note: "medians; kernel time for tsgrad, _wall the whole call's; shared machine, noisy", mode, reps, results },

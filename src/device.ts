@@ -29,15 +29,22 @@ export interface NativeDevice {
 let nextBufferId = 0;
 
 /**
+ * The buffers made while each memory scope is open (`tidy()`), innermost last: every new buffer is listed in
+ * the innermost, which frees at its end the ones nothing outside it keeps.
+ */
+export const memoryScopes: Buffer[][] = [];
+
+/**
  * The slots of a kernel's buffers whose memory another slot holds too (an in-place assign's output and input),
  * as "0,1"; "" if none. Renderers promise every other slot unaliased (C `restrict`, CUDA `__restrict__`).
  */
 export function aliasedSlots(buffers: readonly Buffer[]): string {
-  // every kernel run asks: the common answer without building the list
-  if (new Set(buffers.map((b) => b.handle)).size === buffers.length) return "";
-  const count = new Map<unknown, number>();
-  for (const b of buffers) count.set(b.handle, (count.get(b.handle) ?? 0) + 1);
-  return buffers.flatMap((b, slot) => (count.get(b.handle)! > 1 ? [slot] : [])).join(",");
+  // every kernel run asks: the common answer without building the list. A buffer's memory is its own (two
+  // objects never share it), so the objects say it without allocating or touching a disposed input
+  if (new Set(buffers).size === buffers.length) return "";
+  const count = new Map<Buffer, number>();
+  for (const b of buffers) count.set(b, (count.get(b) ?? 0) + 1);
+  return buffers.flatMap((b, slot) => (count.get(b)! > 1 ? [slot] : [])).join(",");
 }
 
 /** Device memory holding `size` elements of `dtype`. Allocated on first use. */
@@ -47,12 +54,18 @@ export class Buffer {
   version = 0;
   /** How many tensors were pointed at this buffer by realize(): above 1, an assign copies first. */
   realizedBy = 0;
+  /** Held by something other than tensors (a JIT capture replays into it): dispose() and tidy() leave it be. */
+  pinned = false;
+  /** Given back by dispose(): any later use is an error, never a silent read of memory someone else now holds. */
+  disposed = false;
   private raw: unknown = undefined;
   constructor(
     readonly device: string,
     readonly size: number,
     readonly dtype: DType,
-  ) {}
+  ) {
+    memoryScopes.at(-1)?.push(this);
+  }
 
   get nbytes(): number {
     return this.size * this.dtype.itemsize;
@@ -65,6 +78,7 @@ export class Buffer {
   /** The device's handle for this memory, allocating it the first time. */
   get handle(): unknown {
     if (this.raw === undefined) {
+      if (this.disposed) throw new TsgradError(`${this.describe()} was used after it was disposed: ${DISPOSED_HINT}`);
       this.raw = Device.allocator(this.device).allocate(this.nbytes);
       GlobalCounters.memUsed += this.nbytes;
       freed.register(this, { device: this.device, raw: this.raw, nbytes: this.nbytes }, this);
@@ -82,6 +96,20 @@ export class Buffer {
     GlobalCounters.memUsed -= this.nbytes;
     Device.allocator(this.device).free?.(this.raw);
     this.raw = undefined;
+  }
+
+  /**
+   * Gives the memory back now (to the device's pool, for the next buffer of its size) and marks this buffer
+   * dead: reading or writing it later throws. What `Tensor.dispose()` and the end of `tidy()` call.
+   */
+  dispose(): void {
+    this.release();
+    this.disposed = true;
+  }
+
+  /** "a float32 buffer of 1024 elements on CPU", for errors. */
+  describe(): string {
+    return `a ${this.dtype.name} buffer of ${this.size} elements on ${this.device}`;
   }
 
   copyin(data: TypedArray): this {
@@ -103,6 +131,10 @@ export class Buffer {
     return typedArrayFor(this.dtype, copy.buffer, 0, this.size);
   }
 }
+
+/** How to keep what an error says was disposed. */
+export const DISPOSED_HINT =
+  "Tensor.dispose() or the end of the tidy() scope that made it gave its memory back; return a tensor from tidy(), or keep() it, to use it after";
 
 const freed = new FinalizationRegistry<{ device: string; raw: unknown; nbytes: number }>(({ device, raw, nbytes }) => {
   GlobalCounters.memUsed -= nbytes;

@@ -10,7 +10,7 @@ export { Device, Buffer } from "./device.ts";
 // helpers a model writer uses too: environment knobs, counters, errors, shape arithmetic and its formatting
 export { GlobalCounters, TsgradError, getenv, prod, fmtShape } from "./helpers.ts";
 export { UOp } from "./uop.ts";
-export { jit, TinyJit } from "./tensor/index.ts";
+export { jit, TinyJit, tidy, keep } from "./tensor/index.ts";
 export { clearKernelCache } from "./engine/search.ts";
 export { initWebGpu } from "./runtime/webgpu.ts";
 export * as nn from "./nn/index.ts";

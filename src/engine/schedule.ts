@@ -4,7 +4,7 @@
 //   result is read by several users, broadcast (expanded) afterwards, or read inside another reduce,
 //   where recomputing it would multiply the work: then it is stored;
 // - CONTIGUOUS, COPY and ASSIGN are always stored; requested outputs are stored.
-import { Buffer } from "../device.ts";
+import { Buffer, DISPOSED_HINT } from "../device.ts";
 import { backendOf } from "./backend.ts";
 import { TsgradError, fmtShape } from "../helpers.ts";
 import { type KernelBuffer, type KernelIR, reduceIdentity } from "../codegen/ir.ts";
@@ -42,7 +42,8 @@ export function recordRealized(node: UOp, buffer: Buffer): void {
 /** The buffer that holds `u`'s elements contiguously in `u`'s shape, if there is one. */
 export function storedBuffer(u: UOp): Buffer | undefined {
   const entry = realized.get(u);
-  if (entry && entry.buffer.version === entry.version) return entry.buffer;
+  // a disposed buffer's node is computed again from its sources (an error there if they are gone too)
+  if (entry && entry.buffer.version === entry.version && !entry.buffer.disposed) return entry.buffer;
   return u.baseBuffer;
 }
 
@@ -62,6 +63,11 @@ export interface Schedule {
 
 export function createSchedule(roots: readonly UOp[]): Schedule {
   const nodes = UOp.toposort(roots, isLeaf);
+  for (const n of nodes) {
+    const buffer = n.baseBuffer;
+    if (buffer?.disposed)
+      throw new TsgradError(`this computation reads ${buffer.describe()} that was disposed: ${DISPOSED_HINT}`);
+  }
   const users = new Map<UOp, number>();
   for (const n of nodes) if (!isLeaf(n)) for (const s of n.src) users.set(s, (users.get(s) ?? 0) + 1);
 

@@ -29,6 +29,7 @@ export {
 } from "./upsample.ts";
 export { type ConvOptions, type PoolOptions, avgPool2d, conv, maxPool2d } from "./windows.ts";
 export { buffersOf, realizedBuffers } from "./buffers.ts";
+export { keep, tidy } from "./tidy.ts";
 export { type JitOutput, MAX_CAPTURES, TinyJit, deviceRuns, jit } from "./jit.ts";
 // internals their tests check on their own
 export { allReduce, allReduceMany } from "./multi.ts";

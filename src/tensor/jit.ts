@@ -18,6 +18,7 @@ import {
 import { type ExecItem, storedBuffer } from "../engine/schedule.ts";
 import { jitFirstCall } from "../engine/search.ts";
 import { buffersOf } from "./buffers.ts";
+import { tensorsIn } from "./tidy.ts";
 import { backendOf } from "../engine/backend.ts";
 
 /** What a jitted function may return: tensors, arrays of them, records of them, or nothing. */
@@ -135,6 +136,9 @@ class Capture<R extends JitOutput> {
       (item.kind === "copy" ? [item.src, item.dst] : item.buffers).some((b) => inputs.has(b)),
     );
     this.output = output;
+    // replays write into these: dispose() and tidy() must leave them to the capture (inputs are the caller's)
+    for (const item of items)
+      for (const b of item.kind === "copy" ? [item.src, item.dst] : item.buffers) if (!inputs.has(b)) b.pinned = true;
   }
 
   replay(args: readonly Tensor[]): R {
@@ -195,14 +199,18 @@ class Capture<R extends JitOutput> {
     if (!backend.captureGraph) return null;
     const own = backend.graphsSwapBuffers
       ? null
-      : this.inputs.map((buffers) => buffers.map((b) => new Buffer(b.device, b.size, b.dtype)));
+      : this.inputs.map((buffers) =>
+          buffers.map((b) => Object.assign(new Buffer(b.device, b.size, b.dtype), { pinned: true })),
+        );
     const swap = new Map(
       own ? this.inputs.flatMap((buffers, i) => buffers.map((b, shard) => [b, own[i]![shard]!] as const)) : [],
     );
     const swapped = items.map((item) => swapBuffers(item, swap));
-    // every buffer the graph touches exists before recording (allocation is not a launch)
+    // every buffer the graph touches exists before recording (allocation is not a launch); inputs a replay
+    // swaps are the caller's, maybe disposed since the capture
     for (const item of swapped)
-      for (const b of item.kind === "kernel" ? item.buffers : [item.src, item.dst]) void b.handle;
+      for (const b of item.kind === "kernel" ? item.buffers : [item.src, item.dst])
+        if (own || !inputs.has(b)) void b.handle;
     const replay = backend.captureGraph(() => swapped.forEach(launchItem), {
       devices,
       copies: items.some((item) => item.kind === "copy"),
@@ -279,13 +287,6 @@ function swapBuffers(item: ExecItem, swap: ReadonlyMap<Buffer, Buffer>): ExecIte
   return item.kind === "copy"
     ? { kind: "copy", src: sub(item.src), dst: sub(item.dst) }
     : { kind: "kernel", kernel: item.kernel, buffers: item.buffers.map(sub) };
-}
-
-function tensorsIn(out: JitOutput): Tensor[] {
-  if (out instanceof Tensor) return [out];
-  if (out === undefined || out === null) return [];
-  if (Array.isArray(out)) return out.flatMap(tensorsIn);
-  return Object.values(out as Record<string, JitOutput>).flatMap(tensorsIn);
 }
 
 /** A node that reads a realized tensor's buffer(s) as they are now. */

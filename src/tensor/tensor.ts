@@ -48,6 +48,27 @@ const toDtype = (d: DType | DTypeName | undefined, fallback: DType): DType =>
   d === undefined ? fallback : typeof d === "string" ? dtypeOf(d) : d;
 
 let uniqueTag = 0;
+/** Tensors made so far: a tensor's number says which tidy() scopes it was made inside. */
+let tensorsMade = 0;
+
+/** An open tidy() scope (tidy.ts) as tensors see it. */
+export interface TensorScope {
+  /** Tensors numbered below this were made before the scope opened. */
+  readonly opened: number;
+  /** Tensors from outside the scope, or kept, whose memory as they stand at its end outlives it. */
+  readonly held: Set<Tensor>;
+}
+/** Open tidy() scopes, innermost last. */
+export const tensorScopes: TensorScope[] = [];
+/**
+ * A tensor made before some open scopes now stands for other memory (realized, assigned, given a gradient):
+ * those scopes must not free it. `made` -1: every open scope (keep(), parameters).
+ */
+export function holdInScopes(t: Tensor, made: number): void {
+  for (const scope of tensorScopes) if (made < scope.opened) scope.held.add(t);
+}
+export const tensorCount = (): number => tensorsMade;
+
 const requiringGrad = new Set<WeakRef<Tensor>>();
 /** Tensors with an assign not yet run: the JIT runs them inside the captured call. */
 const pendingAssigns = new Set<Tensor>();
@@ -57,9 +78,33 @@ export class Tensor {
    * The node this tensor currently stands for (replaced by a buffer view once realized); one per device when spread
    * over several.
    */
-  node: Lazy;
-  grad: Tensor | null = null;
+  private _node!: Lazy;
+  private _grad: Tensor | null = null;
   private _requiresGrad = false;
+  private _disposed = false;
+  private readonly made = tensorsMade++;
+
+  get node(): Lazy {
+    if (this._disposed)
+      throw new TsgradError(`this ${fmtShape(this._node.shape)} tensor was disposed and cannot be used any more`);
+    return this._node;
+  }
+  set node(node: Lazy) {
+    this._node = node;
+    if (tensorScopes.length > 0) holdInScopes(this, this.made);
+  }
+  /** The gradient the last backward() left (summed over backward passes until zeroed). */
+  get grad(): Tensor | null {
+    return this._grad;
+  }
+  set grad(grad: Tensor | null) {
+    this._grad = grad;
+    if (tensorScopes.length > 0) holdInScopes(this, this.made);
+  }
+  /** Whether dispose() was called: every use then throws. */
+  get isDisposed(): boolean {
+    return this._disposed;
+  }
 
   /** Dropout and other train-only behaviour switch on this. */
   static training = false;
@@ -117,11 +162,35 @@ export class Tensor {
       const sharesBuffer = shardsOf(this.node).some((u) => (storedBuffer(u)?.realizedBy ?? 0) > 1);
       if (!isStored(this.node) || sharesBuffer) this.node = this.node.contiguous(uniqueTag++);
       requiringGrad.add(new WeakRef(this));
+      // parameters outlive tidy() scopes, as TensorFlow.js's variables do: their owner frees them
+      if (tensorScopes.length > 0) holdInScopes(this, -1);
     }
     this._requiresGrad = on;
   }
 
+  /**
+   * Gives this tensor's memory back now rather than when the garbage collector finds it unreachable (which,
+   * in one synchronous loop, is never before the loop ends): the buffer it reads, if it is one (realized, or
+   * made from data, or a reshape of such), goes to the device's pool for the next allocation of its size.
+   * Every later use of this tensor throws, and so does computing anything that reads that buffer (views of it
+   * included); a buffer another tensor was realized onto too is freed with the last of them. A lazy tensor
+   * has no memory of its own: disposing it frees nothing. A JIT's output buffers stay with the JIT. See tidy().
+   */
+  dispose(): void {
+    if (this._disposed) return;
+    for (const u of shardsOf(this._node)) {
+      const buffer = u.baseBuffer;
+      if (!buffer || buffer.pinned) continue;
+      if (buffer.realizedBy > 1) buffer.realizedBy--;
+      else buffer.dispose();
+    }
+    this._requiresGrad = false;
+    pendingAssigns.delete(this);
+    this._disposed = true;
+  }
+
   toString(): string {
+    if (this._disposed) return "<Tensor disposed>";
     return `<Tensor ${fmtShape(this.shape)} ${this.dtype.name} on ${this.device}>`;
   }
 
@@ -224,7 +293,10 @@ export class Tensor {
     const first = devices[0]!;
     let state = Tensor.rngCounters.get(first);
     if (!state) {
-      state = { counter: new Tensor(Uint32Array.from([0]), { device: first }), calls: 0, mirrors: new Map() };
+      // the counters live as long as the process: no tidy() scope frees them
+      const counter = new Tensor(Uint32Array.from([0]), { device: first });
+      holdInScopes(counter, -1);
+      state = { counter, calls: 0, mirrors: new Map() };
       Tensor.rngCounters.set(first, state);
     }
     const call = state.calls++;
@@ -233,6 +305,7 @@ export class Tensor {
       if (!counter) {
         // once per device: the mirror starts from the counter's value, read back
         counter = new Tensor(Uint32Array.from(state.counter.toArray() as Uint32Array), { device });
+        holdInScopes(counter, -1);
         state.mirrors.set(device, counter);
       }
       // the call's offset comes from a buffer, not a constant: every draw of one shape is then the same
