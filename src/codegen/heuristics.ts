@@ -17,6 +17,11 @@ const LOOP_BODY_BUDGET = 512;
 const KERNEL_BUDGET = 4000;
 /** A vector axis at least this long takes 16 lanes even when 16 does not divide it (the rest: a narrower tile). */
 const RAGGED_MIN = 1024;
+/**
+ * Lanes of a host matmul tile's vector axis (one AVX-512 vector of floats): its operand along that axis is
+ * packed in panels this wide (engine/pack.ts), padded where the axis is ragged.
+ */
+export const TILE_LANES = 16;
 
 /** Bytes an operand may have and still stay in a core's cache while it is read again and again. */
 export const CACHED_BYTES = 256 * 1024;

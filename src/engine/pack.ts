@@ -7,7 +7,7 @@
 // steps next to each other: [n/16, k, 16] for the lanes, [m/8, k, 8] for the rows, so a tile reads one
 // sequential stream per operand. Only the product reads the copy; other kernels keep reading the operand.
 import { backendOf } from "./backend.ts";
-import { CACHED_BYTES } from "../codegen/heuristics.ts";
+import { CACHED_BYTES, TILE_LANES } from "../codegen/heuristics.ts";
 import { moveIndex } from "../codegen/one_hot.ts";
 import { type Idx, coefficientOf, flatIndex, ivar, varsOf } from "../shape/symbolic.ts";
 import { MOVEMENT_OPS, type Pads, type ReduceArg, type UOp, isMatmul, skipCasts } from "../uop.ts";
@@ -23,7 +23,7 @@ export interface PackedOperand {
 }
 
 /** Lanes and rows of the register tile the host heuristics give a matmul (16 float lanes by 8 rows). */
-const PANEL_LANES = 16;
+const PANEL_LANES = TILE_LANES;
 const PANEL_ROWS = 8;
 /** Reads of each element below which a copy costs more than it saves (a matrix-vector product). */
 const PACK_MIN_REUSE = 32;
