@@ -6,7 +6,7 @@
 // - CONTIGUOUS, COPY and ASSIGN are always stored; requested outputs are stored.
 import { Buffer, DISPOSED_HINT } from "../device.ts";
 import { backendOf } from "./backend.ts";
-import { TsgradError, fmtShape } from "../helpers.ts";
+import { TsgradError, fmtShape, getenv } from "../helpers.ts";
 import { type KernelBuffer, type KernelIR, reduceIdentity } from "../codegen/ir.ts";
 import { type DType, isFloat } from "../dtype.ts";
 import type { KernelSpec } from "../codegen/kernel_spec.ts";
@@ -68,6 +68,109 @@ export function createSchedule(roots: readonly UOp[]): Schedule {
     if (buffer?.disposed)
       throw new TsgradError(`this computation reads ${buffer.describe()} that was disposed: ${DISPOSED_HINT}`);
   }
+  // an eager loop schedules graphs of one structure over new buffers again and again: the decisions are kept
+  const keyed = getenv("SCHEDULE_CACHE", 1) !== 0 ? scheduleKey(roots, nodes) : undefined;
+  const known = keyed && scheduleCache.get(keyed.key);
+  if (known) return instantiate(known, nodes, keyed.leaves);
+  const schedule = buildSchedule(roots, nodes);
+  if (keyed) rememberSchedule(keyed.key, schedule, nodes, keyed.leaves);
+  return schedule;
+}
+
+/** A schedule with its buffers as references: >= 0 the graph's i-th input buffer, < 0 new buffer -1 - ref. */
+interface ScheduleTemplate {
+  readonly items: readonly (
+    | { readonly kind: "kernel"; readonly kernel: KernelIR; readonly buffers: readonly number[] }
+    | { readonly kind: "copy"; readonly src: number; readonly dst: number }
+  )[];
+  readonly created: readonly { readonly device: string; readonly size: number; readonly dtype: DType }[];
+  /** (index of the node in the graph's topological order, its buffer) */
+  readonly outputs: readonly (readonly [number, number])[];
+  readonly temporaries: readonly number[];
+}
+
+/** Schedules by graph structure; cleared when full (a program that keeps making new structures gains nothing). */
+const scheduleCache = new Map<string, ScheduleTemplate>();
+const SCHEDULE_CACHE_SIZE = 512;
+/** Hits and misses, for tests and benches. */
+export const scheduleCacheStats = { hits: 0, misses: 0 };
+
+/**
+ * What the schedule of `nodes` depends on: every node's op, dtype, device, shape, argument and sources, each input
+ * buffer as a slot (its dtype, size and the view over it; the same buffer twice is the same slot). Undefined where a
+ * node realized earlier stands in for its buffer: the passes may look at such a node's own sources.
+ */
+function scheduleKey(roots: readonly UOp[], nodes: readonly UOp[]): { key: string; leaves: Buffer[] } | undefined {
+  const index = new Map<UOp, number>();
+  const slots = new Map<Buffer, number>();
+  const leaves: Buffer[] = [];
+  const parts: string[] = [];
+  for (const n of nodes) {
+    index.set(n, parts.length);
+    const stored = storedBuffer(n);
+    if (stored) {
+      if (n.baseBuffer !== stored) return undefined;
+      let slot = slots.get(stored);
+      if (slot === undefined) {
+        slots.set(stored, (slot = leaves.length));
+        leaves.push(stored);
+      }
+      let view = "";
+      for (let u = n; u.op !== "BUFFER"; u = u.src[0]!) view += `${u.op}${u.shape.join("x")}`;
+      parts.push(`@${slot}:${stored.dtype.name}:${stored.size}:${stored.device}:${view}`);
+      continue;
+    }
+    const sources = isLeaf(n) ? "" : n.src.map((u) => index.get(u)).join(",");
+    parts.push(`${n.op}:${n.dtype.name}:${n.device}:${n.shape.join("x")}:${argString(n.arg)}(${sources})`);
+  }
+  parts.push(roots.map((r) => index.get(r)).join(","));
+  return { key: parts.join(";"), leaves };
+}
+
+function rememberSchedule(key: string, schedule: Schedule, nodes: readonly UOp[], leaves: readonly Buffer[]): void {
+  const refs = new Map<Buffer, number>(leaves.map((b, i) => [b, i]));
+  const created: { device: string; size: number; dtype: DType }[] = [];
+  const ref = (b: Buffer): number => {
+    let r = refs.get(b);
+    if (r === undefined) {
+      created.push({ device: b.device, size: b.size, dtype: b.dtype });
+      refs.set(b, (r = -created.length));
+    }
+    return r;
+  };
+  const position = new Map(nodes.map((n, i) => [n, i]));
+  const template: ScheduleTemplate = {
+    items: schedule.items.map((item) =>
+      item.kind === "copy"
+        ? { kind: "copy", src: ref(item.src), dst: ref(item.dst) }
+        : { kind: "kernel", kernel: item.kernel, buffers: item.buffers.map(ref) },
+    ),
+    // outputs outside the graph (packed operands' copies) are not looked up again: their buffers are left to go
+    outputs: [...schedule.outputs].flatMap(([n, b]) => (position.has(n) ? [[position.get(n)!, ref(b)] as const] : [])),
+    temporaries: schedule.temporaries.map(ref),
+    created,
+  };
+  if (scheduleCache.size >= SCHEDULE_CACHE_SIZE) scheduleCache.clear();
+  scheduleCache.set(key, template);
+  scheduleCacheStats.misses++;
+}
+
+function instantiate(template: ScheduleTemplate, nodes: readonly UOp[], leaves: readonly Buffer[]): Schedule {
+  const created = template.created.map((c) => new Buffer(c.device, c.size, c.dtype));
+  const buffer = (ref: number): Buffer => (ref >= 0 ? leaves[ref]! : created[-1 - ref]!);
+  scheduleCacheStats.hits++;
+  return {
+    items: template.items.map((item) =>
+      item.kind === "copy"
+        ? { kind: "copy", src: buffer(item.src), dst: buffer(item.dst) }
+        : { kind: "kernel", kernel: item.kernel, buffers: item.buffers.map(buffer) },
+    ),
+    outputs: new Map(template.outputs.map(([i, ref]) => [nodes[i]!, buffer(ref)])),
+    temporaries: template.temporaries.map(buffer),
+  };
+}
+
+function buildSchedule(roots: readonly UOp[], nodes: UOp[]): Schedule {
   const users = new Map<UOp, number>();
   for (const n of nodes) if (!isLeaf(n)) for (const s of n.src) users.set(s, (users.get(s) ?? 0) + 1);
 
