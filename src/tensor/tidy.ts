@@ -10,20 +10,27 @@ import { UOp } from "../uop.ts";
 import { MultiLazy } from "./multi.ts";
 import { Tensor, type TensorScope, holdInScopes, tensorCount, tensorScopes } from "./tensor.ts";
 
-/** Tensors in a result: a tensor, or arrays, records and Maps of them (anything else holds none). */
+/** Tensors in a result: a tensor, or arrays, Maps, Sets and objects holding them, at any depth. */
 export function tensorsIn(value: unknown): Tensor[] {
-  if (value instanceof Tensor) return [value];
-  if (value === null || typeof value !== "object") return [];
-  if (Array.isArray(value)) return value.flatMap(tensorsIn);
-  if (value instanceof Map) return [...value.values()].flatMap(tensorsIn);
-  if (Object.getPrototypeOf(value) !== Object.prototype) return [];
-  return Object.values(value).flatMap(tensorsIn);
+  const found: Tensor[] = [];
+  const seen = new Set<object>();
+  const visit = (v: unknown): void => {
+    if (v instanceof Tensor) found.push(v);
+    else if (v === null || typeof v !== "object" || seen.has(v) || ArrayBuffer.isView(v)) return;
+    else {
+      seen.add(v);
+      const values = Array.isArray(v) ? v : v instanceof Map || v instanceof Set ? [...v.values()] : Object.values(v);
+      for (const x of values) visit(x);
+    }
+  };
+  visit(value);
+  return found;
 }
 
 /**
  * Runs `fn` and frees every buffer it made that neither its result nor a tensor from outside the scope holds
  * when it returns: each is given back to the device's pool at once, for the next allocation of its size.
- * Kept: the tensors in the result (a tensor, or arrays, records and Maps of them) with everything their lazy
+ * Kept: the tensors in the result (a tensor, or arrays, Maps, Sets and objects holding them) with everything their lazy
  * graphs read; tensors made before the scope that fn realized, assigned to or gave a gradient; parameters
  * (tensors that require grad) made inside; tensors passed to keep(); a JIT's own buffers. Anything else made
  * inside is dead after: using it throws, naming the buffer. Scopes nest (what an inner scope returns belongs to
