@@ -43,6 +43,8 @@ export interface AxisFacts {
    * (vectorisable).
    */
   readonly contiguous: number;
+  /** Loads that read the axis from packed panels of TILE_LANES (`i % 16`): a tile of fewer lanes reads half-lines. */
+  readonly panelled: number;
 }
 
 /** Statements in a block, nested ones included. */
@@ -75,9 +77,12 @@ function reduceLoads(
 export const hasUnitTerm = (e: Idx, name: string): boolean =>
   e.kind === "var" ? e.name === name : e.kind === "sum" && e.terms.some((t) => t.kind === "var" && t.name === name);
 
-/** Whether `e` steps by one element as `name` does within runs of 16 or more (`name % 16`: a packed panel's lanes). */
-const hasRunTerm = (e: Idx, name: string): boolean => {
-  const run = (t: Idx): boolean => t.kind === "mod" && t.a.kind === "var" && t.a.name === name && t.c >= 16;
+/**
+ * Whether `e` steps by one element as `name` does within runs whose length `fits` (`name % 16`: a packed panel's
+ * lanes); by default runs of 16 or more.
+ */
+const hasRunTerm = (e: Idx, name: string, fits = (run: number): boolean => run >= 16): boolean => {
+  const run = (t: Idx): boolean => t.kind === "mod" && t.a.kind === "var" && t.a.name === name && fits(t.c);
   return run(e) || (e.kind === "sum" && e.terms.some(run));
 };
 
@@ -89,7 +94,8 @@ export function axisFacts(plain: KernelIR): AxisFacts[] {
     const name = `i${axis}`;
     const reuse = loads.filter((l) => !varsOf(l).has(name)).length;
     const contiguous = loads.filter((l) => hasUnitTerm(l, name) || hasRunTerm(l, name)).length;
-    return [{ axis, size, reuse, contiguous }];
+    const panelled = loads.filter((l) => hasRunTerm(l, name, (run) => run === TILE_LANES)).length;
+    return [{ axis, size, reuse, contiguous, panelled }];
   });
 }
 
@@ -153,10 +159,8 @@ export function heuristicOpts(spec: KernelSpec, plain: KernelIR): KernelOpts {
       let amount = (upcast.length === 0 ? [16, 8, 4, 6, 2] : [8, 6, 4, 3, 2]).find(
         (n) => f.size % n === 0 && lanes * n <= maxLanes,
       );
-      // a long vector axis without a factor of 8 (30522 words) takes 16 lanes anyway, its last tile narrower:
-      // 16-wide tiles of the logits h @ W^T ran faster than 6-wide ones (a host backend's lowering)
-      if (upcast.length === 0 && spec.host && (amount ?? 1) < 8 && f.size >= RAGGED_MIN && lanes * 16 <= maxLanes)
-        amount = 16;
+      if (upcast.length === 0 && spec.host && raggedLanes(f, amount) && lanes * TILE_LANES <= maxLanes)
+        amount = TILE_LANES;
       if (!amount) continue;
       upcast.push({ axis: f.axis, amount });
       lanes *= amount;
@@ -188,6 +192,18 @@ export function heuristicOpts(spec: KernelSpec, plain: KernelIR): KernelOpts {
     ...(split ? { split } : {}),
     ...(chunk ? { chunk } : {}),
   };
+}
+
+/**
+ * Whether a host tile's vector axis takes TILE_LANES lanes although they do not divide it, its last tile narrower,
+ * rather than `amount` (what divides it). A long axis without a factor of 8 (30522 words): 16-wide tiles of the
+ * logits h @ W^T ran faster than 6-wide ones. An axis read from packed panels, at least one panel wide: the panels
+ * are padded to 16 lanes, so a tile of 8 read half of each line in turn and kept half the accumulators (x @ W onto
+ * 1000 outputs: 8 x 8 tiles ran at 0.4x numpy, 16 x 8 ones, the last 8 wide, at its speed).
+ */
+function raggedLanes(axis: AxisFacts, amount: number | undefined): boolean {
+  if (amount === TILE_LANES) return false;
+  return ((amount ?? 1) < 8 && axis.size >= RAGGED_MIN) || (axis.panelled > 0 && axis.size > TILE_LANES);
 }
 
 /**
