@@ -80,24 +80,34 @@ const products: Product[] = [
   ...(["nn", "nt", "tn"] as const).map((layout) => ({ batch: 3, m: 37, k: 35, n: 1001, layout })),
 ];
 
-for (const device of testDevices().filter((d) => backendOf(d).hostForms)) {
-  for (const p of products) {
-    test(`${device}: ${label(p)} matches a triple loop`, () => {
-      const a = values(p.batch * p.m * p.k, p.n);
-      const b = values(p.batch * p.k * p.n, p.n + 1);
-      const [aShape, bShape] = storedShapes(p);
-      const x = new Tensor(a, { device }).reshape(aShape);
-      const w = new Tensor(b, { device }).reshape(bShape);
-      const out = product(p.layout, x, w).toArray() as Float32Array;
-      const { sums, magnitudes } = tripleLoop(p, a, b);
-      assert.equal(out.length, sums.length);
-      for (let e = 0; e < sums.length; e++) {
-        // float32's rounding of k products and k - 1 additions, at most k units of 2^-24 of the magnitude
-        if (Math.abs(out[e]! - sums[e]!) > p.k * 2 ** -24 * magnitudes[e]!)
-          assert.fail(`${label(p)}: element ${e} is ${out[e]}, not ${sums[e]}`);
-      }
-    });
+/** Computes `p` on `device` and checks every output against the triple loop. */
+function checkProduct(p: Product, device: string): void {
+  const a = values(p.batch * p.m * p.k, p.n);
+  const b = values(p.batch * p.k * p.n, p.n + 1);
+  const [aShape, bShape] = storedShapes(p);
+  const x = new Tensor(a, { device }).reshape(aShape);
+  const w = new Tensor(b, { device }).reshape(bShape);
+  const out = product(p.layout, x, w).toArray() as Float32Array;
+  const { sums, magnitudes } = tripleLoop(p, a, b);
+  assert.equal(out.length, sums.length);
+  for (let e = 0; e < sums.length; e++) {
+    // float32's rounding of k products and k - 1 additions, at most k units of 2^-24 of the magnitude
+    if (Math.abs(out[e]! - sums[e]!) > p.k * 2 ** -24 * magnitudes[e]!)
+      assert.fail(`${label(p)}: element ${e} is ${out[e]}, not ${sums[e]}`);
   }
+}
+
+for (const device of testDevices().filter((d) => backendOf(d).hostForms)) {
+  for (const p of products) test(`${device}: ${label(p)} matches a triple loop`, () => checkProduct(p, device));
+
+  test(`${device}: a last tile of every width from 1 to 15 lanes matches a triple loop`, () => {
+    for (let n = 17; n < 32; n++) {
+      const p: Product = { batch: 1, m: 33, k: 35, n, layout: "nn" };
+      const [x, w] = storedShapes(p).map((shape) => Tensor.empty(shape, { device }));
+      assert.match(kernelsFor(product(p.layout, x!, w!)).at(-1)!.opts, /^u1x16,/, label(p));
+      checkProduct(p, device);
+    }
+  });
 }
 
 test("a product over 1000 outputs (16-wide panels) takes 16 lanes by 8 rows, the last tile 8 wide", {
