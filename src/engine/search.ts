@@ -228,15 +228,20 @@ function lastReduceSize(kernel: KernelIR): number {
   return size;
 }
 
-/** (what the kernel computes, device, threads): the plain lowering's IR names the computation exactly. */
+/**
+ * (what the kernel computes, device, threads, where the search starts): the plain lowering's IR names the
+ * computation exactly; the heuristics' choice is the search's start, so a change to the heuristics searches again
+ * rather than keep a choice made from an older, maybe worse, start.
+ */
 function searchKey(spec: KernelSpec, device: string): string {
   const plain = lowerKernel(spec, NO_OPTS);
   const ir = JSON.stringify(plain.body, (_, v) =>
     typeof v === "object" && v !== null && "kind" in v && "min" in v && "key" in v ? v.key : v,
   );
   const buffers = plain.buffers.map((b) => `${b.dtype.name}[${b.size}]`).join(",");
+  const start = optsKey(heuristicOpts(spec, plain));
   return createHash("sha256")
-    .update(`${device}|${getenv("THREADS", 0)}|${buffers}|${ir}`)
+    .update(`${device}|${getenv("THREADS", 0)}|${buffers}|${start}|${ir}`)
     .digest("hex")
     .slice(0, 32);
 }
