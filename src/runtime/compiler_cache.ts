@@ -194,6 +194,7 @@ export function compileLibraries(compiler: Compiler, functions: readonly CFuncti
 export function compileEach(
   compiler: Compiler,
   functions: readonly CFunction[],
+  { timeoutS }: { timeoutS?: number } = {},
 ): (CompiledFunction | { error: string })[] {
   const dir = join(cacheDir(), "cpu");
   const hashes = functions.map((fn) => hashOf(compiler, fn));
@@ -206,11 +207,11 @@ export function compileEach(
     const start = performance.now();
     const byHash = new Map(hashes.map((h, i) => [h, functions[i]!]));
     const batches = balancedBatches(missing, byHash);
-    const failedBatches = buildBatches(compiler, dir, batches, byHash);
+    const failedBatches = buildBatches(compiler, dir, batches, byHash, undefined, timeoutS);
     // a failed batch is compiled one function at a time, to pin the error on the function that has it
     for (const batch of failedBatches) {
       const singles = batch.map((h) => [h]);
-      const stillFailing = new Set(buildBatches(compiler, dir, singles, byHash, errors).flat());
+      const stillFailing = new Set(buildBatches(compiler, dir, singles, byHash, errors, timeoutS).flat());
       for (const h of stillFailing) errors.set(h, errors.get(h) ?? `compiling ${join(dir, `${h}.c`)} failed`);
     }
     compileStats.compiled += missing.length;
@@ -276,16 +277,27 @@ export function writeBatches(
   });
 }
 
-/** Compiles each batch (one library per batch, in parallel); returns the batches that failed. */
+/**
+ * Compiles each batch (one library per batch, in parallel); returns the batches that failed. `timeoutS`: a
+ * compiler run still going after that many seconds is killed with its children and its batch fails (gcc can
+ * take many minutes on a long straight-line kernel, and a BEAM candidate is not worth that).
+ */
 function buildBatches(
   compiler: Compiler,
   dir: string,
   batches: readonly string[][],
   byHash: ReadonlyMap<string, CFunction>,
   errors?: Map<string, string>,
+  timeoutS?: number,
 ): string[][] {
   const jobs = writeBatches(compiler, dir, batches, byHash);
-  spawnSync("sh", ["-c", [...jobs.map(({ command }) => `${command} &`), "wait"].join("\n")], { stdio: "ignore" });
+  const limit = timeoutS !== undefined && hasTimeoutCommand() ? `timeout -s KILL ${timeoutS} ` : "";
+  // a run killed while linking may leave part of a library: whatever did not finish leaves none
+  const script = [
+    ...jobs.map(({ command, stem }) => `{ ${limit}${command} || rm -f ${shellQuote(`${stem}.so`)}; } &`),
+    "wait",
+  ].join("\n");
+  spawnSync("sh", ["-c", script], { stdio: "ignore" });
   const failed: string[][] = [];
   for (const { hashes, stem } of jobs) {
     if (existsSync(`${stem}.so`)) {
@@ -293,16 +305,25 @@ function buildBatches(
       rmSync(`${stem}.so`);
     } else {
       failed.push([...hashes]);
-      if (errors && hashes.length === 1)
+      if (errors && hashes.length === 1) {
+        const message = existsSync(`${stem}.err`) ? readFileSync(`${stem}.err`, "utf8").slice(0, 4000) : "";
         errors.set(
           hashes[0]!,
-          `compiling ${join(dir, `${hashes[0]}.c`)} failed:\n${readFileSync(`${stem}.err`, "utf8").slice(0, 4000)}`,
+          `compiling ${join(dir, `${hashes[0]}.c`)} failed${message ? `:\n${message}` : limit ? ` (no message: killed after ${timeoutS} s?)` : ""}`,
         );
+      }
     }
     rmSync(`${stem}.c`, { force: true });
     rmSync(`${stem}.err`, { force: true });
   }
   return failed;
+}
+
+let timeoutCommand: boolean | undefined;
+/** Whether coreutils' `timeout` is there to limit a compiler run (Linux has it; a bare macOS may not). */
+function hasTimeoutCommand(): boolean {
+  timeoutCommand ??= spawnSync("timeout", ["1", "true"], { stdio: "ignore" }).status === 0;
+  return timeoutCommand;
 }
 
 /** Publishes a library under its cache name (another process may have published it first: fine). */

@@ -23,12 +23,12 @@ export const cpuAvailable = (): boolean => findCompiler() !== null;
  */
 export function compileCpu(
   functions: readonly CFunction[],
-  { tiered = false } = {},
+  { tiered = false, timeoutS }: { tiered?: boolean; timeoutS?: number } = {},
 ): (TieredFunction | { error: string })[] {
   const compiler = findCompiler();
   if (!compiler)
     throw new TsgradError(`CPU device: no working C compiler (tried ${process.env.CC || "cc"}); use DEVICE=JS`);
-  return tiered ? compileTiered(compiler, functions) : compileEach(compiler, functions);
+  return tiered ? compileTiered(compiler, functions) : compileEach(compiler, functions, { timeoutS });
 }
 
 const loaded = new Map<string, KernelFn>();
@@ -101,7 +101,8 @@ export class CpuKernel implements GraphKernel {
  * sizes: the fastest of up to three runs each, Infinity for those that do not compile.
  */
 export function timeCpuFunctions(functions: readonly CFunction[], bufferBytes: readonly number[]): number[] {
-  const libraries = compileCpu(functions);
+  // a candidate gcc needs minutes for is dropped (timed as Infinity), not waited for
+  const libraries = compileCpu(functions, { timeoutS: getenv("BEAM_COMPILE_TIMEOUT", 60) });
   const args = [...bufferBytes.map((bytes) => alignedBytes(bytes)), threadCount()];
   let best = Infinity;
   return libraries.map((library) => {
