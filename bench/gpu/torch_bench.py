@@ -5,9 +5,10 @@ norm 1.0 in float32, LAMB) at the same batch and sequence length. FLOPs use the 
 bert_step.ts. Prints one JSON object.
 
 Usage: python3 torch_bench.py [--shapes 4096x4096x4096,...] [--batch 8] [--seq 512] [--steps 5] [--skip-bert]
-  [--preset large|tiny] [--device cuda|cpu]
+  [--preset large|base|tiny] [--device cuda|cpu] [--predictions 76] [--threads N]
 --device cpu (float32: half matmuls are not there on every CPU build) with --preset tiny is a dry run of this
-script without a GPU (bench/gpu-check.sh --emulate runs it where the Python it finds has torch).
+script without a GPU (bench/gpu-check.sh --emulate runs it where the Python it finds has torch); with --preset
+base --batch 8 --seq 128 --predictions 20 --threads 2 --shapes "" it is the CPU step bench/bert-step.ts times.
 """
 import argparse
 import json
@@ -20,6 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 PRESETS = dict(large=dict(vocab=30522, hidden=1024, layers=24, heads=16, intermediate=4096, max_positions=512, types=2),
+               base=dict(vocab=30522, hidden=768, layers=12, heads=12, intermediate=3072, max_positions=512, types=2),
                tiny=dict(vocab=30522, hidden=128, layers=2, heads=2, intermediate=512, max_positions=512, types=2))
 
 
@@ -155,9 +157,9 @@ def bert_step_flops(b, s, p, c):
     return 3 * (l * per_layer + heads)
 
 
-def bert(batch, seq, steps, preset, device, loss_scale=1024.0):
+def bert(batch, seq, steps, preset, device, predictions=76, loss_scale=1024.0):
     c = PRESETS[preset]
-    p = min(76, seq)
+    p = min(predictions, seq)
     torch.manual_seed(0)
     model = Bert(c).to(device=device, dtype=dtype_on(device)).train()
     params = list(model.parameters())
@@ -206,13 +208,18 @@ def main():
     parser.add_argument("--skip-bert", action="store_true")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="large")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument("--predictions", type=int, default=76, help="masked positions a sequence")
+    parser.add_argument("--threads", type=int, help="torch.set_num_threads (CPU)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("torch_bench: torch sees no CUDA GPU (--device cpu is a dry run without one)")
     gpu = torch.cuda.get_device_name(0) if args.device == "cuda" else None
-    result = dict(torch=torch.__version__, gpu=gpu, device=args.device, gemm=gemm(args.shapes.split(","), args.runs, args.device))
+    result = dict(torch=torch.__version__, gpu=gpu, device=args.device, gemm=gemm([s for s in args.shapes.split(",") if s], args.runs, args.device),
+                  threads=torch.get_num_threads())
     if not args.skip_bert:
-        result["bert"] = bert(args.batch, args.seq, args.steps, args.preset, args.device)
+        result["bert"] = bert(args.batch, args.seq, args.steps, args.preset, args.device, args.predictions)
     print(json.dumps(result))
 
 
