@@ -64,7 +64,7 @@ const words = (text: string): string[] => text.trim().split(/\s+/).sort();
 const PUBLIC_NAMES = {
   tsgrad: words(`
     Buffer Device GlobalCounters Tensor TinyJit TsgradError UOp broadcastShapes clearKernelCache dist dtypes
-    fmtShape getenv initWebGpu io jit nn prod promote
+    fmtShape getenv initWebGpu io jit keep nn prod promote tidy
   `),
   nn: words(`
     AdamW BatchNorm Conv2d ConvTranspose2d CosineDecayWithWarmup Dropout Embedding GroupNorm LAMB LRScheduler
