@@ -120,7 +120,8 @@ function scheduleKey(roots: readonly UOp[], nodes: readonly UOp[]): { key: strin
       parts.push(`@${slot}:${stored.dtype.name}:${stored.size}:${stored.device}:${view}`);
       continue;
     }
-    const sources = isLeaf(n) ? "" : n.src.map((u) => index.get(u)).join(",");
+    // (not stored: a leaf here is a constant or index, whose sources do not count)
+    const sources = isSource(n) ? "" : n.src.map((u) => index.get(u)).join(",");
     parts.push(`${n.op}:${n.dtype.name}:${n.device}:${n.shape.join("x")}:${argString(n.arg)}(${sources})`);
   }
   parts.push(roots.map((r) => index.get(r)).join(","));
