@@ -10,8 +10,11 @@
 // `--peak GFLOPS` gives it instead). Timing kernels one by one runs the captured step without its graph, so
 // --profile and --breakdown time steps of their own, after the graph steps of median_step_ms; the breakdown's
 // shares are of those kernel-by-kernel steps (timed_step_ms). Prints JSON on stdout, progress on stderr.
+// `--torch PYTHON` also times PyTorch's eager step of each tiny, base and large configuration (bench/gpu/torch_bench.py
+// on the CPU, float32, the same threads, batch, sequence and predictions), right after tsgrad's, and reports the
+// ratio. Use a PyTorch built with a real BLAS (the wheels, MKL): Debian's python3-torch runs the reference BLAS.
 // Usage: npx tsx bench/bert-step.ts [--configs tiny,mini] [--steps 3] [--base] [--large] [--no-startup] [--profile 20]
-//        [--breakdown] [--peak GFLOPS]
+//        [--breakdown] [--peak GFLOPS] [--torch python3]
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -22,6 +25,7 @@ import { Device, GlobalCounters, Tensor } from "../src/index.ts";
 import { jit } from "../src/tensor/index.ts";
 import { kernelTimers } from "../src/engine/realize.ts";
 import { waitForFinalBuilds } from "../src/runtime/compile_tiers.ts";
+import { threadCount } from "../src/runtime/cpu.ts";
 import { BERT_PRESETS, BertForPretraining, type BertConfig } from "../models/bert.ts";
 import { createBertOptimizer, makeBertTrainStep } from "../models/bert_train_step.ts";
 import { fakeBatch, samplesToTensors } from "../mlperf/bert/data/loader.ts";
@@ -50,12 +54,13 @@ const { values } = parseArgs({
     profile: { type: "string" },
     breakdown: { type: "boolean", default: false },
     peak: { type: "string" },
+    torch: { type: "string" },
     help: { type: "boolean", default: false },
   },
 });
 if (values.help) {
   console.log(
-    "usage: npx tsx bench/bert-step.ts [--configs tiny,mini] [--steps 3] [--base] [--large] [--no-startup] [--profile N]",
+    "usage: npx tsx bench/bert-step.ts [--configs tiny,mini] [--steps 3] [--base] [--large] [--no-startup] [--profile N] [--breakdown] [--peak GFLOPS] [--torch python3]",
   );
   process.exit(0);
 }
@@ -151,8 +156,32 @@ for (const name of names) {
     ...(kernelMs > 0 ? { median_kernel_ms: +kernelMs.toFixed(1) } : {}),
     ...(values.profile ? { profile: profile(launches, steps.length, Number(values.profile)) } : {}),
     ...(values.breakdown ? { breakdown: breakdown(launches, steps.length, timedMs, peakGflops()) } : {}),
+    ...(values.torch ? torchStep(values.torch, run, Number(values.steps), ms) : {}),
   });
   console.error(JSON.stringify(results.at(-1)));
+}
+
+/**
+ * PyTorch's eager step of `run` on the CPU (bench/gpu/torch_bench.py under `python`, float32, THREADS threads), its
+ * median ms over `steps` steps, and how many times faster tsgrad's `ms` is; nothing for a preset it has not.
+ */
+function torchStep(python: string, run: Run, steps: number, ms: number): Record<string, unknown> {
+  if (!["tiny", "base", "large"].includes(run.preset)) return {};
+  const script = fileURLToPath(new URL("./gpu/torch_bench.py", import.meta.url));
+  const args = [
+    script,
+    ...["--device", "cpu", "--shapes", "", "--preset", run.preset, "--batch", `${run.batch}`, "--seq", `${run.seq}`],
+    ...["--predictions", `${run.predictions}`, "--steps", `${Math.max(steps, 3)}`, "--threads", `${threadCount()}`],
+  ];
+  console.error(`${run.preset}: timing PyTorch's step (${python} ${args.join(" ")})...`);
+  const child = spawnSync(python, args, { encoding: "utf8" });
+  if (child.status !== 0) throw new Error(`torch_bench.py failed under ${python}: ${child.stderr.slice(-2000)}`);
+  if (child.stderr.trim()) console.error(child.stderr.trim());
+  const out = JSON.parse(child.stdout) as { torch: string; blas: string | null; bert: { ms_per_step: number } };
+  return {
+    torch: { version: out.torch, blas: out.blas, median_step_ms: out.bert.ms_per_step },
+    speedup_vs_torch: +(out.bert.ms_per_step / ms).toFixed(2),
+  };
 }
 
 /**

@@ -13,6 +13,7 @@ base --batch 8 --seq 128 --predictions 20 --threads 2 --shapes "" it is the CPU 
 import argparse
 import json
 import math
+import re
 import sys
 import time
 
@@ -198,6 +199,12 @@ def bert(batch, seq, steps, preset, device, predictions=76, loss_scale=1024.0):
                 losses=[round(x, 4) for x in losses_seen])
 
 
+def blas_info():
+    """The BLAS torch was built with (BLAS_INFO in its build settings: mkl, open, generic...), or None."""
+    found = re.search(r"BLAS_INFO=([^,\s]+)", torch.__config__.show())
+    return found.group(1) if found else None
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", default="16384x1024x1024,16384x4096x1024,16384x1024x4096,4096x4096x4096,8192x8192x8192")
@@ -216,8 +223,12 @@ def main():
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("torch_bench: torch sees no CUDA GPU (--device cpu is a dry run without one)")
     gpu = torch.cuda.get_device_name(0) if args.device == "cuda" else None
-    result = dict(torch=torch.__version__, gpu=gpu, device=args.device, gemm=gemm([s for s in args.shapes.split(",") if s], args.runs, args.device),
-                  threads=torch.get_num_threads())
+    result = dict(torch=torch.__version__, gpu=gpu, device=args.device, blas=blas_info(),
+                  gemm=gemm([s for s in args.shapes.split(",") if s], args.runs, args.device), threads=torch.get_num_threads())
+    if args.device == "cpu" and result["blas"] == "generic":
+        print("torch_bench: this torch multiplies matrices with a generic BLAS (Debian's python3-torch links the "
+              "reference one, about 6 GFLOP/s): its CPU steps are no fair comparison; use a PyTorch wheel (MKL)",
+              file=sys.stderr)
     if not args.skip_bert:
         result["bert"] = bert(args.batch, args.seq, args.steps, args.preset, args.device, args.predictions)
     print(json.dumps(result))
