@@ -60,19 +60,22 @@ export function createBertOptimizer(
   const named = Object.entries(nn.getStateDict(model));
   const decayed = named.filter(([name]) => !isNoDecayParameter(name)).map(([, t]) => t);
   const notDecayed = named.filter(([name]) => isNoDecayParameter(name)).map(([, t]) => t);
-  const optimizers = [
-    new nn.LAMB(decayed, { lr, b1, b2, eps, weightDecay }),
-    new nn.LAMB(notDecayed, { lr, b1, b2, eps, weightDecay: 0, layerAdaptation: lambRule === "seed" }),
-  ];
   const schedule = { initialLr: lr, endLr: 0, totalSteps, warmupSteps, power };
   const scheduleOf = (o: nn.Optimizer): nn.LRScheduler =>
     lrSchedule === "seed"
       ? new nn.PolynomialDecayWithWarmup(o, schedule)
       : new nn.ReferencePolynomialDecay(o, { ...schedule, startWarmupStep });
-  return {
-    optimizer: new nn.OptimizerGroup(...optimizers),
-    scheduler: new nn.LRSchedulerGroup(...optimizers.map(scheduleOf)),
-  };
+  // both LAMBs' moments and both schedules' first rates in one schedule (one round of compiler runs on the CPU)
+  return nn.initialisedTogether(() => {
+    const optimizers = [
+      new nn.LAMB(decayed, { lr, b1, b2, eps, weightDecay }),
+      new nn.LAMB(notDecayed, { lr, b1, b2, eps, weightDecay: 0, layerAdaptation: lambRule === "seed" }),
+    ];
+    return {
+      optimizer: new nn.OptimizerGroup(...optimizers),
+      scheduler: new nn.LRSchedulerGroup(...optimizers.map(scheduleOf)),
+    };
+  });
 }
 
 /** What the reference adds to the masked-LM loss's denominator (the sum of masked_lm_weights). */
@@ -125,9 +128,9 @@ export function bertTrainStep(state: BertTrainState, batch: BertBatch, options: 
       options,
       batch.nextSentenceWeights && options.gradientAccSteps > 1 ? batchLossDenominators(batch, options) : {},
     );
-    // the loss and the update in one schedule
-    Tensor.realizeAll([loss, ...bertUpdate(state, options)]);
-    state.scheduler.step();
+    // the loss, the update, the next rate and the dropout draws' counters in one schedule (the update reads the
+    // rate before the schedule's assign writes it: a schedule orders an assign after its target's readers)
+    Tensor.realizeAll([loss, ...bertUpdate(state, options), ...state.scheduler.scheduleStep(), ...Tensor.rngState()]);
     return loss;
   });
 }
@@ -240,8 +243,7 @@ export function makeBertDataParallelStep(
   const gradients = { 7: gradientsFor(7), 11: gradientsFor(11) };
   const update = jit((...grads: Tensor[]) => {
     state.optimizer.params.forEach((p, i) => (p.grad = grads[i]!));
-    withTraining(true, () => Tensor.realizeAll(bertUpdate(state, options)));
-    state.scheduler.step();
+    withTraining(true, () => Tensor.realizeAll([...bertUpdate(state, options), ...state.scheduler.scheduleStep()]));
     return { lr: state.optimizer.optimizers[0]!.lr };
   });
   return (batch, maskedLmWeightSum, sampleCount) => {

@@ -11,7 +11,6 @@ export {
   BatchNorm,
   Dropout,
   parameter,
-  initialisedTogether,
   uniformFanIn,
   truncatedNormal,
   standardNormal,
@@ -19,6 +18,7 @@ export {
   ones,
   type Initializer,
 } from "./layers.ts";
+export { initialisedTogether } from "./together.ts";
 export { Optimizer, SGD, LAMB, AdamW, OptimizerGroup, clipGradNorm, type LambOptions } from "./optim.ts";
 export {
   LRScheduler,

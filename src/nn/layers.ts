@@ -2,6 +2,7 @@
 // `getStateDict` finds them under the property names (`dense.weight`, `LayerNorm.bias`, ...).
 import { type ConvOptions, type ConvTransposeOptions, Tensor } from "../tensor/index.ts";
 import { TsgradError } from "../helpers.ts";
+import { realizeInitial } from "./together.ts";
 
 /** Makes a fresh initial value for a parameter of `shape`. */
 export type Initializer = (shape: number[]) => Tensor;
@@ -23,9 +24,6 @@ export const standardNormal: Initializer = (shape) => Tensor.randn(shape);
 export const zeros: Initializer = (shape) => Tensor.zeros(shape);
 export const ones: Initializer = (shape) => Tensor.ones(shape);
 
-/** Parameters made inside `initialisedTogether`, to realize when it ends; null outside. */
-let deferred: Tensor[] | null = null;
-
 /**
  * A trainable parameter with its own realized buffer (requiresGrad first: equal initial values must not share
  * one). Inside `initialisedTogether` it is realized when the model is built, with the model's other parameters.
@@ -33,26 +31,8 @@ let deferred: Tensor[] | null = null;
 export function parameter(init: Initializer, shape: number[]): Tensor {
   const t = init(shape);
   t.requiresGrad = true;
-  if (deferred) deferred.push(t);
-  else t.realize();
+  realizeInitial([t]);
   return t;
-}
-
-/**
- * Builds a model whose parameters are initialised in one schedule when `build` returns, rather than one at a
- * time (a lazily compiling backend then compiles every initialiser in one batch). The values are the same
- * either way: each random draw is keyed when it is made, not when it runs.
- */
-export function initialisedTogether<T>(build: () => T): T {
-  const outer = deferred;
-  const made: Tensor[] = (deferred = []);
-  try {
-    const model = build();
-    Tensor.realizeAll(made);
-    return model;
-  } finally {
-    deferred = outer;
-  }
 }
 
 /** y = x @ weight.T + bias, weight stored [out, in] as PyTorch does. */

@@ -5,6 +5,7 @@ import { dtypes } from "../dtype.ts";
 import { TsgradError, fmtShape } from "../helpers.ts";
 import { Tensor } from "../tensor/index.ts";
 import type { HasStateDict, StateDict } from "./state.ts";
+import { realizeInitial } from "./together.ts";
 
 /** A float32 [1] tensor in its own buffer, for state a step assigns to. */
 const scalarState = (value: number, device: string): Tensor => new Tensor([value], { dtype: dtypes.float32, device });
@@ -94,7 +95,7 @@ export class SGD extends Optimizer {
     this.weightDecay = weightDecay;
     this.nesterov = nesterov;
     this.momentumBuffers = momentum ? this.params.map(zerosLike) : [];
-    Tensor.realizeAll(this.momentumBuffers);
+    realizeInitial(this.momentumBuffers);
   }
 
   protected update(grads: Tensor[]): Tensor[] {
@@ -174,7 +175,7 @@ export class LAMB extends Optimizer {
     this.layerAdaptation = layerAdaptation;
     this.m = this.params.map(zerosLike);
     this.v = this.params.map(zerosLike);
-    Tensor.realizeAll([...this.m, ...this.v]);
+    realizeInitial([...this.m, ...this.v]);
     this.b1Power = scalarState(1, this.lr.device);
     this.b2Power = scalarState(1, this.lr.device);
   }

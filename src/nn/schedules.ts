@@ -5,6 +5,7 @@ import { TsgradError } from "../helpers.ts";
 import { Tensor } from "../tensor/index.ts";
 import type { Optimizer } from "./optim.ts";
 import type { HasStateDict, StateDict } from "./state.ts";
+import { realizeInitial } from "./together.ts";
 
 /** Sets an optimizer's learning rate from a function of the number of steps taken. */
 export abstract class LRScheduler implements HasStateDict {
@@ -32,9 +33,12 @@ export abstract class LRScheduler implements HasStateDict {
     return { step: this.stepCount };
   }
 
-  /** Sets the rate for the current step count, so the first step already runs with the scheduled rate. */
+  /**
+   * Sets the rate for the current step count, so the first step already runs with the scheduled rate (inside
+   * `initialisedTogether`, with the rest of the initial state).
+   */
   protected applyCurrent(): void {
-    this.optimizer.lr.assign(this.lrAt(this.stepCount)).realize();
+    realizeInitial([this.optimizer.lr.assign(this.lrAt(this.stepCount))]);
   }
 }
 

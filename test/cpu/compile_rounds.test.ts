@@ -10,7 +10,9 @@ import { join } from "node:path";
 import { Device, Tensor, dtypes } from "../../src/index.ts";
 import { compileStats } from "../../src/runtime/compiler_cache.ts";
 import { LAMB } from "../../src/nn/optim.ts";
-import { Linear, initialisedTogether, parameter, truncatedNormal } from "../../src/nn/layers.ts";
+import { ReferencePolynomialDecay } from "../../src/nn/schedules.ts";
+import { Linear, parameter, truncatedNormal } from "../../src/nn/layers.ts";
+import { initialisedTogether } from "../../src/nn/together.ts";
 
 const hasCpu = Device.isAvailable("CPU");
 const device = "CPU";
@@ -114,4 +116,39 @@ test("LAMB's moments are zeros in buffers of their own, made in one round", { sk
   opt.m[0]!.assign(opt.m[0]!.add(2)).realize();
   assert.ok((opt.v[0]!.toArray() as Float32Array).every((x) => x === 0));
   assert.ok((opt.m[0]!.toArray() as Float32Array).every((x) => x === 2));
+});
+
+test("optimizers and schedules made inside initialisedTogether join its one round, nested ones too", {
+  skip: !hasCpu,
+}, () => {
+  const made = () => {
+    const model = initialisedTogether(() => build()); // nested: joins the outer scope
+    const params = [...model.layers.flatMap((l) => [l.weight, l.bias!]), model.extra];
+    const optimizers = [new LAMB(params.slice(0, 3), { lr: 0.5 }), new LAMB(params.slice(3), { lr: 0.25 })];
+    const schedules = optimizers.map(
+      (o) =>
+        new ReferencePolynomialDecay(o, {
+          initialLr: o === optimizers[0] ? 0.5 : 0.25,
+          totalSteps: 10,
+          warmupSteps: 4,
+        }),
+    );
+    return { model, optimizers, schedules };
+  };
+  Tensor.manualSeed(3);
+  let together!: ReturnType<typeof made>;
+  const seen = rounds(() => (together = initialisedTogether(made)));
+  assert.equal(seen.rounds, 1, "parameters, moments and first rates in one round");
+  // the same values as made one at a time (warmup from 0: the first rate is 0)
+  Tensor.manualSeed(3);
+  const apart = made();
+  assert.deepEqual(valuesOf(together.model), valuesOf(apart.model));
+  for (const [i, o] of together.optimizers.entries()) {
+    assert.equal(o.lr.item(), apart.optimizers[i]!.lr.item());
+    assert.equal(o.lr.item(), 0);
+    assert.ok([...o.m, ...o.v].every((t) => (t.toArray() as Float32Array).every((x) => x === 0)));
+  }
+  // the first step's rate: warmup step 1 of 4
+  together.schedules[0]!.step();
+  assert.equal(together.optimizers[0]!.lr.item(), Math.fround(0.5 / 4));
 });
