@@ -1,4 +1,4 @@
-// Tiered compilation (src/runtime/compile_tiers.ts): a large round of missing kernels runs first as -O1 builds
+// Tiered compilation (src/runtime/compile_tiers.ts): a large round of missing kernels runs first as quick builds
 // while their -O3 builds compile in the background; each kernel, and each graph replaying it, switches to the -O3
 // build once it is in the cache, computing the same bits; a later process finds the -O3 build at once.
 import { after, before, test } from "node:test";
@@ -11,7 +11,7 @@ import { jit } from "../../src/tensor/index.ts";
 import { Buffer } from "../../src/device.ts";
 import { type CFunction, atLevel, compileStats, findCompiler } from "../../src/runtime/compiler_cache.ts";
 import { PROBES, runProbe } from "../../src/runtime/compiler_bugs.ts";
-import { tierStats, waitForFinalBuilds } from "../../src/runtime/compile_tiers.ts";
+import { QUICK_LEVEL, tierStats, waitForFinalBuilds } from "../../src/runtime/compile_tiers.ts";
 import { CpuKernel, captureCpuGraph, compileCpu } from "../../src/runtime/cpu.ts";
 import { cpuGraphStats } from "../../src/runtime/cpu_graph.ts";
 
@@ -36,7 +36,7 @@ after(() => {
   rmSync(root, { recursive: true, force: true });
 });
 
-// a loop gcc vectorises at -O3 and not at -O1, with a library call and a square root in it
+// a loop gcc vectorises at -O3 and not at the quick level, with a library call and a square root in it
 const source: CFunction = {
   prelude: "#include <stdint.h>\n#include <math.h>\n",
   code: `void tg_kernel(float* restrict b0, const float* restrict b1, int threads) {
@@ -140,10 +140,10 @@ test("the quick level gets the -O3 flags, workarounds included, and gcc's wrong 
   skip,
 }, () => {
   const compiler = findCompiler()!;
-  const quick = atLevel(compiler, "-O1");
+  const quick = atLevel(compiler, QUICK_LEVEL);
   assert.deepEqual(
     quick.flags,
-    compiler.flags.map((f) => (f === "-O3" ? "-O1" : f)),
+    compiler.flags.map((f) => (f === "-O3" ? QUICK_LEVEL : f)),
   );
   assert.notEqual(quick.identity, compiler.identity);
   // the probes built as the quick level builds kernels (the marker as the -O3 probes left it, or empty)
