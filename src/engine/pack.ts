@@ -94,6 +94,11 @@ export function packOperands(
     // each element of an operand is read once for every output element along the axes it does not use
     const reuse = (o: Operand): number => outputAxes.reduce((n, d) => (o.used.has(d) ? n : n * shape[d]!), 1);
     const found: PackedOperand[] = [];
+    const swapped = lanesAcross(operands, shape, outputAxes, lane, axes);
+    if (swapped) {
+      packs.set(reduce, [panelOf(swapped.operand, swapped.axis, PANEL_LANES, axes)]);
+      continue;
+    }
     for (const operand of operands) {
       if (reuse(operand) < PACK_MIN_REUSE) continue;
       const other = operands.find((o) => o !== operand)!;
@@ -119,6 +124,39 @@ export function packOperands(
     if (found.length > 0) packs.set(reduce, found);
   }
   return packs;
+}
+
+/** An operand this many times the size of the other, read across its rows, moves the tile's lanes to the other. */
+const LANES_ACROSS_RATIO = 16;
+
+/**
+ * Where the register tile's lanes go across the other operand instead (x @ W^T with W many times x: the logits
+ * h @ E^T of a masked-LM head, 160 rows of h against 30522 of E): the small operand, packed as panels along its
+ * own output axis, and that axis. Lanes along W^T's output axis read 16 rows of W a step, so W (15.6-125 MB) was
+ * copied into panels on every call, a transposing copy that cost a third of the product; lanes along x's axis
+ * read W along its rows, in place (each tile's rows are W's rows: broadcasts), and copy only x.
+ */
+function lanesAcross(
+  operands: readonly Operand[],
+  shape: readonly number[],
+  outputAxes: readonly number[],
+  lane: number,
+  summed: readonly number[],
+): { operand: Operand; axis: number } | undefined {
+  const wide = operands.find((o) => o.used.has(lane));
+  const other = operands.find((o) => !o.used.has(lane));
+  if (!wide || !other || wide.divides || other.divides) return undefined;
+  // the wide operand read across its rows: its lane axis is not its contiguous one
+  const { node, idx } = wide.bottom;
+  if (coefficientOf(flatIndex(idx, node.shape), `a${lane}`) === 1) return undefined;
+  const size = (o: Operand): number => [...o.used].reduce((n, d) => n * shape[d]!, 1);
+  if (size(wide) < LANES_ACROSS_RATIO * size(other)) return undefined;
+  const rows = outputAxes.filter((d) => other.used.has(d) && !wide.used.has(d));
+  const axis = rows[rows.length - 1];
+  if (axis === undefined || rows.length !== 1 || shape[axis]! % PANEL_LANES !== 0) return undefined;
+  // the summed axis the other operand steps along must be its contiguous one (x's rows read in place otherwise)
+  if (!summed.every((d) => other.used.has(d))) return undefined;
+  return { operand: other, axis };
 }
 
 /** Walks an operand's views down to what they read (a stored node, a leaf, or computed work). */

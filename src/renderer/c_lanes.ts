@@ -152,6 +152,7 @@ function planLoop(
     runs.push(run);
     i += run.updates.length;
   }
+  if (runs.length === 0) runs.push(...stridedRuns(updates, defs, widths));
   if (runs.length === 0) return;
   // a group is its accumulators in lane order; every update of them must be in one of its runs
   const groups = new Map<string, { accs: string[]; runs: typeof runs }>();
@@ -202,6 +203,27 @@ function planLoop(
  * `run` as one vector multiply-add, if it is one: float32 sums of fused products, all with one scalar factor,
  * the other factors float32 loads of one buffer at consecutive indices, each into its own accumulator.
  */
+/**
+ * Vector runs among updates whose lanes are not neighbours in statement order: every s-th update of a loop
+ * body's w x s grid. A tile whose lanes run along its first axis (lanes across x in x @ W^T, the rows along W's
+ * rows: lowering gives each lane's rows together) updates lane 0 of every row, then lane 1, and so on. Every
+ * column of the grid must be one run; each accumulator still takes its products in the same order.
+ */
+function stridedRuns(updates: readonly Update[], defs: ReadonlyMap<string, Def>, widths: readonly number[]) {
+  for (const w of widths) {
+    if (updates.length % w !== 0 || updates.length === w) continue;
+    const s = updates.length / w;
+    const runs = Array.from({ length: s }, (_, j) =>
+      vectorRun(
+        Array.from({ length: w }, (_, t) => updates[j + t * s]!),
+        defs,
+      ),
+    );
+    if (runs.every((r) => r !== undefined)) return runs as NonNullable<(typeof runs)[number]>[];
+  }
+  return [];
+}
+
 function vectorRun(run: readonly Update[], defs: ReadonlyMap<string, Def>) {
   if (run.length !== 16 && run.length !== 8) return undefined; // the prelude's tg_f32x16 and tg_f32x8
   const products = run.map((u) => {

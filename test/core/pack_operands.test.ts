@@ -88,6 +88,23 @@ test("x @ W^T reads W^T as panels: one stream, not 16 rows of W at once (which a
   assertClose(values(y), reference(x, w, { bT: true }), { atol: 1e-3, rtol: 1e-5, what: "x @ W^T" });
 });
 
+test("h @ E^T with E many times h (a masked-LM head's logits) packs h for the lanes and reads E in place", () => {
+  // E is 606 x 64, h 32 x 64: copying E into panels every call cost more than the product gained; lanes across
+  // h's 32 rows read E's rows as the tile's rows, one sequential stream each
+  const [h, e] = [input([32, 64], 1), input([606, 64], 2)];
+  const y = h.matmul(e.T);
+  const items = kernels(y);
+  assert.deepEqual(items.map(shapeOf), ["2x64x16", "32x606"]);
+  const [panel, product] = items as [Kernel, Kernel];
+  assert.ok(panel.buffers.includes(bufferOf(h)) && product.buffers.includes(bufferOf(e)));
+  assert.deepEqual(sumSteps(product, panel.buffers[0]!), [16]);
+  assert.deepEqual(sumSteps(product, bufferOf(e)), [1]);
+  assertClose(values(y), reference(h, e, { bT: true }), { atol: 1e-3, rtol: 1e-5, what: "h @ E^T" });
+  // E only 8 times h: E's panels as before
+  const small = input([256, 64], 3);
+  assert.deepEqual(kernels(h.matmul(small.T)).map(shapeOf), ["16x64x16", "32x256"]);
+});
+
 test("a weight gradient g^T @ x over a batch of sequences reads both operands as panels along the tokens", () => {
   const [x, w] = [input([2, 24, 32], 1, true), input([32, 32], 2, true)];
   const y = x.matmul(w.T);
