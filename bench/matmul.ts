@@ -47,6 +47,8 @@ const SHAPES: readonly Shape[] = [
   { name: "mlm_hidden_grad 160x30522x128", batch: 1, m: 160, k: 30522, n: 128 },
   // BERT-large's logits: the tied weight's rows 4 KB apart (aliasing lanes) over a vocabulary 16 does not divide
   { name: "large_mlm_logits 160x1024x30522", batch: 1, m: 160, k: 1024, n: 30522, layout: "nt" },
+  // bench/bert-step.ts's BERT-large step (batch 1): 76 masked positions, 16 does not divide them
+  { name: "large_b1_mlm_logits 76x1024x30522", batch: 1, m: 76, k: 1024, n: 30522, layout: "nt" },
 ];
 
 const HELP = `usage: tsx bench/matmul.ts [--reps N] [--beam 0,2] [--threads 1,2] [--shapes 512^3,1024^3] [--no-numpy] [--jit] [--no-tidy]

@@ -153,7 +153,7 @@ function lanesAcross(
   if (size(wide) < LANES_ACROSS_RATIO * size(other)) return undefined;
   const rows = outputAxes.filter((d) => other.used.has(d) && !wide.used.has(d));
   const axis = rows[rows.length - 1];
-  if (axis === undefined || rows.length !== 1 || shape[axis]! % PANEL_LANES !== 0) return undefined;
+  if (axis === undefined || rows.length !== 1 || shape[axis]! < PANEL_LANES) return undefined;
   // the summed axis the other operand steps along must be its contiguous one (x's rows read in place otherwise)
   if (!summed.every((d) => other.used.has(d))) return undefined;
   return { operand: other, axis };

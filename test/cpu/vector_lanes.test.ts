@@ -81,6 +81,7 @@ for (const [what, m, k, n, transposed, width] of [
   ["x @ W^T", 64, 512, 96, true, 16],
   // W 19 times x: lanes across x's rows (a masked-LM head's logits), 6 of W's rows a tile (606 = 2 x 3 x 101)
   ["x @ W^T, lanes across x", 32, 64, 606, true, 16],
+  ["x @ W^T, lanes across x, a ragged last tile (40 rows)", 40, 64, 720, true, 16],
 ] as const) {
   test(`matmul: ${what} updates vector accumulators, and equals fmaf over k bit for bit`, { skip: !hasCpu }, () => {
     const xs = random(m * k, 1),
