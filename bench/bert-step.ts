@@ -11,8 +11,8 @@
 // --profile and --breakdown time steps of their own, after the graph steps of median_step_ms; the breakdown's
 // shares are of those kernel-by-kernel steps (timed_step_ms). Prints JSON on stdout, progress on stderr.
 // `--torch PYTHON` also times PyTorch's eager step of each tiny, base and large configuration (bench/gpu/torch_bench.py
-// on the CPU, float32, the same threads, batch, sequence and predictions), right after tsgrad's, and reports the
-// ratio. Use a PyTorch built with a real BLAS (the wheels, MKL): Debian's python3-torch runs the reference BLAS.
+// on the CPU, float32, the same threads, batch, sequence and predictions), first, while no tsgrad model holds
+// memory, and reports the ratio. Use a PyTorch built with a real BLAS (the wheels, MKL): Debian's python3-torch runs the reference BLAS.
 // Usage: npx tsx bench/bert-step.ts [--configs tiny,mini] [--steps 3] [--base] [--large] [--no-startup] [--profile 20]
 //        [--breakdown] [--peak GFLOPS] [--torch python3]
 import { spawnSync } from "node:child_process";
@@ -116,9 +116,15 @@ let peak: number | undefined;
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const names = [...values.configs.split(","), ...(values.base ? ["base"] : []), ...(values.large ? ["large"] : [])];
 const results: Record<string, unknown>[] = [];
+for (const name of names)
+  if (!RUNS[name]) throw new Error(`unknown config ${name}; known: ${Object.keys(RUNS).join(", ")}`);
+// PyTorch's steps first, while this process holds no model: BERT-large's step takes 11 GB in each, and run
+// beside a tsgrad model the two did not fit the machine's 24 GB (the kernel reclaiming pages, not a fair time)
+const torchSteps = new Map(
+  values.torch ? names.map((name) => [name, torchStep(values.torch!, RUNS[name]!, Number(values.steps))]) : [],
+);
 for (const name of names) {
-  const run = RUNS[name];
-  if (!run) throw new Error(`unknown config ${name}; known: ${Object.keys(RUNS).join(", ")}`);
+  const run = RUNS[name]!;
   console.error(`${name}: building the model and capturing the step...`);
   const { config, step } = stepper(run);
   const first = step().ms; // uncaptured
@@ -156,17 +162,24 @@ for (const name of names) {
     ...(kernelMs > 0 ? { median_kernel_ms: +kernelMs.toFixed(1) } : {}),
     ...(values.profile ? { profile: profile(launches, steps.length, Number(values.profile)) } : {}),
     ...(values.breakdown ? { breakdown: breakdown(launches, steps.length, timedMs, peakGflops()) } : {}),
-    ...(values.torch ? torchStep(values.torch, run, Number(values.steps), ms) : {}),
+    ...(torchSteps.get(name) ? withSpeedup(torchSteps.get(name)!, ms) : {}),
   });
   console.error(JSON.stringify(results.at(-1)));
 }
 
+/** PyTorch's step as torchStep measured it. */
+interface TorchStep {
+  version: string;
+  blas: string | null;
+  median_step_ms: number;
+}
+
 /**
- * PyTorch's eager step of `run` on the CPU (bench/gpu/torch_bench.py under `python`, float32, THREADS threads), its
- * median ms over `steps` steps, and how many times faster tsgrad's `ms` is; nothing for a preset it has not.
+ * PyTorch's eager step of `run` on the CPU (bench/gpu/torch_bench.py under `python`, float32, THREADS threads): its
+ * median ms over `steps` steps; undefined for a preset it has not.
  */
-function torchStep(python: string, run: Run, steps: number, ms: number): Record<string, unknown> {
-  if (!["tiny", "base", "large"].includes(run.preset)) return {};
+function torchStep(python: string, run: Run, steps: number): TorchStep | undefined {
+  if (!["tiny", "base", "large"].includes(run.preset)) return undefined;
   const script = fileURLToPath(new URL("./gpu/torch_bench.py", import.meta.url));
   const args = [
     script,
@@ -178,10 +191,12 @@ function torchStep(python: string, run: Run, steps: number, ms: number): Record<
   if (child.status !== 0) throw new Error(`torch_bench.py failed under ${python}: ${child.stderr.slice(-2000)}`);
   if (child.stderr.trim()) console.error(child.stderr.trim());
   const out = JSON.parse(child.stdout) as { torch: string; blas: string | null; bert: { ms_per_step: number } };
-  return {
-    torch: { version: out.torch, blas: out.blas, median_step_ms: out.bert.ms_per_step },
-    speedup_vs_torch: +(out.bert.ms_per_step / ms).toFixed(2),
-  };
+  return { version: out.torch, blas: out.blas, median_step_ms: out.bert.ms_per_step };
+}
+
+/** PyTorch's step beside tsgrad's `ms`, and how many times faster tsgrad's is. */
+function withSpeedup(torch: TorchStep, ms: number) {
+  return { torch, speedup_vs_torch: +(torch.median_step_ms / ms).toFixed(2) };
 }
 
 /**
