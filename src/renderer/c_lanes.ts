@@ -12,7 +12,7 @@
 // vector expressions (loads, sums, products, negations). gcc's own vectorisation of such scalars
 // streams a long sum of squares well below the vector form's speed.
 import type { Operand, Stmt } from "../codegen/ir.ts";
-import { iadd, iconst, type Idx } from "../shape/symbolic.ts";
+import { iadd, iconst, imul, type Idx } from "../shape/symbolic.ts";
 
 /** Accumulators updated as one vector: scalar names lane by lane, and the vector's name. */
 export interface LaneGroup {
@@ -152,7 +152,7 @@ function planLoop(
     runs.push(run);
     i += run.updates.length;
   }
-  if (runs.length === 0) runs.push(...stridedRuns(updates, defs, widths));
+  if (runs.length === 0) runs.push(...groupedRuns(updates, defs, widths));
   if (runs.length === 0) return;
   // a group is its accumulators in lane order; every update of them must be in one of its runs
   const groups = new Map<string, { accs: string[]; runs: typeof runs }>();
@@ -204,23 +204,54 @@ function planLoop(
  * the other factors float32 loads of one buffer at consecutive indices, each into its own accumulator.
  */
 /**
- * Vector runs among updates whose lanes are not neighbours in statement order: every s-th update of a loop
- * body's w x s grid. A tile whose lanes run along its first axis (lanes across x in x @ W^T, the rows along W's
- * rows: lowering gives each lane's rows together) updates lane 0 of every row, then lane 1, and so on. Every
- * column of the grid must be one run; each accumulator still takes its products in the same order.
+ * Vector runs among updates whose lanes are not neighbours in statement order. A tile whose lanes run along its
+ * first axis (lanes across x in x @ W^T, the rows along W's rows) updates lane 0 of every row, then lane 1, and
+ * so on (and with two vectors of lanes, in whatever order the upcasts give). So the updates are grouped by the
+ * value they share (a row's broadcast scalar), each group ordered by where its lane loads read, and cut into
+ * runs of `w`: every update must land in one run. Each accumulator still takes its products in the same order.
  */
-function stridedRuns(updates: readonly Update[], defs: ReadonlyMap<string, Def>, widths: readonly number[]) {
-  for (const w of widths) {
-    if (updates.length % w !== 0 || updates.length === w) continue;
-    const s = updates.length / w;
-    const runs = Array.from({ length: s }, (_, j) =>
-      vectorRun(
-        Array.from({ length: w }, (_, t) => updates[j + t * s]!),
-        defs,
-      ),
-    );
-    if (runs.every((r) => r !== undefined)) return runs as NonNullable<(typeof runs)[number]>[];
-  }
+function groupedRuns(updates: readonly Update[], defs: ReadonlyMap<string, Def>, widths: readonly number[]) {
+  type Run = NonNullable<ReturnType<typeof vectorRun>>;
+  const product = (u: Update) => {
+    const def = u.value.kind === "val" ? defs.get(u.value.name) : undefined;
+    return def?.expr.op === "MUL" ? def.expr.srcs : undefined;
+  };
+  const loadOffset = (o: Operand | undefined, base: Idx | undefined): number | undefined => {
+    const d = o?.kind === "val" ? defs.get(o.name) : undefined;
+    if (d?.expr.op !== "LOAD" || !base) return undefined;
+    const diff = iadd(d.expr.index, imul(base, -1));
+    return diff.kind === "const" ? diff.value : undefined;
+  };
+  const firstLoad = (o: Operand | undefined): Idx | undefined => {
+    const d = o?.kind === "val" ? defs.get(o.name) : undefined;
+    return d?.expr.op === "LOAD" ? d.expr.index : undefined;
+  };
+  for (const w of widths)
+    for (const side of [0, 1]) {
+      const groups = new Map<string, Update[]>();
+      for (const u of updates) {
+        const scalar = product(u)?.[side];
+        if (!scalar) return [];
+        const key = scalar.kind === "val" ? scalar.name : `${scalar.value}`;
+        groups.set(key, [...(groups.get(key) ?? []), u]);
+      }
+      const runs: Run[] = [];
+      for (const group of groups.values()) {
+        if (group.length % w !== 0) break;
+        const base = firstLoad(product(group[0]!)?.[1 - side]);
+        const offsets = group.map((u) => loadOffset(product(u)?.[1 - side], base));
+        if (offsets.some((o) => o === undefined)) break;
+        const sorted = group.map((u, i) => ({ u, at: offsets[i]! })).sort((a, b) => a.at - b.at);
+        for (let i = 0; i < sorted.length; i += w) {
+          const run = vectorRun(
+            sorted.slice(i, i + w).map((x) => x.u),
+            defs,
+          );
+          if (run) runs.push(run);
+        }
+      }
+      if (runs.reduce((n, r) => n + r.updates.length, 0) === updates.length) return runs;
+    }
   return [];
 }
 

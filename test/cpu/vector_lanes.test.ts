@@ -226,6 +226,72 @@ test("lanes stay scalar when the loads are not neighbours or the loop reads an a
   }
 });
 
+// lanes across the tile's first axis: for i0 { for r0 { h_l = b1[r0*32 + l] (32 lanes, two vectors);
+// e_r = b2[(i0*2 + r)*K + r0]; acc_{l,r} += h_l * e_r }, updated lane by lane, each lane's 2 rows together
+function lanesAcross(order: "lanes-first" | "rows-first"): KernelIR {
+  const [lanes, rows] = [32, 2];
+  const inner: Stmt[] = [];
+  for (let r = 0; r < rows; r++) inner.push(load(`e${r}`, 2, iadd(imul(i0, rows * K), iconst(r * K), r0)));
+  for (let l = 0; l < lanes; l++) inner.push(load(`h${l}`, 1, iadd(imul(r0, lanes), iconst(l))));
+  const pairs = Array.from({ length: lanes * rows }, (_, i) =>
+    order === "lanes-first" ? { l: Math.floor(i / rows), r: i % rows } : { l: i % lanes, r: Math.floor(i / lanes) },
+  );
+  for (const { l, r } of pairs) inner.push(def(`p${l}_${r}`, { op: "MUL", srcs: [val(`h${l}`), val(`e${r}`)] }));
+  for (const { l, r } of pairs)
+    inner.push({ kind: "update", name: `acc${l}_${r}`, dtype: f32, op: "ADD", value: val(`p${l}_${r}`) });
+  const accs = pairs.map(({ l, r }) => `acc${l}_${r}`);
+  return {
+    name: "r_4_64",
+    buffers: [
+      { dtype: f32, size: 4 * 64 },
+      { dtype: f32, size: K * lanes },
+      { dtype: f32, size: 4 * rows * K },
+    ],
+    body: [
+      {
+        kind: "loop",
+        var: "i0",
+        size: 4,
+        body: [
+          ...accs.map((name): Stmt => ({ kind: "acc", name, dtype: f32, op: "ADD" })),
+          { kind: "loop", var: "r0", size: K, body: inner },
+          ...pairs.map(
+            ({ l, r }): Stmt => ({
+              kind: "store",
+              buf: 0,
+              index: iadd(imul(i0, 64), iconst(r * lanes + l)),
+              value: val(`acc${l}_${r}`),
+              dtype: f32,
+            }),
+          ),
+        ],
+      },
+    ],
+    outputShape: [4, 64],
+    flops: 0,
+    parallel: 0,
+    opts: "",
+  };
+}
+
+test("lanes that are not neighbouring updates (each lane's rows together, two vectors of them) are vector runs too", () => {
+  for (const order of ["lanes-first", "rows-first"] as const) {
+    const code = renderC(lanesAcross(order), "k", { vectorLanes: [16, 8] });
+    // two rows x two vectors of 16 lanes, each lane's loads from one run of b1, the row's scalar broadcast
+    for (const [row, at] of [
+      [0, "r0*32"],
+      [0, "(r0*32 + 16)"],
+      [1, "r0*32"],
+      [1, "(r0*32 + 16)"],
+    ] as const)
+      assert.ok(
+        code.includes(`tg_fma16(e${row}, &b1[${at}], `),
+        `${order}: no vector update of row ${row} at ${at}:\n${code}`,
+      );
+    assert.doesNotMatch(code, /fmaf\(/, order);
+  }
+});
+
 test("products that must not fuse are a vector sum of separately rounded products", () => {
   const code = renderC(tile({ unfused: true }), "k", { vectorLanes: [16, 8] });
   assert.match(code, /acc0_v = acc0_v \+ \(tg_splat16\(x\) \* tg_ld16\(&b2\[r0\*16\]\)\);/);
