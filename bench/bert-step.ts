@@ -188,6 +188,7 @@ function torchStep(python: string, run: Run, steps: number): TorchStep | undefin
   ];
   console.error(`${run.preset}: timing PyTorch's step (${python} ${args.join(" ")})...`);
   const child = spawnSync(python, args, { encoding: "utf8" });
+  if (child.error) throw new Error(`--torch ${python}: could not run it (${child.error.message})`);
   if (child.status !== 0) throw new Error(`torch_bench.py failed under ${python}: ${child.stderr.slice(-2000)}`);
   if (child.stderr.trim()) console.error(child.stderr.trim());
   const out = JSON.parse(child.stdout) as { torch: string; blas: string | null; bert: { ms_per_step: number } };

@@ -26,5 +26,5 @@ export function initialisedTogether<T>(build: () => T): T {
 /** Realizes `tensors` now, or inside `initialisedTogether` when the outermost one ends. */
 export function realizeInitial(tensors: readonly Tensor[]): void {
   if (deferred) deferred.push(...tensors);
-  else Tensor.realizeAll([...tensors]);
+  else Tensor.realizeAll(tensors);
 }

@@ -200,10 +200,6 @@ function planLoop(
 }
 
 /**
- * `run` as one vector multiply-add, if it is one: float32 sums of fused products, all with one scalar factor,
- * the other factors float32 loads of one buffer at consecutive indices, each into its own accumulator.
- */
-/**
  * Vector runs among updates whose lanes are not neighbours in statement order. A tile whose lanes run along its
  * first axis (lanes across x in x @ W^T, the rows along W's rows) updates lane 0 of every row, then lane 1, and
  * so on (and with two vectors of lanes, in whatever order the upcasts give). So the updates are grouped by the
@@ -233,7 +229,9 @@ function groupedRuns(updates: readonly Update[], defs: ReadonlyMap<string, Def>,
         const scalar = product(u)?.[side];
         if (!scalar) return [];
         const key = scalar.kind === "val" ? scalar.name : `${scalar.value}`;
-        groups.set(key, [...(groups.get(key) ?? []), u]);
+        const group = groups.get(key);
+        if (group) group.push(u);
+        else groups.set(key, [u]);
       }
       const runs: Run[] = [];
       for (const group of groups.values()) {
@@ -255,6 +253,10 @@ function groupedRuns(updates: readonly Update[], defs: ReadonlyMap<string, Def>,
   return [];
 }
 
+/**
+ * `run` as one vector multiply-add, if it is one: float32 sums of fused products, all with one scalar factor,
+ * the other factors float32 loads of one buffer at consecutive indices, each into its own accumulator.
+ */
 function vectorRun(run: readonly Update[], defs: ReadonlyMap<string, Def>) {
   if (run.length !== 16 && run.length !== 8) return undefined; // the prelude's tg_f32x16 and tg_f32x8
   const products = run.map((u) => {
